@@ -1,0 +1,40 @@
+# Two commands for a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test install install-dev lint format bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(VENV)/.installed $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/malamar
+
+test: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pytest
+
+lint: install-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: install-dev
+	$(BIN)/python bench/events.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

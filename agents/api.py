@@ -1,0 +1,78 @@
+from datetime import datetime
+
+from ninja import Router, Schema, Status
+from pydantic import ConfigDict
+
+from agents import services
+from agents.models import Agent
+from core.lookups import get_or_404
+from workspaces.models import Workspace
+
+router = Router(tags=["agents"])
+
+
+class AgentOut(Schema):
+    id: str
+    workspace_id: str
+    name: str
+    instruction: str
+    cli_type: str
+    order: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class AgentUpdate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    instruction: str | None = None
+    cli_type: str | None = None
+
+
+class AgentCreate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    instruction: str
+    cli_type: str = "claude"
+
+
+class AgentReorder(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    agent_ids: list[str]
+
+
+class AgentList(Schema):
+    agents: list[AgentOut]
+
+
+@router.get("/workspaces/{workspace_id}/agents", response=AgentList)
+def list_agents(request, workspace_id: str):
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    return {"agents": list(Agent.objects.filter(workspace=workspace).in_order())}
+
+
+@router.post("/workspaces/{workspace_id}/agents", response={201: AgentOut})
+def create_agent(request, workspace_id: str, payload: AgentCreate):
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    return Status(201, services.agent_create(workspace=workspace, **payload.model_dump()))
+
+
+@router.put("/workspaces/{workspace_id}/agents/reorder", response=AgentList)
+def reorder_agents(request, workspace_id: str, payload: AgentReorder):
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    return {"agents": services.agent_reorder(workspace=workspace, agent_ids=payload.agent_ids)}
+
+
+@router.put("/agents/{agent_id}", response=AgentOut)
+def update_agent(request, agent_id: str, payload: AgentUpdate):
+    agent = get_or_404(Agent, agent_id, "Agent")
+    return services.agent_update(agent=agent, **payload.model_dump(exclude_none=True))
+
+
+@router.delete("/agents/{agent_id}", response={204: None})
+def delete_agent(request, agent_id: str):
+    services.agent_delete(agent=get_or_404(Agent, agent_id, "Agent"))
+    return Status(204, None)

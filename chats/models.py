@@ -1,0 +1,77 @@
+from django.db import models
+from django.utils import timezone
+
+from core.fields import choices_check, id_field
+from tasks.models import QueueStatus
+
+DEFAULT_CHAT_TITLE = "Untitled chat"
+
+
+class ChatRole(models.TextChoices):
+    USER = "user", "User"
+    AGENT = "agent", "Agent"
+    SYSTEM = "system", "System"
+
+
+class Chat(models.Model):
+    id = id_field()
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.CASCADE, related_name="chats"
+    )
+    # NULL = the built-in Malamar agent.
+    agent = models.ForeignKey(
+        "agents.Agent", on_delete=models.SET_NULL, null=True, blank=True, related_name="chats"
+    )
+    # NULL = follow the agent's CLI (or Malamar's default); set = a per-chat override.
+    cli_type = models.CharField(max_length=10, null=True, blank=True)
+    title = models.CharField(max_length=500, default=DEFAULT_CHAT_TITLE)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "chats"
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class ChatMessage(models.Model):
+    id = id_field()
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=10, choices=ChatRole.choices)
+    message = models.TextField()
+    actions = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "chat_messages"
+        indexes = [models.Index(fields=["chat", "created_at"])]
+        constraints = [choices_check("role", ChatRole.choices)]
+
+    def __str__(self) -> str:
+        return self.message[:60]
+
+
+class ChatQueueItem(models.Model):
+    id = id_field()
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="queue_items")
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.CASCADE, related_name="+"
+    )
+    status = models.CharField(
+        max_length=12, choices=QueueStatus.choices, default=QueueStatus.QUEUED
+    )
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    pgid = models.IntegerField(null=True, blank=True)
+    process_started_at = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "chat_queue"
+        indexes = [models.Index(fields=["status", "created_at"])]
+        constraints = [choices_check("status", QueueStatus.choices)]
+
+    def __str__(self) -> str:
+        return f"{self.chat_id} {self.status}"

@@ -1,0 +1,24 @@
+from django.contrib import admin
+
+from core.models import Marker, OutboxEvent, Setting
+
+
+@admin.register(Setting)
+class SettingAdmin(admin.ModelAdmin):
+    list_display = ("key",)
+    search_fields = ("key",)
+    # Values can hold secrets (Mailgun key, CLI env): edit them on the settings page instead.
+    exclude = ("value",)
+
+
+@admin.register(OutboxEvent)
+class OutboxEventAdmin(admin.ModelAdmin):
+    list_display = ("id", "type", "created_at")
+    list_filter = ("type",)
+    search_fields = ("type",)
+    date_hierarchy = "created_at"
+
+
+@admin.register(Marker)
+class MarkerAdmin(admin.ModelAdmin):
+    list_display = ("name", "created_at")

@@ -1,0 +1,24 @@
+"""JSON error bodies for the API: `{"error": {"code", "message"}}`."""
+
+from django.http import JsonResponse
+
+CODES = {
+    400: "VALIDATION_ERROR",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "CONFLICT",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    500: "INTERNAL_ERROR",
+}
+
+
+def error_response(status: int, message: str, code: str | None = None) -> JsonResponse:
+    code = code or CODES.get(status, "ERROR" if status < 500 else "INTERNAL_ERROR")
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+def is_api_path(path: str) -> bool:
+    return path == "/api" or path.startswith("/api/")

@@ -1,0 +1,138 @@
+"""The `malamar` command: run everything, or `version`, `help`, `config`, `doctor`."""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from core.config import OPTIONS, ConfigError, apply_flags, load
+
+COMMANDS = ("run", "version", "help", "config", "doctor")
+STOP_GRACE_SECONDS = 1.5
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="malamar",
+        description="Malamar: an autonomous multi-agent team made of your AI coding CLIs.",
+        epilog="Environment variables override flags: "
+        + ", ".join(f"{o.flag} ↔ {o.env}" for o in OPTIONS),
+    )
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="run",
+        choices=COMMANDS,
+        help="run (default): migrate, then serve the web UI and run the worker; "
+        "version; help; config (print the final configuration); doctor (check the setup)",
+    )
+    for option in OPTIONS:
+        parser.add_argument(
+            option.flag, dest=option.name, default=None, help=f"{option.help} ({option.env})"
+        )
+    return parser
+
+
+def _django_setup() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "malamar_site.settings")
+    import django
+
+    django.setup()
+
+
+def _manage(*args: str) -> int:
+    from django.core.management import call_command
+
+    try:
+        call_command(*args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    apply_flags(vars(args))
+    if args.command == "help":
+        parser.print_help()
+        return 0
+    if args.command == "version":
+        from core.version import VERSION
+
+        print(f"malamar {VERSION}")
+        return 0
+    try:
+        load()
+    except ConfigError as exc:
+        print(f"malamar: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    _django_setup()
+    if args.command in ("config", "doctor"):
+        return _manage(args.command)
+    return serve()
+
+
+def _children() -> list[list[str]]:
+    from django.conf import settings
+
+    config = settings.CONFIG
+    server = [
+        sys.executable,
+        "-m",
+        "daphne",
+        "--bind",
+        config.host,
+        "--port",
+        str(config.port),
+        "malamar_site.asgi:application",
+    ]
+    return [server]
+
+
+def serve() -> int:
+    """Migrate, then run the server and the worker until Ctrl-C / SIGTERM or one of them dies."""
+    from django.conf import settings
+
+    code = _manage("migrate", "--no-input", "-v", "0")
+    if code:
+        return code
+    print(f"Malamar is running at http://{settings.CONFIG.host}:{settings.CONFIG.port}", flush=True)
+    procs = [subprocess.Popen(cmd) for cmd in _children()]
+    stopping = False
+
+    def request_stop(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    exit_code = 0
+    while not stopping:
+        for proc in procs:
+            if proc.poll() is not None:
+                print(f"malamar: {proc.args[2]} exited with {proc.returncode}", file=sys.stderr)
+                exit_code = proc.returncode or 1
+                stopping = True
+        time.sleep(0.05)
+    _stop_all(procs)
+    return exit_code
+
+
+def _stop_all(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.05, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+from django.contrib import admin
+
+from tasks.models import Task, TaskComment, TaskLog, TaskQueueItem
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ("summary", "workspace", "status", "is_priority", "failure_streak", "updated_at")
+    list_filter = ("status", "is_priority", "workspace")
+    search_fields = ("summary", "description", "id")
+    readonly_fields = ("id", "created_at", "updated_at")
+
+
+@admin.register(TaskComment)
+class TaskCommentAdmin(admin.ModelAdmin):
+    list_display = ("task", "user_id", "agent_id", "created_at")
+    list_filter = ("workspace",)
+    search_fields = ("content", "task__summary")
+
+
+@admin.register(TaskLog)
+class TaskLogAdmin(admin.ModelAdmin):
+    list_display = ("task", "event_type", "actor_type", "created_at")
+    list_filter = ("event_type", "actor_type")
+    search_fields = ("task__summary", "task__id")
+
+
+@admin.register(TaskQueueItem)
+class TaskQueueItemAdmin(admin.ModelAdmin):
+    list_display = ("task", "status", "is_priority", "pid", "stop_requested_at", "updated_at")
+    list_filter = ("status", "is_priority")
+    search_fields = ("task__summary", "task__id")

@@ -1,0 +1,165 @@
+from datetime import datetime
+from typing import Any
+
+from ninja import Router, Schema, Status
+from pydantic import ConfigDict
+
+from core.actors import USER
+from core.errors import NotFound
+from core.lookups import get_or_404
+from tasks import selectors, services
+from tasks.models import Task
+from workspaces.models import Workspace
+
+router = Router(tags=["tasks"])
+
+
+class TaskOut(Schema):
+    id: str
+    workspace_id: str
+    summary: str
+    description: str
+    status: str
+    is_priority: bool
+    comment_count: int
+    is_processing: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class TaskCreate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    summary: str
+    description: str = ""
+
+
+class TaskUpdate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    summary: str | None = None
+    description: str | None = None
+    status: str | None = None
+
+
+class TaskList(Schema):
+    tasks: list[TaskOut]
+
+
+class CommentOut(Schema):
+    id: str
+    task_id: str
+    workspace_id: str
+    user_id: str | None
+    agent_id: str | None
+    author_name: str
+    author_type: str
+    content: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class CommentCreate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str
+
+
+class CommentList(Schema):
+    comments: list[CommentOut]
+
+
+class LogOut(Schema):
+    id: str
+    task_id: str
+    workspace_id: str
+    event_type: str
+    actor_type: str
+    actor_id: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+
+
+class LogList(Schema):
+    logs: list[LogOut]
+
+
+class DeletedCount(Schema):
+    deleted: int
+
+
+def _task(task_id: str) -> Task:
+    task = selectors.task_with_counts(task_id)
+    if task is None:
+        raise NotFound("Task not found")
+    return task
+
+
+@router.get("/workspaces/{workspace_id}/tasks", response=TaskList)
+def list_tasks(request, workspace_id: str, status: str = ""):
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    tasks = Task.objects.filter(workspace=workspace).with_counts().by_recent_update()
+    if status:
+        tasks = tasks.filter(status=status)
+    return {"tasks": list(tasks)}
+
+
+@router.post("/workspaces/{workspace_id}/tasks", response={201: TaskOut})
+def create_task(request, workspace_id: str, payload: TaskCreate):
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    task = services.task_create(workspace=workspace, **payload.model_dump())
+    return Status(201, _task(task.id))
+
+
+@router.delete("/workspaces/{workspace_id}/tasks/done", response=DeletedCount)
+def delete_done_tasks(request, workspace_id: str):
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    return {"deleted": services.tasks_delete_done(workspace=workspace)}
+
+
+@router.get("/tasks/{task_id}", response=TaskOut)
+def get_task(request, task_id: str):
+    return _task(task_id)
+
+
+@router.put("/tasks/{task_id}", response=TaskOut)
+def update_task(request, task_id: str, payload: TaskUpdate):
+    task = get_or_404(Task, task_id, "Task")
+    services.task_update(task=task, actor=USER, **payload.model_dump(exclude_none=True))
+    return _task(task_id)
+
+
+@router.delete("/tasks/{task_id}", response={204: None})
+def delete_task(request, task_id: str):
+    services.task_delete(task=get_or_404(Task, task_id, "Task"))
+    return Status(204, None)
+
+
+@router.post("/tasks/{task_id}/prioritize", response=TaskOut)
+def prioritize_task(request, task_id: str):
+    services.task_prioritize_toggle(task=get_or_404(Task, task_id, "Task"))
+    return _task(task_id)
+
+
+@router.post("/tasks/{task_id}/cancel", response=TaskOut)
+def cancel_task(request, task_id: str):
+    services.task_cancel(task=get_or_404(Task, task_id, "Task"))
+    return _task(task_id)
+
+
+@router.get("/tasks/{task_id}/comments", response=CommentList)
+def list_comments(request, task_id: str):
+    return {"comments": selectors.comments_for_task(get_or_404(Task, task_id, "Task"))}
+
+
+@router.post("/tasks/{task_id}/comments", response={201: CommentOut})
+def create_comment(request, task_id: str, payload: CommentCreate):
+    task = get_or_404(Task, task_id, "Task")
+    comment = services.comment_create(task=task, content=payload.content, actor=USER)
+    comment.author_name = USER.name
+    return Status(201, comment)
+
+
+@router.get("/tasks/{task_id}/logs", response=LogList)
+def list_logs(request, task_id: str):
+    return {"logs": selectors.logs_for_task(get_or_404(Task, task_id, "Task"))}

@@ -1,0 +1,168 @@
+from django.db import models
+from django.db.models import Count, Exists, OuterRef, Q
+from django.utils import timezone
+
+from core.fields import choices_check, id_field
+
+
+class TaskStatus(models.TextChoices):
+    TODO = "todo", "Todo"
+    IN_PROGRESS = "in_progress", "In Progress"
+    IN_REVIEW = "in_review", "In Review"
+    DONE = "done", "Done"
+
+
+RUNNABLE_STATUSES = (TaskStatus.TODO, TaskStatus.IN_PROGRESS)
+
+
+class ActorType(models.TextChoices):
+    USER = "user", "User"
+    AGENT = "agent", "Agent"
+    SYSTEM = "system", "System"
+
+
+class QueueStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    IN_PROGRESS = "in_progress", "In progress"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+
+
+class TaskQuerySet(models.QuerySet):
+    def with_counts(self):
+        """Derived read-only fields for lists and details, in one query."""
+        running = TaskQueueItem.objects.filter(
+            task_id=OuterRef("pk"), status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
+        )
+        return self.annotate(
+            comment_count=Count("comments", distinct=True), is_processing=Exists(running)
+        )
+
+    def by_recent_update(self):
+        return self.order_by("-updated_at", "-created_at")
+
+
+class Task(models.Model):
+    id = id_field()
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.CASCADE, related_name="tasks"
+    )
+    summary = models.TextField()
+    description = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=12, choices=TaskStatus.choices, default=TaskStatus.TODO)
+    is_priority = models.BooleanField(default=False)
+    # Retry back-off (DESIGN "Retries"): consecutive failed runs and when the next may start.
+    failure_streak = models.PositiveIntegerField(default=0)
+    retry_not_before = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = TaskQuerySet.as_manager()
+
+    class Meta:
+        db_table = "tasks"
+        indexes = [models.Index(fields=["workspace", "status", "updated_at"])]
+        constraints = [choices_check("status", TaskStatus.choices)]
+
+    def __str__(self) -> str:
+        return self.summary
+
+
+class TaskComment(models.Model):
+    id = id_field()
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="comments")
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.CASCADE, related_name="+"
+    )
+    user_id = models.CharField(max_length=21, null=True, blank=True)
+    # Not a foreign key: a deleted agent's comments keep its id and read "(Deleted Agent)".
+    agent_id = models.CharField(max_length=21, null=True, blank=True, db_index=True)
+    content = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "task_comments"
+        indexes = [models.Index(fields=["task", "created_at"])]
+
+    def __str__(self) -> str:
+        return self.content[:60]
+
+    @property
+    def author_type(self) -> str:
+        if self.user_id:
+            return ActorType.USER
+        if self.agent_id:
+            return ActorType.AGENT
+        return ActorType.SYSTEM
+
+
+class TaskLog(models.Model):
+    id = id_field()
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="logs")
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.CASCADE, related_name="+"
+    )
+    event_type = models.CharField(max_length=40)
+    actor_type = models.CharField(max_length=10, choices=ActorType.choices)
+    actor_id = models.CharField(max_length=21, null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "task_logs"
+        indexes = [models.Index(fields=["task", "created_at"])]
+        constraints = [choices_check("actor_type", ActorType.choices)]
+
+    def __str__(self) -> str:
+        return self.event_type
+
+
+class TaskQueueQuerySet(models.QuerySet):
+    def queued(self):
+        return self.filter(status=QueueStatus.QUEUED)
+
+    def running(self):
+        return self.filter(status=QueueStatus.IN_PROGRESS)
+
+    def finished(self):
+        return self.filter(status__in=[QueueStatus.COMPLETED, QueueStatus.FAILED])
+
+
+class TaskQueueItem(models.Model):
+    id = id_field()
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="queue_items")
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.CASCADE, related_name="+"
+    )
+    status = models.CharField(
+        max_length=12, choices=QueueStatus.choices, default=QueueStatus.QUEUED
+    )
+    is_priority = models.BooleanField(default=False)
+    # Set by the server to ask the worker to stop this run (cancel, move, delete).
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # The running CLI, so a restarted worker can kill survivors of a crashed one.
+    pid = models.IntegerField(null=True, blank=True)
+    pgid = models.IntegerField(null=True, blank=True)
+    process_started_at = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = TaskQueueQuerySet.as_manager()
+
+    class Meta:
+        db_table = "task_queue"
+        indexes = [
+            models.Index(fields=["workspace", "status", "is_priority", "updated_at"]),
+            models.Index(fields=["task", "status", "updated_at"]),
+            models.Index(fields=["status", "updated_at"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task"], condition=Q(status="queued"), name="one_queued_item_per_task"
+            ),
+            choices_check("status", QueueStatus.choices),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} {self.status}"

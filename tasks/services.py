@@ -1,0 +1,300 @@
+"""Every write to tasks, comments, activity logs and the task queue.
+
+Each function is one transaction that also writes its activity log, queue item,
+workspace `last_activity_at` bump and events, so a rule lives in exactly one place for the
+API, the pages, the runner and chat actions.
+"""
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core import events
+from core.activity import workspace_touch
+from core.actors import SYSTEM, USER, Actor
+from core.errors import Conflict, ValidationFailed, require_text
+from core.wake import wake_worker_on_commit
+from tasks.models import (
+    RUNNABLE_STATUSES,
+    Task,
+    TaskComment,
+    TaskLog,
+    TaskQueueItem,
+    TaskStatus,
+)
+from workspaces.models import Workspace
+
+CANCEL_MESSAGE = "Task cancelled by user"
+
+# Status moves a user may make (SPECS "Task Actions").
+USER_MOVES = {
+    TaskStatus.IN_PROGRESS: {TaskStatus.IN_REVIEW},
+    TaskStatus.IN_REVIEW: {TaskStatus.TODO, TaskStatus.DONE},
+    TaskStatus.DONE: {TaskStatus.TODO},
+    TaskStatus.TODO: set(),
+}
+# Agents may only ask for review of the task they work on.
+AGENT_MOVES = {TaskStatus.IN_PROGRESS: {TaskStatus.IN_REVIEW}}
+# The runner picks up, demotes and finishes tasks.
+SYSTEM_MOVES = {
+    TaskStatus.TODO: {TaskStatus.IN_PROGRESS, TaskStatus.IN_REVIEW},
+    TaskStatus.IN_PROGRESS: {TaskStatus.TODO, TaskStatus.IN_REVIEW},
+}
+
+
+def task_payload(task: Task, **extra) -> dict:
+    return {
+        "task_id": task.id,
+        "task_summary": task.summary,
+        "workspace_id": task.workspace_id,
+        **extra,
+    }
+
+
+def log_add(*, task: Task, event_type: str, actor: Actor, metadata: dict | None = None) -> TaskLog:
+    return TaskLog.objects.create(
+        task=task,
+        workspace_id=task.workspace_id,
+        event_type=event_type,
+        actor_type=actor.type,
+        actor_id=actor.id,
+        metadata=metadata or {},
+        created_at=timezone.now(),
+    )
+
+
+def _touch(task: Task, now) -> None:
+    task.updated_at = now
+    Task.objects.filter(id=task.id).update(updated_at=now)
+    workspace_touch(task.workspace_id, now=now)
+
+
+def queue_item_ensure(*, task: Task) -> TaskQueueItem:
+    """Create the task's `queued` item, or bump the one that exists (never two)."""
+    now = timezone.now()
+    item = TaskQueueItem.objects.queued().filter(task=task).first()
+    if item:
+        TaskQueueItem.objects.filter(id=item.id).update(updated_at=now)
+        item.updated_at = now
+    else:
+        item = TaskQueueItem.objects.create(
+            task=task,
+            workspace_id=task.workspace_id,
+            is_priority=task.is_priority,
+            created_at=now,
+            updated_at=now,
+        )
+    wake_worker_on_commit()
+    return item
+
+
+def _request_stop(task: Task, now) -> None:
+    """Ask the worker to stop (and discard) the task's running pass, if any."""
+    TaskQueueItem.objects.running().filter(task=task, stop_requested_at__isnull=True).update(
+        stop_requested_at=now
+    )
+    wake_worker_on_commit()
+
+
+def _set_priority(task: Task, value: bool) -> None:
+    task.is_priority = value
+    Task.objects.filter(id=task.id).update(is_priority=value)
+    TaskQueueItem.objects.queued().filter(task=task).update(is_priority=value)
+
+
+def task_status_set(*, task: Task, status: str, actor: Actor) -> Task:
+    """Move a task, enforcing who may make which move. Same status = no change."""
+    if status not in TaskStatus.values:
+        raise ValidationFailed(
+            f"status must be one of {', '.join(TaskStatus.values)}", field="status"
+        )
+    old = task.status
+    if status == old:
+        return task
+    allowed = {"user": USER_MOVES, "agent": AGENT_MOVES, "system": SYSTEM_MOVES}[actor.type]
+    if status not in allowed.get(old, set()):
+        who = {"user": "You", "agent": "Agents", "system": "The runner"}[actor.type]
+        raise Conflict(
+            f"{who} cannot move a task from {TaskStatus(old).label} to {TaskStatus(status).label}",
+            field="status",
+        )
+    now = timezone.now()
+    with transaction.atomic():
+        task.status = status
+        Task.objects.filter(id=task.id).update(status=status)
+        if status not in RUNNABLE_STATUSES and task.is_priority:
+            _set_priority(task, False)
+        if old == TaskStatus.IN_PROGRESS and actor.type != "system":
+            _request_stop(task, now)
+        if status == TaskStatus.TODO and actor.is_user:
+            queue_item_ensure(task=task)
+        if status == TaskStatus.DONE:
+            task.retry_not_before = None
+            Task.objects.filter(id=task.id).update(failure_streak=0, retry_not_before=None)
+        log_add(
+            task=task,
+            event_type="status_changed",
+            actor=actor,
+            metadata={"old_status": old, "new_status": status},
+        )
+        _touch(task, now)
+        events.publish(
+            "task.status_changed",
+            task_payload(task, old_status=old, new_status=status, actor_type=actor.type),
+        )
+    return task
+
+
+def task_create(*, workspace: Workspace, summary: str, description: str = "") -> Task:
+    summary = require_text(summary, field="summary", label="Summary")
+    now = timezone.now()
+    with transaction.atomic():
+        task = Task.objects.create(
+            workspace=workspace,
+            summary=summary,
+            description=description or "",
+            created_at=now,
+            updated_at=now,
+        )
+        queue_item_ensure(task=task)
+        log_add(task=task, event_type="task_created", actor=USER)
+        workspace_touch(workspace.id, now=now)
+        events.publish("task.created", task_payload(task, status=task.status))
+    return task
+
+
+def task_update(
+    *,
+    task: Task,
+    summary: str | None = None,
+    description: str | None = None,
+    status: str | None = None,
+    actor: Actor = USER,
+) -> Task:
+    with transaction.atomic():
+        changes = {}
+        if summary is not None:
+            changes["summary"] = require_text(summary, field="summary", label="Summary")
+        if description is not None:
+            changes["description"] = description
+        if changes:
+            for field, value in changes.items():
+                setattr(task, field, value)
+            Task.objects.filter(id=task.id).update(**changes)
+            _touch(task, timezone.now())
+            events.publish("task.updated", task_payload(task))
+        if status is not None:
+            task_status_set(task=task, status=status, actor=actor)
+    return task
+
+
+def comment_author_name(comment: TaskComment, agent_names: dict[str, str]) -> str:
+    if comment.user_id:
+        return "User"
+    if comment.agent_id:
+        return agent_names.get(comment.agent_id, "(Deleted Agent)")
+    return "System"
+
+
+def comment_create(*, task: Task, content: str, actor: Actor) -> TaskComment:
+    """Add a comment. It queues the next pass (unless the task is Done); a user comment on an
+    In Review task sends it back to Todo so the loop restarts."""
+    content = require_text(content, field="content", label="Comment")
+    now = timezone.now()
+    with transaction.atomic():
+        comment = TaskComment.objects.create(
+            task=task,
+            workspace_id=task.workspace_id,
+            user_id=actor.id if actor.is_user else None,
+            agent_id=actor.id if actor.is_agent else None,
+            content=content,
+            created_at=now,
+            updated_at=now,
+        )
+        log_add(task=task, event_type="comment_added", actor=actor)
+        if actor.is_user and task.status == TaskStatus.IN_REVIEW:
+            task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
+        if actor.is_user and task.retry_not_before:
+            # The user stepped in: don't make them wait out the error back-off.
+            task.retry_not_before = None
+            Task.objects.filter(id=task.id).update(retry_not_before=None)
+        if task.status != TaskStatus.DONE:
+            queue_item_ensure(task=task)
+        _touch(task, now)
+        events.publish(
+            "task.comment_added",
+            task_payload(
+                task, comment_id=comment.id, author_name=actor.name, author_type=actor.type
+            ),
+        )
+    return comment
+
+
+def task_prioritize_toggle(*, task: Task) -> Task:
+    """Prioritize (only Todo / In Progress; at most one per workspace) or remove priority."""
+    now = timezone.now()
+    with transaction.atomic():
+        if task.is_priority:
+            _set_priority(task, False)
+            log_add(task=task, event_type="task_deprioritized", actor=USER)
+        else:
+            if task.status not in RUNNABLE_STATUSES:
+                raise Conflict("Only Todo or In Progress tasks can be prioritized", field="status")
+            others = Task.objects.filter(workspace_id=task.workspace_id, is_priority=True).exclude(
+                id=task.id
+            )
+            for other in others:
+                _set_priority(other, False)
+                log_add(task=other, event_type="task_deprioritized", actor=USER)
+                events.publish("task.updated", task_payload(other))
+            _set_priority(task, True)
+            log_add(task=task, event_type="task_prioritized", actor=USER)
+            wake_worker_on_commit()
+        _touch(task, now)
+        events.publish("task.updated", task_payload(task))
+    return task
+
+
+def task_cancel(*, task: Task) -> Task:
+    """Stop the running loop: the worker kills the CLI; the task waits in In Review."""
+    if task.status != TaskStatus.IN_PROGRESS:
+        raise Conflict("Only an In Progress task can be cancelled", field="status")
+    with transaction.atomic():
+        task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=USER)
+        comment_create(task=task, content=CANCEL_MESSAGE, actor=SYSTEM)
+        log_add(task=task, event_type="task_cancelled", actor=USER)
+    return task
+
+
+def task_delete(*, task: Task) -> None:
+    """Delete a task in any status; a running CLI is killed by the worker (its rows vanish)."""
+    with transaction.atomic():
+        payload = task_payload(task)
+        task.delete()
+        workspace_touch(payload["workspace_id"])
+        events.publish("task.deleted", payload)
+        wake_worker_on_commit()
+
+
+def tasks_delete_done(*, workspace: Workspace) -> int:
+    with transaction.atomic():
+        done = list(Task.objects.filter(workspace=workspace, status=TaskStatus.DONE))
+        for task in done:
+            task_delete(task=task)
+    return len(done)
+
+
+def tasks_delete_expired(*, now=None) -> int:
+    """Done tasks older than their workspace's retention (when auto-delete is on)."""
+    now = now or timezone.now()
+    deleted = 0
+    workspaces = Workspace.objects.filter(auto_delete_done_tasks=True, retention_days__gt=0)
+    for workspace in workspaces:
+        cutoff = now - timezone.timedelta(days=workspace.retention_days)
+        expired = Task.objects.filter(
+            Q(workspace=workspace) & Q(status=TaskStatus.DONE) & Q(updated_at__lt=cutoff)
+        )
+        for task in expired:
+            task_delete(task=task)
+            deleted += 1
+    return deleted

@@ -1,0 +1,60 @@
+import json
+
+import pytest
+from django.test import Client
+
+from agents.services import agent_create
+from tasks.services import task_create
+from workspaces.services import workspace_create
+
+
+class ApiClient:
+    """Django's test client speaking JSON, like the real API clients."""
+
+    def __init__(self, **headers):
+        self.client = Client(**headers)
+
+    def _send(self, method, path, body=None, **extra):
+        data = json.dumps(body) if body is not None else ""
+        return getattr(self.client, method)(path, data, content_type="application/json", **extra)
+
+    def get(self, path, **extra):
+        return self.client.get(path, **extra)
+
+    def post(self, path, body=None, **extra):
+        return self._send("post", path, body, **extra)
+
+    def put(self, path, body=None, **extra):
+        return self._send("put", path, body, **extra)
+
+    def delete(self, path, **extra):
+        return self.client.delete(path, **extra)
+
+
+@pytest.fixture
+def api(db):
+    return ApiClient()
+
+
+@pytest.fixture
+def workspace(db):
+    return workspace_create(title="Project X", description="Build things")
+
+
+@pytest.fixture
+def agents(workspace):
+    return [
+        agent_create(workspace=workspace, name=name, instruction=f"You are the {name}.")
+        for name in ("Planner", "Implementer", "Reviewer")
+    ]
+
+
+@pytest.fixture
+def task(workspace):
+    return task_create(workspace=workspace, summary="Add a login page", description="With tests")
+
+
+def error_of(response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    return body["error"]

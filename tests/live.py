@@ -1,0 +1,165 @@
+"""Helpers to run real Malamar processes (server, worker, scripts) against a temp data dir."""
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def process_env(data_dir: Path, **extra) -> dict:
+    env = dict(os.environ)
+    env.pop("MALAMAR_TESTING", None)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "malamar_site.settings",
+            "MALAMAR_DATA_DIR": str(data_dir),
+            "PYTHONPATH": str(ROOT),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def manage(data_dir: Path, *args: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        env=process_env(data_dir, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def django_script(data_dir: Path, code: str, **env) -> subprocess.CompletedProcess:
+    """Run Python code in a separate process with Django set up for `data_dir`."""
+    prelude = "import django; django.setup()\n"
+    result = subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        env=process_env(data_dir, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+class Server:
+    def __init__(self, data_dir: Path, port: int | None = None, **env):
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.env = env
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "Server":
+        cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
+        self.proc = subprocess.Popen(
+            [*cmd, "malamar_site.asgi:application"],
+            env=process_env(self.data_dir, **self.env),
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        wait_until(self._ready, timeout=20, what="server to answer /api/health")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-2000:]}")
+        try:
+            return requests.get(f"{self.url}/api/health", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def wait_until(check, *, timeout: float, what: str, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class SseClient:
+    """Reads /api/events in a thread; `events` holds (id, type, data, received_at)."""
+
+    def __init__(self, url: str, last_event_id: str | None = None):
+        host_port = url.split("://", 1)[1]
+        host, port = host_port.split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        headers = {"Accept": "text/event-stream"}
+        if last_event_id:
+            headers["Last-Event-ID"] = last_event_id
+        self.conn.request("GET", "/api/events", headers=headers)
+        self.response = self.conn.getresponse()
+        self.events: list[tuple[str | None, str, dict | None, float]] = []
+        self.opened = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+        assert self.opened.wait(10), "stream did not open"
+
+    def _read(self) -> None:
+        event_id, event_type, data = None, None, []
+        try:
+            while True:
+                raw = self.response.readline()
+                if not raw:
+                    return
+                line = raw.decode().rstrip("\r\n")
+                if line.startswith("id: "):
+                    event_id = line[4:]
+                elif line.startswith("event: "):
+                    event_type = line[7:]
+                elif line.startswith("data:"):
+                    data.append(line[5:].lstrip())
+                elif line == "":
+                    if event_type == "stream-open":
+                        self.opened.set()
+                    elif event_type and event_type != "keep-alive":
+                        payload = json.loads("\n".join(data)) if any(data) else None
+                        self.events.append((event_id, event_type, payload, time.time()))
+                    event_id, event_type, data = None, None, []
+        except Exception:  # closed under our feet by close(): the stream simply ends
+            return
+
+    def of_type(self, event_type: str) -> list:
+        return [e for e in self.events if e[1] == event_type]
+
+    def close(self) -> None:
+        # Shut the socket down so the reader thread returns now, not at the next keep-alive.
+        with contextlib.suppress(OSError):
+            self.conn.sock.shutdown(socket.SHUT_RDWR)
+        self.conn.close()

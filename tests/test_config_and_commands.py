@@ -1,0 +1,175 @@
+"""Configuration precedence, the `malamar` command, `config`, `doctor` and first launch."""
+
+import subprocess
+import sys
+
+import pytest
+
+from core import config
+from tests.live import ROOT, django_script, manage, process_env
+
+OPTION_ENVS = [o.env for o in config.OPTIONS]
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for env in OPTION_ENVS:
+        monkeypatch.setenv(env, "")  # records the original value so it is restored afterwards
+        monkeypatch.delenv(env)
+    return monkeypatch
+
+
+def test_defaults(clean_env, tmp_path):
+    cfg = config.load()
+    assert (cfg.host, cfg.port, cfg.log_level, cfg.log_format) == (
+        "127.0.0.1",
+        3456,
+        "info",
+        "text",
+    )
+    assert cfg.runner_poll_interval == 1000
+    assert str(cfg.data_dir).endswith(".malamar")
+    assert cfg.database_path.name == "malamar.db"
+
+
+def test_flags_apply_and_env_overrides_flags(clean_env):
+    clean_env.setenv("MALAMAR_PORT", "9000")
+    config.apply_flags({"port": "8080", "log_level": "debug", "host": None})
+    cfg = config.load()
+    assert cfg.port == 9000  # env wins over --port
+    assert cfg.log_level == "debug"  # flag used when no env
+    assert cfg.host == "127.0.0.1"  # default when neither
+
+
+@pytest.mark.parametrize(
+    "env,value",
+    [
+        ("MALAMAR_PORT", "http"),
+        ("MALAMAR_PORT", "70000"),
+        ("MALAMAR_LOG_LEVEL", "loud"),
+        ("MALAMAR_LOG_FORMAT", "xml"),
+        ("MALAMAR_RUNNER_POLL_INTERVAL", "0"),
+    ],
+)
+def test_invalid_values_are_clear_errors(clean_env, env, value):
+    clean_env.setenv(env, value)
+    with pytest.raises(config.ConfigError) as err:
+        config.load()
+    assert value in str(err.value)
+
+
+def run_malamar(*args, data_dir, **env):
+    return subprocess.run(
+        [sys.executable, "-m", "malamar_site.cli", *args],
+        env=process_env(data_dir, **env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_malamar_config_shows_precedence(tmp_path):
+    result = run_malamar(
+        "config", "--port", "8080", "--log-format", "json", data_dir=tmp_path, MALAMAR_PORT="9001"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "9001" in result.stdout and "8080" not in result.stdout
+    assert "json" in result.stdout
+    assert str(tmp_path) in result.stdout
+
+
+def test_manage_py_config(tmp_path):
+    result = manage(tmp_path, "config", MALAMAR_RUNNER_POLL_INTERVAL="250")
+    assert result.returncode == 0 and "250 ms" in result.stdout
+
+
+def test_malamar_version_and_help(tmp_path):
+    version = run_malamar("version", data_dir=tmp_path)
+    assert version.returncode == 0 and version.stdout.startswith("malamar ")
+    help_text = run_malamar("help", data_dir=tmp_path).stdout
+    for word in ("--port", "--data-dir", "--runner-poll-interval", "doctor", "config"):
+        assert word in help_text
+
+
+def test_malamar_refuses_bad_config(tmp_path):
+    result = run_malamar("config", data_dir=tmp_path, MALAMAR_PORT="abc")
+    assert result.returncode == 2 and "port" in result.stderr
+
+
+def test_doctor_healthy_after_migrate(tmp_path):
+    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+    result = run_malamar("doctor", data_dir=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "✓ Data directory" in result.stdout
+    assert "migrations current" in result.stdout
+    assert "Claude Code: not checked yet" in result.stdout
+    assert "0 of 4 CLIs available" in result.stdout
+
+
+def test_doctor_fails_on_unusable_data_dir(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    result = run_malamar("doctor", data_dir=blocker)
+    assert result.returncode != 0
+    assert "✗ Data directory" in result.stdout
+
+
+def test_doctor_reports_pending_migrations(tmp_path):
+    result = manage(tmp_path, "doctor")
+    assert "migrations pending" in result.stdout
+
+
+SAMPLE = """
+from workspaces.models import Workspace
+for ws in Workspace.objects.all():
+    print(ws.title, "|", ",".join(a.name for a in ws.agents.order_by("order")))
+"""
+
+
+def test_first_launch_seeds_sample_workspace_once(tmp_path):
+    data_dir = tmp_path / "fresh"  # does not exist yet: first launch
+    assert manage(data_dir, "migrate", "--no-input").returncode == 0
+    assert manage(data_dir, "migrate", "--no-input").returncode == 0
+    out = django_script(data_dir, SAMPLE).stdout.strip().splitlines()
+    assert out == ["Sample: Code Assistant | Planner,Implementer,Reviewer,Approver"]
+
+
+def test_no_sample_when_the_data_dir_already_existed(tmp_path):
+    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+    assert django_script(tmp_path, SAMPLE).stdout.strip() == ""
+
+
+def test_sample_not_recreated_after_user_deletes_it(tmp_path):
+    data_dir = tmp_path / "fresh"
+    manage(data_dir, "migrate", "--no-input")
+    django_script(
+        data_dir, "from workspaces.models import Workspace; Workspace.objects.all().delete()"
+    )
+    manage(data_dir, "migrate", "--no-input")
+    assert django_script(data_dir, SAMPLE).stdout.strip() == ""
+
+
+def test_sample_agents_say_when_to_skip_comment_and_review(db):
+    from core.first_launch import SAMPLE_AGENTS
+
+    for _name, instruction in SAMPLE_AGENTS:
+        lowered = instruction.lower()
+        assert "skip" in lowered and "comment" in lowered and "review" in lowered
+
+
+def test_json_log_format(tmp_path):
+    code = "import logging; logging.getLogger('x').info('hello', extra={'task_id': 't1'})"
+    out = django_script(tmp_path, code, MALAMAR_LOG_FORMAT="json").stdout.strip()
+    import json
+
+    record = json.loads(out.splitlines()[-1])
+    assert record["level"] == "info" and record["message"] == "hello"
+    assert record["context"]["task_id"] == "t1"
+
+
+def test_text_log_format_and_level(tmp_path):
+    code = "import logging; log = logging.getLogger('x'); log.info('hidden'); log.warning('shown')"
+    out = django_script(tmp_path, code, MALAMAR_LOG_LEVEL="warn").stdout
+    assert "hidden" not in out
+    assert "[WARN] shown" in out

@@ -1,0 +1,292 @@
+"""Task rules: queue create/bump, status moves by actor, comments, priority, cancel, deletes."""
+
+import pytest
+
+from core.actors import SYSTEM, USER, Actor
+from core.errors import Conflict, ValidationFailed
+from core.models import OutboxEvent
+from tasks import services
+from tasks.models import QueueStatus, Task, TaskComment, TaskLog, TaskQueueItem, TaskStatus
+from workspaces.models import Workspace
+
+AGENT = Actor("agent", "a" * 21, "Reviewer")
+ALL = list(TaskStatus.values)
+
+
+def queued(task):
+    return TaskQueueItem.objects.filter(task=task, status=QueueStatus.QUEUED)
+
+
+def force_status(task, status):
+    Task.objects.filter(id=task.id).update(status=status)
+    task.status = status
+    return task
+
+
+def test_create_task_makes_queue_item_log_and_event(task):
+    assert queued(task).count() == 1
+    assert list(TaskLog.objects.filter(task=task).values_list("event_type", flat=True)) == [
+        "task_created"
+    ]
+    event = OutboxEvent.objects.filter(type="task.created").get()
+    assert event.payload["task_id"] == task.id
+    assert event.payload["workspace_id"] == task.workspace_id
+    assert event.payload["task_summary"] == "Add a login page"
+
+
+def test_create_task_requires_summary(workspace):
+    with pytest.raises(ValidationFailed) as err:
+        services.task_create(workspace=workspace, summary="   ")
+    assert err.value.field == "summary"
+
+
+def test_create_task_bumps_workspace_activity(workspace):
+    before = Workspace.objects.get(id=workspace.id).last_activity_at
+    services.task_create(workspace=workspace, summary="x")
+    assert Workspace.objects.get(id=workspace.id).last_activity_at > before
+
+
+def test_comment_bumps_existing_queued_item_instead_of_duplicating(task):
+    item = queued(task).get()
+    services.comment_create(task=task, content="more detail", actor=USER)
+    assert queued(task).count() == 1
+    assert queued(task).get().updated_at > item.updated_at
+
+
+def test_comment_creates_queue_item_when_none_is_queued(task):
+    queued(task).update(status=QueueStatus.COMPLETED)
+    services.comment_create(task=task, content="again", actor=AGENT)
+    assert queued(task).count() == 1
+
+
+@pytest.mark.parametrize("actor", [USER, AGENT, SYSTEM])
+def test_comment_on_done_task_does_not_queue(task, actor):
+    queued(task).delete()
+    force_status(task, TaskStatus.DONE)
+    services.comment_create(task=task, content="late note", actor=actor)
+    assert queued(task).count() == 0
+    assert Task.objects.get(id=task.id).status == TaskStatus.DONE
+
+
+def test_user_comment_on_in_review_task_moves_it_back_to_todo(task):
+    force_status(task, TaskStatus.IN_REVIEW)
+    services.comment_create(task=task, content="Please also add a logout button", actor=USER)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.TODO
+    assert queued(task).count() == 1
+    change = TaskLog.objects.filter(task=task, event_type="status_changed").get()
+    assert change.metadata == {"old_status": "in_review", "new_status": "todo"}
+    assert change.actor_type == "user"
+
+
+def test_agent_comment_on_in_review_task_keeps_status(task):
+    force_status(task, TaskStatus.IN_REVIEW)
+    services.comment_create(task=task, content="note", actor=AGENT)
+    assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
+
+
+def test_comment_log_and_event_carry_no_content(task):
+    services.comment_create(task=task, content="secret plan", actor=AGENT)
+    log = TaskLog.objects.filter(task=task, event_type="comment_added").get()
+    assert log.metadata == {}
+    assert log.actor_type == "agent" and log.actor_id == AGENT.id
+    event = OutboxEvent.objects.filter(type="task.comment_added").get()
+    assert event.payload["author_name"] == "Reviewer"
+    assert "secret plan" not in str(event.payload)
+
+
+def test_comment_requires_content(task):
+    with pytest.raises(ValidationFailed):
+        services.comment_create(task=task, content="  \n ", actor=USER)
+
+
+def test_comment_author_ids(task):
+    user = services.comment_create(task=task, content="u", actor=USER)
+    agent = services.comment_create(task=task, content="a", actor=AGENT)
+    system = services.comment_create(task=task, content="s", actor=SYSTEM)
+    assert (user.user_id, user.agent_id) == ("0" * 21, None)
+    assert (agent.user_id, agent.agent_id) == (None, AGENT.id)
+    assert (system.user_id, system.agent_id) == (None, None)
+
+
+USER_ALLOWED = {("in_progress", "in_review"), ("in_review", "todo"), ("in_review", "done")}
+USER_ALLOWED |= {("done", "todo")}
+AGENT_ALLOWED = {("in_progress", "in_review")}
+SYSTEM_ALLOWED = {("todo", "in_progress"), ("todo", "in_review"), ("in_progress", "todo")}
+SYSTEM_ALLOWED |= {("in_progress", "in_review")}
+MOVES = [(a, b) for a in ALL for b in ALL if a != b]
+
+
+@pytest.mark.parametrize(
+    "actor,allowed", [(USER, USER_ALLOWED), (AGENT, AGENT_ALLOWED), (SYSTEM, SYSTEM_ALLOWED)]
+)
+@pytest.mark.parametrize("old,new", MOVES)
+def test_every_status_move_by_every_actor(task, actor, allowed, old, new):
+    force_status(task, old)
+    if (old, new) in allowed:
+        services.task_status_set(task=task, status=new, actor=actor)
+        assert Task.objects.get(id=task.id).status == new
+        log = TaskLog.objects.filter(task=task, event_type="status_changed").get()
+        assert log.metadata == {"old_status": old, "new_status": new}
+        assert log.actor_type == actor.type
+        event = OutboxEvent.objects.filter(type="task.status_changed").get()
+        assert (event.payload["old_status"], event.payload["new_status"]) == (old, new)
+    else:
+        with pytest.raises(Conflict):
+            services.task_status_set(task=task, status=new, actor=actor)
+        assert Task.objects.get(id=task.id).status == old
+
+
+def test_only_the_user_moves_to_done(task):
+    force_status(task, TaskStatus.IN_REVIEW)
+    for actor in (AGENT, SYSTEM):
+        with pytest.raises(Conflict):
+            services.task_status_set(task=task, status=TaskStatus.DONE, actor=actor)
+    services.task_status_set(task=task, status=TaskStatus.DONE, actor=USER)
+
+
+def test_unknown_status_is_a_validation_error(task):
+    with pytest.raises(ValidationFailed):
+        services.task_status_set(task=task, status="archived", actor=USER)
+
+
+@pytest.mark.parametrize("old", ["done", "in_review"])
+def test_user_move_back_to_todo_queues_the_task(task, old):
+    queued(task).delete()
+    force_status(task, old)
+    services.task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
+    assert queued(task).count() == 1
+
+
+def test_move_back_to_todo_bumps_instead_of_duplicating(task):
+    force_status(task, TaskStatus.IN_REVIEW)
+    services.task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
+    assert queued(task).count() == 1
+
+
+def test_user_moving_a_running_task_requests_a_stop(task):
+    force_status(task, TaskStatus.IN_PROGRESS)
+    queued(task).update(status=QueueStatus.IN_PROGRESS)
+    services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=USER)
+    item = TaskQueueItem.objects.get(task=task)
+    assert item.stop_requested_at is not None
+
+
+def test_runner_demotion_does_not_stop_itself(task):
+    force_status(task, TaskStatus.IN_PROGRESS)
+    queued(task).update(status=QueueStatus.IN_PROGRESS)
+    services.task_status_set(task=task, status=TaskStatus.TODO, actor=SYSTEM)
+    assert TaskQueueItem.objects.get(task=task).stop_requested_at is None
+
+
+def test_prioritize_is_exclusive_per_workspace(workspace):
+    first = services.task_create(workspace=workspace, summary="first")
+    second = services.task_create(workspace=workspace, summary="second")
+    services.task_prioritize_toggle(task=first)
+    assert Task.objects.get(id=first.id).is_priority
+    assert queued(first).get().is_priority
+    services.task_prioritize_toggle(task=second)
+    assert not Task.objects.get(id=first.id).is_priority
+    assert not queued(first).get().is_priority
+    assert Task.objects.get(id=second.id).is_priority
+    assert Task.objects.filter(workspace=workspace, is_priority=True).count() == 1
+    events = list(TaskLog.objects.filter(task=first).values_list("event_type", flat=True))
+    assert events[-2:] == ["task_prioritized", "task_deprioritized"]
+
+
+def test_prioritize_toggles_off(task):
+    services.task_prioritize_toggle(task=task)
+    services.task_prioritize_toggle(task=task)
+    assert not Task.objects.get(id=task.id).is_priority
+    assert TaskLog.objects.filter(task=task, event_type="task_deprioritized").count() == 1
+
+
+def test_priority_in_other_workspace_is_independent(task):
+    from workspaces.services import workspace_create
+
+    other = services.task_create(workspace=workspace_create(title="Other"), summary="o")
+    services.task_prioritize_toggle(task=task)
+    services.task_prioritize_toggle(task=other)
+    assert Task.objects.get(id=task.id).is_priority
+
+
+@pytest.mark.parametrize("status", ["in_review", "done"])
+def test_prioritize_refused_outside_todo_and_in_progress(task, status):
+    force_status(task, status)
+    with pytest.raises(Conflict):
+        services.task_prioritize_toggle(task=task)
+
+
+def test_priority_copied_to_new_queue_items_and_cleared_on_leaving(task):
+    services.task_prioritize_toggle(task=task)
+    queued(task).update(status=QueueStatus.COMPLETED)
+    services.comment_create(task=task, content="go", actor=USER)
+    assert queued(task).get().is_priority
+    force_status(task, TaskStatus.IN_PROGRESS)
+    services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=AGENT)
+    assert not Task.objects.get(id=task.id).is_priority
+    assert not queued(task).get().is_priority
+
+
+def test_cancel_moves_to_review_with_system_comment_and_stop_request(task):
+    force_status(task, TaskStatus.IN_PROGRESS)
+    queued(task).update(status=QueueStatus.IN_PROGRESS)
+    services.task_cancel(task=task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.IN_REVIEW
+    comment = TaskComment.objects.get(task=task)
+    assert comment.content == "Task cancelled by user"
+    assert comment.user_id is None and comment.agent_id is None
+    assert TaskLog.objects.filter(task=task, event_type="task_cancelled").exists()
+    running = TaskQueueItem.objects.get(task=task, status=QueueStatus.IN_PROGRESS)
+    assert running.stop_requested_at is not None
+
+
+@pytest.mark.parametrize("status", ["todo", "in_review", "done"])
+def test_cancel_only_for_in_progress(task, status):
+    force_status(task, status)
+    with pytest.raises(Conflict):
+        services.task_cancel(task=task)
+
+
+def test_delete_task_cascades(task):
+    services.comment_create(task=task, content="c", actor=USER)
+    task_id = task.id
+    services.task_delete(task=task)
+    assert not TaskComment.objects.exists()
+    assert not TaskLog.objects.exists()
+    assert not TaskQueueItem.objects.exists()
+    assert OutboxEvent.objects.filter(type="task.deleted").get().payload["task_id"] == task_id
+
+
+def test_delete_all_done_tasks_only_touches_done(workspace):
+    keep = services.task_create(workspace=workspace, summary="keep")
+    gone = [services.task_create(workspace=workspace, summary=f"done {i}") for i in range(3)]
+    for t in gone:
+        force_status(t, TaskStatus.DONE)
+    assert services.tasks_delete_done(workspace=workspace) == 3
+    assert list(Task.objects.values_list("id", flat=True)) == [keep.id]
+
+
+def test_update_summary_and_description(task):
+    services.task_update(task=task, summary="New title", description="New body")
+    task.refresh_from_db()
+    assert (task.summary, task.description) == ("New title", "New body")
+    assert OutboxEvent.objects.filter(type="task.updated").exists()
+
+
+def test_expired_done_tasks_deleted_per_workspace_retention(workspace):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old = services.task_create(workspace=workspace, summary="old")
+    fresh = services.task_create(workspace=workspace, summary="fresh")
+    for t in (old, fresh):
+        force_status(t, TaskStatus.DONE)
+    Task.objects.filter(id=old.id).update(updated_at=timezone.now() - timedelta(days=8))
+    assert services.tasks_delete_expired() == 1
+    assert list(Task.objects.values_list("id", flat=True)) == [fresh.id]
+    Workspace.objects.filter(id=workspace.id).update(auto_delete_done_tasks=False)
+    Task.objects.filter(id=fresh.id).update(updated_at=timezone.now() - timedelta(days=30))
+    assert services.tasks_delete_expired() == 0

@@ -1,0 +1,167 @@
+"""Workspaces and agents: validation, ordering, reorder rules and the cascade rules."""
+
+import pytest
+
+from agents.models import Agent
+from agents.services import agent_create, agent_delete, agent_reorder, agent_update
+from chats.models import Chat, ChatMessage, ChatQueueItem
+from core.actors import USER, agent_actor
+from core.errors import Conflict, ValidationFailed
+from core.models import OutboxEvent
+from tasks.models import TaskComment, TaskLog, TaskQueueItem
+from tasks.selectors import comments_for_task
+from tasks.services import comment_create
+from workspaces.models import Workspace
+from workspaces.services import workspace_create, workspace_delete, workspace_update
+
+
+def test_workspace_defaults(workspace):
+    assert workspace.working_directory_mode == "temp"
+    assert workspace.auto_delete_done_tasks is True
+    assert workspace.retention_days == 7
+    assert workspace.notify_on_error and workspace.notify_on_in_review
+    assert len(workspace.id) == 21
+
+
+def test_workspace_notification_defaults_follow_global_settings(db):
+    from core.settings_store import settings_update
+
+    settings_update(changes={"notify_on_error": False})
+    assert workspace_create(title="W").notify_on_error is False
+
+
+def test_workspace_requires_title(db):
+    with pytest.raises(ValidationFailed) as err:
+        workspace_create(title=" ")
+    assert err.value.field == "title"
+
+
+def test_static_mode_requires_a_path_but_not_an_existing_one(workspace):
+    with pytest.raises(ValidationFailed) as err:
+        workspace_update(workspace=workspace, working_directory_mode="static")
+    assert err.value.field == "working_directory_path"
+    workspace_update(
+        workspace=workspace,
+        working_directory_mode="static",
+        working_directory_path="/does/not/exist/yet",
+    )
+    assert Workspace.objects.get(id=workspace.id).working_directory_path == "/does/not/exist/yet"
+
+
+def test_workspace_update_every_setting(workspace):
+    workspace_update(
+        workspace=workspace,
+        title="Renamed",
+        description="New instruction",
+        auto_delete_done_tasks=False,
+        retention_days=0,
+        notify_on_error=False,
+        notify_on_in_review=False,
+    )
+    ws = Workspace.objects.get(id=workspace.id)
+    assert (ws.title, ws.description, ws.retention_days) == ("Renamed", "New instruction", 0)
+    assert not (ws.auto_delete_done_tasks or ws.notify_on_error or ws.notify_on_in_review)
+    assert OutboxEvent.objects.filter(type="workspace.updated").exists()
+
+
+@pytest.mark.parametrize("bad", [-1, "7", True])
+def test_retention_days_validated(workspace, bad):
+    with pytest.raises(ValidationFailed):
+        workspace_update(workspace=workspace, retention_days=bad)
+
+
+def test_workspace_delete_cascades_everything(workspace, agents, task):
+    comment_create(task=task, content="hi", actor=USER)
+    chat = Chat.objects.create(workspace=workspace, agent=agents[0])
+    ChatMessage.objects.create(chat=chat, role="user", message="hello")
+    ChatQueueItem.objects.create(chat=chat, workspace=workspace)
+    workspace_delete(workspace=workspace)
+    for model in (Agent, TaskComment, TaskLog, TaskQueueItem, Chat, ChatMessage, ChatQueueItem):
+        assert not model.objects.exists(), model
+
+
+def test_agents_are_appended_in_order(agents):
+    assert [a.order for a in agents] == [1, 2, 3]
+
+
+def test_agent_order_after_deleting_the_last(workspace, agents):
+    agent_delete(agent=agents[-1])
+    assert agent_create(workspace=workspace, name="New", instruction="i").order == 3
+
+
+def test_agent_name_unique_per_workspace(workspace, agents):
+    with pytest.raises(Conflict) as err:
+        agent_create(workspace=workspace, name="planner", instruction="dup")
+    assert "already exists" in err.value.message
+    other = workspace_create(title="Other")
+    assert agent_create(workspace=other, name="Planner", instruction="ok")
+
+
+def test_agent_rename_to_taken_name_conflicts(agents):
+    with pytest.raises(Conflict):
+        agent_update(agent=agents[1], name="Planner")
+    agent_update(agent=agents[1], name="Builder", cli_type="codex")
+    fresh = Agent.objects.get(id=agents[1].id)
+    assert (fresh.name, fresh.cli_type) == ("Builder", "codex")
+
+
+@pytest.mark.parametrize(
+    "fields,field",
+    [
+        ({"name": "", "instruction": "i"}, "name"),
+        ({"name": "N", "instruction": " "}, "instruction"),
+        ({"name": "N", "instruction": "i", "cli_type": "gpt"}, "cli_type"),
+    ],
+)
+def test_agent_validation(workspace, fields, field):
+    with pytest.raises(ValidationFailed) as err:
+        agent_create(workspace=workspace, **fields)
+    assert err.value.field == field
+
+
+def test_reorder_sets_exact_order(workspace, agents):
+    new = [agents[2].id, agents[0].id, agents[1].id]
+    result = agent_reorder(workspace=workspace, agent_ids=new)
+    assert [a.id for a in result] == new
+    assert [a.order for a in result] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "pick",
+    [
+        lambda ids: ids[:2],  # missing one
+        lambda ids: [*ids, ids[0]],  # duplicate
+        lambda ids: [*ids[:2], "x" * 21],  # foreign id
+        lambda ids: [],
+    ],
+)
+def test_reorder_rejects_anything_but_the_exact_ids(workspace, agents, pick):
+    ids = [a.id for a in agents]
+    with pytest.raises(ValidationFailed) as err:
+        agent_reorder(workspace=workspace, agent_ids=pick(ids))
+    assert err.value.field == "agent_ids"
+    assert [a.id for a in Agent.objects.filter(workspace=workspace).in_order()] == ids
+
+
+def test_reorder_rejects_agents_of_another_workspace(workspace, agents):
+    other = workspace_create(title="Other")
+    stranger = agent_create(workspace=other, name="S", instruction="i")
+    with pytest.raises(ValidationFailed):
+        agent_reorder(workspace=workspace, agent_ids=[a.id for a in agents[:2]] + [stranger.id])
+
+
+def test_deleted_agent_comments_keep_id_and_show_deleted_agent(agents, task):
+    comment_create(task=task, content="plan", actor=agent_actor(agents[0]))
+    agent_id = agents[0].id
+    agent_delete(agent=agents[0])
+    assert TaskComment.objects.get(task=task).agent_id == agent_id
+    assert comments_for_task(task)[0].author_name == "(Deleted Agent)"
+
+
+def test_deleted_agent_chats_switch_to_malamar(workspace, agents):
+    chat = Chat.objects.create(workspace=workspace, agent=agents[0], cli_type="gemini")
+    agent_delete(agent=agents[0])
+    chat.refresh_from_db()
+    assert chat.agent_id is None and chat.cli_type is None
+    note = ChatMessage.objects.get(chat=chat)
+    assert (note.role, note.message) == ("system", "Switched from Planner to Malamar")

@@ -1,0 +1,80 @@
+from datetime import datetime
+from typing import Literal
+
+from ninja import Router, Schema, Status
+from pydantic import ConfigDict
+
+from core.lookups import get_or_404
+from workspaces import services
+from workspaces.models import Workspace
+
+router = Router(tags=["workspaces"])
+
+
+class WorkspaceOut(Schema):
+    id: str
+    title: str
+    description: str
+    working_directory_mode: str
+    working_directory_path: str | None
+    auto_delete_done_tasks: bool
+    retention_days: int
+    notify_on_error: bool
+    notify_on_in_review: bool
+    last_activity_at: datetime
+    created_at: datetime
+    updated_at: datetime
+
+
+class WorkspaceUpdate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = None
+    description: str | None = None
+    working_directory_mode: Literal["static", "temp"] | None = None
+    working_directory_path: str | None = None
+    auto_delete_done_tasks: bool | None = None
+    retention_days: int | None = None
+    notify_on_error: bool | None = None
+    notify_on_in_review: bool | None = None
+
+
+class WorkspaceCreate(WorkspaceUpdate):
+    title: str
+
+
+class WorkspaceList(Schema):
+    workspaces: list[WorkspaceOut]
+
+
+def _fields(payload: Schema) -> dict:
+    # working_directory_path may be cleared with null; other nulls mean "not given".
+    fields = payload.model_dump(exclude_unset=True)
+    return {k: v for k, v in fields.items() if v is not None or k == "working_directory_path"}
+
+
+@router.get("/workspaces", response=WorkspaceList)
+def list_workspaces(request, q: str = ""):
+    return {"workspaces": list(Workspace.objects.search(q).by_activity())}
+
+
+@router.post("/workspaces", response={201: WorkspaceOut})
+def create_workspace(request, payload: WorkspaceCreate):
+    return Status(201, services.workspace_create(**_fields(payload)))
+
+
+@router.get("/workspaces/{workspace_id}", response=WorkspaceOut)
+def get_workspace(request, workspace_id: str):
+    return get_or_404(Workspace, workspace_id, "Workspace")
+
+
+@router.put("/workspaces/{workspace_id}", response=WorkspaceOut)
+def update_workspace(request, workspace_id: str, payload: WorkspaceUpdate):
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    return services.workspace_update(workspace=workspace, **_fields(payload))
+
+
+@router.delete("/workspaces/{workspace_id}", response={204: None})
+def delete_workspace(request, workspace_id: str):
+    services.workspace_delete(workspace=get_or_404(Workspace, workspace_id, "Workspace"))
+    return Status(204, None)

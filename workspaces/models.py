@@ -1,0 +1,44 @@
+from django.db import models
+from django.utils import timezone
+
+from core.fields import choices_check, id_field
+
+
+class WorkingDirectoryMode(models.TextChoices):
+    STATIC = "static", "Static directory"
+    TEMP = "temp", "Temp folder"
+
+
+class WorkspaceQuerySet(models.QuerySet):
+    def search(self, query: str | None):
+        query = (query or "").strip()
+        return self.filter(title__icontains=query) if query else self
+
+    def by_activity(self):
+        return self.order_by("-last_activity_at", "-created_at")
+
+
+class Workspace(models.Model):
+    id = id_field()
+    title = models.CharField(max_length=500)
+    description = models.TextField(blank=True, default="")
+    working_directory_mode = models.CharField(
+        max_length=10, choices=WorkingDirectoryMode.choices, default=WorkingDirectoryMode.TEMP
+    )
+    working_directory_path = models.TextField(null=True, blank=True)
+    auto_delete_done_tasks = models.BooleanField(default=True)
+    retention_days = models.PositiveIntegerField(default=7)
+    notify_on_error = models.BooleanField(default=True)
+    notify_on_in_review = models.BooleanField(default=True)
+    last_activity_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = WorkspaceQuerySet.as_manager()
+
+    class Meta:
+        db_table = "workspaces"
+        constraints = [choices_check("working_directory_mode", WorkingDirectoryMode.choices)]
+
+    def __str__(self) -> str:
+        return self.title

@@ -1,0 +1,104 @@
+from django.db import transaction
+from django.utils import timezone
+
+from core import events
+from core.errors import ValidationFailed, require_text
+from core.settings_store import settings_get
+from workspaces.models import WorkingDirectoryMode, Workspace
+
+EDITABLE_FIELDS = (
+    "title",
+    "description",
+    "working_directory_mode",
+    "working_directory_path",
+    "auto_delete_done_tasks",
+    "retention_days",
+    "notify_on_error",
+    "notify_on_in_review",
+)
+
+
+def _clean(fields: dict) -> dict:
+    unknown = set(fields) - set(EDITABLE_FIELDS)
+    if unknown:
+        field = sorted(unknown)[0]
+        raise ValidationFailed(f"{field} is not a workspace setting", field=field)
+    clean = dict(fields)
+    if "title" in clean:
+        clean["title"] = require_text(clean["title"], field="title", label="Title")
+    if "description" in clean:
+        clean["description"] = clean["description"] or ""
+    if "working_directory_mode" in clean:
+        mode = clean["working_directory_mode"]
+        if mode not in WorkingDirectoryMode.values:
+            raise ValidationFailed(
+                "working_directory_mode must be 'static' or 'temp'", field="working_directory_mode"
+            )
+    if "working_directory_path" in clean:
+        clean["working_directory_path"] = (clean["working_directory_path"] or "").strip() or None
+    if "retention_days" in clean:
+        days = clean["retention_days"]
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise ValidationFailed(
+                "retention_days must be a whole number of days, 0 or more", field="retention_days"
+            )
+    return clean
+
+
+def _check_directory(workspace: Workspace) -> None:
+    if workspace.working_directory_mode == WorkingDirectoryMode.STATIC and not (
+        workspace.working_directory_path
+    ):
+        raise ValidationFailed(
+            "working_directory_path is required when the working directory mode is static",
+            field="working_directory_path",
+        )
+
+
+def _payload(workspace: Workspace) -> dict:
+    return {"workspace_id": workspace.id, "title": workspace.title}
+
+
+def workspace_create(*, title: str, **fields) -> Workspace:
+    defaults = settings_get()
+    fields.setdefault("notify_on_error", defaults["notify_on_error"])
+    fields.setdefault("notify_on_in_review", defaults["notify_on_in_review"])
+    clean = _clean({"title": title, **fields})
+    now = timezone.now()
+    workspace = Workspace(**clean, created_at=now, updated_at=now, last_activity_at=now)
+    _check_directory(workspace)
+    with transaction.atomic():
+        workspace.save(force_insert=True)
+        events.publish("workspace.created", _payload(workspace))
+    return workspace
+
+
+def workspace_update(*, workspace: Workspace, **fields) -> Workspace:
+    clean = _clean(fields)
+    for name, value in clean.items():
+        setattr(workspace, name, value)
+    _check_directory(workspace)
+    now = timezone.now()
+    workspace.updated_at = now
+    workspace.last_activity_at = now
+    with transaction.atomic():
+        Workspace.objects.filter(id=workspace.id).update(
+            **clean, updated_at=now, last_activity_at=now
+        )
+        events.publish("workspace.updated", _payload(workspace))
+    return workspace
+
+
+def workspace_delete(*, workspace: Workspace) -> None:
+    """Cascade-delete everything in the workspace.
+
+    Running CLIs are stopped by the worker, which sees its queue rows disappear (DESIGN
+    "Stopping runs"): the server never touches a process.
+    """
+    from core.wake import wake_worker_on_commit
+
+    with transaction.atomic():
+        payload = _payload(workspace)
+        workspace.delete()
+        events.publish("workspace.deleted", payload)
+        wake_worker_on_commit()
