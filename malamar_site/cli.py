@@ -89,7 +89,8 @@ def _children() -> list[list[str]]:
         str(config.port),
         "malamar_site.asgi:application",
     ]
-    return [server]
+    worker = [sys.executable, "-m", "django", "runworker"]
+    return [server, worker]
 
 
 def serve() -> int:
@@ -113,7 +114,8 @@ def serve() -> int:
     while not stopping:
         for proc in procs:
             if proc.poll() is not None:
-                print(f"malamar: {proc.args[2]} exited with {proc.returncode}", file=sys.stderr)
+                name = "worker" if "runworker" in proc.args else "server"
+                print(f"malamar: the {name} exited with {proc.returncode}", file=sys.stderr)
                 exit_code = proc.returncode or 1
                 stopping = True
         time.sleep(0.05)

@@ -1,4 +1,7 @@
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -6,6 +9,11 @@ from django.test import Client
 from agents.services import agent_create
 from tasks.services import task_create
 from workspaces.services import workspace_create
+
+
+# The fake CLIs start with `#!/usr/bin/env python3`: resolve that to this interpreter directly
+# (a pyenv shim would add a quarter of a second to every fake CLI run).
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 
 
 class ApiClient:
@@ -58,3 +66,19 @@ def error_of(response) -> dict:
     body = response.json()
     assert set(body) == {"error"}, body
     return body["error"]
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory):
+    from tests.stack import migrated_template
+
+    return migrated_template(tmp_path_factory.mktemp("malamar-template"))
+
+
+@pytest.fixture
+def stack(tmp_path, template_db):
+    from tests.stack import Stack
+
+    running = Stack(tmp_path, template_db).start()
+    yield running
+    running.stop()

@@ -1,0 +1,37 @@
+"""Codex CLI: `codex exec --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check
+--output-schema SCHEMA_FILE -o OUTPUT_FILE PROMPT`; Codex writes its final, schema-constrained
+message to OUTPUT_FILE itself. Standard input must be closed (an open pipe hangs it)."""
+
+from runner.adapters.base import (
+    HEALTH_PROMPT,
+    Command,
+    Invocation,
+    explain_nothing,
+    read_stdout_nothing,
+)
+
+NAME = "codex"
+_EXEC = ["exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
+
+
+def command(inv: Invocation) -> Command:
+    # -o and --output-schema go together: -o alone overwrites the file with plain chat text.
+    return Command(
+        [
+            inv.binary,
+            *_EXEC,
+            "--output-schema",
+            str(inv.schema_path),
+            "-o",
+            str(inv.output_path),
+            inv.prompt,
+        ]
+    )
+
+
+def health_command(binary: str) -> Command:
+    return Command([binary, *_EXEC, HEALTH_PROMPT])
+
+
+read_stdout = read_stdout_nothing
+explain = explain_nothing

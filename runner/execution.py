@@ -1,0 +1,138 @@
+"""Run one agent's CLI and turn what it left behind into data or an error message.
+
+The error order is the spec's: exit code → missing file → empty file → invalid JSON; the caller
+checks the structure. Messages are the ones users see as system comments.
+"""
+
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.models import CliType
+from core.settings_store import cli_settings_for
+from runner import process
+from runner.adapters import adapter_for
+from runner.adapters.base import Invocation, stderr_message
+from runner.files import read_output, remove_quietly, schema_path
+from runner.prompts import PROMPT_TEMPLATE
+from runner.schemas import schema_json
+
+log = logging.getLogger(__name__)
+ERROR_DETAIL_CHARS = 2000
+
+
+@dataclass
+class Execution:
+    data: dict | list | None = None
+    error: str | None = None
+    stopped: bool = False
+    result: process.ProcessResult | None = None
+
+
+def cli_env(cli_type: str) -> dict[str, str]:
+    """Inherited environment + the user's variables for this CLI (theirs win)."""
+    env = dict(os.environ)
+    env.update(cli_settings_for(cli_type).get("env") or {})
+    return env
+
+
+def resolve_binary(cli_type: str, env: dict[str, str]) -> tuple[str | None, str]:
+    """(path, error): the configured binary path, else the CLI's name looked up in PATH."""
+    configured = (cli_settings_for(cli_type).get("binary_path") or "").strip()
+    if configured:
+        path = Path(configured).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path), ""
+        return None, f"Binary not found at {configured} (check Settings → CLIs)"
+    found = shutil.which(cli_type, path=env.get("PATH"))
+    if found:
+        return found, ""
+    return None, f"Binary not found in PATH ({cli_type}); install it or set its path in Settings"
+
+
+def _trim(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= ERROR_DETAIL_CHARS else "…" + text[-ERROR_DETAIL_CHARS:]
+
+
+def _strip_fences(text: str) -> str:
+    """Models sometimes wrap the file's JSON in a ``` fence; accept that."""
+    stripped = text.strip().lstrip("\ufeff")
+    if stripped.startswith("```"):
+        lines = stripped.splitlines()[1:]
+        if lines and lines[-1].strip().startswith("```"):
+            lines = lines[:-1]
+        return "\n".join(lines)
+    return stripped
+
+
+def interpret(cli_type: str, result: process.ProcessResult, output_path: Path) -> Execution:
+    adapter = adapter_for(cli_type)
+    if result.start_error:
+        return Execution(error=f"CLI could not be started: {result.start_error}", result=result)
+    reported = adapter.read_stdout(result.stdout)
+    if result.exit_code != 0:
+        noise = getattr(adapter, "STDERR_NOISE", ())
+        detail = stderr_message(result.stderr, noise) or reported.error or ""
+        message = f"CLI exited with code {result.exit_code}. {_trim(detail)}".strip()
+        return Execution(error=message + adapter.explain(result.stderr), result=result)
+    if reported.error:
+        return Execution(error=f"CLI reported an error: {_trim(reported.error)}", result=result)
+    if reported.structured is not None:
+        return Execution(data=reported.structured, result=result)
+    try:
+        text = read_output(output_path)
+    except ValueError as exc:
+        return Execution(error=f"CLI output could not be read: {exc}", result=result)
+    if text is None:
+        message = f"CLI completed but output file was not created at {output_path}"
+        return Execution(error=message, result=result)
+    if not text.strip():
+        return Execution(error="CLI completed but output file was empty", result=result)
+    try:
+        return Execution(data=json.loads(_strip_fences(text)), result=result)
+    except ValueError as exc:
+        return Execution(error=f"CLI output was not valid JSON: {exc}", result=result)
+
+
+def execute(
+    *,
+    cli_type: str,
+    input_path: Path,
+    output_path: Path,
+    schema: dict,
+    schema_kind: str,
+    cwd: Path,
+    stop: threading.Event,
+    include_dirs: tuple[str, ...] = (),
+    on_started: Callable[[process.Started], None] | None = None,
+) -> Execution:
+    """Run the CLI for one agent step and interpret its answer (never raises for CLI trouble)."""
+    if cli_type not in CliType.values:
+        return Execution(error=f"Unknown CLI type {cli_type!r}")
+    env = cli_env(cli_type)
+    binary, problem = resolve_binary(cli_type, env)
+    if binary is None:
+        return Execution(error=f"CLI could not be started: {problem}")
+    text = schema_json(schema)
+    invocation = Invocation(
+        binary=binary,
+        prompt=PROMPT_TEMPLATE.format(path=input_path),
+        output_path=output_path,
+        schema=schema,
+        schema_path=schema_path(schema_kind, text),
+        include_dirs=include_dirs,
+    )
+    command = adapter_for(cli_type).command(invocation)
+    try:
+        result = process.run(command, cwd=str(cwd), env=env, stop=stop, on_started=on_started)
+        if result.stopped:
+            return Execution(stopped=True, result=result)
+        return interpret(cli_type, result, output_path)
+    finally:
+        remove_quietly(output_path)

@@ -1,0 +1,72 @@
+"""Files the runner writes for agents: private (0600), in the configured temp dir."""
+
+import contextlib
+import os
+from pathlib import Path
+
+from django.conf import settings
+
+from core.ids import new_id
+
+OUTPUT_READ_CAP = 16 * 1024 * 1024
+
+
+def temp_dir() -> Path:
+    path = Path(settings.CONFIG.temp_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write `text` to `path` readable by this user only (never through a symlink)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
+    return path
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def task_input_path(task_id: str) -> Path:
+    return temp_dir() / f"malamar_task_{task_id}.md"
+
+
+def task_workdir(task_id: str) -> Path:
+    return temp_dir() / f"malamar_task_{task_id}"
+
+
+def fresh_output_path(prefix: str = "malamar_output") -> Path:
+    """A new name each run, so a failed run can never leave a stale answer behind."""
+    return temp_dir() / f"{prefix}_{new_id()}.json"
+
+
+def schema_path(kind: str, schema_text: str) -> Path:
+    """Codex reads the schema from a file; one per kind, rewritten when it changes."""
+    path = temp_dir() / f"malamar_schema_{kind}_{os.getuid()}.json"
+    with contextlib.suppress(OSError):
+        if path.read_text(encoding="utf-8") == schema_text:
+            return path
+    return write_private(path, schema_text)
+
+
+def read_output(path: Path) -> str | None:
+    """The output file's text (None if missing); capped so a runaway agent can't exhaust memory."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(OUTPUT_READ_CAP + 1)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        return None
+    if len(data) > OUTPUT_READ_CAP:
+        raise ValueError(f"output file is larger than {OUTPUT_READ_CAP // (1024 * 1024)} MB")
+    return data.decode("utf-8", errors="replace")
+
+
+def remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()

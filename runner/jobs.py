@@ -1,0 +1,36 @@
+"""Scheduled housekeeping: old queue items, expired Done tasks, old events."""
+
+import logging
+from datetime import timedelta
+
+from django.utils import timezone
+
+from chats.models import ChatQueueItem
+from core.models import OutboxEvent
+from tasks.models import QueueStatus, TaskQueueItem
+from tasks.services import tasks_delete_expired
+
+log = logging.getLogger(__name__)
+KEEP_FINISHED_ITEMS = timedelta(days=7)
+KEEP_EVENTS = timedelta(days=7)
+FINISHED = (QueueStatus.COMPLETED, QueueStatus.FAILED)
+
+
+def cleanup(*, now=None) -> dict:
+    now = now or timezone.now()
+    from django_eventstream.models import Event
+
+    cutoff = now - KEEP_FINISHED_ITEMS
+    counts = {
+        "task_queue_items": TaskQueueItem.objects.filter(
+            status__in=FINISHED, updated_at__lt=cutoff
+        ).delete()[0],
+        "chat_queue_items": ChatQueueItem.objects.filter(
+            status__in=FINISHED, updated_at__lt=cutoff
+        ).delete()[0],
+        "done_tasks": tasks_delete_expired(now=now),
+        "outbox_events": OutboxEvent.objects.filter(created_at__lt=now - KEEP_EVENTS).delete()[0],
+        "stream_events": Event.objects.filter(created__lt=now - KEEP_EVENTS, eid__gt=0).delete()[0],
+    }
+    log.info("Cleanup finished", extra=counts)
+    return counts

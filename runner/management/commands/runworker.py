@@ -1,0 +1,26 @@
+import signal
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from runner.worker import AlreadyRunning, Worker
+
+
+class Command(BaseCommand):
+    help = "Run the Malamar worker: runs agents' CLIs on queued tasks and chats."
+
+    def handle(self, *args, **options):
+        worker = Worker(poll_interval=settings.CONFIG.runner_poll_interval / 1000)
+
+        def on_signal(signum, frame):
+            worker.shutdown.set()
+            worker.kick()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        try:
+            worker.serve_forever()
+        except AlreadyRunning as exc:
+            self.stderr.write(str(exc))
+            sys.exit(1)

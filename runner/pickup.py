@@ -1,0 +1,57 @@
+"""Which task a workspace runs next, and the atomic claim of its queue item.
+
+Order (spec "Queue Pickup Algorithm"): only Todo / In Progress tasks; a prioritised item; else the
+task with the most recently completed/failed item (finish what you started); else the most
+recently updated item (LIFO, so a comment bumps a task). Tasks in error back-off wait.
+"""
+
+from django.db.models import Q
+from django.utils import timezone
+
+from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
+
+
+def _candidates(workspace_id: str | None = None, now=None):
+    now = now or timezone.now()
+    items = TaskQueueItem.objects.queued().filter(task__status__in=RUNNABLE_STATUSES)
+    if workspace_id:
+        items = items.filter(workspace_id=workspace_id)
+    return items.filter(Q(task__retry_not_before__isnull=True) | Q(task__retry_not_before__lte=now))
+
+
+def workspaces_with_work() -> set[str]:
+    return set(_candidates().values_list("workspace_id", flat=True).distinct())
+
+
+def next_item(workspace_id: str) -> TaskQueueItem | None:
+    candidates = _candidates(workspace_id)
+    priority = candidates.filter(is_priority=True).order_by("-updated_at").first()
+    if priority:
+        return priority
+    last_done = (
+        TaskQueueItem.objects.finished()
+        .filter(workspace_id=workspace_id)
+        .order_by("-updated_at")
+        .values_list("task_id", flat=True)
+        .first()
+    )
+    if last_done:
+        resumed = candidates.filter(task_id=last_done).first()
+        if resumed:
+            return resumed
+    return candidates.order_by("-updated_at").first()
+
+
+def claim_next(workspace_id: str) -> TaskQueueItem | None:
+    """Claim the workspace's next item (queued → in_progress), retrying if another claim won."""
+    for _attempt in range(5):
+        item = next_item(workspace_id)
+        if item is None:
+            return None
+        claimed = TaskQueueItem.objects.filter(id=item.id, status=QueueStatus.QUEUED).update(
+            status=QueueStatus.IN_PROGRESS, updated_at=timezone.now()
+        )
+        if claimed:
+            item.status = QueueStatus.IN_PROGRESS
+            return item
+    return None

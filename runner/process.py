@@ -1,0 +1,192 @@
+"""The one place that starts processes: every CLI run and health check goes through `run()`.
+
+Each process starts in a session (and process group) of its own, so a stop kills the CLI and
+everything it started. Output is kept only up to a cap (a CLI printing 100 MB must not grow the
+worker), standard input is /dev/null unless the command brings its own.
+"""
+
+import collections
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+
+from runner.adapters.base import Command
+
+log = logging.getLogger(__name__)
+
+STDOUT_CAP = 4 * 1024 * 1024
+STDERR_CAP = 256 * 1024
+READ_CHUNK = 64 * 1024
+STOP_CHECK_SECONDS = 0.02
+
+
+@dataclass(frozen=True)
+class Started:
+    pid: int
+    pgid: int
+    create_time: float
+
+
+@dataclass
+class ProcessResult:
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stopped: bool = False
+    timed_out: bool = False
+    start_error: str | None = None
+    stdout_bytes: int = 0
+    started_at: float = 0.0
+    ended_at: float = 0.0
+
+    @property
+    def duration(self) -> float:
+        return self.ended_at - self.started_at
+
+
+class _Tail:
+    """Keeps the last `cap` bytes of a stream and counts the whole."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.size = 0
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+        self.total += len(chunk)
+        while self.size - len(self.chunks[0]) >= self.cap:
+            self.size -= len(self.chunks.popleft())
+
+    def text(self) -> str:
+        data = b"".join(self.chunks)[-self.cap :]
+        return data.decode("utf-8", errors="replace")
+
+
+def _drain(stream, tail: _Tail) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := stream.read1(READ_CHUNK):
+            tail.add(chunk)
+
+
+def _feed(stream, data: bytes) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        stream.write(data)
+    with contextlib.suppress(OSError, ValueError):
+        stream.close()
+
+
+def _thread(target, *args) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def run(
+    command: Command,
+    *,
+    cwd: str,
+    env: dict[str, str],
+    stop: threading.Event | None = None,
+    timeout: float | None = None,
+    on_started: Callable[[Started], None] | None = None,
+) -> ProcessResult:
+    """Run `command` to completion, or until `stop` is set or `timeout` passes (then kill it)."""
+    result = ProcessResult(started_at=time.time())
+    try:
+        proc = subprocess.Popen(
+            command.argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL if command.stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        result.start_error = f"{exc.strerror or exc}: {exc.filename or command.argv[0]}"
+        result.ended_at = time.time()
+        return result
+    create_time = _create_time(proc.pid)
+    if on_started:
+        on_started(Started(pid=proc.pid, pgid=proc.pid, create_time=create_time))
+    out, err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
+    readers = [_thread(_drain, proc.stdout, out), _thread(_drain, proc.stderr, err)]
+    if command.stdin is not None:
+        _thread(_feed, proc.stdin, command.stdin)
+    exited = threading.Event()
+    _thread(lambda: (proc.wait(), exited.set()))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not exited.wait(STOP_CHECK_SECONDS):
+        if stop is not None and stop.is_set():
+            result.stopped = True
+        elif deadline is not None and time.monotonic() > deadline:
+            result.timed_out = True
+        else:
+            continue
+        kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
+        exited.wait(5)
+        break
+    # The CLI is gone. Anything it left running in its session is an orphan: end it too, so
+    # no agent keeps editing after its run, and nobody holds our pipes open.
+    kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
+    for reader in readers:
+        reader.join(timeout=2)
+    result.exit_code = proc.returncode
+    result.stdout, result.stderr = out.text(), err.text()
+    result.stdout_bytes = out.total
+    result.ended_at = time.time()
+    return result
+
+
+def _create_time(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return time.time()
+
+
+def _session_members(sid: int, not_before: float) -> list[psutil.Process]:
+    """Processes still in the run's session (re-parented children included)."""
+    members = []
+    for proc in psutil.process_iter(["create_time"]):
+        try:
+            if os.getsid(proc.pid) == sid and proc.info["create_time"] >= not_before - 1:
+                members.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return members
+
+
+def kill_tree(pid: int, *, pgid: int, create_time: float) -> int:
+    """Kill a run's process group, its descendants (even in other groups) and anything left in
+    its session. Returns how many processes were signalled. Safe if they are already gone."""
+    targets: dict[int, psutil.Process] = {}
+    try:
+        root = psutil.Process(pid)
+        if abs(root.create_time() - create_time) < 1:
+            targets[root.pid] = root
+            for child in root.children(recursive=True):
+                targets[child.pid] = child
+    except psutil.Error:
+        pass
+    for member in _session_members(pgid, create_time):
+        targets[member.pid] = member
+    if targets:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    for proc in targets.values():
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    return len(targets)

@@ -1,0 +1,264 @@
+"""One pass of a task through the workspace's agents (one queue item = one pass).
+
+Per agent: fetch it just before it runs (so edits and reorders apply at once), write the input
+file, run its CLI, read the answer, execute the actions. A comment queues the next pass (the
+comment service does that); "in_review" ends the loop; a pass where nobody commented moves the
+task to In Review; an error writes a system comment (which queues the retry) and ends the pass.
+
+A stopped run (cancel, delete, the user moved the task, shutdown) is discarded: no comment, no
+action, no error. Every write after a run re-checks that its rows still exist.
+"""
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import Agent
+from core import events
+from core.activity import workspace_touch
+from core.actors import SYSTEM, agent_actor
+from runner import execution, prompts
+from runner.files import (
+    fresh_output_path,
+    private_dir,
+    task_input_path,
+    task_workdir,
+    write_private,
+)
+from runner.schemas import InvalidOutput, parse_task_output, task_schema
+from tasks import services as task_services
+from tasks.models import (
+    RUNNABLE_STATUSES,
+    QueueStatus,
+    Task,
+    TaskComment,
+    TaskQueueItem,
+    TaskStatus,
+)
+from tasks.selectors import agent_names as agent_name_map
+from workspaces.models import WorkingDirectoryMode
+
+log = logging.getLogger(__name__)
+BACKOFF_BASE_SECONDS = 5
+BACKOFF_MAX_SECONDS = 600
+
+
+class Stopped(Exception):
+    """The run was stopped or its rows are gone: discard everything."""
+
+
+@dataclass
+class PassContext:
+    item_id: str
+    stop: threading.Event
+
+
+def retry_delay(failures: int) -> timedelta:
+    """Back-off before a task whose last `failures` runs failed may run again."""
+    seconds = min(BACKOFF_BASE_SECONDS * 2 ** max(failures - 1, 0), BACKOFF_MAX_SECONDS)
+    return timedelta(seconds=seconds)
+
+
+def _check_wanted(ctx: PassContext, task_id: str) -> Task:
+    """Inside a transaction: the item still runs and the task is still In Progress."""
+    wanted = TaskQueueItem.objects.filter(
+        id=ctx.item_id, status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
+    ).exists()
+    task = Task.objects.filter(id=task_id, status=TaskStatus.IN_PROGRESS).first()
+    if ctx.stop.is_set() or not wanted or task is None:
+        raise Stopped
+    return task
+
+
+def _finish_item(item_id: str, status: str) -> None:
+    TaskQueueItem.objects.filter(id=item_id, status=QueueStatus.IN_PROGRESS).update(
+        status=status, pid=None, pgid=None, updated_at=timezone.now()
+    )
+
+
+def _begin(task: Task) -> Task:
+    """Task → In Progress; the workspace's other In Progress tasks go back to Todo (queued)."""
+    with transaction.atomic():
+        task = Task.objects.select_for_update().get(id=task.id)
+        others = Task.objects.filter(
+            workspace_id=task.workspace_id, status=TaskStatus.IN_PROGRESS
+        ).exclude(id=task.id)
+        for other in others:
+            task_services.task_status_set(task=other, status=TaskStatus.TODO, actor=SYSTEM)
+            task_services.queue_item_ensure(task=other)
+        if task.status == TaskStatus.TODO:
+            task_services.task_status_set(task=task, status=TaskStatus.IN_PROGRESS, actor=SYSTEM)
+    return task
+
+
+def _agent_payload(task: Task, agent: Agent, **extra) -> dict:
+    return task_services.task_payload(task, agent_id=agent.id, agent_name=agent.name, **extra)
+
+
+def _input_text(task: Task, agent: Agent, output_path: Path) -> str:
+    names = agent_name_map(task.workspace_id)
+    comments = [
+        prompts.comment_row(c, task_services.comment_author_name(c, names))
+        for c in task.comments.order_by("created_at", "id")
+    ]
+    logs = [prompts.log_row(entry) for entry in task.logs.order_by("created_at", "id")]
+    ordered = list(
+        Agent.objects.filter(workspace_id=task.workspace_id)
+        .in_order()
+        .values_list("name", flat=True)
+    )
+    return prompts.task_input(
+        workspace=task.workspace,
+        agent=agent,
+        agent_names=ordered,
+        task=task,
+        comments=comments,
+        logs=logs,
+        output_path=str(output_path),
+    )
+
+
+def _working_directory(task: Task) -> tuple[Path | None, str]:
+    workspace = task.workspace
+    if workspace.working_directory_mode == WorkingDirectoryMode.STATIC:
+        path = Path(workspace.working_directory_path or "").expanduser()
+        if not workspace.working_directory_path or not path.is_dir():
+            return None, (
+                f"Working directory {workspace.working_directory_path or '(not set)'} does not "
+                "exist. Create it or change the workspace settings."
+            )
+        return path, ""
+    return private_dir(task_workdir(task.id)), ""
+
+
+def _record_process(item_id: str):
+    def on_started(started) -> None:
+        TaskQueueItem.objects.filter(id=item_id).update(
+            pid=started.pid, pgid=started.pgid, process_started_at=started.create_time
+        )
+
+    return on_started
+
+
+def _run_agent(task: Task, agent: Agent, ctx: PassContext):
+    """Run one agent; returns its TaskOutcome, or an error message (str)."""
+    with transaction.atomic():
+        task = _check_wanted(ctx, task.id)
+        task_services.log_add(
+            task=task,
+            event_type="agent_started",
+            actor=agent_actor(agent),
+            metadata={"agent_name": agent.name},
+        )
+        workspace_touch(task.workspace_id)
+        events.publish("agent.execution_started", _agent_payload(task, agent))
+    cwd, problem = _working_directory(task)
+    if cwd is None:
+        return problem
+    output_path = fresh_output_path()
+    input_path = write_private(task_input_path(task.id), _input_text(task, agent, output_path))
+    run = execution.execute(
+        cli_type=agent.cli_type,
+        input_path=input_path,
+        output_path=output_path,
+        schema=task_schema(),
+        schema_kind="task",
+        cwd=cwd,
+        stop=ctx.stop,
+        include_dirs=(str(input_path.parent),),
+        on_started=_record_process(ctx.item_id),
+    )
+    if run.stopped or ctx.stop.is_set():
+        raise Stopped
+    if run.error:
+        return run.error
+    try:
+        return parse_task_output(run.data)
+    except InvalidOutput as exc:
+        return f"CLI output structure was invalid: {exc}"
+
+
+def _apply_outcome(task: Task, agent: Agent, outcome, ctx: PassContext) -> None:
+    actor = agent_actor(agent)
+    with transaction.atomic():
+        task = _check_wanted(ctx, task.id)
+        for content in outcome.comments:
+            task_services.comment_create(task=task, content=content, actor=actor)
+        if outcome.in_review:
+            task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=actor)
+        task_services.log_add(
+            task=task,
+            event_type="agent_finished",
+            actor=actor,
+            metadata={"agent_name": agent.name, "action_type": outcome.action_type},
+        )
+        Task.objects.filter(id=task.id).update(failure_streak=0, retry_not_before=None)
+        events.publish(
+            "agent.execution_finished", _agent_payload(task, agent, action_type=outcome.action_type)
+        )
+
+
+def _apply_error(task: Task, agent: Agent, message: str, ctx: PassContext) -> None:
+    with transaction.atomic():
+        task = _check_wanted(ctx, task.id)
+        failures = task.failure_streak + 1
+        Task.objects.filter(id=task.id).update(
+            failure_streak=failures, retry_not_before=timezone.now() + retry_delay(failures)
+        )
+        task_services.comment_create(task=task, content=message, actor=SYSTEM)
+        events.publish(
+            "task.error_occurred",
+            task_services.task_payload(
+                task, error_message=message, agent_name=agent.name, failure_streak=failures
+            ),
+        )
+        events.publish("agent.execution_finished", _agent_payload(task, agent, action_type="error"))
+        _finish_item(ctx.item_id, QueueStatus.FAILED)
+
+
+def _end_pass(task: Task, pass_started, ctx: PassContext) -> None:
+    with transaction.atomic():
+        task = _check_wanted(ctx, task.id)
+        commented = TaskComment.objects.filter(task=task, created_at__gte=pass_started).exists()
+        if not commented:
+            task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
+        _finish_item(ctx.item_id, QueueStatus.COMPLETED)
+
+
+def run_pass(item: TaskQueueItem, *, stop: threading.Event, shutdown: threading.Event) -> None:
+    """Process one claimed queue item. Never raises for CLI or agent trouble.
+
+    `stop` ends this run (set by the worker's stop watcher or at shutdown); at shutdown the item
+    stays in progress so that startup recovery re-queues it."""
+    ctx = PassContext(item_id=item.id, stop=stop)
+    task = Task.objects.select_related("workspace").filter(id=item.task_id).first()
+    if task is None:
+        return
+    if task.status not in RUNNABLE_STATUSES:
+        _finish_item(item.id, QueueStatus.COMPLETED)
+        return
+    try:
+        task = _begin(task)
+        pass_started = timezone.now()
+        order = None
+        while (agent := Agent.objects.next_after(task.workspace_id, order)) is not None:
+            order = agent.order
+            task.refresh_from_db()
+            task.workspace.refresh_from_db()
+            outcome = _run_agent(task, agent, ctx)
+            if isinstance(outcome, str):
+                _apply_error(task, agent, outcome, ctx)
+                return
+            _apply_outcome(task, agent, outcome, ctx)
+            if outcome.in_review:
+                _finish_item(item.id, QueueStatus.COMPLETED)
+                return
+        _end_pass(task, pass_started, ctx)
+    except Stopped:
+        if not shutdown.is_set():
+            _finish_item(item.id, QueueStatus.FAILED)

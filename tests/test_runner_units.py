@@ -1,0 +1,253 @@
+"""Runner pieces without processes: schemas, output parsing, adapters, pickup order, back-off."""
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from runner import pickup
+from runner.adapters import ADAPTERS
+from runner.adapters.base import Invocation, stderr_message
+from runner.execution import interpret
+from runner.process import ProcessResult
+from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
+from runner.task_loop import retry_delay
+from tasks.models import QueueStatus, Task, TaskQueueItem
+from tasks.services import task_create, task_prioritize_toggle
+
+
+def walk_objects(schema):
+    if isinstance(schema, dict):
+        if schema.get("type") == "object" or schema.get("type") == ["object"]:
+            yield schema
+        for value in schema.values():
+            yield from walk_objects(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from walk_objects(value)
+
+
+@pytest.mark.parametrize(
+    "schema", [task_schema(), chat_schema(malamar=False), chat_schema(malamar=True)]
+)
+def test_schemas_follow_openai_strict_rules(schema):
+    objects = list(walk_objects(schema))
+    assert objects, "schema has objects"
+    for obj in objects:
+        assert obj["additionalProperties"] is False
+        assert sorted(obj["required"]) == sorted(obj["properties"])
+
+
+def test_optional_fields_are_nullable_in_strict_form():
+    action = task_schema()["properties"]["actions"]["items"]
+    assert action["properties"]["content"]["type"] == ["string", "null"]
+    assert action["properties"]["status"]["enum"] == ["in_review", None]
+    malamar = chat_schema(malamar=True)["properties"]["actions"]["items"]["properties"]
+    assert "create_agent" in malamar["type"]["enum"]
+    assert malamar["retention_days"]["type"] == ["integer", "null"]
+    agent = chat_schema(malamar=False)["properties"]["actions"]["items"]["properties"]
+    assert agent["type"]["enum"] == ["rename_chat", "create_task"]
+    assert "instruction" not in agent
+
+
+@pytest.mark.parametrize(
+    "data,action_type,comments",
+    [
+        ({"actions": []}, "skip", ()),
+        ({"actions": [{"type": "skip"}]}, "skip", ()),
+        ({"actions": [{"type": "comment", "content": "hi", "status": None}]}, "comment", ("hi",)),
+        (
+            {
+                "actions": [
+                    {"type": "comment", "content": "q?"},
+                    {"type": "change_status", "status": "in_review"},
+                ]
+            },
+            "in_review",
+            ("q?",),
+        ),
+    ],
+)
+def test_task_output_parsing(data, action_type, comments):
+    outcome = parse_task_output(data)
+    assert outcome.action_type == action_type and outcome.comments == comments
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [],
+        {"action": []},
+        {"actions": "skip"},
+        {"actions": [{"type": "comment", "content": ""}]},
+        {"actions": [{"type": "comment"}]},
+        {"actions": [{"type": "change_status", "status": "done"}]},
+        {"actions": [{"type": "delete_repo"}]},
+        {"actions": ["skip"]},
+    ],
+)
+def test_invalid_task_output(data):
+    with pytest.raises(InvalidOutput):
+        parse_task_output(data)
+
+
+def invocation(tmp_path: Path) -> Invocation:
+    return Invocation(
+        binary="/bin/cli",
+        prompt="Read the file at /t/in.md and follow the instruction autonomously.",
+        output_path=tmp_path / "out.json",
+        schema=task_schema(),
+        schema_path=tmp_path / "schema.json",
+        include_dirs=("/t", "/kb"),
+    )
+
+
+def test_adapters_build_the_measured_argv(tmp_path):
+    inv = invocation(tmp_path)
+    claude = ADAPTERS["claude"].command(inv)
+    assert claude.argv[:7] == [
+        "/bin/cli",
+        "-p",
+        inv.prompt,
+        "--dangerously-skip-permissions",
+        "--output-format",
+        "json",
+        "--json-schema",
+    ]
+    assert json.loads(claude.argv[7]) == task_schema() and claude.stdin is None
+    gemini = ADAPTERS["gemini"].command(inv).argv
+    assert gemini == [
+        "/bin/cli",
+        "-p",
+        inv.prompt,
+        "--yolo",
+        "--skip-trust",
+        "--include-directories",
+        "/t,/kb",
+        "-o",
+        "json",
+    ]
+    codex = ADAPTERS["codex"].command(inv).argv
+    assert codex == [
+        "/bin/cli",
+        "exec",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--skip-git-repo-check",
+        "--output-schema",
+        str(inv.schema_path),
+        "-o",
+        str(inv.output_path),
+        inv.prompt,
+    ]
+    opencode = ADAPTERS["opencode"].command(inv)
+    assert opencode.argv == ["/bin/cli", "run", "--auto", "--format", "json"]
+    assert opencode.stdin == inv.prompt.encode()
+
+
+def test_claude_structured_output_and_is_error():
+    sample = (
+        Path(__file__).resolve().parents[2] / "shared/cli-samples/claude_json_schema_result.json"
+    )
+    stdout = (
+        sample.read_text()
+        if sample.exists()
+        else json.dumps(
+            {"type": "result", "is_error": False, "structured_output": {"name": "fake", "n": 1}}
+        )
+    )
+    assert ADAPTERS["claude"].read_stdout(stdout).structured == {"name": "fake", "n": 1}
+    failed = json.dumps(
+        {"type": "result", "subtype": "success", "is_error": True, "result": "Invalid API key"}
+    )
+    assert ADAPTERS["claude"].read_stdout(failed).error == "Invalid API key"
+
+
+def result(**kwargs) -> ProcessResult:
+    return ProcessResult(**{"exit_code": 0, **kwargs})
+
+
+def test_interpret_follows_the_spec_error_order(tmp_path):
+    out = tmp_path / "out.json"
+    bad_exit = interpret(
+        "gemini", result(exit_code=145, stderr='{"error": {"message": "401"}}'), out
+    )
+    assert bad_exit.error == "CLI exited with code 145. 401"
+    assert interpret("codex", result(), out).error.startswith(
+        "CLI completed but output file was not created at "
+    )
+    out.write_text("  \n")
+    assert interpret("codex", result(), out).error == "CLI completed but output file was empty"
+    out.write_text("{nope")
+    assert interpret("codex", result(), out).error.startswith("CLI output was not valid JSON:")
+    out.write_text('```json\n{"actions": []}\n```')
+    assert interpret("codex", result(), out).data == {"actions": []}
+    claude_error = json.dumps({"type": "result", "is_error": True, "result": "Overloaded"})
+    assert interpret("claude", result(stdout=claude_error), out).error == (
+        "CLI reported an error: Overloaded"
+    )
+
+
+def test_root_claude_error_explains_the_fix():
+    stderr = "--dangerously-skip-permissions cannot be used with root/sudo privileges"
+    execution = interpret("claude", result(exit_code=1, stderr=stderr), Path("/nonexistent"))
+    assert "IS_SANDBOX=1" in execution.error
+
+
+def test_stderr_message_prefers_json_error_and_drops_noise():
+    assert stderr_message('YOLO mode is enabled.\n{"error": {"message": "quota"}}') == "quota"
+    assert stderr_message("YOLO mode is enabled.\nboom", ("YOLO mode",)) == "boom"
+
+
+def test_retry_back_off_doubles_to_ten_minutes():
+    assert [retry_delay(n).total_seconds() for n in (1, 2, 3, 4)] == [5, 10, 20, 40]
+    assert retry_delay(20) == timedelta(minutes=10)
+
+
+def _queued(task):
+    return TaskQueueItem.objects.get(task=task, status=QueueStatus.QUEUED)
+
+
+def test_pickup_order(workspace):
+    old = task_create(workspace=workspace, summary="old")
+    new = task_create(workspace=workspace, summary="new")
+    assert pickup.next_item(workspace.id).task_id == new.id  # LIFO
+    finished = TaskQueueItem.objects.create(
+        task=old, workspace=workspace, status=QueueStatus.COMPLETED
+    )
+    assert pickup.next_item(workspace.id).task_id == old.id  # most recently processed
+    finished.delete()
+    third = task_create(workspace=workspace, summary="third")
+    task_prioritize_toggle(task=old)
+    assert pickup.next_item(workspace.id).task_id == old.id  # priority first
+    task_prioritize_toggle(task=old)
+    TaskQueueItem.objects.filter(id=_queued(old).id).update(updated_at=timezone.now())
+    assert pickup.next_item(workspace.id).task_id == old.id  # bumped by a comment
+    assert third.id != old.id
+
+
+@pytest.mark.parametrize("status", ["in_review", "done"])
+def test_pickup_skips_tasks_waiting_for_the_user(workspace, status):
+    task = task_create(workspace=workspace, summary="t")
+    Task.objects.filter(id=task.id).update(status=status)
+    assert pickup.next_item(workspace.id) is None
+    assert workspace.id not in pickup.workspaces_with_work()
+
+
+def test_pickup_waits_out_the_error_back_off(workspace):
+    failing = task_create(workspace=workspace, summary="failing")
+    Task.objects.filter(id=failing.id).update(
+        failure_streak=1, retry_not_before=timezone.now() + timedelta(seconds=30)
+    )
+    assert pickup.next_item(workspace.id) is None
+    other = task_create(workspace=workspace, summary="other")
+    assert pickup.next_item(workspace.id).task_id == other.id
+
+
+def test_claim_is_atomic(workspace):
+    task = task_create(workspace=workspace, summary="t")
+    first = pickup.claim_next(workspace.id)
+    assert first.task_id == task.id
+    assert pickup.claim_next(workspace.id) is None
+    assert TaskQueueItem.objects.get(id=first.id).status == QueueStatus.IN_PROGRESS

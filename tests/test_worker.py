@@ -1,0 +1,481 @@
+"""The worker, end to end: a real `runworker` and server, the fake CLIs on PATH."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.live import wait_until
+from tests.stack import Stack, alive
+
+pytestmark = pytest.mark.live
+
+FOUR = [("Planner", "claude"), ("Implementer", "gemini"), ("Reviewer", "codex")]
+FOUR += [("Approver", "opencode")]
+
+
+def test_four_agents_on_four_clis_reach_in_review(stack):
+    ws = stack.workspace(agents=FOUR)
+    task = stack.task(
+        ws,
+        "Build it.\n@fake Planner: comment-once The plan\n"
+        "@fake Implementer: comment-once Implemented\n@fake Approver: comment-once Approved",
+    )
+    stack.wait_status(task, "in_review")
+    comments = stack.comments(task)
+    assert [(c["author_name"], c["content"]) for c in comments] == [
+        ("Planner", "The plan"),
+        ("Implementer", "Implemented"),
+        ("Approver", "Approved"),
+    ]
+    finished = [
+        (log["metadata"]["agent_name"], log["metadata"]["action_type"])
+        for log in stack.logs(task)
+        if log["event_type"] == "agent_finished"
+    ]
+    assert finished == [
+        ("Planner", "comment"),
+        ("Implementer", "comment"),
+        ("Reviewer", "skip"),
+        ("Approver", "comment"),
+        ("Planner", "skip"),
+        ("Implementer", "skip"),
+        ("Reviewer", "skip"),
+        ("Approver", "skip"),
+    ]
+    assert {run["cli"] for run in stack.task_runs()} == {"claude", "gemini", "codex", "opencode"}
+
+
+def test_each_cli_gets_its_real_invocation(stack):
+    ws = stack.workspace(agents=FOUR)
+    task = stack.task(ws, "@fake skip")
+    stack.wait_status(task, "in_review")
+    runs = {run["cli"]: run for run in stack.task_runs()}
+    temp = str(stack.temp_dir)
+    claude = runs["claude"]["argv"]
+    assert claude[:2] == [
+        "-p",
+        f"Read the file at {runs['claude']['input_path']} and follow the instruction autonomously.",
+    ]
+    assert claude[2:5] == ["--dangerously-skip-permissions", "--output-format", "json"]
+    assert claude[5] == "--json-schema"
+    gemini = runs["gemini"]["argv"]
+    assert gemini[2:4] == ["--yolo", "--skip-trust"]
+    assert gemini[4:6] == ["--include-directories", temp]
+    assert gemini[-2:] == ["-o", "json"]
+    codex = runs["codex"]["argv"]
+    assert codex[:3] == [
+        "exec",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--skip-git-repo-check",
+    ]
+    assert codex[3] == "--output-schema" and codex[5] == "-o"
+    assert codex[6].startswith(f"{temp}/malamar_output_")
+    opencode = runs["opencode"]
+    assert opencode["argv"] == ["run", "--auto", "--format", "json"]
+    assert opencode["stdin"].startswith("Read the file at ")
+    for run in runs.values():
+        assert run["cwd"] == f"{temp}/malamar_task_{task['id']}"
+        assert run["sid"] == run["pid"], "each CLI runs in a session of its own"
+
+
+def test_input_file_structure_and_privacy(stack):
+    ws = stack.workspace(agents=[("Planner", "claude")], description="Workspace rules here")
+    task = stack.task(ws, "Describe me\n@fake comment-once Noted", summary="My summary")
+    stack.wait_status(task, "in_review")
+    path = stack.temp_dir / f"malamar_task_{task['id']}.md"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    text = path.read_text()
+    order = [
+        "# Malamar Context",
+        "Workspace rules here",
+        "# Your Role",
+        'agent "Planner"',
+        "## Other Agents in This Workflow",
+        "- Planner (you)",
+        "# Task",
+        "## Summary",
+        "My summary",
+        "## Description",
+        "Describe me",
+        "## Comments",
+        "## Activity Log",
+        "# Output Instruction",
+        "Write your response as JSON to: ",
+    ]
+    positions = [text.index(marker) for marker in order]
+    assert positions == sorted(positions)
+    assert '{"author": "Planner", "agent_id": ' in text
+    assert '"event_type": "agent_started"' in text
+    assert f"{stack.temp_dir}/malamar_output_" in text
+
+
+def test_user_comment_retriggers_the_loop(stack):
+    ws = stack.workspace(agents=[("Planner", "claude"), ("Implementer", "codex")])
+    task = stack.task(ws, "@fake Planner: comment-once plan v1")
+    stack.wait_status(task, "in_review")
+    stack.api(
+        "POST",
+        f"/tasks/{task['id']}/comments",
+        {"content": "Please add tests.\n@fake Implementer: comment-once tests added"},
+        expect=201,
+    )
+    wait_until(
+        lambda: len(stack.comments(task)) == 3 and stack.status(task) == "in_review",
+        timeout=30,
+        what="second round",
+    )
+    assert [c["content"].splitlines()[0] for c in stack.comments(task)] == [
+        "plan v1",
+        "Please add tests.",
+        "tests added",
+    ]
+    moves = [
+        (log["metadata"]["old_status"], log["metadata"]["new_status"])
+        for log in stack.logs(task)
+        if log["event_type"] == "status_changed"
+    ]
+    assert moves == [
+        ("todo", "in_progress"),
+        ("in_progress", "in_review"),
+        ("in_review", "todo"),
+        ("todo", "in_progress"),
+        ("in_progress", "in_review"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "directive,message",
+    [
+        ("exit 3 it broke", "CLI exited with code 3. it broke"),
+        ("no-file", "CLI completed but output file was not created at "),
+        ("empty-file", "CLI completed but output file was empty"),
+        ("invalid-json", "CLI output was not valid JSON: "),
+        ("unknown-action", "CLI output structure was invalid: actions[0]: unknown action type"),
+        (
+            'json {"actions": [{"type": "change_status", "status": "done"}]}',
+            "CLI output structure was invalid: ",
+        ),
+        ('json ["skip"]', "CLI output structure was invalid: expected a JSON object"),
+    ],
+)
+def test_each_error_kind_writes_a_system_comment_and_queues_a_retry(stack, directive, message):
+    ws = stack.workspace(agents=[("Planner", "gemini"), ("Reviewer", "claude")])
+    task = stack.task(ws, f"@fake Planner: {directive}")
+    comment = stack.wait_comments(task, 1)[0]
+    assert comment["author_type"] == "system"
+    assert comment["content"].startswith(message), comment["content"]
+    assert stack.status(task) == "in_progress"  # errors never move the task to In Review
+    queued = stack.sql(
+        "SELECT status FROM task_queue WHERE task_id = ? ORDER BY created_at", task["id"]
+    )
+    assert queued == [("failed",), ("queued",)]
+    assert not [r for r in stack.task_runs() if r["cli"] == "claude"], "the pass stopped"
+    assert stack.worker.poll() is None, "the worker survived"
+
+
+def test_error_retry_backs_off_and_a_user_comment_retries_at_once(stack):
+    ws = stack.workspace(agents=[("Planner", "opencode")])
+    task = stack.task(ws, "@fake exit 1 no auth")
+    first, second = stack.wait_comments(task, 2, timeout=30)[:2]
+    gap = _seconds_between(first["created_at"], second["created_at"])
+    assert gap >= 4.5, f"the first retry waited {gap:.1f}s, the back-off is 5 s"
+    stack.api(
+        "POST",
+        f"/tasks/{task['id']}/comments",
+        {"content": "fixed\n@fake review All good"},
+        expect=201,
+    )
+    stack.wait_status(task, "in_review", timeout=10)
+    assert stack.comments(task)[-1]["content"] == "All good"
+
+
+def _seconds_between(a: str, b: str) -> float:
+    from datetime import datetime
+
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
+
+
+def test_cancel_kills_the_cli_and_its_grandchild(stack):
+    ws = stack.workspace(agents=[("Planner", "codex")])
+    task = stack.task(ws, "@fake grandchild 60 comment should never appear")
+    run = stack.wait_run()[0]
+    pid_file = stack.temp_dir / f"malamar_task_{task['id']}" / "grandchild.pid"
+    wait_until(pid_file.exists, timeout=10, what="grandchild")
+    grandchild = int(pid_file.read_text())
+    assert alive(grandchild) and alive(run["pid"])
+    stack.api("POST", f"/tasks/{task['id']}/cancel", expect=200)
+    wait_until(
+        lambda: not alive(grandchild) and not alive(run["pid"]),
+        timeout=5,
+        what="CLI and grandchild to die",
+    )
+    time.sleep(0.5)
+    assert [c["content"] for c in stack.comments(task)] == ["Task cancelled by user"]
+    assert stack.status(task) == "in_review"
+
+
+def test_deleting_a_running_task_kills_its_cli(stack):
+    ws = stack.workspace(agents=[("Planner", "claude")])
+    task = stack.task(ws, "@fake sleep 60")
+    run = stack.wait_run()[0]
+    stack.api("DELETE", f"/tasks/{task['id']}")
+    wait_until(lambda: not alive(run["pid"]), timeout=5, what="CLI to die")
+    assert stack.worker.poll() is None
+
+
+def test_moving_a_running_task_to_review_stops_it_and_discards_output(stack):
+    ws = stack.workspace(agents=[("Planner", "gemini")])
+    task = stack.task(ws, "@fake sleep 2 comment late output")
+    run = stack.wait_run()[0]
+    stack.api("PUT", f"/tasks/{task['id']}", {"status": "in_review"}, expect=200)
+    wait_until(lambda: not alive(run["pid"]), timeout=5, what="CLI to die")
+    time.sleep(2.5)
+    assert stack.comments(task) == []
+
+
+def test_kill_9_mid_run_then_restart_finishes_without_duplicates(stack):
+    ws = stack.workspace(agents=[("Planner", "claude"), ("Implementer", "gemini")])
+    task = stack.task(
+        ws, "@fake Planner: comment-once plan\n@fake Implementer: sleep 30 comment-once built"
+    )
+    wait_until(lambda: len(stack.task_runs()) >= 2, timeout=20, what="Implementer start")
+    orphan = stack.task_runs()[1]["pid"]
+    stack.worker.send_signal(signal.SIGKILL)
+    stack.worker.wait()
+    assert alive(orphan), "the CLI outlived its worker, as it would after a crash"
+    # Restart with a quicker Implementer: recovery must kill the orphan first.
+    stack.api(
+        "PUT",
+        f"/tasks/{task['id']}",
+        {"description": "@fake Planner: comment-once plan\n@fake Implementer: comment-once built"},
+        expect=200,
+    )
+    stack.start_worker()
+    wait_until(lambda: not alive(orphan), timeout=10, what="recovery to kill the orphan")
+    stack.wait_status(task, "in_review")
+    assert [c["content"] for c in stack.comments(task)] == ["plan", "built"]
+
+
+def test_sigterm_stops_the_worker_and_leaves_no_child(stack):
+    ws = stack.workspace(agents=[("Planner", "opencode")])
+    task = stack.task(ws, "@fake grandchild 60")
+    run = stack.wait_run()[0]
+    pid_file = stack.temp_dir / f"malamar_task_{task['id']}" / "grandchild.pid"
+    wait_until(pid_file.exists, timeout=10, what="grandchild")
+    grandchild = int(pid_file.read_text())
+    worker = psutil_process(stack.worker.pid)
+    stack.worker.send_signal(signal.SIGTERM)
+    assert stack.worker.wait(timeout=10) == 0
+    assert not alive(run["pid"]) and not alive(grandchild)
+    assert not [p for p in worker_children(worker) if alive(p)]
+    assert stack.comments(task) == [], "a shutdown is not an error"
+    assert stack.sql("SELECT status FROM task_queue WHERE task_id = ?", task["id"]) == [
+        ("in_progress",)
+    ]
+    stack.start_worker()  # recovery re-queues the interrupted pass
+    wait_until(lambda: len(stack.task_runs()) >= 2, timeout=20, what="resumed run")
+
+
+def psutil_process(pid):
+    import psutil
+
+    return psutil.Process(pid)
+
+
+def worker_children(proc) -> list[int]:
+    try:
+        return [child.pid for child in proc.children(recursive=True)]
+    except Exception:
+        return []
+
+
+def test_a_second_worker_is_refused(stack):
+    import subprocess
+    import sys
+
+    from tests.live import ROOT, process_env
+
+    second = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "runworker"],
+        env=process_env(stack.data_dir, **stack.env),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert second.returncode == 1
+    assert "already running" in second.stderr
+    assert stack.worker.poll() is None
+
+
+def test_workspaces_run_in_parallel_one_task_each(stack):
+    spans = {}
+    workspaces = [stack.workspace(title=f"W{i}", agents=[("Solo", "codex")]) for i in range(2)]
+    tasks = [
+        stack.task(ws, "@fake sleep 1.5 in_review", summary=f"{ws['title']}-{n}")
+        for ws in workspaces
+        for n in range(2)
+    ]
+    for task in tasks:
+        stack.wait_status(task, "in_review", timeout=40)
+    for task in tasks:
+        logs = {log["event_type"]: log["created_at"] for log in stack.logs(task)}
+        spans[task["summary"]] = (logs["agent_started"], logs["agent_finished"])
+
+    def overlap(a, b):
+        return spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+
+    assert not overlap("W0-0", "W0-1") and not overlap("W1-0", "W1-1")
+    assert any(overlap(f"W0-{i}", f"W1-{j}") for i in range(2) for j in range(2))
+
+
+def test_agent_changes_apply_to_the_next_agent_of_the_same_pass(stack):
+    ws = stack.workspace(agents=[("Planner", "claude"), ("Reviewer", "gemini")])
+    task = stack.task(ws, "@fake Planner: sleep 1.5 skip")
+    stack.wait_run()
+    agents = stack.api("GET", f"/workspaces/{ws['id']}/agents")["agents"]
+    stack.api(
+        "PUT",
+        f"/agents/{agents[1]['id']}",
+        {"instruction": "Review.\n@fake review changed mid-pass"},
+        expect=200,
+    )
+    stack.wait_status(task, "in_review")
+    assert stack.comments(task)[-1]["content"] == "changed mid-pass"
+
+
+def test_no_agents_moves_the_task_to_review(stack):
+    ws = stack.workspace()
+    task = stack.task(ws, "nothing to do")
+    stack.wait_status(task, "in_review")
+    assert stack.task_runs() == []
+
+
+def test_missing_static_directory_is_an_error_comment(stack, tmp_path):
+    ws = stack.workspace(
+        agents=[("Planner", "claude")],
+        working_directory_mode="static",
+        working_directory_path=str(tmp_path / "missing"),
+    )
+    task = stack.task(ws, "@fake comment hi")
+    comment = stack.wait_comments(task, 1)[0]
+    assert "does not exist" in comment["content"] and comment["author_type"] == "system"
+    assert stack.worker.poll() is None
+
+
+def test_static_directory_is_the_working_directory(stack, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    ws = stack.workspace(
+        agents=[("Planner", "codex")],
+        working_directory_mode="static",
+        working_directory_path=str(repo),
+    )
+    task = stack.task(ws, "@fake skip")
+    stack.wait_status(task, "in_review")
+    assert stack.task_runs()[0]["cwd"] == str(repo)
+
+
+def test_cli_settings_env_and_binary_path_reach_the_cli(stack, tmp_path):
+    from tests.stack import FAKES_BIN
+
+    custom = tmp_path / "custom-bin" / "claude"
+    custom.parent.mkdir()
+    custom.symlink_to(FAKES_BIN / "claude")
+    stack.api(
+        "PUT",
+        "/settings",
+        {
+            "cli_settings": {
+                "claude": {"binary_path": str(custom), "env": {"MALAMAR_TEST_TOKEN": "s3cret"}}
+            }
+        },
+        expect=200,
+    )
+    ws = stack.workspace(agents=[("Planner", "claude")])
+    task = stack.task(ws, "@fake skip")
+    stack.wait_status(task, "in_review")
+    run = stack.task_runs()[0]
+    assert run["argv0"] == str(custom)
+    assert run["env"]["MALAMAR_TEST_TOKEN"] == "s3cret"
+
+
+def test_missing_binary_is_an_error_comment(stack):
+    stack.api(
+        "PUT",
+        "/settings",
+        {"cli_settings": {"gemini": {"binary_path": "/nope/gemini"}}},
+        expect=200,
+    )
+    ws = stack.workspace(agents=[("Planner", "gemini")])
+    task = stack.task(ws, "@fake skip")
+    comment = stack.wait_comments(task, 1)[0]
+    assert comment["content"].startswith("CLI could not be started: Binary not found at /nope")
+
+
+def test_a_cli_printing_100_mb_does_not_grow_the_worker(stack):
+    import psutil
+
+    worker = psutil.Process(stack.worker.pid)
+    ws = stack.workspace(agents=[("Planner", "gemini")])
+    warm = stack.task(ws, "@fake skip", summary="warm-up")
+    stack.wait_status(warm, "in_review")
+    before = worker.memory_info().rss
+    task = stack.task(ws, "@fake flood 100 review survived")
+    stack.wait_status(task, "in_review", timeout=60)
+    grew = (worker.memory_info().rss - before) / 1024 / 1024
+    assert grew < 32, f"worker memory grew by {grew:.0f} MB"
+    assert stack.comments(task)[-1]["content"] == "survived"
+
+
+def test_health_checks_are_stored_and_refreshable(tmp_path, template_db):
+    running = Stack(tmp_path, template_db, MALAMAR_FAKE_HEALTH="fail").start()
+    try:
+        wait_until(
+            lambda: all(
+                c["status"] == "unhealthy" for c in running.api("GET", "/health/cli")["clis"]
+            ),
+            timeout=20,
+            what="health results",
+        )
+        claude = running.api("GET", "/health/cli")["clis"][0]
+        assert claude["version"] == "2.1.197 (Claude Code)"
+        assert claude["error"].startswith("CLI exited with code 1")
+        assert claude["binary_path"].endswith("tests/fakes/bin/claude")
+        running.api("POST", "/health/cli/refresh", expect=202)
+        wait_until(
+            lambda: all(
+                c["refresh_requested_at"] is None for c in running.api("GET", "/health/cli")["clis"]
+            ),
+            timeout=20,
+            what="refresh handled",
+        )
+    finally:
+        running.stop()
+
+
+def test_healthy_clis_and_missing_binaries(tmp_path, template_db):
+    path = os.environ["PATH"]
+    running = Stack(tmp_path, template_db).start()
+    try:
+        running.api("PUT", "/settings", {"cli_settings": {"codex": {"binary_path": "/x/codex"}}})
+        running.api("POST", "/health/cli/refresh", expect=202)
+        wait_until(
+            lambda: (
+                {c["cli_type"]: c["status"] for c in running.api("GET", "/health/cli")["clis"]}
+                == {
+                    "claude": "healthy",
+                    "gemini": "healthy",
+                    "codex": "unhealthy",
+                    "opencode": "healthy",
+                }
+            ),
+            timeout=20,
+            what="health results",
+        )
+        codex = running.api("GET", "/health/cli")["clis"][2]
+        assert "Binary not found" in codex["error"]
+    finally:
+        running.stop()
+    assert os.environ["PATH"] == path
