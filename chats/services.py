@@ -1,12 +1,145 @@
+"""Every write to chats, chat messages and the chat queue (outside the worker's own runs).
+
+Each function is one transaction with its events and the workspace `last_activity_at` bump.
+The server never touches a running CLI: stopping a run means setting `stop_requested_at` on
+its queue item or deleting its rows; the worker does the rest (DESIGN "Stopping runs").
+"""
+
+import logging
+
 from django.db import transaction
 from django.utils import timezone
 
-from chats.models import Chat, ChatMessage, ChatRole
+from agents.models import Agent, CliType
+from chats import attachments
+from chats.models import DEFAULT_CHAT_TITLE, Chat, ChatMessage, ChatQueueItem, ChatRole
+from chats.selectors import ACTIVE_STATUSES, MALAMAR_NAME, chat_cli_type
 from core import events
+from core.activity import workspace_touch
+from core.errors import Conflict, NotFound, ServiceError, ValidationFailed, require_text
+from core.wake import wake_worker_on_commit
+from runner.selectors import cli_available
+from tasks.models import QueueStatus
+from workspaces.models import Workspace
+
+log = logging.getLogger(__name__)
+
+CANCEL_MESSAGE = "Stopped by user"
+TITLE_MAX_LENGTH = Chat._meta.get_field("title").max_length
+UNSET = object()  # "not given", as opposed to None ("set to null")
 
 
 def _chat_payload(chat: Chat) -> dict:
     return {"chat_id": chat.id, "chat_title": chat.title, "workspace_id": chat.workspace_id}
+
+
+def _agent_label(agent: Agent | None) -> str:
+    return agent.name if agent else MALAMAR_NAME
+
+
+def _clean_title(title) -> str:
+    title = require_text(title, field="title", label="Title")
+    if len(title) > TITLE_MAX_LENGTH:
+        raise ValidationFailed(
+            f"Title must be at most {TITLE_MAX_LENGTH} characters", field="title"
+        )
+    return title
+
+
+def _clean_cli(cli_type) -> str | None:
+    if cli_type is None:
+        return None
+    if cli_type not in CliType.values:
+        raise ValidationFailed(
+            f"cli_type must be one of {', '.join(CliType.values)} or null", field="cli_type"
+        )
+    return cli_type
+
+
+def chat_agent_resolve(*, workspace_id: str, agent_id: str | None) -> Agent | None:
+    """The agent a chat may use: None (Malamar) or an agent of the same workspace."""
+    if agent_id is None:
+        return None
+    agent = Agent.objects.filter(id=agent_id, workspace_id=workspace_id).first()
+    if agent is None:
+        raise ValidationFailed("Agent not found in this workspace", field="agent_id")
+    return agent
+
+
+def _added(chat: Chat, role: str, now) -> None:
+    Chat.objects.filter(id=chat.id).update(updated_at=now)
+    chat.updated_at = now
+    workspace_touch(chat.workspace_id, now=now)
+    events.publish("chat.message_added", {**_chat_payload(chat), "author_type": role})
+
+
+def chat_create(
+    *, workspace: Workspace, agent: Agent | None = None, title: str | None = None
+) -> Chat:
+    """A new chat with `agent` (None = the Malamar agent)."""
+    if agent is not None and agent.workspace_id != workspace.id:
+        raise ValidationFailed("Agent not found in this workspace", field="agent_id")
+    title = _clean_title(title) if title and title.strip() else DEFAULT_CHAT_TITLE
+    now = timezone.now()
+    with transaction.atomic():
+        chat = Chat.objects.create(
+            workspace=workspace, agent=agent, title=title, created_at=now, updated_at=now
+        )
+        workspace_touch(workspace.id, now=now)
+        events.publish("chat.updated", _chat_payload(chat))
+    return chat
+
+
+def chat_update(*, chat: Chat, title=UNSET, agent_id=UNSET, cli_type=UNSET) -> Chat:
+    """Rename, switch agent, or set/clear the CLI override.
+
+    Switching the agent keeps the history, adds "Switched from A to B" and clears the CLI
+    override (the new agent's own CLI applies); `cli_type` given in the same call is applied
+    after the switch.
+    """
+    changes = {}
+    if title is not UNSET:
+        changes["title"] = _clean_title(title)
+    new_agent = UNSET
+    if agent_id is not UNSET:
+        new_agent = chat_agent_resolve(workspace_id=chat.workspace_id, agent_id=agent_id)
+    if cli_type is not UNSET:
+        cli_type = _clean_cli(cli_type)
+    now = timezone.now()
+    with transaction.atomic():
+        switched = None
+        if new_agent is not UNSET and getattr(new_agent, "id", None) != chat.agent_id:
+            switched = f"Switched from {_agent_label(chat.agent)} to {_agent_label(new_agent)}"
+            changes["agent"] = new_agent
+            changes["cli_type"] = None
+        if cli_type is not UNSET:
+            changes["cli_type"] = cli_type
+        if not changes:
+            return chat
+        changes["updated_at"] = now
+        for field, value in changes.items():
+            setattr(chat, field, value)
+        Chat.objects.filter(id=chat.id).update(**changes)
+        if switched:
+            chat_message_add_system(chat=chat, message=switched)
+        workspace_touch(chat.workspace_id, now=now)
+        events.publish("chat.updated", _chat_payload(chat))
+    return chat
+
+
+def chat_delete(*, chat: Chat) -> None:
+    """Delete the chat, its messages, queue items and attachment folder.
+
+    A running CLI is stopped by the worker when it sees the queue row disappear.
+    """
+    chat_id = chat.id
+    with transaction.atomic():
+        payload = _chat_payload(chat)
+        chat.delete()
+        workspace_touch(payload["workspace_id"])
+        events.publish("chat.deleted", payload)
+        wake_worker_on_commit()
+        transaction.on_commit(lambda: attachments.attachments_remove(chat_id))
 
 
 def chat_message_add_system(*, chat: Chat, message: str) -> ChatMessage:
@@ -16,15 +149,144 @@ def chat_message_add_system(*, chat: Chat, message: str) -> ChatMessage:
         msg = ChatMessage.objects.create(
             chat=chat, role=ChatRole.SYSTEM, message=message, created_at=now
         )
-        Chat.objects.filter(id=chat.id).update(updated_at=now)
-        events.publish("chat.message_added", {**_chat_payload(chat), "author_type": "system"})
+        _added(chat, ChatRole.SYSTEM, now)
     return msg
+
+
+def chat_message_add_agent(*, chat: Chat, message: str, actions: list | None) -> ChatMessage:
+    """The agent's reply (text may be empty when it only returned actions)."""
+    now = timezone.now()
+    with transaction.atomic():
+        msg = ChatMessage.objects.create(
+            chat=chat,
+            role=ChatRole.AGENT,
+            message=message or "",
+            actions=actions or None,
+            created_at=now,
+        )
+        _added(chat, ChatRole.AGENT, now)
+    return msg
+
+
+def _check_cli(chat: Chat) -> str:
+    cli = chat_cli_type(chat)
+    if cli is None:
+        raise Conflict(
+            "No CLI available: every CLI failed its health check. Fix one in Settings → CLIs "
+            "(or refresh the health check) and send again.",
+            field="cli_type",
+        )
+    if not cli_available(cli):
+        source = "this chat's CLI override" if chat.cli_type else f"{chat.agent.name}'s CLI"
+        raise Conflict(
+            f"No CLI available: {CliType(cli).label} ({source}) failed its health check. "
+            "Choose another CLI for this chat or fix it in Settings → CLIs.",
+            field="cli_type",
+        )
+    return cli
+
+
+def chat_message_send(*, chat: Chat, message: str) -> ChatMessage:
+    """The user's message: stored, queued for the agent, and the worker poked.
+
+    Refused while the chat is still answering (queued or in progress) and when no CLI is
+    available for it.
+    """
+    message = require_text(message, field="message", label="Message")
+    now = timezone.now()
+    with transaction.atomic():
+        # Serialises concurrent sends to one chat (SQLite's IMMEDIATE transactions already do).
+        if not Chat.objects.select_for_update().filter(id=chat.id).exists():
+            raise NotFound("Chat not found")
+        if ChatQueueItem.objects.filter(chat=chat, status__in=ACTIVE_STATUSES).exists():
+            raise Conflict(
+                "The agent is still answering the previous message: wait, or stop it first.",
+                field="message",
+            )
+        _check_cli(chat)
+        msg = ChatMessage.objects.create(
+            chat=chat, role=ChatRole.USER, message=message, created_at=now
+        )
+        ChatQueueItem.objects.create(
+            chat=chat, workspace_id=chat.workspace_id, created_at=now, updated_at=now
+        )
+        _added(chat, ChatRole.USER, now)
+        wake_worker_on_commit()
+    return msg
+
+
+def chat_cancel(*, chat: Chat) -> Chat:
+    """Stop the answer in progress: the worker kills the CLI and discards its output.
+
+    A still-queued item is marked failed here (nothing runs yet); a running one gets
+    `stop_requested_at` and only the worker changes its status. Asking again while the stop
+    is under way is harmless; asking when nothing is pending is a 409.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        active = ChatQueueItem.objects.filter(chat=chat, status__in=ACTIVE_STATUSES)
+        if not active.exists():
+            raise Conflict("Nothing to stop: the chat is not answering a message")
+        failed = active.filter(status=QueueStatus.QUEUED).update(
+            status=QueueStatus.FAILED, stop_requested_at=now, updated_at=now
+        )
+        stopping = active.filter(
+            status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
+        ).update(stop_requested_at=now)
+        if failed or stopping:
+            chat_message_add_system(chat=chat, message=CANCEL_MESSAGE)
+            events.publish("chat.updated", _chat_payload(chat))
+            wake_worker_on_commit()
+    return chat
+
+
+def chat_attachments_add(*, chat: Chat, files) -> list[ChatMessage]:
+    """Store each file at `{temp}/malamar_chat_{id}_attachments/{base name}` (mode 0600; the
+    same name overwrites) and add one "User has uploaded {path}" system message per file."""
+    files = list(files or [])
+    if not files:
+        raise ValidationFailed("Choose at least one file to upload", field="files")
+    named = [(attachments.attachment_name(getattr(f, "name", None)), f) for f in files]
+    stored, failure = [], None
+    for name, source in named:
+        try:
+            stored.append(attachments.attachment_store(chat.id, name, source))
+        except OSError as exc:
+            log.warning("Could not store chat attachment %r", name, exc_info=True)
+            failure = (name, exc)
+            break
+    messages = []
+    if stored:
+        with transaction.atomic():
+            for path in stored:
+                messages.append(
+                    chat_message_add_system(chat=chat, message=f"User has uploaded {path}")
+                )
+    if failure:
+        name, exc = failure
+        reason = exc.strerror or exc.__class__.__name__
+        raise ServiceError(f"Could not save the attachment '{name}': {reason}")
+    return messages
 
 
 def chats_switch_to_malamar(*, agent) -> None:
     """Before an agent is deleted: its chats continue with the Malamar agent."""
     with transaction.atomic():
         for chat in Chat.objects.filter(agent=agent):
-            chat_message_add_system(chat=chat, message=f"Switched from {agent.name} to Malamar")
+            chat_message_add_system(
+                chat=chat, message=f"Switched from {agent.name} to {MALAMAR_NAME}"
+            )
             Chat.objects.filter(id=chat.id).update(agent=None, cli_type=None)
             events.publish("chat.updated", _chat_payload(chat))
+
+
+def chat_attachment_folders_remove(*, chat_ids: list[str]) -> None:
+    """After a commit that deleted chats in bulk (a workspace): remove their folders."""
+    ids = list(chat_ids)
+
+    def remove() -> None:
+        for chat_id in ids:
+            attachments.attachments_remove(chat_id)
+
+    if ids:
+        transaction.on_commit(remove)

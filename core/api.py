@@ -11,6 +11,7 @@ from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
 from agents.api import router as agents_router
+from chats.api import router as chats_router
 from core import settings_store
 from core.errors import ServiceError
 from core.http import error_response
@@ -25,7 +26,9 @@ log = logging.getLogger(__name__)
 api = NinjaAPI(
     title="Malamar API",
     version=VERSION,
-    description="Workspaces, agents, tasks, comments, settings and health of a Malamar server.",
+    description=(
+        "Workspaces, agents, tasks, comments, chats, settings and health of a Malamar server."
+    ),
     urls_namespace="api",
 )
 
@@ -123,4 +126,5 @@ def health_cli_refresh(request):
 api.add_router("", workspaces_router)
 api.add_router("", agents_router)
 api.add_router("", tasks_router)
+api.add_router("", chats_router)
 api.add_router("", core_router)

@@ -15,7 +15,9 @@ from core.models import Setting
 CLI_TYPES = ("claude", "gemini", "codex", "opencode")
 MASK_PREFIX = "••••"
 SECRET_KEYS = frozenset({"mailgun_api_key"})
-TEXT_KEYS = ("mailgun_api_key", "mailgun_domain", "mailgun_from_email", "mailgun_to_email")
+MAILGUN_KEYS = ("mailgun_api_key", "mailgun_domain", "mailgun_from_email", "mailgun_to_email")
+# knowledge_base_url: optional remote knowledge base the Malamar agent may also consult.
+TEXT_KEYS = (*MAILGUN_KEYS, "knowledge_base_url")
 BOOL_KEYS = ("notify_on_error", "notify_on_in_review")
 READ_ONLY_KEYS = frozenset({"mailgun_configured"})  # derived; a form may send it back
 
@@ -29,6 +31,7 @@ DEFAULTS = {
     "mailgun_domain": "",
     "mailgun_from_email": "",
     "mailgun_to_email": "",
+    "knowledge_base_url": "",
     "notify_on_error": True,
     "notify_on_in_review": True,
     "cli_settings": _default_cli_settings(),
@@ -71,7 +74,7 @@ def settings_public() -> dict:
 
 
 def mailgun_configured(values: dict) -> bool:
-    return all(values.get(key) for key in TEXT_KEYS)
+    return all(values.get(key) for key in MAILGUN_KEYS)
 
 
 def cli_settings_for(cli_type: str) -> dict:
@@ -141,6 +144,9 @@ def settings_update(*, changes: dict) -> dict:
     for key, new in changes.items():
         if key in TEXT_KEYS:
             updates[key] = _merge_text(key, new, current[key])
+            url = updates[key] if key == "knowledge_base_url" else ""
+            if url and not url.startswith(("https://", "http://")):
+                raise ValidationFailed(f"{key} must start with https:// or http://", field=key)
         elif key in BOOL_KEYS:
             if not isinstance(new, bool):
                 raise ValidationFailed(f"{key} must be true or false", field=key)

@@ -95,10 +95,13 @@ def workspace_delete(*, workspace: Workspace) -> None:
     Running CLIs are stopped by the worker, which sees its queue rows disappear (DESIGN
     "Stopping runs"): the server never touches a process.
     """
+    from chats.services import chat_attachment_folders_remove
     from core.wake import wake_worker_on_commit
 
     with transaction.atomic():
         payload = _payload(workspace)
+        chat_ids = list(workspace.chats.values_list("id", flat=True))
         workspace.delete()
+        chat_attachment_folders_remove(chat_ids=chat_ids)
         events.publish("workspace.deleted", payload)
         wake_worker_on_commit()

@@ -1,0 +1,136 @@
+from datetime import datetime
+from typing import Any
+
+from ninja import File, Router, Schema, Status, UploadedFile
+from pydantic import ConfigDict
+
+from chats import selectors, services
+from chats.models import Chat
+from core.errors import NotFound
+from core.lookups import get_or_404
+from workspaces.models import Workspace
+
+router = Router(tags=["chats"])
+
+
+class ChatOut(Schema):
+    id: str
+    workspace_id: str
+    agent_id: str | None
+    agent_name: str
+    cli_type: str | None
+    effective_cli_type: str | None
+    title: str
+    is_processing: bool
+    last_message_preview: str
+    last_activity_at: datetime
+    created_at: datetime
+    updated_at: datetime
+
+
+class ChatMessageOut(Schema):
+    id: str
+    chat_id: str
+    role: str
+    message: str
+    actions: list[Any] | None
+    created_at: datetime
+
+
+class ChatDetailOut(ChatOut):
+    messages: list[ChatMessageOut]
+
+    @staticmethod
+    def resolve_messages(obj):
+        return obj.message_list
+
+
+class ChatList(Schema):
+    chats: list[ChatOut]
+
+
+class ChatMessageList(Schema):
+    messages: list[ChatMessageOut]
+
+
+class ChatCreate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    agent_id: str | None = None
+    title: str | None = None
+
+
+class ChatUpdate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = None
+    agent_id: str | None = None
+    cli_type: str | None = None
+
+
+class ChatMessageCreate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    message: str
+
+
+def _summary(chat_id: str) -> Chat:
+    chat = selectors.chat_summary(chat_id)
+    if chat is None:
+        raise NotFound("Chat not found")
+    return chat
+
+
+@router.get("/workspaces/{workspace_id}/chats", response=ChatList)
+def list_chats(request, workspace_id: str, q: str = ""):
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    return {"chats": selectors.chats_for_workspace(workspace.id, q)}
+
+
+@router.post("/workspaces/{workspace_id}/chats", response={201: ChatOut})
+def create_chat(request, workspace_id: str, payload: ChatCreate):
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    agent = services.chat_agent_resolve(workspace_id=workspace.id, agent_id=payload.agent_id)
+    chat = services.chat_create(workspace=workspace, agent=agent, title=payload.title)
+    return Status(201, _summary(chat.id))
+
+
+@router.get("/chats/{chat_id}", response=ChatDetailOut)
+def get_chat(request, chat_id: str):
+    chat = selectors.chat_detail(chat_id)
+    if chat is None:
+        raise NotFound("Chat not found")
+    return chat
+
+
+@router.put("/chats/{chat_id}", response=ChatOut)
+def update_chat(request, chat_id: str, payload: ChatUpdate):
+    """Any of `title`, `agent_id` (null = Malamar), `cli_type` (null = no override)."""
+    chat = get_or_404(Chat, chat_id, "Chat")
+    services.chat_update(chat=chat, **payload.model_dump(exclude_unset=True))
+    return _summary(chat_id)
+
+
+@router.delete("/chats/{chat_id}", response={204: None})
+def delete_chat(request, chat_id: str):
+    services.chat_delete(chat=get_or_404(Chat, chat_id, "Chat"))
+    return Status(204, None)
+
+
+@router.post("/chats/{chat_id}/messages", response={201: ChatMessageOut})
+def send_message(request, chat_id: str, payload: ChatMessageCreate):
+    chat = get_or_404(Chat, chat_id, "Chat")
+    return Status(201, services.chat_message_send(chat=chat, message=payload.message))
+
+
+@router.post("/chats/{chat_id}/cancel", response=ChatOut)
+def cancel_chat(request, chat_id: str):
+    services.chat_cancel(chat=get_or_404(Chat, chat_id, "Chat"))
+    return _summary(chat_id)
+
+
+@router.post("/chats/{chat_id}/attachments", response={201: ChatMessageList})
+def upload_attachments(request, chat_id: str, files: File[list[UploadedFile]]):
+    """multipart/form-data with one or more files under the field name `files`."""
+    chat = get_or_404(Chat, chat_id, "Chat")
+    return Status(201, {"messages": services.chat_attachments_add(chat=chat, files=files)})
