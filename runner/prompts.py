@@ -110,3 +110,124 @@ def task_input(
         "",
     ]
     return "\n".join(parts)
+
+
+CHAT_OUTPUT_GUIDE = """\
+Respond with a JSON object of this shape (and nothing else in the file):
+
+```json
+{{"message": "<your reply to the user, markdown>", "actions": []}}
+```
+
+`message` is what the user reads; keep it conversational. `actions` (may be empty) are executed
+in order, each independently; every action object lists all fields of the schema, with null for
+the ones that do not apply. Available actions: {actions}.
+`rename_chat` (field `title`) only works on your first reply in a chat: give the chat a short
+title that reflects the topic then.
+
+JSON schema:
+
+```json
+{schema}
+```"""
+
+
+def chat_input(
+    *,
+    chat_id: str,
+    workspace_title: str,
+    agent_name: str,
+    instruction: str,
+    history: list[dict],
+    context_path: str,
+    output_path: str,
+    schema: dict,
+    action_names: tuple[str, ...],
+) -> str:
+    """The chat input file: instruction, metadata, whole history as JSONL, output instruction."""
+    guide = CHAT_OUTPUT_GUIDE.format(
+        actions=", ".join(f"`{name}`" for name in action_names), schema=schema_json(schema)
+    )
+    return "\n".join(
+        [
+            "# Malamar Chat Context",
+            "",
+            "You are being invoked by Malamar's chat feature.",
+            instruction.strip(),
+            "",
+            "## Chat Metadata",
+            "",
+            f"- Chat ID: {chat_id}",
+            f"- Workspace: {workspace_title}",
+            f"- Agent: {agent_name}",
+            "",
+            "## Conversation History",
+            "",
+            "```json",
+            jsonl(history),
+            "```",
+            "",
+            "## Additional Context",
+            "",
+            f"For workspace state and settings, read: {context_path}",
+            "",
+            "# Output Instruction",
+            "",
+            f"Write your response as JSON to: {output_path}",
+            "",
+            guide,
+            "",
+        ]
+    )
+
+
+def chat_context(
+    *, workspace, agents: list, clis: list[dict], mailgun_configured: bool, temp_dir: str
+) -> str:
+    """Workspace state for chat agents: settings, agents with ids, CLI health, email status."""
+    directory = (
+        f"static: {workspace.working_directory_path}"
+        if workspace.working_directory_mode == "static"
+        else f"temp folder (a new folder per task under {temp_dir})"
+    )
+    lines = [
+        "# Workspace",
+        "",
+        f"- Title: {workspace.title}",
+        f"- Working directory: {directory}",
+        f"- Auto-delete done tasks: {'on' if workspace.auto_delete_done_tasks else 'off'}"
+        f" (retention: {workspace.retention_days} days)",
+        f"- Notify on error: {'on' if workspace.notify_on_error else 'off'}",
+        f"- Notify on In Review: {'on' if workspace.notify_on_in_review else 'off'}",
+        "",
+        "## Workspace instruction",
+        "",
+        workspace.description.strip() or "(none)",
+        "",
+        "# Agents (in execution order)",
+        "",
+    ]
+    if not agents:
+        lines.append("No agents yet: tasks go straight to In Review until you create some.")
+    for position, agent in enumerate(agents, start=1):
+        lines += [
+            f"## {position}. {agent.name} (id: {agent.id})",
+            "",
+            f"CLI: {agent.cli_type}",
+            "",
+            agent.instruction.strip(),
+            "",
+        ]
+    lines += ["# CLIs", ""]
+    words = {"healthy": "healthy", "unhealthy": "unhealthy", "not_checked": "not checked yet"}
+    for cli in clis:
+        error = f" ({cli['error']})" if cli.get("error") else ""
+        lines.append(f"- {cli['name']} ({cli['cli_type']}): {words[cli['status']]}{error}")
+    lines += [
+        "",
+        "# Email notifications",
+        "",
+        "Mailgun is configured." if mailgun_configured else "Mailgun is not configured.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from chats.models import ChatQueueItem
 from core.first_launch import seed_sample_workspace_if_first_launch
 from core.wake import socket_path
-from runner import health, jobs, pickup, task_loop
+from runner import chat_processor, health, jobs, pickup, task_loop
 from runner.models import CliHealth
 from runner.process import kill_tree
 from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
@@ -104,21 +104,15 @@ def recover() -> int:
 
 
 def _requeue(model, item) -> int:
-    with transaction.atomic():
-        fields = {
-            "pid": None,
-            "pgid": None,
-            "stop_requested_at": None,
-            "updated_at": timezone.now(),
-        }
-        if model is TaskQueueItem:
-            if TaskQueueItem.objects.queued().filter(task_id=item.task_id).exists():
-                # A comment already queued the next pass: this interrupted one is done.
-                model.objects.filter(id=item.id).update(status=QueueStatus.FAILED, **fields)
-                return 1
-            if item.stop_requested_at is not None:
-                model.objects.filter(id=item.id).update(status=QueueStatus.FAILED, **fields)
-                return 1
+    """An interrupted item runs again, unless the user stopped it or a newer one is queued."""
+    now = timezone.now()
+    fields = {"pid": None, "pgid": None, "updated_at": now}
+    superseded = model is TaskQueueItem and (
+        TaskQueueItem.objects.queued().filter(task_id=item.task_id).exists()
+    )
+    if item.stop_requested_at is not None or superseded:
+        model.objects.filter(id=item.id).update(status=QueueStatus.FAILED, **fields)
+    else:
         model.objects.filter(id=item.id).update(status=QueueStatus.QUEUED, **fields)
     return 1
 
@@ -130,6 +124,8 @@ class Worker:
         self.lock = threading.Lock()
         self.workspaces: dict[str, threading.Thread] = {}
         self.runs: dict[str, threading.Event] = {}  # task queue item id → stop event
+        self.chat_runs: dict[str, threading.Event] = {}  # chat queue item id → stop event
+        self.chat_threads: set[threading.Thread] = set()
         self.sock: socket.socket | None = None
         self.kick_r, self.kick_w = os.pipe()
         self.next_cleanup = 0.0
@@ -153,8 +149,8 @@ class Worker:
         """Stop picking up, kill every running CLI, give threads a moment, then return."""
         self.shutdown.set()
         with self.lock:
-            stops = list(self.runs.values())
-            threads = list(self.workspaces.values())
+            stops = list(self.runs.values()) + list(self.chat_runs.values())
+            threads = list(self.workspaces.values()) + list(self.chat_threads)
         for stop in stops:
             stop.set()
         deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS
@@ -180,7 +176,9 @@ class Worker:
             return
         try:
             self.watch_stops()
+            self.watch_chat_stops()
             self.spawn_workspaces()
+            self.spawn_chats()
             self.run_jobs()
         except Exception:
             log.exception("Worker loop step failed; continuing")
@@ -189,7 +187,7 @@ class Worker:
 
     def _wait_for_wake(self) -> None:
         with self.lock:
-            busy = bool(self.runs)
+            busy = bool(self.runs or self.chat_runs)
         timeout = STOP_WATCH_SECONDS if busy else self.poll_interval
         sources = [self.kick_r] + ([self.sock] if self.sock else [])
         ready, _, _ = select.select(sources, [], [], timeout)
@@ -271,6 +269,51 @@ class Worker:
         finally:
             with self.lock:
                 self.runs.pop(item.id, None)
+
+    def watch_chat_stops(self) -> None:
+        """Signal chat runs that were cancelled or whose chat was deleted."""
+        with self.lock:
+            running = dict(self.chat_runs)
+        if not running:
+            return
+        still_wanted = set(
+            ChatQueueItem.objects.filter(
+                id__in=running, status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
+            ).values_list("id", flat=True)
+        )
+        for item_id, stop in running.items():
+            if item_id not in still_wanted and not stop.is_set():
+                stop.set()
+
+    def spawn_chats(self) -> None:
+        """Every queued chat message gets its own thread: chats never wait for each other."""
+        if not chat_processor.has_queued():
+            return
+        while not self.shutdown.is_set() and (item := chat_processor.claim_next()):
+            stop = threading.Event()
+            thread = threading.Thread(
+                target=self._chat_thread, args=(item, stop), name=f"malamar-chat-{item.id}"
+            )
+            thread.daemon = True
+            with self.lock:
+                self.chat_runs[item.id] = stop
+                self.chat_threads.add(thread)
+            thread.start()
+
+    def _chat_thread(self, item, stop: threading.Event) -> None:
+        try:
+            chat_processor.process_item(item, stop=stop, shutdown=self.shutdown)
+        except Exception:
+            log.exception("Chat processing failed unexpectedly", extra={"item": item.id})
+            if not self.shutdown.is_set():
+                ChatQueueItem.objects.filter(id=item.id, status=QueueStatus.IN_PROGRESS).update(
+                    status=QueueStatus.FAILED, updated_at=timezone.now()
+                )
+        finally:
+            with self.lock:
+                self.chat_runs.pop(item.id, None)
+                self.chat_threads.discard(threading.current_thread())
+            connection.close()
 
     def run_jobs(self) -> None:
         now = time.monotonic()

@@ -10,7 +10,6 @@ from agents.services import agent_create
 from tasks.services import task_create
 from workspaces.services import workspace_create
 
-
 # The fake CLIs start with `#!/usr/bin/env python3`: resolve that to this interpreter directly
 # (a pyenv shim would add a quarter of a second to every fake CLI run).
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
