@@ -99,6 +99,19 @@ class CliHealthList(Schema):
     clis: list[CliHealthOut]
 
 
+class Success(Schema):
+    success: bool
+
+
+@core_router.post("/settings/test-email", response=Success)
+def test_email(request):
+    """Send a test email with the saved Mailgun settings and wait for Mailgun's answer."""
+    from notifications.services import test_email_send
+
+    test_email_send()
+    return {"success": True}
+
+
 @core_router.get("/health")
 def health(request):
     with connection.cursor() as cursor:

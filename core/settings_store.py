@@ -19,7 +19,9 @@ MAILGUN_KEYS = ("mailgun_api_key", "mailgun_domain", "mailgun_from_email", "mail
 # knowledge_base_url: optional remote knowledge base the Malamar agent may also consult.
 TEXT_KEYS = (*MAILGUN_KEYS, "knowledge_base_url")
 BOOL_KEYS = ("notify_on_error", "notify_on_in_review")
+CHOICE_KEYS = {"mailgun_region": ("us", "eu")}
 READ_ONLY_KEYS = frozenset({"mailgun_configured"})  # derived; a form may send it back
+URL_PREFIXES = ("https://", "http://")
 
 
 def _default_cli_settings() -> dict:
@@ -31,7 +33,9 @@ DEFAULTS = {
     "mailgun_domain": "",
     "mailgun_from_email": "",
     "mailgun_to_email": "",
+    "mailgun_region": "us",
     "knowledge_base_url": "",
+    "webhook_urls": [],
     "notify_on_error": True,
     "notify_on_in_review": True,
     "cli_settings": _default_cli_settings(),
@@ -132,6 +136,20 @@ def _merge_env(cli: str, new, stored: dict) -> dict:
     return merged
 
 
+def _clean_urls(key: str, value) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):  # one per line, as a form sends them
+        value = value.splitlines()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValidationFailed(f"{key} must be a list of URLs", field=key)
+    urls = [v.strip() for v in value if v.strip()]
+    for url in urls:
+        if not url.startswith(URL_PREFIXES) or any(c.isspace() for c in url):
+            raise ValidationFailed(f"{key}: {url!r} is not an http(s) URL", field=key)
+    return urls
+
+
 def settings_update(*, changes: dict) -> dict:
     """Merge `changes` into the stored settings; returns the public (masked) view."""
     changes = {k: v for k, v in changes.items() if k not in READ_ONLY_KEYS}
@@ -145,8 +163,15 @@ def settings_update(*, changes: dict) -> dict:
         if key in TEXT_KEYS:
             updates[key] = _merge_text(key, new, current[key])
             url = updates[key] if key == "knowledge_base_url" else ""
-            if url and not url.startswith(("https://", "http://")):
+            if url and not url.startswith(URL_PREFIXES):
                 raise ValidationFailed(f"{key} must start with https:// or http://", field=key)
+        elif key in CHOICE_KEYS:
+            if new not in CHOICE_KEYS[key]:
+                choices = " or ".join(CHOICE_KEYS[key])
+                raise ValidationFailed(f"{key} must be {choices}", field=key)
+            updates[key] = new
+        elif key == "webhook_urls":
+            updates[key] = _clean_urls(key, new)
         elif key in BOOL_KEYS:
             if not isinstance(new, bool):
                 raise ValidationFailed(f"{key} must be true or false", field=key)

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "tasks",
     "chats",
     "runner",
+    "notifications",
 ]
 
 MIDDLEWARE = [

@@ -34,16 +34,18 @@ class Execution:
     result: process.ProcessResult | None = None
 
 
-def cli_env(cli_type: str) -> dict[str, str]:
+def cli_env(cli_type: str, conf: dict | None = None) -> dict[str, str]:
     """Inherited environment + the user's variables for this CLI (theirs win)."""
     env = dict(os.environ)
-    env.update(cli_settings_for(cli_type).get("env") or {})
+    env.update((conf or cli_settings_for(cli_type)).get("env") or {})
     return env
 
 
-def resolve_binary(cli_type: str, env: dict[str, str]) -> tuple[str | None, str]:
+def resolve_binary(
+    cli_type: str, env: dict[str, str], conf: dict | None = None
+) -> tuple[str | None, str]:
     """(path, error): the configured binary path, else the CLI's name looked up in PATH."""
-    configured = (cli_settings_for(cli_type).get("binary_path") or "").strip()
+    configured = ((conf or cli_settings_for(cli_type)).get("binary_path") or "").strip()
     if configured:
         path = Path(configured).expanduser()
         if path.is_file() and os.access(path, os.X_OK):
@@ -115,8 +117,9 @@ def execute(
     """Run the CLI for one agent step and interpret its answer (never raises for CLI trouble)."""
     if cli_type not in CliType.values:
         return Execution(error=f"Unknown CLI type {cli_type!r}")
-    env = cli_env(cli_type)
-    binary, problem = resolve_binary(cli_type, env)
+    conf = cli_settings_for(cli_type)
+    env = cli_env(cli_type, conf)
+    binary, problem = resolve_binary(cli_type, env, conf)
     if binary is None:
         return Execution(error=f"CLI could not be started: {problem}")
     text = schema_json(schema)

@@ -138,9 +138,11 @@ def run(
         kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
         exited.wait(5)
         break
-    # The CLI is gone. Anything it left running in its session is an orphan: end it too, so
-    # no agent keeps editing after its run, and nobody holds our pipes open.
-    kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
+    # The CLI is gone. Anything it left in its process group is an orphan: end it too, so no
+    # agent keeps editing after its run and nobody holds our pipes open. (A stop or timeout
+    # above also scanned the session for descendants that moved to groups of their own.)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
     for reader in readers:
         reader.join(timeout=2)
     result.exit_code = proc.returncode

@@ -22,6 +22,7 @@ from agents.models import Agent
 from core import events
 from core.activity import workspace_touch
 from core.actors import SYSTEM, agent_actor
+from notifications.services import notify_task_error, notify_task_in_review
 from runner import execution, prompts
 from runner.files import (
     fresh_output_path,
@@ -191,6 +192,7 @@ def _apply_outcome(task: Task, agent: Agent, outcome, ctx: PassContext) -> None:
             task_services.comment_create(task=task, content=content, actor=actor)
         if outcome.in_review:
             task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=actor)
+            notify_task_in_review(task=task, last_comment=_last_agent_comment(task))
         task_services.log_add(
             task=task,
             event_type="agent_finished",
@@ -211,6 +213,7 @@ def _apply_error(task: Task, agent: Agent, message: str, ctx: PassContext) -> No
             failure_streak=failures, retry_not_before=timezone.now() + retry_delay(failures)
         )
         task_services.comment_create(task=task, content=message, actor=SYSTEM)
+        notify_task_error(task=task, message=message, failure_streak=failures)
         events.publish(
             "task.error_occurred",
             task_services.task_payload(
@@ -221,12 +224,22 @@ def _apply_error(task: Task, agent: Agent, message: str, ctx: PassContext) -> No
         _finish_item(ctx.item_id, QueueStatus.FAILED)
 
 
+def _last_agent_comment(task: Task) -> str:
+    comment = (
+        TaskComment.objects.filter(task=task, agent_id__isnull=False)
+        .order_by("-created_at")
+        .first()
+    )
+    return comment.content if comment else ""
+
+
 def _end_pass(task: Task, pass_started, ctx: PassContext) -> None:
     with transaction.atomic():
         task = _check_wanted(ctx, task.id)
         commented = TaskComment.objects.filter(task=task, created_at__gte=pass_started).exists()
         if not commented:
             task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
+            notify_task_in_review(task=task, last_comment=_last_agent_comment(task))
         _finish_item(ctx.item_id, QueueStatus.COMPLETED)
 
 

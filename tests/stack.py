@@ -40,7 +40,7 @@ class Stack:
     def __init__(self, root: Path, template_db: Path, **env):
         self.data_dir = root / "data"
         self.temp_dir = root / "tmp"
-        self.data_dir.mkdir()
+        self.data_dir.mkdir(parents=True)
         self.temp_dir.mkdir()
         shutil.copy(template_db, self.data_dir / "malamar.db")
         self.fake_log = root / "fake.jsonl"

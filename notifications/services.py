@@ -1,0 +1,120 @@
+"""Tell the user when a task needs them: on an error and when it reaches In Review.
+
+Email (Mailgun) and webhooks, per the global settings and the workspace's toggles. Sending is
+fire and forget on a small thread pool, so a slow or dead endpoint never delays the runner;
+failures are logged and never retried. One error notification per failure streak.
+"""
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from django.conf import settings as django_settings
+from django.db import transaction
+
+from core.errors import ServiceError, ValidationFailed
+from core.settings_store import mailgun_configured, settings_get
+from notifications.senders import DeliveryFailed, mailgun_send, webhook_post
+
+log = logging.getLogger(__name__)
+_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="malamar-notify")
+
+TEST_SUBJECT = "Malamar Test Email"
+TEST_BODY = (
+    "This is a test email from Malamar. If you received this, your email notifications are "
+    "configured correctly."
+)
+
+
+class EmailFailed(ServiceError):
+    code = "EMAIL_FAILED"
+    status = 400
+
+
+def task_link(task) -> str:
+    return f"{django_settings.PUBLIC_URL}/workspaces/{task.workspace_id}/?task={task.id}"
+
+
+def _message(kind: str, task, detail: str) -> dict:
+    workspace = task.workspace.title
+    if kind == "error":
+        subject = f'[Malamar] Error in "{task.summary}" ({workspace})'
+        intro = "An agent run failed. Malamar will retry; the error was:"
+    else:
+        subject = f'[Malamar] "{task.summary}" is ready for review ({workspace})'
+        intro = "The task moved to In Review and waits for you. Latest agent comment:"
+    text = (
+        f"Workspace: {workspace}\nTask: {task.summary}\n\n{intro}\n\n{detail or '(none)'}\n\n"
+        f"Open the task: {task_link(task)}\n"
+    )
+    return {"subject": subject, "text": text}
+
+
+def _webhook_payload(kind: str, task, detail: str) -> dict:
+    return {
+        "event": f"task.{kind}",
+        "workspace": {"id": task.workspace_id, "title": task.workspace.title},
+        "task": {"id": task.id, "summary": task.summary, "status": task.status},
+        "status": task.status,
+        "message": detail,
+        "link": task_link(task),
+    }
+
+
+def _deliver(kind: str, task, detail: str) -> None:
+    values = settings_get()
+    if mailgun_configured(values):
+        message = _message(kind, task, detail)
+        _pool.submit(_send_email, values, message, task.id)
+    payload = _webhook_payload(kind, task, detail)
+    for url in values.get("webhook_urls") or []:
+        _pool.submit(_send_webhook, url, payload, task.id)
+
+
+def _send_email(values: dict, message: dict, task_id: str) -> None:
+    try:
+        mailgun_send(values, subject=message["subject"], text=message["text"])
+    except DeliveryFailed as exc:
+        log.warning("Email notification failed", extra={"task_id": task_id, "error": str(exc)})
+    except Exception:
+        log.exception("Email notification failed", extra={"task_id": task_id})
+
+
+def _send_webhook(url: str, payload: dict, task_id: str) -> None:
+    try:
+        webhook_post(url, payload)
+    except DeliveryFailed as exc:
+        log.warning("Webhook notification failed", extra={"task_id": task_id, "error": str(exc)})
+    except Exception:
+        log.exception("Webhook notification failed", extra={"task_id": task_id})
+
+
+def notify_task_error(*, task, message: str, failure_streak: int) -> None:
+    """After the error is committed: notify once per failure streak (the first failure)."""
+    if failure_streak != 1 or not task.workspace.notify_on_error:
+        return
+    transaction.on_commit(lambda: _deliver("error", task, message))
+
+
+def notify_task_in_review(*, task, last_comment: str) -> None:
+    """An agent or the runner moved the task to In Review (never the user's own move)."""
+    if not task.workspace.notify_on_in_review:
+        return
+    transaction.on_commit(lambda: _deliver("in_review", task, last_comment))
+
+
+def test_email_send() -> None:
+    """Send the test email now and wait for Mailgun's answer."""
+    values = settings_get()
+    missing = [
+        k
+        for k in ("mailgun_api_key", "mailgun_domain", "mailgun_from_email", "mailgun_to_email")
+        if not values.get(k)
+    ]
+    if missing:
+        raise ValidationFailed(
+            f"Email is not configured: set {', '.join(missing)} first", field=missing[0]
+        )
+    try:
+        mailgun_send(values, subject=TEST_SUBJECT, text=TEST_BODY)
+    except DeliveryFailed as exc:
+        raise EmailFailed(f"Mailgun error: {exc}") from None

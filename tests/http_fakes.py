@@ -1,0 +1,55 @@
+"""A local HTTP receiver standing in for Mailgun and webhook endpoints (127.0.0.1 only)."""
+
+import json
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Receiver:
+    def __init__(self, *, status: int = 200, delay: float = 0.0, body: dict | None = None):
+        self.requests: list[dict] = []
+        self.status, self.delay, self.body = status, delay, body or {"message": "Queued"}
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                received = time.time()
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                time.sleep(receiver.delay)
+                payload = raw.decode()
+                if self.headers.get("Content-Type", "").startswith("application/json"):
+                    parsed = json.loads(payload)
+                else:
+                    parsed = {k: v[0] for k, v in urllib.parse.parse_qs(payload).items()}
+                body = json.dumps(receiver.body).encode()
+                self.send_response(receiver.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                receiver.requests.append(
+                    {
+                        "path": self.path,
+                        "auth": self.headers.get("Authorization"),
+                        "data": parsed,
+                        "received": received,
+                        "answered": time.time(),
+                    }
+                )
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
