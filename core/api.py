@@ -17,6 +17,7 @@ from core.errors import ServiceError
 from core.http import error_response
 from core.version import VERSION
 from runner import services as runner_services
+from runner.api import router as runs_router
 from runner.selectors import cli_health_all
 from tasks.api import router as tasks_router
 from workspaces.api import router as workspaces_router
@@ -140,4 +141,5 @@ api.add_router("", workspaces_router)
 api.add_router("", agents_router)
 api.add_router("", tasks_router)
 api.add_router("", chats_router)
+api.add_router("", runs_router)
 api.add_router("", core_router)

@@ -36,6 +36,7 @@ DEFAULTS = {
     "mailgun_region": "us",
     "knowledge_base_url": "",
     "webhook_urls": [],
+    "stall_warning_minutes": 15,
     "notify_on_error": True,
     "notify_on_in_review": True,
     "cli_settings": _default_cli_settings(),
@@ -169,6 +170,10 @@ def settings_update(*, changes: dict) -> dict:
             if new not in CHOICE_KEYS[key]:
                 choices = " or ".join(CHOICE_KEYS[key])
                 raise ValidationFailed(f"{key} must be {choices}", field=key)
+            updates[key] = new
+        elif key == "stall_warning_minutes":
+            if isinstance(new, bool) or not isinstance(new, int | float) or new <= 0:
+                raise ValidationFailed(f"{key} must be a number of minutes above 0", field=key)
             updates[key] = new
         elif key == "webhook_urls":
             updates[key] = _clean_urls(key, new)

@@ -22,8 +22,10 @@ from core import events
 from core.settings_store import mailgun_configured, settings_get
 from runner import execution, prompts
 from runner.files import fresh_output_path, private_dir, temp_dir, write_private
+from runner.recorder import RunRecorder, stall_limits
 from runner.schemas import AGENT_CHAT_ACTION_TYPES, MALAMAR_CHAT_ACTION_TYPES, chat_schema
 from runner.selectors import cli_health_all
+from runner.task_loop import internal_error_message
 from tasks.models import QueueStatus
 from workspaces.models import WorkingDirectoryMode
 
@@ -155,6 +157,21 @@ def _run(chat: Chat, item: ChatQueueItem, stop: threading.Event) -> str | tuple[
         return problem
     output_path = fresh_output_path("malamar_chat_output")
     input_path = _write_files(chat, output_path)
+    recorder = RunRecorder(
+        cli_type=cli,
+        workspace_id=chat.workspace_id,
+        agent_id=chat.agent_id,
+        agent_name=chat.agent.name if chat.agent else MALAMAR_NAME,
+        chat_id=chat.id,
+        **stall_limits(chat.workspace),
+    )
+    try:
+        return _execute(chat, item, stop, cli, cwd, input_path, output_path, recorder)
+    finally:
+        recorder.finish(status=recorder.status, exit_code=recorder.exit_code)
+
+
+def _execute(chat, item, stop, cli, cwd, input_path, output_path, recorder):
     run = execution.execute(
         cli_type=cli,
         input_path=input_path,
@@ -165,7 +182,9 @@ def _run(chat: Chat, item: ChatQueueItem, stop: threading.Event) -> str | tuple[
         stop=stop,
         include_dirs=(str(temp_dir()), str(knowledge_base_dir())),
         on_started=_record_process(item.id),
+        recorder=recorder,
     )
+    recorder.note(run)
     if run.stopped or stop.is_set():
         raise ChatStopped
     if run.error:
@@ -205,6 +224,11 @@ def process_item(item: ChatQueueItem, *, stop: threading.Event, shutdown: thread
     except ChatStopped:
         if not shutdown.is_set():
             _finish(item.id, QueueStatus.FAILED)
+    except Exception as exc:  # a bug must not leave the user waiting for a reply forever
+        log.exception("Chat processing failed", extra={"chat_id": chat.id})
+        if Chat.objects.filter(id=chat.id).exists():
+            chat_message_add_system(chat=chat, message=internal_error_message(exc))
+        _finish(item.id, QueueStatus.FAILED)
     finally:
         if Chat.objects.filter(id=chat.id).exists():
             with transaction.atomic():

@@ -113,6 +113,7 @@ def execute(
     stop: threading.Event,
     include_dirs: tuple[str, ...] = (),
     on_started: Callable[[process.Started], None] | None = None,
+    recorder=None,
 ) -> Execution:
     """Run the CLI for one agent step and interpret its answer (never raises for CLI trouble)."""
     if cli_type not in CliType.values:
@@ -133,9 +134,22 @@ def execute(
     )
     command = adapter_for(cli_type).command(invocation)
     try:
-        result = process.run(command, cwd=str(cwd), env=env, stop=stop, on_started=on_started)
+        hooks = {}
+        if recorder is not None:
+            hooks = {
+                "on_line": recorder.on_line,
+                "on_output": recorder.on_output,
+                "on_tick": recorder.tick,
+            }
+        result = process.run(
+            command, cwd=str(cwd), env=env, stop=stop, on_started=on_started, **hooks
+        )
         if result.stopped:
             return Execution(stopped=True, result=result)
+        if result.stalled:
+            minutes = recorder.stall_kill_seconds / 60
+            message = f"CLI produced no output for {minutes:g} minutes and was stopped"
+            return Execution(error=message, result=result)
         return interpret(cli_type, result, output_path)
     finally:
         remove_quietly(output_path)

@@ -42,6 +42,7 @@ class ProcessResult:
     stderr: str = ""
     stopped: bool = False
     timed_out: bool = False
+    stalled: bool = False
     start_error: str | None = None
     stdout_bytes: int = 0
     started_at: float = 0.0
@@ -73,10 +74,26 @@ class _Tail:
         return data.decode("utf-8", errors="replace")
 
 
-def _drain(stream, tail: _Tail) -> None:
+LINE_CAP = 1024 * 1024
+
+
+def _drain(stream, tail: _Tail, on_line=None, on_output=None) -> None:
+    """Read to EOF, keeping the tail; hand complete lines to `on_line` as they arrive."""
+    partial = b""
     with contextlib.suppress(OSError, ValueError):
         while chunk := stream.read1(READ_CHUNK):
             tail.add(chunk)
+            if on_output:
+                on_output()
+            if on_line is None:
+                continue
+            *lines, partial = (partial + chunk).split(b"\n")
+            for line in lines:
+                on_line(line.decode("utf-8", errors="replace"))
+            if len(partial) > LINE_CAP:  # a runaway line: not a JSON event anyway
+                partial = b""
+    if on_line and partial.strip():
+        on_line(partial.decode("utf-8", errors="replace"))
 
 
 def _feed(stream, data: bytes) -> None:
@@ -100,8 +117,12 @@ def run(
     stop: threading.Event | None = None,
     timeout: float | None = None,
     on_started: Callable[[Started], None] | None = None,
+    on_line: Callable[[str], None] | None = None,
+    on_output: Callable[[], None] | None = None,
+    on_tick: Callable[[], bool] | None = None,
 ) -> ProcessResult:
-    """Run `command` to completion, or until `stop` is set or `timeout` passes (then kill it)."""
+    """Run `command` to completion, or until `stop` is set, `timeout` passes or `on_tick`
+    (called every few milliseconds on this thread) returns True; then kill it."""
     result = ProcessResult(started_at=time.time())
     try:
         proc = subprocess.Popen(
@@ -122,7 +143,10 @@ def run(
     if on_started:
         on_started(Started(pid=proc.pid, pgid=proc.pid, create_time=create_time))
     out, err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
-    readers = [_thread(_drain, proc.stdout, out), _thread(_drain, proc.stderr, err)]
+    readers = [
+        _thread(_drain, proc.stdout, out, on_line, on_output),
+        _thread(_drain, proc.stderr, err, None, on_output),
+    ]
     if command.stdin is not None:
         _thread(_feed, proc.stdin, command.stdin)
     exited = threading.Event()
@@ -133,6 +157,8 @@ def run(
             result.stopped = True
         elif deadline is not None and time.monotonic() > deadline:
             result.timed_out = True
+        elif on_tick is not None and on_tick():
+            result.stalled = True
         else:
             continue
         kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)

@@ -31,6 +31,8 @@ from runner.files import (
     task_workdir,
     write_private,
 )
+from runner.models import RunStatus
+from runner.recorder import RunRecorder, stall_limits
 from runner.schemas import InvalidOutput, parse_task_output, task_schema
 from tasks import services as task_services
 from tasks.models import (
@@ -157,9 +159,27 @@ def _run_agent(task: Task, agent: Agent, ctx: PassContext):
             metadata={"agent_name": agent.name},
         )
         workspace_touch(task.workspace_id)
-        events.publish("agent.execution_started", _agent_payload(task, agent))
+        recorder = RunRecorder(
+            cli_type=agent.cli_type,
+            workspace_id=task.workspace_id,
+            agent_id=agent.id,
+            agent_name=agent.name,
+            task_id=task.id,
+            **stall_limits(task.workspace),
+        )
+        events.publish(
+            "agent.execution_started", _agent_payload(task, agent, run_id=recorder.run.id)
+        )
+    try:
+        return _execute_agent(task, agent, ctx, recorder)
+    finally:
+        recorder.finish(status=recorder.status, exit_code=recorder.exit_code)
+
+
+def _execute_agent(task: Task, agent: Agent, ctx: PassContext, recorder: RunRecorder):
     cwd, problem = _working_directory(task)
     if cwd is None:
+        recorder.status = RunStatus.FAILED
         return problem
     output_path = fresh_output_path()
     input_path = write_private(task_input_path(task.id), _input_text(task, agent, output_path))
@@ -173,15 +193,19 @@ def _run_agent(task: Task, agent: Agent, ctx: PassContext):
         stop=ctx.stop,
         include_dirs=(str(input_path.parent),),
         on_started=_record_process(ctx.item_id),
+        recorder=recorder,
     )
+    recorder.note(run)
     if run.stopped or ctx.stop.is_set():
         raise Stopped
     if run.error:
         return run.error
     try:
-        return parse_task_output(run.data)
+        outcome = parse_task_output(run.data)
     except InvalidOutput as exc:
+        recorder.status = RunStatus.FAILED
         return f"CLI output structure was invalid: {exc}"
+    return outcome
 
 
 def _apply_outcome(task: Task, agent: Agent, outcome, ctx: PassContext) -> None:
@@ -275,3 +299,31 @@ def run_pass(item: TaskQueueItem, *, stop: threading.Event, shutdown: threading.
     except Stopped:
         if not shutdown.is_set():
             _finish_item(item.id, QueueStatus.FAILED)
+    except Exception as exc:  # a bug must not leave the task stuck without a word
+        log.exception("Task pass failed", extra={"task_id": task.id})
+        _record_internal_error(task, exc, ctx)
+
+
+def internal_error_message(exc: Exception) -> str:
+    return (
+        f"Malamar hit an internal error ({type(exc).__name__}: {exc}). "
+        "The details are in the worker log."
+    )
+
+
+def _record_internal_error(task: Task, exc: Exception, ctx: PassContext) -> None:
+    """Same path as a CLI error: a system comment (which queues the retry) and back-off."""
+    with transaction.atomic():
+        task = Task.objects.filter(id=task.id).first()
+        if task is None:
+            return
+        failures = task.failure_streak + 1
+        Task.objects.filter(id=task.id).update(
+            failure_streak=failures, retry_not_before=timezone.now() + retry_delay(failures)
+        )
+        message = internal_error_message(exc)
+        task_services.comment_create(task=task, content=message, actor=SYSTEM)
+        events.publish(
+            "task.error_occurred", task_services.task_payload(task, error_message=message)
+        )
+        _finish_item(ctx.item_id, QueueStatus.FAILED)

@@ -26,6 +26,7 @@ from core.wake import socket_path
 from runner import chat_processor, health, jobs, pickup, task_loop
 from runner.models import CliHealth
 from runner.process import kill_tree
+from runner.recorder import close_interrupted_runs
 from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ def _bind_wake_socket() -> socket.socket | None:
 
 def recover() -> int:
     """Kill CLIs a crashed worker left behind, then re-queue what was in progress."""
+    close_interrupted_runs()
     recovered = 0
     for model in (TaskQueueItem, ChatQueueItem):
         for item in model.objects.filter(status=QueueStatus.IN_PROGRESS):

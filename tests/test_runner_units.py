@@ -107,16 +107,17 @@ def invocation(tmp_path: Path) -> Invocation:
 def test_adapters_build_the_measured_argv(tmp_path):
     inv = invocation(tmp_path)
     claude = ADAPTERS["claude"].command(inv)
-    assert claude.argv[:7] == [
+    assert claude.argv[:8] == [
         "/bin/cli",
         "-p",
         inv.prompt,
         "--dangerously-skip-permissions",
         "--output-format",
-        "json",
+        "stream-json",
+        "--verbose",
         "--json-schema",
     ]
-    assert json.loads(claude.argv[7]) == task_schema() and claude.stdin is None
+    assert json.loads(claude.argv[8]) == task_schema() and claude.stdin is None
     gemini = ADAPTERS["gemini"].command(inv).argv
     assert gemini == [
         "/bin/cli",
@@ -127,7 +128,7 @@ def test_adapters_build_the_measured_argv(tmp_path):
         "--include-directories",
         "/t,/kb",
         "-o",
-        "json",
+        "stream-json",
     ]
     codex = ADAPTERS["codex"].command(inv).argv
     assert codex == [
@@ -135,6 +136,7 @@ def test_adapters_build_the_measured_argv(tmp_path):
         "exec",
         "--dangerously-bypass-approvals-and-sandbox",
         "--skip-git-repo-check",
+        "--json",
         "--output-schema",
         str(inv.schema_path),
         "-o",

@@ -58,20 +58,25 @@ def test_each_cli_gets_its_real_invocation(stack):
         "-p",
         f"Read the file at {runs['claude']['input_path']} and follow the instruction autonomously.",
     ]
-    assert claude[2:5] == ["--dangerously-skip-permissions", "--output-format", "json"]
-    assert claude[5] == "--json-schema"
+    assert claude[2:6] == [
+        "--dangerously-skip-permissions",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    ]
+    assert claude[6] == "--json-schema"
     gemini = runs["gemini"]["argv"]
     assert gemini[2:4] == ["--yolo", "--skip-trust"]
     assert gemini[4:6] == ["--include-directories", temp]
-    assert gemini[-2:] == ["-o", "json"]
+    assert gemini[-2:] == ["-o", "stream-json"]
     codex = runs["codex"]["argv"]
     assert codex[:3] == [
         "exec",
         "--dangerously-bypass-approvals-and-sandbox",
         "--skip-git-repo-check",
     ]
-    assert codex[3] == "--output-schema" and codex[5] == "-o"
-    assert codex[6].startswith(f"{temp}/malamar_output_")
+    assert codex[3:5] == ["--json", "--output-schema"] and codex[6] == "-o"
+    assert codex[7].startswith(f"{temp}/malamar_output_")
     opencode = runs["opencode"]
     assert opencode["argv"] == ["run", "--auto", "--format", "json"]
     assert opencode["stdin"].startswith("Read the file at ")

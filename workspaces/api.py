@@ -21,6 +21,7 @@ class WorkspaceOut(Schema):
     retention_days: int
     notify_on_error: bool
     notify_on_in_review: bool
+    stall_kill_minutes: float
     last_activity_at: datetime
     created_at: datetime
     updated_at: datetime
@@ -37,6 +38,7 @@ class WorkspaceUpdate(Schema):
     retention_days: int | None = None
     notify_on_error: bool | None = None
     notify_on_in_review: bool | None = None
+    stall_kill_minutes: float | None = None
 
 
 class WorkspaceCreate(WorkspaceUpdate):

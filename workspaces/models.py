@@ -30,6 +30,8 @@ class Workspace(models.Model):
     retention_days = models.PositiveIntegerField(default=7)
     notify_on_error = models.BooleanField(default=True)
     notify_on_in_review = models.BooleanField(default=True)
+    # Kill a run that printed nothing for this long (minutes; 0 = never, only warn).
+    stall_kill_minutes = models.FloatField(default=0)
     last_activity_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

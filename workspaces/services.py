@@ -15,6 +15,7 @@ EDITABLE_FIELDS = (
     "retention_days",
     "notify_on_error",
     "notify_on_in_review",
+    "stall_kill_minutes",
 )
 
 
@@ -41,6 +42,13 @@ def _clean(fields: dict) -> dict:
         if isinstance(days, bool) or not isinstance(days, int) or days < 0:
             raise ValidationFailed(
                 "retention_days must be a whole number of days, 0 or more", field="retention_days"
+            )
+    if "stall_kill_minutes" in clean:
+        minutes = clean["stall_kill_minutes"]
+        if isinstance(minutes, bool) or not isinstance(minutes, int | float) or minutes < 0:
+            raise ValidationFailed(
+                "stall_kill_minutes must be a number of minutes, 0 or more",
+                field="stall_kill_minutes",
             )
     return clean
 

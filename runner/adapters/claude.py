@@ -25,8 +25,10 @@ def command(inv: Invocation) -> Command:
             "-p",
             inv.prompt,
             "--dangerously-skip-permissions",
+            # Streamed events for live activity; stream-json needs --verbose (else exit 1).
             "--output-format",
-            "json",
+            "stream-json",
+            "--verbose",
             "--json-schema",
             schema_json(inv.schema),
         ]

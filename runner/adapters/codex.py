@@ -20,6 +20,7 @@ def command(inv: Invocation) -> Command:
         [
             inv.binary,
             *_EXEC,
+            "--json",
             "--output-schema",
             str(inv.schema_path),
             "-o",

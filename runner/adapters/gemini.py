@@ -22,7 +22,7 @@ def command(inv: Invocation) -> Command:
     if inv.include_dirs:
         # One comma-separated value: the option is an array that swallows following words.
         argv += ["--include-directories", ",".join(inv.include_dirs)]
-    return Command([*argv, "-o", "json"])
+    return Command([*argv, "-o", "stream-json"])
 
 
 def health_command(binary: str) -> Command:

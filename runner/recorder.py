@@ -1,0 +1,227 @@
+"""Record one run's live activity: parse stdout lines, batch traces into the database and the
+event stream, keep token/cost totals, and watch for silence (stalls).
+
+Lines arrive on the process reader thread (`on_line` only queues them); everything that touches
+the database happens on the run's own thread in `tick()` and `finish()`, in batches: a chatty CLI
+costs a few writes a second, not one per line.
+"""
+
+import collections
+import logging
+import threading
+import time
+
+from django.db import transaction
+from django.utils import timezone
+
+from core import events
+from core.ids import new_id
+from runner.models import AgentRun, RunStatus, TraceEvent
+from runner.streams import Delta, Trace, Usage, parse_line, parser_for
+
+log = logging.getLogger(__name__)
+FLUSH_SECONDS = 0.25  # at most ~4 trace events per second per run
+FLUSH_ITEMS = 500
+LIVE_ITEMS_PER_EVENT = 50
+
+
+class RunRecorder:
+    def __init__(
+        self,
+        *,
+        cli_type: str,
+        workspace_id: str,
+        agent_id,
+        agent_name: str,
+        task_id=None,
+        chat_id=None,
+        stall_warn_seconds: float = 900,
+        stall_kill_seconds: float = 0,
+    ):
+        self.parser = parser_for(cli_type)
+        self.lines: collections.deque[str] = collections.deque()
+        self.lock = threading.Lock()
+        self.last_output = time.monotonic()
+        self.last_flush = 0.0
+        self.seq = 0
+        self.totals = {"input_tokens": None, "output_tokens": None, "cost_usd": None}
+        self.pending_text: list[str] = []
+        self.current = ""
+        self.stall_warn_seconds = stall_warn_seconds
+        self.stall_kill_seconds = stall_kill_seconds
+        self.warned = False
+        self.status = RunStatus.RUNNING
+        self.exit_code: int | None = None
+        self.killed_for_silence = False
+        self.context = {
+            "workspace_id": workspace_id,
+            "task_id": task_id,
+            "chat_id": chat_id,
+            "agent_name": agent_name,
+        }
+        with transaction.atomic():
+            self.run = AgentRun.objects.create(
+                id=new_id(),
+                workspace_id=workspace_id,
+                task_id=task_id,
+                chat_id=chat_id,
+                agent_id=agent_id,
+                agent_name=agent_name,
+                cli_type=cli_type,
+                started_at=timezone.now(),
+            )
+
+    # reader thread ---------------------------------------------------------------------------
+    def on_line(self, line: str) -> None:
+        with self.lock:
+            self.lines.append(line)
+            self.last_output = time.monotonic()
+
+    def on_output(self) -> None:
+        self.last_output = time.monotonic()
+
+    # run thread ------------------------------------------------------------------------------
+    def tick(self) -> bool:
+        """Flush when due; returns True when the run must be killed for silence."""
+        now = time.monotonic()
+        if now - self.last_flush >= FLUSH_SECONDS or len(self.lines) >= FLUSH_ITEMS:
+            try:
+                self.flush()
+            except Exception:  # e.g. the task was deleted mid-run: never break the run
+                log.warning("Could not save traces", extra={"run_id": self.run.id})
+        silent = now - self.last_output
+        if not self.warned and self.stall_warn_seconds and silent >= self.stall_warn_seconds:
+            self.warned = True
+            self._stalled(silent)
+        if self.stall_kill_seconds and silent >= self.stall_kill_seconds:
+            self.killed_for_silence = True
+            return True
+        return False
+
+    def _drain(self) -> list:
+        with self.lock:
+            lines = list(self.lines)
+            self.lines.clear()
+        items = []
+        for line in lines:
+            items.extend(parse_line(self.parser, line))
+        return items
+
+    def _traces(self, items: list) -> tuple[list[Trace], list[str]]:
+        traces, deltas = [], []
+        for item in items:
+            if isinstance(item, Delta):
+                self.pending_text.append(item.text)
+                deltas.append(item.text)
+            elif isinstance(item, Usage):
+                self._add_usage(item)
+            elif isinstance(item, Trace):
+                if self.pending_text and item.kind != "text":
+                    traces.append(Trace("text", "".join(self.pending_text)))
+                self.pending_text = []
+                traces.append(item)
+        return traces, deltas
+
+    def _add_usage(self, usage: Usage) -> None:
+        for key in ("input_tokens", "output_tokens", "cost_usd"):
+            value = getattr(usage, key)
+            if value is None:
+                continue
+            base = 0 if usage.total or self.totals[key] is None else self.totals[key]
+            self.totals[key] = base + value
+
+    def flush(self, *, final: bool = False) -> None:
+        self.last_flush = time.monotonic()
+        traces, deltas = self._traces(self._drain())
+        if final and self.pending_text:
+            traces.append(Trace("text", "".join(self.pending_text)))
+            self.pending_text = []
+        if not traces and not deltas and not final:
+            return
+        now = timezone.now()
+        rows = []
+        for trace in traces:
+            self.seq += 1
+            rows.append(
+                TraceEvent(
+                    run_id=self.run.id,
+                    seq=self.seq,
+                    kind=trace.kind,
+                    action_kind=trace.action_kind or "",
+                    text=trace.text,
+                    detail=trace.detail,
+                    created_at=now,
+                )
+            )
+            if trace.kind in ("action", "plan", "thought", "status"):
+                self.current = trace.text
+        with transaction.atomic():
+            if rows:
+                TraceEvent.objects.bulk_create(rows)
+            AgentRun.objects.filter(id=self.run.id).update(
+                trace_count=self.seq,
+                current_action=self.current[:500],
+                last_output_at=now,
+                **{k: v for k, v in self.totals.items() if v is not None},
+            )
+            if rows or deltas:
+                events.publish("run.trace", self._payload(rows, deltas))
+
+    def _payload(self, rows: list, deltas: list[str]) -> dict:
+        items = [
+            {"seq": r.seq, "kind": r.kind, "action_kind": r.action_kind, "text": r.text[:300]}
+            for r in rows[-LIVE_ITEMS_PER_EVENT:]
+        ]
+        return {
+            **self.context,
+            "run_id": self.run.id,
+            "items": items,
+            "text_delta": "".join(deltas)[-2000:],
+            "current_action": self.current[:300],
+        }
+
+    def _stalled(self, silent: float) -> None:
+        with transaction.atomic():
+            AgentRun.objects.filter(id=self.run.id).update(stalled_at=timezone.now())
+            events.publish(
+                "run.stalled",
+                {**self.context, "run_id": self.run.id, "silent_seconds": int(silent)},
+            )
+
+    def note(self, execution) -> None:
+        """Remember how the CLI ended (the status is saved by finish())."""
+        result = execution.result
+        self.exit_code = result.exit_code if result else None
+        if execution.stopped:
+            self.status = RunStatus.STOPPED
+        elif execution.error:
+            self.status = RunStatus.FAILED
+        else:
+            self.status = RunStatus.COMPLETED
+
+    def finish(self, *, status: str, exit_code: int | None) -> None:
+        if status == RunStatus.RUNNING:  # ended before the CLI ran (or by an exception)
+            status = RunStatus.FAILED
+        try:
+            self.flush(final=True)
+        except Exception:
+            log.exception("Could not save the last traces", extra={"run_id": self.run.id})
+        AgentRun.objects.filter(id=self.run.id).update(
+            status=status, exit_code=exit_code, ended_at=timezone.now()
+        )
+
+
+def stall_limits(workspace) -> dict:
+    from core.settings_store import settings_get
+
+    return {
+        "stall_warn_seconds": float(settings_get()["stall_warning_minutes"]) * 60,
+        "stall_kill_seconds": float(workspace.stall_kill_minutes or 0) * 60,
+    }
+
+
+def close_interrupted_runs() -> int:
+    """At worker start: runs a dead worker left open are closed as interrupted."""
+    return AgentRun.objects.filter(status=RunStatus.RUNNING).update(
+        status=RunStatus.INTERRUPTED, ended_at=timezone.now()
+    )

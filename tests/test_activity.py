@@ -1,0 +1,178 @@
+"""Live agent activity: stream parsing over the real samples, traces while runs are running,
+tokens and cost, interrupted runs, and stalls."""
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from runner.streams import Delta, Trace, Usage, parse_line, parser_for
+from tests.live import wait_until
+from tests.stack import alive
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "cli-samples"
+if not SAMPLES.exists():
+    SAMPLES = Path(__file__).resolve().parent / "fixtures" / "cli-samples"
+
+
+def items(name: str) -> list:
+    cli = name.split("_")[0]
+    parser = parser_for(cli)
+    return [
+        i for line in (SAMPLES / name).read_text().splitlines() for i in parse_line(parser, line)
+    ]
+
+
+def traces(found) -> list[tuple]:
+    return [(t.kind, t.action_kind, t.text) for t in found if isinstance(t, Trace)]
+
+
+def usage(found) -> Usage:
+    return [u for u in found if isinstance(u, Usage)][-1]
+
+
+def test_claude_stream_sample():
+    found = items("claude_stream_write.jsonl")
+    got = traces(found)
+    assert got[0][0] == "status" and got[0][2].startswith("Started (claude-opus")
+    assert ("text", None, "I will write the file now.") in got
+    assert got[2][:2] == ("action", "file-create") and got[2][2].endswith("/w/out.txt")
+    assert got[-1] == ("text", None, "FAKE_DONE: the file has been written.")
+    final = usage(found)
+    assert final.total and final.cost_usd == pytest.approx(0.00046)
+    assert final.output_tokens > 0
+
+
+def test_claude_partial_deltas_and_retries():
+    assert any(isinstance(i, Delta) for i in items("claude_stream_partial.jsonl"))
+    retries = [t for t in traces(items("claude_stream_no_network.jsonl")) if "retry" in t[2]]
+    assert retries[0][2] == "Model API unavailable, retry 1/10"
+
+
+def test_gemini_stream_sample():
+    found = items("gemini_stream_write.jsonl")
+    assert traces(found)[1][:2] == ("action", "file-create")
+    assert "".join(d.text for d in found if isinstance(d, Delta)) == (
+        "FAKE_DONE: the file has been written."
+    )
+    assert (usage(found).input_tokens, usage(found).output_tokens) == (24, 10)
+    errors = [t for t in traces(items("gemini_stream_401.jsonl")) if t[0] == "error"]
+    assert "invalid x-api-key" in errors[0][2]
+
+
+def test_codex_stream_sample():
+    found = traces(items("codex_exec_json_cmd.jsonl"))
+    command = next(t for t in found if t[1] == "command")
+    assert command[2].startswith("Running `/bin/bash -lc 'echo hello-from-codex")
+    result = next(t for t in found if t[1] == "command-result")
+    assert result[2] == "Command finished (exit 0)"
+    assert ("text", None, "FAKE_DONE: command executed.") in found
+    assert usage(items("codex_exec_json_cmd.jsonl")).input_tokens == 24
+    failed = traces(items("codex_exec_401.jsonl"))
+    assert failed[-1][0] == "error" and "401" in failed[-1][2]
+    waiting = traces(items("codex_exec_no_network.jsonl"))
+    assert any("waiting for network" in t[2] for t in waiting)
+
+
+def test_opencode_stream_sample():
+    found = items("opencode_json_write.jsonl")
+    assert traces(found)[:2][1][:2] == ("action", "file-create")
+    costs = [u.cost_usd for u in found if isinstance(u, Usage)]
+    assert costs == [0.000138, 0.000138]
+    assert traces(items("opencode_json_401.jsonl")) == [("error", None, "fake: invalid x-api-key")]
+    rejected = traces(items("opencode_json_rejected_permission.jsonl"))
+    assert any(t[0] == "error" and "rejected permission" in t[2] for t in rejected)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "plain banner",
+        "{broken",
+        "[1,2]",
+        '{"type": 5}',
+        '{"type": "assistant", "message": "x"}',
+    ],
+)
+@pytest.mark.parametrize("cli", ["claude", "gemini", "codex", "opencode"])
+def test_odd_lines_are_ignored(cli, line):
+    assert all(not isinstance(i, Trace) or i.text for i in parse_line(parser_for(cli), line))
+
+
+@pytest.mark.live
+def test_traces_appear_while_the_run_is_still_running(stack):
+    ws = stack.workspace(agents=[("Planner", "claude")])
+    task = stack.task(ws, "@fake sleep 3 review finished")
+
+    def live_trace():
+        runs = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
+        return runs and runs[0]["status"] == "running" and runs[0]["traces"]
+
+    wait_until(live_trace, timeout=20, what="a trace while running")
+    run = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"][0]
+    assert run["traces"][0]["kind"] == "status"
+    assert stack.comments(task) == []  # the run has not ended yet
+    stack.wait_status(task, "in_review")
+    runs = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
+    first = runs[0]
+    assert first["status"] == "completed" and first["exit_code"] == 0
+    assert [t["seq"] for t in first["traces"]] == sorted(t["seq"] for t in first["traces"])
+    assert first["cost_usd"] is not None and first["input_tokens"] is not None
+    total = stack.api("GET", f"/workspaces/{ws['id']}/usage")
+    assert total["runs"] == len(runs) and total["cost_usd"] > 0
+
+
+@pytest.mark.live
+def test_restart_marks_a_killed_run_interrupted(stack):
+    ws = stack.workspace(agents=[("Planner", "codex")])
+    task = stack.task(ws, "@fake sleep 30")
+    run = stack.wait_run()[0]
+    stack.worker.send_signal(signal.SIGKILL)
+    stack.worker.wait()
+    stack.start_worker()
+    wait_until(lambda: not alive(run["pid"]), timeout=10, what="orphan killed")
+    statuses = [r["status"] for r in stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]]
+    assert statuses[0] == "interrupted"
+
+
+@pytest.mark.live
+def test_a_silent_run_raises_a_stall_warning_and_the_hard_limit_kills_it(stack):
+    from tests.live import SseClient
+
+    stack.api("PUT", "/settings", {"stall_warning_minutes": 0.02}, expect=200)  # 1.2 s
+    ws = stack.workspace(agents=[("Planner", "gemini")], stall_kill_minutes=0.05)  # 3 s
+    client = SseClient(stack.server.url)
+    task = stack.task(ws, "@fake sleep 60 comment never")
+    run = stack.wait_run()[0]
+    wait_until(lambda: client.of_type("run.stalled"), timeout=20, what="run.stalled event")
+    stalled = client.of_type("run.stalled")[0][2]
+    assert stalled["task_id"] == task["id"] and stalled["agent_name"] == "Planner"
+    comment = stack.wait_comments(task, 1, timeout=20)[0]
+    assert comment["content"].startswith("CLI produced no output for 0.05 minutes")
+    assert not alive(run["pid"])
+    assert stack.api("GET", f"/tasks/{task['id']}/runs")["runs"][0]["stalled_at"]
+    client.close()
+
+
+def test_trace_events_are_batched(db, workspace):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from runner.recorder import RunRecorder
+
+    recorder = RunRecorder(
+        cli_type="codex", workspace_id=workspace.id, agent_id=None, agent_name="A"
+    )
+    line = json.dumps(
+        {"type": "item.started", "item": {"type": "command_execution", "command": "ls"}}
+    )
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(1000):
+            recorder.on_line(line)
+        recorder.flush()
+        recorder.finish(status="completed", exit_code=0)
+    writes = [q for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
+    assert len(writes) < 20
+    assert recorder.run.traces.count() == 1000

@@ -1,0 +1,106 @@
+"""Workspace forms: input validation only; the services enforce the rules."""
+
+from django import forms
+
+from workspaces.models import WorkingDirectoryMode, Workspace
+
+REQUIRED_TITLE = {"required": "Title is required"}
+SWITCH = forms.CheckboxInput(attrs={"role": "switch"})
+
+
+class WorkspaceCreateForm(forms.Form):
+    title = forms.CharField(
+        label="Title",
+        error_messages=REQUIRED_TITLE,
+        widget=forms.TextInput(attrs={"autocomplete": "off", "placeholder": "e.g. Website"}),
+    )
+    description = forms.CharField(
+        label="Instruction",
+        required=False,
+        help_text="Context every agent receives: the goal, the repositories, the conventions.",
+        widget=forms.Textarea(attrs={"rows": 4}),
+    )
+
+
+class WorkspaceSettingsForm(forms.Form):
+    title = forms.CharField(label="Title", error_messages=REQUIRED_TITLE)
+    description = forms.CharField(
+        label="Instruction",
+        required=False,
+        help_text="Context every agent receives: the goal, the repositories, the conventions.",
+        widget=forms.Textarea(attrs={"rows": 6}),
+    )
+    working_directory_mode = forms.ChoiceField(
+        label="Working directory",
+        # The default (temp) first.
+        choices=sorted(WorkingDirectoryMode.choices, key=lambda c: c[0] != "temp"),
+        widget=forms.RadioSelect,
+    )
+    working_directory_path = forms.CharField(
+        label="Directory path",
+        required=False,
+        help_text="Every agent works in this folder, for every task.",
+        widget=forms.TextInput(
+            attrs={
+                "placeholder": "/home/me/projects/website",
+                "spellcheck": "false",
+                "autocomplete": "off",
+                # Django keeps a widget's own aria-describedby: list the hint, error and warning.
+                "aria-describedby": (
+                    "id_working_directory_path_helptext id_working_directory_path_error "
+                    "path-warning-text"
+                ),
+            }
+        ),
+    )
+    auto_delete_done_tasks = forms.BooleanField(
+        label="Delete done tasks automatically",
+        required=False,
+        help_text="Done tasks older than the retention period are removed once a day.",
+        widget=SWITCH,
+    )
+    retention_days = forms.IntegerField(
+        label="Keep done tasks for (days)",
+        min_value=0,
+        help_text="0 keeps them until you delete them.",
+        error_messages={
+            "required": "Enter a number of days (0 or more)",
+            "invalid": "Enter a whole number of days",
+            "min_value": "Enter 0 or more days",
+        },
+        widget=forms.NumberInput(attrs={"min": 0, "inputmode": "numeric"}),
+    )
+    notify_on_error = forms.BooleanField(
+        label="When an error occurs",
+        required=False,
+        help_text="A CLI fails, times out or returns malformed output.",
+        widget=SWITCH,
+    )
+    notify_on_in_review = forms.BooleanField(
+        label="When a task moves to In Review",
+        required=False,
+        help_text="The agents finished or need your input.",
+        widget=SWITCH,
+    )
+
+    @classmethod
+    def for_workspace(cls, workspace: Workspace) -> "WorkspaceSettingsForm":
+        return cls(initial={name: getattr(workspace, name) for name in cls.base_fields})
+
+
+class WorkspaceDeleteForm(forms.Form):
+    confirm_title = forms.CharField(
+        label="Type the workspace name to confirm",
+        error_messages={"required": "Type the workspace name to confirm"},
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+
+    def __init__(self, *args, workspace: Workspace, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.workspace = workspace
+
+    def clean_confirm_title(self):
+        value = self.cleaned_data["confirm_title"]
+        if value.strip() != self.workspace.title:
+            raise forms.ValidationError("The name does not match")
+        return value

@@ -1,0 +1,191 @@
+"""Workspace pages: list (home), detail with tabs, settings. Thin: parse → service → fragment."""
+
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+
+from agents import selectors as agent_selectors
+from agents.forms import AgentForm
+from core.errors import ServiceError
+from core.forms import apply_service_error
+from workspaces import selectors, services
+from workspaces.forms import WorkspaceCreateForm, WorkspaceDeleteForm, WorkspaceSettingsForm
+from workspaces.models import Workspace
+
+TABS = ("tasks", "chat", "agents")
+# Fragments with validation errors answer 200 (browsers log every 4xx XHR as a console error);
+# plain form posts without JavaScript get 422 with the whole page.
+INVALID = 422
+LIST = "workspaces/list.html"
+DETAIL = "workspaces/detail.html"
+SETTINGS = "workspaces/settings.html"
+
+
+def _targets(request, target: str) -> bool:
+    return bool(request.htmx) and request.htmx.target == target
+
+
+def _client_redirect(request, url: str):
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
+# --- list -------------------------------------------------------------------------------
+
+
+def _list_context(query: str, form=None) -> dict:
+    return {
+        "workspaces": selectors.workspace_cards(query),
+        "total": selectors.workspace_count(),
+        "q": query,
+        "form": form or WorkspaceCreateForm(),
+    }
+
+
+@require_GET
+@vary_on_headers("HX-Request", "HX-Target")
+def workspace_list(request):
+    query = request.GET.get("q", "").strip()
+    context = _list_context(query)
+    if _targets(request, "workspace-results"):
+        return render(request, f"{LIST}#results", context)
+    return render(request, LIST, context)
+
+
+@require_POST
+def workspace_create(request):
+    form = WorkspaceCreateForm(request.POST)
+    if form.is_valid():
+        try:
+            workspace = services.workspace_create(**form.cleaned_data)
+        except ServiceError as error:
+            apply_service_error(form, error)
+        else:
+            return _client_redirect(request, reverse("workspace_detail", args=[workspace.id]))
+    if request.htmx:
+        return render(request, f"{LIST}#create_form", {"form": form})
+    context = {**_list_context(""), "form": form, "create_open": True}
+    return render(request, LIST, context, status=INVALID)
+
+
+# --- detail -----------------------------------------------------------------------------
+
+
+def detail_context(workspace: Workspace, tab: str) -> dict:
+    agents = agent_selectors.agents_for_workspace(workspace)
+    return {
+        "workspace": workspace,
+        "tab": tab,
+        "agents": agents,
+        "unhealthy": selectors.unhealthy_agent_clis(workspace),
+    }
+
+
+@require_GET
+@vary_on_headers("HX-Request", "HX-Target")
+def workspace_detail(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    tab = request.GET.get("tab", "tasks")
+    tab = tab if tab in TABS else "tasks"
+    context = detail_context(workspace, tab)
+    if _targets(request, "workspace-tabs"):
+        return render(request, f"{DETAIL}#tabs", context)
+    return render(request, DETAIL, context)
+
+
+@require_GET
+def workspace_banners(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    return render(request, f"{DETAIL}#banners", detail_context(workspace, "agents"))
+
+
+@require_GET
+def workspace_header(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    return render(request, f"{DETAIL}#header", {"workspace": workspace})
+
+
+# --- settings ---------------------------------------------------------------------------
+
+
+def _settings_context(workspace: Workspace, form, delete_form=None) -> dict:
+    return {
+        "workspace": workspace,
+        "form": form,
+        "delete_form": delete_form or WorkspaceDeleteForm(workspace=workspace),
+        "path_warning": selectors.directory_warning(
+            form["working_directory_mode"].value(), form["working_directory_path"].value()
+        ),
+    }
+
+
+@require_http_methods(["GET", "POST"])
+@vary_on_headers("HX-Request")
+def workspace_settings(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    if request.method == "GET":
+        form = WorkspaceSettingsForm.for_workspace(workspace)
+        return render(request, SETTINGS, _settings_context(workspace, form))
+    form = WorkspaceSettingsForm(request.POST)
+    saved = False
+    if form.is_valid():
+        try:
+            services.workspace_update(workspace=workspace, **form.cleaned_data)
+        except ServiceError as error:
+            apply_service_error(form, error)
+        else:
+            saved = True
+    if not request.htmx:
+        if saved:
+            messages.success(request, "Settings saved")
+            return redirect("workspace_settings", workspace_id=workspace.id)
+        return render(request, SETTINGS, _settings_context(workspace, form), status=INVALID)
+    if saved:
+        form = WorkspaceSettingsForm.for_workspace(workspace)
+    context = _settings_context(workspace, form)
+    response = render(request, f"{SETTINGS}#settings_form", context)
+    if saved:
+        trigger_client_event(
+            response, "malamar:toast", {"level": "success", "message": "Settings saved"}
+        )
+        trigger_client_event(response, "malamar:workspace-saved", {})
+    return response
+
+
+@require_GET
+def workspace_path_check(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    warning = selectors.directory_warning(
+        request.GET.get("working_directory_mode"), request.GET.get("working_directory_path")
+    )
+    context = {"workspace": workspace, "path_warning": warning}
+    return render(request, f"{SETTINGS}#path_warning", context)
+
+
+@require_POST
+def workspace_delete(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    form = WorkspaceDeleteForm(request.POST, workspace=workspace)
+    if form.is_valid():
+        title = workspace.title
+        services.workspace_delete(workspace=workspace)
+        messages.success(request, f"Deleted “{title}”")
+        return _client_redirect(request, reverse("home"))
+    if request.htmx:
+        context = {"workspace": workspace, "delete_form": form}
+        return render(request, f"{SETTINGS}#delete_form", context)
+    settings_form = WorkspaceSettingsForm.for_workspace(workspace)
+    context = {**_settings_context(workspace, settings_form, form), "delete_open": True}
+    return render(request, SETTINGS, context, status=INVALID)
+
+
+def agent_form_context(workspace: Workspace, form: AgentForm, agent=None) -> dict:
+    """Context for the agent dialog (shared with agents.views)."""
+    return {
+        "workspace": workspace,
+        "agent": agent,
+        "agent_form": form,
+        "cli_options": agent_selectors.cli_options(),
+    }
