@@ -34,15 +34,53 @@ class ChatMessageOut(Schema):
     role: str
     message: str
     actions: list[Any] | None
+    agent_id: str | None
+    agent_name: str
+    included: bool
     created_at: datetime
+
+
+class ParticipantOut(Schema):
+    id: str
+    agent_id: str | None
+    agent_name: str
+    cli_type: str | None
+    effective_cli_type: str | None
+    enabled: bool
+    position: int
 
 
 class ChatDetailOut(ChatOut):
     messages: list[ChatMessageOut]
+    participants: list[ParticipantOut]
 
     @staticmethod
     def resolve_messages(obj):
         return obj.message_list
+
+    @staticmethod
+    def resolve_participants(obj):
+        return obj.participant_list
+
+
+class ParticipantCreate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    agent_id: str | None = None
+    cli_type: str | None = None
+
+
+class ParticipantUpdate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool | None = None
+    cli_type: str | None = None
+
+
+class MessageUpdate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    included: bool
 
 
 class ChatList(Schema):
@@ -134,3 +172,44 @@ def upload_attachments(request, chat_id: str, files: File[list[UploadedFile]]):
     """multipart/form-data with one or more files under the field name `files`."""
     chat = get_or_404(Chat, chat_id, "Chat")
     return Status(201, {"messages": services.chat_attachments_add(chat=chat, files=files)})
+
+
+def _participant(chat_id: str, participant_id: str):
+    from chats.models import ChatParticipant
+
+    participant = ChatParticipant.objects.filter(id=participant_id, chat_id=chat_id).first()
+    if participant is None:
+        raise NotFound("Participant not found")
+    return participant
+
+
+@router.post("/chats/{chat_id}/participants", response={201: ChatDetailOut})
+def add_participant(request, chat_id: str, payload: ParticipantCreate):
+    chat = get_or_404(Chat, chat_id, "Chat")
+    services.chat_participant_add(chat=chat, **payload.model_dump())
+    return Status(201, selectors.chat_detail(chat_id))
+
+
+@router.put("/chats/{chat_id}/participants/{participant_id}", response=ChatDetailOut)
+def update_participant(request, chat_id: str, participant_id: str, payload: ParticipantUpdate):
+    participant = _participant(chat_id, participant_id)
+    services.chat_participant_update(
+        participant=participant, **payload.model_dump(exclude_unset=True)
+    )
+    return selectors.chat_detail(chat_id)
+
+
+@router.delete("/chats/{chat_id}/participants/{participant_id}", response=ChatDetailOut)
+def remove_participant(request, chat_id: str, participant_id: str):
+    services.chat_participant_remove(participant=_participant(chat_id, participant_id))
+    return selectors.chat_detail(chat_id)
+
+
+@router.put("/chats/{chat_id}/messages/{message_id}", response=ChatMessageOut)
+def update_message(request, chat_id: str, message_id: str, payload: MessageUpdate):
+    from chats.models import ChatMessage
+
+    message = ChatMessage.objects.filter(id=message_id, chat_id=chat_id).first()
+    if message is None:
+        raise NotFound("Message not found")
+    return services.chat_message_set_included(message=message, included=payload.included)

@@ -35,12 +35,39 @@ class Chat(models.Model):
         return self.title
 
 
+class ChatParticipant(models.Model):
+    """An agent taking part in a chat (agent NULL = Malamar). A one-agent chat has one; the
+    first (position 0) is mirrored on `Chat.agent` / `Chat.cli_type`."""
+
+    id = id_field()
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="participants")
+    agent = models.ForeignKey(
+        "agents.Agent", on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    cli_type = models.CharField(max_length=10, null=True, blank=True)
+    enabled = models.BooleanField(default=True)
+    position = models.IntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "chat_participants"
+        indexes = [models.Index(fields=["chat", "position"])]
+
+    def __str__(self) -> str:
+        return f"{self.chat_id}: {self.agent_id or 'Malamar'}"
+
+
 class ChatMessage(models.Model):
     id = id_field()
     chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="messages")
     role = models.CharField(max_length=10, choices=ChatRole.choices)
     message = models.TextField()
     actions = models.JSONField(null=True, blank=True)
+    # Which agent answered (agent messages; NULL + "Malamar" for the Malamar agent).
+    agent_id = models.CharField(max_length=21, null=True, blank=True)
+    agent_name = models.CharField(max_length=200, blank=True, default="")
+    # Left out of what agents see next when False (system messages are always included).
+    included = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -57,6 +84,9 @@ class ChatQueueItem(models.Model):
     chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="queue_items")
     workspace = models.ForeignKey(
         "workspaces.Workspace", on_delete=models.CASCADE, related_name="+"
+    )
+    participant = models.ForeignKey(
+        ChatParticipant, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     status = models.CharField(
         max_length=12, choices=QueueStatus.choices, default=QueueStatus.QUEUED

@@ -92,6 +92,28 @@ def chat_cli_type(chat: Chat) -> str | None:
     return first_available_cli()
 
 
+def participant_cli_type(participant) -> str | None:
+    """A participant's CLI: its override, else its agent's CLI, else (Malamar) the first
+    available one."""
+    if participant.cli_type:
+        return participant.cli_type
+    if participant.agent_id:
+        return participant.agent.cli_type
+    return first_available_cli()
+
+
+def chat_participants(chat_id: str) -> list:
+    from chats.models import ChatParticipant
+
+    participants = list(
+        ChatParticipant.objects.filter(chat_id=chat_id).select_related("agent").order_by("position")
+    )
+    for participant in participants:
+        participant.agent_name = participant.agent.name if participant.agent else MALAMAR_NAME
+        participant.effective_cli_type = participant_cli_type(participant)
+    return participants
+
+
 def chat_is_busy(chat_id: str) -> bool:
     return ChatQueueItem.objects.filter(chat_id=chat_id, status__in=ACTIVE_STATUSES).exists()
 
@@ -124,4 +146,5 @@ def chat_detail(chat_id: str) -> Chat | None:
     chat = chat_summary(chat_id)
     if chat is not None:
         chat.message_list = chat_messages(chat_id)
+        chat.participant_list = chat_participants(chat_id)
     return chat

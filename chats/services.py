@@ -12,8 +12,15 @@ from django.utils import timezone
 
 from agents.models import Agent, CliType
 from chats import attachments
-from chats.models import DEFAULT_CHAT_TITLE, Chat, ChatMessage, ChatQueueItem, ChatRole
-from chats.selectors import ACTIVE_STATUSES, MALAMAR_NAME, chat_cli_type
+from chats.models import (
+    DEFAULT_CHAT_TITLE,
+    Chat,
+    ChatMessage,
+    ChatParticipant,
+    ChatQueueItem,
+    ChatRole,
+)
+from chats.selectors import ACTIVE_STATUSES, MALAMAR_NAME, participant_cli_type
 from core import events
 from core.activity import workspace_touch
 from core.errors import Conflict, NotFound, ServiceError, ValidationFailed, require_text
@@ -85,6 +92,7 @@ def chat_create(
         chat = Chat.objects.create(
             workspace=workspace, agent=agent, title=title, created_at=now, updated_at=now
         )
+        ChatParticipant.objects.create(chat=chat, agent=agent, position=0, created_at=now)
         workspace_touch(workspace.id, now=now)
         events.publish("chat.updated", _chat_payload(chat))
     return chat
@@ -120,6 +128,9 @@ def chat_update(*, chat: Chat, title=UNSET, agent_id=UNSET, cli_type=UNSET) -> C
         for field, value in changes.items():
             setattr(chat, field, value)
         Chat.objects.filter(id=chat.id).update(**changes)
+        ChatParticipant.objects.filter(chat=chat, position=_first_position(chat)).update(
+            agent=chat.agent, cli_type=chat.cli_type
+        )
         if switched:
             chat_message_add_system(chat=chat, message=switched)
         workspace_touch(chat.workspace_id, now=now)
@@ -153,8 +164,13 @@ def chat_message_add_system(*, chat: Chat, message: str) -> ChatMessage:
     return msg
 
 
-def chat_message_add_agent(*, chat: Chat, message: str, actions: list | None) -> ChatMessage:
-    """The agent's reply (text may be empty when it only returned actions)."""
+def chat_message_add_agent(
+    *, chat: Chat, message: str, actions: list | None, agent: Agent | None = UNSET
+) -> ChatMessage:
+    """An agent's reply (text may be empty when it only returned actions), attributed to the
+    agent that wrote it (None = Malamar; not given = the chat's first participant)."""
+    if agent is UNSET:
+        agent = chat.agent
     now = timezone.now()
     with transaction.atomic():
         msg = ChatMessage.objects.create(
@@ -162,35 +178,46 @@ def chat_message_add_agent(*, chat: Chat, message: str, actions: list | None) ->
             role=ChatRole.AGENT,
             message=message or "",
             actions=actions or None,
+            agent_id=agent.id if agent else None,
+            agent_name=_agent_label(agent),
             created_at=now,
         )
         _added(chat, ChatRole.AGENT, now)
     return msg
 
 
-def _check_cli(chat: Chat) -> str:
-    cli = chat_cli_type(chat)
+def _no_cli_message(participant: ChatParticipant, cli: str | None) -> str:
     if cli is None:
-        raise Conflict(
+        return (
             "No CLI available: every CLI failed its health check. Fix one in Settings → CLIs "
-            "(or refresh the health check) and send again.",
-            field="cli_type",
+            "(or refresh the health check) and send again."
         )
-    if not cli_available(cli):
-        source = "this chat's CLI override" if chat.cli_type else f"{chat.agent.name}'s CLI"
-        raise Conflict(
-            f"No CLI available: {CliType(cli).label} ({source}) failed its health check. "
-            "Choose another CLI for this chat or fix it in Settings → CLIs.",
-            field="cli_type",
-        )
-    return cli
+    source = (
+        "the CLI override" if participant.cli_type else f"{_agent_label(participant.agent)}'s CLI"
+    )
+    return (
+        f"No CLI available: {CliType(cli).label} ({source}) failed its health check. "
+        "Choose another CLI for this chat or fix it in Settings → CLIs."
+    )
+
+
+def _runnable(participants: list[ChatParticipant]) -> tuple[list, list[str]]:
+    """The participants whose CLI is available, and a note for each one that is not."""
+    ready, notes = [], []
+    for participant in participants:
+        cli = participant_cli_type(participant)
+        if cli is not None and cli_available(cli):
+            ready.append(participant)
+        else:
+            notes.append(_no_cli_message(participant, cli))
+    return ready, notes
 
 
 def chat_message_send(*, chat: Chat, message: str) -> ChatMessage:
-    """The user's message: stored, queued for the agent, and the worker poked.
+    """The user's message: stored, and queued once per enabled participant (they answer in
+    parallel). With every participant disabled (solo mode) it is only stored.
 
-    Refused while the chat is still answering (queued or in progress) and when no CLI is
-    available for it.
+    Refused while any answer is still pending, and when no enabled participant has a CLI.
     """
     message = require_text(message, field="message", label="Message")
     now = timezone.now()
@@ -200,18 +227,31 @@ def chat_message_send(*, chat: Chat, message: str) -> ChatMessage:
             raise NotFound("Chat not found")
         if ChatQueueItem.objects.filter(chat=chat, status__in=ACTIVE_STATUSES).exists():
             raise Conflict(
-                "The agent is still answering the previous message: wait, or stop it first.",
+                "The agents are still answering the previous message: wait, or stop them first.",
                 field="message",
             )
-        _check_cli(chat)
+        enabled = list(
+            chat.participants.filter(enabled=True).select_related("agent").order_by("position")
+        )
+        ready, notes = _runnable(enabled)
+        if enabled and not ready:
+            raise Conflict(notes[0], field="cli_type")
         msg = ChatMessage.objects.create(
             chat=chat, role=ChatRole.USER, message=message, created_at=now
         )
-        ChatQueueItem.objects.create(
-            chat=chat, workspace_id=chat.workspace_id, created_at=now, updated_at=now
-        )
         _added(chat, ChatRole.USER, now)
-        wake_worker_on_commit()
+        for note in notes:
+            chat_message_add_system(chat=chat, message=note)
+        for participant in ready:
+            ChatQueueItem.objects.create(
+                chat=chat,
+                workspace_id=chat.workspace_id,
+                participant=participant,
+                created_at=now,
+                updated_at=now,
+            )
+        if ready:
+            wake_worker_on_commit()
     return msg
 
 
@@ -270,14 +310,105 @@ def chat_attachments_add(*, chat: Chat, files) -> list[ChatMessage]:
 
 
 def chats_switch_to_malamar(*, agent) -> None:
-    """Before an agent is deleted: its chats continue with the Malamar agent."""
+    """Before an agent is deleted: it leaves the chats it takes part in. A chat it was alone
+    in continues with the Malamar agent."""
     with transaction.atomic():
-        for chat in Chat.objects.filter(agent=agent):
+        for participant in ChatParticipant.objects.filter(agent=agent).select_related("chat"):
+            chat = participant.chat
+            if chat.participants.count() > 1:
+                participant.delete()
+                chat_message_add_system(chat=chat, message=f"{agent.name} left the chat")
+                _sync_first(chat)
+            else:
+                ChatParticipant.objects.filter(id=participant.id).update(agent=None, cli_type=None)
+                Chat.objects.filter(id=chat.id).update(agent=None, cli_type=None)
+                chat_message_add_system(
+                    chat=chat, message=f"Switched from {agent.name} to {MALAMAR_NAME}"
+                )
+            events.publish("chat.updated", _chat_payload(chat))
+        for chat in Chat.objects.filter(agent=agent):  # a chat without participant rows
+            Chat.objects.filter(id=chat.id).update(agent=None, cli_type=None)
             chat_message_add_system(
                 chat=chat, message=f"Switched from {agent.name} to {MALAMAR_NAME}"
             )
-            Chat.objects.filter(id=chat.id).update(agent=None, cli_type=None)
             events.publish("chat.updated", _chat_payload(chat))
+
+
+def _first_position(chat: Chat) -> int:
+    first = chat.participants.order_by("position").values_list("position", flat=True).first()
+    return 0 if first is None else first
+
+
+def _sync_first(chat: Chat) -> None:
+    """Chat.agent / Chat.cli_type mirror the first participant (one-agent chat behaviour)."""
+    first = chat.participants.order_by("position").first()
+    if first is not None:
+        Chat.objects.filter(id=chat.id).update(agent=first.agent, cli_type=first.cli_type)
+        chat.agent, chat.cli_type = first.agent, first.cli_type
+
+
+def chat_participant_add(
+    *, chat: Chat, agent_id: str | None, cli_type: str | None = None
+) -> ChatParticipant:
+    """Add an agent (None = Malamar) to the chat; it answers from the next message on."""
+    agent = chat_agent_resolve(workspace_id=chat.workspace_id, agent_id=agent_id)
+    cli_type = _clean_cli(cli_type)
+    with transaction.atomic():
+        if chat.participants.filter(agent=agent).exists():
+            raise Conflict(f"{_agent_label(agent)} is already in this chat", field="agent_id")
+        last = chat.participants.order_by("-position").values_list("position", flat=True).first()
+        participant = ChatParticipant.objects.create(
+            chat=chat, agent=agent, cli_type=cli_type, position=(last or 0) + 1
+        )
+        chat_message_add_system(chat=chat, message=f"{_agent_label(agent)} joined the chat")
+        events.publish("chat.updated", _chat_payload(chat))
+    return participant
+
+
+def chat_participant_update(
+    *, participant: ChatParticipant, enabled=UNSET, cli_type=UNSET
+) -> ChatParticipant:
+    """Enable/disable a participant (a disabled one does not answer) or set its CLI."""
+    changes = {}
+    if enabled is not UNSET:
+        if not isinstance(enabled, bool):
+            raise ValidationFailed("enabled must be true or false", field="enabled")
+        changes["enabled"] = enabled
+    if cli_type is not UNSET:
+        changes["cli_type"] = _clean_cli(cli_type)
+    with transaction.atomic():
+        for field, value in changes.items():
+            setattr(participant, field, value)
+        ChatParticipant.objects.filter(id=participant.id).update(**changes)
+        chat = participant.chat
+        _sync_first(chat)
+        events.publish("chat.updated", _chat_payload(chat))
+    return participant
+
+
+def chat_participant_remove(*, participant: ChatParticipant) -> None:
+    chat = participant.chat
+    with transaction.atomic():
+        if chat.participants.count() <= 1:
+            raise Conflict("A chat needs at least one agent", field="participant")
+        name = _agent_label(participant.agent)
+        participant.delete()
+        _sync_first(chat)
+        chat_message_add_system(chat=chat, message=f"{name} left the chat")
+        events.publish("chat.updated", _chat_payload(chat))
+
+
+def chat_message_set_included(*, message: ChatMessage, included: bool) -> ChatMessage:
+    """Keep a user or agent message in (or out of) what agents see from the next run on."""
+    if not isinstance(included, bool):
+        raise ValidationFailed("included must be true or false", field="included")
+    if message.role == ChatRole.SYSTEM:
+        raise ValidationFailed("System messages are always included", field="included")
+    with transaction.atomic():
+        ChatMessage.objects.filter(id=message.id).update(included=included)
+        message.included = included
+        events.publish("chat.updated", _chat_payload(message.chat))
+    return message
 
 
 def chat_attachment_folders_remove(*, chat_ids: list[str]) -> None:

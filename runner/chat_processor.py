@@ -10,13 +10,14 @@ import threading
 from pathlib import Path
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Agent
 from chats.actions import execute_actions, failure_summary
 from chats.malamar_agent import knowledge_base_dir, malamar_instruction
 from chats.models import Chat, ChatQueueItem
-from chats.selectors import MALAMAR_NAME, chat_cli_type
+from chats.selectors import MALAMAR_NAME, participant_cli_type
 from chats.services import chat_message_add_agent, chat_message_add_system
 from core import events
 from core.settings_store import mailgun_configured, settings_get
@@ -80,17 +81,22 @@ def _payload(chat: Chat, agent_name: str) -> dict:
 
 
 def _history(chat: Chat) -> list[dict]:
-    return [
-        {"role": m.role, "content": m.message, "created_at": prompts.iso(m.created_at)}
-        for m in chat.messages.order_by("created_at", "id")
-    ]
+    """What agents see: included messages (system messages always), oldest first."""
+    rows = []
+    for m in chat.messages.filter(Q(included=True) | Q(role="system")).order_by("created_at", "id"):
+        row = {"role": m.role}
+        if m.role == "agent" and m.agent_name:
+            row["agent"] = m.agent_name
+        rows.append({**row, "content": m.message, "created_at": prompts.iso(m.created_at)})
+    return rows
 
 
-def _write_files(chat: Chat, output_path: Path) -> Path:
-    is_malamar = chat.agent_id is None
+def _write_files(chat: Chat, agent, item_id: str, output_path: Path) -> Path:
+    """One input file per run, so parallel answers never share a file."""
+    is_malamar = agent is None
     settings = settings_get()
     context_path = write_private(
-        temp_dir() / f"malamar_chat_{chat.id}_context.md",
+        temp_dir() / f"malamar_chat_{chat.id}_{item_id}_context.md",
         prompts.chat_context(
             workspace=chat.workspace,
             agents=list(Agent.objects.filter(workspace_id=chat.workspace_id).in_order()),
@@ -102,15 +108,15 @@ def _write_files(chat: Chat, output_path: Path) -> Path:
     text = prompts.chat_input(
         chat_id=chat.id,
         workspace_title=chat.workspace.title,
-        agent_name=MALAMAR_NAME if is_malamar else chat.agent.name,
-        instruction=malamar_instruction() if is_malamar else chat.agent.instruction,
+        agent_name=MALAMAR_NAME if is_malamar else agent.name,
+        instruction=malamar_instruction() if is_malamar else agent.instruction,
         history=_history(chat),
         context_path=str(context_path),
         output_path=str(output_path),
         schema=chat_schema(malamar=is_malamar),
         action_names=MALAMAR_CHAT_ACTION_TYPES if is_malamar else AGENT_CHAT_ACTION_TYPES,
     )
-    return write_private(temp_dir() / f"malamar_chat_{chat.id}.md", text)
+    return write_private(temp_dir() / f"malamar_chat_{chat.id}_{item_id}.md", text)
 
 
 def _working_directory(chat: Chat) -> tuple[Path | None, str]:
@@ -147,21 +153,29 @@ def _record_process(item_id: str):
     return on_started
 
 
+def _speaker(chat: Chat, item: ChatQueueItem):
+    """(participant, agent) answering this item; older items fall back to the first one."""
+    participant = item.participant or chat.participants.order_by("position").first()
+    agent = participant.agent if participant else chat.agent
+    return participant, agent
+
+
 def _run(chat: Chat, item: ChatQueueItem, stop: threading.Event) -> str | tuple[str, list]:
     """Run the CLI; returns an error message or (message, actions)."""
-    cli = chat_cli_type(chat)
+    participant, agent = _speaker(chat, item)
+    cli = participant_cli_type(participant) if participant else None
     if cli is None:
         return "No CLI available: every CLI failed its health check."
     cwd, problem = _working_directory(chat)
     if cwd is None:
         return problem
     output_path = fresh_output_path("malamar_chat_output")
-    input_path = _write_files(chat, output_path)
+    input_path = _write_files(chat, agent, item.id, output_path)
     recorder = RunRecorder(
         cli_type=cli,
         workspace_id=chat.workspace_id,
-        agent_id=chat.agent_id,
-        agent_name=chat.agent.name if chat.agent else MALAMAR_NAME,
+        agent_id=agent.id if agent else None,
+        agent_name=agent.name if agent else MALAMAR_NAME,
         chat_id=chat.id,
         **stall_limits(chat.workspace),
     )
@@ -176,8 +190,8 @@ def _execute(chat, item, stop, cli, cwd, input_path, output_path, recorder):
         cli_type=cli,
         input_path=input_path,
         output_path=output_path,
-        schema=chat_schema(malamar=chat.agent_id is None),
-        schema_kind="malamar" if chat.agent_id is None else "chat",
+        schema=chat_schema(malamar=recorder.run.agent_id is None),
+        schema_kind="malamar" if recorder.run.agent_id is None else "chat",
         cwd=cwd,
         stop=stop,
         include_dirs=(str(temp_dir()), str(knowledge_base_dir())),
@@ -199,7 +213,8 @@ def process_item(item: ChatQueueItem, *, stop: threading.Event, shutdown: thread
     chat = Chat.objects.select_related("workspace", "agent").filter(id=item.chat_id).first()
     if chat is None:
         return
-    agent_name = chat.agent.name if chat.agent else MALAMAR_NAME
+    _participant, agent = _speaker(chat, item)
+    agent_name = agent.name if agent else MALAMAR_NAME
     with transaction.atomic():
         events.publish("chat.processing_started", _payload(chat, agent_name))
     try:
@@ -211,11 +226,12 @@ def process_item(item: ChatQueueItem, *, stop: threading.Event, shutdown: thread
                 _finish(item.id, QueueStatus.FAILED)
             else:
                 message, actions = outcome
-                results = execute_actions(
-                    chat=chat, actions=actions, is_malamar=chat.agent_id is None
-                )
+                results = execute_actions(chat=chat, actions=actions, is_malamar=agent is None)
                 chat_message_add_agent(
-                    chat=chat, message=message, actions=[r.as_stored() for r in results]
+                    chat=chat,
+                    message=message,
+                    actions=[r.as_stored() for r in results],
+                    agent=agent,
                 )
                 summary = failure_summary(results)
                 if summary:

@@ -1,6 +1,7 @@
 """Chat processing in a real worker with the fake CLIs (chat mode: `@fake reply`/`action`)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -268,8 +269,10 @@ def test_chat_input_and_context_files(stack):
     )
     send(stack, c, "What do my agents do?", "@fake reply They plan.")
     wait_reply(stack, c, count=2)
-    input_file = stack.temp_dir / f"malamar_chat_{c['id']}.md"
-    context_file = stack.temp_dir / f"malamar_chat_{c['id']}_context.md"
+    run = chat_runs(stack)[0]
+    input_file = Path(run["input_path"])  # one input file per run: malamar_chat_{chat}_{item}.md
+    assert input_file.name.startswith(f"malamar_chat_{c['id']}_")
+    context_file = input_file.with_name(input_file.stem + "_context.md")
     for path in (input_file, context_file):
         assert oct(path.stat().st_mode & 0o777) == "0o600"
     text = input_file.read_text()

@@ -28,6 +28,7 @@ CHAT_FIELDS = {
     "updated_at",
 }
 MESSAGE_FIELDS = {"id", "chat_id", "role", "message", "actions", "created_at"}
+MESSAGE_FIELDS |= {"agent_id", "agent_name", "included"}  # group chat
 
 
 @pytest.fixture
@@ -111,7 +112,7 @@ def test_detail_with_messages_oldest_first(api, chat):
     detail = api.get(f"/api/chats/{chat['id']}")
     assert detail.status_code == 200
     body = detail.json()
-    assert set(body) == CHAT_FIELDS | {"messages"}
+    assert set(body) == CHAT_FIELDS | {"messages", "participants"}
     assert [m["message"] for m in body["messages"]] == ["first", "second"]
     assert set(body["messages"][0]) == MESSAGE_FIELDS
     assert body["is_processing"] is True
