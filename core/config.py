@@ -25,6 +25,7 @@ class Option:
     flag: str
     default: str
     help: str
+    switch: bool = False  # a flag without a value (sets the variable to "1")
 
 
 OPTIONS = (
@@ -41,7 +42,23 @@ OPTIONS = (
         "Runner poll interval in milliseconds",
     ),
     Option("temp_dir", "MALAMAR_TEMP_DIR", "--temp-dir", "", "Temp directory (system temp)"),
+    Option(
+        "allowed_hosts",
+        "MALAMAR_ALLOWED_HOSTS",
+        "--allowed-hosts",
+        "",
+        "Extra host names to answer to, comma-separated (e.g. box.tail1234.ts.net or .ts.net)",
+    ),
+    Option(
+        "no_auth",
+        "MALAMAR_NO_AUTH",
+        "--no-auth",
+        "",
+        "Serve a remote host without a password (you accept the risk, e.g. behind Tailscale ACLs)",
+        switch=True,
+    ),
 )
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 @dataclass(frozen=True)
@@ -53,6 +70,13 @@ class Config:
     log_format: str
     runner_poll_interval: int
     temp_dir: Path
+    allowed_hosts: tuple[str, ...] = ()
+    no_auth: bool = False
+
+    @property
+    def is_remote(self) -> bool:
+        """Reachable from other machines: a non-loopback bind or an extra allowed host."""
+        return self.host not in LOOPBACK_NAMES or bool(self.allowed_hosts)
 
     @property
     def database_path(self) -> Path:
@@ -68,6 +92,8 @@ class Config:
             ("log_format", self.log_format),
             ("runner_poll_interval", f"{self.runner_poll_interval} ms"),
             ("temp_dir", str(self.temp_dir)),
+            ("allowed_hosts", ", ".join(self.allowed_hosts) or "(loopback only)"),
+            ("no_auth", "yes" if self.no_auth else "no"),
         ]
 
 
@@ -116,4 +142,18 @@ def load() -> Config:
             "runner_poll_interval", raw["runner_poll_interval"], low=10, high=3_600_000
         ),
         temp_dir=Path(temp_dir).expanduser().resolve(),
+        allowed_hosts=_hosts(raw["allowed_hosts"]),
+        no_auth=raw["no_auth"].lower() in ("1", "true", "yes", "on"),
     )
+
+
+def _hosts(raw: str) -> tuple[str, ...]:
+    hosts = []
+    for name in raw.replace(" ", ",").split(","):
+        name = name.strip().lower()
+        if not name:
+            continue
+        if "/" in name or (":" in name and not name.startswith("[")):
+            raise ConfigError(f"allowed_hosts takes host names (no scheme, port or path): {name!r}")
+        hosts.append(name)
+    return tuple(dict.fromkeys(hosts))

@@ -44,3 +44,20 @@ class Marker(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ApiToken(models.Model):
+    """A bearer token for API clients when a password is set. Only its hash is stored."""
+
+    id = models.CharField(primary_key=True, max_length=21)
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "api_tokens"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

@@ -1,16 +1,117 @@
-"""Error pages: JSON under /api/, plain pages elsewhere (the UI issues style them)."""
+"""Global settings page (CLIs) and error pages (JSON under /api/, styled pages elsewhere)."""
 
-from django.http import HttpResponse
+import logging
 
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from agents.models import CliType
+from core import selectors, settings_store
+from core.errors import ServiceError
+from core.forms import CliSettingsForm, apply_service_error
 from core.http import error_response, is_api_path
+from runner import services as runner_services
+
+log = logging.getLogger(__name__)
+SETTINGS = "core/settings.html"
 
 
-def _page(status: int, title: str, text: str) -> HttpResponse:
-    html = (
-        f"<!doctype html><meta charset='utf-8'><title>{title} · Malamar</title>"
-        f"<main style='font-family:system-ui;max-width:40rem;margin:4rem auto'>"
-        f"<h1>{title}</h1><p>{text}</p><p><a href='/'>Back to Malamar</a></p></main>"
+# --- global settings --------------------------------------------------------------------
+
+
+def _with_form(card: dict, form: CliSettingsForm | None = None) -> dict:
+    settings = card["settings"]
+    return {
+        **card,
+        "form": form
+        or CliSettingsForm(cli_type=card["cli_type"], stored_env=settings["env"], initial=settings),
+    }
+
+
+def _cli_or_404(cli_type: str) -> str:
+    if cli_type not in CliType.values:
+        raise Http404("Unknown CLI")
+    return cli_type
+
+
+@require_GET
+def global_settings(request):
+    return render(request, SETTINGS, {"cards": [_with_form(c) for c in selectors.cli_cards()]})
+
+
+@require_POST
+def cli_settings_save(request, cli_type: str):
+    card = selectors.cli_card(_cli_or_404(cli_type))
+    form = CliSettingsForm(request.POST, cli_type=cli_type, stored_env=card["settings"]["env"])
+    saved = False
+    if form.is_valid():
+        try:
+            settings_store.settings_update(
+                changes={"cli_settings": {cli_type: form.cleaned_data["change"]}}
+            )
+        except ServiceError as error:
+            # The service names "cli_settings.<cli>.binary_path" or "...env[.NAME]".
+            on_path = (error.field or "").endswith("binary_path")
+            apply_service_error(form, error, field="binary_path" if on_path else "env")
+        else:
+            saved = True
+    if not request.htmx:
+        if saved:
+            return redirect("global_settings")
+        cards = [
+            _with_form(c, form if c["cli_type"] == cli_type else None)
+            for c in selectors.cli_cards()
+        ]
+        return render(request, SETTINGS, {"cards": cards}, status=422)  # no JavaScript
+    card = _with_form(selectors.cli_card(cli_type), None if saved else form)
+    response = render(request, f"{SETTINGS}#cli_form", {"card": card})
+    if saved:
+        message = f"{CliType(cli_type).label} settings saved"
+        trigger_client_event(response, "malamar:toast", {"level": "success", "message": message})
+    return response
+
+
+@require_GET
+def cli_status(request, cli_type: str):
+    card = selectors.cli_card(_cli_or_404(cli_type))
+    return render(request, f"{SETTINGS}#cli_status", {"card": card})
+
+
+@require_POST
+def cli_refresh(request):
+    runner_services.cli_health_refresh_request()
+    if not request.htmx:
+        return redirect("global_settings")
+    response = HttpResponse(status=204)
+    trigger_client_event(response, "malamar:cli-refresh", {})
+    trigger_client_event(
+        response, "malamar:toast", {"level": "info", "message": "Checking every CLI…"}
     )
+    return response
+
+
+@require_GET
+def cli_warning(request):
+    return render(request, "base.html#cli_warning")
+
+
+# --- error pages ------------------------------------------------------------------------
+
+
+def _page(request, status: int, title: str, text: str) -> HttpResponse:
+    try:
+        html = render_to_string(
+            "core/error.html", {"status": status, "title": title, "text": text}, request
+        )
+    except Exception:  # the error page must never fail (e.g. no database)
+        log.exception("Could not render the error page")
+        html = (
+            f"<!doctype html><meta charset='utf-8'><title>{title} · Malamar</title>"
+            f"<main><h1>{title}</h1><p>{text}</p><p><a href='/'>Back to Malamar</a></p></main>"
+        )
     return HttpResponse(html, status=status)
 
 
@@ -18,27 +119,28 @@ def bad_request(request, exception=None):
     message = "Bad request"
     if exception and exception.__class__.__name__ == "DisallowedHost":
         message = (
-            "This host name is not allowed. Malamar only answers to the names it is bound to "
-            "(127.0.0.1, localhost); set MALAMAR_HOST to serve another name."
+            "This host name is not allowed. Malamar only answers to 127.0.0.1, localhost and "
+            "the names in MALAMAR_ALLOWED_HOSTS (or --allowed-hosts): add this name there, "
+            "e.g. MALAMAR_ALLOWED_HOSTS=box.tail1234.ts.net, and set a password."
         )
     if is_api_path(request.path):
         return error_response(400, message, "BAD_HOST" if "host" in message else None)
-    return _page(400, "Bad request", message)
+    return _page(request, 400, "Bad request", message)
 
 
 def forbidden(request, exception=None):
     if is_api_path(request.path):
         return error_response(403, "Forbidden")
-    return _page(403, "Forbidden", "This request was refused.")
+    return _page(request, 403, "Forbidden", "This request was refused.")
 
 
 def not_found(request, exception=None):
     if is_api_path(request.path):
         return error_response(404, "Not found")
-    return _page(404, "Not found", "There is nothing at this address.")
+    return _page(request, 404, "Not found", "There is nothing at this address.")
 
 
 def server_error(request):
     if is_api_path(request.path):
         return error_response(500, "Internal server error")
-    return _page(500, "Something went wrong", "The error was logged. Please try again.")
+    return _page(request, 500, "Something went wrong", "The error was logged. Please try again.")

@@ -52,11 +52,21 @@ LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
 ALLOWED_HOSTS = list(LOOPBACK_HOSTS)
 if CONFIG.host not in ("0.0.0.0", "::", "") and CONFIG.host not in ALLOWED_HOSTS:
     ALLOWED_HOSTS.append(CONFIG.host)
+ALLOWED_HOSTS += [host for host in CONFIG.allowed_hosts if host not in ALLOWED_HOSTS]
 if os.environ.get("MALAMAR_TESTING") == "1":
     ALLOWED_HOSTS.append("testserver")
-CSRF_TRUSTED_ORIGINS = [
-    f"{scheme}://{host}:{CONFIG.port}" for host in ALLOWED_HOSTS for scheme in ("http", "https")
-]
+
+
+def _origins(host: str) -> list[str]:
+    name = f"*{host}" if host.startswith(".") else host  # ".ts.net" → any *.ts.net
+    return [
+        f"{scheme}://{name}{port}"
+        for scheme in ("https", "http")
+        for port in ("", f":{CONFIG.port}")
+    ]
+
+
+CSRF_TRUSTED_ORIGINS = [origin for host in ALLOWED_HOSTS for origin in _origins(host)]
 PUBLIC_URL = os.environ.get("MALAMAR_PUBLIC_URL", f"http://{CONFIG.host}:{CONFIG.port}").rstrip("/")
 
 INSTALLED_APPS = [
@@ -90,6 +100,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "core.middleware.LoginRequiredMiddleware",
+    "core.middleware.SecurityHeadersMiddleware",
 ]
 
 ROOT_URLCONF = "malamar_site.urls"
@@ -98,7 +110,7 @@ ASGI_APPLICATION = "malamar_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "malamar_site" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -133,12 +145,21 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "malamar_site" / "static"]
 WHITENOISE_USE_FINDERS = True  # serve straight from the app folders: no collectstatic step
 WHITENOISE_AUTOREFRESH = DEBUG
 
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_AGE = 30 * 24 * 3600
+# Behind a TLS-terminating proxy (e.g. `tailscale serve`): trust its X-Forwarded-Proto only
+# when told to, then cookies are marked Secure for HTTPS.
+if os.environ.get("MALAMAR_TRUST_PROXY") == "1":
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 

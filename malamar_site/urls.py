@@ -1,21 +1,64 @@
 from django.contrib import admin
-from django.http import HttpResponse
 from django.urls import path
 
-from core import sse
+from agents import views as agent_views
+from core import login, sse
+from core import views as core_views
 from core.api import api
+from workspaces import views as workspace_views
 
-
-def home(request):
-    # Placeholder until the web UI lands: point people at the API docs.
-    return HttpResponse(
-        "<!doctype html><title>Malamar</title><h1>Malamar</h1>"
-        "<p>The API is at <a href='/api/docs'>/api/docs</a>.</p>"
-    )
-
+pages = [
+    path("", workspace_views.workspace_list, name="home"),
+    path("workspaces/new/", workspace_views.workspace_create, name="workspace_create"),
+    path(
+        "workspaces/<str:workspace_id>/", workspace_views.workspace_detail, name="workspace_detail"
+    ),
+    path(
+        "workspaces/<str:workspace_id>/header/",
+        workspace_views.workspace_header,
+        name="workspace_header",
+    ),
+    path(
+        "workspaces/<str:workspace_id>/banners/",
+        workspace_views.workspace_banners,
+        name="workspace_banners",
+    ),
+    path(
+        "workspaces/<str:workspace_id>/settings/",
+        workspace_views.workspace_settings,
+        name="workspace_settings",
+    ),
+    path(
+        "workspaces/<str:workspace_id>/settings/path-check/",
+        workspace_views.workspace_path_check,
+        name="workspace_path_check",
+    ),
+    path(
+        "workspaces/<str:workspace_id>/delete/",
+        workspace_views.workspace_delete,
+        name="workspace_delete",
+    ),
+    path("workspaces/<str:workspace_id>/agents/", agent_views.agents_panel, name="agents_panel"),
+    path("workspaces/<str:workspace_id>/agents/new/", agent_views.agent_new, name="agent_new"),
+    path(
+        "workspaces/<str:workspace_id>/agents/reorder/",
+        agent_views.agents_reorder,
+        name="agents_reorder",
+    ),
+    path("agents/<str:agent_id>/edit/", agent_views.agent_edit, name="agent_edit"),
+    path("agents/<str:agent_id>/delete/", agent_views.agent_delete, name="agent_delete"),
+    path("agents/<str:agent_id>/move/", agent_views.agent_move, name="agent_move"),
+    path("settings/", core_views.global_settings, name="global_settings"),
+    path("settings/cli-warning/", core_views.cli_warning, name="cli_warning"),
+    path("settings/clis/refresh/", core_views.cli_refresh, name="cli_refresh"),
+    path("settings/clis/<str:cli_type>/", core_views.cli_settings_save, name="cli_settings_save"),
+    path("settings/clis/<str:cli_type>/status/", core_views.cli_status, name="cli_status"),
+]
 
 urlpatterns = [
-    path("", home, name="home"),
+    *pages,
+    path("login/", login.login_view, name="login"),
+    path("logout/", login.logout_view, name="logout"),
     path("api/events", sse.events, name="events"),
     path("api/", api.urls),
     path("admin/", admin.site.urls),

@@ -56,6 +56,23 @@ def _cli_lines() -> tuple[list[tuple[bool, str]], int]:
     return lines, sum(1 for c in clis if c["status"] == "healthy")
 
 
+def _access_line(db_ok: bool) -> str:
+    config = settings.CONFIG
+    hosts = ", ".join(config.allowed_hosts) or "none"
+    if not db_ok:
+        return f"• Access: unknown (database); extra allowed hosts: {hosts}"
+    from django.db import DatabaseError
+
+    from core.auth import access_mode, remote_access_refusal
+
+    try:
+        ok, mode = remote_access_refusal() is None, access_mode()
+    except DatabaseError:
+        return f"• Access: unknown until migrated; extra allowed hosts: {hosts}"
+    mark = "✓" if ok else "✗"
+    return f"{mark} Access: {mode}; bound to {config.host}; extra allowed hosts: {hosts}"
+
+
 class Command(BaseCommand):
     help = "Check the data directory, database, configuration and CLIs."
 
@@ -71,6 +88,7 @@ class Command(BaseCommand):
             out.append(f"{marks[True]} Configuration: valid")
         except ConfigError as exc:
             out.append(f"{marks[False]} Configuration: {exc}")
+        out.append(_access_line(db_ok))
         out += ["", "CLI Status:"]
         lines, healthy = _cli_lines() if db_ok else ([], 0)
         out += [f"{marks[ok]} {text}" for ok, text in lines]

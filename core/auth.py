@@ -1,0 +1,128 @@
+"""Optional password protection for remote use: one password, sessions, API bearer tokens.
+
+Without a password Malamar only serves loopback (or the user passed --no-auth knowingly).
+The password is stored hashed (Django's hasher) in the settings table, under a key the settings
+API never returns; tokens are stored as SHA-256 hashes and shown once.
+"""
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+
+from django.conf import settings
+from django.contrib.auth.hashers import check_password, make_password
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import NotFound, ValidationFailed, require_text
+from core.ids import new_id
+from core.models import ApiToken, Setting
+
+PASSWORD_KEY = "auth_password_hash"
+SESSION_FLAG = "malamar_authenticated"
+MIN_PASSWORD_LENGTH = 8
+TOKEN_PREFIX = "mlm_"
+
+
+def password_is_set() -> bool:
+    return Setting.objects.filter(key=PASSWORD_KEY).exclude(value=None).exists()
+
+
+def password_set(*, raw: str | None) -> None:
+    """Set (or with None, remove) the password; existing sessions stay valid until they end."""
+    if raw is None:
+        Setting.objects.filter(key=PASSWORD_KEY).delete()
+        return
+    if len(raw) < MIN_PASSWORD_LENGTH:
+        raise ValidationFailed(
+            f"The password needs at least {MIN_PASSWORD_LENGTH} characters", field="password"
+        )
+    Setting.objects.update_or_create(key=PASSWORD_KEY, defaults={"value": make_password(raw)})
+
+
+def password_check(raw: str) -> bool:
+    row = Setting.objects.filter(key=PASSWORD_KEY).first()
+    return bool(row and row.value) and check_password(raw or "", row.value)
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_create(*, name: str) -> tuple[ApiToken, str]:
+    """A new API token; the raw value is returned once and never stored."""
+    name = require_text(name, field="name", label="Name")[:100]
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        token = ApiToken.objects.create(
+            id=new_id(), name=name, prefix=raw[: len(TOKEN_PREFIX) + 4], token_hash=_hash(raw)
+        )
+    return token, raw
+
+
+def token_revoke(*, token_id: str) -> None:
+    if not ApiToken.objects.filter(id=token_id).delete()[0]:
+        raise NotFound("Token not found")
+
+
+def token_check(raw: str) -> bool:
+    if not raw.startswith(TOKEN_PREFIX):
+        return False
+    digest = _hash(raw)
+    token = ApiToken.objects.filter(token_hash=digest).first()
+    if token is None or not hmac.compare_digest(token.token_hash, digest):
+        return False
+    ApiToken.objects.filter(id=token.id).update(last_used_at=timezone.now())
+    return True
+
+
+def access_mode() -> str:
+    """For doctor and the settings page."""
+    config = settings.CONFIG
+    if password_is_set():
+        return "password required"
+    if config.is_remote and config.no_auth:
+        return "remote WITHOUT a password (--no-auth)"
+    return "local only (no password)"
+
+
+def remote_access_refusal() -> str | None:
+    """Why Malamar must not start: reachable from other machines with no password."""
+    config = settings.CONFIG
+    if not config.is_remote or config.no_auth or password_is_set():
+        return None
+    where = ", ".join(
+        h
+        for h in (config.host, *config.allowed_hosts)
+        if h not in ("127.0.0.1", "localhost", "::1", "[::1]")
+    )
+    return (
+        f"Refusing to start: Malamar would be reachable as {where} without a password.\n"
+        "Anyone who can reach it can make your AI CLIs run commands on this machine.\n"
+        "Either set a password first:   malamar set-password\n"
+        "or accept the risk explicitly: malamar --no-auth (e.g. behind Tailscale ACLs)"
+    )
+
+
+class RateLimiter:
+    """At most `limit` attempts per `window` seconds per client (kept in this process)."""
+
+    def __init__(self, limit: int = 10, window: float = 60.0):
+        self.limit, self.window = limit, window
+        self.attempts: dict[str, list[float]] = {}
+        self.lock = threading.Lock()
+
+    def allow(self, client: str) -> bool:
+        now = time.monotonic()
+        with self.lock:
+            recent = [t for t in self.attempts.get(client, []) if now - t < self.window]
+            allowed = len(recent) < self.limit
+            if allowed:
+                recent.append(now)
+            self.attempts[client] = recent
+            return allowed
+
+
+login_limiter = RateLimiter()

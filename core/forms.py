@@ -1,0 +1,80 @@
+"""Form helpers shared by the pages, and the global settings forms (validation only)."""
+
+import re
+
+from django import forms
+
+from core.errors import ServiceError
+from core.settings_store import MASK_PREFIX
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def apply_service_error(form: forms.Form, error: ServiceError, field: str | None = None) -> None:
+    """Show a service's ValidationFailed/Conflict on the field it names (or `field`), else on
+    the form as a whole."""
+    field = field or error.field
+    form.add_error(field if field in form.fields else None, error.message)
+
+
+class CliSettingsForm(forms.Form):
+    """One CLI's binary path and environment variables.
+
+    Variables arrive as repeated `env_name` / `env_value` inputs. Stored variables come back
+    masked and their names are read-only in the page: a value equal to its mask is kept by the
+    settings service, and a stored name missing from the post is deleted.
+    """
+
+    binary_path = forms.CharField(
+        required=False,
+        label="Binary path",
+        help_text="Leave empty to find the CLI on the PATH.",
+        widget=forms.TextInput(attrs={"placeholder": "Search PATH", "spellcheck": "false"}),
+    )
+    env = forms.Field(required=False, label="Environment variables")
+
+    def __init__(self, *args, cli_type: str, stored_env: dict[str, str], **kwargs):
+        super().__init__(*args, prefix=cli_type, **kwargs)
+        self.cli_type = cli_type
+        self.stored_env = stored_env  # masked values, as shown to the user
+        if self.is_bound:
+            names = self.data.getlist(self.add_prefix("env_name"))
+            values = self.data.getlist(self.add_prefix("env_value"))
+            self.env_rows = [
+                {"name": n.strip(), "value": v, "stored": n.strip() in stored_env}
+                for n, v in zip(names, values, strict=False)
+                if n.strip() or v
+            ]
+        else:
+            self.env_rows = [
+                {"name": name, "value": value, "stored": True} for name, value in stored_env.items()
+            ]
+
+    def clean(self):
+        cleaned = super().clean()
+        env: dict[str, str | None] = {}
+        for row in self.env_rows:
+            name = row["name"]
+            if not name:
+                self.add_error("env", "Each variable needs a name.")
+                break
+            if not ENV_NAME.match(name):
+                self.add_error(
+                    "env", f"“{name}” is not a valid name: use letters, digits and underscores."
+                )
+                break
+            if name in env:
+                self.add_error("env", f"“{name}” is listed twice.")
+                break
+            if "\0" in row["value"]:
+                self.add_error("env", f"The value of “{name}” contains a NUL character.")
+                break
+            env[name] = row["value"]
+        for name in self.stored_env:
+            env.setdefault(name, None)  # removed in the page: delete it
+        cleaned["change"] = {"binary_path": cleaned.get("binary_path", ""), "env": env}
+        return cleaned
+
+    @staticmethod
+    def is_masked(value: str) -> bool:
+        return value.startswith(MASK_PREFIX)

@@ -1,0 +1,140 @@
+"""Template helpers for the pages: inline SVG icons, relative times, live-event names."""
+
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+
+from core.events import EVENT_TYPES
+
+register = template.Library()
+
+# Lucide-style 24px stroke icons (ISC-licensed shapes, redrawn by hand).
+ICONS = {
+    "alert": '<path d="m21.73 18-8-14a2 2 0 0 0-3.48 0l-8 14A2 2 0 0 0 4 21h16a2 2 0 0 0 1.73-3"/>'
+    '<path d="M12 9v4"/><path d="M12 17h.01"/>',
+    "arrow-down": '<path d="M12 5v14"/><path d="m19 12-7 7-7-7"/>',
+    "arrow-up": '<path d="m5 12 7-7 7 7"/><path d="M12 19V5"/>',
+    "bot": '<path d="M12 8V4H8"/><rect width="16" height="12" x="4" y="8" rx="2"/>'
+    '<path d="M2 14h2"/><path d="M20 14h2"/><path d="M15 13v2"/><path d="M9 13v2"/>',
+    "check": '<path d="M20 6 9 17l-5-5"/>',
+    "chevron-down": '<path d="m6 9 6 6 6-6"/>',
+    "chevron-left": '<path d="m15 18-6-6 6-6"/>',
+    "chevron-right": '<path d="m9 18 6-6-6-6"/>',
+    "circle-alert": '<circle cx="12" cy="12" r="10"/><path d="M12 8v4"/><path d="M12 16h.01"/>',
+    "circle-check": '<circle cx="12" cy="12" r="10"/><path d="m9 12 2 2 4-4"/>',
+    "clock": '<circle cx="12" cy="12" r="10"/><path d="M12 6v6l4 2"/>',
+    "folder": '<path d="M20 20a2 2 0 0 0 2-2V8a2 2 0 0 0-2-2h-7.9a2 2 0 0 1-1.69-.9L9.6 '
+    '3.9A2 2 0 0 0 7.93 3H4a2 2 0 0 0-2 2v13a2 2 0 0 0 2 2Z"/>',
+    "grip": '<circle cx="9" cy="5" r="1"/><circle cx="9" cy="12" r="1"/><circle cx="9" cy="19" '
+    'r="1"/><circle cx="15" cy="5" r="1"/><circle cx="15" cy="12" r="1"/>'
+    '<circle cx="15" cy="19" r="1"/>',
+    "info": '<circle cx="12" cy="12" r="10"/><path d="M12 16v-4"/><path d="M12 8h.01"/>',
+    "kanban": '<rect width="18" height="18" x="3" y="3" rx="2"/><path d="M8 7v7"/>'
+    '<path d="M12 7v4"/><path d="M16 7v9"/>',
+    "message": '<path d="M21 15a2 2 0 0 1-2 2H7l-4 4V5a2 2 0 0 1 2-2h14a2 2 0 0 1 2 2z"/>',
+    "moon": '<path d="M12 3a6 6 0 0 0 9 9 9 9 0 1 1-9-9Z"/>',
+    "paperclip": '<path d="m21.44 11.05-9.19 9.19a6 6 0 0 1-8.49-8.49l8.57-8.57A4 4 0 1 1 18 '
+    '8.84l-8.59 8.57a2 2 0 0 1-2.83-2.83l8.49-8.48"/>',
+    "pencil": '<path d="M17 3a2.85 2.83 0 1 1 4 4L7.5 20.5 2 22l1.5-5.5Z"/><path d="m15 5 4 4"/>',
+    "plus": '<path d="M5 12h14"/><path d="M12 5v14"/>',
+    "refresh": '<path d="M3 12a9 9 0 0 1 9-9 9.75 9.75 0 0 1 6.74 2.74L21 8"/>'
+    '<path d="M21 3v5h-5"/><path d="M21 12a9 9 0 0 1-9 9 9.75 9.75 0 0 1-6.74-2.74L3 16"/>'
+    '<path d="M8 16H3v5"/>',
+    "search": '<circle cx="11" cy="11" r="8"/><path d="m21 21-4.3-4.3"/>',
+    "send": '<path d="m22 2-7 20-4-9-9-4Z"/><path d="M22 2 11 13"/>',
+    "settings": '<path d="M20 7h-9"/><path d="M14 17H5"/><circle cx="17" cy="17" r="3"/>'
+    '<circle cx="7" cy="7" r="3"/>',
+    "sparkles": '<path d="M9.94 15.5A2 2 0 0 0 8.5 14.06l-6.14-1.58a.5.5 0 0 1 0-.96L8.5 9.94A2 '
+    "2 0 0 0 9.94 8.5l1.58-6.14a.5.5 0 0 1 .96 0L14.06 8.5A2 2 0 0 0 15.5 9.94l6.14 1.58a.5.5 0 "
+    '0 1 0 .96L15.5 14.06a2 2 0 0 0-1.44 1.44l-1.58 6.14a.5.5 0 0 1-.96 0z"/>',
+    "stop": '<rect width="14" height="14" x="5" y="5" rx="2"/>',
+    "sun": '<circle cx="12" cy="12" r="4"/><path d="M12 2v2"/><path d="M12 20v2"/>'
+    '<path d="m4.93 4.93 1.41 1.41"/><path d="m17.66 17.66 1.41 1.41"/><path d="M2 12h2"/>'
+    '<path d="M20 12h2"/><path d="m6.34 17.66-1.41 1.41"/><path d="m19.07 4.93-1.41 1.41"/>',
+    "terminal": '<path d="m4 17 6-6-6-6"/><path d="M12 19h8"/>',
+    "trash": '<path d="M3 6h18"/><path d="M19 6v14c0 1-1 2-2 2H7c-1 0-2-1-2-2V6"/>'
+    '<path d="M8 6V4c0-1 1-2 2-2h4c1 0 2 1 2 2v2"/><path d="M10 11v6"/><path d="M14 11v6"/>',
+    "users": '<path d="M16 21v-2a4 4 0 0 0-4-4H6a4 4 0 0 0-4 4v2"/><circle cx="9" cy="7" r="4"/>'
+    '<path d="M22 21v-2a4 4 0 0 0-3-3.87"/><path d="M16 3.13a4 4 0 0 1 0 7.75"/>',
+    "x": '<path d="M18 6 6 18"/><path d="m6 6 12 12"/>',
+}
+
+
+@register.simple_tag
+def icon(name: str, size: int = 16, css: str = ""):
+    """An inline SVG icon, hidden from assistive technology (label the button instead)."""
+    return format_html(
+        '<svg class="icon{}" width="{}" height="{}" viewBox="0 0 24 24" fill="none" '
+        'stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round" '
+        'aria-hidden="true" focusable="false">{}</svg>',
+        f" {css}" if css else "",
+        size,
+        size,
+        mark_safe(ICONS[name]),  # constant markup from this module
+    )
+
+
+def relative_time(value: datetime, now: datetime | None = None) -> str:
+    """The spec's relative format ("just now", "5 min ago", "3 hours ago", "2 days ago",
+    "Jan 15", "Jan 15, 2025"). The browser re-renders it in the user's locale and time zone."""
+    now = now or timezone.now()
+    seconds = (now - value).total_seconds()
+    if seconds < 60:
+        return "just now"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min ago"
+    hours = minutes // 60
+    if hours < 24:
+        return "1 hour ago" if hours == 1 else f"{hours} hours ago"
+    days = hours // 24
+    if days < 7:
+        return "1 day ago" if days == 1 else f"{days} days ago"
+    local = timezone.localtime(value)
+    label = f"{local:%b} {local.day}"
+    return label if local.year == timezone.localtime(now).year else f"{label}, {local.year}"
+
+
+def full_time(value: datetime) -> str:
+    local = timezone.localtime(value)
+    return f"{local:%b} {local.day}, {local.year}, {local:%H:%M} UTC"
+
+
+@register.simple_tag
+def reltime(value, prefix: str = ""):
+    """`<time>` with ISO datetime, a server-side fallback text and the full time on hover."""
+    if not value:
+        return ""
+    return format_html(
+        '<time datetime="{}" data-relative data-prefix="{}" title="{}">{}{}</time>',
+        value.isoformat(),
+        prefix,
+        full_time(value),
+        prefix,
+        relative_time(value),
+    )
+
+
+@register.filter
+def first_paragraph(text: str) -> str:
+    """The first paragraph of a text (for one-glance snippets; the page clamps it further)."""
+    for chunk in (text or "").strip().split("\n\n"):
+        if chunk.strip():
+            return chunk.strip()
+    return ""
+
+
+@register.simple_tag
+def live_event_types() -> str:
+    """The event names the page's EventSource listens for (one source of truth: core.events)."""
+    return " ".join(sorted(EVENT_TYPES))
+
+
+@register.simple_tag
+def no_cli_available() -> bool:
+    from runner.selectors import first_available_cli
+
+    return first_available_cli() is None

@@ -1,0 +1,716 @@
+/* Malamar page behaviour: theme, dialogs, confirmations, toasts, the live event stream,
+   relative times, agent drag-and-drop and small form helpers.
+
+   CSP-ready: no inline scripts, no eval, no hx-on. Server fragments listen for plain DOM
+   events ("malamar:<event type>" on document.body) with hx-trigger="... from:body". */
+(function () {
+  "use strict";
+
+  const THEME_KEY = "malamar-theme";
+  const LAST_EVENT_KEY = "malamar-last-event";
+  const TOAST_LIMIT = 3;
+  const TOAST_MS = 5000;
+
+  const $ = (selector, root = document) => root.querySelector(selector);
+  const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
+
+  /* ------------------------------------------------------------------ theme */
+
+  function storedTheme() {
+    try {
+      const value = window.localStorage.getItem(THEME_KEY);
+      return value === "light" || value === "dark" ? value : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  function systemTheme() {
+    return window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+  }
+
+  function storeTheme(value) {
+    try {
+      if (value) window.localStorage.setItem(THEME_KEY, value);
+      else window.localStorage.removeItem(THEME_KEY);
+    } catch (e) {
+      /* private mode: the choice lasts for this page only */
+    }
+  }
+
+  function applyTheme(forced) {
+    const theme = forced || storedTheme() || systemTheme();
+    document.documentElement.setAttribute("data-theme", theme);
+    const next = theme === "dark" ? "light" : "dark";
+    $$("[data-theme-toggle]").forEach((button) => {
+      button.setAttribute("aria-label", `Switch to ${next} theme`);
+      button.title = `Switch to ${next} theme`;
+    });
+    const choice = storedTheme() || "system";
+    $$("[data-theme-choice] input[name=theme]").forEach((input) => {
+      input.checked = input.value === choice;
+    });
+  }
+
+  document.addEventListener("click", (event) => {
+    if (!event.target.closest("[data-theme-toggle]")) return;
+    const current = document.documentElement.getAttribute("data-theme");
+    const next = current === "dark" ? "light" : "dark";
+    storeTheme(next);
+    applyTheme(next);
+  });
+
+  document.addEventListener("change", (event) => {
+    const input = event.target.closest("[data-theme-choice] input[name=theme]");
+    if (!input) return;
+    storeTheme(input.value === "system" ? null : input.value);
+    applyTheme();
+  });
+
+  window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => applyTheme());
+  window.addEventListener("storage", (event) => {
+    if (event.key === THEME_KEY) applyTheme();
+  });
+
+  /* ------------------------------------------------------------------ dialogs */
+
+  function focusInitial(dialog) {
+    const target =
+      $("[aria-invalid=true]", dialog) ||
+      $("[autofocus]", dialog) ||
+      $("input:not([type=hidden]):not([readonly]):not([type=radio]), textarea, select", dialog) ||
+      $("input[type=radio]:checked", dialog);
+    if (target) target.focus();
+  }
+
+  function openDialog(dialog, opener) {
+    if (!dialog) return;
+    if (dialog.open && !dialog.matches(":modal")) dialog.close();
+    if (dialog.open) return;
+    dialog.returnFocus = opener || document.activeElement;
+    dialog.showModal();
+    focusInitial(dialog);
+  }
+
+  function resetDialogForm(dialog) {
+    $$("form", dialog).forEach((form) => {
+      form.reset();
+      $$(".field__error, .form-error", form).forEach((el) => el.remove());
+      $$("[aria-invalid]", form).forEach((el) => el.removeAttribute("aria-invalid"));
+      $$(".field--invalid", form).forEach((el) => el.classList.remove("field--invalid"));
+      syncConfirmMatch(form);
+    });
+  }
+
+  document.addEventListener("click", (event) => {
+    const opener = event.target.closest("[data-dialog-open]");
+    if (opener) {
+      event.preventDefault();
+      openDialog(document.getElementById(opener.dataset.dialogOpen), opener);
+      return;
+    }
+    const closer = event.target.closest("[data-dialog-close]");
+    if (closer) {
+      const dialog = closer.closest("dialog");
+      if (dialog) dialog.close("cancel");
+    }
+  });
+
+  // A click on the backdrop (the dialog element itself, outside its panel) closes it.
+  let pressTarget = null;
+  document.addEventListener("pointerdown", (event) => {
+    pressTarget = event.target;
+  });
+  document.addEventListener("click", (event) => {
+    const dialog = event.target;
+    if (!(dialog instanceof HTMLDialogElement) || !dialog.open || pressTarget !== dialog) return;
+    const box = dialog.getBoundingClientRect();
+    const inside =
+      event.clientX >= box.left &&
+      event.clientX <= box.right &&
+      event.clientY >= box.top &&
+      event.clientY <= box.bottom;
+    if (!inside) dialog.close("cancel");
+  });
+
+  document.addEventListener(
+    "close",
+    (event) => {
+      const dialog = event.target;
+      if (!(dialog instanceof HTMLDialogElement)) return;
+      if (dialog.hasAttribute("data-reset-on-close")) resetDialogForm(dialog);
+      const back = dialog.returnFocus;
+      dialog.returnFocus = null;
+      // Browsers restore focus themselves; help when the opener was re-rendered meanwhile.
+      window.requestAnimationFrame(() => {
+        if (document.activeElement && document.activeElement !== document.body) return;
+        if (back && back.isConnected) back.focus();
+        else if (back && back.id && document.getElementById(back.id)) {
+          document.getElementById(back.id).focus();
+        }
+      });
+    },
+    true,
+  );
+
+  // Server asked to close the dialog that holds the element which sent the request.
+  document.addEventListener("malamar:dialog-close", (event) => {
+    const dialog = event.target.closest && event.target.closest("dialog");
+    if (dialog && dialog.open) dialog.close("done");
+  });
+
+  /* ------------------------------------------------------------------ holds */
+
+  // While the user drags a row, confirms an action, or waits for a change they sent, a live
+  // refresh must not replace that part of the page: htmx drops requests from removed elements
+  // and cannot re-target responses sent from them. Refreshes arriving meanwhile are skipped
+  // and re-issued once nothing is held.
+  const held = new Map(); // element -> number of reasons it is held
+  const skipped = new Set();
+
+  const isRead = (config) => String((config && config.verb) || "").toLowerCase() === "get";
+
+  function hold(element) {
+    held.set(element, (held.get(element) || 0) + 1);
+  }
+
+  function release(element, { refresh = true } = {}) {
+    const count = (held.get(element) || 0) - 1;
+    if (count > 0) held.set(element, count);
+    else held.delete(element);
+    if (held.size) return;
+    if (refresh) {
+      skipped.forEach((target) => {
+        const url = target.isConnected && target.getAttribute("hx-get");
+        const swap = target.getAttribute("hx-swap") || "innerHTML";
+        if (url && window.htmx) window.htmx.ajax("GET", url, { source: target, target, swap });
+      });
+    }
+    skipped.clear();
+  }
+
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    const target = event.detail.target;
+    if (!target || !isRead(event.detail.requestConfig)) return;
+    for (const element of held.keys()) {
+      if (target.contains(element)) {
+        event.detail.shouldSwap = false;
+        skipped.add(target);
+        return;
+      }
+    }
+  });
+
+  document.addEventListener("htmx:beforeRequest", (event) => {
+    const config = event.detail.requestConfig;
+    if (config && !isRead(config) && config.elt) hold(config.elt);
+  });
+
+  document.addEventListener("htmx:afterRequest", (event) => {
+    const config = event.detail.requestConfig;
+    if (config && !isRead(config) && config.elt) release(config.elt);
+  });
+
+  /* ------------------------------------------------------------------ confirmations */
+
+  function confirmDialog(title, text, action) {
+    const dialog = document.getElementById("confirm-dialog");
+    if (!dialog) return Promise.resolve(window.confirm(title));
+    $("#confirm-title", dialog).textContent = title;
+    $("#confirm-text", dialog).textContent = text || "";
+    $("#confirm-ok", dialog).textContent = action || "Delete";
+    dialog.returnValue = "";
+    return new Promise((resolve) => {
+      dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), {
+        once: true,
+      });
+      openDialog(dialog);
+    });
+  }
+
+  document.addEventListener("htmx:confirm", (event) => {
+    const elt = event.detail.elt;
+    if (!elt || !elt.dataset || !elt.dataset.confirm) return;
+    event.preventDefault();
+    hold(elt);
+    confirmDialog(elt.dataset.confirm, elt.dataset.confirmText, elt.dataset.confirmAction).then(
+      (ok) => {
+        if (ok) event.detail.issueRequest(true);
+        release(elt);
+      },
+    );
+  });
+
+  // "Type the name to confirm": the submit button waits for an exact match.
+  function syncConfirmMatch(root) {
+    $$("[data-confirm-match]", root).forEach((input) => {
+      const form = input.form;
+      const button = form && $("[data-confirm-submit]", form);
+      if (button) button.disabled = input.value.trim() !== input.dataset.confirmMatch;
+    });
+  }
+
+  document.addEventListener("input", (event) => {
+    if (event.target.matches("[data-confirm-match]")) syncConfirmMatch(event.target.form);
+  });
+
+  /* ------------------------------------------------------------------ toasts */
+
+  function raiseToasts() {
+    const region = document.getElementById("toast-region");
+    if (!region || typeof region.showPopover !== "function") return;
+    // Re-showing moves the region above a modal dialog opened after it.
+    if (region.matches(":popover-open")) {
+      if (!document.querySelector("dialog:modal")) return;
+      region.hidePopover();
+    }
+    region.showPopover();
+  }
+
+  function toast(options) {
+    const list = document.getElementById("toasts");
+    if (!list || !options || !options.message) return;
+    raiseToasts();
+    const level = ["success", "error", "info"].includes(options.level) ? options.level : "info";
+    const item = document.createElement("li");
+    item.className = `toast toast--${level}`;
+    item.setAttribute("role", level === "error" ? "alert" : "status");
+
+    const icon = document.getElementById(`toast-icon-${level}`);
+    if (icon) item.append(icon.content.cloneNode(true));
+
+    const body = document.createElement("div");
+    const title = document.createElement("p");
+    title.className = "toast__title";
+    if (options.href) {
+      const link = document.createElement("a");
+      link.href = options.href;
+      link.textContent = options.message;
+      title.append(link);
+      item.dataset.href = options.href;
+    } else {
+      title.textContent = options.message;
+    }
+    body.append(title);
+    if (options.detail) {
+      const detail = document.createElement("p");
+      detail.className = "toast__detail";
+      detail.textContent = options.detail;
+      body.append(detail);
+    }
+    item.append(body);
+
+    const close = document.createElement("button");
+    close.type = "button";
+    close.className = "btn btn--ghost btn--icon toast__close";
+    close.setAttribute("aria-label", "Dismiss notification");
+    const closeIcon = document.getElementById("toast-icon-close");
+    if (closeIcon) close.append(closeIcon.content.cloneNode(true));
+    close.addEventListener("click", (event) => {
+      event.stopPropagation();
+      dismiss(item);
+    });
+    item.append(close);
+
+    item.addEventListener("click", (event) => {
+      if (item.dataset.href && !event.target.closest("a")) window.location.href = item.dataset.href;
+    });
+
+    let timer = null;
+    const start = () => {
+      timer = window.setTimeout(() => dismiss(item), TOAST_MS);
+    };
+    const stop = () => window.clearTimeout(timer);
+    item.addEventListener("mouseenter", stop);
+    item.addEventListener("mouseleave", start);
+    item.addEventListener("focusin", stop);
+    item.addEventListener("focusout", start);
+
+    list.append(item);
+    const live = $$(".toast:not(.is-leaving)", list);
+    live.slice(0, Math.max(0, live.length - TOAST_LIMIT)).forEach((old) => old.remove());
+    start();
+  }
+
+  function dismiss(item) {
+    if (!item.isConnected || item.classList.contains("is-leaving")) return;
+    item.classList.add("is-leaving");
+    window.setTimeout(() => item.remove(), 150);
+  }
+
+  window.malamarToast = toast;
+  document.addEventListener("malamar:toast", (event) => toast(event.detail));
+
+  document.addEventListener("htmx:responseError", (event) => {
+    const status = event.detail.xhr ? event.detail.xhr.status : 0;
+    const message =
+      status === 404
+        ? "That item no longer exists."
+        : status === 409
+          ? "That change is not possible right now."
+          : "Something went wrong. Please try again.";
+    toast({ level: "error", message, detail: status ? `HTTP ${status}` : "" });
+  });
+
+  document.addEventListener("htmx:sendError", () => {
+    toast({ level: "error", message: "Malamar is not reachable.", detail: "Is it still running?" });
+  });
+
+  /* ------------------------------------------------------------------ live events (SSE) */
+
+  function itemLink(data) {
+    const workspace = data.workspace_id;
+    if (!workspace) return "";
+    const base = `/workspaces/${encodeURIComponent(workspace)}/`;
+    if (data.task_id) return `${base}?tab=tasks&task=${encodeURIComponent(data.task_id)}`;
+    if (data.chat_id) return `${base}?tab=chat&chat=${encodeURIComponent(data.chat_id)}`;
+    return base;
+  }
+
+  // Which events deserve a toast (the rest only refresh fragments).
+  function toastFor(type, data) {
+    const summary = data.task_summary || "";
+    switch (type) {
+      case "task.error_occurred":
+        return {
+          level: "error",
+          message: summary ? `Error in “${summary}”` : "An agent run failed",
+          detail: data.error_message || "",
+          href: itemLink(data),
+        };
+      case "task.status_changed":
+        if (data.new_status !== "in_review" || data.actor_type === "user") return null;
+        return {
+          level: "success",
+          message: "Ready for your review",
+          detail: summary,
+          href: itemLink(data),
+        };
+      case "task.comment_added":
+        if (data.author_type !== "agent") return null;
+        return {
+          level: "info",
+          message: `${data.author_name || "An agent"} commented`,
+          detail: summary,
+          href: itemLink(data),
+        };
+      case "chat.processing_finished":
+        return {
+          level: "info",
+          message: `${data.agent_name || "An agent"} replied`,
+          detail: data.chat_title || "",
+          href: itemLink(data),
+        };
+      default:
+        return null;
+    }
+  }
+
+  function numericId(raw) {
+    const match = /(\d+)\s*$/.exec(raw || "");
+    return match ? Number(match[1]) : 0;
+  }
+
+  function readLastEvent() {
+    try {
+      const saved = JSON.parse(window.sessionStorage.getItem(LAST_EVENT_KEY) || "null");
+      // Replay what happened while the previous page was being left, not an old backlog.
+      if (saved && Date.now() - saved.at < 120000) return saved.id;
+    } catch (e) {
+      /* ignore */
+    }
+    return "";
+  }
+
+  function saveLastEvent(id) {
+    try {
+      window.sessionStorage.setItem(LAST_EVENT_KEY, JSON.stringify({ id, at: Date.now() }));
+    } catch (e) {
+      /* ignore */
+    }
+  }
+
+  function connectLive() {
+    const body = document.body;
+    const url = body.dataset.liveUrl;
+    const types = (body.dataset.liveEvents || "").split(/\s+/).filter(Boolean);
+    if (!url || !types.length || !window.EventSource) return;
+    const workspaceId = body.dataset.workspaceId || "";
+    const status = document.getElementById("live-status");
+    let source = null;
+    let lastRaw = readLastEvent();
+    let lastSeen = numericId(lastRaw);
+    let retryMs = 1000;
+    let reopenTimer = null;
+    let statusTimer = null;
+
+    const setConnected = (connected) => {
+      body.dataset.liveState = connected ? "open" : "closed";
+      window.clearTimeout(statusTimer);
+      if (!status) return;
+      if (connected) status.hidden = true;
+      else statusTimer = window.setTimeout(() => (status.hidden = false), 2500);
+    };
+
+    const onEvent = (message) => {
+      const id = numericId(message.lastEventId);
+      if (id) {
+        if (id <= lastSeen) return; // a replay we already handled
+        lastSeen = id;
+        lastRaw = message.lastEventId;
+        saveLastEvent(lastRaw);
+      }
+      let data;
+      try {
+        data = JSON.parse(message.data);
+      } catch (e) {
+        return;
+      }
+      if (!data || typeof data !== "object") return;
+      if (workspaceId && data.workspace_id && data.workspace_id !== workspaceId) return;
+      body.dispatchEvent(new CustomEvent(`malamar:${message.type}`, { detail: data }));
+      if (message.type === "workspace.deleted" && workspaceId && data.workspace_id === workspaceId) {
+        toast({ level: "info", message: "This workspace was deleted", detail: data.title || "" });
+        window.setTimeout(() => window.location.assign("/"), 1500);
+        return;
+      }
+      const note = toastFor(message.type, data);
+      if (note) toast(note);
+    };
+
+    const open = () => {
+      const target = lastRaw ? `${url}?lastEventId=${encodeURIComponent(lastRaw)}` : url;
+      source = new EventSource(target);
+      source.addEventListener("open", () => {
+        retryMs = 1000;
+        setConnected(true);
+      });
+      source.addEventListener("error", () => {
+        setConnected(false);
+        if (source.readyState === EventSource.CLOSED) reopen();
+      });
+      source.addEventListener("stream-error", reopen);
+      types.forEach((type) => source.addEventListener(type, onEvent));
+    };
+
+    const reopen = () => {
+      if (source) source.close();
+      window.clearTimeout(reopenTimer);
+      reopenTimer = window.setTimeout(open, retryMs);
+      retryMs = Math.min(retryMs * 2, 30000);
+    };
+
+    window.addEventListener("pagehide", () => {
+      if (source) source.close();
+    });
+    open();
+  }
+
+  /* ------------------------------------------------------------------ relative times */
+
+  const fullFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
+  const dayFormat = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric" });
+  const yearFormat = new Intl.DateTimeFormat(undefined, {
+    month: "short",
+    day: "numeric",
+    year: "numeric",
+  });
+
+  function relative(date, now) {
+    const seconds = (now - date) / 1000;
+    if (seconds < 60) return "just now";
+    const minutes = Math.floor(seconds / 60);
+    if (minutes < 60) return `${minutes} min ago`;
+    const hours = Math.floor(minutes / 60);
+    if (hours < 24) return hours === 1 ? "1 hour ago" : `${hours} hours ago`;
+    const days = Math.floor(hours / 24);
+    if (days < 7) return days === 1 ? "1 day ago" : `${days} days ago`;
+    return date.getFullYear() === now.getFullYear()
+      ? dayFormat.format(date)
+      : yearFormat.format(date);
+  }
+
+  function updateTimes(root) {
+    const now = new Date();
+    $$("time[data-relative]", root || document).forEach((el) => {
+      const date = new Date(el.getAttribute("datetime"));
+      if (Number.isNaN(date.getTime())) return;
+      el.textContent = (el.dataset.prefix || "") + relative(date, now);
+      el.title = fullFormat.format(date);
+    });
+  }
+
+  window.malamarRelativeTime = relative;
+
+  /* ------------------------------------------------------------------ agent drag and drop */
+
+  let dragged = null;
+  let orderBefore = "";
+
+  const sortableIds = (list) => $$(":scope > li[data-id]", list).map((li) => li.dataset.id);
+
+  document.addEventListener("dragstart", (event) => {
+    const item = event.target.closest && event.target.closest("[data-sortable] > li[data-id]");
+    if (!item) return;
+    dragged = item;
+    hold(item);
+    orderBefore = sortableIds(item.parentElement).join(",");
+    item.classList.add("is-dragging");
+    event.dataTransfer.effectAllowed = "move";
+    event.dataTransfer.setData("text/plain", item.dataset.id);
+  });
+
+  document.addEventListener("dragover", (event) => {
+    if (!dragged) return;
+    const list = dragged.parentElement;
+    const over = event.target.closest && event.target.closest("[data-sortable] > li[data-id]");
+    if (!over || over.parentElement !== list) return;
+    event.preventDefault();
+    event.dataTransfer.dropEffect = "move";
+    if (over === dragged) return;
+    const box = over.getBoundingClientRect();
+    const after = event.clientY > box.top + box.height / 2;
+    list.insertBefore(dragged, after ? over.nextSibling : over);
+  });
+
+  document.addEventListener("drop", (event) => {
+    if (dragged) event.preventDefault();
+  });
+
+  document.addEventListener("dragend", () => {
+    if (!dragged) return;
+    const item = dragged;
+    const list = item.parentElement;
+    dragged = null;
+    item.classList.remove("is-dragging");
+    if (sortableIds(list).join(",") === orderBefore) {
+      release(item);
+      return;
+    }
+    release(item, { refresh: false }); // the submitted order re-renders the list
+    $$(":scope > li [data-position]", list).forEach((el, index) => {
+      el.textContent = String(index + 1);
+    });
+    const form = list.closest("form");
+    if (form) form.requestSubmit();
+  });
+
+  /* ------------------------------------------------------------------ form helpers */
+
+  // Working directory: the path only matters in static mode.
+  document.addEventListener("change", (event) => {
+    if (event.target.name !== "working_directory_mode") return;
+    const form = event.target.form;
+    const block = form && $("[data-mode-static]", form);
+    if (!block) return;
+    block.hidden = event.target.value !== "static";
+    if (!block.hidden) {
+      const input = $("input", block);
+      if (input && !input.value) input.focus();
+    }
+  });
+
+  // Environment variables: add and remove rows.
+  document.addEventListener("click", (event) => {
+    const add = event.target.closest("[data-env-add]");
+    if (add) {
+      const fieldset = add.closest("fieldset");
+      const template = $("template[data-env-template]", fieldset);
+      const rows = $("[data-env-rows]", fieldset);
+      if (!template || !rows) return;
+      rows.append(template.content.cloneNode(true));
+      const inputs = $$("input", rows);
+      if (inputs.length >= 2) inputs[inputs.length - 2].focus();
+      return;
+    }
+    const remove = event.target.closest("[data-env-remove]");
+    if (remove) {
+      const row = remove.closest(".env__row");
+      const fieldset = remove.closest("fieldset");
+      if (row) row.remove();
+      const addButton = fieldset && $("[data-env-add]", fieldset);
+      if (addButton) addButton.focus();
+    }
+  });
+
+  // A masked secret is replaced, not edited: select it all on focus.
+  document.addEventListener("focusin", (event) => {
+    if (event.target.matches && event.target.matches("input[data-masked]")) event.target.select();
+  });
+
+  /* ------------------------------------------------------------------ htmx glue */
+
+  // Before a swap: note the dialog it lands in (an outerHTML swap detaches the old target)
+  // and whether it is about to remove the focused element.
+  let swapDialog = null;
+  let focusWasInside = false;
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    const target = event.detail.target;
+    swapDialog = (target && target.closest && target.closest("dialog")) || null;
+    focusWasInside = Boolean(target && target.contains(document.activeElement));
+  });
+
+  // Content swapped into a closed dialog opens it; errors swapped into an open one get focus.
+  document.addEventListener("htmx:afterSwap", (event) => {
+    const dialog = swapDialog;
+    swapDialog = null;
+    if (!dialog) return;
+    if (!dialog.open) openDialog(dialog, event.detail.requestConfig && event.detail.requestConfig.elt);
+    else if ($("[aria-invalid=true]", dialog)) focusInitial(dialog);
+  });
+
+  // Keep keyboard users in place: when a click or submit re-renders the part of the page that
+  // held focus (or disables the focused button while it waits), focus the element with the
+  // same id afterwards, else the fragment's fallback (e.g. its heading), never <body>.
+  document.addEventListener("htmx:beforeRequest", (event) => {
+    const config = event.detail.requestConfig;
+    const trigger = config && config.triggeringEvent;
+    const active = document.activeElement;
+    if (config && trigger && ["click", "submit"].includes(trigger.type) && active && active.id) {
+      config.focusedId = active.id;
+    }
+  });
+  document.addEventListener("htmx:afterSettle", (event) => {
+    const lost = !document.activeElement || document.activeElement === document.body;
+    const wasInside = focusWasInside;
+    focusWasInside = false;
+    if (!lost) return;
+    const config = event.detail.requestConfig;
+    const same = config && config.focusedId && document.getElementById(config.focusedId);
+    if (same && !same.closest("dialog:not([open])")) {
+      same.focus();
+      return;
+    }
+    if (!wasInside) return;
+    const target = event.detail.target;
+    const scope = target && target.isConnected ? target : document;
+    const fallback = $("[data-focus-fallback]", scope) || $("[data-focus-fallback]");
+    if (fallback) fallback.focus();
+  });
+
+  function onLoad(root) {
+    updateTimes(root);
+    syncConfirmMatch(root);
+  }
+
+  /* ------------------------------------------------------------------ start */
+
+  function start() {
+    applyTheme();
+    raiseToasts();
+    if (window.htmx) window.htmx.onLoad(onLoad);
+    else onLoad(document);
+    window.setInterval(() => updateTimes(document), 30000);
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) updateTimes(document);
+    });
+    $$("dialog[data-open-on-load]").forEach((dialog) => openDialog(dialog));
+    $$("#flash-messages li").forEach((li) =>
+      toast({ level: li.dataset.level === "error" ? "error" : "success", message: li.textContent }),
+    );
+    connectLive();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

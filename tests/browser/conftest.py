@@ -1,0 +1,117 @@
+"""Browser tests: Playwright (pip) driving Debian's Chromium against a live Malamar server.
+
+Without /usr/bin/chromium they skip with a printed reason, unless MALAMAR_REQUIRE_BROWSER=1
+(set by .ci/run after installing it), where a missing browser is a failure.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.live import Server, manage
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+DESKTOP = {"width": 1280, "height": 800}
+# Generous for loaded CI machines; passing assertions return as soon as they hold.
+TIMEOUT_MS = 10_000
+PHONE = {"width": 375, "height": 812}
+
+
+def require_chromium() -> None:
+    if CHROMIUM.exists():
+        return
+    reason = f"{CHROMIUM} not found: install it with `apt-get install chromium`"
+    if os.environ.get("MALAMAR_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"MALAMAR_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+    print(f"\nSkipping browser tests: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    # Module scope: Playwright's sync API keeps an event loop around, which Django's database
+    # tests in later modules must not see.
+    require_chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="session")
+def migrated_db(tmp_path_factory) -> Path:
+    """One migrated database, copied into each test's data dir (migrating takes seconds)."""
+    data_dir = tmp_path_factory.mktemp("malamar-browser-template")
+    result = manage(data_dir, "migrate", "--noinput")
+    assert result.returncode == 0, result.stderr
+    return data_dir / "malamar.db"
+
+
+class LiveServer(Server):
+    """A server plus JSON API helpers to set up data quickly."""
+
+    def api(self, method: str, path: str, body=None) -> dict:
+        response = requests.request(method, f"{self.url}/api{path}", json=body, timeout=10)
+        assert response.status_code < 400, response.text
+        return response.json() if response.content else {}
+
+    def workspace(self, title: str, **fields) -> dict:
+        return self.api("POST", "/workspaces", {"title": title, **fields})
+
+    def agent(self, workspace_id: str, name: str, cli_type: str = "claude") -> dict:
+        body = {"name": name, "instruction": f"You are the {name}.", "cli_type": cli_type}
+        return self.api("POST", f"/workspaces/{workspace_id}/agents", body)
+
+
+@pytest.fixture
+def server(browser, tmp_path, migrated_db):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    shutil.copy(migrated_db, data_dir / "malamar.db")
+    running = LiveServer(data_dir).start()
+    yield running
+    running.stop()
+
+
+class ConsoleErrors(list):
+    def check(self) -> None:
+        assert not self, "errors in the browser console:\n" + "\n".join(self)
+
+
+def new_page(browser, *, viewport=None, **context_options):
+    """A page in a fresh context that records console errors and uncaught exceptions."""
+    context = browser.new_context(viewport=viewport or DESKTOP, **context_options)
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    errors = ConsoleErrors()
+    page.on(
+        "console",
+        lambda message: message.type == "error" and errors.append(f"{page.url}: {message.text}"),
+    )
+    page.on("pageerror", lambda error: errors.append(f"{page.url}: {error}"))
+    page.console_errors = errors
+    return page
+
+
+@pytest.fixture
+def page(browser, server):
+    page = new_page(browser, color_scheme="light")
+    yield page
+    errors = page.console_errors
+    page.context.close()
+    errors.check()

@@ -1,0 +1,118 @@
+"""The Agents tab in a real browser: add, validate, edit, reorder (drag and buttons), delete."""
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.browser
+
+
+def names(page):
+    return page.locator(".agent-row__name").all_inner_texts()
+
+
+def expect_order(page, expected):
+    expect(page.locator(".agent-row__name")).to_have_text(expected)
+    expect(page.locator(".agent-row [data-position]")).to_have_text(
+        [str(n) for n in range(1, len(expected) + 1)]
+    )
+
+
+def add_agent(page, name, instruction, cli=None):
+    page.locator("#add-agent").click()
+    dialog = page.locator("#agent-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.get_by_label("Name")).to_be_focused()
+    dialog.get_by_label("Name").fill(name)
+    dialog.get_by_label("Instruction").fill(instruction)
+    if cli:
+        dialog.get_by_label(cli).check()
+    dialog.get_by_role("button", name="Add agent").click()
+
+
+def test_add_edit_reorder_and_delete_agents(page, server):
+    workspace = server.workspace("Team")
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=agents")
+    expect(page.get_by_text("This workspace has no agents")).to_be_visible()
+    expect(page.get_by_role("link", name="Chat with Malamar").first).to_be_visible()
+
+    # The first healthy CLI (none checked yet counts as available) is preselected.
+    page.locator("#add-agent").click()
+    expect(page.locator("#agent-dialog").get_by_label("Claude Code")).to_be_checked()
+    page.keyboard.press("Escape")
+    expect(page.locator("#agent-dialog")).to_be_hidden()
+    expect(page.locator("#add-agent")).to_be_focused()  # focus returns to the opener
+
+    add_agent(page, "Planner", "Plan the work.")
+    expect(page.locator("#agent-dialog")).to_be_hidden()
+    expect(page.locator(".toast").last).to_contain_text("Added Planner")
+    expect(page.get_by_text("This workspace has no agents")).to_be_hidden()
+    add_agent(page, "Implementer", "Do the work.", cli="Codex CLI")
+    add_agent(page, "Reviewer", "Review the work.")
+    expect_order(page, ["Planner", "Implementer", "Reviewer"])
+
+    # A duplicate name is an inline error tied to the field; the dialog stays open.
+    add_agent(page, "planner", "Again.")
+    dialog = page.locator("#agent-dialog")
+    expect(dialog.locator("#id_name_error")).to_contain_text("already exists")
+    expect(dialog.get_by_label("Name")).to_have_attribute("aria-invalid", "true")
+    expect(dialog.get_by_label("Name")).to_be_focused()
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+
+    # Edit.
+    page.get_by_role("button", name="Edit Implementer").click()
+    expect(dialog.get_by_label("Name")).to_have_value("Implementer")
+    expect(dialog.get_by_label("Codex CLI")).to_be_checked()
+    dialog.get_by_label("Name").fill("Builder")
+    dialog.get_by_label("Gemini CLI").check()
+    dialog.get_by_role("button", name="Save changes").click()
+    expect(dialog).to_be_hidden()
+    expect_order(page, ["Planner", "Builder", "Reviewer"])
+    expect(page.locator(".agent-row", has_text="Builder")).to_contain_text("Gemini CLI")
+    expect(page.get_by_role("button", name="Edit Builder")).to_be_focused()
+
+    # Drag Reviewer above Planner (desktop), saved at once.
+    reviewer = page.locator(".agent-row", has_text="Reviewer")
+    planner = page.locator(".agent-row", has_text="Planner")
+    reviewer.drag_to(planner, target_position={"x": 200, "y": 4})
+    expect_order(page, ["Reviewer", "Planner", "Builder"])
+    page.reload()
+    expect_order(page, ["Reviewer", "Planner", "Builder"])
+
+    # Up/down buttons.
+    page.locator(".agent-row", has_text="Builder").hover()
+    page.get_by_role("button", name="Move Builder up").click()
+    expect_order(page, ["Reviewer", "Builder", "Planner"])
+    expect(page.get_by_role("button", name="Move Builder up")).to_be_focused()
+    page.keyboard.press("Enter")  # keyboard: the focused button moves it again
+    expect_order(page, ["Builder", "Reviewer", "Planner"])
+    page.get_by_role("button", name="Move Reviewer down").click()
+    expect_order(page, ["Builder", "Planner", "Reviewer"])
+    agents = server.api("GET", f"/workspaces/{workspace['id']}/agents")["agents"]
+    assert [a["name"] for a in agents] == ["Builder", "Planner", "Reviewer"]
+
+    # Delete with a simple confirmation; cancelling keeps the agent.
+    page.get_by_role("button", name="Delete Builder").click()
+    confirm = page.locator("#confirm-dialog")
+    expect(confirm).to_contain_text("Delete Builder?")
+    confirm.get_by_role("button", name="Cancel").click()
+    expect(confirm).to_be_hidden()
+    expect_order(page, ["Builder", "Planner", "Reviewer"])
+    page.get_by_role("button", name="Delete Builder").click()
+    confirm.get_by_role("button", name="Delete").click()
+    expect_order(page, ["Planner", "Reviewer"])
+    expect(page.locator(".toast").last).to_contain_text("Deleted Builder")
+
+
+def test_agent_changes_from_elsewhere_appear_live(page, server):
+    workspace = server.workspace("Live")
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=agents")
+    expect(page.get_by_text("No agents yet")).to_be_visible()
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    server.agent(workspace["id"], "Remote")  # e.g. another tab, or the Malamar agent
+    expect_order(page, ["Remote"])
+    expect(page.get_by_text("This workspace has no agents")).to_be_hidden()
+    other = server.workspace("Other")
+    server.agent(other["id"], "Elsewhere")
+    page.wait_for_timeout(500)
+    assert names(page) == ["Remote"]

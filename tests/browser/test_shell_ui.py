@@ -1,0 +1,181 @@
+"""The shell in a real browser: theme, phone layout, live toasts, keyboard, console errors."""
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import PHONE, new_page
+from tests.live import django_script
+
+pytestmark = pytest.mark.browser
+
+# Records the theme when <body> first appears: what the first paint would use.
+THEME_AT_FIRST_PAINT = """
+new MutationObserver((_, observer) => {
+  if (document.body) {
+    window.__themeAtBody = document.documentElement.getAttribute("data-theme") || "none";
+    observer.disconnect();
+  }
+}).observe(document, {childList: true, subtree: true});
+"""
+
+
+def test_theme_follows_the_system_and_the_toggle_survives_reload(browser, server):
+    page = new_page(browser, color_scheme="dark")
+    page.add_init_script(THEME_AT_FIRST_PAINT)
+    html = page.locator("html")
+    page.goto(server.url)
+    expect(html).to_have_attribute("data-theme", "dark")  # follows the system by default
+
+    toggle = page.get_by_role("button", name="Switch to light theme")
+    toggle.click()
+    expect(html).to_have_attribute("data-theme", "light")
+    expect(page.get_by_role("button", name="Switch to dark theme")).to_be_visible()
+    page.reload()
+    expect(html).to_have_attribute("data-theme", "light")
+    assert page.evaluate("window.__themeAtBody") == "light"  # no flash of the wrong theme
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(255, 255, 255)"
+
+    # The settings page offers System / Light / Dark; "System" forgets the choice.
+    page.goto(f"{server.url}/settings/")
+    expect(page.get_by_label("Light", exact=True)).to_be_checked()
+    page.get_by_label("Dark", exact=True).check()
+    expect(html).to_have_attribute("data-theme", "dark")
+    page.get_by_label("System", exact=True).check()
+    expect(html).to_have_attribute("data-theme", "dark")  # the emulated system is dark
+    assert page.evaluate("localStorage.getItem('malamar-theme')") is None
+    page.emulate_media(color_scheme="light")
+    expect(html).to_have_attribute("data-theme", "light")
+    page.console_errors.check()
+    page.context.close()
+
+
+def seed(server):
+    workspace = server.workspace(
+        "A workspace with a rather long title to test wrapping on phones",
+        description="Instruction " * 40,
+    )
+    for name in ("Planner", "Implementer", "Reviewer"):
+        server.agent(workspace["id"], name)
+    return workspace
+
+
+def test_phone_layout_has_no_horizontal_scroll(browser, server):
+    workspace = seed(server)
+    page = new_page(browser, viewport=PHONE, is_mobile=True, has_touch=True)
+    base = f"{server.url}/workspaces/{workspace['id']}"
+    pages = ["/", f"{base}/", f"{base}/?tab=chat", f"{base}/?tab=agents", f"{base}/settings/"]
+    for url in [*pages, "/settings/"]:
+        page.goto(server.url + url if url.startswith("/") else url)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= PHONE["width"], f"{url} scrolls sideways ({width}px)"
+        assert page.evaluate("getComputedStyle(document.body).fontSize") == "16px"
+
+    page.goto(f"{base}/?tab=agents")
+    # Phones reorder with arrows; the drag handle is a desktop affordance.
+    expect(page.get_by_role("button", name="Move Reviewer up")).to_be_visible()
+    expect(page.locator(".agent-row__grip").first).to_be_hidden()
+    page.get_by_role("button", name="Move Reviewer up").tap()
+    expect(page.locator(".agent-row__name")).to_have_text(["Planner", "Reviewer", "Implementer"])
+
+    # Dialogs take the whole screen.
+    page.locator("#add-agent").tap()
+    dialog = page.locator("#agent-dialog")
+    expect(dialog).to_be_visible()
+    page.wait_for_timeout(300)  # the opening animation
+    box = dialog.bounding_box()
+    assert [round(box[k]) for k in ("x", "y", "width", "height")] == [0, 0, 375, 812], box
+    page.console_errors.check()
+    page.context.close()
+
+
+def test_live_events_become_toasts_that_link_to_the_item(page, server):
+    workspace = server.workspace("Toasts")
+    other = server.workspace("Elsewhere")
+    task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Fix the bug"})
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=agents")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+
+    def publish(*events):
+        calls = "".join(f"publish({t!r}, {p!r})\n" for t, p in events)
+        django_script(server.data_dir, "from core.events import publish\n" + calls)
+
+    base = {"task_id": task["id"], "task_summary": "Fix the bug"}
+    publish(
+        ("task.error_occurred", {**base, "workspace_id": other["id"], "error_message": "x"}),
+        (
+            "task.error_occurred",
+            {**base, "workspace_id": workspace["id"], "error_message": "CLI exited with code 1"},
+        ),
+    )
+    toast = page.locator(".toast")
+    expect(toast).to_have_count(1)  # the other workspace's event was filtered out
+    expect(toast).to_have_class("toast toast--error")
+    expect(toast).to_contain_text("Error in “Fix the bug”")
+    expect(toast).to_contain_text("CLI exited with code 1")
+    link = toast.get_by_role("link")
+    expect(link).to_have_attribute(
+        "href", f"/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}"
+    )
+    toast.get_by_role("button", name="Dismiss notification").click()
+    expect(toast).to_have_count(0)
+
+    review = {"old_status": "in_progress", "new_status": "in_review", "actor_type": "agent"}
+    publish(
+        *[
+            (
+                "task.status_changed",
+                {**base, **review, "task_summary": f"Task {n}", "workspace_id": workspace["id"]},
+            )
+            for n in range(4)
+        ]
+    )
+    expect(page.locator(".toast")).to_have_count(3)  # at most three at a time
+    expect(page.locator(".toast").last).to_contain_text("Task 3")
+    expect(page.locator(".toast").first).to_have_class("toast toast--success")
+    page.locator(".toast").first.click()
+    expect(page).to_have_url(
+        f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}"
+    )
+
+
+def test_toasts_disappear_after_five_seconds(page, server):
+    page.clock.install()
+    page.goto(server.url)
+    page.evaluate("window.malamarToast({level: 'info', message: 'Hello'})")
+    expect(page.locator(".toast")).to_have_count(1)
+    page.clock.run_for(4500)
+    expect(page.locator(".toast")).to_have_count(1)
+    page.clock.run_for(1000)
+    expect(page.locator(".toast")).to_have_count(0)
+
+
+def test_keyboard_reaches_the_page(page, server):
+    workspace = seed(server)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=agents")
+    page.keyboard.press("Tab")
+    skip = page.get_by_role("link", name="Skip to content")
+    expect(skip).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("#main")).to_be_focused()
+    # Tab order reaches the tabs and every agent action.
+    reached = []
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        reached.append(page.evaluate("document.activeElement.getAttribute('aria-label') || ''"))
+    assert "Edit Planner" in reached and "Delete Planner" in reached
+    assert "Move Implementer up" in reached
+
+
+def test_no_console_errors_on_any_page(browser, server):
+    workspace = seed(server)
+    base = f"{server.url}/workspaces/{workspace['id']}"
+    for theme in ("light", "dark"):
+        page = new_page(browser, color_scheme=theme)
+        for url in (server.url, f"{base}/", f"{base}/?tab=chat", f"{base}/?tab=agents"):
+            page.goto(url)
+            expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+        page.goto(f"{base}/settings/")
+        page.goto(f"{server.url}/settings/")
+        page.console_errors.check()
+        page.context.close()

@@ -1,0 +1,108 @@
+"""Creating, finding, configuring and deleting workspaces in a real browser."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.browser
+
+
+def test_create_a_workspace_then_search(page, server):
+    page.goto(server.url)
+    expect(page.get_by_text("No workspaces yet")).to_be_visible()
+
+    page.get_by_role("button", name="Create Workspace").click()
+    dialog = page.locator("#create-dialog")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#id_title")).to_be_focused()
+
+    # The title is required: the error is shown next to the field and tied to it.
+    dialog.get_by_role("button", name="Create workspace").click()
+    title = page.locator("#id_title")
+    expect(title).to_have_attribute("aria-invalid", "true")
+    expect(title).to_have_attribute("aria-describedby", re.compile("id_title_error"))
+    expect(page.locator("#id_title_error")).to_have_text("Title is required")
+    expect(title).to_be_focused()
+
+    title.fill("Alpha project")
+    page.locator("#id_description").fill("Everything alpha.")
+    dialog.get_by_role("button", name="Create workspace").click()
+    expect(page).to_have_url(re.compile(r"/workspaces/[\w-]{21}/$"))
+    expect(page.get_by_role("heading", level=1)).to_have_text("Alpha project")
+
+    page.get_by_role("link", name="Workspaces").first.click()
+    page.get_by_role("button", name="New workspace").click()
+    page.locator("#id_title").fill("Beta launch")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Beta launch")
+
+    page.goto(server.url)
+    cards = page.locator(".workspace-card")
+    expect(cards).to_have_count(2)
+    page.get_by_role("searchbox", name="Search workspaces by title").fill("alp")
+    expect(cards).to_have_count(1)
+    expect(cards.first).to_contain_text("Alpha project")
+    expect(page).to_have_url(re.compile(r"\?q=alp$"))
+    page.get_by_role("searchbox").fill("zzz")
+    expect(page.get_by_text("No workspaces match “zzz”")).to_be_visible()
+    page.get_by_role("searchbox").fill("")
+    expect(cards).to_have_count(2)
+
+
+def test_edit_settings_and_delete_the_workspace(page, server, tmp_path):
+    workspace = server.workspace("Gamma", description="Old instruction")
+    url = f"{server.url}/workspaces/{workspace['id']}/settings/"
+    page.goto(url)
+
+    page.get_by_label("Title").fill("Gamma renamed")
+    page.get_by_label("Instruction").fill("New instruction")
+    path = page.get_by_label("Directory path")
+    expect(path).to_be_hidden()
+    page.get_by_text("Static directory").click()
+    expect(path).to_be_visible()
+    path.fill(str(tmp_path / "not-there-yet"))
+    expect(page.get_by_text("This folder does not exist yet")).to_be_visible()
+    path.fill(str(tmp_path))
+    expect(page.get_by_text("This folder does not exist yet")).to_be_hidden()
+    path.fill(str(tmp_path / "not-there-yet"))
+    page.get_by_role("switch", name="Delete done tasks automatically").uncheck()
+    page.get_by_label("Keep done tasks for (days)").fill("30")
+    page.get_by_role("switch", name="When an error occurs").uncheck()
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".toast")).to_contain_text("Settings saved")
+    expect(page.get_by_role("button", name="Save settings")).to_be_focused()
+    # A missing folder is a warning, never an error: it saved.
+    expect(page.get_by_text("This folder does not exist yet")).to_be_visible()
+
+    page.reload()
+    expect(page.get_by_label("Title")).to_have_value("Gamma renamed")
+    expect(page.get_by_label("Instruction")).to_have_value("New instruction")
+    expect(page.get_by_label("Static directory")).to_be_checked()
+    expect(page.get_by_label("Directory path")).to_have_value(str(tmp_path / "not-there-yet"))
+    expect(page.get_by_role("switch", name="Delete done tasks automatically")).not_to_be_checked()
+    expect(page.get_by_label("Keep done tasks for (days)")).to_have_value("30")
+    expect(page.get_by_role("switch", name="When an error occurs")).not_to_be_checked()
+    expect(page.get_by_role("switch", name="When a task moves to In Review")).to_be_checked()
+    stored = server.api("GET", f"/workspaces/{workspace['id']}")
+    assert stored["retention_days"] == 30 and stored["working_directory_mode"] == "static"
+
+    # Validation: a blank title stays in the page with the error tied to the field.
+    page.get_by_label("Title").fill("")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator("#id_title_error")).to_have_text("Title is required")
+    expect(page.get_by_label("Title")).to_have_attribute("aria-describedby", "id_title_error")
+
+    # Delete by typing the name.
+    page.get_by_role("button", name="Delete workspace").click()
+    dialog = page.locator("#delete-dialog")
+    confirm = dialog.get_by_role("button", name="Delete workspace")
+    expect(confirm).to_be_disabled()
+    dialog.get_by_role("textbox").fill("gamma renamed")
+    expect(confirm).to_be_disabled()
+    dialog.get_by_role("textbox").fill("Gamma renamed")
+    expect(confirm).to_be_enabled()
+    confirm.click()
+    expect(page).to_have_url(f"{server.url}/")
+    expect(page.locator(".toast")).to_contain_text("Deleted “Gamma renamed”")
+    expect(page.get_by_text("No workspaces yet")).to_be_visible()

@@ -1,0 +1,36 @@
+"""Helpers for the page tests: htmx-style requests and HTML checks."""
+
+import json
+import re
+
+
+def hx(client, method: str, url: str, data=None, target: str | None = None, **extra):
+    """A request as htmx sends it (HX-Request, optional HX-Target)."""
+    headers = {"HTTP_HX_REQUEST": "true", **extra}
+    if target:
+        headers["HTTP_HX_TARGET"] = target
+    return getattr(client, method)(url, data or {}, **headers)
+
+
+def triggers(response) -> dict:
+    """The events a response asks the page to fire (HX-Trigger)."""
+    raw = response.headers.get("HX-Trigger")
+    return json.loads(raw) if raw else {}
+
+
+def html(response) -> str:
+    return response.content.decode()
+
+
+def field_error_is_tied(page: str, field_id: str) -> bool:
+    """The field is marked invalid and points at its error text (aria-describedby)."""
+    tag = re.search(rf"<(?:input|textarea|select)[^>]*\bid=\"{field_id}\"[^>]*>", page)
+    if not tag:
+        return False
+    described = re.search(r'aria-describedby="([^"]*)"', tag.group(0))
+    return (
+        'aria-invalid="true"' in tag.group(0)
+        and described is not None
+        and f"{field_id}_error" in described.group(1).split()
+        and f'id="{field_id}_error"' in page
+    )

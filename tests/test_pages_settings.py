@@ -1,0 +1,120 @@
+"""Global settings page: CLI health, binary path, environment variables, refresh."""
+
+import re
+
+import pytest
+from django.utils import timezone
+
+from core.settings_store import mask, settings_get
+from runner.models import CliHealth
+from tests.pages import html, hx, triggers
+
+pytestmark = pytest.mark.django_db
+
+
+def env_post(cli: str, binary_path: str = "", rows=()) -> dict:
+    return {
+        f"{cli}-binary_path": binary_path,
+        f"{cli}-env_name": [name for name, _ in rows],
+        f"{cli}-env_value": [value for _, value in rows],
+    }
+
+
+def test_page_lists_every_cli_with_its_health(client):
+    now = timezone.now()
+    CliHealth.objects.create(
+        cli_type="claude",
+        status="healthy",
+        version="2.0.1 (Claude Code)",
+        binary_path="/usr/bin/claude",
+        checked_at=now,
+    )
+    CliHealth.objects.create(
+        cli_type="gemini", status="unhealthy", error="Binary not found in PATH", checked_at=now
+    )
+    page = html(client.get("/settings/"))
+    order = re.findall(r'id="cli-(\w+)-name">([^<]+)<', page)
+    assert order == [
+        ("claude", "Claude Code"),
+        ("codex", "Codex CLI"),
+        ("gemini", "Gemini CLI"),
+        ("opencode", "OpenCode"),
+    ]
+    claude = page[page.index('id="cli-status-claude"') : page.index('id="cli-form-claude"')]
+    assert "Healthy" in claude and "2.0.1 (Claude Code)" in claude and "/usr/bin/claude" in claude
+    gemini = page[page.index('id="cli-status-gemini"') : page.index('id="cli-form-gemini"')]
+    assert "Unhealthy" in gemini and "Binary not found in PATH" in gemini
+    assert "Not checked yet" in page and "Refresh CLI Status" in page
+
+
+def test_save_binary_path_and_environment(client):
+    data = env_post("codex", "/opt/codex", [("OPENAI_API_KEY", "sk-secret-value-1234")])
+    response = hx(client, "post", "/settings/clis/codex/", data)
+    assert triggers(response)["malamar:toast"]["message"] == "Codex CLI settings saved"
+    stored = settings_get()["cli_settings"]["codex"]
+    assert stored == {
+        "binary_path": "/opt/codex",
+        "env": {"OPENAI_API_KEY": "sk-secret-value-1234"},
+    }
+    page = html(response)
+    assert "sk-secret-value-1234" not in page  # masked after saving
+    assert 'value="••••1234"' in page and "readonly" in page
+    assert "sk-secret" not in html(client.get("/settings/"))
+
+
+def test_saving_the_mask_keeps_the_secret_and_removing_a_row_deletes_it(client):
+    hx(client, "post", "/settings/clis/claude/", env_post("claude", "", [("A", "first-secret")]))
+    hx(
+        client,
+        "post",
+        "/settings/clis/claude/",
+        env_post("claude", "", [("A", mask("first-secret")), ("B", "second")]),
+    )
+    assert settings_get()["cli_settings"]["claude"]["env"] == {"A": "first-secret", "B": "second"}
+    hx(client, "post", "/settings/clis/claude/", env_post("claude", "", [("B", mask("second"))]))
+    assert settings_get()["cli_settings"]["claude"]["env"] == {"B": "second"}
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([("BAD NAME", "x")], "is not a valid name"),
+        ([("", "value")], "Each variable needs a name"),
+        ([("A", "1"), ("A", "2")], "is listed twice"),
+    ],
+)
+def test_invalid_environment_is_an_error_on_the_fieldset(client, rows, message):
+    response = hx(client, "post", "/settings/clis/gemini/", env_post("gemini", "", rows))
+    page = html(response)
+    assert message in page and 'id="gemini-env-error"' in page
+    assert re.search(r'<fieldset[^>]*aria-describedby="gemini-env-hint gemini-env-error"', page)
+    assert "malamar:toast" not in triggers(response)
+    assert settings_get()["cli_settings"]["gemini"]["env"] == {}
+
+
+def test_save_without_javascript_redirects(client):
+    response = client.post("/settings/clis/opencode/", env_post("opencode", "/bin/oc"))
+    assert response.status_code == 302 and response.url == "/settings/"
+    assert settings_get()["cli_settings"]["opencode"]["binary_path"] == "/bin/oc"
+
+
+def test_unknown_cli_is_a_404(client):
+    assert client.post("/settings/clis/vim/", {}).status_code == 404
+    assert client.get("/settings/clis/vim/status/").status_code == 404
+
+
+def test_refresh_asks_the_worker_and_shows_checking(client):
+    response = hx(client, "post", "/settings/clis/refresh/")
+    assert response.status_code == 204
+    assert "malamar:cli-refresh" in triggers(response)
+    assert CliHealth.objects.filter(refresh_requested_at__isnull=False).count() == 4
+    status = html(hx(client, "get", "/settings/clis/claude/status/"))
+    assert "Checking…" in status and 'hx-trigger="load delay:2s"' in status  # polls
+    CliHealth.objects.filter(cli_type="claude").update(status="healthy", checked_at=timezone.now())
+    status = html(hx(client, "get", "/settings/clis/claude/status/"))
+    assert "Healthy" in status and "load delay" not in status
+
+
+def test_refresh_without_javascript(client):
+    response = client.post("/settings/clis/refresh/")
+    assert response.status_code == 302 and response.url == "/settings/"

@@ -1,0 +1,216 @@
+"""Remote use: extra allowed hosts, optional password (sessions and API tokens), rate limit,
+security headers, and refusing to serve other machines without a password."""
+
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+import requests
+from django.test import Client
+
+from core.auth import login_limiter, password_set, token_create, token_revoke
+from tests.live import ROOT, django_script, free_port, manage, process_env, wait_until
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def protected(db):
+    password_set(raw=PASSWORD)
+    login_limiter.attempts.clear()
+    return Client()
+
+
+def signed_in(client: Client) -> Client:
+    response = client.post("/login/", {"password": PASSWORD, "next": "/"})
+    assert response.status_code == 302
+    return client
+
+
+def api_get_paths(workspace_id: str) -> list[str]:
+    """Every GET route of the JSON API, with ids filled in."""
+    from core.api import api
+
+    paths = []
+    for route, _ in api.get_openapi_schema()["paths"].items():
+        paths.append(re.sub(r"\{[a-z_]+\}", workspace_id, route))
+    return paths
+
+
+PAGES = ["/", "/settings/"]
+
+
+def test_every_page_api_route_and_the_event_stream_need_a_login(protected, workspace):
+    for path in [*PAGES, f"/workspaces/{workspace.id}/"]:
+        response = protected.get(path)
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), path
+    for path in [*api_get_paths(workspace.id), "/api/events"]:
+        response = protected.get(path)
+        assert response.status_code == 401, path
+        assert response.json()["error"]["code"] == "UNAUTHORIZED"
+    assert protected.post("/api/workspaces", "{}", content_type="application/json").status_code == (
+        401
+    )
+
+
+def test_signing_in_opens_everything(protected, workspace):
+    client = signed_in(protected)
+    assert client.get("/").status_code == 200
+    assert client.get(f"/api/workspaces/{workspace.id}").status_code == 200
+    client.post("/logout/")
+    assert client.get("/").status_code == 302
+
+
+def test_wrong_password_and_open_redirects(protected):
+    assert protected.post("/login/", {"password": "nope"}).status_code == 401
+    response = protected.post("/login/", {"password": PASSWORD, "next": "https://evil.example/"})
+    assert response["Location"] == "/"
+
+
+def test_remember_me_sets_a_lasting_session(protected):
+    protected.post("/login/", {"password": PASSWORD, "remember": "on"})
+    assert protected.session.get_expiry_age() == 30 * 24 * 3600
+    other = Client()
+    other.post("/login/", {"password": PASSWORD})
+    assert other.session.get_expire_at_browser_close()
+
+
+def test_api_tokens(protected, workspace):
+    token, raw = token_create(name="phone script")
+    assert raw.startswith("mlm_") and raw not in (token.token_hash, token.prefix)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.get("/api/workspaces").status_code == 200
+    assert Client(HTTP_AUTHORIZATION="Bearer mlm_wrong").get("/api/workspaces").status_code == 401
+    token_revoke(token_id=token.id)
+    assert client.get("/api/workspaces").status_code == 401
+
+
+def test_login_attempts_are_rate_limited_and_logged_without_the_password(protected, caplog):
+    for _ in range(10):
+        assert protected.post("/login/", {"password": "guess-wrong"}).status_code == 401
+    limited = protected.post("/login/", {"password": PASSWORD})
+    assert limited.status_code == 429
+    assert "guess-wrong" not in caplog.text and PASSWORD not in caplog.text
+
+
+def test_no_password_means_no_login(db, workspace):
+    assert Client().get("/").status_code == 200
+    assert Client().get("/login/").status_code == 302
+
+
+def test_security_headers(db):
+    for path in ("/", "/api/workspaces", "/settings/"):
+        response = Client().get(path)
+        policy = response["Content-Security-Policy"]
+        assert "script-src 'self'" in policy and "'unsafe-inline'" not in policy
+        assert "'unsafe-eval'" not in policy and "frame-ancestors 'none'" in policy
+        assert response["X-Frame-Options"] == "DENY"
+        assert response["Referrer-Policy"] == "same-origin"
+
+
+def test_allowed_hosts_come_from_the_setting(tmp_path):
+    code = (
+        "from django.conf import settings; "
+        "print(settings.ALLOWED_HOSTS, settings.CSRF_TRUSTED_ORIGINS)"
+    )
+    before = django_script(tmp_path, code).stdout
+    assert "box.tail1234.ts.net" not in before
+    after = django_script(
+        tmp_path, code, MALAMAR_ALLOWED_HOSTS="box.tail1234.ts.net, .example.net"
+    ).stdout
+    assert "'box.tail1234.ts.net'" in after and "'.example.net'" in after
+    assert "https://box.tail1234.ts.net" in after and "https://*.example.net" in after
+
+
+def test_config_and_doctor_show_the_hosts_and_the_access_mode(tmp_path):
+    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+    env = {"MALAMAR_ALLOWED_HOSTS": "box.tail1234.ts.net"}
+    assert "box.tail1234.ts.net" in manage(tmp_path, "config", **env).stdout
+    doctor = manage(tmp_path, "doctor", **env).stdout
+    assert "✗ Access: local only (no password)" in doctor
+    assert (
+        "✓ Access: remote WITHOUT a password"
+        in manage(tmp_path, "doctor", MALAMAR_NO_AUTH="1", **env).stdout
+    )
+
+
+def run_malamar(tmp_path, *args, **env):
+    return subprocess.Popen(
+        [sys.executable, "-m", "malamar_site.cli", *args],
+        env=process_env(tmp_path, **env),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.live
+def test_a_remote_host_without_password_refuses_to_start(tmp_path):
+    port = free_port()
+    proc = run_malamar(tmp_path, "--host", "0.0.0.0", "--port", str(port))
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "without a password" in err and "malamar set-password" in err and "--no-auth" in err
+    tailscale = run_malamar(tmp_path, "--allowed-hosts", "box.tail1234.ts.net")
+    tailscale.communicate(timeout=60)
+    assert tailscale.returncode == 2  # a Tailscale name counts as remote, even on 127.0.0.1
+
+
+@pytest.mark.live
+def test_no_auth_or_a_password_lets_it_start_and_hosts_are_checked(tmp_path):
+    port = free_port()
+    proc = run_malamar(
+        tmp_path, "--port", str(port), "--allowed-hosts", "box.tail1234.ts.net", "--no-auth"
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _ok(url), timeout=40, what="server")
+        other = requests.get(f"{url}/", headers={"Host": "other.tail1234.ts.net"}, timeout=5)
+        assert other.status_code == 400 and "MALAMAR_ALLOWED_HOSTS" in other.text
+        named = requests.get(f"{url}/", headers={"Host": "box.tail1234.ts.net"}, timeout=5)
+        assert named.status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    setter = subprocess.run(
+        [sys.executable, "-m", "malamar_site.cli", "set-password"],
+        input=f"{PASSWORD}\n",
+        env={**process_env(tmp_path), "MALAMAR_PASSWORD_STDIN": "1"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert setter.returncode == 0, setter.stderr
+    proc = run_malamar(tmp_path, "--port", str(port), "--allowed-hosts", "box.tail1234.ts.net")
+    try:
+        wait_until(lambda: _answers(url), timeout=40, what="protected server")
+        assert requests.get(f"{url}/api/workspaces", timeout=5).status_code == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+def _ok(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/api/health", timeout=1).ok
+    except requests.RequestException:
+        return False
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/api/health", timeout=1).status_code in (200, 401)
+    except requests.RequestException:
+        return False
+
+
+def test_check_deploy_only_warns_about_https(tmp_path):
+    explained = {"security.W004", "security.W008", "security.W012", "security.W016"}
+    plain = set(re.findall(r"security\.W\d+", manage(tmp_path, "check", "--deploy").stderr))
+    assert plain <= explained
+    proxied = manage(tmp_path, "check", "--deploy", MALAMAR_TRUST_PROXY="1").stderr
+    assert set(re.findall(r"security\.W\d+", proxied)) <= {"security.W004", "security.W008"}
