@@ -9,7 +9,7 @@ import time
 
 from core.config import OPTIONS, ConfigError, apply_flags, load
 
-COMMANDS = ("run", "version", "help", "config", "doctor")
+COMMANDS = ("run", "version", "help", "config", "doctor", "set-password", "service")
 STOP_GRACE_SECONDS = 1.5
 
 
@@ -26,11 +26,21 @@ def build_parser() -> argparse.ArgumentParser:
         default="run",
         choices=COMMANDS,
         help="run (default): migrate, then serve the web UI and run the worker; "
-        "version; help; config (print the final configuration); doctor (check the setup)",
+        "version; help; config (print the final configuration); doctor (check the setup); "
+        "set-password (protect the web UI and API with a password); "
+        "service install|uninstall|status (run in the background)",
+    )
+    parser.add_argument(
+        "action", nargs="?", choices=("install", "uninstall", "status"), help="for `service`"
     )
     for option in OPTIONS:
+        kwargs = {"action": "store_const", "const": "1"} if option.switch else {}
         parser.add_argument(
-            option.flag, dest=option.name, default=None, help=f"{option.help} ({option.env})"
+            option.flag,
+            dest=option.name,
+            default=None,
+            help=f"{option.help} ({option.env})",
+            **kwargs,
         )
     return parser
 
@@ -60,10 +70,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     if args.command == "version":
-        from core.version import VERSION
+        from core.version import version_text
 
-        print(f"malamar {VERSION}")
+        print(version_text())
         return 0
+    if args.command == "service":
+        from malamar_site.service import ACTIONS
+
+        if not args.action:
+            parser.error("service needs an action: install, uninstall or status")
+        return ACTIONS[args.action]()
     try:
         load()
     except ConfigError as exc:
@@ -72,7 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     _django_setup()
     if args.command in ("config", "doctor"):
         return _manage(args.command)
+    if args.command == "set-password":
+        code = _manage("migrate", "--no-input", "-v", "0")
+        return code or _manage("set_password")
     return serve()
+
+
+def remote_access_refusal() -> str | None:
+    from core.auth import remote_access_refusal as refusal
+
+    return refusal()
 
 
 def _children() -> list[list[str]]:
@@ -100,6 +125,10 @@ def serve() -> int:
     code = _manage("migrate", "--no-input", "-v", "0")
     if code:
         return code
+    refusal = remote_access_refusal()
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
     print(f"Malamar is running at http://{settings.CONFIG.host}:{settings.CONFIG.port}", flush=True)
     procs = [subprocess.Popen(cmd) for cmd in _children()]
     stopping = False
