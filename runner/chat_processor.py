@@ -22,13 +22,12 @@ from chats.services import chat_message_add_agent, chat_message_add_system
 from core import events
 from core.settings_store import mailgun_configured, settings_get
 from runner import execution, prompts
-from runner.files import fresh_output_path, private_dir, temp_dir, write_private
+from runner.files import fresh_output_path, temp_dir, working_directory, write_private
 from runner.recorder import RunRecorder, stall_limits
 from runner.schemas import AGENT_CHAT_ACTION_TYPES, MALAMAR_CHAT_ACTION_TYPES, chat_schema
 from runner.selectors import cli_health_all
 from runner.task_loop import internal_error_message
 from tasks.models import QueueStatus
-from workspaces.models import WorkingDirectoryMode
 
 log = logging.getLogger(__name__)
 
@@ -119,19 +118,6 @@ def _write_files(chat: Chat, agent, item_id: str, output_path: Path) -> Path:
     return write_private(temp_dir() / f"malamar_chat_{chat.id}_{item_id}.md", text)
 
 
-def _working_directory(chat: Chat) -> tuple[Path | None, str]:
-    workspace = chat.workspace
-    if workspace.working_directory_mode == WorkingDirectoryMode.STATIC:
-        path = Path(workspace.working_directory_path or "").expanduser()
-        if not workspace.working_directory_path or not path.is_dir():
-            return None, (
-                f"Working directory {workspace.working_directory_path or '(not set)'} does not "
-                "exist. Create it or change the workspace settings."
-            )
-        return path, ""
-    return private_dir(temp_dir() / f"malamar_chat_{chat.id}"), ""
-
-
 def _parse(data) -> tuple[str, list]:
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, got {type(data).__name__}")
@@ -166,7 +152,7 @@ def _run(chat: Chat, item: ChatQueueItem, stop: threading.Event) -> str | tuple[
     cli = participant_cli_type(participant) if participant else None
     if cli is None:
         return "No CLI available: every CLI failed its health check."
-    cwd, problem = _working_directory(chat)
+    cwd, problem = working_directory(chat.workspace, f"malamar_chat_{chat.id}")
     if cwd is None:
         return problem
     output_path = fresh_output_path("malamar_chat_output")

@@ -35,10 +35,6 @@ def task_input_path(task_id: str) -> Path:
     return temp_dir() / f"malamar_task_{task_id}.md"
 
 
-def task_workdir(task_id: str) -> Path:
-    return temp_dir() / f"malamar_task_{task_id}"
-
-
 def fresh_output_path(prefix: str = "malamar_output") -> Path:
     """A new name each run, so a failed run can never leave a stale answer behind."""
     return temp_dir() / f"{prefix}_{new_id()}.json"
@@ -70,3 +66,17 @@ def read_output(path: Path) -> str | None:
 def remove_quietly(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.unlink()
+
+
+def working_directory(workspace, temp_folder: str) -> tuple[Path | None, str]:
+    """(path, problem): the workspace's static directory (which must exist), or in temp mode
+    `{temp}/{temp_folder}` (created on first use, then reused)."""
+    if workspace.working_directory_mode == "static":
+        path = Path(workspace.working_directory_path or "").expanduser()
+        if not workspace.working_directory_path or not path.is_dir():
+            return None, (
+                f"Working directory {workspace.working_directory_path or '(not set)'} does not "
+                "exist. Create it or change the workspace settings."
+            )
+        return path, ""
+    return private_dir(temp_dir() / temp_folder), ""

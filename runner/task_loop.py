@@ -26,9 +26,8 @@ from notifications.services import notify_task_error, notify_task_in_review
 from runner import execution, prompts
 from runner.files import (
     fresh_output_path,
-    private_dir,
     task_input_path,
-    task_workdir,
+    working_directory,
     write_private,
 )
 from runner.models import RunStatus
@@ -44,7 +43,6 @@ from tasks.models import (
     TaskStatus,
 )
 from tasks.selectors import agent_names as agent_name_map
-from workspaces.models import WorkingDirectoryMode
 
 log = logging.getLogger(__name__)
 BACKOFF_BASE_SECONDS = 5
@@ -126,19 +124,6 @@ def _input_text(task: Task, agent: Agent, output_path: Path) -> str:
     )
 
 
-def _working_directory(task: Task) -> tuple[Path | None, str]:
-    workspace = task.workspace
-    if workspace.working_directory_mode == WorkingDirectoryMode.STATIC:
-        path = Path(workspace.working_directory_path or "").expanduser()
-        if not workspace.working_directory_path or not path.is_dir():
-            return None, (
-                f"Working directory {workspace.working_directory_path or '(not set)'} does not "
-                "exist. Create it or change the workspace settings."
-            )
-        return path, ""
-    return private_dir(task_workdir(task.id)), ""
-
-
 def _record_process(item_id: str):
     def on_started(started) -> None:
         TaskQueueItem.objects.filter(id=item_id).update(
@@ -177,7 +162,7 @@ def _run_agent(task: Task, agent: Agent, ctx: PassContext):
 
 
 def _execute_agent(task: Task, agent: Agent, ctx: PassContext, recorder: RunRecorder):
-    cwd, problem = _working_directory(task)
+    cwd, problem = working_directory(task.workspace, f"malamar_task_{task.id}")
     if cwd is None:
         recorder.status = RunStatus.FAILED
         return problem
