@@ -39,7 +39,46 @@ def _cli_or_404(cli_type: str) -> str:
 
 @require_GET
 def global_settings(request):
-    return render(request, SETTINGS, {"cards": [_with_form(c) for c in selectors.cli_cards()]})
+    context = {"cards": [_with_form(c) for c in selectors.cli_cards()], **_access_context()}
+    return render(request, SETTINGS, context)
+
+
+def _access_context(new_token: str = "") -> dict:
+    from core.auth import access_mode
+    from core.models import ApiToken
+
+    tokens = list(ApiToken.objects.order_by("-created_at"))
+    return {"access_mode": access_mode(), "tokens": tokens, "new_token": new_token}
+
+
+def _tokens_response(request, new_token: str = ""):
+    if not request.htmx:
+        return redirect("global_settings")
+    return render(request, f"{SETTINGS}#tokens", _access_context(new_token))
+
+
+@require_POST
+def token_create(request):
+    from core.auth import token_create as create
+
+    try:
+        _token, raw = create(name=request.POST.get("name", ""))
+    except ServiceError as exc:
+        response = _tokens_response(request)
+        trigger_client_event(response, "malamar:toast", {"level": "error", "message": exc.message})
+        return response
+    return _tokens_response(request, new_token=raw)
+
+
+@require_POST
+def token_revoke(request, token_id: str):
+    from core.auth import token_revoke as revoke
+
+    try:
+        revoke(token_id=token_id)
+    except ServiceError:
+        raise Http404 from None
+    return _tokens_response(request)
 
 
 @require_POST

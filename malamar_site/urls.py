@@ -57,6 +57,8 @@ pages = [
 
 urlpatterns = [
     *pages,
+    path("settings/tokens/", core_views.token_create, name="token_create"),
+    path("settings/tokens/<str:token_id>/revoke/", core_views.token_revoke, name="token_revoke"),
     path("login/", login.login_view, name="login"),
     path("logout/", login.logout_view, name="logout"),
     path("api/events", sse.events, name="events"),

@@ -214,3 +214,27 @@ def test_check_deploy_only_warns_about_https(tmp_path):
     assert plain <= explained
     proxied = manage(tmp_path, "check", "--deploy", MALAMAR_TRUST_PROXY="1").stderr
     assert set(re.findall(r"security\.W\d+", proxied)) <= {"security.W004", "security.W008"}
+
+
+def test_sign_out_button_only_with_a_password(db):
+    assert 'action="/logout/"' not in Client().get("/").content.decode()
+    password_set(raw=PASSWORD)
+    client = signed_in(Client())
+    assert 'action="/logout/"' in client.get("/").content.decode()
+
+
+def test_settings_page_creates_shows_once_and_revokes_tokens(protected):
+    client = signed_in(protected)
+    page = client.get("/settings/").content.decode()
+    assert "API tokens" in page and "Password required" in page
+    created = client.post("/settings/tokens/", {"name": "phone"}, HTTP_HX_REQUEST="true")
+    html = created.content.decode()
+    raw = re.search(r"mlm_[A-Za-z0-9_-]{20,}", html).group(0)
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {raw}").get("/api/workspaces").status_code == 200
+    again = client.get("/settings/").content.decode()
+    assert raw not in again and "phone" in again  # shown once, listed by name and prefix
+    from core.models import ApiToken
+
+    token = ApiToken.objects.get()
+    client.post(f"/settings/tokens/{token.id}/revoke/", HTTP_HX_REQUEST="true")
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {raw}").get("/api/workspaces").status_code == 401
