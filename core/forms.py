@@ -78,3 +78,36 @@ class CliSettingsForm(forms.Form):
     @staticmethod
     def is_masked(value: str) -> bool:
         return value.startswith(MASK_PREFIX)
+
+
+class NotificationSettingsForm(forms.Form):
+    """Email (Mailgun) and webhook settings. The key comes back masked: saving the mask keeps it."""
+
+    mailgun_api_key = forms.CharField(
+        required=False,
+        label="Mailgun API key",
+        widget=forms.PasswordInput(render_value=True, attrs={"autocomplete": "off"}),
+    )
+    mailgun_domain = forms.CharField(required=False, label="Sending domain")
+    mailgun_region = forms.ChoiceField(
+        choices=[("us", "US (api.mailgun.net)"), ("eu", "EU (api.eu.mailgun.net)")],
+        label="Region",
+    )
+    mailgun_from_email = forms.EmailField(required=False, label="From")
+    mailgun_to_email = forms.EmailField(required=False, label="To")
+    notify_on_error = forms.BooleanField(required=False, label="When an agent run fails")
+    notify_on_in_review = forms.BooleanField(
+        required=False, label="When agents move a task to In Review"
+    )
+    webhook_urls = forms.CharField(
+        required=False,
+        label="Webhook URLs",
+        help_text="One per line. Each gets a JSON POST (Slack, Discord, ntfy, your scripts).",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+    )
+
+    @classmethod
+    def from_settings(cls, values: dict) -> "NotificationSettingsForm":
+        initial = {name: values.get(name) for name in cls.base_fields}
+        initial["webhook_urls"] = "\n".join(values.get("webhook_urls") or [])
+        return cls(initial=initial)

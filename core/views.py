@@ -11,7 +11,7 @@ from django_htmx.http import trigger_client_event
 from agents.models import CliType
 from core import selectors, settings_store
 from core.errors import ServiceError
-from core.forms import CliSettingsForm, apply_service_error
+from core.forms import CliSettingsForm, NotificationSettingsForm, apply_service_error
 from core.http import error_response, is_api_path
 from runner import services as runner_services
 
@@ -39,8 +39,56 @@ def _cli_or_404(cli_type: str) -> str:
 
 @require_GET
 def global_settings(request):
-    context = {"cards": [_with_form(c) for c in selectors.cli_cards()], **_access_context()}
+    context = {
+        "cards": [_with_form(c) for c in selectors.cli_cards()],
+        "notifications_form": NotificationSettingsForm.from_settings(
+            settings_store.settings_public()
+        ),
+        **_access_context(),
+    }
     return render(request, SETTINGS, context)
+
+
+@require_POST
+def notifications_save(request):
+    form = NotificationSettingsForm(request.POST)
+    saved = False
+    if form.is_valid():
+        try:
+            settings_store.settings_update(changes=form.cleaned_data)
+        except ServiceError as error:
+            apply_service_error(form, error)
+        else:
+            saved = True
+    if not request.htmx:
+        return redirect("global_settings")
+    if saved:
+        form = NotificationSettingsForm.from_settings(settings_store.settings_public())
+    response = render(request, f"{SETTINGS}#notifications", {"notifications_form": form})
+    if saved:
+        trigger_client_event(
+            response,
+            "malamar:toast",
+            {"level": "success", "message": "Notification settings saved"},
+        )
+    return response
+
+
+@require_POST
+def notifications_test(request):
+    """Send the test email with the saved settings and tell the result in a toast."""
+    from notifications.services import test_email_send
+
+    try:
+        test_email_send()
+        note = {"level": "success", "message": "Test email sent", "detail": "Check your inbox."}
+    except ServiceError as error:
+        note = {"level": "error", "message": "Test email failed", "detail": error.message}
+    if not request.htmx:
+        return redirect("global_settings")
+    response = HttpResponse(status=204)
+    trigger_client_event(response, "malamar:toast", note)
+    return response
 
 
 def _access_context(new_token: str = "") -> dict:

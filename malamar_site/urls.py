@@ -57,6 +57,8 @@ pages = [
 
 urlpatterns = [
     *pages,
+    path("settings/notifications/", core_views.notifications_save, name="notifications_save"),
+    path("settings/notifications/test/", core_views.notifications_test, name="notifications_test"),
     path("settings/tokens/", core_views.token_create, name="token_create"),
     path("settings/tokens/<str:token_id>/revoke/", core_views.token_revoke, name="token_revoke"),
     path("login/", login.login_view, name="login"),

@@ -1,0 +1,83 @@
+"""Settings → Notifications: save Mailgun and webhooks, keep the masked key, test email."""
+
+import json
+
+import pytest
+from django.test import Client
+
+from core.settings_store import settings_get, settings_update
+from notifications import services
+from notifications.senders import DeliveryFailed
+
+KEY = "key-0123456789abcdef-secret"
+FORM = {
+    "mailgun_api_key": KEY,
+    "mailgun_domain": "mg.example.com",
+    "mailgun_region": "eu",
+    "mailgun_from_email": "malamar@mg.example.com",
+    "mailgun_to_email": "me@example.com",
+    "notify_on_error": "on",
+    "webhook_urls": "https://ntfy.sh/my-topic\nhttp://127.0.0.1:9000/hook",
+}
+
+
+@pytest.fixture
+def client(db):
+    return Client(HTTP_HX_REQUEST="true")
+
+
+def toast(response) -> dict:
+    return json.loads(response["HX-Trigger"])["malamar:toast"]
+
+
+def test_section_renders_with_the_key_masked(client):
+    settings_update(changes={"mailgun_api_key": KEY})
+    page = Client().get("/settings/").content.decode()
+    assert "Notifications" in page and "Send test email" in page
+    assert KEY not in page and "••••cret" in page
+    assert "js/notify.js" in page and "data-browser-notifications" in page
+
+
+def test_save_then_save_the_mask_back(client):
+    response = client.post("/settings/notifications/", FORM)
+    assert response.status_code == 200 and toast(response)["level"] == "success"
+    stored = settings_get()
+    assert stored["mailgun_api_key"] == KEY and stored["mailgun_region"] == "eu"
+    assert stored["webhook_urls"] == ["https://ntfy.sh/my-topic", "http://127.0.0.1:9000/hook"]
+    assert stored["notify_on_error"] is True and stored["notify_on_in_review"] is False
+    client.post("/settings/notifications/", {**FORM, "mailgun_api_key": "••••cret"})
+    assert settings_get()["mailgun_api_key"] == KEY
+
+
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("mailgun_to_email", "not-an-email", "valid email"),
+        ("webhook_urls", "ftp://nope", "not an http(s) URL"),
+    ],
+)
+def test_errors_are_shown_on_the_form(client, field, value, needle):
+    response = client.post("/settings/notifications/", {**FORM, field: value})
+    assert needle in response.content.decode()
+    assert settings_get()["mailgun_domain"] == ""
+
+
+def test_test_email_success_and_failure_toasts(client, monkeypatch):
+    settings_update(changes={k: v for k, v in FORM.items() if k.startswith("mailgun_")})
+    sent = []
+    monkeypatch.setattr(services, "mailgun_send", lambda values, **kw: sent.append(kw))
+    ok = client.post("/settings/notifications/test/")
+    assert ok.status_code == 204 and toast(ok)["message"] == "Test email sent"
+    assert sent[0]["subject"] == "Malamar Test Email"
+
+    def fail(values, **kw):
+        raise DeliveryFailed("HTTP 401: Invalid private key")
+
+    monkeypatch.setattr(services, "mailgun_send", fail)
+    bad = toast(client.post("/settings/notifications/test/"))
+    assert bad["level"] == "error" and "Invalid private key" in bad["detail"]
+
+
+def test_test_email_without_settings_says_what_is_missing(client):
+    note = toast(client.post("/settings/notifications/test/"))
+    assert note["level"] == "error" and "mailgun_api_key" in note["detail"]
