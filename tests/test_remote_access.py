@@ -16,10 +16,17 @@ from tests.live import ROOT, django_script, free_port, manage, process_env, wait
 PASSWORD = "correct horse battery"
 
 
+@pytest.fixture(autouse=True)
+def fresh_rate_limit():
+    """The limiter lives in the process: each test starts with no recorded attempts."""
+    login_limiter.attempts.clear()
+    yield
+    login_limiter.attempts.clear()
+
+
 @pytest.fixture
 def protected(db):
     password_set(raw=PASSWORD)
-    login_limiter.attempts.clear()
     return Client()
 
 
