@@ -119,6 +119,14 @@ def _requeue(model, item) -> int:
     return 1
 
 
+def _signal_unwanted(running: dict[str, threading.Event], still_wanted: set[str]) -> None:
+    """Set the stop event of every running item that is no longer wanted."""
+    for item_id, stop in running.items():
+        if item_id not in still_wanted and not stop.is_set():
+            log.info("Stopping a run", extra={"item": item_id})
+            stop.set()
+
+
 class Worker:
     def __init__(self, *, poll_interval: float):
         self.poll_interval = poll_interval
@@ -222,10 +230,7 @@ class Worker:
                 task__status__in=RUNNABLE_STATUSES,
             ).values_list("id", flat=True)
         )
-        for item_id, stop in running.items():
-            if item_id not in still_wanted and not stop.is_set():
-                log.info("Stopping a run", extra={"item": item_id})
-                stop.set()
+        _signal_unwanted(running, still_wanted)
 
     def spawn_workspaces(self) -> None:
         waiting = pickup.workspaces_with_work()
@@ -283,9 +288,7 @@ class Worker:
                 id__in=running, status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
             ).values_list("id", flat=True)
         )
-        for item_id, stop in running.items():
-            if item_id not in still_wanted and not stop.is_set():
-                stop.set()
+        _signal_unwanted(running, still_wanted)
 
     def spawn_chats(self) -> None:
         """Every queued chat message gets its own thread: chats never wait for each other."""
