@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from agents import views as agent_views
 from core import login, sse
@@ -48,6 +48,8 @@ pages = [
     path("agents/<str:agent_id>/edit/", agent_views.agent_edit, name="agent_edit"),
     path("agents/<str:agent_id>/delete/", agent_views.agent_delete, name="agent_delete"),
     path("agents/<str:agent_id>/move/", agent_views.agent_move, name="agent_move"),
+    path("", include("tasks.urls")),
+    path("", include("chats.urls")),
     path("settings/", core_views.global_settings, name="global_settings"),
     path("settings/cli-warning/", core_views.cli_warning, name="cli_warning"),
     path("settings/clis/refresh/", core_views.cli_refresh, name="cli_refresh"),

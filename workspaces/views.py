@@ -9,8 +9,10 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from agents import selectors as agent_selectors
 from agents.forms import AgentForm
+from chats.views import chat_tab_context
 from core.errors import ServiceError
 from core.forms import apply_service_error
+from tasks.views import task_tab_context
 from workspaces import selectors, services
 from workspaces.forms import WorkspaceCreateForm, WorkspaceDeleteForm, WorkspaceSettingsForm
 from workspaces.models import Workspace
@@ -90,6 +92,10 @@ def workspace_detail(request, workspace_id: str):
     tab = request.GET.get("tab", "tasks")
     tab = tab if tab in TABS else "tasks"
     context = detail_context(workspace, tab)
+    if tab == "tasks":
+        context.update(task_tab_context(request, workspace))
+    elif tab == "chat":
+        context.update(chat_tab_context(request, workspace))
     if _targets(request, "workspace-tabs"):
         return render(request, f"{DETAIL}#tabs", context)
     return render(request, DETAIL, context)

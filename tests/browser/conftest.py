@@ -115,3 +115,13 @@ def page(browser, server):
     errors = page.console_errors
     page.context.close()
     errors.check()
+
+
+@pytest.fixture
+def stack(browser, tmp_path, migrated_db):
+    """Server + worker with the fake CLIs first on PATH (tests.stack.Stack); `.server.url`."""
+    from tests.stack import Stack
+
+    running = Stack(tmp_path, migrated_db).start()
+    yield running
+    running.stop()
