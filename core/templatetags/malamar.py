@@ -142,3 +142,11 @@ def no_cli_available() -> bool:
     from runner.selectors import first_available_cli
 
     return first_available_cli() is None
+
+
+@register.filter(name="markdown")
+def markdown_filter(text) -> str:
+    """Render agent/user markdown as sanitised HTML (core.markdown); use inside `.markdown`."""
+    from core.markdown import render_markdown
+
+    return mark_safe(render_markdown(str(text or "")))  # sanitised by nh3

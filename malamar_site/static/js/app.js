@@ -688,9 +688,67 @@
     if (fallback) fallback.focus();
   });
 
+  /* ------------------------------------------------------------------ code blocks */
+
+  const COPY_ICON =
+    '<svg width="14" height="14" viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" ' +
+    'stroke-linecap="round" stroke-linejoin="round" aria-hidden="true"><rect width="14" height="14" x="8" y="8" ' +
+    'rx="2"/><path d="M4 16c-1.1 0-2-.9-2-2V4c0-1.1.9-2 2-2h10c1.1 0 2 .9 2 2"/></svg>';
+
+  // Every code block in rendered markdown gets a copy button (added here, not in the HTML,
+  // so the sanitiser never has to allow buttons).
+  function addCopyButtons(root) {
+    const scope = root && root.querySelectorAll ? root : document;
+    scope.querySelectorAll(".markdown pre").forEach((pre) => {
+      if (pre.parentElement && pre.parentElement.classList.contains("code-block")) return;
+      const wrapper = document.createElement("div");
+      wrapper.className = "code-block";
+      pre.replaceWith(wrapper);
+      wrapper.appendChild(pre);
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "code-block__copy";
+      button.setAttribute("aria-label", "Copy code");
+      button.title = "Copy code";
+      button.innerHTML = COPY_ICON;
+      wrapper.appendChild(button);
+    });
+  }
+
+  function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
+    const area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "visually-hidden";
+    document.body.appendChild(area);
+    area.select();
+    const ok = document.execCommand("copy");
+    area.remove();
+    return ok ? Promise.resolve() : Promise.reject(new Error("copy failed"));
+  }
+
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest(".code-block__copy");
+    if (!button) return;
+    const pre = button.parentElement.querySelector("pre");
+    copyText(pre ? pre.innerText : "").then(
+      () => {
+        button.dataset.copied = "true";
+        button.setAttribute("aria-label", "Copied");
+        window.setTimeout(() => {
+          delete button.dataset.copied;
+          button.setAttribute("aria-label", "Copy code");
+        }, 1500);
+      },
+      () => toast({ level: "error", message: "Could not copy to the clipboard" }),
+    );
+  });
+
   function onLoad(root) {
     updateTimes(root);
     syncConfirmMatch(root);
+    addCopyButtons(root);
   }
 
   /* ------------------------------------------------------------------ start */
