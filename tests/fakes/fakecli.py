@@ -637,7 +637,7 @@ def _jsonl_block(lines: list[str], heading: str) -> list[dict]:
 TASK_ACTIONS = {"skip", "comment", "comment-once", "review", "in_review", "unknown-action"}
 CHAT_ACTIONS = {"reply", "action"}
 COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json"}
-PREFIX_ACTIONS = {"sleep", "grandchild", "flood"}  # do something, then the rest of the line
+PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then the rest
 ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS
 NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json"}
 NO_ARGS = {"skip", "in_review", "unknown-action", "invalid-json", "empty-file", "no-file"}
@@ -650,7 +650,7 @@ class DirectiveError(Exception):
 @dataclass(frozen=True)
 class Directive:
     agent: str | None
-    steps: tuple[tuple[str, float], ...]  # ("sleep" | "grandchild" | "flood", number)
+    steps: tuple[tuple[str, float], ...]  # ("sleep" | "grandchild" | "flood" | "work", number)
     action: str | None  # None: nothing after the steps
     args: str
 
@@ -856,9 +856,12 @@ def chat_plan(doc: InputDoc) -> Plan:
     return plan
 
 
-def run_step(step: tuple[str, float]) -> None:
+def run_step(step: tuple[str, float], emitter: Emitter) -> None:
     kind, number = step
-    if kind == "sleep":
+    if kind == "work":
+        for _ in range(int(number)):
+            emitter.work()
+    elif kind == "sleep":
         time.sleep(number)
     elif kind == "grandchild":
         child = subprocess.Popen(
@@ -926,6 +929,10 @@ class Emitter:
 
     def reply(self, text: str) -> None:
         raise NotImplementedError
+
+    def work(self) -> None:
+        """One round of streamed tool activity (`work N`): run tests, read and edit a file.
+        Only streaming emitters that model tools print anything."""
 
     def deliver(self, outcome: Outcome, path: str | None) -> None:
         raise NotImplementedError
@@ -1017,6 +1024,13 @@ class ClaudeEmitter(Emitter):
                 "session_id": self.session,
                 "uuid": str(uuid.uuid4()),
             }
+        )
+
+    def work(self) -> None:
+        self._tool("Bash", {"command": "pytest -q", "description": "Run the tests"}, "3 passed")
+        self._tool("Read", {"file_path": "app/models.py"}, "class Task: ...")
+        self._tool(
+            "Edit", {"file_path": "app/models.py", "old_string": "a", "new_string": "b"}, "ok"
         )
 
     def _tool(self, name: str, tool_input: object, result: str, is_error: bool = False) -> None:
@@ -1264,6 +1278,31 @@ class CodexEmitter(Emitter):
             return
         self.emit({"type": "item.completed", "item": item})
         self.items += 1
+
+    def work(self) -> None:
+        if not self.streaming:
+            return
+        command = {
+            "id": f"item_{self.items}",
+            "type": "command_execution",
+            "command": "/bin/bash -lc 'pytest -q'",
+            "aggregated_output": "",
+            "exit_code": None,
+            "status": "in_progress",
+        }
+        self._item(command, started=True)
+        self._item(
+            {**command, "aggregated_output": "3 passed\n", "exit_code": 0, "status": "completed"}
+        )
+        change = {"path": "app/models.py", "kind": "update"}
+        self._item(
+            {
+                "id": f"item_{self.items}",
+                "type": "file_change",
+                "changes": [change],
+                "status": "completed",
+            }
+        )
 
     def _finish(self, message: str, write_last: bool = True) -> None:
         if write_last and self.last_message:
@@ -1781,7 +1820,7 @@ def run_prompt(cli: FakeCli, inv: Invocation) -> int:
     plan = chat_plan(doc) if doc.chat else task_plan(doc)
     for step in plan.steps:
         emitter.start()
-        run_step(step)
+        run_step(step, emitter)
     if plan.exit is not None:
         code, text = plan.exit
         raise CliExit(code, text)

@@ -944,3 +944,21 @@ def test_parsing_ignores_lookalike_headings_in_description(box):
     )
     result = box.result("claude", box.run("claude"))
     assert result["actions"][0]["content"] == "from-description"
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex"])
+def test_work_streams_tool_activity_that_the_parsers_understand(box, cli):
+    from runner.streams import parse_line, parser_for
+
+    box.task(role="@fake work 1 comment hi")
+    proc = box.run(cli, stream=True)
+    parser = parser_for(cli)
+    traces = [
+        item
+        for line in proc.stdout.splitlines()
+        for item in parse_line(parser, line)
+        if getattr(item, "kind", "") == "action"
+    ]
+    kinds = [trace.action_kind for trace in traces]
+    assert "command" in kinds and "command-result" in kinds and "file-edit" in kinds
+    assert any("pytest" in trace.text for trace in traces)
