@@ -50,6 +50,7 @@ pages = [
     path("agents/<str:agent_id>/move/", agent_views.agent_move, name="agent_move"),
     path("", include("tasks.urls")),
     path("", include("chats.urls")),
+    path("", include("runner.urls")),
     path("settings/", core_views.global_settings, name="global_settings"),
     path("settings/cli-warning/", core_views.cli_warning, name="cli_warning"),
     path("settings/clis/refresh/", core_views.cli_refresh, name="cli_refresh"),

@@ -3,13 +3,14 @@
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Prefetch, Sum
+from django.db.models import Prefetch
 from django.utils import timezone
 from ninja import Router, Schema
 
 from chats.models import Chat
 from core.lookups import get_or_404
 from runner.models import AgentRun, TraceEvent
+from runner.selectors import usage_totals
 from tasks.models import Task
 from workspaces.models import Workspace
 
@@ -59,18 +60,6 @@ class UsageOut(Schema):
 def _runs(runs) -> dict:
     traces = Prefetch("traces", queryset=TraceEvent.objects.order_by("seq"))
     return {"runs": list(runs.order_by("started_at").prefetch_related(traces))}
-
-
-def usage_totals(runs) -> dict:
-    totals = runs.aggregate(
-        n=Count("id"), i=Sum("input_tokens"), o=Sum("output_tokens"), c=Sum("cost_usd")
-    )
-    return {
-        "runs": totals["n"] or 0,
-        "input_tokens": totals["i"] or 0,
-        "output_tokens": totals["o"] or 0,
-        "cost_usd": round(totals["c"] or 0.0, 6),
-    }
 
 
 @router.get("/tasks/{task_id}/runs", response=RunList)

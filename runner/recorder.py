@@ -175,6 +175,7 @@ class RunRecorder:
         return {
             **self.context,
             "run_id": self.run.id,
+            "status": RunStatus.RUNNING,
             "items": items,
             "text_delta": "".join(deltas)[-2000:],
             "current_action": self.current[:300],
@@ -206,9 +207,12 @@ class RunRecorder:
             self.flush(final=True)
         except Exception:
             log.exception("Could not save the last traces", extra={"run_id": self.run.id})
-        AgentRun.objects.filter(id=self.run.id).update(
-            status=status, exit_code=exit_code, ended_at=timezone.now()
-        )
+        with transaction.atomic():
+            AgentRun.objects.filter(id=self.run.id).update(
+                status=status, exit_code=exit_code, ended_at=timezone.now()
+            )
+            # Tells open timelines to collapse this run into its final, grouped form.
+            events.publish("run.trace", {**self._payload([], []), "status": status})
 
 
 def stall_limits(workspace) -> dict:

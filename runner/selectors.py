@@ -1,5 +1,5 @@
 from agents.models import CLI_PREFERENCE, CliType
-from runner.models import CliHealth, CliHealthStatus
+from runner.models import CliHealth, CliHealthStatus, RunStatus
 
 
 def cli_health_all() -> list[dict]:
@@ -39,3 +39,87 @@ def first_available_cli() -> str | None:
 
 def healthy_count() -> int:
     return CliHealth.objects.filter(status=CliHealthStatus.HEALTHY).count()
+
+
+# --- agent runs: timelines and usage --------------------------------------------------------
+
+TIMELINE_RUNS = 30  # most recent runs shown with their traces
+TIMELINE_TRACES = 400  # most recent traces shown per run
+
+
+class RunTimelines(list):
+    """Runs (oldest first) with grouped traces, plus what the live JS needs to find them."""
+
+    def __init__(self, runs, *, task_id=None, chat_id=None, running_only=False, hidden=0):
+        super().__init__(runs)
+        self.task_id, self.chat_id = task_id, chat_id
+        self.running_only, self.hidden = running_only, hidden
+
+
+def _with_groups(runs: list) -> list:
+    from runner.models import TraceEvent
+    from runner.timeline import group_traces
+
+    by_run: dict[str, list] = {run.id: [] for run in runs}
+    if by_run:
+        rows = (
+            TraceEvent.objects.filter(run_id__in=list(by_run))
+            .only("run_id", "seq", "kind", "action_kind", "text", "detail")
+            .order_by("run_id", "seq")
+        )
+        for row in rows:
+            by_run[row.run_id].append(row)
+    for run in runs:
+        traces = by_run[run.id][-TIMELINE_TRACES:]
+        run.groups = group_traces(traces)
+        run.last_seq = traces[-1].seq if traces else 0
+        run.hidden_traces = max(0, run.trace_count - len(traces))
+        run.is_running = run.status == RunStatus.RUNNING
+        run.cli_label = CliType(run.cli_type).label if run.cli_type in CliType else run.cli_type
+    return runs
+
+
+def run_timelines(*, task=None, chat=None, running_only=False) -> RunTimelines:
+    """A task's or chat's agent runs for the Activity timeline (two queries in all)."""
+    from runner.models import AgentRun
+
+    runs = AgentRun.objects.filter(task=task) if task is not None else AgentRun.objects.none()
+    if chat is not None:
+        runs = AgentRun.objects.filter(chat=chat)
+    if running_only:
+        runs = runs.filter(status=RunStatus.RUNNING)
+    latest = list(runs.order_by("-started_at")[: TIMELINE_RUNS + 1])
+    hidden = 0
+    if len(latest) > TIMELINE_RUNS:
+        hidden = runs.count() - TIMELINE_RUNS
+        latest = latest[:TIMELINE_RUNS]
+    return RunTimelines(
+        _with_groups(latest[::-1]),
+        task_id=getattr(task, "id", None),
+        chat_id=getattr(chat, "id", None),
+        running_only=running_only,
+        hidden=hidden,
+    )
+
+
+def run_timeline(run_id: str):
+    """One run with its grouped traces (the live JS fetches it when it meets a new run)."""
+    from runner.models import AgentRun
+
+    run = AgentRun.objects.filter(id=run_id).first()
+    return _with_groups([run])[0] if run else None
+
+
+def usage_totals(runs) -> dict:
+    """Sum of tokens and cost over an AgentRun queryset (None where no run reported any)."""
+    from django.db.models import Count, Sum
+
+    totals = runs.aggregate(
+        n=Count("id"), i=Sum("input_tokens"), o=Sum("output_tokens"), c=Sum("cost_usd")
+    )
+    return {
+        "runs": totals["n"] or 0,
+        "input_tokens": totals["i"] or 0,
+        "output_tokens": totals["o"] or 0,
+        "cost_usd": round(totals["c"] or 0.0, 6),
+    }

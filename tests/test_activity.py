@@ -174,5 +174,5 @@ def test_trace_events_are_batched(db, workspace):
         recorder.flush()
         recorder.finish(status="completed", exit_code=0)
     writes = [q for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
-    assert len(writes) < 20
+    assert len(writes) < 30  # 1,000 lines, a handful of batched writes
     assert recorder.run.traces.count() == 1000

@@ -13,6 +13,12 @@ register = template.Library()
 
 # Lucide-style 24px stroke icons (ISC-licensed shapes, redrawn by hand).
 ICONS = {
+    "activity": '<path d="M22 12h-2.48a2 2 0 0 0-1.93 1.46l-2.35 8.36a.25.25 0 0 1-.48 0L9.24 '
+    '2.18a.25.25 0 0 0-.48 0l-2.35 8.36A2 2 0 0 1 4.49 12H2"/>',
+    "file": '<path d="M15 2H6a2 2 0 0 0-2 2v16a2 2 0 0 0 2 2h12a2 2 0 0 0 2-2V7Z"/>'
+    '<path d="M14 2v4a2 2 0 0 0 2 2h4"/>',
+    "list-checks": '<path d="m3 17 2 2 4-4"/><path d="m3 7 2 2 4-4"/><path d="M13 6h8"/>'
+    '<path d="M13 12h8"/><path d="M13 18h8"/>',
     "alert": '<path d="m21.73 18-8-14a2 2 0 0 0-3.48 0l-8 14A2 2 0 0 0 4 21h16a2 2 0 0 0 1.73-3"/>'
     '<path d="M12 9v4"/><path d="M12 17h.01"/>',
     "arrow-down": '<path d="M12 5v14"/><path d="m19 12-7 7-7-7"/>',
@@ -150,3 +156,41 @@ def markdown_filter(text) -> str:
     from core.markdown import render_markdown
 
     return mark_safe(render_markdown(str(text or "")))  # sanitised by nh3
+
+
+@register.filter
+def tokens(value) -> str:
+    """12345 → "12.3k", 2_400_000 → "2.4M"."""
+    try:
+        number = int(value or 0)
+    except (TypeError, ValueError):
+        return ""
+    if number < 1000:
+        return str(number)
+    if number < 1_000_000:
+        return f"{number / 1000:.1f}".rstrip("0").rstrip(".") + "k"
+    return f"{number / 1_000_000:.1f}".rstrip("0").rstrip(".") + "M"
+
+
+@register.filter
+def usd(value) -> str:
+    """A cost in dollars: "$3.40", "<$0.01" for tiny non-zero amounts."""
+    try:
+        amount = float(value)
+    except (TypeError, ValueError):
+        return ""
+    if 0 < amount < 0.01:
+        return "<$0.01"
+    return f"${amount:,.2f}"
+
+
+@register.filter
+def run_duration(run) -> str:
+    """How long a run took (or has been running): "8s", "1m 12s", "1h 3m"."""
+    end = run.ended_at or timezone.now()
+    seconds = max(0, int((end - run.started_at).total_seconds()))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60}m"

@@ -271,7 +271,7 @@
     const list = document.getElementById("toasts");
     if (!list || !options || !options.message) return;
     raiseToasts();
-    const level = ["success", "error", "info"].includes(options.level) ? options.level : "info";
+    const level = ["success", "error", "info", "warning"].includes(options.level) ? options.level : "info";
     const item = document.createElement("li");
     item.className = `toast toast--${level}`;
     item.setAttribute("role", level === "error" ? "alert" : "status");

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from runner import views
+
+urlpatterns = [
+    path("runs/<str:run_id>/", views.run_fragment, name="run_fragment"),
+]
