@@ -130,14 +130,13 @@ class RunRecorder:
             base = 0 if usage.total or self.totals[key] is None else self.totals[key]
             self.totals[key] = base + value
 
-    def flush(self, *, final: bool = False) -> None:
+    def _collect(self, *, final: bool) -> tuple[list, list[str]]:
+        """Parse what arrived since the last flush into trace rows (not saved yet)."""
         self.last_flush = time.monotonic()
         traces, deltas = self._traces(self._drain())
         if final and self.pending_text:
             traces.append(Trace("text", "".join(self.pending_text)))
             self.pending_text = []
-        if not traces and not deltas and not final:
-            return
         now = timezone.now()
         rows = []
         for trace in traces:
@@ -155,17 +154,26 @@ class RunRecorder:
             )
             if trace.kind in ("action", "plan", "thought", "status"):
                 self.current = trace.text
+        return rows, deltas
+
+    def _progress(self) -> dict:
+        return {
+            "trace_count": self.seq,
+            "current_action": self.current[:500],
+            **{k: v for k, v in self.totals.items() if v is not None},
+        }
+
+    def flush(self) -> None:
+        rows, deltas = self._collect(final=False)
+        if not rows and not deltas:
+            return
         with transaction.atomic():
             if rows:
                 TraceEvent.objects.bulk_create(rows)
             AgentRun.objects.filter(id=self.run.id).update(
-                trace_count=self.seq,
-                current_action=self.current[:500],
-                last_output_at=now,
-                **{k: v for k, v in self.totals.items() if v is not None},
+                last_output_at=timezone.now(), **self._progress()
             )
-            if rows or deltas:
-                events.publish("run.trace", self._payload(rows, deltas))
+            events.publish("run.trace", self._payload(rows, deltas))
 
     def _payload(self, rows: list, deltas: list[str]) -> dict:
         items = [
@@ -201,18 +209,23 @@ class RunRecorder:
             self.status = RunStatus.COMPLETED
 
     def finish(self, *, status: str, exit_code: int | None) -> None:
+        """Save the last traces, usage and the final status in one transaction; the event
+        tells open timelines to collapse this run into its final, grouped form."""
         if status == RunStatus.RUNNING:  # ended before the CLI ran (or by an exception)
             status = RunStatus.FAILED
         try:
-            self.flush(final=True)
+            rows, _deltas = self._collect(final=True)
         except Exception:
-            log.exception("Could not save the last traces", extra={"run_id": self.run.id})
+            log.exception("Could not parse the last traces", extra={"run_id": self.run.id})
+            rows = []
+        now = timezone.now()
         with transaction.atomic():
+            if rows:
+                TraceEvent.objects.bulk_create(rows)
             AgentRun.objects.filter(id=self.run.id).update(
-                status=status, exit_code=exit_code, ended_at=timezone.now()
+                status=status, exit_code=exit_code, ended_at=now, **self._progress()
             )
-            # Tells open timelines to collapse this run into its final, grouped form.
-            events.publish("run.trace", {**self._payload([], []), "status": status})
+            events.publish("run.trace", {**self._payload(rows, []), "status": status})
 
 
 def stall_limits(workspace) -> dict:

@@ -42,7 +42,6 @@ from tasks.models import (
     TaskQueueItem,
     TaskStatus,
 )
-from tasks.selectors import agent_names as agent_name_map
 
 log = logging.getLogger(__name__)
 BACKOFF_BASE_SECONDS = 5
@@ -102,17 +101,16 @@ def _agent_payload(task: Task, agent: Agent, **extra) -> dict:
 
 
 def _input_text(task: Task, agent: Agent, output_path: Path) -> str:
-    names = agent_name_map(task.workspace_id)
+    agents = list(
+        Agent.objects.filter(workspace_id=task.workspace_id).in_order().values_list("id", "name")
+    )
+    names = dict(agents)
     comments = [
         prompts.comment_row(c, task_services.comment_author_name(c, names))
         for c in task.comments.order_by("created_at", "id")
     ]
     logs = [prompts.log_row(entry) for entry in task.logs.order_by("created_at", "id")]
-    ordered = list(
-        Agent.objects.filter(workspace_id=task.workspace_id)
-        .in_order()
-        .values_list("name", flat=True)
-    )
+    ordered = [name for _id, name in agents]
     return prompts.task_input(
         workspace=task.workspace,
         agent=agent,
@@ -270,8 +268,7 @@ def run_pass(item: TaskQueueItem, *, stop: threading.Event, shutdown: threading.
         order = None
         while (agent := Agent.objects.next_after(task.workspace_id, order)) is not None:
             order = agent.order
-            task.refresh_from_db()
-            task.workspace.refresh_from_db()
+            task = Task.objects.select_related("workspace").get(id=task.id)  # fresh, one query
             outcome = _run_agent(task, agent, ctx)
             if isinstance(outcome, str):
                 _apply_error(task, agent, outcome, ctx)
