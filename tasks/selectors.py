@@ -1,6 +1,20 @@
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
 from agents.models import Agent
-from tasks.models import Task, TaskComment, TaskLog
-from tasks.services import comment_author_name
+from runner import selectors as run_selectors
+from runner.models import AgentRun, RunStatus
+from runner.selectors import usage_totals
+from tasks.models import QueueStatus, Task, TaskComment, TaskLog, TaskQueueItem, TaskStatus
+from tasks.services import CANCEL_MESSAGE, USER_MOVES, comment_author_name
+
+# Cards rendered per column; the rest sit behind "Show all N" (2,000 tasks stay fast).
+COLUMN_LIMIT = 100
+USAGE_DAYS = 30
 
 
 def task_with_counts(task_id: str) -> Task | None:
@@ -22,3 +36,179 @@ def comments_for_task(task: Task) -> list[TaskComment]:
 
 def logs_for_task(task: Task) -> list[TaskLog]:
     return list(task.logs.order_by("created_at", "id"))
+
+
+# --- board ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Column:
+    status: str
+    label: str
+    total: int
+    tasks: list[Task] = field(default_factory=list)
+    show_all: bool = False
+
+    @property
+    def hidden(self) -> int:
+        return max(0, self.total - len(self.tasks))
+
+
+def _card_queryset():
+    """Tasks with what a card shows, as correlated subqueries (one query per list, whatever
+    the number of tasks: no GROUP BY over the comments table)."""
+    comment_count = (
+        TaskComment.objects.filter(task_id=OuterRef("pk"))
+        .order_by()
+        .values("task_id")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    running_item = TaskQueueItem.objects.filter(
+        task_id=OuterRef("pk"), status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
+    )
+    return Task.objects.annotate(
+        comment_count=Coalesce(Subquery(comment_count, output_field=IntegerField()), Value(0)),
+        is_processing=Exists(running_item),
+    ).by_recent_update()
+
+
+def running_runs(workspace_id: str) -> dict[str, AgentRun]:
+    """The newest running agent run of each task of the workspace (what the agent does now)."""
+    runs = AgentRun.objects.filter(
+        workspace_id=workspace_id, task_id__isnull=False, status=RunStatus.RUNNING
+    ).order_by("started_at")
+    return {run.task_id: run for run in runs.only("id", "task_id", "agent_name", "current_action")}
+
+
+def _attach_runs(tasks: list[Task], runs: dict[str, AgentRun]) -> None:
+    for task in tasks:
+        task.current_run = runs.get(task.id) if task.is_processing else None
+
+
+def board_column(workspace, status: str, *, show_all: bool = False, runs=None) -> Column:
+    total = Task.objects.filter(workspace=workspace, status=status).count()
+    return _column(workspace, status, total, show_all=show_all, runs=runs)
+
+
+def _column(workspace, status, total, *, show_all, runs) -> Column:
+    queryset = _card_queryset().filter(workspace=workspace, status=status)
+    if not show_all:
+        queryset = queryset[:COLUMN_LIMIT]
+    tasks = list(queryset)
+    _attach_runs(tasks, runs if runs is not None else running_runs(workspace.id))
+    return Column(status, TaskStatus(status).label, total, tasks, show_all)
+
+
+def board(workspace, *, show_all: tuple[str, ...] = ()) -> dict:
+    """The four columns (most recently updated first), in a fixed number of queries."""
+    counts = dict(
+        Task.objects.filter(workspace=workspace)
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    )
+    runs = running_runs(workspace.id)
+    columns = [
+        _column(workspace, status, counts.get(status, 0), show_all=status in show_all, runs=runs)
+        for status in TaskStatus.values
+    ]
+    return {"columns": columns, "total": sum(counts.values()), "done_count": counts.get("done", 0)}
+
+
+# --- usage ----------------------------------------------------------------------------------
+
+
+def usage_summary(runs) -> dict | None:
+    """Tokens and cost of some agent runs, or None when no run reported any."""
+    totals = usage_totals(runs)
+    totals["tokens"] = totals["input_tokens"] + totals["output_tokens"]
+    return totals if totals["tokens"] or totals["cost_usd"] else None
+
+
+def workspace_usage(workspace, days: int = USAGE_DAYS) -> dict | None:
+    since = timezone.now() - timedelta(days=days)
+    return usage_summary(AgentRun.objects.filter(workspace=workspace, started_at__gte=since))
+
+
+def task_usage(task: Task) -> dict | None:
+    return usage_summary(AgentRun.objects.filter(task=task))
+
+
+# --- task detail ----------------------------------------------------------------------------
+
+
+def comments_for_detail(task: Task) -> list[TaskComment]:
+    """Oldest first, with `author_name` and `is_error` (a system comment reporting a failure)."""
+    comments = comments_for_task(task)
+    for comment in comments:
+        comment.is_error = comment.author_type == "system" and comment.content != CANCEL_MESSAGE
+    return comments
+
+
+def task_for_detail(task_id: str) -> Task | None:
+    return Task.objects.with_counts().select_related("workspace").filter(id=task_id).first()
+
+
+def current_run(task: Task) -> AgentRun | None:
+    if not getattr(task, "is_processing", False):
+        return None
+    runs = AgentRun.objects.filter(task=task, status=RunStatus.RUNNING)
+    return runs.order_by("-started_at").first()
+
+
+# The popup's action buttons per status (SPECS "Task Actions").
+def task_actions(task: Task) -> dict:
+    moves = USER_MOVES.get(task.status, set())
+    return {
+        "cancel": task.status == TaskStatus.IN_PROGRESS,
+        "to_review": TaskStatus.IN_REVIEW in moves,
+        "to_todo": TaskStatus.TODO in moves,
+        "to_done": TaskStatus.DONE in moves,
+        "prioritize": task.status in (TaskStatus.TODO, TaskStatus.IN_PROGRESS) or task.is_priority,
+    }
+
+
+ACTION_WORDS = {"skip": "skip", "comment": "comment", "in_review": "in review", "error": "error"}
+
+
+def _status_label(value: str) -> str:
+    try:
+        return TaskStatus(value).label
+    except ValueError:
+        return value or "?"
+
+
+def activity_entries(task: Task) -> list[dict]:
+    """The task's activity log in words, oldest first ("Reviewer finished: comment")."""
+    names = agent_names(task.workspace_id)
+    entries = []
+    for log in logs_for_task(task):
+        meta = log.metadata or {}
+        if log.actor_type == "user":
+            actor = "User"
+        elif log.actor_type == "agent":
+            actor = meta.get("agent_name") or names.get(log.actor_id or "", "(Deleted Agent)")
+        else:
+            actor = "System"
+        text = {
+            "task_created": f"{actor} created the task",
+            "status_changed": f"{actor} moved to {_status_label(meta.get('new_status', ''))}",
+            "comment_added": f"{actor} commented",
+            "agent_started": f"{actor} started",
+            "agent_finished": (
+                f"{actor} finished: "
+                f"{ACTION_WORDS.get(meta.get('action_type', ''), meta.get('action_type', ''))}"
+            ),
+            "task_cancelled": f"{actor} cancelled the task",
+            "task_prioritized": f"{actor} prioritized the task",
+            "task_deprioritized": f"{actor} removed the priority",
+        }.get(log.event_type, f"{actor}: {log.event_type.replace('_', ' ')}")
+        entries.append({"log": log, "text": text, "actor_type": log.actor_type})
+    return entries
+
+
+def run_timelines(task: Task):
+    """The agent runs with their grouped traces (components/run_timeline.html)."""
+    return run_selectors.run_timelines(task=task)

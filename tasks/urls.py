@@ -1,1 +1,35 @@
-urlpatterns: list = []
+from django.urls import path
+
+from tasks import views
+
+urlpatterns = [
+    path("workspaces/<str:workspace_id>/tasks/", views.board_view, name="task_board"),
+    path(
+        "workspaces/<str:workspace_id>/tasks/column/<str:status>/",
+        views.column_view,
+        name="task_column",
+    ),
+    path("workspaces/<str:workspace_id>/tasks/usage/", views.usage_view, name="task_usage"),
+    path("workspaces/<str:workspace_id>/tasks/new/", views.task_create, name="task_create"),
+    path(
+        "workspaces/<str:workspace_id>/tasks/delete-done/",
+        views.tasks_delete_done,
+        name="tasks_delete_done",
+    ),
+    path("tasks/<str:task_id>/", views.task_detail, name="task_detail"),
+    path("tasks/<str:task_id>/head/", views.task_head, name="task_head"),
+    path("tasks/<str:task_id>/comments/", views.task_comments, name="task_comments"),
+    path("tasks/<str:task_id>/comments/new/", views.task_comment_add, name="task_comment_add"),
+    path("tasks/<str:task_id>/activity/", views.task_activity, name="task_activity"),
+    path("tasks/<str:task_id>/description/", views.task_description, name="task_description"),
+    path(
+        "tasks/<str:task_id>/description/edit/",
+        views.task_description_edit,
+        name="task_description_edit",
+    ),
+    path("tasks/<str:task_id>/summary/edit/", views.task_summary_edit, name="task_summary_edit"),
+    path("tasks/<str:task_id>/status/", views.task_status, name="task_status"),
+    path("tasks/<str:task_id>/cancel/", views.task_cancel, name="task_cancel"),
+    path("tasks/<str:task_id>/prioritize/", views.task_prioritize, name="task_prioritize"),
+    path("tasks/<str:task_id>/delete/", views.task_delete, name="task_delete"),
+]

@@ -1,6 +1,401 @@
-"""Tasks pages (htmx fragments). Thin: parse → service → fragment."""
+"""Tasks pages (htmx fragments): the Kanban board and the task detail popup.
+
+Thin: parse → service → fragment. Every change answers with the fragment it changed and an
+`HX-Trigger` (`tasks:changed`) that the page's tasks.js turns into refreshes of the affected
+columns and popup sections; the live events do the same in every other open tab.
+"""
+
+from django.contrib import messages
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import reswap, retarget, trigger_client_event
+
+from core.actors import USER
+from core.errors import ServiceError
+from core.forms import apply_service_error
+from tasks import selectors, services
+from tasks.forms import CommentForm, DeleteDoneForm, DescriptionForm, SummaryForm, TaskForm
+from tasks.models import Task, TaskStatus
+from workspaces.models import Workspace
+
+BOARD = "tasks/board.html"
+DETAIL = "tasks/detail.html"
+PAGE = "workspaces/detail.html"
+# Plain form posts without JavaScript that fail validation get 422 with the whole page.
+INVALID = 422
+CREATE_ID = "task_new_%s"
+DONE_ID = "delete_done_%s"
+
+
+def _board_url(workspace_id: str, task_id: str | None = None) -> str:
+    url = reverse("workspace_detail", args=[workspace_id]) + "?tab=tasks"
+    return f"{url}&task={task_id}" if task_id else url
+
+
+def _toast(response, message: str, level: str = "success") -> HttpResponse:
+    return trigger_client_event(response, "malamar:toast", {"level": level, "message": message})
+
+
+def _changed(response, task: Task | None, *statuses: str, board: bool = False) -> HttpResponse:
+    """Tell the page what changed: tasks.js refreshes those columns and the open popup."""
+    detail = {
+        "task_id": task.id if task else "",
+        "statuses": [s for s in statuses if s],
+        "board": board,
+    }
+    return trigger_client_event(response, "tasks:changed", detail)
+
+
+def _no_swap() -> HttpResponse:
+    """An answer that changes nothing in place (its HX-Trigger events do the work). Aimed
+    outside the dialog that sent it: app.js reopens a dialog that a response lands in."""
+    return reswap(retarget(HttpResponse(), "#task-board"), "none")
+
+
+def _task_or_404(task_id: str) -> Task:
+    task = selectors.task_for_detail(task_id)
+    if task is None:
+        raise Http404("Task not found")
+    return task
+
+
+# --- board ----------------------------------------------------------------------------------
+
+
+def _show_all(request) -> tuple[str, ...]:
+    value = request.GET.get("all", "")
+    return tuple(s for s in value.split(",") if s in TaskStatus.values)
+
+
+def board_context(workspace: Workspace, *, show_all: tuple[str, ...] = ()) -> dict:
+    return {
+        "workspace": workspace,
+        "board": selectors.board(workspace, show_all=show_all),
+        "usage": selectors.workspace_usage(workspace),
+        "usage_days": selectors.USAGE_DAYS,
+        "statuses": TaskStatus.values,
+    }
+
+
+def detail_context(task: Task) -> dict:
+    run = selectors.current_run(task)
+    return {
+        "task": task,
+        "workspace": task.workspace,
+        "actions": selectors.task_actions(task),
+        "task_usage": selectors.task_usage(task),
+        "current_run": run,
+        "comments": selectors.comments_for_detail(task),
+        "comment_form": CommentForm(auto_id="task_comment_%s"),
+    }
 
 
 def task_tab_context(request, workspace) -> dict:
-    """Extra context for the workspace detail page when the tasks tab is shown."""
-    return {}
+    """Extra context for the workspace detail page when the tasks tab is shown: the board,
+    and the task popup to open on load when the URL names one (`?task=<id>`)."""
+    context = {
+        **board_context(workspace, show_all=_show_all(request)),
+        "create_form": TaskForm(auto_id=CREATE_ID),
+        "delete_done_form": DeleteDoneForm(workspace=workspace, auto_id=DONE_ID),
+    }
+    task_id = request.GET.get("task", "").strip()
+    if task_id:
+        task = selectors.task_for_detail(task_id)
+        if task is None or task.workspace_id != workspace.id:
+            messages.info(request, "That task no longer exists.")
+        else:
+            context["open_task"] = task
+            context.update(detail_context(task))
+    return context
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def board_view(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    if not request.htmx:
+        return redirect(_board_url(workspace.id))
+    context = board_context(workspace, show_all=_show_all(request))
+    return render(request, f"{BOARD}#board", context)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def column_view(request, workspace_id: str, status: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    if status not in TaskStatus.values:
+        raise Http404("No such column")
+    if not request.htmx:
+        return redirect(_board_url(workspace.id))
+    column = selectors.board_column(workspace, status, show_all=request.GET.get("all") == "1")
+    return render(request, f"{BOARD}#column", {"workspace": workspace, "column": column})
+
+
+@require_GET
+def usage_view(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    context = {"usage": selectors.workspace_usage(workspace), "usage_days": selectors.USAGE_DAYS}
+    return render(request, f"{BOARD}#usage", context)
+
+
+def _page_with(request, workspace: Workspace, **extra):
+    """The workspace page on the tasks tab (plain form posts without JavaScript)."""
+    from workspaces.views import detail_context as page_context
+
+    context = {**page_context(workspace, "tasks"), **task_tab_context(request, workspace)}
+    context.update(extra)
+    return render(request, PAGE, context, status=INVALID)
+
+
+@require_POST
+def task_create(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    form = TaskForm(request.POST, auto_id=CREATE_ID)
+    if form.is_valid():
+        try:
+            task = services.task_create(workspace=workspace, **form.cleaned_data)
+        except ServiceError as error:
+            apply_service_error(form, error)
+        else:
+            if not request.htmx:
+                return redirect(_board_url(workspace.id))
+            response = _no_swap()
+            trigger_client_event(response, "malamar:dialog-close", {})
+            _toast(response, "Task created")
+            return _changed(response, task, task.status)
+    if not request.htmx:
+        return _page_with(request, workspace, create_form=form, create_open=True)
+    return render(request, f"{BOARD}#create_form", {"workspace": workspace, "create_form": form})
+
+
+@require_POST
+def tasks_delete_done(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    form = DeleteDoneForm(request.POST, workspace=workspace, auto_id=DONE_ID)
+    if form.is_valid():
+        count = services.tasks_delete_done(workspace=workspace)
+        if not request.htmx:
+            return redirect(_board_url(workspace.id))
+        response = _no_swap()
+        trigger_client_event(response, "malamar:dialog-close", {})
+        _toast(response, f"Deleted {count} done task{'s' if count != 1 else ''}")
+        return _changed(response, None, board=True)
+    if not request.htmx:
+        return _page_with(request, workspace, delete_done_form=form, delete_done_open=True)
+    context = {"workspace": workspace, "delete_done_form": form}
+    return render(request, f"{BOARD}#delete_done_form", context)
+
+
+# --- task popup -----------------------------------------------------------------------------
+
+
+def _gone(request, task_id: str):
+    """A refresh for a task deleted meanwhile: say so (200, so the browser logs no error)."""
+    response = render(request, f"{DETAIL}#gone", {"task_id": task_id})
+    return trigger_client_event(response, "tasks:gone", {"task_id": task_id})
+
+
+def _fragment_task(request, task_id: str):
+    """The task for a popup fragment, or None when it is gone (htmx only; else 404)."""
+    task = selectors.task_for_detail(task_id)
+    if task is None and not request.htmx:
+        raise Http404("Task not found")
+    return task
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def task_detail(request, task_id: str):
+    task = _fragment_task(request, task_id)
+    if task is None:
+        return _gone(request, task_id)
+    if not request.htmx:
+        return redirect(_board_url(task.workspace_id, task.id))
+    return render(request, f"{DETAIL}#detail", detail_context(task))
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def task_head(request, task_id: str):
+    task = _fragment_task(request, task_id)
+    if task is None:
+        return _gone(request, task_id)
+    if not request.htmx:
+        return redirect(_board_url(task.workspace_id, task.id))
+    return render(request, f"{DETAIL}#head", detail_context(task))
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def task_comments(request, task_id: str):
+    task = _fragment_task(request, task_id)
+    if task is None:
+        return _gone(request, task_id)
+    if not request.htmx:
+        return redirect(_board_url(task.workspace_id, task.id))
+    return render(request, f"{DETAIL}#comments", detail_context(task))
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def task_activity(request, task_id: str):
+    task = _fragment_task(request, task_id)
+    if task is None:
+        return _gone(request, task_id)
+    if not request.htmx:
+        return redirect(_board_url(task.workspace_id, task.id))
+    context = {"task": task, "entries": selectors.activity_entries(task)}
+    if request.GET.get("part") == "log":
+        # Live refreshes redraw the log only; activity.js keeps the runs' traces live.
+        return render(request, f"{DETAIL}#log", context)
+    context["runs"] = selectors.run_timelines(task)
+    return render(request, f"{DETAIL}#activity", context)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def task_description(request, task_id: str):
+    task = _fragment_task(request, task_id)
+    if task is None:
+        return _gone(request, task_id)
+    if not request.htmx:
+        return redirect(_board_url(task.workspace_id, task.id))
+    return render(request, f"{DETAIL}#description", {"task": task})
+
+
+def _not_htmx_back(request, task: Task):
+    return redirect(_board_url(task.workspace_id, task.id))
+
+
+@require_http_methods(["GET", "POST"])
+@vary_on_headers("HX-Request")
+def task_summary_edit(request, task_id: str):
+    task = _task_or_404(task_id)
+    if request.method == "GET":
+        form = SummaryForm(initial={"summary": task.summary}, auto_id="task_summary_%s")
+        return render(request, f"{DETAIL}#summary_form", {"task": task, "summary_form": form})
+    form = SummaryForm(request.POST, auto_id="task_summary_%s")
+    if form.is_valid():
+        try:
+            services.task_update(task=task, summary=form.cleaned_data["summary"])
+        except ServiceError as error:
+            apply_service_error(form, error)
+        else:
+            if not request.htmx:
+                return _not_htmx_back(request, task)
+            task = _task_or_404(task.id)
+            response = render(request, f"{DETAIL}#head", detail_context(task))
+            response = reswap(retarget(response, "#task-head"), "innerHTML")
+            return _changed(response, task, task.status)
+    return render(request, f"{DETAIL}#summary_form", {"task": task, "summary_form": form})
+
+
+@require_http_methods(["GET", "POST"])
+@vary_on_headers("HX-Request")
+def task_description_edit(request, task_id: str):
+    task = _task_or_404(task_id)
+    if request.method == "GET":
+        form = DescriptionForm(
+            initial={"description": task.description}, auto_id="task_description_%s"
+        )
+        return render(request, f"{DETAIL}#description_form", {"task": task, "form": form})
+    form = DescriptionForm(request.POST, auto_id="task_description_%s")
+    if form.is_valid():
+        services.task_update(task=task, description=form.cleaned_data["description"])
+        if not request.htmx:
+            return _not_htmx_back(request, task)
+        response = render(request, f"{DETAIL}#description", {"task": task})
+        return _changed(response, task, task.status)
+    return render(request, f"{DETAIL}#description_form", {"task": task, "form": form})
+
+
+@require_POST
+def task_comment_add(request, task_id: str):
+    task = _task_or_404(task_id)
+    old_status = task.status
+    form = CommentForm(request.POST, auto_id="task_comment_%s")
+    if form.is_valid():
+        try:
+            services.comment_create(task=task, content=form.cleaned_data["content"], actor=USER)
+        except ServiceError as error:
+            apply_service_error(form, error)
+        else:
+            if not request.htmx:
+                return _not_htmx_back(request, task)
+            task = _task_or_404(task.id)
+            response = render(request, f"{DETAIL}#comments", detail_context(task))
+            return _changed(response, task, old_status, task.status)
+    if not request.htmx:
+        return _not_htmx_back(request, task)
+    context = {"task": task, "comment_form": form}
+    response = render(request, f"{DETAIL}#comment_form", context)
+    response = reswap(retarget(response, "#task-comment-form"), "outerHTML")
+    return trigger_client_event(response, "tasks:comment-rejected", {"task_id": task.id})
+
+
+def _after_action(request, task: Task, old_status: str, toast: str = "", error=None):
+    """The refreshed popup head (actions, status) after a status move or priority toggle."""
+    if not request.htmx:
+        if error is not None:
+            messages.error(request, error.message)
+        return _not_htmx_back(request, task)
+    task = _task_or_404(task.id)
+    response = render(request, f"{DETAIL}#head", detail_context(task))
+    response = reswap(retarget(response, "#task-head"), "innerHTML")
+    if error is not None:
+        _toast(response, error.message, "error")
+    elif toast:
+        _toast(response, toast)
+    return _changed(response, task, old_status, task.status)
+
+
+@require_POST
+def task_status(request, task_id: str):
+    task = _task_or_404(task_id)
+    old_status = task.status
+    try:
+        services.task_status_set(task=task, status=request.POST.get("status", ""), actor=USER)
+    except ServiceError as error:
+        return _after_action(request, task, old_status, error=error)
+    return _after_action(request, task, old_status)
+
+
+@require_POST
+def task_cancel(request, task_id: str):
+    task = _task_or_404(task_id)
+    old_status = task.status
+    try:
+        services.task_cancel(task=task)
+    except ServiceError as error:
+        return _after_action(request, task, old_status, error=error)
+    return _after_action(request, task, old_status, toast="Task cancelled")
+
+
+@require_POST
+def task_prioritize(request, task_id: str):
+    task = _task_or_404(task_id)
+    try:
+        services.task_prioritize_toggle(task=task)
+    except ServiceError as error:
+        return _after_action(request, task, task.status, error=error)
+    return _after_action(request, task, task.status)
+
+
+@require_POST
+def task_delete(request, task_id: str):
+    task = _task_or_404(task_id)
+    workspace_id, status, summary = task.workspace_id, task.status, task.summary
+    services.task_delete(task=task)
+    if not request.htmx:
+        messages.success(request, f"Deleted “{summary}”")
+        return redirect(_board_url(workspace_id))
+    response = _no_swap()
+    trigger_client_event(response, "malamar:dialog-close", {})
+    _toast(response, "Task deleted")
+    response = trigger_client_event(
+        response, "tasks:changed", {"task_id": task_id, "statuses": [status], "board": True}
+    )
+    return response

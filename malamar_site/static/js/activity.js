@@ -121,7 +121,7 @@
     });
   }
 
-  document.addEventListener("malamar:run.trace", (event) => {
+  document.body.addEventListener("malamar:run.trace", (event) => {
     const data = event.detail || {};
     if (!data.run_id) return;
     if (data.status && data.status !== "running") {
@@ -142,7 +142,7 @@
     showTyping(data);
   });
 
-  document.addEventListener("malamar:run.stalled", (event) => {
+  document.body.addEventListener("malamar:run.stalled", (event) => {
     const data = event.detail || {};
     const minutes = Math.max(1, Math.round((data.silent_seconds || 0) / 60));
     if (window.malamarToast) {

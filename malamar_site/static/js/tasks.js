@@ -1,1 +1,405 @@
-/* tasks */
+/* Malamar tasks tab: live Kanban columns, the task popup (open from cards, toasts and the URL),
+   popup tabs, optimistic comments and priority, inline-edit keyboard helpers.
+
+   The server renders everything; this file only decides which fragment to refresh when a live
+   event (app.js dispatches "malamar:<type>" on document.body) or a response ("tasks:changed")
+   says something changed. Fragments listen for "tasks:refresh" with a short htmx delay, so
+   bursts collapse into one request and replays are harmless (every swap replaces by id). */
+(function () {
+  "use strict";
+
+  const STATUSES = ["todo", "in_progress", "in_review", "done"];
+  const TASK_EVENTS = [
+    "task.created",
+    "task.updated",
+    "task.status_changed",
+    "task.comment_added",
+    "task.deleted",
+    "task.error_occurred",
+    "agent.execution_started",
+    "agent.execution_finished",
+  ];
+
+  const $ = (selector, root = document) => root.querySelector(selector);
+  const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
+
+  const panel = () => document.querySelector("[data-tasks-panel]");
+  const taskDialog = () => document.getElementById("task-dialog");
+
+  function refresh(element, name = "tasks:refresh") {
+    if (element && element.isConnected && window.htmx) window.htmx.trigger(element, name);
+  }
+
+  function openTaskId() {
+    const dialog = taskDialog();
+    return dialog && dialog.open ? dialog.dataset.taskId || "" : "";
+  }
+
+  /* ------------------------------------------------------------------ board */
+
+  function refreshBoard() {
+    refresh(document.getElementById("task-board"));
+  }
+
+  // A board refresh keeps the columns the user expanded with "Show all".
+  document.addEventListener("htmx:configRequest", (event) => {
+    if (!event.detail.elt || event.detail.elt.id !== "task-board") return;
+    const expanded = $$("#task-board .kanban-col")
+      .filter((column) => (column.getAttribute("hx-get") || "").includes("all=1"))
+      .map((column) => column.dataset.status);
+    if (expanded.length) event.detail.parameters.all = expanded.join(",");
+  });
+
+  function refreshColumns(statuses) {
+    const board = document.getElementById("task-board");
+    if (!board) return;
+    if (!$(".kanban", board)) {
+      refreshBoard(); // the empty state gives way to the columns
+      return;
+    }
+    new Set(statuses.filter((s) => STATUSES.includes(s))).forEach((status) =>
+      refresh(document.getElementById(`col-${status}`)),
+    );
+  }
+
+  function columnOf(taskId) {
+    const card = taskId && document.getElementById(`task-card-${taskId}`);
+    const column = card && card.closest(".kanban-col");
+    return column ? column.dataset.status : "";
+  }
+
+  function onTaskEvent(type, data) {
+    if (!panel() || !data) return;
+    const id = data.task_id || "";
+    if (type === "task.deleted") {
+      const card = document.getElementById(`task-card-${id}`);
+      if (card) card.remove();
+      refreshBoard(); // counts, and the empty state when it was the last one
+    } else if (type === "task.created") {
+      refreshColumns([data.status || "todo"]);
+    } else if (type === "task.status_changed") {
+      refreshColumns([data.old_status, data.new_status]);
+    } else {
+      // Updated in place (or moved to the top of its column): refresh where its card is; a
+      // card not rendered (a long column) may now belong at the top of any of them.
+      const status = columnOf(id);
+      refreshColumns(status ? [status] : STATUSES);
+    }
+    if (id && id === openTaskId()) {
+      if (type === "task.deleted") taskGone(id);
+      else refreshPopup();
+    }
+  }
+
+  // app.js dispatches live events on <body> (they do not bubble).
+  TASK_EVENTS.forEach((type) => {
+    document.body.addEventListener(`malamar:${type}`, (event) => onTaskEvent(type, event.detail));
+  });
+
+  // A change made from this page (its response names what changed).
+  document.addEventListener("tasks:changed", (event) => {
+    const detail = event.detail || {};
+    if (detail.board) refreshBoard();
+    else refreshColumns(detail.statuses || []);
+    if (detail.task_id && detail.task_id === openTaskId()) refreshPopup();
+  });
+
+  /* ------------------------------------------------------------------ popup */
+
+  function refreshPopup() {
+    const detail = document.getElementById("task-detail");
+    if (!detail) return;
+    $$("[data-task-section]", detail).forEach((section) => {
+      if ($("[data-editing]", section)) return; // never throw away what the user is typing
+      refresh(section);
+    });
+  }
+
+  function taskUrl(id) {
+    const root = panel();
+    return root ? root.dataset.taskUrl.replace("TASK_ID", encodeURIComponent(id)) : "";
+  }
+
+  function boardPath() {
+    const root = panel();
+    return root ? new URL(root.dataset.boardUrl, window.location.href).pathname : "";
+  }
+
+  function setUrl(id, mode) {
+    const url = new URL(window.location.href);
+    if (id) {
+      url.searchParams.set("tab", "tasks");
+      url.searchParams.set("task", id);
+    } else {
+      url.searchParams.delete("task");
+    }
+    if (url.href === window.location.href) return;
+    const state = { malamarTask: id || null };
+    if (mode === "push") window.history.pushState(state, "", url);
+    else window.history.replaceState(state, "", url);
+  }
+
+  function openTask(id, { push = true } = {}) {
+    const dialog = taskDialog();
+    const url = taskUrl(id);
+    if (!dialog || !url || !window.htmx) return false;
+    if (dialog.open && dialog.dataset.taskId === id) return true;
+    dialog.dataset.taskId = id;
+    // app.js opens a closed dialog when content is swapped into it.
+    window.htmx.ajax("GET", url, { source: "#task-dialog-body", target: "#task-dialog-body", swap: "innerHTML" });
+    setUrl(id, push ? "push" : "replace");
+    return true;
+  }
+
+  function closeTask() {
+    const dialog = taskDialog();
+    if (dialog && dialog.open) dialog.close("cancel");
+  }
+
+  function taskGone(id) {
+    if (openTaskId() !== id) return;
+    if (deleting === id) return; // this page deleted it: its own response closes the popup
+    closeTask();
+    window.malamarToast &&
+      window.malamarToast({ level: "info", message: "This task was deleted" });
+  }
+
+  document.addEventListener("tasks:gone", (event) => {
+    const id = (event.detail && event.detail.task_id) || "";
+    if (id && openTaskId() === id) taskGone(id);
+  });
+
+  let deleting = "";
+  document.addEventListener("htmx:beforeRequest", (event) => {
+    if (event.detail.elt && event.detail.elt.id === "task-delete") deleting = openTaskId();
+  });
+  document.addEventListener("htmx:afterRequest", (event) => {
+    if (event.detail.elt && event.detail.elt.id === "task-delete") deleting = "";
+  });
+
+  // The create dialog starts empty next time, even after a rejected attempt re-rendered its
+  // form with the typed values as defaults (app.js resets forms to their defaults on close).
+  document.addEventListener(
+    "close",
+    (event) => {
+      if (event.target.id !== "task-create-dialog" || event.target.open) return;
+      $$("input:not([type=hidden]), textarea", event.target).forEach((field) => {
+        field.defaultValue = "";
+        field.value = "";
+      });
+    },
+    true,
+  );
+
+  document.addEventListener(
+    "close",
+    (event) => {
+      const dialog = event.target;
+      if (!(dialog instanceof HTMLDialogElement) || dialog.id !== "task-dialog") return;
+      // app.js closes a server-rendered open dialog to reopen it as a modal: not a real close.
+      if (dialog.open) return;
+      const id = dialog.dataset.taskId;
+      delete dialog.dataset.taskId;
+      const body = document.getElementById("task-dialog-body");
+      if (body) body.replaceChildren();
+      setUrl(null, "replace");
+      // Focus goes back to the card when the one that opened the popup was re-rendered.
+      window.requestAnimationFrame(() => {
+        if (document.activeElement && document.activeElement !== document.body) return;
+        const card = id && document.querySelector(`#task-card-${CSS.escape(id)} a`);
+        if (card) card.focus();
+      });
+    },
+    true,
+  );
+
+  // Cards: open the popup in place (a new tab / window keeps the plain link).
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest && event.target.closest("a[data-task-open]");
+    if (!link || event.defaultPrevented || event.button !== 0) return;
+    if (event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+    if (openTask(link.dataset.taskOpen)) event.preventDefault();
+  });
+
+  // Toast (and other) links to a task of this workspace open the popup without a reload.
+  function sameBoardTask(href) {
+    if (!href || !panel()) return "";
+    const url = new URL(href, window.location.href);
+    if (url.origin !== window.location.origin || url.pathname !== boardPath()) return "";
+    const tab = url.searchParams.get("tab");
+    if (tab && tab !== "tasks") return "";
+    return url.searchParams.get("task") || "";
+  }
+
+  document.addEventListener(
+    "click",
+    (event) => {
+      if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey) return;
+      const target = event.target;
+      if (!target.closest || target.closest(".toast__close")) return;
+      const toast = target.closest(".toast[data-href]");
+      const link = toast ? null : target.closest("a[data-task-link]");
+      if (!toast && !link) return;
+      const id = sameBoardTask(toast ? toast.dataset.href : link.href);
+      if (!id || !openTask(id)) return;
+      event.preventDefault();
+      event.stopPropagation();
+      if (toast) toast.remove();
+    },
+    true,
+  );
+
+  // Back / forward between an open popup and the board.
+  window.addEventListener("popstate", (event) => {
+    if (!panel() || (event.state && event.state.htmx)) return;
+    const id = new URL(window.location.href).searchParams.get("task") || "";
+    if (id && id !== openTaskId()) openTask(id, { push: false });
+    else if (!id && openTaskId()) closeTask();
+  });
+
+  /* ------------------------------------------------------------------ popup tabs */
+
+  function selectTab(tab, focus) {
+    const detail = tab.closest("#task-detail");
+    if (!detail) return;
+    $$("[data-task-tab]", detail).forEach((other) => {
+      const on = other === tab;
+      other.setAttribute("aria-selected", on ? "true" : "false");
+      other.tabIndex = on ? 0 : -1;
+      const tabPanel = document.getElementById(other.getAttribute("aria-controls"));
+      if (tabPanel) tabPanel.hidden = !on;
+    });
+    const composer = $("[data-composer]", detail);
+    if (composer) composer.hidden = tab.dataset.taskTab !== "comments";
+    if (tab.dataset.taskTab === "activity") {
+      const activity = $("#task-activity", detail);
+      if (activity && activity.hasAttribute("data-lazy")) {
+        activity.removeAttribute("data-lazy");
+        refresh(activity, "tasks:load");
+      }
+    }
+    if (focus) tab.focus();
+  }
+
+  document.addEventListener("click", (event) => {
+    const tab = event.target.closest && event.target.closest("[data-task-tab]");
+    if (tab) selectTab(tab, false);
+  });
+
+  document.addEventListener("keydown", (event) => {
+    const tab = event.target.closest && event.target.closest("[data-task-tab]");
+    if (!tab || !["ArrowLeft", "ArrowRight", "Home", "End"].includes(event.key)) return;
+    const tabs = $$("[data-task-tab]", tab.parentElement);
+    const index = tabs.indexOf(tab);
+    const next =
+      event.key === "Home"
+        ? tabs[0]
+        : event.key === "End"
+          ? tabs[tabs.length - 1]
+          : tabs[(index + (event.key === "ArrowRight" ? 1 : -1) + tabs.length) % tabs.length];
+    event.preventDefault();
+    selectTab(next, true);
+  });
+
+  /* ------------------------------------------------------------------ comments */
+
+  function pendingComment(text) {
+    const item = document.createElement("li");
+    item.className = "comment comment--user is-pending";
+    item.dataset.pending = "";
+    const head = document.createElement("div");
+    head.className = "comment__head";
+    const author = document.createElement("span");
+    author.className = "comment__author";
+    author.textContent = "User";
+    const state = document.createElement("span");
+    state.className = "comment__state";
+    state.textContent = "Sending…";
+    head.append(author, state);
+    const body = document.createElement("div");
+    body.className = "comment__body comment__body--plain";
+    body.textContent = text;
+    item.append(head, body);
+    return item;
+  }
+
+  document.addEventListener("htmx:beforeRequest", (event) => {
+    const form = event.detail.elt;
+    if (!form || !form.matches || !form.matches("[data-comment-form]")) return;
+    const textarea = $("textarea", form);
+    const text = textarea ? textarea.value : "";
+    if (!text.trim()) return;
+    const list = document.getElementById("task-comments");
+    if (!list) return;
+    $$("[data-comments-empty]", list).forEach((el) => el.remove());
+    const item = pendingComment(text);
+    const working = $("[data-working]", list);
+    list.insertBefore(item, working);
+    item.scrollIntoView({ block: "nearest" });
+    form.pendingComment = { item, text };
+    textarea.value = "";
+  });
+
+  document.addEventListener("htmx:afterRequest", (event) => {
+    const form = event.detail.elt;
+    if (!form || !form.matches || !form.matches("[data-comment-form]")) return;
+    const pending = form.pendingComment;
+    form.pendingComment = null;
+    if (!pending || event.detail.successful) return; // the server re-rendered the list
+    // Not sent: mark it and give the text back.
+    pending.item.classList.add("is-failed");
+    const state = $(".comment__state", pending.item);
+    if (state) state.textContent = "Not sent";
+    const textarea = $("textarea", form);
+    if (textarea && !textarea.value) textarea.value = pending.text;
+  });
+
+  document.addEventListener("tasks:comment-rejected", () => {
+    $$("#task-comments [data-pending]").forEach((el) => el.remove());
+  });
+
+  // Ctrl/Cmd+Enter sends; Escape cancels an inline edit instead of closing the popup.
+  document.addEventListener("keydown", (event) => {
+    const target = event.target;
+    if (!target.closest) return;
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      const form = target.closest("[data-comment-form], form[data-editing]");
+      if (form && target.matches("textarea, input")) {
+        event.preventDefault();
+        form.requestSubmit();
+      }
+      return;
+    }
+    if (event.key === "Escape") {
+      const form = target.closest("form[data-editing]");
+      const cancel = form && $("[data-edit-cancel]", form);
+      if (cancel) {
+        event.preventDefault();
+        event.stopPropagation();
+        cancel.click();
+      }
+    }
+  });
+
+  /* ------------------------------------------------------------------ priority */
+
+  // Optimistic: the label flips at once; the server's answer (or a failure) sets it right.
+  function flipPriority(button) {
+    const pressed = button.getAttribute("aria-pressed") === "true";
+    button.setAttribute("aria-pressed", pressed ? "false" : "true");
+    const label = $("[data-priority-label]", button);
+    if (label) label.textContent = pressed ? "Prioritize" : "Remove Priority";
+  }
+
+  document.addEventListener("htmx:beforeRequest", (event) => {
+    const elt = event.detail.elt;
+    if (elt && elt.matches && elt.matches("[data-priority-toggle]")) flipPriority(elt);
+  });
+
+  document.addEventListener("htmx:afterRequest", (event) => {
+    const elt = event.detail.elt;
+    if (elt && elt.matches && elt.matches("[data-priority-toggle]") && !event.detail.successful) {
+      if (elt.isConnected) flipPriority(elt);
+    }
+  });
+})();

@@ -1,0 +1,63 @@
+"""Task forms: input validation only; the services enforce the rules."""
+
+from django import forms
+
+
+class TaskForm(forms.Form):
+    summary = forms.CharField(
+        label="Summary",
+        strip=True,
+        error_messages={"required": "Summary is required"},
+        widget=forms.TextInput(
+            attrs={"autocomplete": "off", "placeholder": "e.g. Add a login page"}
+        ),
+    )
+    description = forms.CharField(
+        label="Description",
+        required=False,
+        help_text="Markdown. What should the agents do, and how will you know it is done?",
+        widget=forms.Textarea(attrs={"rows": 8}),
+    )
+
+
+class SummaryForm(forms.Form):
+    summary = forms.CharField(
+        label="Summary",
+        error_messages={"required": "Summary is required"},
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )
+
+
+class DescriptionForm(forms.Form):
+    description = forms.CharField(
+        label="Description",
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 10}),
+    )
+
+
+class CommentForm(forms.Form):
+    content = forms.CharField(
+        label="Comment",
+        error_messages={"required": "Write a comment first"},
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Add a comment… (Markdown)"}),
+    )
+
+
+class DeleteDoneForm(forms.Form):
+    confirm_title = forms.CharField(
+        label="Type the workspace name to confirm",
+        error_messages={"required": "Type the workspace name to confirm"},
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+
+    def __init__(self, *args, workspace, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.workspace = workspace
+
+    def clean_confirm_title(self):
+        value = self.cleaned_data["confirm_title"]
+        if value.strip() != self.workspace.title:
+            raise forms.ValidationError("The name does not match")
+        return value

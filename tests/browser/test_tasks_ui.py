@@ -1,0 +1,264 @@
+"""The Tasks tab in a real browser, against a real server and worker running the fake CLIs:
+create, watch cards move live, the task popup (comments, actions, tabs), a second tab, toasts
+and a phone-width pass."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import PHONE, new_page
+
+pytestmark = pytest.mark.browser
+
+RUN_TIMEOUT = 20_000  # a fake CLI run plus the worker's pick-up
+
+
+def board(page, stack, workspace, query=""):
+    page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks{query}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+
+
+def card(page, status, summary):
+    return page.locator(f"#col-{status} .task-card", has_text=summary)
+
+
+def popup(page):
+    return page.locator("#task-dialog")
+
+
+def test_create_watch_it_run_comment_and_restart(browser, stack):
+    workspace = stack.workspace("Shop", agents=["Planner", "Reviewer"])
+    page = new_page(browser)
+    board(page, stack, workspace)
+    expect(page.get_by_text("No tasks yet")).to_be_visible()
+
+    # Create through the dialog; the summary is required.
+    page.get_by_role("button", name="Create Task").click()
+    dialog = page.locator("#task-create-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.get_by_label("Summary")).to_be_focused()
+    dialog.get_by_role("button", name="Create task").click()
+    expect(dialog.locator("#task_new_summary_error")).to_contain_text("Summary is required")
+    dialog.get_by_label("Summary").fill("Add a cart")
+    dialog.get_by_label("Description").fill(
+        "Let people buy things.\n\n"
+        "@fake Planner: work 1 sleep 1.5 comment-once Plan: **three** steps\n"
+        "@fake Reviewer: review Looks good"
+    )
+    dialog.get_by_role("button", name="Create task").click()
+    expect(dialog).to_be_hidden()
+    expect(page.locator(".toast").first).to_contain_text("Task created")
+
+    # The card crosses the board live: In Progress (with the agent at work), then In Review.
+    working = card(page, "in_progress", "Add a cart")
+    expect(working).to_be_visible(timeout=RUN_TIMEOUT)
+    expect(working).to_have_class(re.compile(r"\bis-working\b"))
+    expect(working.locator(".task-card__agent")).to_have_text("Planner")
+    reviewed = card(page, "in_review", "Add a cart")
+    expect(reviewed).to_be_visible(timeout=RUN_TIMEOUT)
+    expect(reviewed).not_to_have_class(re.compile(r"\bis-working\b"))
+    expect(reviewed.locator(".badge--count")).to_contain_text("2")
+    expect(page.locator("#col-in_progress .task-card")).to_have_count(0)
+
+    # Open it: the URL names it, the agents' comments are there (markdown rendered).
+    reviewed.click()
+    dialog = popup(page)
+    expect(dialog).to_be_visible()
+    task_id = dialog.get_attribute("data-task-id")
+    expect(page).to_have_url(re.compile(rf"[?&]task={task_id}"))
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Add a cart")
+    expect(dialog.locator("#task-status")).to_have_text("In Review")
+    comments = dialog.locator("#task-comments .comment")
+    expect(comments).to_have_count(2)
+    expect(comments.nth(0).locator(".comment__author")).to_have_text("Planner")
+    expect(comments.nth(0).locator("strong")).to_have_text("three")
+    expect(comments.nth(1)).to_contain_text("Looks good")
+    expect(dialog.locator(".task-description__body")).to_contain_text("Let people buy things.")
+
+    # Reload keeps the popup open.
+    page.reload()
+    expect(popup(page)).to_be_visible()
+    expect(popup(page).locator("#task-dialog-title")).to_have_text("Add a cart")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+
+    # A comment shows at once and sends the task back through the agents.
+    dialog = popup(page)
+    box = dialog.get_by_label("Add a comment")
+    box.fill("Please also add a *checkout* page")
+    dialog.get_by_role("button", name="Send comment").click()
+    mine = dialog.locator("#task-comments .comment--user")
+    expect(mine).to_have_count(1)
+    expect(box).to_have_value("")
+    expect(mine.locator("em")).to_have_text("checkout")  # confirmed: rendered by the server
+    expect(dialog.locator(".comment--working")).to_contain_text(
+        "Planner is working…", timeout=RUN_TIMEOUT
+    )
+    expect(card(page, "in_progress", "Add a cart")).to_be_visible()
+    expect(dialog.locator("#task-comments .comment", has_text="Looks good")).to_have_count(
+        2, timeout=RUN_TIMEOUT
+    )
+    expect(dialog.locator("#task-status")).to_have_text("In Review")
+    expect(dialog.locator(".comment--working")).to_have_count(0)
+
+    # Activity: the log in words and the agents' runs.
+    dialog.get_by_role("tab", name="Activity").click()
+    log = dialog.locator("#task-log")
+    expect(log).to_contain_text("User created the task")
+    expect(log).to_contain_text("Reviewer finished: in review")
+    expect(log).to_contain_text("User commented")
+    expect(dialog.locator("[data-composer]")).to_be_hidden()
+    dialog.get_by_role("tab", name="Comments").click()
+    expect(dialog.locator("[data-composer]")).to_be_visible()
+
+    # Inline edit of the summary and the description.
+    dialog.locator("#task-dialog-title").hover()
+    dialog.get_by_role("button", name="Edit summary").click()
+    summary = dialog.get_by_label("Summary")
+    expect(summary).to_be_focused()
+    summary.fill("Add a shopping cart")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Add a shopping cart")
+    expect(card(page, "in_review", "Add a shopping cart")).to_be_visible()
+    dialog.locator("#task-description-edit").click()
+    dialog.locator("#task_description_description").fill("Now with **coupons**")
+    dialog.locator("#task_description_description").press("Escape")  # cancels, keeps popup
+    expect(dialog).to_be_visible()
+    expect(dialog.locator(".task-description__body")).to_contain_text("Let people buy things.")
+    dialog.locator("#task-description-edit").click()
+    dialog.locator("#task_description_description").fill("Now with **coupons**")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.locator(".task-description__body strong")).to_have_text("coupons")
+
+    # Closing forgets the task in the URL.
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    expect(page).not_to_have_url(re.compile(r"task="))
+    page.console_errors.check()
+    page.context.close()
+
+
+def test_cancel_prioritize_and_a_second_tab(browser, stack):
+    workspace = stack.workspace("Ops", agents=["Worker"])
+    task = stack.task(workspace, "@fake work 1 sleep 60", summary="Long job")
+    first, second = new_page(browser), new_page(browser)
+    board(first, stack, workspace)
+    board(second, stack, workspace)
+    second.evaluate("window.notReloaded = true")
+    for page in (first, second):
+        busy = card(page, "in_progress", "Long job")
+        expect(busy).to_be_visible(timeout=RUN_TIMEOUT)
+        expect(busy.locator(".task-card__agent")).to_have_text("Worker")
+
+    first.locator(f"#task-card-{task['id']} a").click()
+    dialog = popup(first)
+    expect(dialog.locator(".comment--working")).to_contain_text("Worker is working…")
+    expect(dialog.locator(f'.comment--working [data-task-current="{task["id"]}"]')).to_have_count(1)
+
+    # Prioritize toggles, and the other tab's card follows without a reload.
+    dialog.get_by_role("button", name="Prioritize").click()
+    expect(dialog.locator("#task-prioritize")).to_have_text("Remove Priority")
+    expect(dialog.locator(".task-head__badges")).to_contain_text("Priority")
+    expect(card(second, "in_progress", "Long job").locator(".badge--priority")).to_be_visible()
+    dialog.get_by_role("button", name="Remove Priority").click()
+    expect(dialog.locator("#task-prioritize")).to_have_text("Prioritize")
+    expect(card(second, "in_progress", "Long job").locator(".badge--priority")).to_have_count(0)
+
+    # A comment the server did not take stays in the list, marked, and its text is kept.
+    first.route("**/comments/new/", lambda route: route.fulfill(status=500, body="boom"))
+    box = dialog.get_by_label("Add a comment")
+    box.fill("Are you done?")
+    box.press("Control+Enter")
+    failed = dialog.locator("#task-comments .comment.is-failed")
+    expect(failed).to_contain_text("Not sent")
+    expect(failed).to_contain_text("Are you done?")
+    expect(box).to_have_value("Are you done?")
+    first.unroute("**/comments/new/")
+    # The browser and htmx log that 500; nothing else may have gone wrong.
+    first.console_errors[:] = [
+        e for e in first.console_errors if "status of 500" not in e and "Code 500 from" not in e
+    ]
+    box.fill("")
+
+    # Cancel asks first, then stops the agent: the task waits in In Review.
+    dialog.get_by_role("button", name="Cancel").click()
+    confirm = first.locator("#confirm-dialog")
+    expect(confirm).to_contain_text("Cancel this task?")
+    confirm.get_by_role("button", name="Cancel task").click()
+    expect(dialog.locator("#task-status")).to_have_text("In Review")
+    expect(dialog.locator(".comment--system")).to_contain_text("Task cancelled by user")
+    expect(dialog.locator(".comment--working")).to_have_count(0)
+    expect(card(second, "in_review", "Long job")).to_be_visible()
+    expect(card(second, "in_review", "Long job")).not_to_have_class(re.compile(r"is-working"))
+    assert stack.status(task) == "in_review"
+
+    # Move to Done (waits for the server), then delete all done tasks from the board.
+    dialog.get_by_role("button", name="Move to Done").click()
+    expect(dialog.locator("#task-status")).to_have_text("Done")
+    expect(card(first, "done", "Long job")).to_be_visible()
+    expect(card(second, "done", "Long job")).to_be_visible()
+    first.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    first.get_by_role("button", name="Delete all done tasks").click()
+    delete = first.locator("#task-delete-done-dialog")
+    expect(delete.get_by_role("button", name="Delete done tasks")).to_be_disabled()
+    delete.get_by_label("Type Ops to confirm").fill("Ops")
+    delete.get_by_role("button", name="Delete done tasks").click()
+    expect(delete).to_be_hidden()
+    expect(first.locator(".toast").last).to_contain_text("Deleted 1 done task")
+    for page in (first, second):
+        expect(page.get_by_text("No tasks yet")).to_be_visible()
+    assert second.evaluate("window.notReloaded") is True
+    for page in (first, second):
+        page.console_errors.check()
+        page.context.close()
+
+
+def test_toast_link_opens_the_popup_and_phone_layout(browser, stack):
+    workspace = stack.workspace("Toasty", agents=["Reviewer"])
+    page = new_page(browser)
+    board(page, stack, workspace)
+    page.evaluate("window.notReloaded = true")
+    task = stack.task(workspace, "@fake review Ready for you", summary="Check me")
+
+    # The agent's review raises a toast; its link opens the popup in place.
+    toast = page.locator(".toast", has_text="Ready for your review")
+    expect(toast).to_be_visible(timeout=RUN_TIMEOUT)
+    toast.get_by_role("link").click()
+    dialog = popup(page)
+    expect(dialog).to_be_visible()
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Check me")
+    expect(page).to_have_url(re.compile(rf"task={task['id']}"))
+    assert page.evaluate("window.notReloaded") is True
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    page.console_errors.check()
+    page.context.close()
+
+    # Phone: the popup linked by URL fills the screen and its actions are reachable.
+    phone = new_page(browser, viewport=PHONE)
+    board(phone, stack, workspace, f"&task={task['id']}")
+    dialog = popup(phone)
+    expect(dialog).to_be_visible()
+    box = dialog.bounding_box()
+    assert box["x"] == 0 and box["y"] == 0
+    assert box["width"] == PHONE["width"] and box["height"] == PHONE["height"]
+    for name in ("Move to Todo", "Move to Done", "Delete"):
+        button = dialog.get_by_role("button", name=name, exact=True)
+        expect(button).to_be_visible()
+        expect(button).to_be_in_viewport()
+    expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+    dialog.get_by_role("tab", name="Activity").click()
+    expect(dialog.locator("#task-log")).to_contain_text("Reviewer finished: in review")
+    dialog.get_by_role("tab", name="Comments").click()
+
+    dialog.get_by_role("button", name="Delete", exact=True).click()
+    phone.locator("#confirm-dialog").get_by_role("button", name="Delete").click()
+    expect(dialog).to_be_hidden()
+    expect(phone.locator(".toast").last).to_contain_text("Task deleted")
+    expect(phone.get_by_text("No tasks yet")).to_be_visible()
+    expect(phone).not_to_have_url(re.compile(r"task="))
+    # No sideways scroll on the phone page.
+    assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    phone.console_errors.check()
+    phone.context.close()

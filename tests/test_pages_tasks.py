@@ -1,0 +1,509 @@
+"""The Tasks tab: board, create, delete done, the task popup and its actions."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agents.services import agent_delete
+from core.actors import SYSTEM, USER, agent_actor
+from runner.models import AgentRun
+from tasks import services
+from tasks.models import Task, TaskLog, TaskQueueItem
+from tests.pages import field_error_is_tied, html, hx, triggers
+from workspaces.services import workspace_create
+
+pytestmark = pytest.mark.django_db
+
+
+def board_url(workspace) -> str:
+    return f"/workspaces/{workspace.id}/?tab=tasks"
+
+
+def cards(page: str, status: str) -> list[str]:
+    """The card summaries of one column, top to bottom."""
+    column = re.search(
+        rf'<section class="kanban-col status--{status}".*?</section>', page, re.S
+    ).group(0)
+    return re.findall(r'<span class="task-card__summary">([^<]*)</span>', column)
+
+
+def make_task(workspace, summary, status="todo", minutes_ago=0, **fields) -> Task:
+    task = services.task_create(workspace=workspace, summary=summary)
+    when = timezone.now() - timedelta(minutes=minutes_ago)
+    Task.objects.filter(id=task.id).update(status=status, updated_at=when, **fields)
+    task.refresh_from_db()
+    return task
+
+
+def start_run(task, agent_name="Planner", action="Reading files") -> AgentRun:
+    TaskQueueItem.objects.filter(task=task).update(status="in_progress")
+    return AgentRun.objects.create(
+        id=f"run{task.id[:18]}",
+        workspace_id=task.workspace_id,
+        task=task,
+        agent_name=agent_name,
+        cli_type="claude",
+        started_at=timezone.now(),
+        current_action=action,
+    )
+
+
+# --- board ----------------------------------------------------------------------------------
+
+
+def test_empty_board_offers_create(client, workspace):
+    page = html(client.get(board_url(workspace)))
+    assert '<section id="tasks-panel" class="tab-panel' in page
+    assert 'aria-labelledby="tab-tasks"' in page
+    assert "No tasks yet" in page and "Create Task" in page
+    assert 'data-dialog-open="task-create-dialog"' in page
+    assert "kanban-col" not in page
+
+
+def test_board_columns_ordered_by_recent_update(client, workspace):
+    make_task(workspace, "Old todo", minutes_ago=30)
+    make_task(workspace, "New todo", minutes_ago=1)
+    make_task(workspace, "Working", status="in_progress")
+    make_task(workspace, "Review me", status="in_review")
+    make_task(workspace, "Finished", status="done")
+    page = html(client.get(board_url(workspace)))
+    assert cards(page, "todo") == ["New todo", "Old todo"]
+    assert cards(page, "in_progress") == ["Working"]
+    assert cards(page, "in_review") == ["Review me"]
+    assert cards(page, "done") == ["Finished"]
+    for label in ("Todo", "In Progress", "In Review", "Done"):
+        assert f">{label}</h3>" in page
+    # Columns and the board refresh themselves on tasks.js's signal, debounced.
+    assert 'hx-trigger="tasks:refresh delay:150ms"' in page
+    # Cards link to the popup URL (so they work without JavaScript and in a new tab).
+    task = Task.objects.get(summary="Finished")
+    assert f'href="/workspaces/{workspace.id}/?tab=tasks&amp;task={task.id}"' in page
+    assert "Delete all done tasks" in page
+
+
+def test_card_shows_badges_and_processing_agent(client, workspace):
+    task = make_task(workspace, "Busy", status="in_progress", is_priority=True)
+    services.comment_create(task=task, content="hello", actor=USER)
+    services.comment_create(task=task, content="again", actor=USER)
+    start_run(task, "Reviewer", "Running pytest")
+    page = html(client.get(board_url(workspace)))
+    card = re.search(rf'<li class="task-card-item" id="task-card-{task.id}".*?</li>', page, re.S)[0]
+    assert "is-working" in card
+    assert "Priority" in card
+    assert re.search(r"badge--count[^>]*>.*?2<span", card, re.S)
+    assert "Reviewer" in card
+    assert f'data-task-current="{task.id}">Running pytest<' in card
+    assert "<time" in card
+
+
+def test_board_fragment_and_column_fragment(client, workspace):
+    make_task(workspace, "One")
+    page = html(hx(client, "get", f"/workspaces/{workspace.id}/tasks/"))
+    assert "<html" not in page and 'class="kanban"' in page
+    column = html(hx(client, "get", f"/workspaces/{workspace.id}/tasks/column/todo/"))
+    assert column.strip().startswith('<section class="kanban-col status--todo"')
+    assert cards(column, "todo") == ["One"]
+    # Without htmx, both go back to the tab.
+    response = client.get(f"/workspaces/{workspace.id}/tasks/column/todo/")
+    assert response.status_code == 302 and response.url.endswith("?tab=tasks")
+    assert hx(client, "get", f"/workspaces/{workspace.id}/tasks/column/nope/").status_code == 404
+    assert hx(client, "get", "/workspaces/nope/tasks/").status_code == 404
+
+
+def test_long_columns_show_the_most_recent_and_a_show_all_link(client, workspace, monkeypatch):
+    monkeypatch.setattr("tasks.selectors.COLUMN_LIMIT", 3)
+    for n in range(5):
+        make_task(workspace, f"T{n}", minutes_ago=10 - n)
+    page = html(client.get(board_url(workspace)))
+    assert cards(page, "todo") == ["T4", "T3", "T2"]
+    assert "Show all 5" in page
+    column = html(hx(client, "get", f"/workspaces/{workspace.id}/tasks/column/todo/?all=1"))
+    assert cards(column, "todo") == ["T4", "T3", "T2", "T1", "T0"]
+    assert "Show all" not in column
+    # A board refresh keeps the expanded columns (tasks.js names them in `all`).
+    board = html(hx(client, "get", f"/workspaces/{workspace.id}/tasks/?all=todo,bogus"))
+    assert cards(board, "todo") == ["T4", "T3", "T2", "T1", "T0"]
+    # The expanded column keeps refreshing expanded.
+    assert f'hx-get="/workspaces/{workspace.id}/tasks/column/todo/?all=1"' in column
+
+
+def board_queries(client, workspace) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = hx(client, "get", f"/workspaces/{workspace.id}/tasks/")
+    assert response.status_code == 200
+    return len(queries)
+
+
+def populate(workspace, count: int) -> None:
+    statuses = ["todo", "in_progress", "in_review", "done"]
+    for n in range(count):
+        task = make_task(
+            workspace, f"Task {n}", status=statuses[n % 4], is_priority=(n % 4 == 0 and n < 4)
+        )
+        services.comment_create(task=task, content="note", actor=SYSTEM)
+        if task.status == "in_progress":
+            start_run(task)
+
+
+def test_board_query_count_does_not_grow_with_tasks(client):
+    small = workspace_create(title="Small")
+    large = workspace_create(title="Large")
+    populate(small, 5)
+    populate(large, 200)
+    assert board_queries(client, small) == board_queries(client, large)
+    # The full page too.
+    with CaptureQueriesContext(connection) as few:
+        client.get(board_url(small))
+    with CaptureQueriesContext(connection) as many:
+        client.get(board_url(large))
+    assert len(few) == len(many)
+
+
+def test_usage_in_board_header(client, workspace):
+    page = html(client.get(board_url(workspace)))
+    assert "Last 30 days" not in page
+    task = make_task(workspace, "Paid")
+    run = start_run(task)
+    AgentRun.objects.filter(id=run.id).update(
+        input_tokens=1_000_000, output_tokens=200_000, cost_usd=3.4
+    )
+    AgentRun.objects.create(
+        id="oldrun", workspace=workspace, task=task, agent_name="X", cli_type="claude",
+        started_at=timezone.now() - timedelta(days=40), input_tokens=9_000_000, cost_usd=99,
+    )  # fmt: skip
+    page = html(client.get(board_url(workspace)))
+    assert "Last 30 days: 1.2M tokens · $3.40" in page
+    usage = html(client.get(f"/workspaces/{workspace.id}/tasks/usage/"))
+    assert "1.2M tokens · $3.40" in usage
+
+
+# --- create / delete done -------------------------------------------------------------------
+
+
+def test_create_task(client, workspace):
+    url = f"/workspaces/{workspace.id}/tasks/new/"
+    data = {"summary": "  Write docs ", "description": "# Docs\n\nAll of them"}
+    response = hx(client, "post", url, data)
+    assert response.status_code == 200
+    task = Task.objects.get(workspace=workspace)
+    assert task.summary == "Write docs" and task.description.startswith("# Docs")
+    events = triggers(response)
+    assert events["malamar:toast"]["message"] == "Task created"
+    assert "malamar:dialog-close" in events
+    assert events["tasks:changed"]["statuses"] == ["todo"]
+    # Nothing is swapped into the dialog (that would reopen it); closing resets the form.
+    assert response.headers["HX-Reswap"] == "none"
+
+
+def test_create_task_requires_summary(client, workspace):
+    url = f"/workspaces/{workspace.id}/tasks/new/"
+    response = hx(client, "post", url, {"summary": "  ", "description": "keep me"})
+    assert response.status_code == 200  # htmx fragments with errors answer 200
+    page = html(response)
+    assert "Summary is required" in page and "keep me" in page
+    assert field_error_is_tied(page, "task_new_summary")
+    assert not Task.objects.exists()
+    # Without JavaScript: the whole page, with the dialog open.
+    response = client.post(url, {"summary": ""})
+    assert response.status_code == 422
+    assert 'id="task-create-dialog"' in html(response) and "data-open-on-load" in html(response)
+    response = client.post(url, {"summary": "No JS"})
+    assert response.status_code == 302 and Task.objects.filter(summary="No JS").exists()
+
+
+def test_delete_all_done_needs_the_workspace_name(client, workspace):
+    make_task(workspace, "Done 1", status="done")
+    make_task(workspace, "Done 2", status="done")
+    keep = make_task(workspace, "Still todo")
+    url = f"/workspaces/{workspace.id}/tasks/delete-done/"
+    response = hx(client, "post", url, {"confirm_title": "wrong"})
+    assert response.status_code == 200
+    assert "The name does not match" in html(response)
+    assert field_error_is_tied(html(response), "delete_done_confirm_title")
+    assert Task.objects.filter(status="done").count() == 2
+    response = client.post(url, {"confirm_title": "wrong"})  # without JavaScript
+    assert response.status_code == 422 and "The name does not match" in html(response)
+    response = hx(client, "post", url, {"confirm_title": workspace.title})
+    assert list(Task.objects.filter(workspace=workspace)) == [keep]
+    events = triggers(response)
+    assert events["malamar:toast"]["message"] == "Deleted 2 done tasks"
+    assert events["tasks:changed"]["board"] is True
+    assert "malamar:dialog-close" in events
+
+
+# --- popup ----------------------------------------------------------------------------------
+
+
+def test_popup_fragment(client, workspace, agents):
+    task = services.task_create(workspace=workspace, summary="Login", description="Use **OAuth**")
+    services.comment_create(task=task, content="Plan: *do it*", actor=agent_actor(agents[0]))
+    services.comment_create(task=task, content="Looks good", actor=USER)
+    services.comment_create(task=task, content="CLI exited with code 1", actor=SYSTEM)
+    services.comment_create(task=task, content=services.CANCEL_MESSAGE, actor=SYSTEM)
+    gone = agents[1]
+    services.comment_create(task=task, content="bye", actor=agent_actor(gone))
+    agent_delete(agent=gone)
+    response = hx(client, "get", f"/tasks/{task.id}/")
+    page = html(response)
+    assert response.status_code == 200 and "<html" not in page
+    assert 'id="task-dialog-title"' in page and "Login" in page
+    assert "<strong>OAuth</strong>" in page  # markdown
+    assert "<em>do it</em>" in page
+    authors = re.findall(r'<span class="comment__author">([^<]+)</span>', page)
+    assert authors == ["Planner", "User", "System", "System", "(Deleted Agent)"]
+    kinds = re.findall(r'<li class="comment (comment--\w+(?: comment--error)?)"', page)
+    assert kinds == [
+        "comment--agent",
+        "comment--user",
+        "comment--system comment--error",
+        "comment--system",
+        "comment--agent",
+    ]
+    assert 'role="tab"' in page and "Comments" in page and "Activity" in page
+    assert 'id="task-comment-form"' in page
+    # Todo: Delete and Prioritize only.
+    assert "Prioritize" in page and "task-delete" in page
+    assert "Move to" not in page and "task-cancel" not in page
+
+
+def test_popup_escapes_user_text(client, workspace):
+    task = services.task_create(workspace=workspace, summary="<script>x</script>")
+    services.comment_create(task=task, content="<img src=x onerror=alert(1)>", actor=USER)
+    page = html(hx(client, "get", f"/tasks/{task.id}/"))
+    assert "<script>x" not in page and "<img" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_popup_opens_from_the_url(client, workspace):
+    task = services.task_create(workspace=workspace, summary="Linked")
+    plain = f"/workspaces/{workspace.id}/?task={task.id}"
+    for url in (f"{board_url(workspace)}&task={task.id}", plain):
+        page = html(client.get(url))
+        dialog = re.search(r'<dialog id="task-dialog"[^>]*>', page)[0]
+        assert "open data-open-on-load" in dialog and f'data-task-id="{task.id}"' in dialog
+        assert 'id="task-detail"' in page
+    # Without htmx the popup URL sends you to the page that opens it.
+    response = client.get(f"/tasks/{task.id}/")
+    assert response.status_code == 302 and response.url.endswith(f"&task={task.id}")
+    # An unknown task: the board, a note, no popup.
+    page = html(client.get(f"{board_url(workspace)}&task=nope"))
+    assert 'id="task-detail"' not in page and "That task no longer exists." in page
+
+
+def test_other_workspace_task_is_not_opened(client, workspace):
+    other = workspace_create(title="Other")
+    task = services.task_create(workspace=other, summary="Elsewhere")
+    page = html(client.get(f"{board_url(workspace)}&task={task.id}"))
+    assert 'id="task-detail"' not in page
+
+
+def test_actions_per_status(client, workspace):
+    def buttons(status):
+        task = make_task(workspace, f"S {status}", status=status)
+        page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+        found = re.findall(r'id="task-(move-\w+|cancel|prioritize|delete)"', page)
+        return sorted(found)
+
+    assert buttons("todo") == ["delete", "prioritize"]
+    assert buttons("in_progress") == ["cancel", "delete", "move-in_review", "prioritize"]
+    assert buttons("in_review") == ["delete", "move-done", "move-todo"]
+    assert buttons("done") == ["delete", "move-todo"]
+
+
+def test_working_row_while_an_agent_runs(client, workspace):
+    task = make_task(workspace, "Busy", status="in_progress")
+    page = html(hx(client, "get", f"/tasks/{task.id}/comments/"))
+    assert "data-working" not in page
+    start_run(task, "Implementer", "Editing app.py")
+    page = html(hx(client, "get", f"/tasks/{task.id}/comments/"))
+    working = re.search(r"<li class=\"comment comment--working\".*?</li>", page, re.S)[0]
+    assert "<strong>Implementer</strong> is working…" in working
+    assert f'data-task-current="{task.id}">Editing app.py<' in working
+
+
+def test_task_usage_in_popup(client, workspace):
+    task = make_task(workspace, "Costly")
+    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    assert "tokens" not in page
+    run = start_run(task)
+    AgentRun.objects.filter(id=run.id).update(input_tokens=12_000, output_tokens=345, cost_usd=0.05)
+    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    assert "12.3k tokens · $0.05" in page
+
+
+def test_activity_tab_lists_the_log_in_words_and_the_runs(client, workspace, agents):
+    task = services.task_create(workspace=workspace, summary="Log me")
+    services.task_prioritize_toggle(task=task)
+    actor = agent_actor(agents[2])
+    services.log_add(
+        task=task, event_type="agent_finished", actor=actor,
+        metadata={"agent_name": "Reviewer", "action_type": "comment"},
+    )  # fmt: skip
+    Task.objects.filter(id=task.id).update(status="in_progress")
+    task.refresh_from_db()
+    services.task_status_set(task=task, status="in_review", actor=USER)
+    start_run(task, "Reviewer")
+    page = html(hx(client, "get", f"/tasks/{task.id}/activity/"))
+    texts = re.findall(r'<span class="task-log__text">([^<]+)</span>', page)
+    assert texts == [
+        "User created the task",
+        "User prioritized the task",
+        "Reviewer finished: comment",
+        "User moved to In Review",
+    ]
+    assert f'data-runs-task="{task.id}"' in page and "Reviewer" in page
+    log_only = html(hx(client, "get", f"/tasks/{task.id}/activity/?part=log"))
+    assert "task-log__text" in log_only and "data-runs-task" not in log_only
+
+
+# --- popup writes ---------------------------------------------------------------------------
+
+
+def test_edit_summary(client, workspace):
+    task = make_task(workspace, "Before")
+    form = html(hx(client, "get", f"/tasks/{task.id}/summary/edit/"))
+    assert 'value="Before"' in form and "data-editing" in form
+    response = hx(client, "post", f"/tasks/{task.id}/summary/edit/", {"summary": ""})
+    assert response.status_code == 200 and "Summary is required" in html(response)
+    assert field_error_is_tied(html(response), "task_summary_summary")
+    response = hx(client, "post", f"/tasks/{task.id}/summary/edit/", {"summary": "After"})
+    task.refresh_from_db()
+    assert task.summary == "After"
+    assert response.headers["HX-Retarget"] == "#task-head"
+    assert "After" in html(response) and triggers(response)["tasks:changed"]["task_id"] == task.id
+
+
+def test_edit_description(client, workspace):
+    task = make_task(workspace, "Desc")
+    form = html(hx(client, "get", f"/tasks/{task.id}/description/edit/"))
+    assert "<textarea" in form and "data-editing" in form
+    url = f"/tasks/{task.id}/description/edit/"
+    response = hx(client, "post", url, {"description": "Now **bold**"})
+    task.refresh_from_db()
+    assert task.description == "Now **bold**"
+    assert "<strong>bold</strong>" in html(response)
+    view = html(hx(client, "get", f"/tasks/{task.id}/description/"))
+    assert "<strong>bold</strong>" in view
+    hx(client, "post", url, {"description": ""})
+    assert "No description." in html(hx(client, "get", f"/tasks/{task.id}/description/"))
+
+
+def test_add_comment_restarts_a_task_in_review(client, workspace):
+    task = make_task(workspace, "Reviewed", status="in_review")
+    url = f"/tasks/{task.id}/comments/new/"
+    response = hx(client, "post", url, {"content": "Please also **add tests**"})
+    assert response.status_code == 200
+    assert "<strong>add tests</strong>" in html(response)
+    task.refresh_from_db()
+    assert task.status == "todo"
+    assert sorted(triggers(response)["tasks:changed"]["statuses"]) == ["in_review", "todo"]
+
+
+def test_blank_comment_is_refused(client, workspace):
+    task = make_task(workspace, "Quiet")
+    response = hx(client, "post", f"/tasks/{task.id}/comments/new/", {"content": "  "})
+    assert response.status_code == 200
+    assert response.headers["HX-Retarget"] == "#task-comment-form"
+    assert "Write a comment first" in html(response)
+    assert "tasks:comment-rejected" in triggers(response)
+    assert not task.comments.exists()
+
+
+def test_status_moves(client, workspace):
+    task = make_task(workspace, "Mover", status="in_progress")
+    TaskQueueItem.objects.filter(task=task).update(status="in_progress")
+    url = f"/tasks/{task.id}/status/"
+    response = hx(client, "post", url, {"status": "in_review"})
+    task.refresh_from_db()
+    assert task.status == "in_review"
+    assert response.headers["HX-Retarget"] == "#task-head"
+    assert "Move to Done" in html(response)
+    assert triggers(response)["tasks:changed"]["statuses"] == ["in_progress", "in_review"]
+    # The running pass was asked to stop.
+    assert TaskQueueItem.objects.filter(task=task, stop_requested_at__isnull=False).exists()
+    hx(client, "post", url, {"status": "done"})
+    task.refresh_from_db()
+    assert task.status == "done"
+    hx(client, "post", url, {"status": "todo"})
+    task.refresh_from_db()
+    assert task.status == "todo"
+    # A move the user may not make: an error toast, nothing changes.
+    response = hx(client, "post", url, {"status": "done"})
+    assert response.status_code == 200
+    assert triggers(response)["malamar:toast"]["level"] == "error"
+    task.refresh_from_db()
+    assert task.status == "todo"
+    log = TaskLog.objects.filter(task=task, event_type="status_changed").last()
+    assert log.actor_type == "user"
+
+
+def test_cancel(client, workspace):
+    task = make_task(workspace, "Stop me", status="in_progress")
+    response = hx(client, "post", f"/tasks/{task.id}/cancel/")
+    task.refresh_from_db()
+    assert task.status == "in_review"
+    assert triggers(response)["malamar:toast"]["message"] == "Task cancelled"
+    assert task.comments.filter(content=services.CANCEL_MESSAGE).exists()
+    response = hx(client, "post", f"/tasks/{task.id}/cancel/")
+    assert triggers(response)["malamar:toast"]["level"] == "error"
+
+
+def test_prioritize_toggles(client, workspace):
+    task = make_task(workspace, "Urgent")
+    other = make_task(workspace, "Was urgent", is_priority=True)
+    response = hx(client, "post", f"/tasks/{task.id}/prioritize/")
+    task.refresh_from_db()
+    other.refresh_from_db()
+    assert task.is_priority and not other.is_priority
+    assert "Remove Priority" in html(response) and 'aria-pressed="true"' in html(response)
+    response = hx(client, "post", f"/tasks/{task.id}/prioritize/")
+    task.refresh_from_db()
+    assert not task.is_priority and ">Prioritize<" in html(response)
+
+
+def test_delete_task(client, workspace):
+    task = make_task(workspace, "Bye", status="in_review")
+    response = hx(client, "post", f"/tasks/{task.id}/delete/")
+    assert response.status_code == 200 and not Task.objects.filter(id=task.id).exists()
+    events = triggers(response)
+    assert "malamar:dialog-close" in events and events["malamar:toast"]["message"] == "Task deleted"
+    assert events["tasks:changed"]["board"] is True
+    assert response.headers["HX-Reswap"] == "none"
+
+
+def test_delete_button_confirms(client, workspace):
+    task = make_task(workspace, "Careful")
+    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    button = re.search(r'<button[^>]*id="task-delete"[^>]*>', page, re.S)[0]
+    assert 'data-confirm="Delete this task?"' in button
+
+
+def test_missing_tasks(client, workspace):
+    for method, url in [
+        ("post", "/tasks/nope/status/"),
+        ("post", "/tasks/nope/cancel/"),
+        ("post", "/tasks/nope/prioritize/"),
+        ("post", "/tasks/nope/delete/"),
+        ("post", "/tasks/nope/comments/new/"),
+        ("post", "/tasks/nope/summary/edit/"),
+        ("get", "/tasks/nope/description/edit/"),
+        ("post", "/workspaces/nope/tasks/new/"),
+        ("post", "/workspaces/nope/tasks/delete-done/"),
+    ]:
+        assert hx(client, method, url).status_code == 404, url
+    assert client.get("/tasks/nope/").status_code == 404
+    # A live refresh of a popup whose task was deleted meanwhile: 200 and a signal to close.
+    for part in ("", "head/", "comments/", "activity/", "description/"):
+        response = hx(client, "get", f"/tasks/nope/{part}")
+        assert response.status_code == 200, part
+        assert triggers(response)["tasks:gone"] == {"task_id": "nope"}
+
+
+def test_get_not_allowed_on_writes(client, workspace):
+    task = make_task(workspace, "Read only")
+    assert client.get(f"/tasks/{task.id}/delete/").status_code == 405
+    assert client.get(f"/workspaces/{workspace.id}/tasks/new/").status_code == 405
