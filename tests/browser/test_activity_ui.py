@@ -1,0 +1,55 @@
+"""Live agent activity in a real browser: while the fake CLI is still running, its trace lines
+appear in the task popup's Activity tab and on the Kanban card; when the run ends it collapses
+into grouped entries."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import new_page
+
+pytestmark = pytest.mark.browser
+
+RUN_TIMEOUT = 20_000
+
+
+def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
+    workspace = stack.workspace("Live", agents=["Builder"])
+    # The run starts (status line), waits, streams tool activity, then waits again.
+    task = stack.task(workspace, "@fake sleep 5 work 1 sleep 5 review Done", summary="Watch me")
+    page = new_page(browser)
+    page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    dialog = page.locator("#task-dialog")
+    expect(dialog).to_be_visible()
+    dialog.get_by_role("tab", name="Activity").click()
+
+    # The running run shows up (open, with its "Now" line) before the tool activity arrives.
+    run = dialog.locator("details.run--running")
+    expect(run).to_be_visible(timeout=RUN_TIMEOUT)
+    expect(run.locator(".run__agent")).to_have_text("Builder")
+    expect(run).not_to_contain_text("pytest")  # rendered before the tool activity happened
+
+    # Then a trace line is appended live, and the card and "Now" line name the action.
+    live_line = run.locator("[data-run-live] .trace--live", has_text="pytest -q")
+    expect(live_line.first).to_be_visible(timeout=RUN_TIMEOUT)
+    assert stack.status(task) == "in_progress"  # the CLI is still running (sleeps 5 s more)
+    runs = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
+    assert runs[-1]["status"] == "running" and runs[-1]["ended_at"] is None
+    expect(run.locator("[data-run-current]")).to_contain_text("app/models.py")
+    card_action = page.locator(f"#task-card-{task['id']} [data-task-current]")
+    expect(card_action).to_contain_text("app/models.py")
+
+    # When the run ends it is re-rendered grouped and collapsed: a command with its result and
+    # an edit, with usage; the task moved to In Review.
+    finished = dialog.locator("details.run--completed")
+    expect(finished).to_be_visible(timeout=RUN_TIMEOUT)
+    expect(finished).not_to_have_attribute("open", re.compile(".*"))
+    finished.locator("summary.run__summary").click()
+    expect(finished.locator(".trace--command .trace__command")).to_have_text("pytest -q")
+    expect(finished.locator(".trace--command .trace__exit")).to_have_text("ok")
+    expect(finished.locator(".trace--edit")).to_contain_text("Changed 1 file")
+    expect(finished.locator(".run__meta")).to_contain_text("in ·")  # tokens reported
+    assert stack.status(task) == "in_review"
+    page.console_errors.check()
