@@ -13,7 +13,7 @@ from tasks.models import QueueStatus, Task, TaskComment, TaskLog, TaskQueueItem,
 from tasks.services import CANCEL_MESSAGE, USER_MOVES, comment_author_name
 
 # Cards rendered per column; the rest sit behind "Show all N" (2,000 tasks stay fast).
-COLUMN_LIMIT = 100
+COLUMN_LIMIT = 50
 USAGE_DAYS = 30
 
 
