@@ -198,72 +198,58 @@ def _gone(request, task_id: str):
     return trigger_client_event(response, "tasks:gone", {"task_id": task_id})
 
 
-def _fragment_task(request, task_id: str):
-    """The task for a popup fragment, or None when it is gone (htmx only; else 404)."""
+def _popup_fragment(request, task_id: str, partial: str, context_for) -> HttpResponse:
+    """A read-only piece of the task popup. Without htmx: back to the board with the popup open
+    (404 when the task is gone); with htmx and the task gone: the "gone" fragment."""
     task = selectors.task_for_detail(task_id)
-    if task is None and not request.htmx:
-        raise Http404("Task not found")
-    return task
+    if task is None:
+        if not request.htmx:
+            raise Http404("Task not found")
+        return _gone(request, task_id)
+    if not request.htmx:
+        return redirect(_board_url(task.workspace_id, task.id))
+    return render(request, f"{DETAIL}#{partial}", context_for(task))
 
 
 @require_GET
 @vary_on_headers("HX-Request")
 def task_detail(request, task_id: str):
-    task = _fragment_task(request, task_id)
-    if task is None:
-        return _gone(request, task_id)
-    if not request.htmx:
-        return redirect(_board_url(task.workspace_id, task.id))
-    return render(request, f"{DETAIL}#detail", detail_context(task))
+    return _popup_fragment(request, task_id, "detail", detail_context)
 
 
 @require_GET
 @vary_on_headers("HX-Request")
 def task_head(request, task_id: str):
-    task = _fragment_task(request, task_id)
-    if task is None:
-        return _gone(request, task_id)
-    if not request.htmx:
-        return redirect(_board_url(task.workspace_id, task.id))
-    return render(request, f"{DETAIL}#head", detail_context(task))
+    return _popup_fragment(request, task_id, "head", detail_context)
 
 
 @require_GET
 @vary_on_headers("HX-Request")
 def task_comments(request, task_id: str):
-    task = _fragment_task(request, task_id)
-    if task is None:
-        return _gone(request, task_id)
-    if not request.htmx:
-        return redirect(_board_url(task.workspace_id, task.id))
-    return render(request, f"{DETAIL}#comments", detail_context(task))
+    return _popup_fragment(request, task_id, "comments", detail_context)
+
+
+def _log_context(task: Task) -> dict:
+    return {"task": task, "entries": selectors.activity_entries(task)}
+
+
+def _activity_context(task: Task) -> dict:
+    return {**_log_context(task), "runs": selectors.run_timelines(task)}
 
 
 @require_GET
 @vary_on_headers("HX-Request")
 def task_activity(request, task_id: str):
-    task = _fragment_task(request, task_id)
-    if task is None:
-        return _gone(request, task_id)
-    if not request.htmx:
-        return redirect(_board_url(task.workspace_id, task.id))
-    context = {"task": task, "entries": selectors.activity_entries(task)}
     if request.GET.get("part") == "log":
         # Live refreshes redraw the log only; activity.js keeps the runs' traces live.
-        return render(request, f"{DETAIL}#log", context)
-    context["runs"] = selectors.run_timelines(task)
-    return render(request, f"{DETAIL}#activity", context)
+        return _popup_fragment(request, task_id, "log", _log_context)
+    return _popup_fragment(request, task_id, "activity", _activity_context)
 
 
 @require_GET
 @vary_on_headers("HX-Request")
 def task_description(request, task_id: str):
-    task = _fragment_task(request, task_id)
-    if task is None:
-        return _gone(request, task_id)
-    if not request.htmx:
-        return redirect(_board_url(task.workspace_id, task.id))
-    return render(request, f"{DETAIL}#description", {"task": task})
+    return _popup_fragment(request, task_id, "description", lambda task: {"task": task})
 
 
 def _not_htmx_back(request, task: Task):
