@@ -99,6 +99,17 @@ class NotificationSettingsForm(forms.Form):
     notify_on_in_review = forms.BooleanField(
         required=False, label="When agents move a task to In Review"
     )
+    stall_warning_minutes = forms.FloatField(
+        label="Warn when a run is silent for (minutes)",
+        min_value=0.1,
+        help_text="An agent run that prints nothing this long raises a warning on every open page.",
+        error_messages={
+            "required": "Enter a number of minutes",
+            "invalid": "Enter a number of minutes",
+            "min_value": "Enter more than 0 minutes",
+        },
+        widget=forms.NumberInput(attrs={"min": 0.1, "step": "any", "inputmode": "decimal"}),
+    )
     webhook_urls = forms.CharField(
         required=False,
         label="Webhook URLs",

@@ -18,6 +18,7 @@ FORM = {
     "mailgun_to_email": "me@example.com",
     "notify_on_error": "on",
     "webhook_urls": "https://ntfy.sh/my-topic\nhttp://127.0.0.1:9000/hook",
+    "stall_warning_minutes": "20",
 }
 
 
@@ -45,6 +46,7 @@ def test_save_then_save_the_mask_back(client):
     assert stored["mailgun_api_key"] == KEY and stored["mailgun_region"] == "eu"
     assert stored["webhook_urls"] == ["https://ntfy.sh/my-topic", "http://127.0.0.1:9000/hook"]
     assert stored["notify_on_error"] is True and stored["notify_on_in_review"] is False
+    assert stored["stall_warning_minutes"] == 20
     client.post("/settings/notifications/", {**FORM, "mailgun_api_key": "••••cret"})
     assert settings_get()["mailgun_api_key"] == KEY
 
@@ -54,6 +56,7 @@ def test_save_then_save_the_mask_back(client):
     [
         ("mailgun_to_email", "not-an-email", "valid email"),
         ("webhook_urls", "ftp://nope", "not an http(s) URL"),
+        ("stall_warning_minutes", "0", "Enter more than 0 minutes"),
     ],
 )
 def test_errors_are_shown_on_the_form(client, field, value, needle):

@@ -159,6 +159,7 @@ def settings_data(**changes):
         "working_directory_path": "",
         "auto_delete_done_tasks": "on",
         "retention_days": "7",
+        "stall_kill_minutes": "0",
         "notify_on_error": "on",
         "notify_on_in_review": "on",
     }
@@ -183,6 +184,7 @@ def test_save_settings(client, workspace, tmp_path):
         working_directory_path=str(tmp_path),
         auto_delete_done_tasks=None,
         retention_days="0",
+        stall_kill_minutes="30",
         notify_on_error=None,
     )
     response = hx(client, "post", url, data)
@@ -191,7 +193,7 @@ def test_save_settings(client, workspace, tmp_path):
     assert ws.title == "Renamed" and ws.working_directory_mode == "static"
     assert ws.working_directory_path == str(tmp_path)
     assert (ws.auto_delete_done_tasks, ws.retention_days, ws.notify_on_error) == (False, 0, False)
-    assert ws.notify_on_in_review is True
+    assert ws.notify_on_in_review is True and ws.stall_kill_minutes == 30
     assert "does not exist" not in html(response)
 
 
@@ -200,6 +202,8 @@ def test_settings_errors_are_tied_to_fields(client, workspace):
     page = html(hx(client, "post", url, settings_data(title="", retention_days="-1")))
     assert "Title is required" in page and field_error_is_tied(page, "id_title")
     assert "Enter 0 or more days" in page and field_error_is_tied(page, "id_retention_days")
+    page = html(hx(client, "post", url, settings_data(stall_kill_minutes="-5")))
+    assert "Enter 0 or more minutes" in page and field_error_is_tied(page, "id_stall_kill_minutes")
     assert not triggers(hx(client, "post", url, settings_data(title="")))
     assert Workspace.objects.get(id=workspace.id).title == "Project X"
 

@@ -70,6 +70,20 @@ class WorkspaceSettingsForm(forms.Form):
         },
         widget=forms.NumberInput(attrs={"min": 0, "inputmode": "numeric"}),
     )
+    stall_kill_minutes = forms.FloatField(
+        label="Stop a silent run after (minutes)",
+        min_value=0,
+        help_text=(
+            "A run that prints nothing for this long is stopped and reported as an error. "
+            "0 never stops it (you still get a warning)."
+        ),
+        error_messages={
+            "required": "Enter a number of minutes (0 or more)",
+            "invalid": "Enter a number of minutes",
+            "min_value": "Enter 0 or more minutes",
+        },
+        widget=forms.NumberInput(attrs={"min": 0, "step": "any", "inputmode": "decimal"}),
+    )
     notify_on_error = forms.BooleanField(
         label="When an error occurs",
         required=False,
