@@ -148,3 +148,208 @@ def chat_detail(chat_id: str) -> Chat | None:
         chat.message_list = chat_messages(chat_id)
         chat.participant_list = chat_participants(chat_id)
     return chat
+
+
+# --- pages ------------------------------------------------------------------------------
+# What the Chat tab and the chat popup show, on top of the summaries above.
+
+# System notes that only record what happened; every other system message reports a problem.
+SYSTEM_INFO_PREFIXES = ("Switched from ", "Stopped by user")
+SYSTEM_INFO_SUFFIXES = (" joined the chat", " left the chat")
+UPLOAD_PREFIX = "User has uploaded "
+
+
+def system_kind(text: str) -> str:
+    """ "upload", "info" or "error" for a system message (errors are tinted red)."""
+    text = text or ""
+    if text.startswith(UPLOAD_PREFIX):
+        return "upload"
+    if text.startswith(SYSTEM_INFO_PREFIXES) or text.rstrip().endswith(SYSTEM_INFO_SUFFIXES):
+        return "info"
+    return "error"
+
+
+def _task_url(workspace_id: str, task_id: str) -> str:
+    from django.urls import reverse
+
+    return f"{reverse('workspace_detail', args=[workspace_id])}?tab=tasks&task={task_id}"
+
+
+def _agents_url(workspace_id: str) -> str:
+    from django.urls import reverse
+
+    return f"{reverse('workspace_detail', args=[workspace_id])}?tab=agents"
+
+
+def action_cards(actions, workspace_id: str) -> list[dict]:
+    """An agent message's stored actions as cards: label, detail, outcome and a link."""
+    cards = []
+    for action in actions if isinstance(actions, list) else []:
+        if not isinstance(action, dict):
+            continue
+        kind = str(action.get("type") or "action")
+        label, key = ACTION_LABELS.get(kind, (kind.replace("_", " ").capitalize(), None))
+        detail = action.get(key) if key else None
+        result = action.get("result") or "ok"
+        card = {
+            "type": kind,
+            "label": label,
+            "detail": detail if isinstance(detail, str) else "",
+            "result": result,
+            "error": action.get("error") or "",
+            "href": "",
+            "link_label": "",
+        }
+        if result == "ok" and kind == "create_task" and action.get("task_id"):
+            card["href"] = _task_url(workspace_id, action["task_id"])
+            card["link_label"] = "Open task"
+            card["task_id"] = action["task_id"]
+        elif result == "ok" and kind in ("create_agent", "update_agent", "reorder_agents"):
+            card["href"] = _agents_url(workspace_id)
+            card["link_label"] = "View agents"
+        cards.append(card)
+    return cards
+
+
+def created_tasks(actions) -> list[dict]:
+    """`[{"task_id", "summary"}]` for each task an agent message's actions created."""
+    return [
+        {"task_id": a["task_id"], "summary": str(a.get("summary") or "")}
+        for a in (actions if isinstance(actions, list) else [])
+        if isinstance(a, dict)
+        and a.get("type") == "create_task"
+        and a.get("result", "ok") == "ok"
+        and a.get("task_id")
+    ]
+
+
+_MARKDOWN_MARKS = (
+    (re.compile(r"\*\*(.+?)\*\*"), r"\1"),
+    (re.compile(r"(?<!\w)__(.+?)__(?!\w)"), r"\1"),
+    (re.compile(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])"), r"\1"),
+    (re.compile(r"`([^`]+)`"), r"\1"),
+    (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),
+    (re.compile(r"(^|\s)#{1,6}\s+"), r"\1"),
+)
+
+
+def plain_preview(text: str) -> str:
+    """A list preview without the most common markdown marks (`**bold**` → `bold`)."""
+    for pattern, replacement in _MARKDOWN_MARKS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def chat_list_items(workspace_id: str, q: str = "") -> list[Chat]:
+    """The Chat tab's list: `chats_for_workspace` plus `agent_names` (every participant, in
+    order) in one more query."""
+    from chats.models import ChatParticipant
+
+    chats = chats_for_workspace(workspace_id, q)
+    names: dict[str, list[str]] = {}
+    rows = (
+        ChatParticipant.objects.filter(chat_id__in=[chat.id for chat in chats])
+        .order_by("chat_id", "position")
+        .values_list("chat_id", "agent__name")
+    )
+    for chat_id, name in rows:
+        names.setdefault(chat_id, []).append(name or MALAMAR_NAME)
+    for chat in chats:
+        chat.agent_names = names.get(chat.id) or [chat.agent_name]
+        chat.last_message_preview = plain_preview(chat.last_message_preview)
+    return chats
+
+
+def chat_runs(chat: Chat):
+    """The chat's running runs for the live trace (`runner.selectors.run_timelines`: a list
+    that also tells activity.js where to add runs that start later)."""
+    from runner.selectors import run_timelines
+
+    return run_timelines(chat=chat, running_only=True)
+
+
+def hard_breaks(text: str) -> str:
+    """A user's line breaks kept in markdown (outside code blocks): people type chat messages
+    line by line, not as paragraphs."""
+    lines, fenced = (text or "").split("\n"), False
+    for index, line in enumerate(lines[:-1]):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        if not fenced and line.strip() and lines[index + 1].strip():
+            lines[index] = line.rstrip() + "  "
+    return "\n".join(lines)
+
+
+def chat_popup(chat_id: str) -> Chat | None:
+    """Everything the chat popup shows: the detail plus, on the chat, `is_busy`,
+    `is_stopping`, `is_solo`, `blocked` (the "No CLI available" text or ""), `answering`
+    (participants whose run is pending) and `lead` (the first participant); on each
+    participant `cli` (health dict) and `cli_ok`; on each message `kind` and `cards`."""
+    from runner.selectors import cli_health_all
+
+    chat = chat_detail(chat_id)
+    if chat is None:
+        return None
+    health = {c["cli_type"]: c for c in cli_health_all()}
+    active = list(
+        ChatQueueItem.objects.filter(chat_id=chat_id, status__in=ACTIVE_STATUSES).values(
+            "participant_id", "stop_requested_at"
+        )
+    )
+    chat.is_busy = bool(active)
+    chat.is_stopping = chat.is_busy and all(item["stop_requested_at"] for item in active)
+    answering_ids = {item["participant_id"] for item in active if not item["stop_requested_at"]}
+    malamar_cli = first_available_cli()
+    for participant in chat.participant_list:
+        participant.cli = health.get(participant.effective_cli_type)
+        default_cli = participant.agent.cli_type if participant.agent_id else malamar_cli
+        participant.default_cli = health.get(default_cli)
+        participant.cli_ok = bool(participant.cli and participant.cli["available"])
+        participant.is_answering = participant.id in answering_ids
+    enabled = [p for p in chat.participant_list if p.enabled]
+    chat.is_solo = not enabled
+    chat.blocked = ""
+    if enabled and not any(p.cli_ok for p in enabled):
+        broken = sorted({p.cli["name"] for p in enabled if p.cli})
+        chat.blocked = (
+            f"{', '.join(broken)} failed {'its' if len(broken) == 1 else 'their'} health check. "
+            "Choose another CLI for this chat or fix it in Settings."
+            if broken
+            else "Every CLI failed its health check. Fix one in Settings."
+        )
+    chat.answering = [p for p in chat.participant_list if p.is_answering]
+    chat.lead = chat.participant_list[0] if chat.participant_list else None
+    chat.is_group = len(chat.participant_list) > 1
+    for message in chat.message_list:
+        message.kind = system_kind(message.message) if message.role == ChatRole.SYSTEM else ""
+        if message.kind == "upload":
+            message.upload_path = message.message[len(UPLOAD_PREFIX) :].strip()
+            message.upload_name = message.upload_path.rsplit("/", 1)[-1]
+        message.cards = action_cards(message.actions, chat.workspace_id)
+        message.display = (
+            hard_breaks(message.message) if message.role == ChatRole.USER else message.message
+        )
+    return chat
+
+
+def chat_agent_options(workspace_id: str, chat: Chat | None = None) -> dict:
+    """Choices for the popup: `lead` (agents the first participant may become: Malamar and
+    every agent not already another participant) and `addable` (not yet in the chat), each
+    `{"id": "" for Malamar, "name", "cli"}`; `clis` (the four CLIs with health)."""
+    from agents.selectors import agents_for_workspace, cli_options
+    from workspaces.models import Workspace
+
+    workspace = Workspace(id=workspace_id)
+    everyone = [{"id": "", "name": MALAMAR_NAME, "cli": None, "is_malamar": True}] + [
+        {"id": agent.id, "name": agent.name, "cli": agent.cli, "is_malamar": False}
+        for agent in agents_for_workspace(workspace)
+    ]
+    taken = [(p.agent_id or "") for p in getattr(chat, "participant_list", [])]
+    others = set(taken[1:])
+    return {
+        "lead": [option for option in everyone if option["id"] not in others],
+        "addable": [option for option in everyone if option["id"] not in taken],
+        "everyone": everyone,
+        "clis": cli_options(),
+    }

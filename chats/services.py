@@ -20,7 +20,7 @@ from chats.models import (
     ChatQueueItem,
     ChatRole,
 )
-from chats.selectors import ACTIVE_STATUSES, MALAMAR_NAME, participant_cli_type
+from chats.selectors import ACTIVE_STATUSES, MALAMAR_NAME, created_tasks, participant_cli_type
 from core import events
 from core.activity import workspace_touch
 from core.errors import Conflict, NotFound, ServiceError, ValidationFailed, require_text
@@ -73,11 +73,11 @@ def chat_agent_resolve(*, workspace_id: str, agent_id: str | None) -> Agent | No
     return agent
 
 
-def _added(chat: Chat, role: str, now) -> None:
+def _added(chat: Chat, role: str, now, **extra) -> None:
     Chat.objects.filter(id=chat.id).update(updated_at=now)
     chat.updated_at = now
     workspace_touch(chat.workspace_id, now=now)
-    events.publish("chat.message_added", {**_chat_payload(chat), "author_type": role})
+    events.publish("chat.message_added", {**_chat_payload(chat), "author_type": role, **extra})
 
 
 def chat_create(
@@ -95,6 +95,16 @@ def chat_create(
         ChatParticipant.objects.create(chat=chat, agent=agent, position=0, created_at=now)
         workspace_touch(workspace.id, now=now)
         events.publish("chat.updated", _chat_payload(chat))
+    return chat
+
+
+def chat_start(*, workspace: Workspace, agent: Agent | None = None, message: str) -> Chat:
+    """A new chat with `agent` and the user's first message, all or nothing (a message that
+    cannot be sent, e.g. no CLI available, leaves no empty chat behind)."""
+    require_text(message, field="message", label="Message")
+    with transaction.atomic():
+        chat = chat_create(workspace=workspace, agent=agent)
+        chat_message_send(chat=chat, message=message)
     return chat
 
 
@@ -117,6 +127,10 @@ def chat_update(*, chat: Chat, title=UNSET, agent_id=UNSET, cli_type=UNSET) -> C
     with transaction.atomic():
         switched = None
         if new_agent is not UNSET and getattr(new_agent, "id", None) != chat.agent_id:
+            others = chat.participants.exclude(position=_first_position(chat))
+            if others.filter(agent=new_agent).exists():
+                label = _agent_label(new_agent)
+                raise Conflict(f"{label} is already in this chat", field="agent_id")
             switched = f"Switched from {_agent_label(chat.agent)} to {_agent_label(new_agent)}"
             changes["agent"] = new_agent
             changes["cli_type"] = None
@@ -182,7 +196,9 @@ def chat_message_add_agent(
             agent_name=_agent_label(agent),
             created_at=now,
         )
-        _added(chat, ChatRole.AGENT, now)
+        # The page toasts a link to each task the reply created (chat.message_added).
+        tasks = created_tasks(actions)
+        _added(chat, ChatRole.AGENT, now, **({"created_tasks": tasks} if tasks else {}))
     return msg
 
 

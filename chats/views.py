@@ -1,6 +1,431 @@
-"""Chats pages (htmx fragments). Thin: parse → service → fragment."""
+"""Chats pages (htmx fragments). Thin: parse → service → fragment.
+
+The Chat tab lists the workspace's chats; a chat opens in a popup (`chats/popup.html`) made of
+three regions that refresh on their own: the head (title, agent, CLI), the live part (agent
+pills, messages, the pending reply) and the composer. Validation errors answer 200 with the
+error in the fragment or a toast (browsers log 4xx XHRs as console errors).
+"""
+
+from django.contrib import messages
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import push_url, reswap, trigger_client_event
+
+from chats import selectors, services
+from chats.forms import (
+    AgentChoiceForm,
+    ChatMessageForm,
+    ChatStartForm,
+    ChatTitleForm,
+    CliChoiceForm,
+    IncludedForm,
+)
+from chats.models import Chat, ChatMessage, ChatParticipant
+from core.errors import Conflict, ServiceError
+from workspaces.models import Workspace
+
+PANEL = "chats/panel.html"
+POPUP = "chats/popup.html"
+MENU = "chats/new_menu.html"
+REFRESH = "chats:refresh"  # the popup re-reads its regions (chats.js)
+LIST_REFRESH = "chats:list-refresh"
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def _tab_url(workspace_id: str) -> str:
+    return reverse("workspace_detail", args=[workspace_id]) + "?tab=chat"
+
+
+def chat_url(chat) -> str:
+    return f"{_tab_url(chat.workspace_id)}&chat={chat.id}"
+
+
+def _chat(chat_id: str) -> Chat:
+    return get_object_or_404(Chat, id=chat_id)
+
+
+def _toast(response, message: str, level: str = "success", detail: str = ""):
+    payload = {"level": level, "message": message}
+    if detail:
+        payload["detail"] = detail
+    return trigger_client_event(response, "malamar:toast", payload)
+
+
+def _refresh(response, chat_id: str):
+    trigger_client_event(response, REFRESH, {"chat_id": chat_id})
+    return trigger_client_event(response, LIST_REFRESH, {})
+
+
+def _error_only(message: str):
+    """A refused change: nothing to swap, the reason as a toast (status 200, see above)."""
+    return _toast(reswap(HttpResponse(""), "none"), message, level="error")
+
+
+def _no_js(request, chat, error: ServiceError | None = None, notice: str = ""):
+    """Plain form posts (no JavaScript): back to the chat with a flash message."""
+    if error is not None:
+        messages.error(request, error.message)
+    elif notice:
+        messages.success(request, notice)
+    return redirect(chat_url(chat))
+
+
+def _new_options(workspace_id: str) -> list[dict]:
+    return selectors.chat_agent_options(workspace_id)["everyone"]
+
+
+def popup_context(chat_id: str, **extra) -> dict:
+    chat = selectors.chat_popup(chat_id)
+    if chat is None:
+        raise Http404("Chat not found")
+    return {
+        "chat": chat,
+        "workspace_id": chat.workspace_id,
+        "options": selectors.chat_agent_options(chat.workspace_id, chat),
+        "runs": selectors.chat_runs(chat) if chat.is_busy else None,
+        **extra,
+    }
+
+
+def _draft_context(workspace: Workspace, agent_id: str = "", **extra) -> dict:
+    options = _new_options(workspace.id)
+    if agent_id not in {option["id"] for option in options}:
+        agent_id = ""
+    return {
+        "workspace": workspace,
+        "draft": True,
+        "draft_agent_id": agent_id,
+        "new_options": options,
+        **extra,
+    }
+
+
+def _list_context(workspace: Workspace, query: str) -> dict:
+    return {
+        "workspace": workspace,
+        "chats": selectors.chat_list_items(workspace.id, query),
+        "chat_q": query,
+        "new_options": _new_options(workspace.id),
+    }
 
 
 def chat_tab_context(request, workspace) -> dict:
-    """Extra context for the workspace detail page when the chats tab is shown."""
-    return {}
+    """Extra context for the workspace detail page when the chats tab is shown: the list, and
+    the popup to open on load (`?chat=<id>`, or `?start=malamar|<agent id>`: a new-chat form,
+    nothing is created before the user sends)."""
+    context = _list_context(workspace, request.GET.get("q", "").strip())
+    chat_id = request.GET.get("chat", "").strip()
+    start = request.GET.get("start", "").strip()
+    if chat_id:
+        chat = Chat.objects.filter(id=chat_id, workspace=workspace).first()
+        if chat is None:
+            messages.error(request, "That chat no longer exists.")
+        else:
+            context.update(popup_context(chat.id), chat_open=True)
+    elif start:
+        agent_id = "" if start == "malamar" else start
+        context.update(_draft_context(workspace, agent_id), chat_open=True)
+    return context
+
+
+# --- list -------------------------------------------------------------------------------
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def chat_list(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    query = request.GET.get("q", "").strip()
+    if not request.htmx:
+        return redirect(_tab_url(workspace.id) + (f"&q={query}" if query else ""))
+    return render(request, f"{PANEL}#chat_list", _list_context(workspace, query))
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def chat_new_menu(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    if not request.htmx:
+        return redirect(_tab_url(workspace.id))
+    context = {"workspace": workspace, "new_options": _new_options(workspace.id)}
+    return render(request, f"{MENU}#items", context)
+
+
+@require_POST
+def chat_new(request, workspace_id: str):
+    """A new chat with the chosen agent (empty = Malamar). From the new-chat form (`draft`),
+    the first message is sent with it."""
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    form = ChatStartForm(request.POST)
+    form.is_valid()  # every field is optional text
+    agent_id = form.cleaned_data.get("agent_id") or None
+    message = form.cleaned_data.get("message") or ""
+    draft = bool(request.POST.get("draft"))
+    try:
+        agent = services.chat_agent_resolve(workspace_id=workspace.id, agent_id=agent_id)
+        if draft:
+            chat = services.chat_start(workspace=workspace, agent=agent, message=message)
+        else:
+            chat = services.chat_create(workspace=workspace, agent=agent)
+    except ServiceError as error:
+        if not request.htmx:
+            messages.error(request, error.message)
+            url = _tab_url(workspace.id)
+            return redirect(f"{url}&start={agent_id or 'malamar'}" if draft else url)
+        if draft:
+            context = _draft_context(
+                workspace, agent_id or "", send_error=error.message, message_value=message
+            )
+            return render(request, f"{POPUP}#draft", context)
+        return _error_only(error.message)
+    if not request.htmx:
+        return redirect(chat_url(chat))
+    response = render(request, POPUP, popup_context(chat.id))
+    push_url(response, chat_url(chat))
+    return trigger_client_event(response, LIST_REFRESH, {})
+
+
+# --- popup ------------------------------------------------------------------------------
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def chat_popup(request, chat_id: str):
+    chat = _chat(chat_id)
+    if not request.htmx:
+        return redirect(chat_url(chat))
+    return render(request, POPUP, popup_context(chat.id))
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def chat_head(request, chat_id: str):
+    chat = _chat(chat_id)
+    if not request.htmx:
+        return redirect(chat_url(chat))
+    return render(request, f"{POPUP}#head", popup_context(chat.id))
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def chat_live(request, chat_id: str):
+    chat = _chat(chat_id)
+    if not request.htmx:
+        return redirect(chat_url(chat))
+    return render(request, f"{POPUP}#live", popup_context(chat.id))
+
+
+def _head(request, chat: Chat, **extra):
+    return render(request, f"{POPUP}#head", popup_context(chat.id, **extra))
+
+
+def _live(request, chat: Chat, **extra):
+    return render(request, f"{POPUP}#live", popup_context(chat.id, **extra))
+
+
+@require_POST
+def chat_rename(request, chat_id: str):
+    chat = _chat(chat_id)
+    form = ChatTitleForm(request.POST)
+    error = None
+    if form.is_valid():
+        try:
+            services.chat_update(chat=chat, title=form.cleaned_data["title"])
+        except ServiceError as exc:
+            error = exc.message
+    else:
+        error = " ".join(form.errors.get("title", ["Title is invalid"]))
+    if not request.htmx:
+        return _no_js(request, chat, ServiceError(error) if error else None, "Chat renamed")
+    if error:
+        title = request.POST.get("title", "")
+        return _head(request, chat, editing=True, title_error=error, title_value=title)
+    return _refresh(_head(request, chat), chat.id)
+
+
+@require_POST
+def chat_agent(request, chat_id: str):
+    """Switch the (first) agent: the history stays, the CLI follows the new agent."""
+    chat = _chat(chat_id)
+    form = AgentChoiceForm(request.POST)
+    form.is_valid()
+    try:
+        services.chat_update(chat=chat, agent_id=form.cleaned_data.get("agent_id") or None)
+    except ServiceError as error:
+        if not request.htmx:
+            return _no_js(request, chat, error)
+        return _refresh(_toast(_head(request, chat), error.message, level="error"), chat.id)
+    if not request.htmx:
+        return _no_js(request, chat)
+    return _refresh(_head(request, chat), chat.id)
+
+
+@require_POST
+def chat_cli(request, chat_id: str):
+    """Set (or clear, with an empty value) the chat's CLI override."""
+    chat = _chat(chat_id)
+    form = CliChoiceForm(request.POST)
+    error = None
+    if form.is_valid():
+        try:
+            services.chat_update(chat=chat, cli_type=form.cleaned_data["cli_type"])
+        except ServiceError as exc:
+            error = exc
+    else:
+        error = ServiceError(" ".join(form.errors["cli_type"]))
+    if not request.htmx:
+        return _no_js(request, chat, error)
+    response = _head(request, chat)
+    if error:
+        _toast(response, error.message, level="error")
+    return _refresh(response, chat.id)
+
+
+@require_POST
+def chat_send(request, chat_id: str):
+    """The user's message; answers with a fresh composer (or the text back with the reason)."""
+    chat = _chat(chat_id)
+    form = ChatMessageForm(request.POST)
+    error = None
+    if form.is_valid():
+        try:
+            services.chat_message_send(chat=chat, message=form.cleaned_data["message"])
+        except ServiceError as exc:
+            error = exc.message
+    else:
+        error = " ".join(form.errors["message"])
+    if not request.htmx:
+        return _no_js(request, chat, ServiceError(error) if error else None)
+    extra = {"send_error": error, "message_value": request.POST.get("message", "")} if error else {}
+    response = render(request, f"{POPUP}#composer", popup_context(chat.id, **extra))
+    return _refresh(response, chat.id)
+
+
+@require_POST
+def chat_stop(request, chat_id: str):
+    """Stop every pending answer (the worker kills the runs and discards their output)."""
+    chat = _chat(chat_id)
+    note = ""
+    try:
+        services.chat_cancel(chat=chat)
+    except Conflict:
+        note = "Nothing to stop: the agents already answered."
+    if not request.htmx:
+        return _no_js(request, chat, notice=note or "Stopping…")
+    response = _refresh(_live(request, chat), chat.id)
+    if note:
+        _toast(response, note, level="info")
+    return response
+
+
+@require_POST
+def chat_upload(request, chat_id: str):
+    """multipart/form-data: one or more `files`; one system message per stored file."""
+    chat = _chat(chat_id)
+    files = request.FILES.getlist("files")
+    try:
+        stored = services.chat_attachments_add(chat=chat, files=files)
+    except ServiceError as error:
+        if not request.htmx:
+            return _no_js(request, chat, error)
+        return _refresh(_toast(_live(request, chat), error.message, level="error"), chat.id)
+    count = len(stored)
+    notice = f"Uploaded {count} file{'s' if count != 1 else ''}"
+    if not request.htmx:
+        return _no_js(request, chat, notice=notice)
+    return _refresh(_toast(_live(request, chat), notice), chat.id)
+
+
+@require_POST
+def chat_delete(request, chat_id: str):
+    chat = _chat(chat_id)
+    workspace_id, title = chat.workspace_id, chat.title
+    services.chat_delete(chat=chat)
+    if not request.htmx:
+        messages.success(request, f"Deleted “{title}”")
+        return redirect(_tab_url(workspace_id))
+    # The refreshed list (the request targets it: not the popup, which closes).
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    context = _list_context(workspace, request.POST.get("q", "").strip())
+    response = render(request, f"{PANEL}#chat_list", context)
+    trigger_client_event(response, "malamar:dialog-close", {})
+    return _toast(response, f"Deleted “{title}”")
+
+
+# --- group chat -------------------------------------------------------------------------
+
+
+def _participant(chat: Chat, participant_id: str) -> ChatParticipant:
+    return get_object_or_404(ChatParticipant, id=participant_id, chat=chat)
+
+
+@require_POST
+def participant_add(request, chat_id: str):
+    chat = _chat(chat_id)
+    form = AgentChoiceForm(request.POST)
+    form.is_valid()
+    try:
+        services.chat_participant_add(chat=chat, agent_id=form.cleaned_data.get("agent_id") or None)
+    except ServiceError as error:
+        if not request.htmx:
+            return _no_js(request, chat, error)
+        return _refresh(_toast(_live(request, chat), error.message, level="error"), chat.id)
+    if not request.htmx:
+        return _no_js(request, chat)
+    return _refresh(_live(request, chat), chat.id)
+
+
+@require_POST
+def participant_toggle(request, chat_id: str, participant_id: str):
+    """Turn a participant on or off (`enabled` = "1"/"0"; a disabled one does not answer)."""
+    chat = _chat(chat_id)
+    participant = _participant(chat, participant_id)
+    enabled = request.POST.get("enabled", "")
+    if enabled not in ("0", "1"):
+        if not request.htmx:
+            return _no_js(request, chat)
+        return _error_only("Choose whether the agent answers (enabled 1 or 0).")
+    services.chat_participant_update(participant=participant, enabled=enabled == "1")
+    if not request.htmx:
+        return _no_js(request, chat)
+    return _refresh(_live(request, chat), chat.id)
+
+
+@require_POST
+def participant_remove(request, chat_id: str, participant_id: str):
+    chat = _chat(chat_id)
+    participant = _participant(chat, participant_id)
+    try:
+        services.chat_participant_remove(participant=participant)
+    except ServiceError as error:
+        if not request.htmx:
+            return _no_js(request, chat, error)
+        return _refresh(_toast(_live(request, chat), error.message, level="error"), chat.id)
+    if not request.htmx:
+        return _no_js(request, chat)
+    return _refresh(_live(request, chat), chat.id)
+
+
+@require_POST
+def message_include(request, chat_id: str, message_id: str):
+    """The "include in context" checkbox: saved at once; nothing to swap (the page dims it)."""
+    chat = _chat(chat_id)
+    message = get_object_or_404(ChatMessage, id=message_id, chat=chat)
+    form = IncludedForm(request.POST)
+    form.is_valid()
+    try:
+        services.chat_message_set_included(
+            message=message, included=bool(form.cleaned_data.get("included"))
+        )
+    except ServiceError as error:
+        if not request.htmx:
+            return _no_js(request, chat, error)
+        return _refresh(_error_only(error.message), chat.id)
+    if not request.htmx:
+        return _no_js(request, chat)
+    return HttpResponse(status=204)
