@@ -262,3 +262,18 @@ def test_toast_link_opens_the_popup_and_phone_layout(browser, stack):
     assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     phone.console_errors.check()
     phone.context.close()
+
+
+def test_a_toast_over_an_open_popup_can_be_clicked(browser, stack):
+    # A modal dialog makes the rest of the page inert; toasts must still work above it.
+    workspace = stack.workspace("Toasts")
+    first = stack.task(workspace, "first", summary="First task")
+    second = stack.task(workspace, "second", summary="Second task")
+    page = new_page(browser)
+    board(page, stack, workspace, f"&task={first['id']}")
+    expect(popup(page)).to_contain_text("First task")
+    link = f"/workspaces/{workspace['id']}/?tab=tasks&task={second['id']}"
+    page.evaluate("href => window.malamarToast({level: 'info', message: 'Look here', href})", link)
+    page.locator(".toast", has_text="Look here").get_by_role("link").click()
+    expect(popup(page).locator("#task-dialog-title")).to_have_text("Second task")
+    page.console_errors.check()

@@ -256,7 +256,40 @@
 
   /* ------------------------------------------------------------------ toasts */
 
+  // A modal dialog makes everything outside it inert, toasts included: while one is open the
+  // toast region lives inside the topmost, so a toast's link or close button still works.
+  function placeToasts() {
+    const region = document.getElementById("toast-region");
+    if (!region) return;
+    const modals = Array.from(document.querySelectorAll("dialog[open]")).filter((d) =>
+      d.matches(":modal"),
+    );
+    const home = modals.length ? modals[modals.length - 1] : document.body;
+    if (region.parentElement === home) return;
+    home.append(region); // moving it hides the popover: show it again
+    if (typeof region.showPopover === "function" && !region.matches(":popover-open")) {
+      region.showPopover();
+    }
+  }
+
+  new MutationObserver(() => placeToasts()).observe(document.documentElement, {
+    attributes: true,
+    attributeFilter: ["open"],
+    subtree: true,
+  });
+
+  // Before a swap removes the dialog that holds the toasts, take them out of it.
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    const region = document.getElementById("toast-region");
+    const target = event.detail.target;
+    if (region && target && target !== region && target.contains(region)) {
+      document.body.append(region);
+      if (typeof region.showPopover === "function") region.showPopover();
+    }
+  });
+
   function raiseToasts() {
+    placeToasts();
     const region = document.getElementById("toast-region");
     if (!region || typeof region.showPopover !== "function") return;
     // Re-showing moves the region above a modal dialog opened after it.

@@ -455,42 +455,6 @@
     if (next) next.focus();
   });
 
-  /* ---------------------------------------------------------------- toasts over the popup */
-
-  // A modal dialog makes everything outside it inert, toasts included: while the chat popup
-  // is open, the toast region lives inside it so a toast's link (e.g. "Task created") works.
-  function toastRegion() {
-    return document.getElementById("toast-region");
-  }
-
-  function placeToasts() {
-    const region = toastRegion();
-    const dialog = chatDialog();
-    if (!region) return;
-    const home = dialog && dialog.open && dialog.matches(":modal") ? dialog : document.body;
-    if (region.parentElement === home) return;
-    home.append(region); // moving it hides the popover: show it again
-    if (typeof region.showPopover === "function" && !region.matches(":popover-open")) {
-      region.showPopover();
-    }
-  }
-
-  new MutationObserver(() => placeToasts()).observe(document.documentElement, {
-    attributes: true,
-    attributeFilter: ["open"],
-    subtree: true,
-  });
-
-  // Before a swap removes the popup (e.g. another tab), take the toasts out of it.
-  document.addEventListener("htmx:beforeSwap", (event) => {
-    const region = toastRegion();
-    const target = event.detail.target;
-    if (region && target && target !== region && target.contains(region)) {
-      document.body.append(region);
-      if (typeof region.showPopover === "function") region.showPopover();
-    }
-  });
-
   /* ---------------------------------------------------------------- dialog and URL */
 
   document.addEventListener(
@@ -525,7 +489,6 @@
 
   function start() {
     listenLive();
-    placeToasts(); // the popup may already be open (a reload with ?chat=)
     if (window.htmx) window.htmx.onLoad(onLoad);
     else onLoad(document);
     window.requestAnimationFrame(() => toBottom(document.getElementById("chat-dialog") || undefined));
