@@ -268,19 +268,6 @@ def chat_runs(chat: Chat):
     return run_timelines(chat=chat, running_only=True)
 
 
-def hard_breaks(text: str) -> str:
-    """A user's line breaks kept in markdown (outside code blocks): people type chat messages
-    line by line, not as paragraphs."""
-    lines, fenced = (text or "").split("\n"), False
-    for index, line in enumerate(lines[:-1]):
-        if line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
-            continue
-        if not fenced and line.strip() and lines[index + 1].strip():
-            lines[index] = line.rstrip() + "  "
-    return "\n".join(lines)
-
-
 def chat_popup(chat_id: str) -> Chat | None:
     """Everything the chat popup shows: the detail plus, on the chat, `is_busy`,
     `is_stopping`, `is_solo`, `blocked` (the "No CLI available" text or ""), `answering`
@@ -327,9 +314,7 @@ def chat_popup(chat_id: str) -> Chat | None:
             message.upload_path = message.message[len(UPLOAD_PREFIX) :].strip()
             message.upload_name = message.upload_path.rsplit("/", 1)[-1]
         message.cards = action_cards(message.actions, chat.workspace_id)
-        message.display = (
-            hard_breaks(message.message) if message.role == ChatRole.USER else message.message
-        )
+        message.display = message.message
     return chat
 
 

@@ -52,7 +52,9 @@ def _highlight(code: str, lang: str, _attrs) -> str:
 
 
 _PARSER = (
-    MarkdownIt("commonmark", {"html": False, "highlight": _highlight})
+    # breaks: a single line break stays a line break, as in GitHub comments (people and agents
+    # write messages line by line, not as paragraphs).
+    MarkdownIt("commonmark", {"html": False, "breaks": True, "highlight": _highlight})
     .enable(["table", "strikethrough"])
     .use(tasklists_plugin)
 )

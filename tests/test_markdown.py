@@ -91,3 +91,9 @@ def test_template_filter_renders_safe_html():
     assert "<strong>hi</strong>" in html
     assert "&lt;script&gt;" in html and "<script>" not in html
     assert Template("{% load malamar %}{{ none|markdown }}").render(Context({})) == ""
+
+
+def test_single_line_breaks_are_kept_outside_code():
+    html = render_markdown("first line\nsecond line\n\n```\ncode\nmore\n```")
+    assert "first line<br>" in html or "first line<br />" in html
+    assert "<pre><code>code\nmore\n</code></pre>" in html
