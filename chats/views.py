@@ -6,6 +6,8 @@ pills, messages, the pending reply) and the composer. Validation errors answer 2
 error in the fragment or a toast (browsers log 4xx XHRs as console errors).
 """
 
+from functools import partial
+
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -248,21 +250,33 @@ def chat_rename(request, chat_id: str):
     return _refresh(_head(request, chat), chat.id)
 
 
+def _agent_choice(request) -> str | None:
+    form = AgentChoiceForm(request.POST)
+    form.is_valid()
+    return form.cleaned_data.get("agent_id") or None
+
+
+def _write_then(request, chat: Chat, fragment, write) -> HttpResponse:
+    """Run `write` (a service call); answer with the refreshed `fragment`, plus an error toast
+    when the service refused (without htmx: back to the chat with a message)."""
+    try:
+        write()
+    except ServiceError as error:
+        if not request.htmx:
+            return _no_js(request, chat, error)
+        return _refresh(_toast(fragment(request, chat), error.message, level="error"), chat.id)
+    if not request.htmx:
+        return _no_js(request, chat)
+    return _refresh(fragment(request, chat), chat.id)
+
+
 @require_POST
 def chat_agent(request, chat_id: str):
     """Switch the (first) agent: the history stays, the CLI follows the new agent."""
     chat = _chat(chat_id)
-    form = AgentChoiceForm(request.POST)
-    form.is_valid()
-    try:
-        services.chat_update(chat=chat, agent_id=form.cleaned_data.get("agent_id") or None)
-    except ServiceError as error:
-        if not request.htmx:
-            return _no_js(request, chat, error)
-        return _refresh(_toast(_head(request, chat), error.message, level="error"), chat.id)
-    if not request.htmx:
-        return _no_js(request, chat)
-    return _refresh(_head(request, chat), chat.id)
+    agent_id = _agent_choice(request)
+    update = partial(services.chat_update, chat=chat, agent_id=agent_id)
+    return _write_then(request, chat, _head, update)
 
 
 @require_POST
@@ -367,17 +381,9 @@ def _participant(chat: Chat, participant_id: str) -> ChatParticipant:
 @require_POST
 def participant_add(request, chat_id: str):
     chat = _chat(chat_id)
-    form = AgentChoiceForm(request.POST)
-    form.is_valid()
-    try:
-        services.chat_participant_add(chat=chat, agent_id=form.cleaned_data.get("agent_id") or None)
-    except ServiceError as error:
-        if not request.htmx:
-            return _no_js(request, chat, error)
-        return _refresh(_toast(_live(request, chat), error.message, level="error"), chat.id)
-    if not request.htmx:
-        return _no_js(request, chat)
-    return _refresh(_live(request, chat), chat.id)
+    agent_id = _agent_choice(request)
+    add = partial(services.chat_participant_add, chat=chat, agent_id=agent_id)
+    return _write_then(request, chat, _live, add)
 
 
 @require_POST
@@ -400,15 +406,8 @@ def participant_toggle(request, chat_id: str, participant_id: str):
 def participant_remove(request, chat_id: str, participant_id: str):
     chat = _chat(chat_id)
     participant = _participant(chat, participant_id)
-    try:
-        services.chat_participant_remove(participant=participant)
-    except ServiceError as error:
-        if not request.htmx:
-            return _no_js(request, chat, error)
-        return _refresh(_toast(_live(request, chat), error.message, level="error"), chat.id)
-    if not request.htmx:
-        return _no_js(request, chat)
-    return _refresh(_live(request, chat), chat.id)
+    remove = partial(services.chat_participant_remove, participant=participant)
+    return _write_then(request, chat, _live, remove)
 
 
 @require_POST
