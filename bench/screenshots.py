@@ -3,7 +3,8 @@
 Starts a real server on a temp data dir with the sample workspace (tasks, comments, an agent
 run with its trace), opens it in Debian's Chromium at 1280x800, and writes
 docs/workspace-{light,dark}.png (Agents tab), docs/board-{light,dark}.png (Kanban) and
-docs/task-{light,dark}.png (task popup: comments, activity), each kept under 200 KB.
+docs/task-{light,dark}.png (task popup: comments, activity) and docs/chat-{light,dark}.png
+(chat popup), each kept under 200 KB.
 
     .venv/bin/python bench/screenshots.py [--out docs]
 """
@@ -29,7 +30,11 @@ from agents.services import agent_create
 from core.actors import SYSTEM, USER, agent_actor
 from core.ids import new_id
 from runner.models import AgentRun, TraceEvent
+from chats.models import ChatMessage
+from chats.services import chat_create, chat_message_add_agent, chat_message_add_system
 from tasks.models import Task, TaskQueueItem
+REPLY = '''Done: I added **Docs Writer** after the Approver. It reads the diff of each task and
+updates `README.md` when behaviour changed. Tell me if it should also keep a changelog.'''
 from tasks.services import comment_create
 PLAN = '''Plan:
 
@@ -90,7 +95,13 @@ run = AgentRun.objects.create(id=new_id(), workspace=workspace, task=busy, agent
 for seq, (kind, action, text, detail) in enumerate(TRACES, 1):
     TraceEvent.objects.create(run=run, seq=seq, kind=kind, action_kind=action, text=text,
                               detail=detail, created_at=now)
-print(workspace.id, busy.id)
+chat = chat_create(workspace=workspace, title="Set up a docs writer")
+ChatMessage.objects.create(id=new_id(), chat=chat, role="user", created_at=now,
+    message="Add an agent that keeps the README in sync with the code.")
+chat_message_add_agent(chat=chat, agent=None, message=REPLY, actions=[
+    {"type": "create_agent", "name": "Docs Writer", "cli_type": "claude", "result": "ok"}])
+chat_message_add_system(chat=chat, message="User has uploaded /tmp/malamar/chat/style-guide.md")
+print(workspace.id, busy.id, chat.id)
 """
 
 
@@ -118,7 +129,7 @@ def main() -> None:
         if result.returncode:
             sys.exit(result.stderr)
         seeded = django_script(data_dir, SEED).stdout.strip().splitlines()[-1]
-        workspace_id, task_id = seeded.split()
+        workspace_id, task_id, chat_id = seeded.split()
         server = Server(data_dir).start()
         args.out.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as playwright:
@@ -142,6 +153,9 @@ def main() -> None:
                     page.get_by_role("tab", name="Activity").click()
                     page.wait_for_selector("#task-dialog details.run")
                 shoot(page, args.out / f"task-{theme}.png")
+                page.goto(f"{base}?tab=chat&chat={chat_id}")
+                page.wait_for_selector("#chat-dialog[open]")
+                shoot(page, args.out / f"chat-{theme}.png")
                 context.close()
             browser.close()
     finally:
