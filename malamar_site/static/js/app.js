@@ -676,20 +676,26 @@
   // Before a swap: note the dialog it lands in (an outerHTML swap detaches the old target)
   // and whether it is about to remove the focused element.
   let swapDialog = null;
+  let swapFillsSlot = false;
   let focusWasInside = false;
   document.addEventListener("htmx:beforeSwap", (event) => {
     const target = event.detail.target;
     swapDialog = (target && target.closest && target.closest("dialog")) || null;
+    swapFillsSlot = Boolean(target && target.classList && target.classList.contains("dialog__slot"));
     focusWasInside = Boolean(target && target.contains(document.activeElement));
   });
 
-  // Content swapped into a closed dialog opens it; errors swapped into an open one get focus.
+  // Content swapped into a closed dialog's slot opens it (a late refresh of a part of a closed
+  // dialog does not); errors swapped into an open one get focus.
   document.addEventListener("htmx:afterSwap", (event) => {
     const dialog = swapDialog;
+    const opens = swapFillsSlot;
     swapDialog = null;
+    swapFillsSlot = false;
     if (!dialog) return;
-    if (!dialog.open) openDialog(dialog, event.detail.requestConfig && event.detail.requestConfig.elt);
-    else if ($("[aria-invalid=true]", dialog)) focusInitial(dialog);
+    if (!dialog.open) {
+      if (opens) openDialog(dialog, event.detail.requestConfig && event.detail.requestConfig.elt);
+    } else if ($("[aria-invalid=true]", dialog)) focusInitial(dialog);
   });
 
   // Keep keyboard users in place: when a click or submit re-renders the part of the page that
@@ -720,6 +726,25 @@
     const fallback = $("[data-focus-fallback]", scope) || $("[data-focus-fallback]");
     if (fallback) fallback.focus();
   });
+
+  /* ------------------------------------------------------------------ live refreshes */
+
+  // Refresh a live region by firing `eventName` on it (its hx-trigger). While the region's own
+  // request is still in flight, wait: htmx would queue the trigger on that element, and an
+  // outerHTML swap replaces the element and drops the queued request with it, leaving the
+  // region stale (seen: two chat answers arriving together showed only one).
+  function refreshWhenIdle(id, eventName, delay) {
+    window.setTimeout(() => {
+      const element = document.getElementById(id);
+      if (!element || !window.htmx) return;
+      if (element.classList.contains("htmx-request")) {
+        refreshWhenIdle(id, eventName, 80);
+        return;
+      }
+      window.htmx.trigger(element, eventName);
+    }, delay || 0);
+  }
+  window.malamarRefresh = refreshWhenIdle;
 
   /* ------------------------------------------------------------------ code blocks */
 

@@ -32,9 +32,8 @@
     refreshTimer = window.setTimeout(() => {
       if (!openChatId() || !window.htmx) return;
       const head = document.getElementById("chat-head");
-      if (head && !head.hasAttribute("data-editing")) window.htmx.trigger(head, "chat-refresh");
-      const live = document.getElementById("chat-live");
-      if (live) window.htmx.trigger(live, "chat-refresh");
+      if (head && !head.hasAttribute("data-editing")) window.malamarRefresh("chat-head", "chat-refresh");
+      window.malamarRefresh("chat-live", "chat-refresh");
     }, delay === undefined ? 120 : delay);
   }
 

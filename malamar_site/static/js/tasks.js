@@ -27,7 +27,9 @@
   const taskDialog = () => document.getElementById("task-dialog");
 
   function refresh(element, name = "tasks:refresh") {
-    if (element && element.isConnected && window.htmx) window.htmx.trigger(element, name);
+    if (!element || !element.isConnected || !window.htmx) return;
+    if (element.id && window.malamarRefresh) window.malamarRefresh(element.id, name);
+    else window.htmx.trigger(element, name);
   }
 
   function openTaskId() {
