@@ -53,3 +53,21 @@ def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     expect(finished.locator(".run__meta")).to_contain_text("in ·")  # tokens reported
     assert stack.status(task) == "in_review"
     page.console_errors.check()
+
+
+def test_a_silent_run_raises_a_visible_warning(browser, stack):
+    stack.api("PUT", "/settings", {"stall_warning_minutes": 0.03}, expect=200)  # ~2 s
+    workspace = stack.workspace("Quiet", agents=["Sleeper"])
+    task = stack.task(workspace, "@fake sleep 8 comment finally", summary="Silent one")
+    page = new_page(browser)
+    page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    warning = page.locator(".toast--warning", has_text="Sleeper has printed nothing")
+    expect(warning).to_be_visible(timeout=RUN_TIMEOUT)
+    warning.get_by_role("link").click()
+    dialog = page.locator("#task-dialog")
+    expect(dialog).to_contain_text("Silent one")
+    dialog.get_by_role("tab", name="Activity").click()
+    expect(dialog.locator(".run__stalled")).to_contain_text("No output for a while")
+    assert stack.status(task) == "in_progress"  # a warning only: the run goes on
+    page.console_errors.check()
