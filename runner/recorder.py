@@ -238,7 +238,26 @@ def stall_limits(workspace) -> dict:
 
 
 def close_interrupted_runs() -> int:
-    """At worker start: runs a dead worker left open are closed as interrupted."""
-    return AgentRun.objects.filter(status=RunStatus.RUNNING).update(
-        status=RunStatus.INTERRUPTED, ended_at=timezone.now()
-    )
+    """At worker start: runs a dead worker left open are closed as interrupted, and open pages
+    are told (the same final event as a normal end), so no timeline keeps showing "Working"."""
+    with transaction.atomic():
+        runs = list(AgentRun.objects.filter(status=RunStatus.RUNNING))
+        AgentRun.objects.filter(id__in=[run.id for run in runs]).update(
+            status=RunStatus.INTERRUPTED, ended_at=timezone.now()
+        )
+        for run in runs:
+            events.publish(
+                "run.trace",
+                {
+                    "workspace_id": run.workspace_id,
+                    "task_id": run.task_id,
+                    "chat_id": run.chat_id,
+                    "agent_name": run.agent_name,
+                    "run_id": run.id,
+                    "status": RunStatus.INTERRUPTED,
+                    "items": [],
+                    "text_delta": "",
+                    "current_action": "",
+                },
+            )
+    return len(runs)

@@ -198,3 +198,17 @@ def test_usage_filters(value, tokens, usd):
 
     assert tokens_filter(value) == tokens
     assert usd_filter(value) == usd
+
+
+def test_interrupted_runs_are_closed_with_an_event(db, workspace, task):
+    from runner.recorder import close_interrupted_runs
+
+    live = _run(workspace, task, status="running")
+    done = _run(workspace, task)
+    assert close_interrupted_runs() == 1
+    live.refresh_from_db()
+    assert live.status == "interrupted" and live.ended_at is not None
+    assert AgentRun.objects.get(id=done.id).status == "completed"
+    event = OutboxEvent.objects.filter(type="run.trace").order_by("-id").first()
+    assert event.payload["run_id"] == live.id and event.payload["status"] == "interrupted"
+    assert event.payload["task_id"] == task.id
