@@ -33,8 +33,9 @@ from runner.models import AgentRun, TraceEvent
 from chats.models import ChatMessage
 from chats.services import chat_create, chat_message_add_agent, chat_message_add_system
 from tasks.models import Task, TaskQueueItem
-REPLY = '''Done: I added **Docs Writer** after the Approver. It reads the diff of each task and
-updates `README.md` when behaviour changed. Tell me if it should also keep a changelog.'''
+REPLY = ('Done: I added **Docs Writer** after the Approver. It reads the diff of each task '
+         'and updates `README.md` when behaviour changed. Tell me if it should also keep a '
+         'changelog.')
 from tasks.services import comment_create
 PLAN = '''Plan:
 
