@@ -47,6 +47,8 @@ def action_summary(actions) -> str:
 def message_preview(role: str | None, text: str | None, actions=None) -> str:
     """One line for the chat list: the text, or for an agent's silent reply its actions."""
     text = re.sub(r"\s+", " ", text or "").strip()
+    if role == ChatRole.SYSTEM and text.startswith(UPLOAD_PREFIX):
+        text = "Uploaded " + text[len(UPLOAD_PREFIX) :].rsplit("/", 1)[-1]
     if not text and role == ChatRole.AGENT:
         text = action_summary(actions)
     if len(text) > PREVIEW_LENGTH:

@@ -514,3 +514,11 @@ def test_user_line_breaks_are_kept_outside_code(client, chat):
     chat_message_send(chat=chat, message="line one\nline two\n```\ncode a\ncode b\n```")
     page = popup(client, chat)
     assert "line one<br" in page and "code a\ncode b" in page
+
+
+def test_an_upload_previews_as_its_file_name(db, workspace):
+    from chats.selectors import message_preview
+
+    text = "User has uploaded /tmp/malamar/chat_x/style guide.md"
+    assert message_preview("system", text) == "Uploaded style guide.md"
+    assert message_preview("user", text) == text  # only the system note is rewritten
