@@ -1,5 +1,8 @@
+from django.db.models import Count, Sum
+
 from agents.models import CLI_PREFERENCE, CliType
-from runner.models import CliHealth, CliHealthStatus, RunStatus
+from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
+from runner.timeline import group_traces
 
 
 def cli_health_all() -> list[dict]:
@@ -57,9 +60,6 @@ class RunTimelines(list):
 
 
 def _with_groups(runs: list) -> list:
-    from runner.models import TraceEvent
-    from runner.timeline import group_traces
-
     by_run: dict[str, list] = {run.id: [] for run in runs}
     if by_run:
         rows = (
@@ -81,11 +81,9 @@ def _with_groups(runs: list) -> list:
 
 def run_timelines(*, task=None, chat=None, running_only=False) -> RunTimelines:
     """A task's or chat's agent runs for the Activity timeline (two queries in all)."""
-    from runner.models import AgentRun
-
-    runs = AgentRun.objects.filter(task=task) if task is not None else AgentRun.objects.none()
-    if chat is not None:
-        runs = AgentRun.objects.filter(chat=chat)
+    if (task is None) == (chat is None):
+        raise ValueError("run_timelines needs a task or a chat")
+    runs = AgentRun.objects.filter(task=task) if task else AgentRun.objects.filter(chat=chat)
     if running_only:
         runs = runs.filter(status=RunStatus.RUNNING)
     latest = list(runs.order_by("-started_at")[: TIMELINE_RUNS + 1])
@@ -104,16 +102,12 @@ def run_timelines(*, task=None, chat=None, running_only=False) -> RunTimelines:
 
 def run_timeline(run_id: str):
     """One run with its grouped traces (the live JS fetches it when it meets a new run)."""
-    from runner.models import AgentRun
-
     run = AgentRun.objects.filter(id=run_id).first()
     return _with_groups([run])[0] if run else None
 
 
 def usage_totals(runs) -> dict:
     """Sum of tokens and cost over an AgentRun queryset (None where no run reported any)."""
-    from django.db.models import Count, Sum
-
     totals = runs.aggregate(
         n=Count("id"), i=Sum("input_tokens"), o=Sum("output_tokens"), c=Sum("cost_usd")
     )
