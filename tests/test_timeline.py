@@ -212,3 +212,8 @@ def test_interrupted_runs_are_closed_with_an_event(db, workspace, task):
     event = OutboxEvent.objects.filter(type="run.trace").order_by("-id").first()
     assert event.payload["run_id"] == live.id and event.payload["status"] == "interrupted"
     assert event.payload["task_id"] == task.id
+
+
+def test_run_timelines_need_exactly_one_owner(db, workspace, task):
+    with pytest.raises(ValueError):
+        run_timelines()
