@@ -1,5 +1,6 @@
 from django.db import models
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.fields import choices_check, id_field
@@ -30,12 +31,21 @@ class QueueStatus(models.TextChoices):
 
 class TaskQuerySet(models.QuerySet):
     def with_counts(self):
-        """Derived read-only fields for lists and details, in one query."""
+        """Derived read-only fields for lists and details, in one query. Correlated subqueries,
+        not a join + GROUP BY over the comments: a 2,000-task board stays one cheap query."""
+        comments = (
+            TaskComment.objects.filter(task_id=OuterRef("pk"))
+            .order_by()
+            .values("task_id")
+            .annotate(n=Count("id"))
+            .values("n")
+        )
         running = TaskQueueItem.objects.filter(
             task_id=OuterRef("pk"), status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
         )
         return self.annotate(
-            comment_count=Count("comments", distinct=True), is_processing=Exists(running)
+            comment_count=Coalesce(Subquery(comments, output_field=IntegerField()), Value(0)),
+            is_processing=Exists(running),
         )
 
     def by_recent_update(self):

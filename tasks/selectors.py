@@ -1,15 +1,14 @@
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Count
 from django.utils import timezone
 
 from agents.models import Agent
 from runner import selectors as run_selectors
 from runner.models import AgentRun, RunStatus
 from runner.selectors import usage_totals
-from tasks.models import QueueStatus, Task, TaskComment, TaskLog, TaskQueueItem, TaskStatus
+from tasks.models import Task, TaskComment, TaskLog, TaskStatus
 from tasks.services import CANCEL_MESSAGE, USER_MOVES, comment_author_name
 
 # Cards rendered per column; the rest sit behind "Show all N" (2,000 tasks stay fast).
@@ -55,22 +54,7 @@ class Column:
 
 
 def _card_queryset():
-    """Tasks with what a card shows, as correlated subqueries (one query per list, whatever
-    the number of tasks: no GROUP BY over the comments table)."""
-    comment_count = (
-        TaskComment.objects.filter(task_id=OuterRef("pk"))
-        .order_by()
-        .values("task_id")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    running_item = TaskQueueItem.objects.filter(
-        task_id=OuterRef("pk"), status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
-    )
-    return Task.objects.annotate(
-        comment_count=Coalesce(Subquery(comment_count, output_field=IntegerField()), Value(0)),
-        is_processing=Exists(running_item),
-    ).by_recent_update()
+    return Task.objects.with_counts().by_recent_update()
 
 
 def running_runs(workspace_id: str) -> dict[str, AgentRun]:
