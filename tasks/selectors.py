@@ -5,10 +5,9 @@ from django.db.models import Count
 from django.utils import timezone
 
 from agents.models import Agent
-from runner import selectors as run_selectors
 from runner.models import AgentRun, RunStatus
 from runner.selectors import usage_totals
-from tasks.models import Task, TaskComment, TaskLog, TaskStatus
+from tasks.models import RUNNABLE_STATUSES, Task, TaskComment, TaskLog, TaskStatus
 from tasks.services import CANCEL_MESSAGE, USER_MOVES, comment_author_name
 
 # Cards rendered per column; the rest sit behind "Show all N" (2,000 tasks stay fast).
@@ -98,7 +97,7 @@ def board(workspace, *, show_all: tuple[str, ...] = ()) -> dict:
         _column(workspace, status, counts.get(status, 0), show_all=status in show_all, runs=runs)
         for status in TaskStatus.values
     ]
-    return {"columns": columns, "total": sum(counts.values()), "done_count": counts.get("done", 0)}
+    return {"columns": columns, "total": sum(counts.values())}
 
 
 # --- usage ----------------------------------------------------------------------------------
@@ -150,11 +149,9 @@ def task_actions(task: Task) -> dict:
         "to_review": TaskStatus.IN_REVIEW in moves,
         "to_todo": TaskStatus.TODO in moves,
         "to_done": TaskStatus.DONE in moves,
-        "prioritize": task.status in (TaskStatus.TODO, TaskStatus.IN_PROGRESS) or task.is_priority,
+        # Same rule as task_prioritize_toggle: only runnable tasks gain a priority.
+        "prioritize": task.status in RUNNABLE_STATUSES or task.is_priority,
     }
-
-
-ACTION_WORDS = {"skip": "skip", "comment": "comment", "in_review": "in review", "error": "error"}
 
 
 def _status_label(value: str) -> str:
@@ -182,8 +179,7 @@ def activity_entries(task: Task) -> list[dict]:
             "comment_added": f"{actor} commented",
             "agent_started": f"{actor} started",
             "agent_finished": (
-                f"{actor} finished: "
-                f"{ACTION_WORDS.get(meta.get('action_type', ''), meta.get('action_type', ''))}"
+                f"{actor} finished: {meta.get('action_type', '').replace('_', ' ')}"
             ),
             "task_cancelled": f"{actor} cancelled the task",
             "task_prioritized": f"{actor} prioritized the task",
@@ -191,8 +187,3 @@ def activity_entries(task: Task) -> list[dict]:
         }.get(log.event_type, f"{actor}: {log.event_type.replace('_', ' ')}")
         entries.append({"log": log, "text": text, "actor_type": log.actor_type})
     return entries
-
-
-def run_timelines(task: Task):
-    """The agent runs with their grouped traces (components/run_timeline.html)."""
-    return run_selectors.run_timelines(task=task)

@@ -16,6 +16,7 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 from core.actors import USER
 from core.errors import ServiceError
 from core.forms import apply_service_error
+from runner.selectors import run_timelines
 from tasks import selectors, services
 from tasks.forms import CommentForm, DeleteDoneForm, DescriptionForm, SummaryForm, TaskForm
 from tasks.models import Task, TaskStatus
@@ -76,7 +77,6 @@ def board_context(workspace: Workspace, *, show_all: tuple[str, ...] = ()) -> di
         "board": selectors.board(workspace, show_all=show_all),
         "usage": selectors.workspace_usage(workspace),
         "usage_days": selectors.USAGE_DAYS,
-        "statuses": TaskStatus.values,
     }
 
 
@@ -234,7 +234,7 @@ def _log_context(task: Task) -> dict:
 
 
 def _activity_context(task: Task) -> dict:
-    return {**_log_context(task), "runs": selectors.run_timelines(task)}
+    return {**_log_context(task), "runs": run_timelines(task=task)}
 
 
 @require_GET
