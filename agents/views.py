@@ -12,6 +12,7 @@ from agents.forms import AgentForm
 from agents.models import Agent
 from core.errors import ServiceError
 from core.forms import apply_service_error
+from core.htmx import toast as toast_event
 from workspaces.models import Workspace
 from workspaces.views import DETAIL, INVALID, agent_form_context, detail_context
 
@@ -32,7 +33,7 @@ def _panel(request, workspace: Workspace, *, toast: str = "", close_dialog: bool
     if close_dialog:
         trigger_client_event(response, "malamar:dialog-close", {})
     if toast:
-        trigger_client_event(response, "malamar:toast", {"level": "success", "message": toast})
+        toast_event(response, toast)
     trigger_client_event(response, "malamar:agents-saved", {})
     return response
 
@@ -121,10 +122,6 @@ def agents_reorder(request, workspace_id: str):
         # The list changed meanwhile (another tab, the Malamar agent): show the current order.
         response = _panel(request, workspace)
         if request.htmx:
-            trigger_client_event(
-                response,
-                "malamar:toast",
-                {"level": "error", "message": "The agents changed meanwhile; order not saved."},
-            )
+            toast_event(response, "The agents changed meanwhile; order not saved.", "error")
         return response
     return _panel(request, workspace)

@@ -27,6 +27,7 @@ from chats.forms import (
 )
 from chats.models import Chat, ChatMessage, ChatParticipant
 from core.errors import Conflict, ServiceError
+from core.htmx import toast
 from workspaces.models import Workspace
 
 PANEL = "chats/panel.html"
@@ -51,13 +52,6 @@ def _chat(chat_id: str) -> Chat:
     return get_object_or_404(Chat, id=chat_id)
 
 
-def _toast(response, message: str, level: str = "success", detail: str = ""):
-    payload = {"level": level, "message": message}
-    if detail:
-        payload["detail"] = detail
-    return trigger_client_event(response, "malamar:toast", payload)
-
-
 def _refresh(response, chat_id: str):
     trigger_client_event(response, REFRESH, {"chat_id": chat_id})
     return trigger_client_event(response, LIST_REFRESH, {})
@@ -65,7 +59,7 @@ def _refresh(response, chat_id: str):
 
 def _error_only(message: str):
     """A refused change: nothing to swap, the reason as a toast (status 200, see above)."""
-    return _toast(reswap(HttpResponse(""), "none"), message, level="error")
+    return toast(reswap(HttpResponse(""), "none"), message, level="error")
 
 
 def _no_js(request, chat, error: ServiceError | None = None, notice: str = ""):
@@ -264,7 +258,7 @@ def _write_then(request, chat: Chat, fragment, write) -> HttpResponse:
     except ServiceError as error:
         if not request.htmx:
             return _no_js(request, chat, error)
-        return _refresh(_toast(fragment(request, chat), error.message, level="error"), chat.id)
+        return _refresh(toast(fragment(request, chat), error.message, level="error"), chat.id)
     if not request.htmx:
         return _no_js(request, chat)
     return _refresh(fragment(request, chat), chat.id)
@@ -296,7 +290,7 @@ def chat_cli(request, chat_id: str):
         return _no_js(request, chat, error)
     response = _head(request, chat)
     if error:
-        _toast(response, error.message, level="error")
+        toast(response, error.message, level="error")
     return _refresh(response, chat.id)
 
 
@@ -333,7 +327,7 @@ def chat_stop(request, chat_id: str):
         return _no_js(request, chat, notice=note or "Stopping…")
     response = _refresh(_live(request, chat), chat.id)
     if note:
-        _toast(response, note, level="info")
+        toast(response, note, level="info")
     return response
 
 
@@ -347,12 +341,12 @@ def chat_upload(request, chat_id: str):
     except ServiceError as error:
         if not request.htmx:
             return _no_js(request, chat, error)
-        return _refresh(_toast(_live(request, chat), error.message, level="error"), chat.id)
+        return _refresh(toast(_live(request, chat), error.message, level="error"), chat.id)
     count = len(stored)
     notice = f"Uploaded {count} file{'s' if count != 1 else ''}"
     if not request.htmx:
         return _no_js(request, chat, notice=notice)
-    return _refresh(_toast(_live(request, chat), notice), chat.id)
+    return _refresh(toast(_live(request, chat), notice), chat.id)
 
 
 @require_POST
@@ -368,7 +362,7 @@ def chat_delete(request, chat_id: str):
     context = _list_context(workspace, request.POST.get("q", "").strip())
     response = render(request, f"{PANEL}#chat_list", context)
     trigger_client_event(response, "malamar:dialog-close", {})
-    return _toast(response, f"Deleted “{title}”")
+    return toast(response, f"Deleted “{title}”")
 
 
 # --- group chat -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from agents.models import CliType
 from core import selectors, settings_store
 from core.errors import ServiceError
 from core.forms import CliSettingsForm, NotificationSettingsForm, apply_service_error
+from core.htmx import toast
 from core.http import error_response, is_api_path
 from runner import services as runner_services
 
@@ -113,7 +114,7 @@ def token_create(request):
         _token, raw = create(name=request.POST.get("name", ""))
     except ServiceError as exc:
         response = _tokens_response(request)
-        trigger_client_event(response, "malamar:toast", {"level": "error", "message": exc.message})
+        toast(response, exc.message, "error")
         return response
     return _tokens_response(request, new_token=raw)
 
@@ -157,7 +158,7 @@ def cli_settings_save(request, cli_type: str):
     response = render(request, f"{SETTINGS}#cli_form", {"card": card})
     if saved:
         message = f"{CliType(cli_type).label} settings saved"
-        trigger_client_event(response, "malamar:toast", {"level": "success", "message": message})
+        toast(response, message, "success")
     return response
 
 
@@ -174,9 +175,7 @@ def cli_refresh(request):
         return redirect("global_settings")
     response = HttpResponse(status=204)
     trigger_client_event(response, "malamar:cli-refresh", {})
-    trigger_client_event(
-        response, "malamar:toast", {"level": "info", "message": "Checking every CLI…"}
-    )
+    toast(response, "Checking every CLI…", "info")
     return response
 
 

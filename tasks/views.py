@@ -16,6 +16,7 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 from core.actors import USER
 from core.errors import ServiceError
 from core.forms import apply_service_error
+from core.htmx import toast
 from runner.selectors import run_timelines
 from tasks import selectors, services
 from tasks.forms import CommentForm, DeleteDoneForm, DescriptionForm, SummaryForm, TaskForm
@@ -34,10 +35,6 @@ DONE_ID = "delete_done_%s"
 def _board_url(workspace_id: str, task_id: str | None = None) -> str:
     url = reverse("workspace_detail", args=[workspace_id]) + "?tab=tasks"
     return f"{url}&task={task_id}" if task_id else url
-
-
-def _toast(response, message: str, level: str = "success") -> HttpResponse:
-    return trigger_client_event(response, "malamar:toast", {"level": level, "message": message})
 
 
 def _changed(response, task: Task | None, *statuses: str, board: bool = False) -> HttpResponse:
@@ -164,7 +161,7 @@ def task_create(request, workspace_id: str):
                 return redirect(_board_url(workspace.id))
             response = _no_swap()
             trigger_client_event(response, "malamar:dialog-close", {})
-            _toast(response, "Task created")
+            toast(response, "Task created")
             return _changed(response, task, task.status)
     if not request.htmx:
         return _page_with(request, workspace, create_form=form, create_open=True)
@@ -181,7 +178,7 @@ def tasks_delete_done(request, workspace_id: str):
             return redirect(_board_url(workspace.id))
         response = _no_swap()
         trigger_client_event(response, "malamar:dialog-close", {})
-        _toast(response, f"Deleted {count} done task{'s' if count != 1 else ''}")
+        toast(response, f"Deleted {count} done task{'s' if count != 1 else ''}")
         return _changed(response, None, board=True)
     if not request.htmx:
         return _page_with(request, workspace, delete_done_form=form, delete_done_open=True)
@@ -322,7 +319,7 @@ def task_comment_add(request, task_id: str):
     return trigger_client_event(response, "tasks:comment-rejected", {"task_id": task.id})
 
 
-def _after_action(request, task: Task, old_status: str, toast: str = "", error=None):
+def _after_action(request, task: Task, old_status: str, note: str = "", error=None):
     """The refreshed popup head (actions, status) after a status move or priority toggle."""
     if not request.htmx:
         if error is not None:
@@ -332,9 +329,9 @@ def _after_action(request, task: Task, old_status: str, toast: str = "", error=N
     response = render(request, f"{DETAIL}#head", detail_context(task))
     response = reswap(retarget(response, "#task-head"), "innerHTML")
     if error is not None:
-        _toast(response, error.message, "error")
-    elif toast:
-        _toast(response, toast)
+        toast(response, error.message, "error")
+    elif note:
+        toast(response, note)
     return _changed(response, task, old_status, task.status)
 
 
@@ -357,7 +354,7 @@ def task_cancel(request, task_id: str):
         services.task_cancel(task=task)
     except ServiceError as error:
         return _after_action(request, task, old_status, error=error)
-    return _after_action(request, task, old_status, toast="Task cancelled")
+    return _after_action(request, task, old_status, note="Task cancelled")
 
 
 @require_POST
@@ -380,7 +377,7 @@ def task_delete(request, task_id: str):
         return redirect(_board_url(workspace_id))
     response = _no_swap()
     trigger_client_event(response, "malamar:dialog-close", {})
-    _toast(response, "Task deleted")
+    toast(response, "Task deleted")
     response = trigger_client_event(
         response, "tasks:changed", {"task_id": task_id, "statuses": [status], "board": True}
     )

@@ -12,6 +12,7 @@ from agents.forms import AgentForm
 from chats.views import chat_tab_context
 from core.errors import ServiceError
 from core.forms import apply_service_error
+from core.htmx import toast
 from tasks.views import task_tab_context
 from workspaces import selectors, services
 from workspaces.forms import WorkspaceCreateForm, WorkspaceDeleteForm, WorkspaceSettingsForm
@@ -153,9 +154,7 @@ def workspace_settings(request, workspace_id: str):
     context = _settings_context(workspace, form)
     response = render(request, f"{SETTINGS}#settings_form", context)
     if saved:
-        trigger_client_event(
-            response, "malamar:toast", {"level": "success", "message": "Settings saved"}
-        )
+        toast(response, "Settings saved", "success")
         trigger_client_event(response, "malamar:workspace-saved", {})
     return response
 
