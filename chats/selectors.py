@@ -116,10 +116,6 @@ def chat_participants(chat_id: str) -> list:
     return participants
 
 
-def chat_is_busy(chat_id: str) -> bool:
-    return ChatQueueItem.objects.filter(chat_id=chat_id, status__in=ACTIVE_STATUSES).exists()
-
-
 def chats_for_workspace(workspace_id: str, q: str = "") -> list[Chat]:
     """The workspace's chats, most recently active first (latest message, else creation)."""
     chats = _with_summary(Chat.objects.filter(workspace_id=workspace_id))
@@ -316,7 +312,6 @@ def chat_popup(chat_id: str) -> Chat | None:
             message.upload_path = message.message[len(UPLOAD_PREFIX) :].strip()
             message.upload_name = message.upload_path.rsplit("/", 1)[-1]
         message.cards = action_cards(message.actions, chat.workspace_id)
-        message.display = message.message
     return chat
 
 
