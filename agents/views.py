@@ -2,7 +2,6 @@
 fragment. Changes answer with the re-rendered agents panel."""
 
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
@@ -13,6 +12,7 @@ from agents.models import Agent
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast as toast_event
+from workspaces.links import workspace_tab_url
 from workspaces.models import Workspace
 from workspaces.views import DETAIL, INVALID, agent_form_context, detail_context
 
@@ -20,7 +20,7 @@ PANEL = f"{DETAIL}#agents_panel"
 
 
 def _agents_url(workspace_id: str) -> str:
-    return reverse("workspace_detail", args=[workspace_id]) + "?tab=agents"
+    return workspace_tab_url(workspace_id, "agents")
 
 
 def _panel(request, workspace: Workspace, *, toast: str = "", close_dialog: bool = False):

@@ -12,6 +12,7 @@ from django.db.models.functions import Coalesce
 from chats.models import Chat, ChatMessage, ChatQueueItem, ChatRole
 from runner.selectors import first_available_cli
 from tasks.models import QueueStatus
+from workspaces.links import workspace_tab_url
 
 MALAMAR_NAME = "Malamar"
 PREVIEW_LENGTH = 140
@@ -167,18 +168,6 @@ def system_kind(text: str) -> str:
     return "error"
 
 
-def _task_url(workspace_id: str, task_id: str) -> str:
-    from django.urls import reverse
-
-    return f"{reverse('workspace_detail', args=[workspace_id])}?tab=tasks&task={task_id}"
-
-
-def _agents_url(workspace_id: str) -> str:
-    from django.urls import reverse
-
-    return f"{reverse('workspace_detail', args=[workspace_id])}?tab=agents"
-
-
 def action_cards(actions, workspace_id: str) -> list[dict]:
     """An agent message's stored actions as cards: label, detail, outcome and a link."""
     cards = []
@@ -199,11 +188,11 @@ def action_cards(actions, workspace_id: str) -> list[dict]:
             "link_label": "",
         }
         if result == "ok" and kind == "create_task" and action.get("task_id"):
-            card["href"] = _task_url(workspace_id, action["task_id"])
+            card["href"] = workspace_tab_url(workspace_id, "tasks", task=action["task_id"])
             card["link_label"] = "Open task"
             card["task_id"] = action["task_id"]
         elif result == "ok" and kind in ("create_agent", "update_agent", "reorder_agents"):
-            card["href"] = _agents_url(workspace_id)
+            card["href"] = workspace_tab_url(workspace_id, "agents")
             card["link_label"] = "View agents"
         cards.append(card)
     return cards

@@ -11,7 +11,6 @@ from functools import partial
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import push_url, reswap, trigger_client_event
@@ -28,6 +27,7 @@ from chats.forms import (
 from chats.models import Chat, ChatMessage, ChatParticipant
 from core.errors import Conflict, ServiceError
 from core.htmx import toast
+from workspaces.links import workspace_tab_url
 from workspaces.models import Workspace
 
 PANEL = "chats/panel.html"
@@ -41,7 +41,7 @@ LIST_REFRESH = "chats:list-refresh"
 
 
 def _tab_url(workspace_id: str) -> str:
-    return reverse("workspace_detail", args=[workspace_id]) + "?tab=chat"
+    return workspace_tab_url(workspace_id, "chat")
 
 
 def chat_url(chat) -> str:

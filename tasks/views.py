@@ -8,7 +8,6 @@ columns and popup sections; the live events do the same in every other open tab.
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
@@ -21,6 +20,7 @@ from runner.selectors import run_timelines
 from tasks import selectors, services
 from tasks.forms import CommentForm, DeleteDoneForm, DescriptionForm, SummaryForm, TaskForm
 from tasks.models import Task, TaskStatus
+from workspaces.links import workspace_tab_url
 from workspaces.models import Workspace
 
 BOARD = "tasks/board.html"
@@ -33,8 +33,7 @@ DONE_ID = "delete_done_%s"
 
 
 def _board_url(workspace_id: str, task_id: str | None = None) -> str:
-    url = reverse("workspace_detail", args=[workspace_id]) + "?tab=tasks"
-    return f"{url}&task={task_id}" if task_id else url
+    return workspace_tab_url(workspace_id, "tasks", task=task_id)
 
 
 def _changed(response, task: Task | None, *statuses: str, board: bool = False) -> HttpResponse:

@@ -258,3 +258,11 @@ def test_delete_needs_the_exact_name(client, workspace):
     assert response.headers["HX-Redirect"] == "/"
     assert not Workspace.objects.filter(id=workspace.id).exists()
     assert "Deleted “Project X”" in html(client.get("/"))
+
+
+def test_workspace_tab_links(db):
+    from workspaces.links import workspace_tab_url
+
+    assert workspace_tab_url("w1", "tasks") == "/workspaces/w1/?tab=tasks"
+    assert workspace_tab_url("w1", "tasks", task="t1") == "/workspaces/w1/?tab=tasks&task=t1"
+    assert workspace_tab_url("w1", "chat", chat=None) == "/workspaces/w1/?tab=chat"
