@@ -17,7 +17,7 @@ RUN_TIMEOUT = 20_000
 def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     workspace = stack.workspace("Live", agents=["Builder"])
     # The run starts (status line), waits, streams tool activity, then waits again.
-    task = stack.task(workspace, "@fake sleep 5 work 1 sleep 5 review Done", summary="Watch me")
+    task = stack.task(workspace, "@fake sleep 12 work 1 sleep 6 review Done", summary="Watch me")
     page = new_page(browser)
     page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
@@ -34,7 +34,7 @@ def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     # Then a trace line is appended live, and the card and "Now" line name the action.
     live_line = run.locator("[data-run-live] .trace--live", has_text="pytest -q")
     expect(live_line.first).to_be_visible(timeout=RUN_TIMEOUT)
-    assert stack.status(task) == "in_progress"  # the CLI is still running (sleeps 5 s more)
+    assert stack.status(task) == "in_progress"  # the CLI is still running (sleeps 6 s more)
     runs = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
     assert runs[-1]["status"] == "running" and runs[-1]["ended_at"] is None
     expect(run.locator("[data-run-current]")).to_contain_text("app/models.py")
