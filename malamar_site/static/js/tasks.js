@@ -325,6 +325,18 @@
     return item;
   }
 
+  // Comments not (yet) taken by the server. A live refresh of the list may land while one is
+  // being sent: put them back, so a refused comment stays visible, marked "Not sent".
+  const unsent = new Set();
+  document.addEventListener("htmx:afterSwap", () => {
+    const list = document.getElementById("task-comments");
+    if (!list || !unsent.size) return;
+    unsent.forEach((item) => {
+      if (item.isConnected || item.dataset.taskId !== openTaskId()) return;
+      list.insertBefore(item, $("[data-working]", list));
+    });
+  });
+
   document.addEventListener("htmx:beforeRequest", (event) => {
     const form = event.detail.elt;
     if (!form || !form.matches || !form.matches("[data-comment-form]")) return;
@@ -335,6 +347,8 @@
     if (!list) return;
     $$("[data-comments-empty]", list).forEach((el) => el.remove());
     const item = pendingComment(text);
+    item.dataset.taskId = openTaskId();
+    unsent.add(item);
     const working = $("[data-working]", list);
     list.insertBefore(item, working);
     item.scrollIntoView({ block: "nearest" });
@@ -347,7 +361,11 @@
     if (!form || !form.matches || !form.matches("[data-comment-form]")) return;
     const pending = form.pendingComment;
     form.pendingComment = null;
-    if (!pending || event.detail.successful) return; // the server re-rendered the list
+    if (!pending) return;
+    if (event.detail.successful) {
+      unsent.clear(); // the server re-rendered the list with what it has
+      return;
+    }
     // Not sent: mark it and give the text back.
     pending.item.classList.add("is-failed");
     const state = $(".comment__state", pending.item);
@@ -357,6 +375,7 @@
   });
 
   document.addEventListener("tasks:comment-rejected", () => {
+    unsent.clear();
     $$("#task-comments [data-pending]").forEach((el) => el.remove());
   });
 
