@@ -202,6 +202,50 @@ def test_stderr_message_prefers_json_error_and_drops_noise():
     assert stderr_message("YOLO mode is enabled.\nboom", ("YOLO mode",)) == "boom"
 
 
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [201, 5_000, 100_000])
+@pytest.mark.parametrize("cli", ["claude", "gemini", "codex", "opencode"])
+def test_deeply_nested_output_file_is_invalid_json_not_a_crash(tmp_path, cli, depth):
+    out = tmp_path / "out.json"
+    out.write_text('{"actions": ' + nested(depth) + "}")
+    assert interpret(cli, result(), out).error == (
+        "CLI output was not valid JSON: nested more than 200 levels deep"
+    )
+    out.write_text('{"actions": ' + nested(199) + "}")
+    assert interpret(cli, result(), out).data == json.loads(out.read_text())
+
+
+ERROR_EVENTS = {
+    "claude": '{"type": "result", "is_error": true, "result": "boom", "deep": DEEP}',
+    "gemini": '{"type": "error", "message": "boom", "deep": DEEP}',
+    "codex": '{"type": "error", "message": "boom", "deep": DEEP}',
+    "opencode": '{"type": "error", "error": {"name": "boom"}, "deep": DEEP}',
+}
+
+
+@pytest.mark.parametrize("cli", ERROR_EVENTS)
+def test_deeply_nested_stream_lines_are_skipped(cli):
+    from runner.streams import Trace, parse_line, parser_for
+
+    parser = parser_for(cli)
+    assert parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(100_000))) == []
+    assert parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(201))) == []
+    shallow = parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(150)))
+    assert [item.text for item in shallow if isinstance(item, Trace)] == ["boom"]
+
+
+def test_deeply_nested_stdout_and_stderr_are_read_as_text(tmp_path):
+    deep = '{"type": "result", "is_error": true, "result": ' + nested(100_000) + "}"
+    claude_ok = json.dumps({"type": "result", "is_error": False, "structured_output": {"a": 1}})
+    assert ADAPTERS["claude"].read_stdout(claude_ok + "\n" + deep).structured == {"a": 1}
+    execution = interpret("claude", result(exit_code=1, stdout=deep, stderr=deep), tmp_path / "x")
+    assert execution.error.startswith("CLI exited with code 1. ")
+    assert stderr_message('{"error": ' + nested(100_000) + "}").startswith('{"error": [[[')
+
+
 def test_retry_back_off_doubles_to_ten_minutes():
     assert [retry_delay(n).total_seconds() for n in (1, 2, 3, 4)] == [5, 10, 20, 40]
     assert retry_delay(20) == timedelta(minutes=10)
