@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from core.actors import USER
 from runner import pickup
 from runner.adapters import ADAPTERS
 from runner.adapters.base import Invocation, stderr_message
@@ -14,7 +15,7 @@ from runner.execution import interpret
 from runner.process import ProcessResult
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.task_loop import retry_delay
-from tasks.models import QueueStatus, Task, TaskQueueItem
+from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
 from tasks.services import task_create, task_prioritize_toggle
 
 
@@ -297,3 +298,26 @@ def test_claim_is_atomic(workspace):
     assert first.task_id == task.id
     assert pickup.claim_next(workspace.id) is None
     assert TaskQueueItem.objects.get(id=first.id).status == QueueStatus.IN_PROGRESS
+
+
+def test_the_input_file_carries_repeated_errors_once(workspace, agents):
+    from runner.task_loop import _input_text
+    from tasks.services import comment_create, task_run_failed
+
+    task = task_create(workspace=workspace, summary="Broken")
+    comment_create(task=task, content="Go", actor=USER)
+    for _ in range(50):
+        task_run_failed(task=task, message="CLI exited with code 1. 401")
+    task_run_failed(task=task, message="CLI could not be started: gone")
+    task = Task.objects.select_related("workspace").get(id=task.id)
+    text = _input_text(task, agents[0], Path("/tmp/out.json"))
+    block = text.split("## Comments")[1].split("```json\n")[1].split("\n```")[0]
+    rows = [json.loads(line) for line in block.splitlines()]
+    assert [(r["author"], r["content"], r.get("repeated")) for r in rows] == [
+        ("User", "Go", None),
+        ("System", "CLI exited with code 1. 401", 50),
+        ("System", "CLI could not be started: gone", None),
+    ]
+    first, last = TaskComment.objects.filter(content__endswith="401").order_by("created_at")[::49]
+    assert rows[1]["first_created_at"] == first.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert rows[1]["created_at"] == last.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
