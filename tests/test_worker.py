@@ -169,7 +169,7 @@ def test_each_error_kind_writes_a_system_comment_and_queues_a_retry(stack, direc
     ws = stack.workspace(agents=[("Planner", "gemini"), ("Reviewer", "claude")])
     task = stack.task(ws, f"@fake Planner: {directive}")
     comment = stack.wait_comments(task, 1)[0]
-    assert comment["author_type"] == "system"
+    assert (comment["author_type"], comment["kind"]) == ("system", "error")
     assert comment["content"].startswith(message), comment["content"]
     assert stack.status(task) == "in_progress"  # errors never move the task to In Review
     queued = stack.sql(
