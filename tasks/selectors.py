@@ -263,6 +263,8 @@ def activity_entries(task: Task) -> list[dict]:
             "task_cancelled": f"{actor} cancelled the task",
             "task_prioritized": f"{actor} prioritized the task",
             "task_deprioritized": f"{actor} removed the priority",
+            "retry_requested": f"{actor} retried the failing task now",
+            "retries_stopped": f"{actor} stopped the retries",
         }.get(log.event_type, f"{actor}: {log.event_type.replace('_', ' ')}")
         entries.append({"log": log, "text": text, "actor_type": log.actor_type})
     return entries

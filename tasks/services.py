@@ -125,6 +125,13 @@ def task_status_set(*, task: Task, status: str, actor: Actor) -> Task:
             f"{who} cannot move a task from {TaskStatus(old).label} to {TaskStatus(status).label}",
             field="status",
         )
+    _move(task, status, actor)
+    return task
+
+
+def _move(task: Task, status: str, actor: Actor) -> None:
+    """The write of a status move that task_status_set allowed (or a service decided)."""
+    old = task.status
     now = timezone.now()
     with transaction.atomic():
         task.status = status
@@ -149,7 +156,6 @@ def task_status_set(*, task: Task, status: str, actor: Actor) -> Task:
             "task.status_changed",
             task_payload(task, old_status=old, new_status=status, actor_type=actor.type),
         )
-    return task
 
 
 def task_create(*, workspace: Workspace, summary: str, description: str = "") -> Task:
@@ -325,10 +331,9 @@ def task_retries_stop(*, task: Task) -> Task:
     _require_failing(task, "stop retrying")
     now = timezone.now()
     with transaction.atomic():
-        old = task.status
-        if old == TaskStatus.IN_PROGRESS:
-            _request_stop(task, now)
-            task_status_set(task=task, status=TaskStatus.TODO, actor=SYSTEM)
+        if task.status == TaskStatus.IN_PROGRESS:
+            # Not a move users may make in general (USER_MOVES): only to stop the retries.
+            _move(task, TaskStatus.TODO, USER)  # stops a running try
         TaskQueueItem.objects.queued().filter(task=task).delete()
         task.retry_not_before = None
         Task.objects.filter(id=task.id).update(retry_not_before=None)

@@ -617,6 +617,13 @@ def test_retry_now_and_stop_retrying_from_the_popup(client, workspace):
 
     banner = parse(html(response)).by_id("task-error")
     assert banner.find("task-error__retry").text == "Not retrying"
+    log = parse(html(hx(client, "get", f"/tasks/{task.id}/activity/?part=log")))
+    texts = [entry.find("task-log__text").text for entry in log.find_all("task-log__entry")]
+    assert texts[-3:] == [
+        "User retried the failing task now",
+        "User moved to Todo",
+        "User stopped the retries",
+    ]
     assert [b.text for b in banner.find_all(tag="button")] == ["Retry now"]
     # Not failing (any more): an error toast, nothing changes.
     services.task_run_succeeded(task=task)
