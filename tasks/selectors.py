@@ -1,5 +1,5 @@
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db.models import Count, Exists, OuterRef, Subquery
 from django.db.models.functions import Substr
@@ -106,7 +106,7 @@ class ErrorState:
 
     failures: int
     headline: str  # the first line of the latest error
-    retry_at: object = None  # when the next try may start (None: not waiting)
+    retry_at: datetime | None = None  # when the next try may start (None: not waiting)
     retrying: bool = False  # a retry is queued or running
     running: bool = False
 
