@@ -76,6 +76,7 @@ def seed(tasks: int, messages: int) -> dict:
             task=task,
             workspace=workspace,
             agent_id=agents[i % 4].id,
+            kind="agent",
             content=f"Comment {i}: **looks good**, see `app/models.py`.\n\n```python\nx = {i}\n```",
             created_at=now - timedelta(seconds=i),
         )
@@ -89,6 +90,7 @@ def seed(tasks: int, messages: int) -> dict:
             task=detail_task,
             workspace=workspace,
             agent_id=agents[i % 4].id,
+            kind="agent",
             content=f"Step {i}\n\n| file | change |\n|---|---|\n| a.py | edit |\n\n- [x] done",
             created_at=now - timedelta(seconds=100 - i),
         )

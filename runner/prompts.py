@@ -43,6 +43,10 @@ def comment_row(comment, author: str) -> dict:
     if comment.user_id:
         row["user_id"] = comment.user_id
     row["content"] = comment.content
+    repeats = getattr(comment, "repeat_count", 1)
+    if repeats > 1:  # identical consecutive errors, collapsed (tasks.selectors)
+        row["repeated"] = repeats
+        row["first_created_at"] = iso(comment.first_created_at)
     row["created_at"] = iso(comment.created_at)
     return row
 

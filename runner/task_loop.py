@@ -12,7 +12,6 @@ action, no error. Every write after a run re-checks that its rows still exist.
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 from django.db import transaction
@@ -33,6 +32,7 @@ from runner.files import (
 from runner.models import RunStatus
 from runner.recorder import RunRecorder, stall_limits
 from runner.schemas import InvalidOutput, parse_task_output, task_schema
+from tasks import selectors as task_selectors
 from tasks import services as task_services
 from tasks.models import (
     RUNNABLE_STATUSES,
@@ -44,8 +44,7 @@ from tasks.models import (
 )
 
 log = logging.getLogger(__name__)
-BACKOFF_BASE_SECONDS = 5
-BACKOFF_MAX_SECONDS = 600
+retry_delay = task_services.retry_delay  # the back-off rule lives with the task services
 
 
 class Stopped(Exception):
@@ -56,12 +55,6 @@ class Stopped(Exception):
 class PassContext:
     item_id: str
     stop: threading.Event
-
-
-def retry_delay(failures: int) -> timedelta:
-    """Back-off before a task whose last `failures` runs failed may run again."""
-    seconds = min(BACKOFF_BASE_SECONDS * 2 ** max(failures - 1, 0), BACKOFF_MAX_SECONDS)
-    return timedelta(seconds=seconds)
 
 
 def _check_wanted(ctx: PassContext, task_id: str) -> Task:
@@ -107,7 +100,9 @@ def _input_text(task: Task, agent: Agent, output_path: Path) -> str:
     names = dict(agents)
     comments = [
         prompts.comment_row(c, task_services.comment_author_name(c, names))
-        for c in task.comments.order_by("created_at", "id")
+        for c in task_selectors.collapse_repeated_errors(
+            list(task.comments.order_by("created_at", "id"))
+        )
     ]
     logs = [prompts.log_row(entry) for entry in task.logs.order_by("created_at", "id")]
     ordered = [name for _id, name in agents]
@@ -206,7 +201,7 @@ def _apply_outcome(task: Task, agent: Agent, outcome, ctx: PassContext) -> None:
             actor=actor,
             metadata={"agent_name": agent.name, "action_type": outcome.action_type},
         )
-        Task.objects.filter(id=task.id).update(failure_streak=0, retry_not_before=None)
+        task_services.task_run_succeeded(task=task)
         events.publish(
             "agent.execution_finished", _agent_payload(task, agent, action_type=outcome.action_type)
         )
@@ -215,18 +210,8 @@ def _apply_outcome(task: Task, agent: Agent, outcome, ctx: PassContext) -> None:
 def _apply_error(task: Task, agent: Agent, message: str, ctx: PassContext) -> None:
     with transaction.atomic():
         task = _check_wanted(ctx, task.id)
-        failures = task.failure_streak + 1
-        Task.objects.filter(id=task.id).update(
-            failure_streak=failures, retry_not_before=timezone.now() + retry_delay(failures)
-        )
-        task_services.comment_create(task=task, content=message, actor=SYSTEM)
+        failures = task_services.task_run_failed(task=task, message=message, agent_name=agent.name)
         notify_task_error(task=task, message=message, failure_streak=failures)
-        events.publish(
-            "task.error_occurred",
-            task_services.task_payload(
-                task, error_message=message, agent_name=agent.name, failure_streak=failures
-            ),
-        )
         events.publish("agent.execution_finished", _agent_payload(task, agent, action_type="error"))
         _finish_item(ctx.item_id, QueueStatus.FAILED)
 
@@ -299,13 +284,5 @@ def _record_internal_error(task: Task, exc: Exception, ctx: PassContext) -> None
         task = Task.objects.filter(id=task.id).first()
         if task is None:
             return
-        failures = task.failure_streak + 1
-        Task.objects.filter(id=task.id).update(
-            failure_streak=failures, retry_not_before=timezone.now() + retry_delay(failures)
-        )
-        message = internal_error_message(exc)
-        task_services.comment_create(task=task, content=message, actor=SYSTEM)
-        events.publish(
-            "task.error_occurred", task_services.task_payload(task, error_message=message)
-        )
+        task_services.task_run_failed(task=task, message=internal_error_message(exc))
         _finish_item(ctx.item_id, QueueStatus.FAILED)

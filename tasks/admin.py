@@ -13,8 +13,8 @@ class TaskAdmin(admin.ModelAdmin):
 
 @admin.register(TaskComment)
 class TaskCommentAdmin(admin.ModelAdmin):
-    list_display = ("task", "user_id", "agent_id", "created_at")
-    list_filter = ("workspace",)
+    list_display = ("task", "kind", "user_id", "agent_id", "created_at")
+    list_filter = ("kind", "workspace")
     search_fields = ("content", "task__summary")
 
 

@@ -23,6 +23,9 @@ class TaskOut(Schema):
     is_priority: bool
     comment_count: int
     is_processing: bool
+    # Error back-off: consecutive failed runs, and when the next try may start.
+    failure_streak: int
+    retry_not_before: datetime | None
     created_at: datetime
     updated_at: datetime
 
@@ -54,6 +57,7 @@ class CommentOut(Schema):
     agent_id: str | None
     author_name: str
     author_type: str
+    kind: str
     content: str
     created_at: datetime
     updated_at: datetime
@@ -144,6 +148,20 @@ def prioritize_task(request, task_id: str):
 @router.post("/tasks/{task_id}/cancel", response=TaskOut)
 def cancel_task(request, task_id: str):
     services.task_cancel(task=get_or_404(Task, task_id, "Task"))
+    return _task(task_id)
+
+
+@router.post("/tasks/{task_id}/retry", response=TaskOut)
+def retry_task(request, task_id: str):
+    """Run a failing task now instead of waiting out its error back-off."""
+    services.task_retry_now(task=get_or_404(Task, task_id, "Task"))
+    return _task(task_id)
+
+
+@router.post("/tasks/{task_id}/stop-retrying", response=TaskOut)
+def stop_retrying_task(request, task_id: str):
+    """Stop retrying a failing task: it waits in Todo until a comment or a retry."""
+    services.task_retries_stop(task=get_or_404(Task, task_id, "Task"))
     return _task(task_id)
 
 

@@ -22,6 +22,16 @@ class ActorType(models.TextChoices):
     SYSTEM = "system", "System"
 
 
+class CommentKind(models.TextChoices):
+    """What a comment is, stored when it is written (never guessed from its text): the author's
+    type, or `error` for the system comments that report a failed run."""
+
+    USER = "user", "User"
+    AGENT = "agent", "Agent"
+    SYSTEM = "system", "System"
+    ERROR = "error", "Error"
+
+
 class QueueStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     IN_PROGRESS = "in_progress", "In progress"
@@ -50,6 +60,11 @@ class TaskQuerySet(models.QuerySet):
 
     def by_recent_update(self):
         return self.order_by("-updated_at", "-created_at")
+
+
+class TaskCommentQuerySet(models.QuerySet):
+    def errors(self):
+        return self.filter(kind=CommentKind.ERROR)
 
 
 class Task(models.Model):
@@ -88,12 +103,16 @@ class TaskComment(models.Model):
     # Not a foreign key: a deleted agent's comments keep its id and read "(Deleted Agent)".
     agent_id = models.CharField(max_length=21, null=True, blank=True, db_index=True)
     content = models.TextField()
+    kind = models.CharField(max_length=10, choices=CommentKind.choices)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = TaskCommentQuerySet.as_manager()
 
     class Meta:
         db_table = "task_comments"
         indexes = [models.Index(fields=["task", "created_at"])]
+        constraints = [choices_check("kind", CommentKind.choices)]
 
     def __str__(self) -> str:
         return self.content[:60]
@@ -105,6 +124,10 @@ class TaskComment(models.Model):
         if self.agent_id:
             return ActorType.AGENT
         return ActorType.SYSTEM
+
+    @property
+    def is_error(self) -> bool:
+        return self.kind == CommentKind.ERROR
 
 
 class TaskLog(models.Model):

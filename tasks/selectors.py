@@ -1,14 +1,22 @@
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef, Subquery
+from django.db.models.functions import Substr
 from django.utils import timezone
 
 from agents.models import Agent
 from runner.models import AgentRun, RunStatus
 from runner.selectors import usage_totals
-from tasks.models import RUNNABLE_STATUSES, Task, TaskComment, TaskLog, TaskStatus
-from tasks.services import CANCEL_MESSAGE, USER_MOVES, comment_author_name
+from tasks.models import (
+    RUNNABLE_STATUSES,
+    Task,
+    TaskComment,
+    TaskLog,
+    TaskQueueItem,
+    TaskStatus,
+)
+from tasks.services import USER_MOVES, comment_author_name
 
 # Cards rendered per column; the rest sit behind "Show all N" (2,000 tasks stay fast).
 COLUMN_LIMIT = 50
@@ -32,6 +40,28 @@ def comments_for_task(task: Task) -> list[TaskComment]:
     return comments
 
 
+def collapse_repeated_errors(comments: list[TaskComment]) -> list[TaskComment]:
+    """Identical consecutive error comments as one: the latest of them, with `repeat_count`
+    and `first_created_at` (a run failing the same way 50 times reads "50 times, last at …").
+    Every comment gets both attributes (1 and its own time when it stands alone)."""
+    collapsed: list[TaskComment] = []
+    for comment in comments:
+        comment.repeat_count, comment.first_created_at = 1, comment.created_at
+        previous = collapsed[-1] if collapsed else None
+        if (
+            previous is not None
+            and comment.is_error
+            and previous.is_error
+            and comment.content == previous.content
+        ):
+            comment.repeat_count = previous.repeat_count + 1
+            comment.first_created_at = previous.first_created_at
+            collapsed[-1] = comment
+        else:
+            collapsed.append(comment)
+    return collapsed
+
+
 def logs_for_task(task: Task) -> list[TaskLog]:
     return list(task.logs.order_by("created_at", "id"))
 
@@ -52,8 +82,58 @@ class Column:
         return max(0, self.total - len(self.tasks))
 
 
+ERROR_TEXT_CHARS = 300
+
+
+def with_error_state(queryset):
+    """Annotate what a failing task's card and popup show: the start of its latest error comment
+    (`last_error`) and whether a retry is queued (`retry_queued`)."""
+    latest_error = (
+        TaskComment.objects.errors()
+        .filter(task_id=OuterRef("pk"))
+        .order_by("-created_at", "-id")
+        .values("content")[:1]
+    )
+    return queryset.annotate(
+        last_error=Substr(Subquery(latest_error), 1, ERROR_TEXT_CHARS),
+        retry_queued=Exists(TaskQueueItem.objects.queued().filter(task_id=OuterRef("pk"))),
+    )
+
+
+@dataclass
+class ErrorState:
+    """A task whose runs keep failing, in words for its card and popup."""
+
+    failures: int
+    headline: str  # the first line of the latest error
+    retry_at: datetime | None = None  # when the next try may start (None: not waiting)
+    retrying: bool = False  # a retry is queued or running
+    running: bool = False
+
+
+def error_state(task: Task) -> ErrorState | None:
+    """None unless the task is Todo / In Progress and its last runs failed. Needs the
+    `with_counts()` and `with_error_state()` annotations."""
+    if not task.failure_streak or task.status not in RUNNABLE_STATUSES:
+        return None
+    text = (getattr(task, "last_error", None) or "").strip()
+    headline = text.splitlines()[0].strip() if text else "The last run failed"
+    running = bool(getattr(task, "is_processing", False))
+    queued = bool(getattr(task, "retry_queued", False))
+    retry_at = task.retry_not_before if queued and not running else None
+    if retry_at is not None and retry_at <= timezone.now():
+        retry_at = None
+    return ErrorState(
+        failures=task.failure_streak,
+        headline=headline,
+        retry_at=retry_at,
+        retrying=queued or running,
+        running=running,
+    )
+
+
 def _card_queryset():
-    return Task.objects.with_counts().by_recent_update()
+    return with_error_state(Task.objects.with_counts().by_recent_update())
 
 
 def running_runs(workspace_id: str) -> dict[str, AgentRun]:
@@ -67,6 +147,7 @@ def running_runs(workspace_id: str) -> dict[str, AgentRun]:
 def _attach_runs(tasks: list[Task], runs: dict[str, AgentRun]) -> None:
     for task in tasks:
         task.current_run = runs.get(task.id) if task.is_processing else None
+        task.error_state = error_state(task)
 
 
 def board_column(workspace, status: str, *, show_all: bool = False, runs=None) -> Column:
@@ -123,15 +204,13 @@ def task_usage(task: Task) -> dict | None:
 
 
 def comments_for_detail(task: Task) -> list[TaskComment]:
-    """Oldest first, with `author_name` and `is_error` (a system comment reporting a failure)."""
-    comments = comments_for_task(task)
-    for comment in comments:
-        comment.is_error = comment.author_type == "system" and comment.content != CANCEL_MESSAGE
-    return comments
+    """Oldest first, with `author_name`; identical consecutive errors collapsed into one."""
+    return collapse_repeated_errors(comments_for_task(task))
 
 
 def task_for_detail(task_id: str) -> Task | None:
-    return Task.objects.with_counts().select_related("workspace").filter(id=task_id).first()
+    tasks = with_error_state(Task.objects.with_counts().select_related("workspace"))
+    return tasks.filter(id=task_id).first()
 
 
 def current_run(task: Task) -> AgentRun | None:
@@ -184,6 +263,8 @@ def activity_entries(task: Task) -> list[dict]:
             "task_cancelled": f"{actor} cancelled the task",
             "task_prioritized": f"{actor} prioritized the task",
             "task_deprioritized": f"{actor} removed the priority",
+            "retry_requested": f"{actor} retried the failing task now",
+            "retries_stopped": f"{actor} stopped the retries",
         }.get(log.event_type, f"{actor}: {log.event_type.replace('_', ' ')}")
         entries.append({"log": log, "text": text, "actor_type": log.actor_type})
     return entries

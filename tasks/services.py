@@ -5,6 +5,8 @@ workspace `last_activity_at` bump and events, so a rule lives in exactly one pla
 API, the pages, the runner and chat actions.
 """
 
+from datetime import timedelta
+
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -16,6 +18,7 @@ from core.errors import Conflict, ValidationFailed, require_text
 from core.wake import wake_worker_on_commit
 from tasks.models import (
     RUNNABLE_STATUSES,
+    CommentKind,
     Task,
     TaskComment,
     TaskLog,
@@ -25,6 +28,10 @@ from tasks.models import (
 from workspaces.models import Workspace
 
 CANCEL_MESSAGE = "Task cancelled by user"
+# Retry back-off (DESIGN "Retries"): a task whose last n runs failed waits
+# min(5 s · 2^(n-1), 10 min) before it runs again.
+BACKOFF_BASE_SECONDS = 5
+BACKOFF_MAX_SECONDS = 600
 
 # Status moves a user may make (SPECS "Task Actions").
 USER_MOVES = {
@@ -118,6 +125,13 @@ def task_status_set(*, task: Task, status: str, actor: Actor) -> Task:
             f"{who} cannot move a task from {TaskStatus(old).label} to {TaskStatus(status).label}",
             field="status",
         )
+    _move(task, status, actor)
+    return task
+
+
+def _move(task: Task, status: str, actor: Actor) -> None:
+    """The write of a status move that task_status_set allowed (or a service decided)."""
+    old = task.status
     now = timezone.now()
     with transaction.atomic():
         task.status = status
@@ -142,7 +156,6 @@ def task_status_set(*, task: Task, status: str, actor: Actor) -> Task:
             "task.status_changed",
             task_payload(task, old_status=old, new_status=status, actor_type=actor.type),
         )
-    return task
 
 
 def task_create(*, workspace: Workspace, summary: str, description: str = "") -> Task:
@@ -196,10 +209,16 @@ def comment_author_name(comment: TaskComment, agent_names: dict[str, str]) -> st
     return "System"
 
 
-def comment_create(*, task: Task, content: str, actor: Actor) -> TaskComment:
+def comment_create(
+    *, task: Task, content: str, actor: Actor, kind: str | None = None
+) -> TaskComment:
     """Add a comment. It queues the next pass (unless the task is Done); a user comment on an
-    In Review task sends it back to Todo so the loop restarts."""
+    In Review task sends it back to Todo so the loop restarts. `kind` is the author's type,
+    or "error" for a system comment that reports a failed run (see task_run_failed)."""
     content = require_text(content, field="content", label="Comment")
+    kind = kind or actor.type
+    if kind != actor.type and not (kind == CommentKind.ERROR and actor.type == "system"):
+        raise ValidationFailed(f"A {actor.type} comment cannot be of kind {kind!r}", field="kind")
     now = timezone.now()
     with transaction.atomic():
         comment = TaskComment.objects.create(
@@ -208,6 +227,7 @@ def comment_create(*, task: Task, content: str, actor: Actor) -> TaskComment:
             user_id=actor.id if actor.is_user else None,
             agent_id=actor.id if actor.is_agent else None,
             content=content,
+            kind=kind,
             created_at=now,
             updated_at=now,
         )
@@ -228,6 +248,99 @@ def comment_create(*, task: Task, content: str, actor: Actor) -> TaskComment:
             ),
         )
     return comment
+
+
+def retry_delay(failures: int) -> timedelta:
+    """Back-off before a task whose last `failures` runs failed may run again."""
+    seconds = min(BACKOFF_BASE_SECONDS * 2 ** max(failures - 1, 0), BACKOFF_MAX_SECONDS)
+    return timedelta(seconds=seconds)
+
+
+def task_run_failed(*, task: Task, message: str, agent_name: str | None = None) -> int:
+    """A run of the task failed: one more failure in its streak, the back-off before the next
+    try, the error comment (which queues that retry) and `task.error_occurred`. Returns the
+    streak. The caller holds the transaction that also finishes the run's queue item."""
+    now = timezone.now()
+    with transaction.atomic():
+        failures = (
+            Task.objects.filter(id=task.id).values_list("failure_streak", flat=True).first() or 0
+        ) + 1
+        task.failure_streak = failures
+        task.retry_not_before = now + retry_delay(failures)
+        Task.objects.filter(id=task.id).update(
+            failure_streak=failures, retry_not_before=task.retry_not_before
+        )
+        comment_create(task=task, content=message, actor=SYSTEM, kind=CommentKind.ERROR)
+        extra = {"agent_name": agent_name} if agent_name else {}
+        events.publish(
+            "task.error_occurred",
+            task_payload(
+                task,
+                error_message=message,
+                failure_streak=failures,
+                retry_not_before=task.retry_not_before.isoformat(),
+                **extra,
+            ),
+        )
+    return failures
+
+
+def task_run_succeeded(*, task: Task) -> None:
+    """A run of the task succeeded: its failure streak (and the error state shown on its card)
+    ends."""
+    with transaction.atomic():
+        cleared = (
+            Task.objects.filter(id=task.id)
+            .filter(Q(failure_streak__gt=0) | Q(retry_not_before__isnull=False))
+            .update(failure_streak=0, retry_not_before=None)
+        )
+        task.failure_streak, task.retry_not_before = 0, None
+        if cleared:
+            events.publish("task.updated", task_payload(task))
+
+
+def _require_failing(task: Task, what: str) -> None:
+    if task.status not in RUNNABLE_STATUSES or not task.failure_streak:
+        raise Conflict(
+            f"Only a Todo or In Progress task whose runs fail can {what}", field="status"
+        )
+
+
+def task_retry_now(*, task: Task) -> Task:
+    """Run a failing task again without waiting out its back-off (the worker picks it up at
+    once). Also restarts a task whose retries were stopped."""
+    _require_failing(task, "be retried now")
+    now = timezone.now()
+    with transaction.atomic():
+        task.retry_not_before = None
+        Task.objects.filter(id=task.id).update(retry_not_before=None)
+        running = TaskQueueItem.objects.running().filter(task=task, stop_requested_at__isnull=True)
+        if not running.exists():
+            queue_item_ensure(task=task)
+        log_add(task=task, event_type="retry_requested", actor=USER)
+        _touch(task, now)
+        events.publish("task.updated", task_payload(task))
+    wake_worker_on_commit()
+    return task
+
+
+def task_retries_stop(*, task: Task) -> Task:
+    """Stop retrying a failing task: a running try is stopped and discarded, the queued retry
+    dropped, and the task waits in Todo (a comment or "Retry now" runs it again). The failure
+    streak stays, so the card still says what failed."""
+    _require_failing(task, "stop retrying")
+    now = timezone.now()
+    with transaction.atomic():
+        if task.status == TaskStatus.IN_PROGRESS:
+            # Not a move users may make in general (USER_MOVES): only to stop the retries.
+            _move(task, TaskStatus.TODO, USER)  # stops a running try
+        TaskQueueItem.objects.queued().filter(task=task).delete()
+        task.retry_not_before = None
+        Task.objects.filter(id=task.id).update(retry_not_before=None)
+        log_add(task=task, event_type="retries_stopped", actor=USER)
+        _touch(task, now)
+        events.publish("task.updated", task_payload(task))
+    return task
 
 
 def task_prioritize_toggle(*, task: Task) -> Task:

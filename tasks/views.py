@@ -84,6 +84,7 @@ def detail_context(task: Task) -> dict:
         "actions": selectors.task_actions(task),
         "task_usage": selectors.task_usage(task),
         "current_run": run,
+        "error_state": selectors.error_state(task),
         "comments": selectors.comments_for_detail(task),
         "comment_form": CommentForm(auto_id="task_comment_%s"),
     }
@@ -354,6 +355,27 @@ def task_cancel(request, task_id: str):
     except ServiceError as error:
         return _after_action(request, task, old_status, error=error)
     return _after_action(request, task, old_status, note="Task cancelled")
+
+
+@require_POST
+def task_retry(request, task_id: str):
+    task = _task_or_404(task_id)
+    try:
+        services.task_retry_now(task=task)
+    except ServiceError as error:
+        return _after_action(request, task, task.status, error=error)
+    return _after_action(request, task, task.status, note="Retrying now")
+
+
+@require_POST
+def task_retries_stop(request, task_id: str):
+    task = _task_or_404(task_id)
+    old_status = task.status
+    try:
+        services.task_retries_stop(task=task)
+    except ServiceError as error:
+        return _after_action(request, task, old_status, error=error)
+    return _after_action(request, task, old_status, note="Stopped retrying: the task waits in Todo")
 
 
 @require_POST

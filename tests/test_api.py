@@ -91,6 +91,28 @@ def test_cancel_running_task(api, task):
     assert contents == ["Task cancelled by user"]
 
 
+def test_a_failing_task_retry_now_and_stop_retrying(api, task):
+    from tasks.services import task_run_failed
+
+    Task.objects.filter(id=task.id).update(status="in_progress")
+    task.refresh_from_db()
+    url = f"/api/tasks/{task.id}"
+    assert error_of(api.post(f"{url}/retry"))["message"].startswith("Only a Todo or In Progress")
+    assert api.post(f"{url}/stop-retrying").status_code == 409
+    task_run_failed(task=task, message="CLI exited with code 1. 401")
+    body = api.get(url).json()
+    assert body["failure_streak"] == 1 and body["retry_not_before"] is not None
+    comments = api.get(f"{url}/comments").json()["comments"]
+    assert [(c["author_type"], c["kind"]) for c in comments] == [("system", "error")]
+    retried = api.post(f"{url}/retry")
+    assert retried.status_code == 200
+    assert (retried.json()["failure_streak"], retried.json()["retry_not_before"]) == (1, None)
+    stopped = api.post(f"{url}/stop-retrying")
+    assert stopped.status_code == 200
+    assert (stopped.json()["status"], stopped.json()["failure_streak"]) == ("todo", 1)
+    assert api.post("/api/tasks/nope/retry").status_code == 404
+
+
 @pytest.mark.parametrize(
     "body,needle",
     [

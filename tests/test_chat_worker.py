@@ -253,6 +253,21 @@ def test_chat_errors_become_system_messages(stack):
     assert d["messages"][-1]["message"].startswith("CLI output structure was invalid")
 
 
+def test_deeply_nested_chat_output_is_a_system_message_not_a_crash(stack):
+    ws = stack.workspace()
+    c = chat(stack, ws)
+    send(stack, c, "x", "@fake nested 100000")
+    d = wait_reply(stack, c)
+    assert d["messages"][-1]["role"] == "system"
+    assert d["messages"][-1]["message"] == (
+        "CLI output was not valid JSON: nested more than 200 levels deep"
+    )
+    send(stack, c, "y", "@fake reply still here")
+    d = wait_reply(stack, c, count=2)
+    assert (d["messages"][-1]["role"], d["messages"][-1]["message"]) == ("agent", "still here")
+    assert stack.worker.poll() is None
+
+
 def test_chat_input_and_context_files(stack):
     wait_until(
         lambda: all(c["status"] == "healthy" for c in stack.api("GET", "/health/cli")["clis"]),

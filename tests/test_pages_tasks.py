@@ -242,7 +242,7 @@ def test_popup_fragment(client, workspace, agents):
     task = services.task_create(workspace=workspace, summary="Login", description="Use **OAuth**")
     services.comment_create(task=task, content="Plan: *do it*", actor=agent_actor(agents[0]))
     services.comment_create(task=task, content="Looks good", actor=USER)
-    services.comment_create(task=task, content="CLI exited with code 1", actor=SYSTEM)
+    services.comment_create(task=task, content="CLI exited with code 1", actor=SYSTEM, kind="error")
     services.comment_create(task=task, content=services.CANCEL_MESSAGE, actor=SYSTEM)
     gone = agents[1]
     services.comment_create(task=task, content="bye", actor=agent_actor(gone))
@@ -507,3 +507,126 @@ def test_get_not_allowed_on_writes(client, workspace):
     task = make_task(workspace, "Read only")
     assert client.get(f"/tasks/{task.id}/delete/").status_code == 405
     assert client.get(f"/workspaces/{workspace.id}/tasks/new/").status_code == 405
+
+
+# --- failing tasks ----------------------------------------------------------------------------
+
+
+def fail(task, message="CLI exited with code 1. Invalid API key\nPlease run /login", times=1):
+    for _ in range(times):
+        services.task_run_failed(task=task, message=message)
+    task.refresh_from_db()
+    return task
+
+
+def card_of(page: str, task):
+    from tests.htmltree import parse
+
+    return parse(page).by_id(f"task-card-{task.id}")
+
+
+def test_a_failing_card_shows_the_error_its_first_line_and_the_next_retry(client, workspace):
+    task = fail(make_task(workspace, "Broken", status="in_progress"), times=3)
+    fine = make_task(workspace, "Fine", status="in_progress")
+    card = card_of(html(client.get(board_url(workspace))), task)
+    error = card.find("task-card__error")
+    assert error.find("badge").text == "Failed 3 times"
+    assert error.find("task-card__error-text").text == "CLI exited with code 1. Invalid API key"
+    retry = error.find("task-card__retry")
+    assert retry.text.startswith("Next retry at ")
+    assert retry.find(tag="time").attrs["datetime"] == task.retry_not_before.isoformat()
+    assert card_of(html(client.get(board_url(workspace))), fine).find("task-card__error") is None
+
+
+def test_a_failing_cards_retry_line_follows_the_queue(client, workspace):
+    task = fail(make_task(workspace, "Broken", status="in_progress"))
+
+    def retry_text():
+        page = html(hx(client, "get", f"/workspaces/{workspace.id}/tasks/column/{task.status}/"))
+        return card_of(page, task).find("task-card__retry").text
+
+    Task.objects.filter(id=task.id).update(retry_not_before=timezone.now() - timedelta(seconds=1))
+    assert retry_text() == "Retry pending"  # due: waiting for the worker
+    services.task_retries_stop(task=task)
+    task.refresh_from_db()
+    assert retry_text() == "Not retrying"
+    services.task_retry_now(task=task)
+    TaskQueueItem.objects.filter(task=task).update(status="in_progress")
+    assert retry_text() == "Retrying now"
+    # Success ends the error state; so does a status where nothing retries.
+    services.task_run_succeeded(task=task)
+    page = html(hx(client, "get", f"/workspaces/{workspace.id}/tasks/column/{task.status}/"))
+    assert card_of(page, task).find("task-card__error") is None
+    review = fail(make_task(workspace, "Waiting", status="in_review"))
+    page = html(client.get(board_url(workspace)))
+    assert card_of(page, review).find("task-card__error") is None
+
+
+def test_failing_cards_cost_no_extra_queries(client, workspace):
+    for n in range(3):
+        make_task(workspace, f"Fine {n}", status="in_progress")
+    before = board_queries(client, workspace)
+    for task in Task.objects.all():
+        fail(task, times=2)
+    assert board_queries(client, workspace) == before
+
+
+def test_popup_shows_the_error_state_and_collapses_repeated_errors(client, workspace):
+    from tests.htmltree import parse
+
+    task = make_task(workspace, "Broken", status="in_progress")
+    services.comment_create(task=task, content="Do it", actor=USER)
+    fail(task, "CLI exited with code 1. 401", times=5)
+    fail(task, "CLI could not be started: no binary")
+    fail(task, "CLI exited with code 1. 401", times=2)
+    services.comment_create(task=task, content="CLI exited with code 1. 401", actor=SYSTEM)
+    page = parse(html(hx(client, "get", f"/tasks/{task.id}/")))
+    banner = page.by_id("task-error")
+    assert banner.find("banner__title").text == "The last 8 runs failed"
+    assert banner.find("task-error__text").text == "CLI exited with code 1. 401"
+    assert banner.find("task-error__retry").text.startswith("Next retry at ")
+    assert [b.text for b in banner.find_all(tag="button")] == ["Retry now", "Stop retrying"]
+    comments = page.by_id("task-comments").find_all("comment", tag="li")
+    shown = [(c.find("comment__body").text, c.find("comment__repeat")) for c in comments]
+    assert [text for text, _ in shown] == [
+        "Do it",
+        "CLI exited with code 1. 401",
+        "CLI could not be started: no binary",
+        "CLI exited with code 1. 401",
+        "CLI exited with code 1. 401",  # a plain system comment: not an error, not folded
+    ]
+    repeats = [repeat.text if repeat else None for _, repeat in shown]
+    assert repeats[0] is None and repeats[2] is None and repeats[4] is None
+    assert repeats[1].startswith("5 times, last at ") and repeats[3].startswith("2 times, last")
+    assert ["comment--error" in c.classes for c in comments] == [False, True, True, True, False]
+
+
+def test_retry_now_and_stop_retrying_from_the_popup(client, workspace):
+    task = fail(make_task(workspace, "Broken", status="in_progress"))
+    response = hx(client, "post", f"/tasks/{task.id}/retry/")
+    task.refresh_from_db()
+    assert task.retry_not_before is None
+    assert triggers(response)["malamar:toast"]["message"] == "Retrying now"
+    assert triggers(response)["tasks:changed"]["task_id"] == task.id
+    assert response.headers["HX-Retarget"] == "#task-head"
+    response = hx(client, "post", f"/tasks/{task.id}/stop-retrying/")
+    task.refresh_from_db()
+    assert task.status == "todo" and not TaskQueueItem.objects.filter(task=task).exists()
+    assert triggers(response)["tasks:changed"]["statuses"] == ["in_progress", "todo"]
+    from tests.htmltree import parse
+
+    banner = parse(html(response)).by_id("task-error")
+    assert banner.find("task-error__retry").text == "Not retrying"
+    log = parse(html(hx(client, "get", f"/tasks/{task.id}/activity/?part=log")))
+    texts = [entry.find("task-log__text").text for entry in log.find_all("task-log__entry")]
+    assert texts[-3:] == [
+        "User retried the failing task now",
+        "User moved to Todo",
+        "User stopped the retries",
+    ]
+    assert [b.text for b in banner.find_all(tag="button")] == ["Retry now"]
+    # Not failing (any more): an error toast, nothing changes.
+    services.task_run_succeeded(task=task)
+    response = hx(client, "post", f"/tasks/{task.id}/stop-retrying/")
+    assert triggers(response)["malamar:toast"]["level"] == "error"
+    assert parse(html(response)).by_id("task-error") is None

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from core.actors import USER
 from runner import pickup
 from runner.adapters import ADAPTERS
 from runner.adapters.base import Invocation, stderr_message
@@ -14,7 +15,7 @@ from runner.execution import interpret
 from runner.process import ProcessResult
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.task_loop import retry_delay
-from tasks.models import QueueStatus, Task, TaskQueueItem
+from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
 from tasks.services import task_create, task_prioritize_toggle
 
 
@@ -202,6 +203,50 @@ def test_stderr_message_prefers_json_error_and_drops_noise():
     assert stderr_message("YOLO mode is enabled.\nboom", ("YOLO mode",)) == "boom"
 
 
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [201, 5_000, 100_000])
+@pytest.mark.parametrize("cli", ["claude", "gemini", "codex", "opencode"])
+def test_deeply_nested_output_file_is_invalid_json_not_a_crash(tmp_path, cli, depth):
+    out = tmp_path / "out.json"
+    out.write_text('{"actions": ' + nested(depth) + "}")
+    assert interpret(cli, result(), out).error == (
+        "CLI output was not valid JSON: nested more than 200 levels deep"
+    )
+    out.write_text('{"actions": ' + nested(199) + "}")
+    assert interpret(cli, result(), out).data == json.loads(out.read_text())
+
+
+ERROR_EVENTS = {
+    "claude": '{"type": "result", "is_error": true, "result": "boom", "deep": DEEP}',
+    "gemini": '{"type": "error", "message": "boom", "deep": DEEP}',
+    "codex": '{"type": "error", "message": "boom", "deep": DEEP}',
+    "opencode": '{"type": "error", "error": {"name": "boom"}, "deep": DEEP}',
+}
+
+
+@pytest.mark.parametrize("cli", ERROR_EVENTS)
+def test_deeply_nested_stream_lines_are_skipped(cli):
+    from runner.streams import Trace, parse_line, parser_for
+
+    parser = parser_for(cli)
+    assert parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(100_000))) == []
+    assert parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(201))) == []
+    shallow = parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(150)))
+    assert [item.text for item in shallow if isinstance(item, Trace)] == ["boom"]
+
+
+def test_deeply_nested_stdout_and_stderr_are_read_as_text(tmp_path):
+    deep = '{"type": "result", "is_error": true, "result": ' + nested(100_000) + "}"
+    claude_ok = json.dumps({"type": "result", "is_error": False, "structured_output": {"a": 1}})
+    assert ADAPTERS["claude"].read_stdout(claude_ok + "\n" + deep).structured == {"a": 1}
+    execution = interpret("claude", result(exit_code=1, stdout=deep, stderr=deep), tmp_path / "x")
+    assert execution.error.startswith("CLI exited with code 1. ")
+    assert stderr_message('{"error": ' + nested(100_000) + "}").startswith('{"error": [[[')
+
+
 def test_retry_back_off_doubles_to_ten_minutes():
     assert [retry_delay(n).total_seconds() for n in (1, 2, 3, 4)] == [5, 10, 20, 40]
     assert retry_delay(20) == timedelta(minutes=10)
@@ -253,3 +298,26 @@ def test_claim_is_atomic(workspace):
     assert first.task_id == task.id
     assert pickup.claim_next(workspace.id) is None
     assert TaskQueueItem.objects.get(id=first.id).status == QueueStatus.IN_PROGRESS
+
+
+def test_the_input_file_carries_repeated_errors_once(workspace, agents):
+    from runner.task_loop import _input_text
+    from tasks.services import comment_create, task_run_failed
+
+    task = task_create(workspace=workspace, summary="Broken")
+    comment_create(task=task, content="Go", actor=USER)
+    for _ in range(50):
+        task_run_failed(task=task, message="CLI exited with code 1. 401")
+    task_run_failed(task=task, message="CLI could not be started: gone")
+    task = Task.objects.select_related("workspace").get(id=task.id)
+    text = _input_text(task, agents[0], Path("/tmp/out.json"))
+    block = text.split("## Comments")[1].split("```json\n")[1].split("\n```")[0]
+    rows = [json.loads(line) for line in block.splitlines()]
+    assert [(r["author"], r["content"], r.get("repeated")) for r in rows] == [
+        ("User", "Go", None),
+        ("System", "CLI exited with code 1. 401", 50),
+        ("System", "CLI could not be started: gone", None),
+    ]
+    first, last = TaskComment.objects.filter(content__endswith="401").order_by("created_at")[::49]
+    assert rows[1]["first_created_at"] == first.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert rows[1]["created_at"] == last.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -290,3 +290,157 @@ def test_expired_done_tasks_deleted_per_workspace_retention(workspace):
     Workspace.objects.filter(id=workspace.id).update(auto_delete_done_tasks=False)
     Task.objects.filter(id=fresh.id).update(updated_at=timezone.now() - timedelta(days=30))
     assert services.tasks_delete_expired() == 0
+
+
+# --- failing runs: the error state, "Retry now", "Stop retrying" -----------------------------
+
+
+def test_comment_kind_is_stored_when_the_comment_is_written(task):
+    kinds = [
+        services.comment_create(task=task, content="u", actor=USER).kind,
+        services.comment_create(task=task, content="a", actor=AGENT).kind,
+        services.comment_create(task=task, content="CLI exited with code 1", actor=SYSTEM).kind,
+        services.comment_create(task=task, content="x", actor=SYSTEM, kind="error").kind,
+    ]
+    assert kinds == ["user", "agent", "system", "error"]
+    assert list(TaskComment.objects.order_by("created_at").values_list("kind", flat=True)) == kinds
+    for actor in (USER, AGENT):
+        with pytest.raises(ValidationFailed):
+            services.comment_create(task=task, content="x", actor=actor, kind="error")
+
+
+def test_run_failed_counts_backs_off_and_writes_an_error_comment(task):
+    from django.utils import timezone
+
+    force_status(task, TaskStatus.IN_PROGRESS)
+    queued(task).update(status=QueueStatus.FAILED)
+    before = timezone.now()
+    assert services.task_run_failed(task=task, message="CLI exited with code 1. 401") == 1
+    assert services.task_run_failed(task=task, message="CLI exited with code 1. 401") == 2
+    task.refresh_from_db()
+    assert task.failure_streak == 2
+    wait = (task.retry_not_before - before).total_seconds()
+    assert 10 <= wait < 12, "the second failure waits 10 s"
+    errors = TaskComment.objects.filter(task=task).values_list("kind", "content")
+    assert list(errors) == [("error", "CLI exited with code 1. 401")] * 2
+    assert queued(task).count() == 1, "the error comment queues the retry"
+    event = OutboxEvent.objects.filter(type="task.error_occurred").order_by("id").last()
+    assert event.payload["failure_streak"] == 2
+    assert event.payload["retry_not_before"] == task.retry_not_before.isoformat()
+    assert event.payload["error_message"] == "CLI exited with code 1. 401"
+
+
+def test_run_succeeded_ends_the_failure_streak_and_tells_the_page(task):
+    services.task_run_succeeded(task=task)
+    assert not OutboxEvent.objects.filter(type="task.updated").exists(), "nothing was failing"
+    services.task_run_failed(task=task, message="boom")
+    services.task_run_succeeded(task=task)
+    task.refresh_from_db()
+    assert (task.failure_streak, task.retry_not_before) == (0, None)
+    assert OutboxEvent.objects.filter(type="task.updated").count() == 1
+
+
+def failing(task, status=TaskStatus.IN_PROGRESS):
+    force_status(task, status)
+    services.task_run_failed(task=task, message="CLI could not be started: no binary")
+    task.refresh_from_db()
+    return task
+
+
+def test_retry_now_clears_the_back_off_and_queues_the_task(task):
+    from runner import pickup
+
+    failing(task)
+    assert pickup.next_item(task.workspace_id) is None, "waiting out the back-off"
+    queued(task).delete()
+    services.task_retry_now(task=task)
+    task.refresh_from_db()
+    assert (task.failure_streak, task.retry_not_before) == (1, None), "the streak stays"
+    assert pickup.next_item(task.workspace_id).task_id == task.id
+    assert TaskLog.objects.filter(task=task, event_type="retry_requested").exists()
+    assert OutboxEvent.objects.filter(type="task.updated").exists()
+
+
+def test_retry_now_does_not_queue_a_second_pass_while_one_runs(task):
+    failing(task)
+    queued(task).update(status=QueueStatus.IN_PROGRESS)
+    services.task_retry_now(task=task)
+    assert list(TaskQueueItem.objects.filter(task=task).values_list("status", flat=True)) == [
+        "in_progress"
+    ]
+
+
+def test_stop_retrying_moves_to_todo_drops_the_retry_and_stops_a_running_try(task):
+    from runner import pickup
+
+    failing(task)
+    running = TaskQueueItem.objects.create(
+        task=task, workspace_id=task.workspace_id, status=QueueStatus.IN_PROGRESS
+    )
+    services.task_retries_stop(task=task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.TODO
+    assert (task.failure_streak, task.retry_not_before) == (1, None), "the card still says why"
+    assert not queued(task).exists()
+    running.refresh_from_db()
+    assert running.stop_requested_at is not None
+    task.retry_not_before = None
+    Task.objects.filter(id=task.id).update(retry_not_before=None)
+    assert pickup.next_item(task.workspace_id) is None, "nothing retries it"
+    assert TaskLog.objects.filter(task=task, event_type="retries_stopped").exists()
+    # "Retry now" (or a comment) runs it again.
+    services.task_retry_now(task=task)
+    assert pickup.next_item(task.workspace_id).task_id == task.id
+
+
+@pytest.mark.parametrize("status", [TaskStatus.IN_REVIEW, TaskStatus.DONE])
+def test_retry_and_stop_only_for_failing_runnable_tasks(task, status):
+    force_status(task, TaskStatus.IN_PROGRESS)
+    for action in (services.task_retry_now, services.task_retries_stop):
+        with pytest.raises(Conflict):
+            action(task=task)  # not failing
+    failing(task, status)
+    for action in (services.task_retry_now, services.task_retries_stop):
+        with pytest.raises(Conflict):
+            action(task=task)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_stores_kinds_for_existing_comments():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    old = executor.migrate([("tasks", "0001_initial")]).apps
+    workspace = old.get_model("workspaces", "Workspace").objects.create(id="w" * 21, title="W")
+    task = old.get_model("tasks", "Task").objects.create(
+        id="t" * 21, workspace=workspace, summary="s"
+    )
+    rows = {
+        "user": {"user_id": "0" * 21, "content": "CLI exited with code 1 (my words)"},
+        "agent": {"agent_id": "a" * 21, "content": "CLI could not be started: quoted"},
+        "cancel": {"content": "Task cancelled by user"},
+        "exit": {"content": "CLI exited with code 1. 401 Unauthorized"},
+        "binary": {"content": "CLI could not be started: Binary not found in PATH (claude)"},
+        "json": {"content": "CLI output was not valid JSON: Expecting value"},
+        "internal": {"content": "Malamar hit an internal error (KeyError: 'x')."},
+        "folder": {"content": "Working directory /x does not exist. Create it or change it."},
+        "other": {"content": "Something else the system said"},
+    }
+    Comment = old.get_model("tasks", "TaskComment")
+    for name, fields in rows.items():
+        Comment.objects.create(id=name.ljust(21, "_"), task=task, workspace=workspace, **fields)
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    kinds = dict(TaskComment.objects.values_list("id", "kind"))
+    assert {name: kinds[name.ljust(21, "_")] for name in rows} == {
+        "user": "user",
+        "agent": "agent",
+        "cancel": "system",
+        "exit": "error",
+        "binary": "error",
+        "json": "error",
+        "internal": "error",
+        "folder": "error",
+        "other": "system",
+    }

@@ -169,7 +169,7 @@ def test_each_error_kind_writes_a_system_comment_and_queues_a_retry(stack, direc
     ws = stack.workspace(agents=[("Planner", "gemini"), ("Reviewer", "claude")])
     task = stack.task(ws, f"@fake Planner: {directive}")
     comment = stack.wait_comments(task, 1)[0]
-    assert comment["author_type"] == "system"
+    assert (comment["author_type"], comment["kind"]) == ("system", "error")
     assert comment["content"].startswith(message), comment["content"]
     assert stack.status(task) == "in_progress"  # errors never move the task to In Review
     queued = stack.sql(
@@ -177,6 +177,19 @@ def test_each_error_kind_writes_a_system_comment_and_queues_a_retry(stack, direc
     )
     assert queued == [("failed",), ("queued",)]
     assert not [r for r in stack.task_runs() if r["cli"] == "claude"], "the pass stopped"
+    assert stack.worker.poll() is None, "the worker survived"
+
+
+@pytest.mark.parametrize("cli", ["gemini", "claude"])
+def test_deeply_nested_cli_output_is_invalid_json_and_the_worker_lives(stack, cli):
+    ws = stack.workspace(agents=[("Planner", cli)])
+    task = stack.task(ws, "@fake nested 100000")
+    comment = stack.wait_comments(task, 1)[0]
+    assert (comment["author_type"], comment["kind"]) == ("system", "error")
+    assert comment["content"] == "CLI output was not valid JSON: nested more than 200 levels deep"
+    stack.api("POST", f"/tasks/{task['id']}/comments", {"content": "@fake review ok"}, expect=201)
+    stack.wait_status(task, "in_review", timeout=20)
+    assert stack.comments(task)[-1]["content"] == "ok"
     assert stack.worker.poll() is None, "the worker survived"
 
 

@@ -277,3 +277,52 @@ def test_a_toast_over_an_open_popup_can_be_clicked(browser, stack):
     page.locator(".toast", has_text="Look here").get_by_role("link").click()
     expect(popup(page).locator("#task-dialog-title")).to_have_text("Second task")
     page.console_errors.check()
+
+
+def test_a_failing_task_shows_its_error_collapses_repeats_and_stops_retrying(browser, stack):
+    workspace = stack.workspace("Broken", agents=["Planner"])
+    task = stack.task(workspace, "@fake exit 1 Invalid API key", summary="Needs a login")
+    page = new_page(browser)
+    board(page, stack, workspace)
+
+    # The card says it is failing, why, and when it tries again; the retry 5 s later shows live.
+    error = page.locator(f"#task-card-{task['id']} .task-card__error")
+    expect(error.locator(".badge")).to_have_text("Failed 1 time", timeout=RUN_TIMEOUT)
+    expect(error.locator(".task-card__error-text")).to_have_text(
+        "CLI exited with code 1. Invalid API key"
+    )
+    expect(error.locator(".task-card__retry")).to_have_text(
+        re.compile(r"^\s*Next retry at \d\d?:\d\d:\d\d")
+    )
+    expect(error.locator(".badge")).to_have_text("Failed 2 times", timeout=RUN_TIMEOUT)
+
+    # The popup: the same error twice is one comment with its count.
+    page.locator(f"#task-card-{task['id']} a").click()
+    dialog = popup(page)
+    errors = dialog.locator("#task-comments .comment--error")
+    expect(errors).to_have_count(1)
+    expect(errors.locator(".comment__repeat")).to_contain_text(re.compile(r"[23] times, last at"))
+    expect(dialog.locator("#task-error")).to_contain_text(re.compile(r"The last [23] runs failed"))
+
+    # Stop retrying: the task waits in Todo and nothing runs it again.
+    dialog.get_by_role("button", name="Stop retrying").click()
+    expect(dialog.locator("#task-status")).to_have_text("Todo")
+    expect(dialog.locator("#task-error .task-error__retry")).to_have_text("Not retrying")
+    expect(dialog.get_by_role("button", name="Stop retrying")).to_have_count(0)
+    stopped = card(page, "todo", "Needs a login")
+    expect(stopped.locator(".task-card__retry")).to_have_text("Not retrying")
+    assert (
+        stack.sql("SELECT id FROM task_queue WHERE task_id = ? AND status = 'queued'", task["id"])
+        == []
+    )
+    streak = stack.api("GET", f"/tasks/{task['id']}")["failure_streak"]
+
+    # Retry now runs it at once (it fails again: one more in the streak, still one comment).
+    dialog.get_by_role("button", name="Retry now").click()
+    expect(stopped.locator(".badge")).to_have_count(0, timeout=RUN_TIMEOUT)  # left Todo
+    failing = page.locator(f"#task-card-{task['id']} .task-card__error .badge")
+    expect(failing).to_have_text(f"Failed {streak + 1} times", timeout=RUN_TIMEOUT)
+    expect(errors).to_have_count(1)
+    expect(errors.locator(".comment__repeat")).to_contain_text(f"{streak + 1} times, last at")
+    page.console_errors.check()
+    page.context.close()

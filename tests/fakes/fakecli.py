@@ -636,7 +636,7 @@ def _jsonl_block(lines: list[str], heading: str) -> list[dict]:
 
 TASK_ACTIONS = {"skip", "comment", "comment-once", "review", "in_review", "unknown-action"}
 CHAT_ACTIONS = {"reply", "action"}
-COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json"}
+COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested"}
 PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then the rest
 ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS
 NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json"}
@@ -715,6 +715,8 @@ def _check_args(action: str, args: str) -> None:
         code = args.split(maxsplit=1)[0] if args else ""
         if not code.lstrip("-").isdigit():
             raise DirectiveError(f"exit needs an exit code, got {code!r}")
+    if action == "nested" and not (args.isdigit() and int(args) > 0):
+        raise DirectiveError(f"nested needs a depth (a whole number > 0), got {args!r}")
     if action == "action":
         try:
             value = json.loads(args)
@@ -756,9 +758,15 @@ def default_directive() -> Directive | None:
 class Outcome:
     kind: str  # "result": a JSON value; "file": raw file content; "none": no output file
     value: object = None
+    nested: int = 0  # `nested N`: also print one stream line nested N levels deep
 
     def file_content(self) -> str:
         return json.dumps(self.value, indent=2) if self.kind == "result" else str(self.value)
+
+
+def nested_json(depth: int) -> str:
+    """A JSON array nested `depth` levels deep (built as text: json.dumps would recurse)."""
+    return "[" * depth + "]" * depth
 
 
 @dataclass
@@ -782,6 +790,9 @@ def _common_terminal(directive: Directive) -> tuple[Outcome | None, tuple[int, s
             return Outcome("none"), None
         case "json":
             return Outcome("file", directive.args), None
+        case "nested":
+            depth = int(directive.args)
+            return Outcome("file", nested_json(depth), nested=depth), None
         case "exit":
             code, text = _first_word(directive.args)
             return None, (int(code), text)
@@ -1825,6 +1836,8 @@ def run_prompt(cli: FakeCli, inv: Invocation) -> int:
         code, text = plan.exit
         raise CliExit(code, text)
     emitter.start()
+    if plan.outcome is not None and plan.outcome.nested and emitter.streaming:
+        emitter.say('{"type":"nested","value":' + nested_json(plan.outcome.nested) + "}")
     emitter.deliver(plan.outcome or Outcome("none"), doc.output_path)
     return 0
 

@@ -362,6 +362,7 @@ DIRECTIVE_RESULTS = [
     ("invalid-json", "{not json"),
     ("empty-file", ""),
     ("no-file", MISSING),
+    ("nested 3", [[[]]]),
 ]  # fmt: skip
 
 
@@ -437,13 +438,23 @@ def test_default_directive_from_env(box):
 
 @pytest.mark.parametrize(
     "directive", ["", "bogus", "sleep soon", "sleep 1 bogus", "comment", "exit x", "skip now",
-                  "action [1]", "Planner: bogus"]
+                  "action [1]", "Planner: bogus", "nested", "nested 0", "nested deep"]
 )  # fmt: skip
 def test_bad_directive_fails_loudly(box, directive):
     box.task(description=f"@fake {directive}")
     proc = box.run("claude")
     assert proc.returncode == 99
     assert "bad directive" in proc.stderr
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_nested_directive_writes_a_deep_file_and_stream_line(box, cli):
+    box.task(description="@fake nested 100000")
+    proc = box.run(cli, stream=True)
+    assert proc.returncode == 0, proc.stderr
+    assert box.output.read_text() == "[" * 100000 + "]" * 100000
+    deep = [line for line in proc.stdout.splitlines() if line.startswith('{"type":"nested"')]
+    assert deep == ['{"type":"nested","value":' + "[" * 100000 + "]" * 100000 + "}"]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
