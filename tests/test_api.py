@@ -17,10 +17,10 @@ def test_workspace_crud_and_search(api):
     found = api.get("/api/workspaces?q=alpha").json()["workspaces"]
     assert [w["id"] for w in found] == [ws["id"]]
     updated = api.put(
-        f"/api/workspaces/{ws['id']}", {"retention_days": 3, "notify_on_error": False}
+        f"/api/workspaces/{ws['id']}", {"retention_days": 3, "notify_on_error": "off"}
     )
     assert updated.status_code == 200 and updated.json()["retention_days"] == 3
-    assert api.get(f"/api/workspaces/{ws['id']}").json()["notify_on_error"] is False
+    assert api.get(f"/api/workspaces/{ws['id']}").json()["notify_on_error"] == "off"
     assert api.delete(f"/api/workspaces/{ws['id']}").status_code == 204
     assert api.get(f"/api/workspaces/{ws['id']}").status_code == 404
 
@@ -225,3 +225,44 @@ def test_unexpected_errors_are_json_500(api, workspace, monkeypatch):
     response = api.post(f"/api/workspaces/{workspace.id}/tasks", {"summary": "x"})
     assert response.status_code == 500
     assert error_of(response) == {"code": "INTERNAL_ERROR", "message": "Internal server error"}
+
+
+# --- workspaces: the API refuses what the page refuses -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"stall_kill_minutes": NaN}', "stall_kill_minutes"),
+        ('{"stall_kill_minutes": Infinity}', "stall_kill_minutes"),
+        ('{"retention_days": 100000000000000000000}', "retention_days"),
+        ('{"notify_on_error": true}', "notify_on_error"),
+        ('{"notify_on_in_review": "maybe"}', "notify_on_in_review"),
+    ],
+)
+def test_workspace_api_refuses_bad_numbers_and_switches(api, workspace, raw, field):
+    response = api.client.put(
+        f"/api/workspaces/{workspace.id}", raw, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert error_of(response)["message"].startswith(field)
+    assert api.get(f"/api/workspaces/{workspace.id}").json()["stall_kill_minutes"] == 0
+
+
+def test_workspace_notifications_inherit_on_off(api, workspace):
+    from core.settings_store import settings_update
+
+    url = f"/api/workspaces/{workspace.id}"
+    ws = api.get(url).json()
+    assert (ws["notify_on_error"], ws["notify_on_error_effective"]) == ("inherit", True)
+    settings_update(changes={"notify_on_error": False})
+    ws = api.get(url).json()
+    assert (ws["notify_on_error"], ws["notify_on_error_effective"]) == ("inherit", False)
+    ws = api.put(url, {"notify_on_error": "on", "notify_on_in_review": "off"}).json()
+    assert (ws["notify_on_error"], ws["notify_on_error_effective"]) == ("on", True)
+    assert (ws["notify_on_in_review"], ws["notify_on_in_review_effective"]) == ("off", False)
+    ws = api.put(url, {"notify_on_error": "inherit"}).json()
+    assert ws["notify_on_error_effective"] is False
+    schema = api.get("/api/openapi.json").json()["components"]["schemas"]["WorkspaceUpdate"]
+    notify = schema["properties"]["notify_on_error"]["anyOf"][0]
+    assert notify["enum"] == ["inherit", "on", "off"] and "inherit" in notify["description"]
