@@ -406,17 +406,19 @@ def test_cli_settings_env_and_binary_path_reach_the_cli(stack, tmp_path):
     assert run["env"]["MALAMAR_TEST_TOKEN"] == "s3cret"
 
 
-def test_missing_binary_is_an_error_comment(stack):
-    stack.api(
-        "PUT",
-        "/settings",
-        {"cli_settings": {"gemini": {"binary_path": "/nope/gemini"}}},
-        expect=200,
-    )
+def test_missing_binary_is_an_error_comment(stack, tmp_path):
+    gemini = tmp_path / "gone" / "gemini"
+    gemini.parent.mkdir()
+    gemini.symlink_to(FAKES_BIN / "gemini")
+    body = {"cli_settings": {"gemini": {"binary_path": str(gemini)}}}
+    stack.api("PUT", "/settings", body, expect=200)
+    gemini.unlink()  # removed after it was saved (a saved path that does not exist is refused)
     ws = stack.workspace(agents=[("Planner", "gemini")])
     task = stack.task(ws, "@fake skip")
     comment = stack.wait_comments(task, 1)[0]
-    assert comment["content"].startswith("CLI could not be started: Binary not found at /nope")
+    assert comment["content"] == (
+        f"CLI could not be started: Binary {gemini} does not exist (check Settings → CLIs)"
+    )
 
 
 def test_a_cli_printing_100_mb_does_not_grow_the_worker(stack):
