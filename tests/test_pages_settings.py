@@ -188,3 +188,24 @@ def test_slow_cli_is_shown_as_slow_not_unhealthy(client):
     status = html(hx(client, "get", "/settings/clis/codex/status/"))
     assert "Slow to answer" in status and "Unhealthy" not in status
     assert "cli-status__error--slow" in status
+
+
+def test_a_request_stays_checking_until_a_check_started_after_it_has_answered(client):
+    from datetime import timedelta
+
+    now = timezone.now()
+    # A check that started before the request ended after it: its result is not the answer.
+    CliHealth.objects.create(
+        cli_type="codex",
+        status="healthy",
+        checked_at=now - timedelta(seconds=30),
+        refresh_requested_at=now - timedelta(seconds=60),
+    )
+    status = html(hx(client, "get", "/settings/clis/codex/status/"))
+    assert "Checking…" in status and "Healthy" not in status
+    assert "Still waiting for the worker" not in status  # two tries of 30 s are normal
+    CliHealth.objects.filter(cli_type="codex").update(
+        refresh_requested_at=now - timedelta(minutes=4)
+    )
+    status = html(hx(client, "get", "/settings/clis/codex/status/"))
+    assert "Still waiting for the worker" in status
