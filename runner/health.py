@@ -78,7 +78,7 @@ def check(cli: str, *, full: bool, was_healthy: bool = False) -> dict:
     binary, problem = resolve_binary(cli, env)
     if binary is None:
         return {"status": CliHealthStatus.UNHEALTHY, "error": problem, "binary_path": ""}
-    found = {"binary_path": binary}
+    found = {"binary_path": binary, **({"answer": ""} if full else {})}
     version = _patient_run(cli, Command([binary, "--version"]), env, VERSION_TIMEOUT)
     if version.timed_out:
         return _timed_out(found, was_healthy=was_healthy, timeout=VERSION_TIMEOUT)
@@ -87,7 +87,6 @@ def check(cli: str, *, full: bool, was_healthy: bool = False) -> dict:
     found["version"] = (version.stdout.strip().splitlines() or [""])[0][:200]
     if not full:
         return {**found, "status": CliHealthStatus.HEALTHY, "error": ""}
-    found["answer"] = ""
     answer = _patient_run(cli, adapter_for(cli).health_command(binary), env, PROMPT_TIMEOUT)
     if answer.timed_out:
         return _timed_out(found, was_healthy=was_healthy, timeout=PROMPT_TIMEOUT)
