@@ -165,8 +165,9 @@ def cli_settings_save(request, cli_type: str):
 
 @require_POST
 def cli_test(request, cli_type: str):
-    """ "Test": the worker sends this CLI the real minimal prompt; the card shows "Testing…",
-    then the CLI's answer or error when it arrives (cli.health_changed, or its polling)."""
+    """The CLI's Test button: the worker sends it the real minimal prompt; its card shows
+    "Checking…", then the CLI's answer or error when it arrives (cli.health_changed, or the
+    card's own polling while a check is pending)."""
     runner_services.cli_health_check_request(cli_types=[_cli_or_404(cli_type)])
     if not request.htmx:
         return redirect("global_settings")
