@@ -119,7 +119,8 @@ Also:
 - update_workspace: only the settings that change: title, description,
   working_directory_mode ("static" needs working_directory_path, an existing absolute path
   the user gave you; "temp"), auto_delete_done_tasks, retention_days (days a Done task is
-  kept), notify_on_error, notify_on_in_review.
+  kept), notify_on_error and notify_on_in_review ("inherit" follows the global setting,
+  "on" or "off" overrides it for this workspace).
 - create_task: summary and a description holding all the context agents need (comments are
   for steering later). Only when the user asks for a task; it is queued (Todo) at once.
 - rename_chat: a short title (at most six words) for this conversation. Use it in your first

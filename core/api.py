@@ -2,15 +2,16 @@
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from django.db import connection
 from django.http import Http404
-from ninja import Body, NinjaAPI, Router, Schema, Status
+from ninja import Body, Field, NinjaAPI, Router, Schema, Status
 from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
 from agents.api import router as agents_router
+from agents.models import CliType
 from chats.api import router as chats_router
 from core import settings_store
 from core.errors import ServiceError
@@ -80,20 +81,33 @@ def get_settings(request):
 
 @core_router.put("/settings", response=dict[str, Any])
 def update_settings(request, payload: Body[dict[str, Any]]):
-    """Any subset of the settings keys; secrets equal to their mask are kept unchanged."""
-    return settings_store.settings_update(changes=payload)
+    """Any subset of the settings keys; secrets equal to their mask are kept unchanged.
+
+    Validated exactly as the settings page validates (email addresses, http(s) URLs with a
+    host, minutes above 0, variable names, a binary path that exists, is a file and is
+    executable): any invalid field is a 400 naming each field, and nothing is stored. Saving a
+    CLI's settings asks the worker to re-check that CLI at once (see `/health/cli`)."""
+    return runner_services.settings_save(changes=payload)
 
 
 class CliHealthOut(Schema):
     cli_type: str
     name: str
-    status: str
+    status: Literal["not_checked", "healthy", "slow", "unhealthy"] = Field(
+        description=(
+            '"slow": a CLI that was healthy did not answer the health check in time, twice; '
+            "it stays available and is checked again in 5 minutes."
+        )
+    )
     available: bool
     error: str
     version: str
     binary_path: str
+    answer: str = Field(description="What the CLI answered to the last health prompt.")
     checked_at: datetime | None
-    refresh_requested_at: datetime | None
+    refresh_requested_at: datetime | None = Field(
+        description="A check asked for and not done yet (cleared when the worker has answered)."
+    )
 
 
 class CliHealthList(Schema):
@@ -122,7 +136,7 @@ def health(request):
         "status": "ok",
         "version": VERSION,
         "database": "ok",
-        "clis_available": sum(1 for c in clis if c["status"] == "healthy"),
+        "clis_available": sum(1 for c in clis if c["status"] in ("healthy", "slow")),
     }
 
 
@@ -135,6 +149,15 @@ def health_cli(request):
 def health_cli_refresh(request):
     runner_services.cli_health_refresh_request()
     return Status(202, {"clis": cli_health_all()})
+
+
+@core_router.post("/health/cli/{cli_type}/check", response={202: CliHealthOut})
+def health_cli_check(request, cli_type: CliType):
+    """Test one CLI: the worker sends it the real minimal prompt. Poll `/health/cli` (or listen
+    for `cli.health_changed`) until its `refresh_requested_at` is null; `answer` or `error`
+    then holds the result."""
+    runner_services.cli_health_check_request(cli_types=[cli_type])
+    return Status(202, next(c for c in cli_health_all() if c["cli_type"] == cli_type))
 
 
 api.add_router("", workspaces_router)

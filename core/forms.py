@@ -1,20 +1,25 @@
-"""Form helpers shared by the pages, and the global settings forms (validation only)."""
+"""Form helpers shared by the pages, and the global settings forms.
 
-import re
+The settings forms only parse what the browser posts; core.settings_store validates (the same
+code the JSON API uses), and the views show its errors on the fields with apply_service_error.
+"""
 
 from django import forms
 
 from core.errors import ServiceError
 from core.settings_store import MASK_PREFIX
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-
-def apply_service_error(form: forms.Form, error: ServiceError, field: str | None = None) -> None:
+def apply_service_error(
+    form: forms.Form, error: ServiceError, field: str | None = None, prefix: str = ""
+) -> None:
     """Show a service's ValidationFailed/Conflict on the field it names (or `field`), else on
-    the form as a whole."""
-    field = field or error.field
-    form.add_error(field if field in form.fields else None, error.message)
+    the form as a whole. An error listing several fields (`errors`) marks each of them; `prefix`
+    is dropped from the names the service uses (e.g. "cli_settings.claude.binary_path")."""
+    errors = getattr(error, "errors", None) or {error.field: error.message}
+    for key, message in errors.items():
+        name = field or (key or "").removeprefix(prefix).split(".")[0]
+        form.add_error(name if name in form.fields else None, message)
 
 
 class CliSettingsForm(forms.Form):
@@ -51,23 +56,13 @@ class CliSettingsForm(forms.Form):
             ]
 
     def clean(self):
+        """Rows → the settings service's `env` object (which validates names and values)."""
         cleaned = super().clean()
         env: dict[str, str | None] = {}
         for row in self.env_rows:
             name = row["name"]
-            if not name:
-                self.add_error("env", "Each variable needs a name.")
-                break
-            if not ENV_NAME.match(name):
-                self.add_error(
-                    "env", f"“{name}” is not a valid name: use letters, digits and underscores."
-                )
-                break
-            if name in env:
+            if name and name in env:
                 self.add_error("env", f"“{name}” is listed twice.")
-                break
-            if "\0" in row["value"]:
-                self.add_error("env", f"The value of “{name}” contains a NUL character.")
                 break
             env[name] = row["value"]
         for name in self.stored_env:
@@ -93,20 +88,18 @@ class NotificationSettingsForm(forms.Form):
         choices=[("us", "US (api.mailgun.net)"), ("eu", "EU (api.eu.mailgun.net)")],
         label="Region",
     )
-    mailgun_from_email = forms.EmailField(required=False, label="From")
-    mailgun_to_email = forms.EmailField(required=False, label="To")
+    mailgun_from_email = forms.CharField(required=False, label="From", widget=forms.EmailInput)
+    mailgun_to_email = forms.CharField(required=False, label="To", widget=forms.EmailInput)
     notify_on_error = forms.BooleanField(required=False, label="When an agent run fails")
     notify_on_in_review = forms.BooleanField(
         required=False, label="When agents move a task to In Review"
     )
     stall_warning_minutes = forms.FloatField(
         label="Warn when a run is silent for (minutes)",
-        min_value=0.1,
         help_text="An agent run that prints nothing this long raises a warning on every open page.",
         error_messages={
             "required": "Enter a number of minutes",
             "invalid": "Enter a number of minutes",
-            "min_value": "Enter more than 0 minutes",
         },
         widget=forms.NumberInput(attrs={"min": 0.1, "step": "any", "inputmode": "decimal"}),
     )

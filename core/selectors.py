@@ -8,13 +8,15 @@ from agents.models import CLI_PREFERENCE
 from core.settings_store import settings_public
 from runner.selectors import cli_health_all
 
-# A refresh the worker has not answered after this long probably means it is not running.
-WORKER_SLOW_AFTER = timedelta(seconds=30)
+# A check the worker has not answered after this long probably means it is not running (a
+# round checks two CLIs at a time, each may take two tries of --version and the prompt).
+WORKER_SLOW_AFTER = timedelta(minutes=3)
 
 
 def _with_pending(health: dict, now) -> dict:
-    requested, checked = health["refresh_requested_at"], health["checked_at"]
-    pending = bool(requested and (checked is None or requested > checked))
+    # The worker clears the request once a check that started after it has ended.
+    requested = health["refresh_requested_at"]
+    pending = requested is not None
     return {
         **health,
         "pending": pending,

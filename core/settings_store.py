@@ -2,10 +2,20 @@
 
 Secrets (the Mailgun key, CLI environment values) are stored in full and never returned in
 full. Updates merge: an omitted value, or the mask itself, keeps what is stored; None deletes.
+
+`settings_update` is the one place that validates settings: the pages and the JSON API both
+save through it, and it reports every invalid field at once (`SettingsInvalid.errors`).
 """
 
 import copy
+import math
+import os
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
 
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import transaction
 
 from core import events
@@ -22,6 +32,20 @@ BOOL_KEYS = ("notify_on_error", "notify_on_in_review")
 CHOICE_KEYS = {"mailgun_region": ("us", "eu")}
 READ_ONLY_KEYS = frozenset({"mailgun_configured"})  # derived; a form may send it back
 URL_PREFIXES = ("https://", "http://")
+EMAIL_KEYS = ("mailgun_from_email", "mailgun_to_email")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SettingsInvalid(ValidationFailed):
+    """One or more settings are invalid: `errors` maps each field to its message.
+
+    The message (the API's) names each field; a page shows each message on its field."""
+
+    def __init__(self, errors: dict[str, str]):
+        self.errors = errors
+        field = next(iter(errors))
+        message = "; ".join(f"{key}: {text}" for key, text in errors.items())
+        super().__init__(message, field=field)
 
 
 def _default_cli_settings() -> dict:
@@ -86,32 +110,78 @@ def cli_settings_for(cli_type: str) -> dict:
     return settings_get()["cli_settings"][cli_type]
 
 
+def binary_problem(path: str) -> str:
+    """What is wrong with a CLI binary path ("" when it can be run): missing, not a file, not
+    executable. The settings check it on save; the worker says the same when it cannot run it."""
+    resolved = Path(path).expanduser()
+    if not resolved.is_absolute():
+        return f"{path} is not an absolute path (e.g. /usr/local/bin/claude)"
+    try:
+        if not resolved.exists():
+            return f"{path} does not exist"
+        if not resolved.is_file():
+            return f"{path} is not a file"
+    except OSError as exc:
+        return f"{path} cannot be read ({exc.strerror or exc})"
+    if not os.access(resolved, os.X_OK):
+        return f"{path} is not executable"
+    return ""
+
+
+def _invalid(field: str, message: str) -> ValidationFailed:
+    return ValidationFailed(message, field=field)
+
+
 def _merge_text(key: str, new, stored: str):
     if new is None:
         return ""
     if not isinstance(new, str):
-        raise ValidationFailed(f"{key} must be a string", field=key)
+        raise _invalid(key, "must be a string")
     if key in SECRET_KEYS and _is_mask_of(new, stored):
         return stored
-    return new.strip()
+    value = new.strip()
+    if value and key in EMAIL_KEYS:
+        try:
+            validate_email(value)
+        except ValidationError:
+            raise _invalid(key, f"{value} is not a valid email address") from None
+    if value and key == "knowledge_base_url":
+        _check_url(key, value)
+    return value
+
+
+def _check_url(key: str, url: str) -> None:
+    """An http(s) URL with a host, no spaces."""
+    if not url.startswith(URL_PREFIXES) or any(c.isspace() for c in url):
+        raise _invalid(key, f"{url} is not an http(s) URL")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise _invalid(key, f"{url} is not a valid URL") from None
+    if not host:
+        raise _invalid(key, f"{url} has no host name")
 
 
 def _merge_cli(cli: str, new, stored: dict) -> dict:
     if new is None:
         return {"binary_path": "", "env": {}}
     if not isinstance(new, dict):
-        raise ValidationFailed(f"cli_settings.{cli} must be an object", field=f"cli_settings.{cli}")
+        raise _invalid(f"cli_settings.{cli}", "must be an object")
     unknown = set(new) - {"binary_path", "env"}
     if unknown:
-        field = f"cli_settings.{cli}.{sorted(unknown)[0]}"
-        raise ValidationFailed(f"{field} is not a known setting", field=field)
+        raise _invalid(f"cli_settings.{cli}.{sorted(unknown)[0]}", "is not a known setting")
     merged = copy.deepcopy(stored)
     if "binary_path" in new:
+        field = f"cli_settings.{cli}.binary_path"
         path = new["binary_path"]
         if path is not None and not isinstance(path, str):
-            field = f"cli_settings.{cli}.binary_path"
-            raise ValidationFailed(f"{field} must be a string", field=field)
+            raise _invalid(field, "must be a string")
         merged["binary_path"] = (path or "").strip()
+        problem = binary_problem(merged["binary_path"]) if merged["binary_path"] else ""
+        if problem:
+            raise _invalid(field, problem)
     if "env" in new:
         merged["env"] = _merge_env(cli, new["env"], stored.get("env", {}))
     return merged
@@ -122,16 +192,21 @@ def _merge_env(cli: str, new, stored: dict) -> dict:
     if new is None:
         return {}
     if not isinstance(new, dict):
-        raise ValidationFailed(f"{field} must be an object of NAME: value", field=field)
+        raise _invalid(field, "must be an object of NAME: value")
     merged = dict(stored)
     for name, value in new.items():
-        if not isinstance(name, str) or not name.strip() or "=" in name or "\0" in name:
-            raise ValidationFailed(f"{field} has an invalid variable name {name!r}", field=field)
-        name = name.strip()
+        name = name.strip() if isinstance(name, str) else ""
+        if not name:
+            raise _invalid(field, "Each variable needs a name.")
+        if not ENV_NAME.match(name):
+            message = f"“{name}” is not a valid name: use letters, digits and underscores."
+            raise _invalid(field, message)
         if value is None:
             merged.pop(name, None)
-        elif not isinstance(value, str) or "\0" in value:
-            raise ValidationFailed(f"{field}.{name} must be a string", field=f"{field}.{name}")
+        elif not isinstance(value, str):
+            raise _invalid(f"{field}.{name}", "must be a string")
+        elif "\0" in value:
+            raise _invalid(f"{field}.{name}", f"The value of “{name}” contains a NUL character.")
         elif not _is_mask_of(value, stored.get(name, "")):
             merged[name] = value
     return merged
@@ -143,54 +218,58 @@ def _clean_urls(key: str, value) -> list[str]:
     if isinstance(value, str):  # one per line, as a form sends them
         value = value.splitlines()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValidationFailed(f"{key} must be a list of URLs", field=key)
+        raise _invalid(key, "must be a list of URLs")
     urls = [v.strip() for v in value if v.strip()]
     for url in urls:
-        if not url.startswith(URL_PREFIXES) or any(c.isspace() for c in url):
-            raise ValidationFailed(f"{key}: {url!r} is not an http(s) URL", field=key)
+        _check_url(key, url)
     return urls
 
 
+def _clean_value(key: str, new, current: dict):
+    """One setting, validated and merged with what is stored (raises ValidationFailed)."""
+    if key in TEXT_KEYS:
+        return _merge_text(key, new, current[key])
+    if key in CHOICE_KEYS:
+        if new not in CHOICE_KEYS[key]:
+            raise _invalid(key, f"must be {' or '.join(CHOICE_KEYS[key])}")
+        return new
+    if key == "stall_warning_minutes":
+        number = isinstance(new, int | float) and not isinstance(new, bool)
+        if not number or not math.isfinite(new) or new <= 0:
+            raise _invalid(key, "Enter a number of minutes above 0")
+        return new
+    if key == "webhook_urls":
+        return _clean_urls(key, new)
+    if key in BOOL_KEYS:
+        if not isinstance(new, bool):
+            raise _invalid(key, "must be true or false")
+        return new
+    if key == "cli_settings":
+        if not isinstance(new, dict):
+            raise _invalid(key, "must be an object")
+        clis = copy.deepcopy(current["cli_settings"])
+        for cli, conf in new.items():
+            if cli not in CLI_TYPES:
+                raise _invalid(f"cli_settings.{cli}", "is not a supported CLI")
+            clis[cli] = _merge_cli(cli, conf, clis[cli])
+        return clis
+    raise _invalid(key, "is not a known setting")
+
+
 def settings_update(*, changes: dict) -> dict:
-    """Merge `changes` into the stored settings; returns the public (masked) view."""
+    """Validate and merge `changes` into the stored settings; returns the public (masked) view.
+
+    Nothing is stored unless every change is valid: SettingsInvalid lists each invalid field."""
     changes = {k: v for k, v in changes.items() if k not in READ_ONLY_KEYS}
-    unknown = set(changes) - set(DEFAULTS)
-    if unknown:
-        key = sorted(unknown)[0]
-        raise ValidationFailed(f"{key} is not a known setting", field=key)
     current = settings_get()
-    updates = {}
+    updates, errors = {}, {}
     for key, new in changes.items():
-        if key in TEXT_KEYS:
-            updates[key] = _merge_text(key, new, current[key])
-            url = updates[key] if key == "knowledge_base_url" else ""
-            if url and not url.startswith(URL_PREFIXES):
-                raise ValidationFailed(f"{key} must start with https:// or http://", field=key)
-        elif key in CHOICE_KEYS:
-            if new not in CHOICE_KEYS[key]:
-                choices = " or ".join(CHOICE_KEYS[key])
-                raise ValidationFailed(f"{key} must be {choices}", field=key)
-            updates[key] = new
-        elif key == "stall_warning_minutes":
-            if isinstance(new, bool) or not isinstance(new, int | float) or new <= 0:
-                raise ValidationFailed(f"{key} must be a number of minutes above 0", field=key)
-            updates[key] = new
-        elif key == "webhook_urls":
-            updates[key] = _clean_urls(key, new)
-        elif key in BOOL_KEYS:
-            if not isinstance(new, bool):
-                raise ValidationFailed(f"{key} must be true or false", field=key)
-            updates[key] = new
-        elif key == "cli_settings":
-            if not isinstance(new, dict):
-                raise ValidationFailed("cli_settings must be an object", field=key)
-            clis = copy.deepcopy(current["cli_settings"])
-            for cli, conf in new.items():
-                if cli not in CLI_TYPES:
-                    field = f"cli_settings.{cli}"
-                    raise ValidationFailed(f"{field} is not a supported CLI", field=field)
-                clis[cli] = _merge_cli(cli, conf, clis[cli])
-            updates[key] = clis
+        try:
+            updates[key] = _clean_value(key, new, current)
+        except ValidationFailed as error:
+            errors[error.field or key] = error.message
+    if errors:
+        raise SettingsInvalid(errors)
     with transaction.atomic():
         for key, value in updates.items():
             Setting.objects.update_or_create(key=key, defaults={"value": value})

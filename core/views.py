@@ -56,7 +56,7 @@ def notifications_save(request):
     saved = False
     if form.is_valid():
         try:
-            settings_store.settings_update(changes=form.cleaned_data)
+            runner_services.settings_save(changes=form.cleaned_data)
         except ServiceError as error:
             apply_service_error(form, error)
         else:
@@ -137,13 +137,13 @@ def cli_settings_save(request, cli_type: str):
     saved = False
     if form.is_valid():
         try:
-            settings_store.settings_update(
+            # Validated by the settings service; the worker re-checks the CLI right away.
+            runner_services.settings_save(
                 changes={"cli_settings": {cli_type: form.cleaned_data["change"]}}
             )
         except ServiceError as error:
             # The service names "cli_settings.<cli>.binary_path" or "...env[.NAME]".
-            on_path = (error.field or "").endswith("binary_path")
-            apply_service_error(form, error, field="binary_path" if on_path else "env")
+            apply_service_error(form, error, prefix=f"cli_settings.{cli_type}.")
         else:
             saved = True
     if not request.htmx:
@@ -158,8 +158,20 @@ def cli_settings_save(request, cli_type: str):
     response = render(request, f"{SETTINGS}#cli_form", {"card": card})
     if saved:
         message = f"{CliType(cli_type).label} settings saved"
-        toast(response, message, "success")
+        toast(response, message, "success", detail="Checking it now…")
+        trigger_client_event(response, "malamar:cli-refresh", {})  # its card shows "Checking…"
     return response
+
+
+@require_POST
+def cli_test(request, cli_type: str):
+    """The CLI's Test button: the worker sends it the real minimal prompt; its card shows
+    "Checking…", then the CLI's answer or error when it arrives (cli.health_changed, or the
+    card's own polling while a check is pending)."""
+    runner_services.cli_health_check_request(cli_types=[_cli_or_404(cli_type)])
+    if not request.htmx:
+        return redirect("global_settings")
+    return render(request, f"{SETTINGS}#cli_status", {"card": selectors.cli_card(cli_type)})
 
 
 @require_GET

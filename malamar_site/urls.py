@@ -56,6 +56,7 @@ pages = [
     path("settings/clis/refresh/", core_views.cli_refresh, name="cli_refresh"),
     path("settings/clis/<str:cli_type>/", core_views.cli_settings_save, name="cli_settings_save"),
     path("settings/clis/<str:cli_type>/status/", core_views.cli_status, name="cli_status"),
+    path("settings/clis/<str:cli_type>/test/", core_views.cli_test, name="cli_test"),
 ]
 
 urlpatterns = [

@@ -1,6 +1,7 @@
 """Tell the user when a task needs them: on an error and when it reaches In Review.
 
-Email (Mailgun) and webhooks, per the global settings and the workspace's toggles. Sending is
+Email (Mailgun) and webhooks, per the global settings and the workspace's switches ("inherit"
+follows the global switch: workspaces.selectors.notify_effective decides). Sending is
 fire and forget on a small thread pool, so a slow or dead endpoint never delays the runner;
 failures are logged and never retried. One error notification per failure streak.
 """
@@ -14,6 +15,7 @@ from django.db import transaction
 from core.errors import ServiceError, ValidationFailed
 from core.settings_store import mailgun_configured, settings_get
 from notifications.senders import DeliveryFailed, mailgun_send, webhook_post
+from workspaces.selectors import notify_effective
 
 log = logging.getLogger(__name__)
 _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="malamar-notify")
@@ -90,14 +92,14 @@ def _send_webhook(url: str, payload: dict, task_id: str) -> None:
 
 def notify_task_error(*, task, message: str, failure_streak: int) -> None:
     """After the error is committed: notify once per failure streak (the first failure)."""
-    if failure_streak != 1 or not task.workspace.notify_on_error:
+    if failure_streak != 1 or not notify_effective(task.workspace, "notify_on_error"):
         return
     transaction.on_commit(lambda: _deliver("error", task, message))
 
 
 def notify_task_in_review(*, task, last_comment: str) -> None:
     """An agent or the runner moved the task to In Review (never the user's own move)."""
-    if not task.workspace.notify_on_in_review:
+    if not notify_effective(task.workspace, "notify_on_in_review"):
         return
     transaction.on_commit(lambda: _deliver("in_review", task, last_comment))
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.models import CliType
-from core.settings_store import cli_settings_for
+from core.settings_store import binary_problem, cli_settings_for
 from runner import process
 from runner.adapters import adapter_for
 from runner.adapters.base import Invocation, stderr_message
@@ -46,10 +46,10 @@ def resolve_binary(
     """(path, error): the configured binary path, else the CLI's name looked up in PATH."""
     configured = ((conf or cli_settings_for(cli_type)).get("binary_path") or "").strip()
     if configured:
-        path = Path(configured).expanduser()
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path), ""
-        return None, f"Binary not found at {configured} (check Settings → CLIs)"
+        problem = binary_problem(configured)  # missing, not a file, not executable
+        if problem:
+            return None, f"Binary {problem} (check Settings → CLIs)"
+        return str(Path(configured).expanduser()), ""
     found = shutil.which(cli_type, path=env.get("PATH"))
     if found:
         return found, ""

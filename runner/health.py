@@ -1,11 +1,21 @@
 """CLI health: is the binary there, and does a minimal prompt answer?
 
 `--version` is cheap and runs every 5 minutes; the real prompt (a model call) runs at worker
-start, on the user's "Refresh", and after a failure. Results are stored for the server.
+start, on the user's "Refresh" or "Test", after the CLI's settings are saved, and after a
+failure. Results are stored for the server.
+
+Our own load must not look like a broken CLI: a round runs at most CONCURRENCY CLIs at a time
+(four model calls at once on a busy machine used to time out healthy CLIs), each prompt's time
+limit counts from that CLI's own start, and a prompt that times out is retried once. If the
+retry times out too, a CLI that was healthy is reported "slow to answer" (still available; the
+next round re-checks it with the real prompt), and only a CLI that was not healthy, or is slow
+again in the next round, becomes unhealthy.
 """
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -22,6 +32,8 @@ from runner.models import CliHealth, CliHealthStatus
 log = logging.getLogger(__name__)
 PROMPT_TIMEOUT = 30
 VERSION_TIMEOUT = 10
+CONCURRENCY = 2  # CLIs checked at the same time
+ANSWER_CHARS = 500
 
 
 def _run(command: Command, env: dict, timeout: float) -> process.ProcessResult:
@@ -32,121 +44,154 @@ def _run(command: Command, env: dict, timeout: float) -> process.ProcessResult:
 def _failure(cli: str, result: process.ProcessResult) -> str:
     if result.start_error:
         return f"CLI could not be started: {result.start_error}"
-    if result.timed_out:
-        return "CLI health check timed out"
     noise = getattr(adapter_for(cli), "STDERR_NOISE", ())
     detail = stderr_message(result.stderr, noise)[-500:]
     explain = adapter_for(cli).explain(result.stderr)
     return f"CLI exited with code {result.exit_code}" + (f": {detail}" if detail else "") + explain
 
 
-def check(cli: str, *, full: bool) -> dict:
-    """Check one CLI. `full` also sends the minimal prompt."""
+def _patient_run(cli: str, command: Command, env: dict, timeout: float) -> process.ProcessResult:
+    """Run a check command; once more if it times out. The limit counts from the CLI's own
+    start, so waiting for a free slot in the round never counts against it."""
+    result = _run(command, env, timeout)
+    if result.timed_out:
+        log.info("CLI health check timed out; retrying once", extra={"cli": cli})
+        result = _run(command, env, timeout)
+    return result
+
+
+def _timed_out(found: dict, *, was_healthy: bool, timeout: float) -> dict:
+    if was_healthy:
+        error = (
+            f"Slow to answer: no answer to the health check within {timeout:g} s, twice (a "
+            "busy machine?). Malamar keeps using it and checks again in 5 minutes."
+        )
+        return {**found, "status": CliHealthStatus.SLOW, "error": error}
+    error = f"CLI health check timed out (no answer within {timeout:g} s, twice)"
+    return {**found, "status": CliHealthStatus.UNHEALTHY, "error": error}
+
+
+def check(cli: str, *, full: bool, was_healthy: bool = False) -> dict:
+    """Check one CLI. `full` also sends the minimal prompt; `was_healthy` (its last stored
+    status) decides whether two timeouts make it "slow" or "unhealthy"."""
     env = cli_env(cli)
     binary, problem = resolve_binary(cli, env)
     if binary is None:
         return {"status": CliHealthStatus.UNHEALTHY, "error": problem, "binary_path": ""}
-    found = {"binary_path": binary}
-    version = _run(Command([binary, "--version"]), env, VERSION_TIMEOUT)
+    found = {"binary_path": binary, **({"answer": ""} if full else {})}
+    version = _patient_run(cli, Command([binary, "--version"]), env, VERSION_TIMEOUT)
+    if version.timed_out:
+        return _timed_out(found, was_healthy=was_healthy, timeout=VERSION_TIMEOUT)
     if version.exit_code != 0:
         return {**found, "status": CliHealthStatus.UNHEALTHY, "error": _failure(cli, version)}
     found["version"] = (version.stdout.strip().splitlines() or [""])[0][:200]
     if not full:
         return {**found, "status": CliHealthStatus.HEALTHY, "error": ""}
-    answer = _run(adapter_for(cli).health_command(binary), env, PROMPT_TIMEOUT)
-    if answer.exit_code != 0 or answer.timed_out or answer.start_error:
+    answer = _patient_run(cli, adapter_for(cli).health_command(binary), env, PROMPT_TIMEOUT)
+    if answer.timed_out:
+        return _timed_out(found, was_healthy=was_healthy, timeout=PROMPT_TIMEOUT)
+    if answer.exit_code != 0 or answer.start_error:
         return {**found, "status": CliHealthStatus.UNHEALTHY, "error": _failure(cli, answer)}
-    if not answer.stdout.strip():
+    adapter = adapter_for(cli)
+    reported = adapter.read_stdout(answer.stdout).error
+    if reported:
+        error = f"CLI reported an error: {reported[-500:]}"
+        return {**found, "status": CliHealthStatus.UNHEALTHY, "error": error}
+    text = adapter.health_answer(answer.stdout)
+    if not text:
         return {
             **found,
             "status": CliHealthStatus.UNHEALTHY,
             "error": "CLI returned empty response",
         }
-    return {**found, "status": CliHealthStatus.HEALTHY, "error": ""}
+    return {**found, "status": CliHealthStatus.HEALTHY, "error": "", "answer": text[:ANSWER_CHARS]}
 
 
-def store(cli: str, outcome: dict, *, clear_refresh: bool) -> None:
+def store(cli: str, outcome: dict, *, started_at: datetime, full: bool) -> None:
+    """Save a check's outcome. A full check also answers every request (Refresh, Test, saved
+    settings) made before it started; a request made while it ran stays pending."""
     with transaction.atomic():
         row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli)
-        changed = row.status != outcome["status"] or row.error != outcome.get("error", "")
+        before = (row.status, row.error, row.answer)
         row.status = outcome["status"]
         row.error = outcome.get("error", "")
         row.binary_path = outcome.get("binary_path", "")
         row.version = outcome.get("version", row.version if row.binary_path else "")
+        if "answer" in outcome:
+            row.answer = outcome["answer"]
+        elif row.status == CliHealthStatus.UNHEALTHY:
+            row.answer = ""
         row.checked_at = timezone.now()
-        if clear_refresh:
+        requested = row.refresh_requested_at
+        answered = full and requested is not None and requested <= started_at
+        if answered:
             row.refresh_requested_at = None
         row.save()
-        if changed or clear_refresh:
+        if answered or before != (row.status, row.error, row.answer):
             events.publish(
                 "cli.health_changed",
                 {"cli_type": cli, "status": row.status, "error": row.error},
             )
 
 
-def check_and_store(cli: str, *, full: bool, clear_refresh: bool = False) -> None:
+def check_and_store(cli: str, *, full: bool) -> None:
+    started_at = timezone.now()
+    was_healthy = CliHealth.objects.filter(cli_type=cli, status=CliHealthStatus.HEALTHY).exists()
     try:
-        outcome = check(cli, full=full)
+        outcome = check(cli, full=full, was_healthy=was_healthy)
     except Exception as exc:  # a health check must never take the worker down
         log.exception("CLI health check failed", extra={"cli": cli})
         outcome = {"status": CliHealthStatus.UNHEALTHY, "error": f"Health check error: {exc}"}
-    store(cli, outcome, clear_refresh=clear_refresh)
+    store(cli, outcome, started_at=started_at, full=full)
 
 
 class HealthChecks:
     """Runs check rounds in the background, one round at a time.
 
-    A request while a round runs is remembered and runs right after it, so an older, slower
-    result can never overwrite a newer one."""
+    A request while a round runs is remembered (per CLI: the real prompt wins over --version)
+    and runs right after it, so an older, slower result can never overwrite a newer one."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.running = False
-        self.pending: tuple[set[str], bool] | None = None
+        self.pending: dict[str, bool] = {}  # CLI → full check
 
-    def request(self, *, full_for: set[str], refresh: bool = False) -> None:
+    def request(self, *, full_for: set[str], clis=None) -> None:
+        """Check `clis` (default: every CLI), with the real prompt for those in `full_for`."""
+        wanted = set(CliType.values if clis is None else clis) | set(full_for)
         with self.lock:
+            for cli in wanted:
+                self.pending[cli] = self.pending.get(cli, False) or cli in full_for
             if self.running:
-                full, was_refresh = self.pending or (set(), False)
-                self.pending = (full | full_for, was_refresh or refresh)
                 return
             self.running = True
-        threading.Thread(
-            target=self._rounds, args=(full_for, refresh), name="malamar-health", daemon=True
-        ).start()
+        threading.Thread(target=self._rounds, name="malamar-health", daemon=True).start()
 
-    def _rounds(self, full_for: set[str], refresh: bool) -> None:
+    def _rounds(self) -> None:
         while True:
-            run_round(full_for=full_for, refresh=refresh)
             with self.lock:
-                if self.pending is None:
+                if not self.pending:
                     self.running = False
                     return
-                (full_for, refresh), self.pending = self.pending, None
+                jobs, self.pending = self.pending, {}
+            try:
+                run_round(jobs)
+            except Exception:  # never leave `running` set with nobody running
+                log.exception("CLI health round failed")
 
 
-def run_round(*, full_for: set[str], refresh: bool = False) -> None:
-    """Check every CLI in parallel and wait for all of them."""
-    threads = [
-        threading.Thread(
-            target=_checked_in_thread,
-            args=(cli, cli in full_for, refresh),
-            name=f"malamar-health-{cli}",
-            daemon=True,
-        )
-        for cli in CliType.values
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+def run_round(jobs: dict[str, bool]) -> None:
+    """Check the CLIs of `jobs` (CLI → full), CONCURRENCY at a time, and wait for all."""
+    order = [cli for cli in CliType.values if cli in jobs]
+    with ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="malamar-health") as pool:
+        list(pool.map(lambda cli: _checked_in_thread(cli, jobs[cli]), order))
 
 
-def _checked_in_thread(cli: str, full: bool, refresh: bool) -> None:
+def _checked_in_thread(cli: str, full: bool) -> None:
     from django.db import connection
 
     try:
-        check_and_store(cli, full=full, clear_refresh=refresh)
+        check_and_store(cli, full=full)
     finally:
         connection.close()
 

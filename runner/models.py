@@ -5,6 +5,9 @@ class CliHealthStatus(models.TextChoices):
     NOT_CHECKED = "not_checked", "Not checked yet"
     HEALTHY = "healthy", "Healthy"
     UNHEALTHY = "unhealthy", "Unhealthy"
+    # A CLI that was healthy timed out twice on the health prompt: probably our own load, so
+    # it stays available; a second slow round in a row makes it unhealthy.
+    SLOW = "slow", "Slow to answer"
 
 
 class CliHealth(models.Model):
@@ -17,7 +20,11 @@ class CliHealth(models.Model):
     error = models.TextField(blank=True, default="")
     version = models.CharField(max_length=200, blank=True, default="")
     binary_path = models.TextField(blank=True, default="")
+    # What the CLI answered to the last health prompt (the "Test" button shows it).
+    answer = models.TextField(blank=True, default="")
     checked_at = models.DateTimeField(null=True, blank=True)
+    # Set by the server to ask for a check with the real prompt; the worker clears it once a
+    # check that started after it has ended.
     refresh_requested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -185,6 +185,17 @@ def chat_input(
     )
 
 
+def _notify(workspace, key: str) -> str:
+    """ "on", "off", or "inherit (on)": the workspace's value and, if inherited, its effect."""
+    from workspaces.selectors import notify_effective
+
+    value = getattr(workspace, key)
+    if value != "inherit":
+        return value
+    state = "on" if notify_effective(workspace, key) else "off"
+    return f"inherit (the global setting, currently {state})"
+
+
 def chat_context(
     *, workspace, agents: list, clis: list[dict], mailgun_configured: bool, temp_dir: str
 ) -> str:
@@ -201,8 +212,8 @@ def chat_context(
         f"- Working directory: {directory}",
         f"- Auto-delete done tasks: {'on' if workspace.auto_delete_done_tasks else 'off'}"
         f" (retention: {workspace.retention_days} days)",
-        f"- Notify on error: {'on' if workspace.notify_on_error else 'off'}",
-        f"- Notify on In Review: {'on' if workspace.notify_on_in_review else 'off'}",
+        f"- Notify on error: {_notify(workspace, 'notify_on_error')}",
+        f"- Notify on In Review: {_notify(workspace, 'notify_on_in_review')}",
         "",
         "## Workspace instruction",
         "",

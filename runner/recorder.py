@@ -17,6 +17,7 @@ from django.utils import timezone
 from core import events
 from core.ids import new_id
 from runner.models import AgentRun, RunStatus, TraceEvent
+from runner.services import cli_health_run_succeeded
 from runner.streams import Delta, Trace, Usage, parse_line, parser_for
 
 log = logging.getLogger(__name__)
@@ -226,6 +227,8 @@ class RunRecorder:
                 status=status, exit_code=exit_code, ended_at=now, **self._progress()
             )
             events.publish("run.trace", {**self._payload(rows, []), "status": status})
+        if status == RunStatus.COMPLETED:  # the CLI answered: whatever a health check said
+            cli_health_run_succeeded(cli_type=self.run.cli_type)
 
 
 def stall_limits(workspace) -> dict:

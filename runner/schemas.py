@@ -34,8 +34,8 @@ CHAT_ACTION_FIELDS = {
     "working_directory_path": "string",
     "auto_delete_done_tasks": "boolean",
     "retention_days": "integer",
-    "notify_on_error": "boolean",
-    "notify_on_in_review": "boolean",
+    "notify_on_error": "string",  # "inherit" | "on" | "off"
+    "notify_on_in_review": "string",
 }
 AGENT_CHAT_FIELDS = ("title", "summary", "description")
 

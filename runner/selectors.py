@@ -20,6 +20,7 @@ def cli_health_all() -> list[dict]:
                 "error": row.error,
                 "version": row.version,
                 "binary_path": row.binary_path,
+                "answer": row.answer,
                 "checked_at": row.checked_at,
                 "refresh_requested_at": row.refresh_requested_at,
             }

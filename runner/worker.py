@@ -141,6 +141,7 @@ class Worker:
         self.next_cleanup = 0.0
         self.next_health = 0.0
         self.health = health.HealthChecks()
+        self.health_requests: dict = {}  # CLI → the check request already handed to self.health
 
     # lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -325,11 +326,19 @@ class Worker:
         if now >= self.next_cleanup:
             self.next_cleanup = now + CLEANUP_EVERY
             jobs.cleanup()
-        refresh = CliHealth.objects.filter(refresh_requested_at__isnull=False).exists()
-        if refresh:
-            CliHealth.objects.update(refresh_requested_at=None)
-            self.health.request(full_for=set(health.CliType.values), refresh=True)
-            self.next_health = now + HEALTH_EVERY
-        elif now >= self.next_health:
+        # Checks the server asked for (Refresh, Test, saved CLI settings): each request once;
+        # the check clears it when done (a request made during a check stays for the next).
+        requested = dict(
+            CliHealth.objects.filter(refresh_requested_at__isnull=False).values_list(
+                "cli_type", "refresh_requested_at"
+            )
+        )
+        new = {cli for cli, at in requested.items() if self.health_requests.get(cli) != at}
+        self.health_requests = requested
+        if new:
+            self.health.request(full_for=new, clis=new)
+            if new >= set(health.CliType.values):
+                self.next_health = now + HEALTH_EVERY
+        if now >= self.next_health:
             self.next_health = now + HEALTH_EVERY
             self.health.request(full_for=health.needs_full_check())

@@ -34,3 +34,32 @@ def field_error_is_tied(page: str, field_id: str) -> bool:
         and f"{field_id}_error" in described.group(1).split()
         and f'id="{field_id}_error"' in page
     )
+
+
+def element_text(page: str, element_id: str) -> str | None:
+    """The text of the element with this id (tags dropped, entities decoded), or None."""
+    from html import unescape
+    from html.parser import HTMLParser
+
+    class Finder(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.depth, self.parts, self.found = 0, [], False
+
+        def handle_starttag(self, tag, attrs):
+            if self.depth:
+                self.depth += 1
+            elif dict(attrs).get("id") == element_id:
+                self.depth, self.found = 1, True
+
+        def handle_endtag(self, tag):
+            if self.depth:
+                self.depth -= 1
+
+        def handle_data(self, data):
+            if self.depth:
+                self.parts.append(data)
+
+    finder = Finder()
+    finder.feed(page)
+    return unescape(" ".join("".join(finder.parts).split())) if finder.found else None

@@ -4,6 +4,9 @@ import pytest
 
 from tasks.models import Task
 from tests.conftest import ApiClient, error_of
+from tests.stack import FAKES_BIN
+
+FAKE_CLAUDE = str(FAKES_BIN / "claude")
 
 
 def test_workspace_crud_and_search(api):
@@ -17,10 +20,10 @@ def test_workspace_crud_and_search(api):
     found = api.get("/api/workspaces?q=alpha").json()["workspaces"]
     assert [w["id"] for w in found] == [ws["id"]]
     updated = api.put(
-        f"/api/workspaces/{ws['id']}", {"retention_days": 3, "notify_on_error": False}
+        f"/api/workspaces/{ws['id']}", {"retention_days": 3, "notify_on_error": "off"}
     )
     assert updated.status_code == 200 and updated.json()["retention_days"] == 3
-    assert api.get(f"/api/workspaces/{ws['id']}").json()["notify_on_error"] is False
+    assert api.get(f"/api/workspaces/{ws['id']}").json()["notify_on_error"] == "off"
     assert api.delete(f"/api/workspaces/{ws['id']}").status_code == 204
     assert api.get(f"/api/workspaces/{ws['id']}").status_code == 404
 
@@ -202,7 +205,7 @@ def test_settings_api_masks_and_merges(api):
         {
             "mailgun_api_key": "key-abcdef0123456789",
             "cli_settings": {
-                "claude": {"binary_path": "/opt/c", "env": {"TOKEN": "t0ps3cr3t-xyz"}}
+                "claude": {"binary_path": FAKE_CLAUDE, "env": {"TOKEN": "t0ps3cr3t-xyz"}}
             },
         },
     )
@@ -210,7 +213,7 @@ def test_settings_api_masks_and_merges(api):
     body = response.json()
     assert "key-abcdef0123456789" not in response.content.decode()
     assert "t0ps3cr3t-xyz" not in response.content.decode()
-    assert body["cli_settings"]["claude"]["binary_path"] == "/opt/c"
+    assert body["cli_settings"]["claude"]["binary_path"] == FAKE_CLAUDE
     again = api.put("/api/settings", body)  # a form saving what it loaded
     assert again.status_code == 200
     from core.settings_store import settings_get
@@ -247,3 +250,145 @@ def test_unexpected_errors_are_json_500(api, workspace, monkeypatch):
     response = api.post(f"/api/workspaces/{workspace.id}/tasks", {"summary": "x"})
     assert response.status_code == 500
     assert error_of(response) == {"code": "INTERNAL_ERROR", "message": "Internal server error"}
+
+
+# --- settings: the API refuses what the pages refuse ----------------------------------------
+
+NOTIFY_FORM = {
+    "mailgun_api_key": "",
+    "mailgun_domain": "mg.example.com",
+    "mailgun_region": "us",
+    "mailgun_from_email": "malamar@mg.example.com",
+    "mailgun_to_email": "me@example.com",
+    "notify_on_error": "on",
+    "webhook_urls": "",
+    "stall_warning_minutes": "15",
+}
+SAME_RULES = [
+    # (page url, page form changes, the page's error element, API body)
+    (
+        "/settings/notifications/",
+        {"mailgun_from_email": "not-an-email"},
+        "id_mailgun_from_email_error",
+        {"mailgun_from_email": "not-an-email"},
+    ),
+    (
+        "/settings/notifications/",
+        {"mailgun_to_email": "me@"},
+        "id_mailgun_to_email_error",
+        {"mailgun_to_email": "me@"},
+    ),
+    (
+        "/settings/notifications/",
+        {"webhook_urls": "https://"},
+        "id_webhook_urls_error",
+        {"webhook_urls": ["https://"]},
+    ),
+    (
+        "/settings/notifications/",
+        {"stall_warning_minutes": "0"},
+        "id_stall_warning_minutes_error",
+        {"stall_warning_minutes": 0},
+    ),
+    (
+        "/settings/clis/claude/",
+        {"claude-binary_path": "/nonexistent/claude"},
+        "id_claude-binary_path_error",
+        {"cli_settings": {"claude": {"binary_path": "/nonexistent/claude"}}},
+    ),
+    (
+        "/settings/clis/claude/",
+        {"claude-env_name": ["BAD NAME"], "claude-env_value": ["x"]},
+        "claude-env-error",
+        {"cli_settings": {"claude": {"env": {"BAD NAME": "x"}}}},
+    ),
+]
+
+
+@pytest.mark.parametrize(("url", "form", "error_id", "body"), SAME_RULES)
+def test_settings_api_refuses_what_the_page_refuses(api, url, form, error_id, body):
+    from django.test import Client
+
+    from core.settings_store import settings_get
+    from tests.pages import element_text
+
+    before = settings_get()
+    data = {**NOTIFY_FORM, **form} if "notifications" in url else {"claude-binary_path": "", **form}
+    page = Client().post(url, data, HTTP_HX_REQUEST="true").content.decode()
+    shown = element_text(page, error_id)
+    assert shown, f"no error shown at #{error_id}"
+    response = api.put("/api/settings", body)
+    assert response.status_code == 400
+    field, _, message = error_of(response)["message"].partition(": ")
+    assert message == shown  # the same rule, the same words
+    assert field.split(".")[-1] in error_id.replace("-", "_") or field.endswith("env")
+    assert settings_get() == before  # nothing stored by either
+
+
+def test_settings_api_rejects_non_finite_minutes(api):
+    response = api.client.put(
+        "/api/settings", '{"stall_warning_minutes": Infinity}', content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert error_of(response)["message"].startswith("stall_warning_minutes: ")
+
+
+def test_saving_cli_settings_through_the_api_rechecks_that_cli(api):
+    from runner.models import CliHealth
+
+    response = api.put("/api/settings", {"cli_settings": {"codex": {"env": {"A": "1"}}}})
+    assert response.status_code == 200
+    pending = CliHealth.objects.filter(refresh_requested_at__isnull=False)
+    assert list(pending.values_list("cli_type", flat=True)) == ["codex"]
+    assert api.put("/api/settings", {"mailgun_domain": "mg.example.com"}).status_code == 200
+    assert pending.count() == 1  # other settings leave the CLIs alone
+
+
+def test_testing_one_cli(api):
+    response = api.post("/api/health/cli/gemini/check")
+    assert response.status_code == 202
+    assert response.json()["cli_type"] == "gemini" and response.json()["refresh_requested_at"]
+    clis = {c["cli_type"]: c for c in api.get("/api/health/cli").json()["clis"]}
+    assert [cli for cli, c in clis.items() if c["refresh_requested_at"]] == ["gemini"]
+    assert api.post("/api/health/cli/vim/check").status_code == 400
+
+
+# --- workspaces: the API refuses what the page refuses -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"stall_kill_minutes": NaN}', "stall_kill_minutes"),
+        ('{"stall_kill_minutes": Infinity}', "stall_kill_minutes"),
+        ('{"retention_days": 100000000000000000000}', "retention_days"),
+        ('{"notify_on_error": true}', "notify_on_error"),
+        ('{"notify_on_in_review": "maybe"}', "notify_on_in_review"),
+    ],
+)
+def test_workspace_api_refuses_bad_numbers_and_switches(api, workspace, raw, field):
+    response = api.client.put(
+        f"/api/workspaces/{workspace.id}", raw, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert error_of(response)["message"].startswith(field)
+    assert api.get(f"/api/workspaces/{workspace.id}").json()["stall_kill_minutes"] == 0
+
+
+def test_workspace_notifications_inherit_on_off(api, workspace):
+    from core.settings_store import settings_update
+
+    url = f"/api/workspaces/{workspace.id}"
+    ws = api.get(url).json()
+    assert (ws["notify_on_error"], ws["notify_on_error_effective"]) == ("inherit", True)
+    settings_update(changes={"notify_on_error": False})
+    ws = api.get(url).json()
+    assert (ws["notify_on_error"], ws["notify_on_error_effective"]) == ("inherit", False)
+    ws = api.put(url, {"notify_on_error": "on", "notify_on_in_review": "off"}).json()
+    assert (ws["notify_on_error"], ws["notify_on_error_effective"]) == ("on", True)
+    assert (ws["notify_on_in_review"], ws["notify_on_in_review_effective"]) == ("off", False)
+    ws = api.put(url, {"notify_on_error": "inherit"}).json()
+    assert ws["notify_on_error_effective"] is False
+    schema = api.get("/api/openapi.json").json()["components"]["schemas"]["WorkspaceUpdate"]
+    notify = schema["properties"]["notify_on_error"]["anyOf"][0]
+    assert notify["enum"] == ["inherit", "on", "off"] and "inherit" in notify["description"]

@@ -193,8 +193,9 @@ def test_cli_override_agent_switch_and_agent_deletion(stack):
 
 
 def test_malamar_falls_back_to_the_next_healthy_cli(stack):
-    stack.api("PUT", "/settings", {"cli_settings": {"claude": {"binary_path": "/nope/claude"}}})
-    stack.api("POST", "/health/cli/refresh", expect=202)
+    # Its login breaks: saving its settings re-checks it.
+    body = {"cli_settings": {"claude": {"env": {"MALAMAR_FAKE_HEALTH": "fail"}}}}
+    stack.api("PUT", "/settings", body, expect=200)
     wait_until(
         lambda: stack.api("GET", "/health/cli")["clis"][0]["status"] == "unhealthy",
         timeout=20,

@@ -131,11 +131,36 @@ def test_error_and_in_review_notifications(notified):
     assert hook.requests[1]["data"]["status"] == "in_review"
 
 
+def test_the_global_switches_decide_for_workspaces_that_inherit(
+    task, monkeypatch, django_capture_on_commit_callbacks
+):
+    from notifications import services
+    from workspaces.services import workspace_update
+
+    sent = []
+    monkeypatch.setattr(services, "_deliver", lambda kind, task, detail: sent.append(kind))
+
+    def notify_both():
+        with django_capture_on_commit_callbacks(execute=True):
+            services.notify_task_error(task=task, message="boom", failure_streak=1)
+            services.notify_task_in_review(task=task, last_comment="done")
+
+    notify_both()  # the workspace was created while both global switches were on
+    assert sent == ["error", "in_review"]
+    settings_update(changes={"notify_on_error": False, "notify_on_in_review": False})
+    sent.clear()
+    notify_both()  # turned off globally: an existing workspace stops sending too
+    assert sent == []
+    workspace_update(workspace=task.workspace, notify_on_error="on")
+    notify_both()  # its own "on" wins over the global "off"
+    assert sent == ["error"]
+
+
 @pytest.mark.live
 def test_no_notifications_when_toggled_off_for_user_moves_or_chats(notified):
     stack, mail, hook = notified
     ws = stack.workspace(
-        agents=[("Planner", "codex")], notify_on_error=False, notify_on_in_review=False
+        agents=[("Planner", "codex")], notify_on_error="off", notify_on_in_review="off"
     )
     quiet = stack.task(ws, "@fake exit 1 boom")
     stack.wait_comments(quiet, 1)

@@ -56,7 +56,7 @@ def test_save_then_save_the_mask_back(client):
     [
         ("mailgun_to_email", "not-an-email", "valid email"),
         ("webhook_urls", "ftp://nope", "not an http(s) URL"),
-        ("stall_warning_minutes", "0", "Enter more than 0 minutes"),
+        ("stall_warning_minutes", "0", "Enter a number of minutes above 0"),
     ],
 )
 def test_errors_are_shown_on_the_form(client, field, value, needle):

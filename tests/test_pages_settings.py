@@ -7,7 +7,10 @@ from django.utils import timezone
 
 from core.settings_store import mask, settings_get
 from runner.models import CliHealth
-from tests.pages import html, hx, triggers
+from tests.pages import element_text, field_error_is_tied, html, hx, triggers
+from tests.stack import FAKES_BIN
+
+FAKE = {cli: str(FAKES_BIN / cli) for cli in ("claude", "gemini", "codex", "opencode")}
 
 pytestmark = pytest.mark.django_db
 
@@ -48,12 +51,12 @@ def test_page_lists_every_cli_with_its_health(client):
 
 
 def test_save_binary_path_and_environment(client):
-    data = env_post("codex", "/opt/codex", [("OPENAI_API_KEY", "sk-secret-value-1234")])
+    data = env_post("codex", FAKE["codex"], [("OPENAI_API_KEY", "sk-secret-value-1234")])
     response = hx(client, "post", "/settings/clis/codex/", data)
     assert triggers(response)["malamar:toast"]["message"] == "Codex CLI settings saved"
     stored = settings_get()["cli_settings"]["codex"]
     assert stored == {
-        "binary_path": "/opt/codex",
+        "binary_path": FAKE["codex"],
         "env": {"OPENAI_API_KEY": "sk-secret-value-1234"},
     }
     page = html(response)
@@ -93,9 +96,9 @@ def test_invalid_environment_is_an_error_on_the_fieldset(client, rows, message):
 
 
 def test_save_without_javascript_redirects(client):
-    response = client.post("/settings/clis/opencode/", env_post("opencode", "/bin/oc"))
+    response = client.post("/settings/clis/opencode/", env_post("opencode", FAKE["opencode"]))
     assert response.status_code == 302 and response.url == "/settings/"
-    assert settings_get()["cli_settings"]["opencode"]["binary_path"] == "/bin/oc"
+    assert settings_get()["cli_settings"]["opencode"]["binary_path"] == FAKE["opencode"]
 
 
 def test_unknown_cli_is_a_404(client):
@@ -110,7 +113,9 @@ def test_refresh_asks_the_worker_and_shows_checking(client):
     assert CliHealth.objects.filter(refresh_requested_at__isnull=False).count() == 4
     status = html(hx(client, "get", "/settings/clis/claude/status/"))
     assert "Checking…" in status and 'hx-trigger="load delay:2s"' in status  # polls
-    CliHealth.objects.filter(cli_type="claude").update(status="healthy", checked_at=timezone.now())
+    CliHealth.objects.filter(cli_type="claude").update(  # as the worker does once it checked
+        status="healthy", checked_at=timezone.now(), refresh_requested_at=None
+    )
     status = html(hx(client, "get", "/settings/clis/claude/status/"))
     assert "Healthy" in status and "load delay" not in status
 
@@ -118,3 +123,89 @@ def test_refresh_asks_the_worker_and_shows_checking(client):
 def test_refresh_without_javascript(client):
     response = client.post("/settings/clis/refresh/")
     assert response.status_code == 302 and response.url == "/settings/"
+
+
+@pytest.mark.parametrize(
+    ("kind", "needle"),
+    [("missing", "does not exist"), ("folder", "is not a file"), ("plain", "is not executable")],
+)
+def test_binary_path_problems_are_shown_on_the_field(client, tmp_path, kind, needle):
+    plain = tmp_path / "codex"
+    plain.write_text("#!/bin/sh\n")
+    path = {"missing": tmp_path / "nope", "folder": tmp_path, "plain": plain}[kind]
+    response = hx(client, "post", "/settings/clis/codex/", env_post("codex", str(path)))
+    page = html(response)
+    assert element_text(page, "id_codex-binary_path_error") == f"{path} {needle}"
+    assert field_error_is_tied(page, "id_codex-binary_path")
+    assert "malamar:toast" not in triggers(response)
+    assert settings_get()["cli_settings"]["codex"]["binary_path"] == ""
+    assert not CliHealth.objects.filter(refresh_requested_at__isnull=False).exists()
+
+
+def test_saving_a_cli_rechecks_it_at_once(client):
+    CliHealth.objects.create(cli_type="gemini", status="healthy", checked_at=timezone.now())
+    response = hx(client, "post", "/settings/clis/gemini/", env_post("gemini", FAKE["gemini"]))
+    assert triggers(response)["malamar:toast"]["detail"] == "Checking it now…"
+    assert "malamar:cli-refresh" in triggers(response)  # the cards fetch their status again
+    requested = CliHealth.objects.filter(refresh_requested_at__isnull=False)
+    assert list(requested.values_list("cli_type", flat=True)) == ["gemini"]  # only that CLI
+    status = html(hx(client, "get", "/settings/clis/gemini/status/"))
+    assert element_text(status, "cli-gemini-name") == "Gemini CLI"
+    assert "Checking…" in status and "Healthy" not in status  # no stale healthy state
+
+
+def test_test_button_asks_the_worker_and_shows_the_answer(client):
+    CliHealth.objects.create(
+        cli_type="claude", status="unhealthy", error="CLI exited with code 1: old error"
+    )
+    page = html(client.get("/settings/"))
+    button = re.search(r'<button[^>]*id="test-claude"[^>]*>', page).group(0)
+    assert 'hx-post="/settings/clis/claude/test/"' in button
+    assert 'hx-target="#cli-status-claude"' in button and 'aria-label="Test Claude Code"' in button
+    status = html(hx(client, "post", "/settings/clis/claude/test/"))
+    assert "Checking…" in status and "old error" not in status
+    assert 'hx-trigger="load delay:2s"' in status  # polls until the worker has answered
+    requested = CliHealth.objects.filter(refresh_requested_at__isnull=False)
+    assert list(requested.values_list("cli_type", flat=True)) == ["claude"]
+    # The worker answers (runner.health.store): the card shows the CLI's answer.
+    CliHealth.objects.filter(cli_type="claude").update(
+        status="healthy",
+        error="",
+        answer="OK",
+        checked_at=timezone.now(),
+        refresh_requested_at=None,
+    )
+    status = html(hx(client, "get", "/settings/clis/claude/status/"))
+    assert "Healthy" in status and "load delay" not in status
+    assert re.search(r"<dd[^>]*data-cli-answer[^>]*>OK</dd>", status)
+    assert client.post("/settings/clis/vim/test/").status_code == 404
+
+
+def test_slow_cli_is_shown_as_slow_not_unhealthy(client):
+    CliHealth.objects.create(
+        cli_type="codex", status="slow", error="Slow to answer: …", checked_at=timezone.now()
+    )
+    status = html(hx(client, "get", "/settings/clis/codex/status/"))
+    assert "Slow to answer" in status and "Unhealthy" not in status
+    assert "cli-status__error--slow" in status
+
+
+def test_a_request_stays_checking_until_a_check_started_after_it_has_answered(client):
+    from datetime import timedelta
+
+    now = timezone.now()
+    # A check that started before the request ended after it: its result is not the answer.
+    CliHealth.objects.create(
+        cli_type="codex",
+        status="healthy",
+        checked_at=now - timedelta(seconds=30),
+        refresh_requested_at=now - timedelta(seconds=60),
+    )
+    status = html(hx(client, "get", "/settings/clis/codex/status/"))
+    assert "Checking…" in status and "Healthy" not in status
+    assert "Still waiting for the worker" not in status  # two tries of 30 s are normal
+    CliHealth.objects.filter(cli_type="codex").update(
+        refresh_requested_at=now - timedelta(minutes=4)
+    )
+    status = html(hx(client, "get", "/settings/clis/codex/status/"))
+    assert "Still waiting for the worker" in status

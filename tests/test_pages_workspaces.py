@@ -8,7 +8,7 @@ from agents.services import agent_create
 from core.actors import SYSTEM
 from runner.models import CliHealth
 from tasks.services import task_create, task_status_set
-from tests.pages import field_error_is_tied, html, hx, triggers
+from tests.pages import element_text, field_error_is_tied, html, hx, triggers
 from workspaces.models import Workspace
 from workspaces.services import workspace_create
 
@@ -185,15 +185,16 @@ def test_save_settings(client, workspace, tmp_path):
         auto_delete_done_tasks=None,
         retention_days="0",
         stall_kill_minutes="30",
-        notify_on_error=None,
+        notify_on_error="off",
+        notify_on_in_review="inherit",
     )
     response = hx(client, "post", url, data)
     assert triggers(response)["malamar:toast"] == {"level": "success", "message": "Settings saved"}
     ws = Workspace.objects.get(id=workspace.id)
     assert ws.title == "Renamed" and ws.working_directory_mode == "static"
     assert ws.working_directory_path == str(tmp_path)
-    assert (ws.auto_delete_done_tasks, ws.retention_days, ws.notify_on_error) == (False, 0, False)
-    assert ws.notify_on_in_review is True and ws.stall_kill_minutes == 30
+    assert (ws.auto_delete_done_tasks, ws.retention_days, ws.notify_on_error) == (False, 0, "off")
+    assert ws.notify_on_in_review == "inherit" and ws.stall_kill_minutes == 30
     assert "does not exist" not in html(response)
 
 
@@ -206,6 +207,37 @@ def test_settings_errors_are_tied_to_fields(client, workspace):
     assert "Enter 0 or more minutes" in page and field_error_is_tied(page, "id_stall_kill_minutes")
     assert not triggers(hx(client, "post", url, settings_data(title="")))
     assert Workspace.objects.get(id=workspace.id).title == "Project X"
+
+
+def test_huge_retention_is_an_error_on_the_field_not_a_crash(client, workspace):
+    url = f"/workspaces/{workspace.id}/settings/"
+    page = html(hx(client, "post", url, settings_data(retention_days="1" + "0" * 20)))
+    assert field_error_is_tied(page, "id_retention_days")
+    assert "from 0 to 36500" in element_text(page, "id_retention_days_error")
+    assert Workspace.objects.get(id=workspace.id).retention_days == 7
+
+
+def selected_option(page: str, select_id: str) -> str:
+    select = re.search(rf'<select[^>]*id="{select_id}"[^>]*>(.*?)</select>', page, re.S)
+    option = re.search(r"<option[^>]*selected[^>]*>([^<]*)</option>", select.group(1))
+    return option.group(1)
+
+
+def test_notification_switches_say_what_inherit_means(client, workspace):
+    from core.settings_store import settings_update
+
+    url = f"/workspaces/{workspace.id}/settings/"
+    page = html(client.get(url))
+    assert selected_option(page, "id_notify_on_error") == "Inherit (currently on)"
+    assert selected_option(page, "id_notify_on_in_review") == "Inherit (currently on)"
+    settings_update(changes={"notify_on_error": False})
+    page = html(client.get(url))
+    assert selected_option(page, "id_notify_on_error") == "Inherit (currently off)"
+    response = hx(client, "post", url, settings_data(notify_on_error="on"))
+    assert selected_option(html(response), "id_notify_on_error") == "On"
+    assert Workspace.objects.get(id=workspace.id).notify_on_error == "on"
+    page = html(hx(client, "post", url, settings_data(notify_on_error="maybe")))
+    assert field_error_is_tied(page, "id_notify_on_error")
 
 
 def test_static_mode_needs_a_path_a_service_error_on_the_field(client, workspace):

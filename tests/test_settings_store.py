@@ -1,7 +1,14 @@
 import pytest
 
 from core.errors import ValidationFailed
-from core.settings_store import mask, settings_get, settings_public, settings_update
+from core.settings_store import (
+    SettingsInvalid,
+    mask,
+    settings_get,
+    settings_public,
+    settings_update,
+)
+from tests.stack import FAKES_BIN
 
 KEY = "key-0123456789abcdef"
 
@@ -47,11 +54,12 @@ def test_env_merge_per_key_and_null_deletes(db):
 
 
 def test_omitted_cli_keeps_its_settings(db):
-    settings_update(changes={"cli_settings": {"claude": {"binary_path": "/opt/claude"}}})
-    settings_update(changes={"cli_settings": {"gemini": {"binary_path": "/opt/gemini"}}})
+    claude, gemini = str(FAKES_BIN / "claude"), str(FAKES_BIN / "gemini")
+    settings_update(changes={"cli_settings": {"claude": {"binary_path": claude}}})
+    settings_update(changes={"cli_settings": {"gemini": {"binary_path": gemini}}})
     clis = settings_get()["cli_settings"]
-    assert clis["claude"]["binary_path"] == "/opt/claude"
-    assert clis["gemini"]["binary_path"] == "/opt/gemini"
+    assert clis["claude"]["binary_path"] == claude
+    assert clis["gemini"]["binary_path"] == gemini
 
 
 @pytest.mark.parametrize(
@@ -69,3 +77,74 @@ def test_omitted_cli_keeps_its_settings(db):
 def test_bad_settings_are_refused(db, changes):
     with pytest.raises(ValidationFailed):
         settings_update(changes=changes)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "needle"),
+    [
+        ({"mailgun_from_email": "not-an-email"}, "mailgun_from_email", "not a valid email"),
+        ({"mailgun_to_email": "me@"}, "mailgun_to_email", "not a valid email"),
+        ({"webhook_urls": ["https://"]}, "webhook_urls", "has no host name"),
+        ({"webhook_urls": "https://ok.example\nhttp:///hook"}, "webhook_urls", "no host name"),
+        ({"webhook_urls": ["http://[::1/x"]}, "webhook_urls", "not a valid URL"),
+        ({"knowledge_base_url": "https://"}, "knowledge_base_url", "has no host name"),
+        ({"stall_warning_minutes": float("nan")}, "stall_warning_minutes", "above 0"),
+        ({"stall_warning_minutes": float("inf")}, "stall_warning_minutes", "above 0"),
+        (
+            {"cli_settings": {"claude": {"env": {"BAD NAME": "x"}}}},
+            "cli_settings.claude.env",
+            "“BAD NAME” is not a valid name",
+        ),
+        (
+            {"cli_settings": {"codex": {"env": {"OK": "a\0b"}}}},
+            "cli_settings.codex.env.OK",
+            "NUL character",
+        ),
+    ],
+)
+def test_invalid_values_are_refused_and_nothing_is_stored(db, changes, field, needle):
+    with pytest.raises(SettingsInvalid) as err:
+        settings_update(changes={"mailgun_domain": "mg.example.com", **changes})
+    assert list(err.value.errors) == [field] and needle in err.value.errors[field]
+    assert err.value.message.startswith(f"{field}: ")  # the API's message names the field
+    assert settings_get()["mailgun_domain"] == ""  # the valid change was not stored either
+
+
+def test_every_invalid_field_is_reported_at_once(db):
+    with pytest.raises(SettingsInvalid) as err:
+        settings_update(changes={"mailgun_from_email": "a@", "mailgun_to_email": "b"})
+    assert set(err.value.errors) == {"mailgun_from_email", "mailgun_to_email"}
+    assert "mailgun_from_email: " in err.value.message and "mailgun_to_email: " in err.value.message
+
+
+def test_valid_addresses_and_urls_are_stored(db):
+    settings_update(
+        changes={
+            "mailgun_from_email": " malamar@mg.example.com ",
+            "webhook_urls": ["https://ntfy.sh/topic", "http://127.0.0.1:9000/hook"],
+            "knowledge_base_url": "https://docs.example.com/kb",
+        }
+    )
+    stored = settings_get()
+    assert stored["mailgun_from_email"] == "malamar@mg.example.com"
+    assert stored["webhook_urls"] == ["https://ntfy.sh/topic", "http://127.0.0.1:9000/hook"]
+
+
+def test_binary_path_must_exist_be_a_file_and_be_executable(db, tmp_path):
+    plain = tmp_path / "claude"
+    plain.write_text("#!/bin/sh\n")
+    cases = {
+        str(tmp_path / "missing"): "does not exist",
+        str(tmp_path): "is not a file",
+        str(plain): "is not executable",
+        "bin/claude": "is not an absolute path",
+    }
+    for path, needle in cases.items():
+        with pytest.raises(SettingsInvalid) as err:
+            settings_update(changes={"cli_settings": {"claude": {"binary_path": path}}})
+        assert list(err.value.errors) == ["cli_settings.claude.binary_path"]
+        assert err.value.errors["cli_settings.claude.binary_path"].startswith(f"{path} {needle}")
+        assert settings_get()["cli_settings"]["claude"]["binary_path"] == ""
+    plain.chmod(0o755)
+    settings_update(changes={"cli_settings": {"claude": {"binary_path": str(plain)}}})
+    assert settings_get()["cli_settings"]["claude"]["binary_path"] == str(plain)

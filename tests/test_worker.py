@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.live import wait_until
-from tests.stack import Stack, alive
+from tests.stack import FAKES_BIN, Stack, alive
 
 pytestmark = pytest.mark.live
 
@@ -419,17 +419,19 @@ def test_cli_settings_env_and_binary_path_reach_the_cli(stack, tmp_path):
     assert run["env"]["MALAMAR_TEST_TOKEN"] == "s3cret"
 
 
-def test_missing_binary_is_an_error_comment(stack):
-    stack.api(
-        "PUT",
-        "/settings",
-        {"cli_settings": {"gemini": {"binary_path": "/nope/gemini"}}},
-        expect=200,
-    )
+def test_missing_binary_is_an_error_comment(stack, tmp_path):
+    gemini = tmp_path / "gone" / "gemini"
+    gemini.parent.mkdir()
+    gemini.symlink_to(FAKES_BIN / "gemini")
+    body = {"cli_settings": {"gemini": {"binary_path": str(gemini)}}}
+    stack.api("PUT", "/settings", body, expect=200)
+    gemini.unlink()  # removed after it was saved (a saved path that does not exist is refused)
     ws = stack.workspace(agents=[("Planner", "gemini")])
     task = stack.task(ws, "@fake skip")
     comment = stack.wait_comments(task, 1)[0]
-    assert comment["content"].startswith("CLI could not be started: Binary not found at /nope")
+    assert comment["content"] == (
+        f"CLI could not be started: Binary {gemini} does not exist (check Settings → CLIs)"
+    )
 
 
 def test_a_cli_printing_100_mb_does_not_grow_the_worker(stack):
@@ -475,9 +477,13 @@ def test_health_checks_are_stored_and_refreshable(tmp_path, template_db):
 
 def test_healthy_clis_and_missing_binaries(tmp_path, template_db):
     path = os.environ["PATH"]
+    codex = tmp_path / "bin" / "codex"
+    codex.parent.mkdir()
+    codex.symlink_to(FAKES_BIN / "codex")
     running = Stack(tmp_path, template_db).start()
     try:
-        running.api("PUT", "/settings", {"cli_settings": {"codex": {"binary_path": "/x/codex"}}})
+        running.api("PUT", "/settings", {"cli_settings": {"codex": {"binary_path": str(codex)}}})
+        codex.unlink()  # the binary goes away after it was saved
         running.api("POST", "/health/cli/refresh", expect=202)
         wait_until(
             lambda: (
@@ -492,8 +498,49 @@ def test_healthy_clis_and_missing_binaries(tmp_path, template_db):
             timeout=20,
             what="health results",
         )
-        codex = running.api("GET", "/health/cli")["clis"][2]
-        assert "Binary not found" in codex["error"]
+        error = running.api("GET", "/health/cli")["clis"][2]["error"]
+        assert error == f"Binary {codex} does not exist (check Settings → CLIs)"
     finally:
         running.stop()
     assert os.environ["PATH"] == path
+
+
+def clis(stack) -> dict:
+    return {c["cli_type"]: c for c in stack.api("GET", "/health/cli")["clis"]}
+
+
+def test_saving_a_cli_rechecks_it_and_test_shows_its_answer(stack):
+    wait_until(
+        lambda: all(c["status"] == "healthy" and c["answer"] for c in clis(stack).values()),
+        timeout=30,
+        what="the first checks",
+    )
+    first = clis(stack)
+    # A new variable breaks codex's login: the worker re-checks codex at once (not in 5 min).
+    body = {"cli_settings": {"codex": {"env": {"MALAMAR_FAKE_HEALTH": "fail"}}}}
+    stack.api("PUT", "/settings", body, expect=200)
+    wait_until(
+        lambda: clis(stack)["codex"]["status"] == "unhealthy",
+        timeout=20,
+        what="codex re-checked after its settings were saved",
+    )
+    codex = clis(stack)["codex"]
+    assert codex["error"].startswith("CLI exited with code 1") and codex["answer"] == ""
+    wait_until(
+        lambda: clis(stack)["codex"]["refresh_requested_at"] is None, timeout=20, what="answered"
+    )
+    # "Test" on one CLI runs its real prompt, and only its.
+    body = {"cli_settings": {"codex": {"env": {"MALAMAR_FAKE_HEALTH": None}}}}
+    stack.api("PUT", "/settings", body, expect=200)
+    wait_until(lambda: clis(stack)["codex"]["status"] == "healthy", timeout=20, what="fixed")
+    tested = stack.api("POST", "/health/cli/gemini/check", expect=202)
+    assert tested["refresh_requested_at"] is not None
+    wait_until(
+        lambda: clis(stack)["gemini"]["refresh_requested_at"] is None,
+        timeout=20,
+        what="gemini tested",
+    )
+    now = clis(stack)
+    assert now["gemini"]["answer"] == "OK" and now["gemini"]["checked_at"] > tested["checked_at"]
+    for cli in ("claude", "opencode"):
+        assert now[cli]["checked_at"] == first[cli]["checked_at"]  # not re-checked

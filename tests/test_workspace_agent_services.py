@@ -19,15 +19,29 @@ def test_workspace_defaults(workspace):
     assert workspace.working_directory_mode == "temp"
     assert workspace.auto_delete_done_tasks is True
     assert workspace.retention_days == 7
-    assert workspace.notify_on_error and workspace.notify_on_in_review
+    assert (workspace.notify_on_error, workspace.notify_on_in_review) == ("inherit", "inherit")
     assert len(workspace.id) == 21
 
 
-def test_workspace_notification_defaults_follow_global_settings(db):
+def test_workspace_notifications_inherit_the_global_switch_until_set(db):
     from core.settings_store import settings_update
+    from workspaces.selectors import notify_effective
 
-    settings_update(changes={"notify_on_error": False})
-    assert workspace_create(title="W").notify_on_error is False
+    ws = workspace_create(title="W")  # created while the global switches are on
+    assert ws.notify_on_error == "inherit" and notify_effective(ws, "notify_on_error")
+    settings_update(changes={"notify_on_error": False})  # later turned off globally
+    assert notify_effective(ws, "notify_on_error") is False
+    assert notify_effective(ws, "notify_on_in_review") is True
+    workspace_update(workspace=ws, notify_on_error="on", notify_on_in_review="off")
+    assert notify_effective(ws, "notify_on_error") is True  # its own value wins
+    assert notify_effective(ws, "notify_on_in_review") is False
+
+
+@pytest.mark.parametrize("bad", ["yes", "", None, 1])
+def test_workspace_notification_values_validated(workspace, bad):
+    with pytest.raises(ValidationFailed) as err:
+        workspace_update(workspace=workspace, notify_on_error=bad)
+    assert err.value.field == "notify_on_error" and "'inherit', 'on' or 'off'" in err.value.message
 
 
 def test_workspace_requires_title(db):
@@ -55,12 +69,13 @@ def test_workspace_update_every_setting(workspace):
         description="New instruction",
         auto_delete_done_tasks=False,
         retention_days=0,
-        notify_on_error=False,
-        notify_on_in_review=False,
+        notify_on_error="off",
+        notify_on_in_review="on",
     )
     ws = Workspace.objects.get(id=workspace.id)
     assert (ws.title, ws.description, ws.retention_days) == ("Renamed", "New instruction", 0)
-    assert not (ws.auto_delete_done_tasks or ws.notify_on_error or ws.notify_on_in_review)
+    assert not ws.auto_delete_done_tasks
+    assert (ws.notify_on_error, ws.notify_on_in_review) == ("off", "on")
     assert OutboxEvent.objects.filter(type="workspace.updated").exists()
 
 
@@ -165,3 +180,41 @@ def test_deleted_agent_chats_switch_to_malamar(workspace, agents):
     assert chat.agent_id is None and chat.cli_type is None
     note = ChatMessage.objects.get(chat=chat)
     assert (note.role, note.message) == ("system", "Switched from Planner to Malamar")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_makes_values_equal_to_the_global_default_inherit():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    before = [("workspaces", "0002_workspace_stall_kill_minutes"), ("core", "0002_api_tokens")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    old.get_model("core", "Setting").objects.create(key="notify_on_error", value=False)
+    now = timezone.now()
+    rows = {  # title: (notify_on_error, notify_on_in_review) as booleans
+        "seeded": (False, True),  # what a workspace got from the defaults (error off globally)
+        "chose on": (True, True),
+        "chose off": (False, False),
+    }
+    for title, (error, review) in rows.items():
+        old.get_model("workspaces", "Workspace").objects.create(
+            title=title,
+            notify_on_error=error,
+            notify_on_in_review=review,
+            created_at=now,
+            updated_at=now,
+            last_activity_at=now,
+        )
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    migrated = {
+        ws.title: (ws.notify_on_error, ws.notify_on_in_review) for ws in Workspace.objects.all()
+    }
+    assert migrated == {
+        "seeded": ("inherit", "inherit"),
+        "chose on": ("on", "inherit"),
+        "chose off": ("inherit", "off"),
+    }

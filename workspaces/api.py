@@ -1,14 +1,24 @@
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from ninja import Router, Schema, Status
+from ninja import Field, Router, Schema, Status
 from pydantic import ConfigDict
 
 from core.lookups import get_or_404
 from workspaces import services
 from workspaces.models import Workspace
+from workspaces.selectors import notify_effective
 
 router = Router(tags=["workspaces"])
+Notify = Annotated[
+    Literal["inherit", "on", "off"],
+    Field(
+        description=(
+            'Email and webhook notifications for this workspace: "inherit" (the default) '
+            'follows the global setting of the same name, "on" and "off" override it.'
+        )
+    ),
+]
 
 
 class WorkspaceOut(Schema):
@@ -19,12 +29,26 @@ class WorkspaceOut(Schema):
     working_directory_path: str | None
     auto_delete_done_tasks: bool
     retention_days: int
-    notify_on_error: bool
-    notify_on_in_review: bool
+    notify_on_error: Notify
+    notify_on_in_review: Notify
+    notify_on_error_effective: bool = Field(
+        description="Whether errors notify now (notify_on_error, or the global one if inherit)."
+    )
+    notify_on_in_review_effective: bool = Field(
+        description="Whether In Review notifies now (notify_on_in_review, or the global one)."
+    )
     stall_kill_minutes: float
     last_activity_at: datetime
     created_at: datetime
     updated_at: datetime
+
+    @staticmethod
+    def resolve_notify_on_error_effective(obj) -> bool:
+        return notify_effective(obj, "notify_on_error")
+
+    @staticmethod
+    def resolve_notify_on_in_review_effective(obj) -> bool:
+        return notify_effective(obj, "notify_on_in_review")
 
 
 class WorkspaceUpdate(Schema):
@@ -36,8 +60,8 @@ class WorkspaceUpdate(Schema):
     working_directory_path: str | None = None
     auto_delete_done_tasks: bool | None = None
     retention_days: int | None = None
-    notify_on_error: bool | None = None
-    notify_on_in_review: bool | None = None
+    notify_on_error: Notify | None = None
+    notify_on_in_review: Notify | None = None
     stall_kill_minutes: float | None = None
 
 

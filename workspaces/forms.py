@@ -2,7 +2,8 @@
 
 from django import forms
 
-from workspaces.models import WorkingDirectoryMode, Workspace
+from workspaces.models import NotifySetting, WorkingDirectoryMode, Workspace
+from workspaces.selectors import notify_choices
 
 REQUIRED_TITLE = {"required": "Title is required"}
 SWITCH = forms.CheckboxInput(attrs={"role": "switch"})
@@ -84,18 +85,22 @@ class WorkspaceSettingsForm(forms.Form):
         },
         widget=forms.NumberInput(attrs={"min": 0, "step": "any", "inputmode": "decimal"}),
     )
-    notify_on_error = forms.BooleanField(
+    notify_on_error = forms.ChoiceField(
         label="When an error occurs",
-        required=False,
+        choices=NotifySetting.choices,
         help_text="A CLI fails, times out or returns malformed output.",
-        widget=SWITCH,
     )
-    notify_on_in_review = forms.BooleanField(
+    notify_on_in_review = forms.ChoiceField(
         label="When a task moves to In Review",
-        required=False,
+        choices=NotifySetting.choices,
         help_text="The agents finished or need your input.",
-        widget=SWITCH,
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # "Inherit (currently on)": which value is in effect with the global settings of now.
+        for key, choices in notify_choices().items():
+            self.fields[key].choices = choices
 
     @classmethod
     def for_workspace(cls, workspace: Workspace) -> "WorkspaceSettingsForm":

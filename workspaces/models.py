@@ -9,6 +9,14 @@ class WorkingDirectoryMode(models.TextChoices):
     TEMP = "temp", "Temp folder"
 
 
+class NotifySetting(models.TextChoices):
+    """A workspace's email/webhook switch: follow the global setting, or its own on/off."""
+
+    INHERIT = "inherit", "Inherit"
+    ON = "on", "On"
+    OFF = "off", "Off"
+
+
 class WorkspaceQuerySet(models.QuerySet):
     def search(self, query: str | None):
         query = (query or "").strip()
@@ -28,8 +36,13 @@ class Workspace(models.Model):
     working_directory_path = models.TextField(null=True, blank=True)
     auto_delete_done_tasks = models.BooleanField(default=True)
     retention_days = models.PositiveIntegerField(default=7)
-    notify_on_error = models.BooleanField(default=True)
-    notify_on_in_review = models.BooleanField(default=True)
+    # "inherit" follows the global setting of the same name (workspaces.selectors.notify_effective).
+    notify_on_error = models.CharField(
+        max_length=7, choices=NotifySetting.choices, default=NotifySetting.INHERIT
+    )
+    notify_on_in_review = models.CharField(
+        max_length=7, choices=NotifySetting.choices, default=NotifySetting.INHERIT
+    )
     # Kill a run that printed nothing for this long (minutes; 0 = never, only warn).
     stall_kill_minutes = models.FloatField(default=0)
     last_activity_at = models.DateTimeField(default=timezone.now)
@@ -40,7 +53,11 @@ class Workspace(models.Model):
 
     class Meta:
         db_table = "workspaces"
-        constraints = [choices_check("working_directory_mode", WorkingDirectoryMode.choices)]
+        constraints = [
+            choices_check("working_directory_mode", WorkingDirectoryMode.choices),
+            choices_check("notify_on_error", NotifySetting.choices),
+            choices_check("notify_on_in_review", NotifySetting.choices),
+        ]
 
     def __str__(self) -> str:
         return self.title

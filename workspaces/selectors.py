@@ -5,9 +5,10 @@ from pathlib import Path
 from django.db.models import Count, Q
 
 from agents.models import CliType
+from core.settings_store import settings_get
 from runner.selectors import cli_health_all
 from tasks.models import TaskStatus
-from workspaces.models import WorkingDirectoryMode, Workspace
+from workspaces.models import NotifySetting, WorkingDirectoryMode, Workspace
 
 # Order and labels of the status counts on a workspace card.
 CARD_STATUSES = tuple((status.value, status.label) for status in TaskStatus)
@@ -69,3 +70,26 @@ def unhealthy_agent_clis(workspace: Workspace) -> list[dict]:
         }
         for cli, names in groups.items()
     ]
+
+
+def notify_effective(workspace: Workspace, key: str, settings: dict | None = None) -> bool:
+    """Whether the workspace notifies for `key` ("notify_on_error" | "notify_on_in_review"):
+    its own "on"/"off", else ("inherit") the global setting of the same name."""
+    value = getattr(workspace, key)
+    if value == NotifySetting.INHERIT:
+        return bool((settings or settings_get())[key])
+    return value == NotifySetting.ON
+
+
+def notify_choices() -> dict[str, list[tuple[str, str]]]:
+    """The choices of each notification switch, "inherit" saying what it means today."""
+    settings = settings_get()
+    choices = {}
+    for key in ("notify_on_error", "notify_on_in_review"):
+        state = "on" if settings[key] else "off"
+        choices[key] = [
+            (NotifySetting.INHERIT.value, f"Inherit (currently {state})"),
+            (NotifySetting.ON.value, "On"),
+            (NotifySetting.OFF.value, "Off"),
+        ]
+    return choices

@@ -1,10 +1,11 @@
+import math
+
 from django.db import transaction
 from django.utils import timezone
 
 from core import events
 from core.errors import ValidationFailed, require_text
-from core.settings_store import settings_get
-from workspaces.models import WorkingDirectoryMode, Workspace
+from workspaces.models import NotifySetting, WorkingDirectoryMode, Workspace
 
 EDITABLE_FIELDS = (
     "title",
@@ -17,6 +18,8 @@ EDITABLE_FIELDS = (
     "notify_on_in_review",
     "stall_kill_minutes",
 )
+NOTIFY_FIELDS = ("notify_on_error", "notify_on_in_review")
+MAX_DAYS = 36500  # a hundred years; more overflows the database's integers
 
 
 def _clean(fields: dict) -> dict:
@@ -39,18 +42,32 @@ def _clean(fields: dict) -> dict:
         clean["working_directory_path"] = (clean["working_directory_path"] or "").strip() or None
     if "retention_days" in clean:
         days = clean["retention_days"]
-        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+        if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= MAX_DAYS:
             raise ValidationFailed(
-                "retention_days must be a whole number of days, 0 or more", field="retention_days"
+                f"retention_days must be a whole number of days from 0 to {MAX_DAYS}",
+                field="retention_days",
             )
     if "stall_kill_minutes" in clean:
         minutes = clean["stall_kill_minutes"]
-        if isinstance(minutes, bool) or not isinstance(minutes, int | float) or minutes < 0:
+        number = isinstance(minutes, int | float) and not isinstance(minutes, bool)
+        if not number or not math.isfinite(minutes) or minutes < 0:
             raise ValidationFailed(
                 "stall_kill_minutes must be a number of minutes, 0 or more",
                 field="stall_kill_minutes",
             )
+    for key in NOTIFY_FIELDS:
+        if key in clean:
+            clean[key] = _notify_value(key, clean[key])
     return clean
+
+
+def _notify_value(key: str, value) -> str:
+    """ "inherit" | "on" | "off" (true/false, as the Malamar agent may send, mean on/off)."""
+    if isinstance(value, bool):
+        return NotifySetting.ON if value else NotifySetting.OFF
+    if value not in NotifySetting.values:
+        raise ValidationFailed(f"{key} must be 'inherit', 'on' or 'off'", field=key)
+    return value
 
 
 def _check_directory(workspace: Workspace) -> None:
@@ -68,9 +85,6 @@ def _payload(workspace: Workspace) -> dict:
 
 
 def workspace_create(*, title: str, **fields) -> Workspace:
-    defaults = settings_get()
-    fields.setdefault("notify_on_error", defaults["notify_on_error"])
-    fields.setdefault("notify_on_in_review", defaults["notify_on_in_review"])
     clean = _clean({"title": title, **fields})
     now = timezone.now()
     workspace = Workspace(**clean, created_at=now, updated_at=now, last_activity_at=now)

@@ -69,6 +69,23 @@ def stderr_message(stderr: str, noise: tuple[str, ...] = ()) -> str:
     return text
 
 
+def json_document(text: str) -> dict | None:
+    """The JSON object `text` holds from its first "{" (possibly over several lines)."""
+    start = text.find("{")
+    if start == -1:
+        return None
+    try:
+        value = json.loads(text[start:])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def health_answer_plain(stdout: str) -> str:
+    """The answer to the health prompt of a CLI that prints it as plain text."""
+    return stdout.strip()
+
+
 def read_stdout_nothing(stdout: str) -> StdoutResult:
     """For CLIs whose answer is only the output file."""
     return StdoutResult()

@@ -41,6 +41,14 @@ def health_command(binary: str) -> Command:
     )
 
 
+def health_answer(stdout: str) -> str:
+    """`--output-format json` prints one result object: the answer is its `result`."""
+    result = last_json_object(stdout)
+    if not result or result.get("type") != "result":
+        return stdout.strip()
+    return str(result.get("result") or "").strip()
+
+
 def read_stdout(stdout: str) -> StdoutResult:
     result = last_json_object(stdout)
     if not result or result.get("type") != "result":

@@ -7,6 +7,7 @@ from runner.adapters.base import (
     Command,
     Invocation,
     explain_nothing,
+    health_answer_plain,
     read_stdout_nothing,
 )
 
@@ -35,4 +36,6 @@ def health_command(binary: str) -> Command:
 
 
 read_stdout = read_stdout_nothing
+# Without --json, codex prints only its final message on stdout (the banner goes to stderr).
+health_answer = health_answer_plain
 explain = explain_nothing

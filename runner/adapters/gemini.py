@@ -9,6 +9,7 @@ from runner.adapters.base import (
     Command,
     Invocation,
     explain_nothing,
+    json_document,
     read_stdout_nothing,
 )
 
@@ -30,4 +31,14 @@ def health_command(binary: str) -> Command:
 
 
 read_stdout = read_stdout_nothing
+
+
+def health_answer(stdout: str) -> str:
+    """`-o json` prints one (indented) object: the answer is its `response`."""
+    document = json_document(stdout)
+    if document is None or "response" not in document:
+        return stdout.strip()
+    return str(document.get("response") or "").strip()
+
+
 explain = explain_nothing

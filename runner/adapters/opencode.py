@@ -5,6 +5,8 @@ through stdin. There is no schema flag and no final result event: the answer is 
 output instruction names.
 """
 
+import json
+
 from runner.adapters.base import (
     HEALTH_PROMPT,
     Command,
@@ -26,4 +28,23 @@ def health_command(binary: str) -> Command:
 
 
 read_stdout = read_stdout_nothing
+
+
+def health_answer(stdout: str) -> str:
+    """`--format json` prints JSONL events: the answer is the text of its `text` events."""
+    texts, events = [], 0
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        events += 1
+        part = event.get("part")
+        if event.get("type") == "text" and isinstance(part, dict):
+            texts.append(str(part.get("text") or ""))
+    return "".join(texts).strip() if events else stdout.strip()
+
+
 explain = explain_nothing

@@ -3,14 +3,18 @@
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.conftest import new_page
+from tests.stack import FAKES_BIN
+
 pytestmark = pytest.mark.browser
+FAKE_CLAUDE = str(FAKES_BIN / "claude")
 
 
 def test_cli_settings_mask_secrets_and_refresh_shows_checking(page, server):
     page.goto(f"{server.url}/settings/")
     card = page.locator("#cli-claude")
     expect(card).to_contain_text("Not checked yet")
-    card.get_by_label("Binary path").fill("/opt/claude/bin/claude")
+    card.get_by_label("Binary path").fill(FAKE_CLAUDE)
     card.get_by_role("button", name="Add variable").click()
     card.get_by_label("Variable name").last.fill("ANTHROPIC_API_KEY")
     card.get_by_label("Value").last.fill("sk-ant-very-secret-9876")
@@ -19,7 +23,7 @@ def test_cli_settings_mask_secrets_and_refresh_shows_checking(page, server):
 
     page.reload()
     card = page.locator("#cli-claude")
-    expect(card.get_by_label("Binary path")).to_have_value("/opt/claude/bin/claude")
+    expect(card.get_by_label("Binary path")).to_have_value(FAKE_CLAUDE)
     value = card.get_by_label("Value of ANTHROPIC_API_KEY")
     expect(value).to_have_value("••••9876")  # masked after saving
     assert "very-secret" not in page.content()
@@ -48,3 +52,50 @@ def test_cli_settings_mask_secrets_and_refresh_shows_checking(page, server):
 
     page.get_by_role("button", name="Refresh CLI Status").click()
     expect(page.locator(".cli-status .badge", has_text="Checking…")).to_have_count(4)
+
+
+def test_a_wrong_binary_path_is_refused_on_the_field(page, server, tmp_path):
+    plain = tmp_path / "claude"
+    plain.write_text("#!/bin/sh\n")
+    page.goto(f"{server.url}/settings/")
+    card = page.locator("#cli-claude")
+    field = card.get_by_label("Binary path")
+    field.fill(str(plain))
+    card.get_by_role("button", name="Save Claude Code").click()
+    expect(card.locator("#id_claude-binary_path_error")).to_have_text(f"{plain} is not executable")
+    expect(card.get_by_label("Binary path")).to_have_attribute("aria-invalid", "true")
+    assert server.api("GET", "/settings")["cli_settings"]["claude"]["binary_path"] == ""
+
+
+def test_test_button_shows_the_cli_answer_or_error_live(browser, stack, tmp_path):
+    """Settings → CLIs → Test: the worker runs the real health prompt of that CLI, and the
+    card shows what the CLI answered (or its error) as soon as it arrives."""
+    answer = tmp_path / "answer.txt"
+    answer.write_text("first answer")
+    script = tmp_path / "claude"
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "2.1.197 (Claude Code)"; exit 0; fi\n'
+        f'text=$(cat "{answer}")\n'
+        'if [ "$text" = "fail" ]; then echo "Invalid API key" >&2; exit 1; fi\n'
+        'printf \'{"type":"result","is_error":false,"result":"%s"}\\n\' "$text"\n'
+    )
+    script.chmod(0o755)
+    body = {"cli_settings": {"claude": {"binary_path": str(script)}}}
+    stack.api("PUT", "/settings", body, expect=200)  # saving re-checks it
+    page = new_page(browser)
+    page.goto(f"{stack.server.url}/settings/")
+    card = page.locator("#cli-claude")
+    expect(card.locator("[data-cli-answer]")).to_have_text("first answer", timeout=20_000)
+
+    answer.write_text("Hello from the test")
+    card.get_by_role("button", name="Test Claude Code").click()
+    expect(card.locator("[data-cli-answer]")).to_have_text("Hello from the test")
+    expect(card.locator(".cli-card__head .badge")).to_have_text("Healthy")
+
+    answer.write_text("fail")
+    card.get_by_role("button", name="Test Claude Code").click()
+    expect(card.locator("[data-cli-error]")).to_contain_text("Invalid API key")
+    expect(card.locator(".cli-card__head .badge")).to_have_text("Unhealthy")
+    expect(card.locator("[data-cli-answer]")).to_have_count(0)
+    page.console_errors.check()

@@ -68,7 +68,9 @@ def test_edit_settings_and_delete_the_workspace(page, server, tmp_path):
     path.fill(str(tmp_path / "not-there-yet"))
     page.get_by_role("switch", name="Delete done tasks automatically").uncheck()
     page.get_by_label("Keep done tasks for (days)").fill("30")
-    page.get_by_role("switch", name="When an error occurs").uncheck()
+    error_switch = page.get_by_label("When an error occurs")
+    expect(error_switch.locator("option:checked")).to_have_text("Inherit (currently on)")
+    error_switch.select_option("off")
     page.get_by_role("button", name="Save settings").click()
     expect(page.locator(".toast")).to_contain_text("Settings saved")
     expect(page.get_by_role("button", name="Save settings")).to_be_focused()
@@ -82,10 +84,11 @@ def test_edit_settings_and_delete_the_workspace(page, server, tmp_path):
     expect(page.get_by_label("Directory path")).to_have_value(str(tmp_path / "not-there-yet"))
     expect(page.get_by_role("switch", name="Delete done tasks automatically")).not_to_be_checked()
     expect(page.get_by_label("Keep done tasks for (days)")).to_have_value("30")
-    expect(page.get_by_role("switch", name="When an error occurs")).not_to_be_checked()
-    expect(page.get_by_role("switch", name="When a task moves to In Review")).to_be_checked()
+    expect(page.get_by_label("When an error occurs")).to_have_value("off")
+    expect(page.get_by_label("When a task moves to In Review")).to_have_value("inherit")
     stored = server.api("GET", f"/workspaces/{workspace['id']}")
     assert stored["retention_days"] == 30 and stored["working_directory_mode"] == "static"
+    assert (stored["notify_on_error"], stored["notify_on_in_review"]) == ("off", "inherit")
 
     # Validation: a blank title stays in the page with the error tied to the field.
     page.get_by_label("Title").fill("")
