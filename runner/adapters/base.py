@@ -75,7 +75,7 @@ def json_document(text: str) -> dict | None:
     if start == -1:
         return None
     try:
-        value = json.loads(text[start:])
+        value = json_loads(text[start:])
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
