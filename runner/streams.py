@@ -9,6 +9,8 @@ odd input: an unknown line is simply ignored.
 import json
 from dataclasses import dataclass, field
 
+from runner.schemas import json_loads
+
 OUTPUT_CHARS = 2000
 TEXT_CHARS = 4000
 
@@ -364,8 +366,8 @@ def parse_line(parser, line: str) -> list:
     if not line.startswith("{"):
         return []
     try:
-        event = json.loads(line)
-    except ValueError:
+        event = json_loads(line)
+    except ValueError:  # not JSON, or nested absurdly deep
         return []
     if not isinstance(event, dict):
         return []
