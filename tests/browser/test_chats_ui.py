@@ -403,3 +403,23 @@ def test_chat_popup_at_phone_width(browser, stack):
     page.locator("#chat-dialog [data-dialog-close]").click()
     expect(dialog).to_be_hidden()
     page.console_errors.check()
+
+
+def test_keyboard_hint_only_where_there_is_a_keyboard(browser, server):
+    workspace = server.workspace("Hints")
+    chat = server.api("POST", f"/workspaces/{workspace['id']}/chats", {})
+    url = f"{server.url}/workspaces/{workspace['id']}/?tab=chat&chat={chat['id']}"
+    desktop = new_page(browser)
+    phone = new_page(browser, viewport=PHONE, is_mobile=True, has_touch=True)
+    for page in (desktop, phone):
+        page.goto(url)
+        expect(page.locator("#chat-message")).to_be_visible()
+        expect(page.locator("#chat-message")).to_have_attribute("placeholder", "Message…")
+    expect(desktop.locator("#chat-composer .kbd-hint")).to_have_text(
+        "Enter to send, Shift+Enter for a new line"
+    )
+    expect(phone.locator("#chat-composer .kbd-hint")).to_be_hidden()
+    assert phone.evaluate("matchMedia('(hover: none) and (pointer: coarse)').matches")
+    for page in (desktop, phone):
+        page.console_errors.check()
+        page.context.close()

@@ -320,7 +320,8 @@
     }
   });
 
-  const coarse = window.matchMedia("(pointer: coarse)");
+  // Touch screens (the same query that hides the .kbd-hint keyboard hints).
+  const coarse = window.matchMedia("(hover: none) and (pointer: coarse)");
 
   document.addEventListener("keydown", (event) => {
     const input = event.target.closest && event.target.closest("[data-chat-input]");
