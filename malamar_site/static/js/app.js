@@ -439,7 +439,12 @@
     if (!id) return false;
     return $$("dialog[open] [data-chat-popup]").some((popup) => popup.dataset.chatPopup === id);
   }
-  window.malamarChatOnScreen = chatOnScreen;
+
+  /** Is task `id` open in a popup (its new comments show there)? */
+  function taskOnScreen(id) {
+    if (!id) return false;
+    return $$("dialog[open] [data-task-detail]").some((detail) => detail.dataset.taskDetail === id);
+  }
 
   // Which events deserve a toast (the rest only refresh fragments).
   function toastFor(type, data) {
@@ -461,7 +466,7 @@
           href: itemLink(data),
         };
       case "task.comment_added":
-        if (data.author_type !== "agent") return null;
+        if (data.author_type !== "agent" || taskOnScreen(data.task_id)) return null;
         return {
           level: "info",
           message: `${data.author_name || "An agent"} commented`,
