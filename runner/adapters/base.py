@@ -4,10 +4,9 @@ Adapters are pure: they build argv lists (never a shell string) and read CLI out
 Only runner/process.py starts processes.
 """
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from runner.schemas import json_loads
 
 HEALTH_PROMPT = "Reply with the single word OK."
 
@@ -43,7 +42,7 @@ def last_json_object(text: str) -> dict | None:
         line = line.strip()
         if line.startswith("{"):
             try:
-                value = json_loads(line)
+                value = json.loads(line)
             except ValueError:
                 continue
             if isinstance(value, dict):
@@ -59,7 +58,7 @@ def stderr_message(stderr: str, noise: tuple[str, ...] = ()) -> str:
     start = text.find("{")
     if start != -1:
         try:
-            value = json_loads(text[start:])
+            value = json.loads(text[start:])
         except ValueError:
             value = None
         if isinstance(value, dict):
