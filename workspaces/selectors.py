@@ -99,7 +99,7 @@ def first_run_checklist() -> dict | None:
             "text": (
                 f"“{with_directory.title}” works in {with_directory.working_directory_path}."
                 if with_directory
-                else "Point a workspace at the folder its agents should work in."
+                else f"Point “{target.title}” at the folder its agents should work in."
                 if target
                 else "Create a workspace, then point it at the folder its agents work in."
             ),
@@ -109,15 +109,21 @@ def first_run_checklist() -> dict | None:
                 if target
                 else ""
             ),
-            "link": f"“{target.title}” settings" if target else "",
+            "link": "Workspace settings" if target else "",
         },
         {
             "key": "task",
             "title": "A first task",
-            "text": "Agents pick up tasks from the board." if not has_task else "Done.",
+            "text": (
+                "Done."
+                if has_task
+                else f"Agents pick up tasks from the board of “{target.title}”."
+                if target
+                else "Agents pick up tasks from a workspace's board."
+            ),
             "done": has_task,
             "href": workspace_tab_url(target.id, "tasks") if target else "",
-            "link": f"“{target.title}” board" if target else "",
+            "link": "Open the board" if target else "",
         },
     ]
     if all(step["done"] for step in steps):
