@@ -142,6 +142,27 @@ def test_banner_when_an_agents_cli_is_unhealthy(client, workspace, agents):
     assert 'href="/settings/"' in page
 
 
+def test_a_new_workspace_leads_to_its_working_directory_setting(client, workspace, tmp_path):
+    def banner():
+        page = html(client.get(f"/workspaces/{workspace.id}/banners/"))
+        return Items(page, "data-banner").by_value().get("working-directory")
+
+    hint = banner()
+    assert hint["text"].startswith("Where should the agents work?")
+    assert hint["links"] == [f"/workspaces/{workspace.id}/settings/#directory-heading"]
+    page = html(client.get(f"/workspaces/{workspace.id}/"))
+    region = re.search(r'<div id="workspace-banners"[^>]*>', page).group(0)
+    assert "malamar:workspace.updated from:body" in region
+    assert "malamar:task.created from:body" in region
+    workspace_update(
+        workspace=workspace, working_directory_mode="static", working_directory_path=str(tmp_path)
+    )
+    assert banner() is None
+    other = workspace_create(title="Scratch")  # keeps the temp folder: its first task says so
+    task_create(workspace=other, summary="Try")
+    assert "data-banner" not in html(client.get(f"/workspaces/{other.id}/banners/"))
+
+
 def test_header_fragment_follows_renames(client, workspace):
     workspace.title = "Renamed"
     workspace.save()

@@ -149,6 +149,14 @@ def directory_warning(mode: str | None, path: str | None) -> str:
     return "This folder does not exist yet. Agents will fail until it is created."
 
 
+def working_directory_hint(workspace: Workspace) -> bool:
+    """A new workspace (temp folder, no task yet) points the user at its working directory."""
+    return (
+        workspace.working_directory_mode == WorkingDirectoryMode.TEMP
+        and not Task.objects.filter(workspace=workspace).exists()
+    )
+
+
 def unhealthy_agent_clis(workspace: Workspace) -> list[dict]:
     """The workspace's agents whose CLI is unhealthy, grouped by CLI: [{"name", "agents"}]."""
     unhealthy = {c["cli_type"]: c for c in cli_health_all() if not c["available"]}
