@@ -40,12 +40,12 @@ LIST_REFRESH = "chats:list-refresh"
 # --- helpers ----------------------------------------------------------------------------
 
 
-def _tab_url(workspace_id: str) -> str:
-    return workspace_tab_url(workspace_id, "chat")
+def _tab_url(workspace_id: str, **params) -> str:
+    return workspace_tab_url(workspace_id, "chat", **params)
 
 
 def chat_url(chat) -> str:
-    return f"{_tab_url(chat.workspace_id)}&chat={chat.id}"
+    return _tab_url(chat.workspace_id, chat=chat.id)
 
 
 def _chat(chat_id: str) -> Chat:
@@ -138,7 +138,7 @@ def chat_list(request, workspace_id: str):
     workspace = get_object_or_404(Workspace, id=workspace_id)
     query = request.GET.get("q", "").strip()
     if not request.htmx:
-        return redirect(_tab_url(workspace.id) + (f"&q={query}" if query else ""))
+        return redirect(_tab_url(workspace.id, q=query))
     return render(request, f"{PANEL}#chat_list", _list_context(workspace, query))
 
 
@@ -171,8 +171,8 @@ def chat_new(request, workspace_id: str):
     except ServiceError as error:
         if not request.htmx:
             messages.error(request, error.message)
-            url = _tab_url(workspace.id)
-            return redirect(f"{url}&start={agent_id or 'malamar'}" if draft else url)
+            start = (agent_id or "malamar") if draft else None
+            return redirect(_tab_url(workspace.id, start=start))
         if draft:
             context = _draft_context(
                 workspace, agent_id or "", send_error=error.message, message_value=message

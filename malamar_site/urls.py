@@ -10,6 +10,7 @@ from workspaces import views as workspace_views
 pages = [
     path("", workspace_views.workspace_list, name="home"),
     path("workspaces/new/", workspace_views.workspace_create, name="workspace_create"),
+    path("first-run/dismiss/", workspace_views.first_run_dismiss, name="first_run_dismiss"),
     path(
         "workspaces/<str:workspace_id>/", workspace_views.workspace_detail, name="workspace_detail"
     ),

@@ -15,6 +15,7 @@ from django.db import transaction
 from core.errors import ServiceError, ValidationFailed
 from core.settings_store import mailgun_configured, settings_get
 from notifications.senders import DeliveryFailed, mailgun_send, webhook_post
+from workspaces.links import workspace_tab_url
 from workspaces.selectors import notify_effective
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ class EmailFailed(ServiceError):
 
 
 def task_link(task) -> str:
-    return f"{django_settings.PUBLIC_URL}/workspaces/{task.workspace_id}/?task={task.id}"
+    return django_settings.PUBLIC_URL + workspace_tab_url(task.workspace_id, "tasks", task=task.id)
 
 
 def _message(kind: str, task, detail: str) -> dict:

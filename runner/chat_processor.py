@@ -36,6 +36,14 @@ class ChatStopped(Exception):
     pass
 
 
+class Outcome:
+    """`outcome` of chat.processing_finished."""
+
+    REPLIED = "replied"  # the agent's message was stored
+    FAILED = "failed"  # a system message says why
+    STOPPED = "stopped"  # stopped by the user (or shutdown): output discarded
+
+
 def claim_next() -> ChatQueueItem | None:
     for item in ChatQueueItem.objects.filter(status=QueueStatus.QUEUED).order_by("created_at")[:20]:
         claimed = ChatQueueItem.objects.filter(id=item.id, status=QueueStatus.QUEUED).update(
@@ -70,12 +78,13 @@ def _check_wanted(item_id: str, stop: threading.Event) -> Chat:
     return chat
 
 
-def _payload(chat: Chat, agent_name: str) -> dict:
+def _payload(chat: Chat, agent_name: str, **extra) -> dict:
     return {
         "chat_id": chat.id,
         "chat_title": chat.title,
         "agent_name": agent_name,
         "workspace_id": chat.workspace_id,
+        **extra,
     }
 
 
@@ -203,15 +212,18 @@ def process_item(item: ChatQueueItem, *, stop: threading.Event, shutdown: thread
     agent_name = agent.name if agent else MALAMAR_NAME
     with transaction.atomic():
         events.publish("chat.processing_started", _payload(chat, agent_name))
+    # How the run ended, for the page: only "replied" is toasted as a reply; a stopped run
+    # (Stop, shutdown) is discarded and says nothing.
+    outcome = Outcome.FAILED
     try:
-        outcome = _run(chat, item, stop)
+        result = _run(chat, item, stop)
         with transaction.atomic():
             chat = _check_wanted(item.id, stop)
-            if isinstance(outcome, str):
-                chat_message_add_system(chat=chat, message=outcome)
+            if isinstance(result, str):
+                chat_message_add_system(chat=chat, message=result)
                 _finish(item.id, QueueStatus.FAILED)
             else:
-                message, actions = outcome
+                message, actions = result
                 results = execute_actions(chat=chat, actions=actions, is_malamar=agent is None)
                 chat_message_add_agent(
                     chat=chat,
@@ -223,7 +235,9 @@ def process_item(item: ChatQueueItem, *, stop: threading.Event, shutdown: thread
                 if summary:
                     chat_message_add_system(chat=chat, message=summary)
                 _finish(item.id, QueueStatus.COMPLETED)
+                outcome = Outcome.REPLIED
     except ChatStopped:
+        outcome = Outcome.STOPPED
         if not shutdown.is_set():
             _finish(item.id, QueueStatus.FAILED)
     except Exception as exc:  # a bug must not leave the user waiting for a reply forever
@@ -234,4 +248,6 @@ def process_item(item: ChatQueueItem, *, stop: threading.Event, shutdown: thread
     finally:
         if Chat.objects.filter(id=chat.id).exists():
             with transaction.atomic():
-                events.publish("chat.processing_finished", _payload(chat, agent_name))
+                events.publish(
+                    "chat.processing_finished", _payload(chat, agent_name, outcome=outcome)
+                )

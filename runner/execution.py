@@ -135,6 +135,7 @@ def execute(
     try:
         hooks = {}
         if recorder is not None:
+            recorder.use_working_directory(cwd)
             hooks = {
                 "on_line": recorder.on_line,
                 "on_output": recorder.on_output,

@@ -18,7 +18,7 @@ from core import events
 from core.ids import new_id
 from runner.models import AgentRun, RunStatus, TraceEvent
 from runner.services import cli_health_run_succeeded
-from runner.streams import Delta, Trace, Usage, parse_line, parser_for
+from runner.streams import Delta, Trace, Usage, UserTerms, parse_line, parser_for
 
 log = logging.getLogger(__name__)
 FLUSH_SECONDS = 0.25  # at most ~4 trace events per second per run
@@ -40,6 +40,7 @@ class RunRecorder:
         stall_kill_seconds: float = 0,
     ):
         self.parser = parser_for(cli_type)
+        self.terms = UserTerms(knowledge_dir=_knowledge_dir())
         self.lines: collections.deque[str] = collections.deque()
         self.lock = threading.Lock()
         self.last_output = time.monotonic()
@@ -71,6 +72,10 @@ class RunRecorder:
                 cli_type=cli_type,
                 started_at=timezone.now(),
             )
+
+    def use_working_directory(self, cwd) -> None:
+        """Where the CLI runs: its paths are shown relative to it."""
+        self.terms.cwd = str(cwd).rstrip("/")
 
     # reader thread ---------------------------------------------------------------------------
     def on_line(self, line: str) -> None:
@@ -117,6 +122,9 @@ class RunRecorder:
             elif isinstance(item, Usage):
                 self._add_usage(item)
             elif isinstance(item, Trace):
+                item = self.terms.apply(item)  # every CLI's traces in the user's terms
+                if item is None:
+                    continue
                 if self.pending_text and item.kind != "text":
                     traces.append(Trace("text", "".join(self.pending_text)))
                 self.pending_text = []
@@ -229,6 +237,12 @@ class RunRecorder:
             events.publish("run.trace", {**self._payload(rows, []), "status": status})
         if status == RunStatus.COMPLETED:  # the CLI answered: whatever a health check said
             cli_health_run_succeeded(cli_type=self.run.cli_type)
+
+
+def _knowledge_dir() -> str:
+    from chats.malamar_agent import knowledge_base_dir
+
+    return str(knowledge_base_dir())
 
 
 def stall_limits(workspace) -> dict:

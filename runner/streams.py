@@ -7,7 +7,10 @@ odd input: an unknown line is simply ignored.
 """
 
 import json
-from dataclasses import dataclass, field
+import re
+import shlex
+from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
 
 from runner.schemas import json_loads
 
@@ -107,7 +110,7 @@ def tool_trace(name: str, args, cwd: str = "") -> Trace:
     if key in SEARCH:
         what = args.get("pattern") or args.get("query") or args.get("url") or path or ""
         return Trace("action", f"Searching {trim(str(what), 200)}".strip(), "search", {})
-    return Trace("action", f"Using {name}", "generic", {"input": trim(args, 500)})
+    return Trace("action", f"Using {name}", "generic", {"tool": name, "input": trim(args, 500)})
 
 
 def command_result(output, exit_code=None, *, failed: bool = False) -> Trace:
@@ -346,6 +349,120 @@ class OpenCodeParser:
             message = (error.get("data") or {}).get("message") or error.get("name") or "Error"
             return [Trace("error", trim(message))]
         return []
+
+
+# In the user's terms ------------------------------------------------------------------------
+
+# Malamar's own files in the temp folder (runner.files, the processors): what the agent reads
+# to learn its job and where it writes its answer. Matched by name, wherever the agent found them.
+TASK_INPUT = re.compile(r"malamar_task_[\w-]+\.md")
+CHAT_CONTEXT = re.compile(r"malamar_chat_[\w-]+_context\.md")
+CHAT_INPUT = re.compile(r"malamar_chat_[\w-]+\.md")
+ANSWER_FILE = re.compile(r"malamar_(?:chat_)?output_[\w-]+\.json")
+SCHEMA_FILE = re.compile(r"malamar_schema_\w+\.json")
+ATTACHMENT = re.compile(r"malamar_chat_[\w-]+_attachments/(?P<name>[^/]+)$")
+ANSWER_TOOLS = {"structuredoutput"}  # Claude's --json-schema answer
+VERBS = {
+    "file-read": "Reading",
+    "file-edit": "Editing",
+    "file-create": "Writing",
+    "file-delete": "Deleting",
+}
+SHELLS = {"bash", "sh", "zsh", "dash"}
+
+
+def _unwrap_shell(command: str) -> str:
+    """`/bin/bash -lc 'pytest -q'` (how Codex runs everything) -> `pytest -q`."""
+    try:
+        parts = shlex.split(command)
+    except ValueError:
+        return command
+    shell = len(parts) == 3 and PurePosixPath(parts[0]).name in SHELLS
+    return parts[2] if shell and parts[1] in ("-c", "-lc", "-lic") else command
+
+
+class UserTerms:
+    """Say what the agent does the way the user sees it, for every CLI: Malamar's plumbing (the
+    input and context files it reads, the answer it writes, Claude's StructuredOutput tool, the
+    Malamar agent's guide) in plain words, paths inside the working directory relative to it.
+
+    Stateful per run: the result of a command shown as plumbing is dropped with it."""
+
+    def __init__(self, *, cwd: str = "", knowledge_dir: str = ""):
+        self.cwd = cwd.rstrip("/")
+        self.knowledge_dir = knowledge_dir.rstrip("/")
+        self.hide_result = False
+
+    def apply(self, trace: Trace) -> Trace | None:
+        if trace.kind != "action":
+            return trace
+        kind, detail = trace.action_kind, trace.detail or {}
+        if kind == "command-result":
+            hide, self.hide_result = self.hide_result, False
+            return None if hide else trace
+        if kind == "command":
+            return self._command(trace, str(detail.get("command") or ""))
+        if kind in VERBS:
+            path = str(detail.get("path") or "")
+            plumbing = self._plumbing(path)
+            if plumbing:
+                return Trace("action", plumbing, "generic")
+            return replace(trace, text=f"{VERBS[kind]} {self.place(path) or 'a file'}")
+        if kind == "generic" and str(detail.get("tool", "")).lower() in ANSWER_TOOLS:
+            return Trace("action", "Writing the answer", "generic")
+        return replace(trace, text=self._paths_in(trace.text))
+
+    def _plumbing(self, text: str) -> str:
+        """What touching Malamar's own file(s) named in `text` means, or ""."""
+        if ANSWER_FILE.search(text):
+            return "Writing the answer"
+        if TASK_INPUT.search(text):
+            return "Reading the task"
+        if CHAT_CONTEXT.search(text):
+            return "Reading the workspace's setup"
+        if CHAT_INPUT.search(text):
+            return "Reading the conversation"
+        if SCHEMA_FILE.search(text):
+            return "Reading the answer format"
+        return ""
+
+    def _command(self, trace: Trace, command: str) -> Trace:
+        plumbing = self._plumbing(command)
+        if not plumbing and self.knowledge_dir and self.knowledge_dir in command:
+            plumbing = "Looking things up in Malamar's guide"
+        self.hide_result = bool(plumbing)
+        if plumbing:
+            return Trace("action", plumbing, "generic")
+        shown = self._paths_in(_unwrap_shell(command))
+        return replace(trace, text=f"Running `{trim(shown, 200)}`")
+
+    def place(self, path: str) -> str:
+        """A path as the user knows it."""
+        attachment = ATTACHMENT.search(path)
+        if attachment:
+            return f"the attachment {attachment['name']}"
+        for root, inside, itself in (
+            (self.cwd, "{}", "the working directory"),
+            (self.knowledge_dir, "{} in Malamar's guide", "Malamar's guide"),
+        ):
+            if not root:
+                continue
+            if path == root:
+                return itself
+            if path.startswith(root + "/"):
+                return inside.format(path[len(root) + 1 :])
+        return path
+
+    def _paths_in(self, text: str) -> str:
+        """Paths inside the working directory relative to it, in free text (a command, a search)."""
+        if self.knowledge_dir:
+            text = text.replace(self.knowledge_dir + "/", "").replace(
+                self.knowledge_dir, "Malamar's guide"
+            )
+        if self.cwd:
+            text = text.replace(self.cwd + "/", "")
+            text = re.sub(re.escape(self.cwd) + r"(?=[\s'\";&|)]|$)", ".", text)
+        return text
 
 
 PARSERS = {

@@ -11,9 +11,15 @@ from runner.streams import Delta, Trace, Usage, parse_line, parser_for
 from tests.live import wait_until
 from tests.stack import alive
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "cli-samples"
-if not SAMPLES.exists():
-    SAMPLES = Path(__file__).resolve().parent / "fixtures" / "cli-samples"
+# The recorded samples: `shared/cli-samples` next to the checkout (or a git worktree's parent).
+SAMPLES = next(
+    (
+        folder / "shared" / "cli-samples"
+        for folder in Path(__file__).resolve().parents
+        if (folder / "shared" / "cli-samples").is_dir()
+    ),
+    Path(__file__).resolve().parent / "fixtures" / "cli-samples",
+)
 
 
 def items(name: str) -> list:
@@ -176,3 +182,212 @@ def test_trace_events_are_batched(db, workspace):
     writes = [q for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
     assert len(writes) < 30  # 1,000 lines, a handful of batched writes
     assert recorder.run.traces.count() == 1000
+
+
+# --- what the agent does, in the user's terms (runner.streams.UserTerms) --------------------
+
+KNOWLEDGE = "/opt/malamar/chats/knowledge"
+
+
+def in_user_terms(cli: str, lines, cwd: str) -> list[tuple]:
+    """Each CLI's parsed lines through the one rewrite the recorder applies."""
+    from runner.streams import UserTerms
+
+    parser, terms = parser_for(cli), UserTerms(cwd=cwd, knowledge_dir=KNOWLEDGE)
+    found = [i for line in lines for i in parse_line(parser, line) if isinstance(i, Trace)]
+    return traces(t for t in map(terms.apply, found) if t is not None)
+
+
+def sample_lines(name: str) -> list[str]:
+    return (SAMPLES / name).read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("name", "cwd", "expected"),
+    [
+        ("claude_stream_write.jsonl", "/tmp/example/stretch/home_c/w", "Writing out.txt"),
+        ("gemini_stream_write.jsonl", "/tmp/example/stretch/home_g/w", "Writing g_out.txt"),
+        ("opencode_json_write.jsonl", "/tmp/example/stretch/home_oc/w", 'Writing oc_out.txt"'),
+        (
+            "codex_exec_json_cmd.jsonl",
+            "/tmp/example/stretch/home_cx/w",
+            "Running `echo hello-from-codex > codex_out.txt`",
+        ),
+    ],
+)
+def test_recorded_samples_show_paths_relative_to_the_working_directory(name, cwd, expected):
+    got = in_user_terms(name.split("_")[0], sample_lines(name), cwd)
+    assert expected in [text for kind, _, text in got if kind == "action"]
+    assert not any(cwd in text for _, _, text in got)
+
+
+def claude_tool(name: str, tool_input: dict) -> str:
+    block = {"type": "tool_use", "id": f"toolu_{name}", "name": name, "input": tool_input}
+    return json.dumps({"type": "assistant", "message": {"content": [block]}})
+
+
+def claude_result(tool: str, text: str) -> str:
+    block = {"type": "tool_result", "tool_use_id": f"toolu_{tool}", "content": text}
+    return json.dumps({"type": "user", "message": {"content": [block]}})
+
+
+def codex_command(command: str, output: str) -> list[str]:
+    item = {"id": "item_1", "type": "command_execution", "command": command}
+    return [
+        json.dumps({"type": "item.started", "item": {**item, "exit_code": None}}),
+        json.dumps(
+            {
+                "type": "item.completed",
+                "item": {**item, "aggregated_output": output, "exit_code": 0},
+            }
+        ),
+    ]
+
+
+CWD = "/home/me/project"
+TASK_FILE = "/tmp/malamar/malamar_task_V1StGXR8_Z5jdHi6B-myT.md"
+CHAT_FILE = "/tmp/malamar/malamar_chat_abc_def.md"
+CONTEXT_FILE = "/tmp/malamar/malamar_chat_abc_def_context.md"
+ANSWER_FILE = "/tmp/malamar/malamar_output_Q2w3E4r5T6y7U8i9O0pA.json"
+CHAT_ANSWER_FILE = "/tmp/malamar/malamar_chat_output_Q2w3E4r5T6y7U8i9O0pA.json"
+
+
+@pytest.mark.parametrize(
+    ("cli", "lines", "expected"),
+    [
+        (
+            "claude",
+            [
+                claude_tool("Read", {"file_path": TASK_FILE}),
+                claude_tool("Read", {"file_path": f"{CWD}/app/models.py"}),
+                claude_tool("Read", {"file_path": f"{KNOWLEDGE}/concepts.md"}),
+                claude_tool("Glob", {"pattern": "*.md", "path": KNOWLEDGE}),
+                claude_tool("Bash", {"command": f"cd {CWD} && pytest -q"}),
+                claude_tool("Bash", {"command": f"cat {CONTEXT_FILE}"}),
+                claude_result("Bash", "# Workspace context ..."),
+                claude_tool("Write", {"file_path": ANSWER_FILE, "content": "{}"}),
+                claude_tool("StructuredOutput", {"actions": []}),
+            ],
+            [
+                ("action", "generic", "Reading the task"),
+                ("action", "file-read", "Reading app/models.py"),
+                ("action", "file-read", "Reading concepts.md in Malamar's guide"),
+                ("action", "search", "Searching *.md"),
+                ("action", "command", "Running `cd . && pytest -q`"),
+                ("action", "generic", "Reading the workspace's setup"),
+                ("action", "generic", "Writing the answer"),
+                ("action", "generic", "Writing the answer"),
+            ],
+        ),
+        (
+            "gemini",
+            [
+                json.dumps(
+                    {
+                        "type": "tool_use",
+                        "tool_name": "read_file",
+                        "tool_id": "r1",
+                        "parameters": {"absolute_path": CHAT_FILE},
+                    }
+                ),
+                json.dumps(
+                    {
+                        "type": "tool_use",
+                        "tool_name": "read_file",
+                        "tool_id": "r2",
+                        "parameters": {
+                            "absolute_path": "/tmp/malamar/malamar_chat_abc_attachments/notes.txt"
+                        },
+                    }
+                ),
+                json.dumps(
+                    {
+                        "type": "tool_use",
+                        "tool_name": "write_file",
+                        "tool_id": "w1",
+                        "parameters": {"file_path": CHAT_ANSWER_FILE, "content": "{}"},
+                    }
+                ),
+            ],
+            [
+                ("action", "generic", "Reading the conversation"),
+                ("action", "file-read", "Reading the attachment notes.txt"),
+                ("action", "generic", "Writing the answer"),
+            ],
+        ),
+        (
+            "codex",
+            [
+                *codex_command(f"/bin/bash -lc 'cat {TASK_FILE}'", "# Task ..."),
+                *codex_command(f"/bin/bash -lc 'ls {CWD}/src'", "a.py"),
+                *codex_command(f"/bin/bash -lc \"cat > {ANSWER_FILE} <<'EOF'\n{{}}\nEOF\"", ""),
+            ],
+            [
+                ("action", "generic", "Reading the task"),
+                ("action", "command", "Running `ls src`"),
+                ("action", "command-result", "Command finished (exit 0)"),
+                ("action", "generic", "Writing the answer"),
+            ],
+        ),
+        (
+            "opencode",
+            [
+                json.dumps(
+                    {
+                        "type": "tool_use",
+                        "part": {
+                            "tool": tool,
+                            "state": {"status": "completed", "input": {"filePath": path}},
+                        },
+                    }
+                )
+                for tool, path in (
+                    ("read", TASK_FILE),
+                    ("edit", f"{CWD}/README.md"),
+                    ("write", ANSWER_FILE),
+                )
+            ],
+            [
+                ("action", "generic", "Reading the task"),
+                ("action", "file-edit", "Editing README.md"),
+                ("action", "generic", "Writing the answer"),
+            ],
+        ),
+    ],
+    ids=["claude", "gemini", "codex", "opencode"],
+)
+def test_malamar_plumbing_is_said_in_the_users_terms(cli, lines, expected):
+    assert in_user_terms(cli, lines, CWD) == expected
+
+
+def test_the_recorder_stores_and_shows_the_users_terms(db, workspace):
+    from runner.recorder import RunRecorder
+
+    recorder = RunRecorder(
+        cli_type="claude", workspace_id=workspace.id, agent_id=None, agent_name="A"
+    )
+    recorder.use_working_directory(CWD)
+    recorder.on_line(claude_tool("Read", {"file_path": TASK_FILE}))
+    recorder.flush()
+    recorder.run.refresh_from_db()
+    assert recorder.run.current_action == "Reading the task"
+    recorder.on_line(claude_tool("Edit", {"file_path": f"{CWD}/app/views.py"}))
+    recorder.on_line(claude_tool("StructuredOutput", {"actions": [{"type": "skip"}]}))
+    recorder.finish(status="completed", exit_code=0)
+    recorder.run.refresh_from_db()
+    assert recorder.run.current_action == "Writing the answer"
+    texts = list(recorder.run.traces.order_by("seq").values_list("text", flat=True))
+    assert texts == ["Reading the task", "Editing app/views.py", "Writing the answer"]
+
+
+@pytest.mark.live
+def test_a_live_run_never_shows_malamars_plumbing(stack):
+    ws = stack.workspace(agents=[("Planner", "claude")])
+    task = stack.task(ws, "@fake work 1 comment done")
+    stack.wait_comments(task, 1)
+    run = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"][0]
+    texts = [t["text"] for t in run["traces"]]
+    assert "Writing the answer" in texts  # the fake answers with Claude's StructuredOutput
+    assert "Running `pytest -q`" in texts and "Editing app/models.py" in texts
+    assert not [text for text in texts if "StructuredOutput" in text or "malamar_" in text]
+    assert run["current_action"] == "Writing the answer"

@@ -42,6 +42,15 @@ def action(**fields):
     return "@fake action " + json.dumps(fields)
 
 
+def finished_outcomes(stack, c) -> list:
+    """`outcome` of each chat.processing_finished event of chat `c`, oldest first."""
+    rows = stack.sql(
+        "SELECT payload FROM event_outbox WHERE type = 'chat.processing_finished' ORDER BY id"
+    )
+    payloads = [json.loads(payload) for (payload,) in rows]
+    return [p.get("outcome") for p in payloads if p["chat_id"] == c["id"]]
+
+
 def chat_runs(stack):
     return [r for r in stack.fake_runs() if (r.get("input_path") or "").find("malamar_chat_") >= 0]
 
@@ -224,8 +233,13 @@ def test_second_send_is_refused_and_cancel_kills_the_run(stack):
     roles = [m["role"] for m in detail(stack, c)["messages"]]
     assert "agent" not in roles
     assert stack.sql("SELECT status FROM chat_queue WHERE chat_id = ?", c["id"]) == [("failed",)]
+    # The page must not toast "replied" for a stopped run.
+    wait_until(lambda: finished_outcomes(stack, c), timeout=10, what="processing_finished")
+    assert finished_outcomes(stack, c) == ["stopped"]
     send(stack, c, "ok now", "@fake reply fine")
     assert wait_reply(stack, c, count=2)["messages"][-1]["message"] == "fine"
+    wait_until(lambda: len(finished_outcomes(stack, c)) == 2, timeout=10, what="second finish")
+    assert finished_outcomes(stack, c) == ["stopped", "replied"]
 
 
 def test_two_chats_of_one_workspace_answer_at_the_same_time(stack):
@@ -246,6 +260,8 @@ def test_chat_errors_become_system_messages(stack):
     d = wait_reply(stack, c)
     assert d["messages"][-1]["role"] == "system"
     assert d["messages"][-1]["message"] == "CLI exited with code 2. quota exceeded"
+    wait_until(lambda: finished_outcomes(stack, c), timeout=10, what="processing_finished")
+    assert finished_outcomes(stack, c) == ["failed"]
     send(stack, c, "y", "@fake invalid-json")
     d = wait_reply(stack, c, count=2)
     assert d["messages"][-1]["message"].startswith("CLI output was not valid JSON")

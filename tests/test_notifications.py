@@ -105,11 +105,11 @@ def test_error_and_in_review_notifications(notified):
     email = mail.requests[0]["data"]
     assert "Error" in email["subject"] and "Fix the login" in email["subject"]
     assert "CLI exited with code 7. model quota exceeded" in email["text"]
-    assert f"/workspaces/{ws['id']}/?task={task['id']}" in email["text"]
+    assert f"/workspaces/{ws['id']}/?tab=tasks&task={task['id']}" in email["text"]
     payload = hook.requests[0]["data"]
     assert payload["event"] == "task.error" and payload["task"]["id"] == task["id"]
     assert payload["workspace"]["title"] == ws["title"]
-    assert payload["link"].endswith(f"?task={task['id']}")
+    assert payload["link"].endswith(f"/?tab=tasks&task={task['id']}")
     # The retry fails again: same streak, no second notification.
     stack.wait_comments(task, 2, timeout=20)
     time.sleep(0.5)

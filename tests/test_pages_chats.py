@@ -3,6 +3,8 @@ group chat (participants, include toggle), and bad input answered with a clear m
 
 import dataclasses
 import re
+from html import unescape
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -117,6 +119,27 @@ def test_list_refreshes_itself_on_chat_events(client, workspace):
 def test_list_without_htmx_goes_to_the_tab(client, workspace):
     response = client.get(f"/workspaces/{workspace.id}/chats/?q=x")
     assert response.status_code == 302 and response.url.endswith("?tab=chat&q=x")
+
+
+def test_list_without_htmx_keeps_a_query_with_special_characters(client, workspace):
+    chat_create(workspace=workspace, title="a&b#c d notes")
+    chat_create(workspace=workspace, title="a")
+    response = client.get(f"/workspaces/{workspace.id}/chats/", {"q": "a&b#c d"})
+    assert response.status_code == 302
+    url = urlsplit(response.url)
+    assert url.fragment == "" and parse_qs(url.query) == {"tab": ["chat"], "q": ["a&b#c d"]}
+    page = html(client.get(response.url))
+    assert [unescape(title) for title in list_titles(page)] == ["a&b#c d notes"]
+    search = re.search(r'<input id="chat-search"[^>]*>', page).group(0)
+    assert 'value="a&amp;b#c d"' in search
+
+
+def test_refused_new_chat_without_htmx_encodes_the_start_link(client, workspace):
+    data = {"draft": "1", "agent_id": "x&tab=agents#y", "message": "hi"}
+    response = client.post(f"/workspaces/{workspace.id}/chats/new/", data)
+    assert response.status_code == 302
+    query = parse_qs(urlsplit(response.url).query)
+    assert query == {"tab": ["chat"], "start": ["x&tab=agents#y"]}
 
 
 def test_menu_fragment_lists_agents(client, workspace, agents):

@@ -1,6 +1,7 @@
 """Workspace pages: list and search, create, detail tabs and banners, settings, delete."""
 
 import re
+from html.parser import HTMLParser
 
 import pytest
 
@@ -10,7 +11,7 @@ from runner.models import CliHealth
 from tasks.services import task_create, task_status_set
 from tests.pages import element_text, field_error_is_tied, html, hx, triggers
 from workspaces.models import Workspace
-from workspaces.services import workspace_create
+from workspaces.services import workspace_create, workspace_update
 
 pytestmark = pytest.mark.django_db
 
@@ -139,6 +140,27 @@ def test_banner_when_an_agents_cli_is_unhealthy(client, workspace, agents):
     assert "Claude Code is unavailable" in page
     assert "Planner, Implementer, Reviewer use it" in page and "Binary not found" in page
     assert 'href="/settings/"' in page
+
+
+def test_a_new_workspace_leads_to_its_working_directory_setting(client, workspace, tmp_path):
+    def banner():
+        page = html(client.get(f"/workspaces/{workspace.id}/banners/"))
+        return Items(page, "data-banner").by_value().get("working-directory")
+
+    hint = banner()
+    assert hint["text"].startswith("Where should the agents work?")
+    assert hint["links"] == [f"/workspaces/{workspace.id}/settings/#directory-heading"]
+    page = html(client.get(f"/workspaces/{workspace.id}/"))
+    region = re.search(r'<div id="workspace-banners"[^>]*>', page).group(0)
+    assert "malamar:workspace.updated from:body" in region
+    assert "malamar:task.created from:body" in region
+    workspace_update(
+        workspace=workspace, working_directory_mode="static", working_directory_path=str(tmp_path)
+    )
+    assert banner() is None
+    other = workspace_create(title="Scratch")  # keeps the temp folder: its first task says so
+    task_create(workspace=other, summary="Try")
+    assert "data-banner" not in html(client.get(f"/workspaces/{other.id}/banners/"))
 
 
 def test_header_fragment_follows_renames(client, workspace):
@@ -298,3 +320,125 @@ def test_workspace_tab_links(db):
     assert workspace_tab_url("w1", "tasks") == "/workspaces/w1/?tab=tasks"
     assert workspace_tab_url("w1", "tasks", task="t1") == "/workspaces/w1/?tab=tasks&task=t1"
     assert workspace_tab_url("w1", "chat", chat=None) == "/workspaces/w1/?tab=chat"
+
+
+# --- first run: checklist and CLI notices on the home page ---------------------------------
+
+
+class Items(HTMLParser):
+    """The elements carrying `attr` (e.g. data-step), each {"value", "class", "text", "links"}
+    with every <a href> / data-dialog-open inside it."""
+
+    def __init__(self, page: str, attr: str):
+        super().__init__()
+        self.attr, self.items, self.depth, self.current = attr, [], 0, None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if self.current is None and self.attr in attrs:
+            self.current = {"value": attrs[self.attr], "class": attrs.get("class", "")}
+            self.current.update(text="", links=[])
+            self.items.append(self.current)
+            self.depth = 0
+        if self.current is None:
+            return
+        if tag not in VOID:
+            self.depth += 1
+        if tag == "a":
+            self.current["links"].append(attrs["href"])
+        if "data-dialog-open" in attrs:
+            self.current["links"].append("dialog:" + attrs["data-dialog-open"])
+
+    def handle_endtag(self, tag):
+        if self.current is not None and tag not in VOID:
+            self.depth -= 1
+            if self.depth == 0:
+                self.current = None
+
+    def handle_data(self, data):
+        if self.current is not None:
+            self.current["text"] += data
+
+    def by_value(self) -> dict:
+        for item in self.items:
+            item["text"] = " ".join(item["text"].split())
+            item["done"] = "is-done" in item["class"].split()
+        return {item["value"]: item for item in self.items}
+
+
+VOID = {"input", "br", "img", "meta", "link", "hr", "path", "circle", "line", "polyline", "rect"}
+
+
+def checklist(client) -> dict:
+    return Items(html(client.get("/")), "data-step").by_value()
+
+
+def test_first_run_checklist_ticks_each_step_then_goes_away(client, tmp_path):
+    steps = checklist(client)
+    assert list(steps) == ["cli", "directory", "task"]
+    assert not any(step["done"] for step in steps.values())
+    assert "Checking your CLIs" in steps["cli"]["text"]
+    assert steps["cli"]["links"] == ["/settings/#clis-heading"]
+    assert steps["directory"]["links"] == ["dialog:create-dialog"]  # no workspace yet
+
+    CliHealth.objects.create(cli_type="claude", status="unhealthy", error="Binary not found")
+    CliHealth.objects.create(cli_type="codex", status="healthy")
+    workspace = workspace_create(title="Shop")
+    steps = checklist(client)
+    assert steps["cli"]["done"] and "Working: Codex CLI." in steps["cli"]["text"]
+    assert "Claude" not in steps["cli"]["text"]
+    assert not steps["directory"]["done"]  # the temp-folder default: not set up yet
+    assert steps["directory"]["links"] == [
+        f"/workspaces/{workspace.id}/settings/#directory-heading"
+    ]
+    assert steps["task"]["links"] == [f"/workspaces/{workspace.id}/?tab=tasks"]
+
+    workspace_update(
+        workspace=workspace, working_directory_mode="static", working_directory_path=str(tmp_path)
+    )
+    steps = checklist(client)
+    assert steps["directory"]["done"] and steps["directory"]["links"] == []
+    assert str(tmp_path) in steps["directory"]["text"]
+    assert not steps["task"]["done"]
+
+    task_create(workspace=workspace, summary="First")
+    assert checklist(client) == {}
+    assert 'id="first-run"' in html(client.get("/"))  # the live region stays for later
+
+
+def test_first_run_checklist_can_be_dismissed(client):
+    assert checklist(client)
+    response = hx(client, "post", "/first-run/dismiss/", target="first-run")
+    assert response.status_code == 200 and Items(html(response), "data-step").items == []
+    assert checklist(client) == {}
+    again = client.post("/first-run/dismiss/")  # without JavaScript; twice is harmless
+    assert again.status_code == 302 and again.url == "/"
+
+
+def test_first_run_checklist_refreshes_itself_live(client):
+    page = html(client.get("/"))
+    region = re.search(r'<div id="first-run"[^>]*>', page).group(0)
+    assert "malamar:cli.health_changed from:body" in region
+    assert "malamar:task.created from:body" in region
+    CliHealth.objects.create(cli_type="gemini", status="healthy")
+    fragment = html(hx(client, "get", "/", target="first-run"))
+    assert "<html" not in fragment
+    assert "Working: Gemini CLI." in Items(fragment, "data-step").by_value()["cli"]["text"]
+
+
+def test_cards_say_when_agents_use_a_cli_that_is_not_working(client, workspace, agents):
+    other = workspace_create(title="Other")
+    agent_create(workspace=other, name="Solo", instruction="x", cli_type="codex")
+    assert Items(html(client.get("/")), "data-workspace").by_value()[workspace.id]["links"] == [
+        f"/workspaces/{workspace.id}/"
+    ]
+    CliHealth.objects.create(cli_type="claude", status="unhealthy", error="Binary not found")
+    cards = Items(html(client.get("/")), "data-workspace").by_value()
+    card = cards[workspace.id]
+    assert "Claude Code is not working: 3 agents cannot run. Fix in Settings" in card["text"]
+    assert "/settings/#clis-heading" in card["links"]
+    assert "not working" not in cards[other.id]["text"]
+    page = html(client.get("/"))
+    region = re.search(r'<div id="workspace-results"[^>]*>', page).group(0)
+    assert "malamar:cli.health_changed from:body" in region

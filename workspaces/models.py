@@ -3,6 +3,9 @@ from django.utils import timezone
 
 from core.fields import choices_check, id_field
 
+# The core Marker set when the user dismisses the home page's first-run checklist.
+FIRST_RUN_DISMISSED = "first_run_checklist_dismissed"
+
 
 class WorkingDirectoryMode(models.TextChoices):
     STATIC = "static", "Static directory"

@@ -5,7 +5,8 @@ from django.utils import timezone
 
 from core import events
 from core.errors import ValidationFailed, require_text
-from workspaces.models import NotifySetting, WorkingDirectoryMode, Workspace
+from core.models import Marker
+from workspaces.models import FIRST_RUN_DISMISSED, NotifySetting, WorkingDirectoryMode, Workspace
 
 EDITABLE_FIELDS = (
     "title",
@@ -127,3 +128,8 @@ def workspace_delete(*, workspace: Workspace) -> None:
         chat_attachment_folders_remove(chat_ids=chat_ids)
         events.publish("workspace.deleted", payload)
         wake_worker_on_commit()
+
+
+def first_run_checklist_dismiss() -> None:
+    """Hide the home page's first-run checklist for good (asking twice is harmless)."""
+    Marker.objects.get_or_create(name=FIRST_RUN_DISMISSED)

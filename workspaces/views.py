@@ -44,6 +44,7 @@ def _list_context(query: str, form=None) -> dict:
         "total": selectors.workspace_count(),
         "q": query,
         "form": form or WorkspaceCreateForm(),
+        "checklist": selectors.first_run_checklist(),
     }
 
 
@@ -51,10 +52,20 @@ def _list_context(query: str, form=None) -> dict:
 @vary_on_headers("HX-Request", "HX-Target")
 def workspace_list(request):
     query = request.GET.get("q", "").strip()
+    if _targets(request, "first-run"):
+        return render(request, f"{LIST}#first_run", {"checklist": selectors.first_run_checklist()})
     context = _list_context(query)
     if _targets(request, "workspace-results"):
         return render(request, f"{LIST}#results", context)
     return render(request, LIST, context)
+
+
+@require_POST
+def first_run_dismiss(request):
+    services.first_run_checklist_dismiss()
+    if request.htmx:
+        return render(request, f"{LIST}#first_run", {"checklist": None})
+    return redirect("home")
 
 
 @require_POST
@@ -83,6 +94,7 @@ def detail_context(workspace: Workspace, tab: str) -> dict:
         "tab": tab,
         "agents": agents,
         "unhealthy": selectors.unhealthy_agent_clis(workspace),
+        "directory_hint": selectors.working_directory_hint(workspace),
     }
 
 

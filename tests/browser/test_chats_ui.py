@@ -191,13 +191,38 @@ def test_stop_a_reply(browser, stack):
     page.console_errors.check()
 
 
+def api_send(stack, chat, text: str):
+    stack.api("POST", f"/chats/{chat['id']}/messages", {"message": text}, expect=201)
+
+
+def record_toasts(page):
+    """Keep the title of every toast the page shows (they leave after 5 s) in window.toastLog,
+    and count chat.processing_finished events in window.finishedLog."""
+    page.evaluate(
+        """() => {
+          window.toastLog = [];
+          window.finishedLog = 0;
+          new MutationObserver((records) => records.forEach((r) => r.addedNodes.forEach((n) => {
+            if (n.classList && n.classList.contains("toast")) {
+              window.toastLog.push(n.querySelector(".toast__title").textContent + " · " +
+                (n.querySelector(".toast__detail") || {}).textContent);
+            }
+          }))).observe(document.getElementById("toasts"), { childList: true });
+          document.body.addEventListener("malamar:chat.processing_finished", () => {
+            window.finishedLog += 1;
+          });
+        }"""
+    )
+
+
 def test_create_task_action_toasts_a_link_to_the_task(browser, stack):
     page = new_page(browser)
     workspace = stack.workspace("Tasks from chat")
     chat = api_chat(stack, workspace)
-    chat_tab(page, stack, workspace, f"&chat={chat['id']}")
-    send(
-        page,
+    chat_tab(page, stack, workspace)  # the chat is not open: its news comes as toasts
+    api_send(
+        stack,
+        chat,
         "File it\n@fake reply Filed.\n"
         '@fake action {"type": "create_task", "summary": "Write the docs", '
         '"description": "All of them"}',
@@ -208,12 +233,84 @@ def test_create_task_action_toasts_a_link_to_the_task(browser, stack):
     task_id = next(t["id"] for t in tasks if t["summary"] == "Write the docs")
     href = f"/workspaces/{workspace['id']}/?tab=tasks&task={task_id}"
     expect(toast.locator("a")).to_have_attribute("href", href)
-    card = agent_messages(page).locator(".chat-action[data-action-type=create_task]")
-    expect(card.get_by_role("link", name="Open task")).to_have_attribute("href", href)
     toast.locator("a").click()
     expect(page).to_have_url(re.compile(re.escape(href) + "$"))
     # The task popup (built with the Tasks tab) opens on that link.
     expect(page.locator("dialog[open]")).to_contain_text("Write the docs")
+    # The reply's action card links to the same task.
+    chat_tab(page, stack, workspace, f"&chat={chat['id']}")
+    card = agent_messages(page).locator(".chat-action[data-action-type=create_task]")
+    expect(card.get_by_role("link", name="Open task")).to_have_attribute("href", href)
+    page.console_errors.check()
+
+
+def test_toasts_only_for_chats_not_on_screen_and_never_replied_after_stop(browser, stack):
+    workspace = stack.workspace("Quiet")
+    watched = api_chat(stack, workspace)
+    stack.api("PUT", f"/chats/{watched['id']}", {"title": "Watched"}, expect=200)
+    other = api_chat(stack, workspace)
+    stack.api("PUT", f"/chats/{other['id']}", {"title": "Elsewhere"}, expect=200)
+    viewer = new_page(browser)  # looks at "Watched"
+    chat_tab(viewer, stack, workspace, f"&chat={watched['id']}")
+    lister = new_page(browser)  # looks at the list only
+    chat_tab(lister, stack, workspace)
+    for page in (viewer, lister):
+        record_toasts(page)
+
+    # A reply stopped by the user: no "replied" anywhere.
+    send(viewer, "Think hard\n@fake sleep 30\n@fake reply Too late")
+    expect(viewer.locator("[data-typing=Malamar]")).to_be_visible(timeout=REPLY_TIMEOUT)
+    viewer.locator("#chat-stop").click()
+    expect(viewer.locator("#chat-send")).to_be_visible(timeout=REPLY_TIMEOUT)
+    # A real reply in the chat on screen: the viewer sees it there, not as a toast.
+    send(viewer, "Again\n@fake reply Here now")
+    expect(agent_messages(viewer)).to_contain_text("Here now", timeout=REPLY_TIMEOUT)
+    # A reply in a chat nobody looks at: both pages toast it.
+    api_send(stack, other, "Hello\n@fake reply Over here")
+    for page in (viewer, lister):
+        page.wait_for_function("() => window.finishedLog >= 3", timeout=REPLY_TIMEOUT)
+    assert viewer.evaluate("window.toastLog") == ["Malamar replied · Elsewhere"]
+    assert sorted(lister.evaluate("window.toastLog")) == [
+        "Malamar replied · Elsewhere",
+        "Malamar replied · Watched",  # once: for "Here now", not for the stopped run
+    ]
+    for page in (viewer, lister):
+        page.console_errors.check()
+        page.context.close()
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
+
+
+@pytest.mark.parametrize("viewport", [None, PHONE], ids=["desktop", "phone"])
+def test_toasts_never_cover_the_send_button(browser, stack, viewport):
+    page = new_page(browser, viewport=viewport)
+    workspace = stack.workspace("Toasts")
+    chat = api_chat(stack, workspace)
+    chat_tab(page, stack, workspace, f"&chat={chat['id']}")
+    files = [{"name": f"n{i}.txt", "mimeType": "text/plain", "buffer": b"x"} for i in range(1, 4)]
+    for count in range(1, 4):  # three toasts: the most the stack shows
+        page.locator("#chat-files").set_input_files(files[:count])
+        expect(page.locator(".toast")).to_have_count(count)
+    send_box = page.locator("#chat-send").bounding_box()
+    composer = page.locator("#chat-composer").bounding_box()
+    for toast in page.locator(".toast").all():
+        expect(toast).to_be_in_viewport()
+        box = toast.bounding_box()
+        assert not overlap(box, send_box), (box, send_box)
+        assert not overlap(box, composer), (box, composer)
+    # Closing the chat puts them back in the corner.
+    page.keyboard.press("Escape")
+    expect(page.locator("#chat-dialog")).to_be_hidden()
+    region = page.locator("#toast-region").bounding_box()
+    height = (viewport or {"height": 800})["height"]
+    assert height - (region["y"] + region["height"]) <= 24
     page.console_errors.check()
 
 
@@ -306,3 +403,23 @@ def test_chat_popup_at_phone_width(browser, stack):
     page.locator("#chat-dialog [data-dialog-close]").click()
     expect(dialog).to_be_hidden()
     page.console_errors.check()
+
+
+def test_keyboard_hint_only_where_there_is_a_keyboard(browser, server):
+    workspace = server.workspace("Hints")
+    chat = server.api("POST", f"/workspaces/{workspace['id']}/chats", {})
+    url = f"{server.url}/workspaces/{workspace['id']}/?tab=chat&chat={chat['id']}"
+    desktop = new_page(browser)
+    phone = new_page(browser, viewport=PHONE, is_mobile=True, has_touch=True)
+    for page in (desktop, phone):
+        page.goto(url)
+        expect(page.locator("#chat-message")).to_be_visible()
+        expect(page.locator("#chat-message")).to_have_attribute("placeholder", "Message…")
+    expect(desktop.locator("#chat-composer .kbd-hint")).to_have_text(
+        "Enter to send, Shift+Enter for a new line"
+    )
+    expect(phone.locator("#chat-composer .kbd-hint")).to_be_hidden()
+    assert phone.evaluate("matchMedia('(hover: none) and (pointer: coarse)').matches")
+    for page in (desktop, phone):
+        page.console_errors.check()
+        page.context.close()

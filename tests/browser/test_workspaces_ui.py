@@ -109,3 +109,43 @@ def test_edit_settings_and_delete_the_workspace(page, server, tmp_path):
     expect(page).to_have_url(f"{server.url}/")
     expect(page.locator(".toast")).to_contain_text("Deleted “Gamma renamed”")
     expect(page.get_by_text("No workspaces yet")).to_be_visible()
+
+
+def test_first_run_checklist_and_cli_notices_follow_health_checks_live(page, server):
+    from tests.live import django_script
+
+    workspace = server.workspace("Sample-like")
+    server.agent(workspace["id"], "Planner", "claude")
+    page.goto(server.url)
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    checklist = page.locator("#first-run")
+    cli_step = checklist.locator("[data-step=cli]")
+    expect(cli_step).to_contain_text("Checking your CLIs")
+    expect(cli_step).not_to_have_class(re.compile(r"\bis-done\b"))
+    card = page.locator(f"[data-workspace='{workspace['id']}']")
+    expect(card.locator(".workspace-card__alert")).to_have_count(0)
+
+    # The worker's health checks come in: the page follows without a reload.
+    django_script(
+        server.data_dir,
+        "from runner.health import store\n"
+        "store('codex', {'status': 'healthy'}, clear_refresh=False)\n"
+        "store('claude', {'status': 'unhealthy', 'error': 'Binary not found'},"
+        " clear_refresh=False)\n",
+    )
+    expect(cli_step).to_have_class(re.compile(r"\bis-done\b"))
+    expect(cli_step).to_contain_text("Working: Codex CLI.")
+    expect(card.locator(".workspace-card__alert")).to_contain_text(
+        "Claude Code is not working: 1 agent cannot run."
+    )
+    directory = checklist.locator("[data-step=directory]")
+    expect(directory.get_by_role("link")).to_have_attribute(
+        "href", f"/workspaces/{workspace['id']}/settings/#directory-heading"
+    )
+
+    # Dismissed for good.
+    page.get_by_role("button", name="Dismiss the checklist").click()
+    expect(checklist.locator(".first-run")).to_have_count(0)
+    page.reload()
+    expect(page.locator(".workspace-card")).to_have_count(1)
+    expect(checklist.locator(".first-run")).to_have_count(0)

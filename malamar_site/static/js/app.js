@@ -265,11 +265,12 @@
       d.matches(":modal"),
     );
     const home = modals.length ? modals[modals.length - 1] : document.body;
-    if (region.parentElement === home) return;
+    if (region.parentElement === home) return fitToasts();
     home.append(region); // moving it hides the popover: show it again
     if (typeof region.showPopover === "function" && !region.matches(":popover-open")) {
       region.showPopover();
     }
+    fitToasts();
   }
 
   new MutationObserver(() => placeToasts()).observe(document.documentElement, {
@@ -288,8 +289,41 @@
     }
   });
 
+  // Toasts never cover what the open popup marks with data-toast-avoid (the chat's composer
+  // and its Send button): they stack just above it, or at the top when there is no room there.
+  const TOAST_ROOM_PX = 240;
+  let avoided = null;
+  const avoidWatch = window.ResizeObserver ? new ResizeObserver(() => fitToasts()) : null;
+
+  function fitToasts() {
+    const region = document.getElementById("toast-region");
+    if (!region) return;
+    const home = region.parentElement;
+    const avoid = home && home.matches("dialog") ? home.querySelector("[data-toast-avoid]") : null;
+    if (avoidWatch && avoid !== avoided) {
+      if (avoided) avoidWatch.unobserve(avoided);
+      if (avoid) avoidWatch.observe(avoid);
+      avoided = avoid;
+    }
+    const rect = avoid && avoid.getClientRects().length ? avoid.getBoundingClientRect() : null;
+    if (!rect || rect.top >= document.documentElement.clientHeight) {
+      region.style.removeProperty("--toast-bottom");
+      delete region.dataset.place;
+    } else if (rect.top < TOAST_ROOM_PX) {
+      region.style.removeProperty("--toast-bottom");
+      region.dataset.place = "top";
+    } else {
+      delete region.dataset.place;
+      const bottom = document.documentElement.clientHeight - rect.top + 8;
+      region.style.setProperty("--toast-bottom", `${Math.round(bottom)}px`); // CSSOM: CSP-safe
+    }
+  }
+
+  window.addEventListener("resize", () => fitToasts());
+
   function raiseToasts() {
     placeToasts();
+    fitToasts();
     const region = document.getElementById("toast-region");
     if (!region || typeof region.showPopover !== "function") return;
     // Re-showing moves the region above a modal dialog opened after it.
@@ -400,6 +434,18 @@
     return base;
   }
 
+  /** Is chat `id` open in a popup (the user is looking at it: no toast for its news)? */
+  function chatOnScreen(id) {
+    if (!id) return false;
+    return $$("dialog[open] [data-chat-popup]").some((popup) => popup.dataset.chatPopup === id);
+  }
+
+  /** Is task `id` open in a popup (its new comments show there)? */
+  function taskOnScreen(id) {
+    if (!id) return false;
+    return $$("dialog[open] [data-task-detail]").some((detail) => detail.dataset.taskDetail === id);
+  }
+
   // Which events deserve a toast (the rest only refresh fragments).
   function toastFor(type, data) {
     const summary = data.task_summary || "";
@@ -420,7 +466,7 @@
           href: itemLink(data),
         };
       case "task.comment_added":
-        if (data.author_type !== "agent") return null;
+        if (data.author_type !== "agent" || taskOnScreen(data.task_id)) return null;
         return {
           level: "info",
           message: `${data.author_name || "An agent"} commented`,
@@ -428,6 +474,16 @@
           href: itemLink(data),
         };
       case "chat.processing_finished":
+        // A stopped reply says nothing; the chat on screen shows its own news.
+        if (data.outcome === "stopped" || chatOnScreen(data.chat_id)) return null;
+        if (data.outcome === "failed") {
+          return {
+            level: "error",
+            message: `${data.agent_name || "An agent"} could not reply`,
+            detail: data.chat_title || "",
+            href: itemLink(data),
+          };
+        }
         return {
           level: "info",
           message: `${data.agent_name || "An agent"} replied`,

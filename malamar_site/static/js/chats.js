@@ -74,11 +74,12 @@
         window.malamarToast({ level: "info", message: "This chat was deleted", detail: data.chat_title || "" });
       }
     });
-    // A reply that created tasks: a toast with a link that opens each one.
+    // A reply that created tasks: a toast with a link that opens each one (not for the chat
+    // on screen, whose action cards link to them).
     onBody("malamar:chat.message_added", (event) => {
       const data = event.detail || {};
       const tasks = Array.isArray(data.created_tasks) ? data.created_tasks : [];
-      if (!window.malamarToast || !data.workspace_id) return;
+      if (!window.malamarToast || !data.workspace_id || data.chat_id === openChatId()) return;
       tasks.forEach((task) => {
         if (!task || !task.task_id) return;
         window.malamarToast({
@@ -319,7 +320,8 @@
     }
   });
 
-  const coarse = window.matchMedia("(pointer: coarse)");
+  // Touch screens (the same query that hides the .kbd-hint keyboard hints).
+  const coarse = window.matchMedia("(hover: none) and (pointer: coarse)");
 
   document.addEventListener("keydown", (event) => {
     const input = event.target.closest && event.target.closest("[data-chat-input]");
