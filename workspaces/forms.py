@@ -2,7 +2,10 @@
 
 from django import forms
 
+from core.fields import max_length_of
 from workspaces.models import WorkingDirectoryMode, Workspace
+
+TITLE_MAX_LENGTH = max_length_of(Workspace, "title")
 
 REQUIRED_TITLE = {"required": "Title is required"}
 SWITCH = forms.CheckboxInput(attrs={"role": "switch"})
@@ -11,6 +14,7 @@ SWITCH = forms.CheckboxInput(attrs={"role": "switch"})
 class WorkspaceCreateForm(forms.Form):
     title = forms.CharField(
         label="Title",
+        max_length=TITLE_MAX_LENGTH,
         error_messages=REQUIRED_TITLE,
         widget=forms.TextInput(attrs={"autocomplete": "off", "placeholder": "e.g. Website"}),
     )
@@ -23,7 +27,9 @@ class WorkspaceCreateForm(forms.Form):
 
 
 class WorkspaceSettingsForm(forms.Form):
-    title = forms.CharField(label="Title", error_messages=REQUIRED_TITLE)
+    title = forms.CharField(
+        label="Title", max_length=TITLE_MAX_LENGTH, error_messages=REQUIRED_TITLE
+    )
     description = forms.CharField(
         label="Instruction",
         required=False,

@@ -1,7 +1,7 @@
 from django.db import models
 from django.utils import timezone
 
-from core.fields import choices_check, id_field
+from core.fields import choices_check, icontains_search, id_field
 
 
 class WorkingDirectoryMode(models.TextChoices):
@@ -11,8 +11,7 @@ class WorkingDirectoryMode(models.TextChoices):
 
 class WorkspaceQuerySet(models.QuerySet):
     def search(self, query: str | None):
-        query = (query or "").strip()
-        return self.filter(title__icontains=query) if query else self
+        return icontains_search(self, "title", query)
 
     def by_activity(self):
         return self.order_by("-last_activity_at", "-created_at")
@@ -20,7 +19,7 @@ class WorkspaceQuerySet(models.QuerySet):
 
 class Workspace(models.Model):
     id = id_field()
-    title = models.CharField(max_length=500)
+    title = models.CharField(max_length=200)
     description = models.TextField(blank=True, default="")
     working_directory_mode = models.CharField(
         max_length=10, choices=WorkingDirectoryMode.choices, default=WorkingDirectoryMode.TEMP

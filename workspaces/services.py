@@ -3,8 +3,11 @@ from django.utils import timezone
 
 from core import events
 from core.errors import ValidationFailed, require_text
+from core.fields import max_length_of
 from core.settings_store import settings_get
 from workspaces.models import WorkingDirectoryMode, Workspace
+
+TITLE_MAX_LENGTH = max_length_of(Workspace, "title")
 
 EDITABLE_FIELDS = (
     "title",
@@ -26,7 +29,9 @@ def _clean(fields: dict) -> dict:
         raise ValidationFailed(f"{field} is not a workspace setting", field=field)
     clean = dict(fields)
     if "title" in clean:
-        clean["title"] = require_text(clean["title"], field="title", label="Title")
+        clean["title"] = require_text(
+            clean["title"], field="title", label="Title", max_length=TITLE_MAX_LENGTH
+        )
     if "description" in clean:
         clean["description"] = clean["description"] or ""
     if "working_directory_mode" in clean:
