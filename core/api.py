@@ -18,6 +18,7 @@ from core import settings_store
 from core.errors import ServiceError
 from core.http import error_response
 from core.json_input import BodyRefused, JsonObjectParser
+from core.limits import fields_too_large_message
 from core.middleware import too_large_response
 from core.version import VERSION
 from runner import services as runner_services
@@ -65,7 +66,7 @@ def on_http_error(request, exc: HttpError):
     if isinstance(cause, BodyRefused):  # ninja wraps the parser's error: keep its message
         return error_response(400, str(cause))
     if isinstance(cause, RequestDataTooBig):
-        return too_large_response(request)
+        return too_large_response(request, fields_too_large_message())
     return error_response(exc.status_code, str(exc))
 
 
@@ -76,7 +77,7 @@ def on_body_refused(request, exc: BodyRefused):
 
 @api.exception_handler(RequestDataTooBig)
 def on_too_big(request, exc):
-    return too_large_response(request)
+    return too_large_response(request, fields_too_large_message())
 
 
 @api.exception_handler(MultiPartParserError)

@@ -47,6 +47,12 @@ def too_large_message(content_type: str) -> str:
     )
 
 
+def fields_too_large_message() -> str:
+    """For Django's RequestDataTooBig: the non-file data passed DATA_UPLOAD_MAX_MEMORY_SIZE,
+    which is the JSON limit (a body longer than it declared, or large form fields)."""
+    return too_large_message("application/json")
+
+
 def declared_length(value: str | bytes | None) -> int | None:
     """The Content-Length header as a number (None when absent or not a number)."""
     if value is None:

@@ -81,9 +81,9 @@ def _as_json_error(response):
     return error_response(response.status_code, message)
 
 
-def too_large_response(request: HttpRequest) -> HttpResponse:
+def too_large_response(request: HttpRequest, message: str | None = None) -> HttpResponse:
     """413 in the caller's language: JSON for the API, the error toast for htmx, a page else."""
-    message = limits.too_large_message(request.content_type or "")
+    message = message or limits.too_large_message(request.META.get("CONTENT_TYPE", ""))
     if is_api_path(request.path):
         return error_response(limits.TOO_LARGE, message)
     if request.headers.get("HX-Request"):
@@ -116,7 +116,7 @@ class RequestSizeMiddleware:
 
     def process_exception(self, request: HttpRequest, exception):
         if isinstance(exception, RequestDataTooBig):
-            return too_large_response(request)
+            return too_large_response(request, limits.fields_too_large_message())
         return None
 
 

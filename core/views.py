@@ -204,9 +204,10 @@ def error_page(request, status: int, title: str, text: str) -> HttpResponse:
 
 def bad_request(request, exception=None):
     if isinstance(exception, RequestDataTooBig):  # a body longer than it declared
+        from core.limits import fields_too_large_message
         from core.middleware import too_large_response
 
-        return too_large_response(request)
+        return too_large_response(request, fields_too_large_message())
     message = "Bad request"
     if exception and exception.__class__.__name__ == "DisallowedHost":
         message = (
