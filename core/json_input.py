@@ -7,10 +7,13 @@ every endpoint at once, with the name of the field that holds them.
 """
 
 import json
+import math
 
 from ninja.parser import Parser
 
 NESTING_MESSAGE = "The JSON body is nested too deeply"
+# Whole numbers the database can store (SQLite and PostgreSQL: signed 64 bits).
+INT_RANGE = (-(2**63), 2**63 - 1)
 
 
 class BodyRefused(ValueError):
@@ -50,13 +53,33 @@ def check_text(value, path: list | None = None) -> None:
             stack.extend((child, [*where, index]) for index, child in enumerate(item))
 
 
+def _int(text: str) -> int:
+    value = int(text)
+    if not INT_RANGE[0] <= value <= INT_RANGE[1]:
+        raise BodyRefused(f"The number {text[:30]} is too large")
+    return value
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BodyRefused(f"The number {text[:30]} is too large")
+    return value
+
+
+def _constant(name: str):
+    raise BodyRefused(f"The body is not valid JSON: {name} is not a number in JSON")
+
+
 def parse_json_object(raw: bytes) -> dict:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BodyRefused(f"The body is not valid UTF-8 (byte {exc.start})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except BodyRefused:
+        raise
     except RecursionError:
         raise BodyRefused(NESTING_MESSAGE) from None
     except ValueError as exc:

@@ -155,6 +155,32 @@ def test_malformed_bodies_are_a_400_with_a_message(client, body, message):
     assert not Workspace.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"retention_days": 100000000000000000000}', "The number 100000000000000000000 is too"),
+        (b'{"retention_days": 9223372036854775807}', "retention_days must be a whole number"),
+        (b'{"stall_kill_minutes": NaN}', "NaN is not a number in JSON"),
+        (b'{"stall_kill_minutes": Infinity}', "Infinity is not a number in JSON"),
+        (b'{"stall_kill_minutes": 1e400}', "The number 1e400 is too large"),
+        (b'{"stall_kill_minutes": 1e300}', "stall_kill_minutes must be a number of minutes"),
+    ],
+)
+def test_numbers_out_of_range_are_a_400(client, workspace, body, message):
+    """A number the database cannot store was a 500; one the daily cleanup cannot turn into a
+    date (retention_days) crashed the worker's cleanup job later."""
+    response = raw_json(client, "put", f"/api/workspaces/{workspace.id}", body)
+    assert response.status_code == 400 and message in error_of(response)["message"]
+    assert Workspace.objects.get(id=workspace.id).retention_days == 7
+
+
+def test_an_agent_action_with_an_impossible_number_fails_cleanly(workspace):
+    chat = chat_create(workspace=workspace)
+    actions = [{"type": "update_workspace", "stall_kill_minutes": float("nan")}]
+    (result,) = execute_actions(chat=chat, actions=actions, is_malamar=True)
+    assert result.error.startswith("stall_kill_minutes must be a number of minutes")
+
+
 # --- names and summaries have a maximum length -------------------------------------------
 
 

@@ -179,6 +179,16 @@ def test_over_long_titles_and_summaries_are_form_errors(client, workspace, task)
     assert Chat.objects.get(id=chat.id).title == "Untitled chat"
 
 
+def test_workspace_settings_numbers_out_of_range_are_form_errors(client, workspace):
+    data = {"title": "Project X", "working_directory_mode": "temp"}
+    data |= {"retention_days": "100000000000000000000", "stall_kill_minutes": "1e400"}
+    response = hx(client, "post", f"/workspaces/{workspace.id}/settings/", data)
+    page = html(response)
+    assert field_error_is_tied(page, "id_retention_days") and "at most 36500 days" in page
+    assert field_error_is_tied(page, "id_stall_kill_minutes")
+    assert Workspace.objects.get(id=workspace.id).retention_days == 7
+
+
 # --- request size ----------------------------------------------------------------------------
 
 

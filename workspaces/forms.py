@@ -3,7 +3,12 @@
 from django import forms
 
 from core.fields import max_length_of
-from workspaces.models import WorkingDirectoryMode, Workspace
+from workspaces.models import (
+    RETENTION_DAYS_MAX,
+    STALL_KILL_MINUTES_MAX,
+    WorkingDirectoryMode,
+    Workspace,
+)
 
 TITLE_MAX_LENGTH = max_length_of(Workspace, "title")
 
@@ -68,17 +73,20 @@ class WorkspaceSettingsForm(forms.Form):
     retention_days = forms.IntegerField(
         label="Keep done tasks for (days)",
         min_value=0,
+        max_value=RETENTION_DAYS_MAX,
         help_text="0 keeps them until you delete them.",
         error_messages={
             "required": "Enter a number of days (0 or more)",
             "invalid": "Enter a whole number of days",
             "min_value": "Enter 0 or more days",
+            "max_value": f"Enter at most {RETENTION_DAYS_MAX} days",
         },
         widget=forms.NumberInput(attrs={"min": 0, "inputmode": "numeric"}),
     )
     stall_kill_minutes = forms.FloatField(
         label="Stop a silent run after (minutes)",
         min_value=0,
+        max_value=STALL_KILL_MINUTES_MAX,
         help_text=(
             "A run that prints nothing for this long is stopped and reported as an error. "
             "0 never stops it (you still get a warning)."
@@ -87,6 +95,7 @@ class WorkspaceSettingsForm(forms.Form):
             "required": "Enter a number of minutes (0 or more)",
             "invalid": "Enter a number of minutes",
             "min_value": "Enter 0 or more minutes",
+            "max_value": f"Enter at most {STALL_KILL_MINUTES_MAX} minutes",
         },
         widget=forms.NumberInput(attrs={"min": 0, "step": "any", "inputmode": "decimal"}),
     )

@@ -3,6 +3,9 @@ from django.utils import timezone
 
 from core.fields import choices_check, icontains_search, id_field
 
+RETENTION_DAYS_MAX = 36_500  # 100 years
+STALL_KILL_MINUTES_MAX = 525_600  # a year
+
 
 class WorkingDirectoryMode(models.TextChoices):
     STATIC = "static", "Static directory"

@@ -5,9 +5,17 @@ from core import events
 from core.errors import ValidationFailed, require_text
 from core.fields import max_length_of
 from core.settings_store import settings_get
-from workspaces.models import WorkingDirectoryMode, Workspace
+from workspaces.models import (
+    RETENTION_DAYS_MAX,
+    STALL_KILL_MINUTES_MAX,
+    WorkingDirectoryMode,
+    Workspace,
+)
 
 TITLE_MAX_LENGTH = max_length_of(Workspace, "title")
+# Beyond these a date computation overflows (the daily cleanup) or the value means "never".
+MAX_DAYS = RETENTION_DAYS_MAX
+MAX_MINUTES = STALL_KILL_MINUTES_MAX
 
 EDITABLE_FIELDS = (
     "title",
@@ -44,15 +52,20 @@ def _clean(fields: dict) -> dict:
         clean["working_directory_path"] = (clean["working_directory_path"] or "").strip() or None
     if "retention_days" in clean:
         days = clean["retention_days"]
-        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+        if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= MAX_DAYS:
             raise ValidationFailed(
-                "retention_days must be a whole number of days, 0 or more", field="retention_days"
+                f"retention_days must be a whole number of days from 0 to {MAX_DAYS}",
+                field="retention_days",
             )
     if "stall_kill_minutes" in clean:
         minutes = clean["stall_kill_minutes"]
-        if isinstance(minutes, bool) or not isinstance(minutes, int | float) or minutes < 0:
+        if (
+            isinstance(minutes, bool)
+            or not isinstance(minutes, int | float)
+            or not 0 <= minutes <= MAX_MINUTES  # also refuses NaN
+        ):
             raise ValidationFailed(
-                "stall_kill_minutes must be a number of minutes, 0 or more",
+                f"stall_kill_minutes must be a number of minutes from 0 to {MAX_MINUTES}",
                 field="stall_kill_minutes",
             )
     return clean
