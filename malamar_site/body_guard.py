@@ -118,6 +118,11 @@ class GuardedWebRequest(http_protocol.WebRequest):
 
     def _check_credentials(self) -> None:
         raw_uri = self.raw_uri
+        # A client that waits for "100 Continue" before sending its body gets it only once the
+        # credentials are known good (Twisted would send it at once).
+        expects_continue = "100-continue" in _header(self, b"expect").lower()
+        if expects_continue:
+            self.requestHeaders.removeHeader(b"expect")
         check = threads.deferToThread(
             _auth_refusal,
             _path(raw_uri),
@@ -131,6 +136,8 @@ class GuardedWebRequest(http_protocol.WebRequest):
                 self.auth_check = None
             if refusal and not self.refused:
                 self._refuse(*refusal)
+            elif expects_continue and not self.refused:
+                self._continue()
 
         def failed(failure):
             log.error("Could not check credentials before reading a body: %s", failure.value)
@@ -140,6 +147,13 @@ class GuardedWebRequest(http_protocol.WebRequest):
         check.addCallbacks(done, failed)
         if not check.called:
             self.auth_check = check
+
+    def _continue(self) -> None:
+        channel = self.channel
+        # The channel forgets the request line once the body is complete: then it is too late.
+        waiting = channel is not None and getattr(channel, "_version", None) == b"HTTP/1.1"
+        if waiting and channel.transport is not None:
+            channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer now and close the connection; whatever body follows is never read."""

@@ -452,6 +452,26 @@ def test_with_a_password_credentials_are_checked_before_the_body_is_read(live):
         # a whole small body changes nothing: still refused, never handled
         status, _, _, _ = raw_request(live, head.replace("60000", "17"), b'{"title": "Evil"}')
         assert status == 401
+        # a client waiting for "100 Continue" never gets it without credentials...
+        status, _, _, _ = raw_request(live, head + "Expect: 100-continue\n")
+        assert status == 401
+        # ...and gets it with them, then sends its body
+        with socket.create_connection(("127.0.0.1", live.port)) as sock:
+            sock.settimeout(10)
+            body = b'{"title": "Continued"}'
+            sock.sendall(
+                (
+                    "POST /api/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                    f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n"
+                ).encode()
+            )
+            assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            sock.sendall(body)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 201 ")
         # with a token the same request goes through
         created = requests.post(
             f"{live.url}/api/workspaces",
