@@ -31,7 +31,12 @@ from core.http import CODES, is_api_path
 
 log = logging.getLogger(__name__)
 
-REASONS = {302: "Found", 401: "Unauthorized", 413: "Content Too Large"}
+REASONS = {
+    302: "Found",
+    401: "Unauthorized",
+    413: "Content Too Large",
+    500: "Internal Server Error",
+}
 
 
 def _header(request, name: bytes) -> str:
@@ -160,7 +165,11 @@ class GuardedWebRequest(http_protocol.WebRequest):
         self.refused = True
         self.requestHeaders.removeHeader(b"expect")  # no "100 Continue" after this answer
         path = _path(self.raw_uri)
-        headers = [("Connection", "close")]
+        headers = [
+            ("Connection", "close"),
+            ("Content-Security-Policy", "default-src 'none'"),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
         if status == 302:
             headers.append(("Location", message))
             content_type, body = "text/plain; charset=utf-8", ""
