@@ -486,3 +486,32 @@ def test_with_a_password_credentials_are_checked_before_the_body_is_read(live):
         assert "Evil" not in [w["title"] for w in titles]
     finally:
         django_script(live.data_dir, "from core.auth import password_set; password_set(raw=None)")
+
+
+@pytest.mark.live
+def test_a_malamar_reply_with_over_long_names_becomes_a_clear_system_message(stack):
+    from tests.test_chat_worker import action, chat, send, wait_reply
+
+    ws = stack.workspace()
+    c = chat(stack, ws)
+    long = "N" * 50_000
+    send(
+        stack,
+        c,
+        "Set things up",
+        "@fake reply Done.",
+        action(type="create_agent", name=long, instruction="Review code."),
+        action(type="create_task", summary=long),
+        action(type="create_task", summary="Short one"),
+    )
+    reply, note = wait_reply(stack, c, count=2)["messages"][-2:]
+    assert (reply["role"], reply["message"]) == ("agent", "Done.")
+    assert [a["result"] for a in reply["actions"]] == ["failed", "failed", "ok"]
+    assert note["role"] == "system"
+    assert note["message"].splitlines() == [
+        "Action failed: create_agent - Name must be at most 100 characters (it has 50000)",
+        "Action failed: create_task - Summary must be at most 500 characters (it has 50000)",
+    ]
+    assert stack.api("GET", f"/workspaces/{ws['id']}/agents")["agents"] == []
+    tasks = stack.api("GET", f"/workspaces/{ws['id']}/tasks")["tasks"]
+    assert [t["summary"] for t in tasks] == ["Short one"]
