@@ -4,7 +4,6 @@ The error order is the spec's: exit code → missing file → empty file → inv
 checks the structure. Messages are the ones users see as system comments.
 """
 
-import json
 import logging
 import os
 import shutil
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from agents.models import CliType
 from core.settings_store import cli_settings_for
+from core.storable import loads_storable
 from runner import process
 from runner.adapters import adapter_for
 from runner.adapters.base import Invocation, stderr_message
@@ -97,7 +97,7 @@ def interpret(cli_type: str, result: process.ProcessResult, output_path: Path) -
     if not text.strip():
         return Execution(error="CLI completed but output file was empty", result=result)
     try:
-        return Execution(data=json.loads(_strip_fences(text)), result=result)
+        return Execution(data=loads_storable(_strip_fences(text)), result=result)
     except ValueError as exc:
         return Execution(error=f"CLI output was not valid JSON: {exc}", result=result)
 

@@ -9,6 +9,8 @@ odd input: an unknown line is simply ignored.
 import json
 from dataclasses import dataclass, field
 
+from core.storable import loads_storable
+
 OUTPUT_CHARS = 2000
 TEXT_CHARS = 4000
 
@@ -364,7 +366,7 @@ def parse_line(parser, line: str) -> list:
     if not line.startswith("{"):
         return []
     try:
-        event = json.loads(line)
+        event = loads_storable(line)
     except ValueError:
         return []
     if not isinstance(event, dict):

@@ -515,3 +515,35 @@ def test_a_malamar_reply_with_over_long_names_becomes_a_clear_system_message(sta
     assert stack.api("GET", f"/workspaces/{ws['id']}/agents")["agents"] == []
     tasks = stack.api("GET", f"/workspaces/{ws['id']}/tasks")["tasks"]
     assert [t["summary"] for t in tasks] == ["Short one"]
+
+
+# --- what agents' CLIs print is hostile input too -------------------------------------------
+
+
+def test_cli_output_strings_are_made_storable_and_deep_nesting_is_invalid_json():
+    from core.storable import loads_storable
+    from runner.streams import parse_line, parser_for
+
+    data = loads_storable('{"content": "a\\ud800b\\u0000c", "k\\udfff": ["\\ud83d\\ude00"]}')
+    assert data == {"content": "a\ufffdbc", "k\ufffd": ["\U0001f600"]}  # a real pair stays
+    with pytest.raises(ValueError, match="nested too deeply"):
+        loads_storable("[" * 100_000 + "]" * 100_000)
+    assert parse_line(parser_for("claude"), '{"type": ' + "[" * 100_000 + "]" * 100_000 + "}") == []
+
+
+@pytest.mark.live
+def test_an_agent_comment_with_a_lone_surrogate_is_stored_not_a_crashed_run(stack):
+    ws = stack.workspace(agents=[("Planner", "gemini")])
+    escaped = (
+        '{"actions": [{"type": "comment", "content": "bad \\ud800 text\\u0000"},'
+        ' {"type": "change_status", "status": "in_review"}]}'
+    )
+    task = stack.task(ws, f"@fake Planner: json {escaped}")
+    comment = stack.wait_comments(task, 1)[0]
+    assert (comment["author_type"], comment["content"]) == ("agent", "bad \ufffd text")
+    stack.wait_status(task, "in_review")
+    nested = "@fake Planner: json " + "[" * 50_000 + "]" * 50_000
+    task = stack.task(ws, nested, summary="Nested")
+    comment = stack.wait_comments(task, 1)[0]
+    assert comment["author_type"] == "system"
+    assert comment["content"].startswith("CLI output was not valid JSON: JSON nested too deeply")

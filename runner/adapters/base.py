@@ -4,9 +4,10 @@ Adapters are pure: they build argv lists (never a shell string) and read CLI out
 Only runner/process.py starts processes.
 """
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from core.storable import loads_storable
 
 HEALTH_PROMPT = "Reply with the single word OK."
 
@@ -42,7 +43,7 @@ def last_json_object(text: str) -> dict | None:
         line = line.strip()
         if line.startswith("{"):
             try:
-                value = json.loads(line)
+                value = loads_storable(line)
             except ValueError:
                 continue
             if isinstance(value, dict):
@@ -58,7 +59,7 @@ def stderr_message(stderr: str, noise: tuple[str, ...] = ()) -> str:
     start = text.find("{")
     if start != -1:
         try:
-            value = json.loads(text[start:])
+            value = loads_storable(text[start:])
         except ValueError:
             value = None
         if isinstance(value, dict):
