@@ -1,10 +1,11 @@
 from datetime import datetime
 
 from ninja import Router, Schema, Status
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from agents import services
 from agents.models import Agent
+from agents.services import NAME_MAX_LENGTH
 from core.lookups import get_or_404
 from workspaces.models import Workspace
 
@@ -25,7 +26,7 @@ class AgentOut(Schema):
 class AgentUpdate(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = None
+    name: str | None = Field(None, max_length=NAME_MAX_LENGTH)
     instruction: str | None = None
     cli_type: str | None = None
 
@@ -33,7 +34,7 @@ class AgentUpdate(Schema):
 class AgentCreate(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: str = Field(max_length=NAME_MAX_LENGTH)
     instruction: str
     cli_type: str = "claude"
 

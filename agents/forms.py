@@ -2,12 +2,14 @@
 
 from django import forms
 
-from agents.models import CliType
+from agents.models import Agent, CliType
+from core.fields import max_length_of
 
 
 class AgentForm(forms.Form):
     name = forms.CharField(
         label="Name",
+        max_length=max_length_of(Agent, "name"),
         error_messages={"required": "Name is required"},
         widget=forms.TextInput(attrs={"autocomplete": "off", "placeholder": "e.g. Reviewer"}),
     )

@@ -32,7 +32,7 @@ class Agent(models.Model):
     workspace = models.ForeignKey(
         "workspaces.Workspace", on_delete=models.CASCADE, related_name="agents"
     )
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=100)
     instruction = models.TextField()
     cli_type = models.CharField(max_length=10, choices=CliType.choices, default=CliType.CLAUDE)
     order = models.IntegerField()

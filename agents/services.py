@@ -6,7 +6,14 @@ from agents.models import Agent, CliType
 from core import events
 from core.activity import workspace_touch
 from core.errors import Conflict, ValidationFailed, require_text
+from core.fields import max_length_of
 from workspaces.models import Workspace
+
+NAME_MAX_LENGTH = max_length_of(Agent, "name")
+
+
+def _clean_name(name) -> str:
+    return require_text(name, field="name", label="Name", max_length=NAME_MAX_LENGTH)
 
 
 def _clean_cli(cli_type: str) -> str:
@@ -33,7 +40,7 @@ def _changed(workspace_id: str) -> None:
 def agent_create(
     *, workspace: Workspace, name: str, instruction: str, cli_type: str = CliType.CLAUDE
 ) -> Agent:
-    name = require_text(name, field="name", label="Name")
+    name = _clean_name(name)
     instruction = require_text(instruction, field="instruction", label="Instruction")
     cli_type = _clean_cli(cli_type)
     now = timezone.now()
@@ -66,7 +73,7 @@ def agent_update(
 ) -> Agent:
     changes = {}
     if name is not None:
-        changes["name"] = require_text(name, field="name", label="Name")
+        changes["name"] = _clean_name(name)
     if instruction is not None:
         changes["instruction"] = require_text(instruction, field="instruction", label="Instruction")
     if cli_type is not None:

@@ -2,10 +2,11 @@ from datetime import datetime
 from typing import Any
 
 from ninja import File, Router, Schema, Status, UploadedFile
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from chats import selectors, services
 from chats.models import Chat
+from chats.services import TITLE_MAX_LENGTH
 from core.errors import NotFound
 from core.lookups import get_or_404
 from workspaces.models import Workspace
@@ -95,13 +96,13 @@ class ChatCreate(Schema):
     model_config = ConfigDict(extra="forbid")
 
     agent_id: str | None = None
-    title: str | None = None
+    title: str | None = Field(None, max_length=TITLE_MAX_LENGTH)
 
 
 class ChatUpdate(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    title: str | None = None
+    title: str | None = Field(None, max_length=TITLE_MAX_LENGTH)
     agent_id: str | None = None
     cli_type: str | None = None
 

@@ -1,8 +1,9 @@
 """Chat attachments on disk: `{temp}/malamar_chat_{chat_id}_attachments/{name}`.
 
 Names are reduced to a base name and files are created with mode 0600 without following
-symlinks (DESIGN "Security baseline"). Files are streamed to disk in chunks: there is no size
-limit, so nothing here reads a whole upload into memory.
+symlinks (DESIGN "Security baseline"); a name longer than a file system allows is shortened,
+keeping its extension. Files are streamed to disk in chunks, so nothing here reads a whole
+upload into memory (the request's size is capped by MALAMAR_MAX_UPLOAD_BYTES, core.limits).
 """
 
 import contextlib
@@ -20,6 +21,7 @@ log = logging.getLogger(__name__)
 
 CHUNK_SIZE = 1024 * 1024
 MAX_NAME_BYTES = 255  # the usual file-system limit for one path component
+MAX_EXTENSION_CHARS = 20  # a longer "extension" is part of the name: shorten it as such
 
 
 def attachments_dir(chat_id: str) -> Path:
@@ -39,12 +41,25 @@ def attachment_name(raw: str | None) -> str:
             f"An attachment needs a file name other than empty, '.' or '..'{shown}",
             field="files",
         )
-    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
-        raise ValidationFailed(
-            f"The file name '{name[:40]}…' is too long (at most {MAX_NAME_BYTES} bytes)",
-            field="files",
-        )
-    return name
+    return _shortened(name)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _shortened(name: str) -> str:
+    """`name` cut to MAX_NAME_BYTES of UTF-8, keeping its extension: "long…long.pdf"."""
+    if _utf8_len(name) <= MAX_NAME_BYTES:
+        return name
+    stem, dot, extension = name.rpartition(".")
+    if not stem or not dot or len(extension) > MAX_EXTENSION_CHARS:
+        stem, extension = name, ""
+    suffix = f"…{dot}{extension}" if extension else "…"
+    room = MAX_NAME_BYTES - _utf8_len(suffix)
+    while _utf8_len(stem) > room:  # at most a few steps: cut by bytes, then fix up by chars
+        stem = stem[: max(0, len(stem) - max(1, (_utf8_len(stem) - room) // 4))]
+    return stem.rstrip() + suffix
 
 
 def _chunks(source) -> Iterable[bytes]:

@@ -4,8 +4,9 @@ from django import forms
 
 from agents.models import CliType
 from chats.models import Chat
+from core.fields import max_length_of
 
-TITLE_MAX_LENGTH = Chat._meta.get_field("title").max_length
+TITLE_MAX_LENGTH = max_length_of(Chat, "title")
 
 
 class ChatTitleForm(forms.Form):

@@ -24,7 +24,7 @@ class Chat(models.Model):
     )
     # NULL = follow the agent's CLI (or Malamar's default); set = a per-chat override.
     cli_type = models.CharField(max_length=10, null=True, blank=True)
-    title = models.CharField(max_length=500, default=DEFAULT_CHAT_TITLE)
+    title = models.CharField(max_length=200, default=DEFAULT_CHAT_TITLE)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

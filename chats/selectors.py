@@ -10,6 +10,7 @@ from django.db.models import Exists, F, JSONField, OuterRef, QuerySet, Subquery,
 from django.db.models.functions import Coalesce
 
 from chats.models import Chat, ChatMessage, ChatQueueItem, ChatRole
+from core.fields import icontains_search
 from runner.selectors import first_available_cli
 from tasks.models import QueueStatus
 from workspaces.links import workspace_tab_url
@@ -120,9 +121,7 @@ def chat_participants(chat_id: str) -> list:
 def chats_for_workspace(workspace_id: str, q: str = "") -> list[Chat]:
     """The workspace's chats, most recently active first (latest message, else creation)."""
     chats = _with_summary(Chat.objects.filter(workspace_id=workspace_id))
-    query = (q or "").strip()
-    if query:
-        chats = chats.filter(title__icontains=query)
+    chats = icontains_search(chats, "title", q)
     chats = list(chats.order_by("-last_activity_at", "-created_at", "-id"))
     malamar_cli = _malamar_cli_if_needed(chats)
     return [_finish(chat, malamar_cli) for chat in chats]

@@ -24,6 +24,7 @@ from chats.selectors import ACTIVE_STATUSES, MALAMAR_NAME, created_tasks, partic
 from core import events
 from core.activity import workspace_touch
 from core.errors import Conflict, NotFound, ServiceError, ValidationFailed, require_text
+from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
 from runner.selectors import cli_available
 from tasks.models import QueueStatus
@@ -32,7 +33,7 @@ from workspaces.models import Workspace
 log = logging.getLogger(__name__)
 
 CANCEL_MESSAGE = "Stopped by user"
-TITLE_MAX_LENGTH = Chat._meta.get_field("title").max_length
+TITLE_MAX_LENGTH = max_length_of(Chat, "title")
 UNSET = object()  # "not given", as opposed to None ("set to null")
 
 
@@ -45,12 +46,7 @@ def _agent_label(agent: Agent | None) -> str:
 
 
 def _clean_title(title) -> str:
-    title = require_text(title, field="title", label="Title")
-    if len(title) > TITLE_MAX_LENGTH:
-        raise ValidationFailed(
-            f"Title must be at most {TITLE_MAX_LENGTH} characters", field="title"
-        )
-    return title
+    return require_text(title, field="title", label="Title", max_length=TITLE_MAX_LENGTH)
 
 
 def _clean_cli(cli_type) -> str | None:

@@ -4,8 +4,10 @@ import logging
 from datetime import datetime
 from typing import Any, Literal
 
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import connection
 from django.http import Http404
+from django.http.multipartparser import MultiPartParserError
 from ninja import Body, Field, NinjaAPI, Router, Schema, Status
 from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -16,6 +18,9 @@ from chats.api import router as chats_router
 from core import settings_store
 from core.errors import ServiceError
 from core.http import error_response
+from core.json_input import BodyRefused, JsonObjectParser
+from core.limits import fields_too_large_message
+from core.middleware import too_large_response
 from core.version import VERSION
 from runner import services as runner_services
 from runner.api import router as runs_router
@@ -32,6 +37,7 @@ api = NinjaAPI(
         "Workspaces, agents, tasks, comments, chats, settings and health of a Malamar server."
     ),
     urls_namespace="api",
+    parser=JsonObjectParser(),
 )
 
 
@@ -57,7 +63,32 @@ def on_service_error(request, exc: ServiceError):
 
 @api.exception_handler(HttpError)
 def on_http_error(request, exc: HttpError):
+    cause = exc.__cause__
+    if isinstance(cause, BodyRefused):  # ninja wraps the parser's error: keep its message
+        return error_response(400, str(cause))
+    if isinstance(cause, RequestDataTooBig):
+        return too_large_response(request, fields_too_large_message())
     return error_response(exc.status_code, str(exc))
+
+
+@api.exception_handler(BodyRefused)
+def on_body_refused(request, exc: BodyRefused):
+    return error_response(400, str(exc))
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_too_big(request, exc):
+    return too_large_response(request, fields_too_large_message())
+
+
+@api.exception_handler(MultiPartParserError)
+def on_bad_upload(request, exc):
+    return error_response(400, f"Could not read the upload: {exc}")
+
+
+@api.exception_handler(SuspiciousOperation)
+def on_suspicious(request, exc):  # e.g. too many fields or files in one upload
+    return error_response(400, f"Request refused: {exc}")
 
 
 @api.exception_handler(Http404)

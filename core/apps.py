@@ -18,5 +18,11 @@ class CoreConfig(AppConfig):
 
         runserver.Command.default_addr = settings.CONFIG.host
         runserver.Command.default_port = str(settings.CONFIG.port)
+        # Django reads at most 1 KB of headers per multipart part: a file name of ~900+ bytes
+        # made an attachment upload fail. Names are shortened when stored
+        # (chats.attachments.attachment_name), so accept them long here; the body stays capped.
+        from django.http import multipartparser
+
+        multipartparser.MAX_TOTAL_HEADER_SIZE = 64 * 1024
         # Runs after the last app's migrations (sender filter keeps it once per migrate).
         post_migrate.connect(_seed_after_migrate, sender=self, dispatch_uid="malamar-seed")

@@ -78,6 +78,22 @@ def token_check(raw: str) -> bool:
     return True
 
 
+def session_signed_in(session_key: str | None) -> bool:
+    """Whether the session with this key (the session cookie's value) has signed in."""
+    if not session_key:
+        return False
+    from importlib import import_module
+
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return bool(store.get(SESSION_FLAG))
+
+
+def bearer_valid(authorization: str | None) -> bool:
+    """An `Authorization: Bearer mlm_...` header with a valid API token."""
+    header = authorization or ""
+    return header.startswith("Bearer ") and token_check(header[7:].strip())
+
+
 def access_mode() -> str:
     """For doctor and the settings page."""
     config = settings.CONFIG

@@ -57,6 +57,20 @@ OPTIONS = (
         "Serve a remote host without a password (you accept the risk, e.g. behind Tailscale ACLs)",
         switch=True,
     ),
+    Option(
+        "max_json_bytes",
+        "MALAMAR_MAX_JSON_BYTES",
+        "--max-json-bytes",
+        str(10 * 1024 * 1024),
+        "Largest request body accepted, except file uploads (JSON and form posts), in bytes",
+    ),
+    Option(
+        "max_upload_bytes",
+        "MALAMAR_MAX_UPLOAD_BYTES",
+        "--max-upload-bytes",
+        str(100 * 1024 * 1024),
+        "Largest chat attachment upload accepted (all files of one request), in bytes",
+    ),
 )
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -72,6 +86,8 @@ class Config:
     temp_dir: Path
     allowed_hosts: tuple[str, ...] = ()
     no_auth: bool = False
+    max_json_bytes: int = 10 * 1024 * 1024
+    max_upload_bytes: int = 100 * 1024 * 1024
 
     @property
     def is_remote(self) -> bool:
@@ -94,6 +110,8 @@ class Config:
             ("temp_dir", str(self.temp_dir)),
             ("allowed_hosts", ", ".join(self.allowed_hosts) or "(loopback only)"),
             ("no_auth", "yes" if self.no_auth else "no"),
+            ("max_json_bytes", str(self.max_json_bytes)),
+            ("max_upload_bytes", str(self.max_upload_bytes)),
         ]
 
 
@@ -144,6 +162,10 @@ def load() -> Config:
         temp_dir=Path(temp_dir).expanduser().resolve(),
         allowed_hosts=_hosts(raw["allowed_hosts"]),
         no_auth=raw["no_auth"].lower() in ("1", "true", "yes", "on"),
+        max_json_bytes=_positive_int("max_json_bytes", raw["max_json_bytes"], low=1024, high=2**40),
+        max_upload_bytes=_positive_int(
+            "max_upload_bytes", raw["max_upload_bytes"], low=1024, high=2**40
+        ),
     )
 
 

@@ -26,9 +26,20 @@ class Conflict(ServiceError):
     status = 409
 
 
-def require_text(value: str | None, *, field: str, label: str) -> str:
-    """Required text fields: present and not only whitespace. Returns the stripped value."""
+def require_text(
+    value: str | None, *, field: str, label: str, max_length: int | None = None
+) -> str:
+    """Required text fields: present, not only whitespace and (for names and titles) at most
+    `max_length` characters. Returns the stripped value."""
     text = (value or "").strip()
     if not text:
         raise ValidationFailed(f"{label} is required", field=field)
+    check_length(text, field=field, label=label, max_length=max_length)
     return text
+
+
+def check_length(text: str, *, field: str, label: str, max_length: int | None) -> None:
+    if max_length is not None and len(text) > max_length:
+        raise ValidationFailed(
+            f"{label} must be at most {max_length} characters (it has {len(text)})", field=field
+        )

@@ -6,8 +6,10 @@ because a task runs commands on this machine.
 
 import json
 
-from django.http import HttpRequest
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
 
+from core import limits
 from core.http import error_response, is_api_path
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -79,8 +81,54 @@ def _as_json_error(response):
     return error_response(response.status_code, message)
 
 
+def too_large_response(request: HttpRequest, message: str | None = None) -> HttpResponse:
+    """413 in the caller's language: JSON for the API, the error toast for htmx, a page else."""
+    message = message or limits.too_large_message(request.META.get("CONTENT_TYPE", ""))
+    if is_api_path(request.path):
+        return error_response(limits.TOO_LARGE, message)
+    if request.headers.get("HX-Request"):
+        from core.htmx import toast
+
+        response = HttpResponse(message, status=limits.TOO_LARGE, content_type="text/plain")
+        response["HX-Reswap"] = "none"
+        return toast(response, message, level="error")
+    from core.views import error_page
+
+    return error_page(request, limits.TOO_LARGE, "Too large", message)
+
+
+class RequestSizeMiddleware:
+    """Refuse a body over its limit (core.limits) with a 413, before anything reads it.
+
+    The server already refuses a declared oversize body before receiving it
+    (malamar_site/body_guard.py); this makes every entry point (tests, other servers) agree, and
+    turns Django's RequestDataTooBig (a body longer than it declared) into the same answer.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest):
+        content_type = request.META.get("CONTENT_TYPE", "")
+        if limits.declared_too_large(request.META.get("CONTENT_LENGTH"), content_type):
+            return too_large_response(request)
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception):
+        if isinstance(exception, RequestDataTooBig):
+            return too_large_response(request, limits.fields_too_large_message())
+        return None
+
+
 # Paths reachable without signing in when a password is set (the admin has its own login).
 OPEN_PREFIXES = ("/login/", "/static/", "/admin/", "/favicon.ico")
+SIGN_IN_MESSAGE = "Sign in first, or send an API token: Authorization: Bearer <token>"
+
+
+def login_url(next_path: str) -> str:
+    from urllib.parse import quote
+
+    return f"/login/?next={quote(next_path)}"
 
 
 class LoginRequiredMiddleware:
@@ -91,24 +139,19 @@ class LoginRequiredMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest):
-        from core.auth import SESSION_FLAG, password_is_set, token_check
+        from core.auth import SESSION_FLAG, bearer_valid, password_is_set
 
         if request.path.startswith(OPEN_PREFIXES) or not password_is_set():
             return self.get_response(request)
         if request.session.get(SESSION_FLAG):
             return self.get_response(request)
-        header = request.headers.get("Authorization", "")
-        if header.startswith("Bearer ") and token_check(header[7:].strip()):
+        if bearer_valid(request.headers.get("Authorization")):
             return self.get_response(request)
         if is_api_path(request.path):
-            return error_response(
-                401, "Sign in first, or send an API token: Authorization: Bearer <token>"
-            )
-        from urllib.parse import quote
-
+            return error_response(401, SIGN_IN_MESSAGE)
         from django.shortcuts import redirect
 
-        return redirect(f"/login/?next={quote(request.get_full_path())}")
+        return redirect(login_url(request.get_full_path()))
 
 
 class SecurityHeadersMiddleware:

@@ -2,6 +2,7 @@
 
 import logging
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -199,7 +200,7 @@ def cli_warning(request):
 # --- error pages ------------------------------------------------------------------------
 
 
-def _page(request, status: int, title: str, text: str) -> HttpResponse:
+def error_page(request, status: int, title: str, text: str) -> HttpResponse:
     try:
         html = render_to_string(
             "core/error.html", {"status": status, "title": title, "text": text}, request
@@ -214,6 +215,11 @@ def _page(request, status: int, title: str, text: str) -> HttpResponse:
 
 
 def bad_request(request, exception=None):
+    if isinstance(exception, RequestDataTooBig):  # a body longer than it declared
+        from core.limits import fields_too_large_message
+        from core.middleware import too_large_response
+
+        return too_large_response(request, fields_too_large_message())
     message = "Bad request"
     if exception and exception.__class__.__name__ == "DisallowedHost":
         message = (
@@ -223,22 +229,24 @@ def bad_request(request, exception=None):
         )
     if is_api_path(request.path):
         return error_response(400, message, "BAD_HOST" if "host" in message else None)
-    return _page(request, 400, "Bad request", message)
+    return error_page(request, 400, "Bad request", message)
 
 
 def forbidden(request, exception=None):
     if is_api_path(request.path):
         return error_response(403, "Forbidden")
-    return _page(request, 403, "Forbidden", "This request was refused.")
+    return error_page(request, 403, "Forbidden", "This request was refused.")
 
 
 def not_found(request, exception=None):
     if is_api_path(request.path):
         return error_response(404, "Not found")
-    return _page(request, 404, "Not found", "There is nothing at this address.")
+    return error_page(request, 404, "Not found", "There is nothing at this address.")
 
 
 def server_error(request):
     if is_api_path(request.path):
         return error_response(500, "Internal server error")
-    return _page(request, 500, "Something went wrong", "The error was logged. Please try again.")
+    return error_page(
+        request, 500, "Something went wrong", "The error was logged. Please try again."
+    )

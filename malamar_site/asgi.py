@@ -22,3 +22,13 @@ def _refuse_unprotected_remote_access() -> None:
 
 
 _refuse_unprotected_remote_access()
+
+
+def _guard_request_bodies() -> None:
+    """Refuse oversize and unauthenticated bodies before daphne reads them (body_guard.py)."""
+    from malamar_site.body_guard import install
+
+    install()
+
+
+_guard_request_bodies()

@@ -90,6 +90,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "core.middleware.RequestSizeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.ApiGuardMiddleware",
@@ -103,6 +104,10 @@ MIDDLEWARE = [
     "core.middleware.LoginRequiredMiddleware",
     "core.middleware.SecurityHeadersMiddleware",
 ]
+
+# Request bodies (core.limits): file uploads up to MALAMAR_MAX_UPLOAD_BYTES (streamed to disk
+# past 2.5 MB), everything else up to MALAMAR_MAX_JSON_BYTES.
+DATA_UPLOAD_MAX_MEMORY_SIZE = CONFIG.max_json_bytes
 
 ROOT_URLCONF = "malamar_site.urls"
 ASGI_APPLICATION = "malamar_site.asgi.application"

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from agents.models import CliType
 from core.settings_store import binary_problem, cli_settings_for
+from core.storable import loads_storable
 from runner import process
 from runner.adapters import adapter_for
 from runner.adapters.base import Invocation, stderr_message
 from runner.files import read_output, remove_quietly, schema_path
 from runner.prompts import PROMPT_TEMPLATE
-from runner.schemas import json_loads, schema_json
+from runner.schemas import schema_json
 
 log = logging.getLogger(__name__)
 ERROR_DETAIL_CHARS = 2000
@@ -96,7 +97,7 @@ def interpret(cli_type: str, result: process.ProcessResult, output_path: Path) -
     if not text.strip():
         return Execution(error="CLI completed but output file was empty", result=result)
     try:
-        return Execution(data=json_loads(_strip_fences(text)), result=result)
+        return Execution(data=loads_storable(_strip_fences(text)), result=result)
     except ValueError as exc:
         return Execution(error=f"CLI output was not valid JSON: {exc}", result=result)
 

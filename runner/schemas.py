@@ -86,41 +86,6 @@ def schema_json(schema: dict) -> str:
     return json.dumps(schema, separators=(",", ":"))
 
 
-# Deeper than any real answer or stream event, shallow enough that whatever reads the value
-# next (validation, json.dumps into the database) stays far from Python's recursion limit.
-MAX_JSON_DEPTH = 200
-
-
-def json_loads(text: str):
-    """`json.loads` for text a CLI printed or wrote. Every problem is a ValueError, including
-    nesting deeper than MAX_JSON_DEPTH (json.loads itself raises RecursionError for ~1,000 levels,
-    which callers would take for a bug in Malamar)."""
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
-    if _depth_exceeds(value, MAX_JSON_DEPTH):
-        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
-    return value
-
-
-def _depth_exceeds(value, limit: int) -> bool:
-    """Whether arrays/objects nest deeper than `limit` (iterative: no recursion of its own)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
-
-
 class InvalidOutput(ValueError):
     """The agent's JSON parsed but does not have the required structure."""
 

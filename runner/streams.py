@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 
-from runner.schemas import json_loads
+from core.storable import loads_storable
 
 OUTPUT_CHARS = 2000
 TEXT_CHARS = 4000
@@ -483,8 +483,8 @@ def parse_line(parser, line: str) -> list:
     if not line.startswith("{"):
         return []
     try:
-        event = json_loads(line)
-    except ValueError:  # not JSON, or nested absurdly deep
+        event = loads_storable(line)
+    except ValueError:
         return []
     if not isinstance(event, dict):
         return []

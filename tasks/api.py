@@ -2,13 +2,14 @@ from datetime import datetime
 from typing import Any
 
 from ninja import Router, Schema, Status
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from core.actors import USER
 from core.errors import NotFound
 from core.lookups import get_or_404
 from tasks import selectors, services
 from tasks.models import Task
+from tasks.services import SUMMARY_MAX_LENGTH
 from workspaces.models import Workspace
 
 router = Router(tags=["tasks"])
@@ -33,14 +34,14 @@ class TaskOut(Schema):
 class TaskCreate(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    summary: str
+    summary: str = Field(max_length=SUMMARY_MAX_LENGTH)
     description: str = ""
 
 
 class TaskUpdate(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    summary: str | None = None
+    summary: str | None = Field(None, max_length=SUMMARY_MAX_LENGTH)
     description: str | None = None
     status: str | None = None
 

@@ -2,10 +2,16 @@
 
 from django import forms
 
+from core.fields import max_length_of
+from tasks.models import Task
+
+SUMMARY_MAX_LENGTH = max_length_of(Task, "summary")
+
 
 class TaskForm(forms.Form):
     summary = forms.CharField(
         label="Summary",
+        max_length=SUMMARY_MAX_LENGTH,
         strip=True,
         error_messages={"required": "Summary is required"},
         widget=forms.TextInput(
@@ -23,6 +29,7 @@ class TaskForm(forms.Form):
 class SummaryForm(forms.Form):
     summary = forms.CharField(
         label="Summary",
+        max_length=SUMMARY_MAX_LENGTH,
         error_messages={"required": "Summary is required"},
         widget=forms.TextInput(attrs={"autocomplete": "off"}),
     )

@@ -72,7 +72,7 @@ class Task(models.Model):
     workspace = models.ForeignKey(
         "workspaces.Workspace", on_delete=models.CASCADE, related_name="tasks"
     )
-    summary = models.TextField()
+    summary = models.CharField(max_length=500)
     description = models.TextField(blank=True, default="")
     status = models.CharField(max_length=12, choices=TaskStatus.choices, default=TaskStatus.TODO)
     is_priority = models.BooleanField(default=False)

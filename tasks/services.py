@@ -15,6 +15,7 @@ from core import events
 from core.activity import workspace_touch
 from core.actors import SYSTEM, USER, Actor
 from core.errors import Conflict, ValidationFailed, require_text
+from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
 from tasks.models import (
     RUNNABLE_STATUSES,
@@ -32,6 +33,13 @@ CANCEL_MESSAGE = "Task cancelled by user"
 # min(5 s · 2^(n-1), 10 min) before it runs again.
 BACKOFF_BASE_SECONDS = 5
 BACKOFF_MAX_SECONDS = 600
+
+SUMMARY_MAX_LENGTH = max_length_of(Task, "summary")
+
+
+def _clean_summary(summary) -> str:
+    return require_text(summary, field="summary", label="Summary", max_length=SUMMARY_MAX_LENGTH)
+
 
 # Status moves a user may make (SPECS "Task Actions").
 USER_MOVES = {
@@ -159,7 +167,7 @@ def _move(task: Task, status: str, actor: Actor) -> None:
 
 
 def task_create(*, workspace: Workspace, summary: str, description: str = "") -> Task:
-    summary = require_text(summary, field="summary", label="Summary")
+    summary = _clean_summary(summary)
     now = timezone.now()
     with transaction.atomic():
         task = Task.objects.create(
@@ -187,7 +195,7 @@ def task_update(
     with transaction.atomic():
         changes = {}
         if summary is not None:
-            changes["summary"] = require_text(summary, field="summary", label="Summary")
+            changes["summary"] = _clean_summary(summary)
         if description is not None:
             changes["description"] = description
         if changes:

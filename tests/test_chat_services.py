@@ -360,9 +360,20 @@ def test_unusable_attachment_names_are_refused(raw):
         attachment_name(raw)
 
 
-def test_overlong_attachment_name_is_refused():
-    with pytest.raises(ValidationFailed):
-        attachment_name("x" * 256)
+@pytest.mark.parametrize(
+    ("raw", "ending"),
+    [
+        ("x" * 256, "x…"),
+        ("x" * 2000 + ".txt", "x….txt"),
+        ("é" * 1000 + ".tar.gz", "é….gz"),
+        ("日本" * 300 + ".pdf", "….pdf"),
+        ("report." + "b" * 300, "b…"),  # a 300-character "extension" is part of the name
+    ],
+)
+def test_overlong_attachment_names_are_shortened_keeping_the_extension(raw, ending):
+    name = attachment_name(raw)
+    assert len(name.encode()) <= 255 and name.endswith(ending)
+    assert name[: -len(ending)] == raw[: len(name) - len(ending)]
     assert attachment_name("x" * 255) == "x" * 255
 
 

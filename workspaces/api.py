@@ -1,13 +1,14 @@
 from datetime import datetime
 from typing import Annotated, Literal
 
-from ninja import Field, Router, Schema, Status
-from pydantic import ConfigDict
+from ninja import Router, Schema, Status
+from pydantic import ConfigDict, Field
 
 from core.lookups import get_or_404
 from workspaces import services
 from workspaces.models import Workspace
 from workspaces.selectors import notify_effective
+from workspaces.services import TITLE_MAX_LENGTH
 
 router = Router(tags=["workspaces"])
 Notify = Annotated[
@@ -54,7 +55,7 @@ class WorkspaceOut(Schema):
 class WorkspaceUpdate(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    title: str | None = None
+    title: str | None = Field(None, max_length=TITLE_MAX_LENGTH)
     description: str | None = None
     working_directory_mode: Literal["static", "temp"] | None = None
     working_directory_path: str | None = None
@@ -66,7 +67,7 @@ class WorkspaceUpdate(Schema):
 
 
 class WorkspaceCreate(WorkspaceUpdate):
-    title: str
+    title: str = Field(max_length=TITLE_MAX_LENGTH)
 
 
 class WorkspaceList(Schema):

@@ -2,8 +2,17 @@
 
 from django import forms
 
-from workspaces.models import NotifySetting, WorkingDirectoryMode, Workspace
+from core.fields import max_length_of
+from workspaces.models import (
+    RETENTION_DAYS_MAX,
+    STALL_KILL_MINUTES_MAX,
+    NotifySetting,
+    WorkingDirectoryMode,
+    Workspace,
+)
 from workspaces.selectors import notify_choices
+
+TITLE_MAX_LENGTH = max_length_of(Workspace, "title")
 
 REQUIRED_TITLE = {"required": "Title is required"}
 SWITCH = forms.CheckboxInput(attrs={"role": "switch"})
@@ -12,6 +21,7 @@ SWITCH = forms.CheckboxInput(attrs={"role": "switch"})
 class WorkspaceCreateForm(forms.Form):
     title = forms.CharField(
         label="Title",
+        max_length=TITLE_MAX_LENGTH,
         error_messages=REQUIRED_TITLE,
         widget=forms.TextInput(attrs={"autocomplete": "off", "placeholder": "e.g. Website"}),
     )
@@ -24,7 +34,9 @@ class WorkspaceCreateForm(forms.Form):
 
 
 class WorkspaceSettingsForm(forms.Form):
-    title = forms.CharField(label="Title", error_messages=REQUIRED_TITLE)
+    title = forms.CharField(
+        label="Title", max_length=TITLE_MAX_LENGTH, error_messages=REQUIRED_TITLE
+    )
     description = forms.CharField(
         label="Instruction",
         required=False,
@@ -63,17 +75,20 @@ class WorkspaceSettingsForm(forms.Form):
     retention_days = forms.IntegerField(
         label="Keep done tasks for (days)",
         min_value=0,
+        max_value=RETENTION_DAYS_MAX,
         help_text="0 keeps them until you delete them.",
         error_messages={
             "required": "Enter a number of days (0 or more)",
             "invalid": "Enter a whole number of days",
             "min_value": "Enter 0 or more days",
+            "max_value": f"Enter at most {RETENTION_DAYS_MAX} days",
         },
         widget=forms.NumberInput(attrs={"min": 0, "inputmode": "numeric"}),
     )
     stall_kill_minutes = forms.FloatField(
         label="Stop a silent run after (minutes)",
         min_value=0,
+        max_value=STALL_KILL_MINUTES_MAX,
         help_text=(
             "A run that prints nothing for this long is stopped and reported as an error. "
             "0 never stops it (you still get a warning)."
@@ -82,6 +97,7 @@ class WorkspaceSettingsForm(forms.Form):
             "required": "Enter a number of minutes (0 or more)",
             "invalid": "Enter a number of minutes",
             "min_value": "Enter 0 or more minutes",
+            "max_value": f"Enter at most {STALL_KILL_MINUTES_MAX} minutes",
         },
         widget=forms.NumberInput(attrs={"min": 0, "step": "any", "inputmode": "decimal"}),
     )

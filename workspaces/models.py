@@ -1,7 +1,10 @@
 from django.db import models
 from django.utils import timezone
 
-from core.fields import choices_check, id_field
+from core.fields import choices_check, icontains_search, id_field
+
+RETENTION_DAYS_MAX = 36_500  # 100 years
+STALL_KILL_MINUTES_MAX = 525_600  # a year
 
 # The core Marker set when the user dismisses the home page's first-run checklist.
 FIRST_RUN_DISMISSED = "first_run_checklist_dismissed"
@@ -22,8 +25,7 @@ class NotifySetting(models.TextChoices):
 
 class WorkspaceQuerySet(models.QuerySet):
     def search(self, query: str | None):
-        query = (query or "").strip()
-        return self.filter(title__icontains=query) if query else self
+        return icontains_search(self, "title", query)
 
     def by_activity(self):
         return self.order_by("-last_activity_at", "-created_at")
@@ -31,7 +33,7 @@ class WorkspaceQuerySet(models.QuerySet):
 
 class Workspace(models.Model):
     id = id_field()
-    title = models.CharField(max_length=500)
+    title = models.CharField(max_length=200)
     description = models.TextField(blank=True, default="")
     working_directory_mode = models.CharField(
         max_length=10, choices=WorkingDirectoryMode.choices, default=WorkingDirectoryMode.TEMP

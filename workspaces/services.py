@@ -1,12 +1,23 @@
-import math
-
 from django.db import transaction
 from django.utils import timezone
 
 from core import events
 from core.errors import ValidationFailed, require_text
+from core.fields import max_length_of
 from core.models import Marker
-from workspaces.models import FIRST_RUN_DISMISSED, NotifySetting, WorkingDirectoryMode, Workspace
+from workspaces.models import (
+    FIRST_RUN_DISMISSED,
+    RETENTION_DAYS_MAX,
+    STALL_KILL_MINUTES_MAX,
+    NotifySetting,
+    WorkingDirectoryMode,
+    Workspace,
+)
+
+TITLE_MAX_LENGTH = max_length_of(Workspace, "title")
+# Beyond these a date computation overflows (the daily cleanup) or the value means "never".
+MAX_DAYS = RETENTION_DAYS_MAX
+MAX_MINUTES = STALL_KILL_MINUTES_MAX
 
 EDITABLE_FIELDS = (
     "title",
@@ -20,7 +31,6 @@ EDITABLE_FIELDS = (
     "stall_kill_minutes",
 )
 NOTIFY_FIELDS = ("notify_on_error", "notify_on_in_review")
-MAX_DAYS = 36500  # a hundred years; more overflows the database's integers
 
 
 def _clean(fields: dict) -> dict:
@@ -30,7 +40,9 @@ def _clean(fields: dict) -> dict:
         raise ValidationFailed(f"{field} is not a workspace setting", field=field)
     clean = dict(fields)
     if "title" in clean:
-        clean["title"] = require_text(clean["title"], field="title", label="Title")
+        clean["title"] = require_text(
+            clean["title"], field="title", label="Title", max_length=TITLE_MAX_LENGTH
+        )
     if "description" in clean:
         clean["description"] = clean["description"] or ""
     if "working_directory_mode" in clean:
@@ -50,10 +62,13 @@ def _clean(fields: dict) -> dict:
             )
     if "stall_kill_minutes" in clean:
         minutes = clean["stall_kill_minutes"]
-        number = isinstance(minutes, int | float) and not isinstance(minutes, bool)
-        if not number or not math.isfinite(minutes) or minutes < 0:
+        if (
+            isinstance(minutes, bool)
+            or not isinstance(minutes, int | float)
+            or not 0 <= minutes <= MAX_MINUTES  # also refuses NaN
+        ):
             raise ValidationFailed(
-                "stall_kill_minutes must be a number of minutes, 0 or more",
+                f"stall_kill_minutes must be a number of minutes from 0 to {MAX_MINUTES}",
                 field="stall_kill_minutes",
             )
     for key in NOTIFY_FIELDS:

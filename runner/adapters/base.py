@@ -7,7 +7,7 @@ Only runner/process.py starts processes.
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.schemas import json_loads
+from core.storable import loads_storable
 
 HEALTH_PROMPT = "Reply with the single word OK."
 
@@ -43,7 +43,7 @@ def last_json_object(text: str) -> dict | None:
         line = line.strip()
         if line.startswith("{"):
             try:
-                value = json_loads(line)
+                value = loads_storable(line)
             except ValueError:
                 continue
             if isinstance(value, dict):
@@ -59,7 +59,7 @@ def stderr_message(stderr: str, noise: tuple[str, ...] = ()) -> str:
     start = text.find("{")
     if start != -1:
         try:
-            value = json_loads(text[start:])
+            value = loads_storable(text[start:])
         except ValueError:
             value = None
         if isinstance(value, dict):
@@ -75,7 +75,7 @@ def json_document(text: str) -> dict | None:
     if start == -1:
         return None
     try:
-        value = json_loads(text[start:])
+        value = loads_storable(text[start:])
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

@@ -410,6 +410,9 @@
 
   document.addEventListener("htmx:responseError", (event) => {
     const status = event.detail.xhr ? event.detail.xhr.status : 0;
+    // The server already said what went wrong (e.g. 413 "too large"): its toast is enough.
+    const trigger = event.detail.xhr ? event.detail.xhr.getResponseHeader("HX-Trigger") : "";
+    if (trigger && trigger.includes("malamar:toast")) return;
     const message =
       status === 404
         ? "That item no longer exists."
