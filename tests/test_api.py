@@ -329,8 +329,9 @@ def test_settings_api_rejects_non_finite_minutes(api):
     response = api.client.put(
         "/api/settings", '{"stall_warning_minutes": Infinity}', content_type="application/json"
     )
+    # JSON has no Infinity: the body parser refuses it before the settings see it.
     assert response.status_code == 400
-    assert error_of(response)["message"].startswith("stall_warning_minutes: ")
+    assert "Infinity is not a number in JSON" in error_of(response)["message"]
 
 
 def test_saving_cli_settings_through_the_api_rechecks_that_cli(api):
@@ -357,21 +358,23 @@ def test_testing_one_cli(api):
 
 
 @pytest.mark.parametrize(
-    ("raw", "field"),
+    ("raw", "message"),
     [
-        ('{"stall_kill_minutes": NaN}', "stall_kill_minutes"),
-        ('{"stall_kill_minutes": Infinity}', "stall_kill_minutes"),
-        ('{"retention_days": 100000000000000000000}', "retention_days"),
+        ('{"stall_kill_minutes": NaN}', "NaN is not a number in JSON"),
+        ('{"stall_kill_minutes": Infinity}', "Infinity is not a number in JSON"),
+        ('{"stall_kill_minutes": 1e300}', "stall_kill_minutes must be"),
+        ('{"retention_days": 100000000000000000000}', "is too large"),
+        ('{"retention_days": 40000}', "retention_days must be"),
         ('{"notify_on_error": true}', "notify_on_error"),
         ('{"notify_on_in_review": "maybe"}', "notify_on_in_review"),
     ],
 )
-def test_workspace_api_refuses_bad_numbers_and_switches(api, workspace, raw, field):
+def test_workspace_api_refuses_bad_numbers_and_switches(api, workspace, raw, message):
     response = api.client.put(
         f"/api/workspaces/{workspace.id}", raw, content_type="application/json"
     )
     assert response.status_code == 400
-    assert error_of(response)["message"].startswith(field)
+    assert message in error_of(response)["message"]
     assert api.get(f"/api/workspaces/{workspace.id}").json()["stall_kill_minutes"] == 0
 
 

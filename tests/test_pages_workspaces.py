@@ -235,7 +235,7 @@ def test_huge_retention_is_an_error_on_the_field_not_a_crash(client, workspace):
     url = f"/workspaces/{workspace.id}/settings/"
     page = html(hx(client, "post", url, settings_data(retention_days="1" + "0" * 20)))
     assert field_error_is_tied(page, "id_retention_days")
-    assert "from 0 to 36500" in element_text(page, "id_retention_days_error")
+    assert "36500" in element_text(page, "id_retention_days_error")
     assert Workspace.objects.get(id=workspace.id).retention_days == 7
 
 
