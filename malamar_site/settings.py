@@ -13,9 +13,10 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 CONFIG = malamar_config.load()
 
 DATA_DIR = CONFIG.data_dir
-# "First launch" is decided before anything creates the data directory; the marker file lets the
-# process that migrates first seed the sample workspace (guarded again by a row in the database).
-FIRST_LAUNCH = not DATA_DIR.exists()
+# "First launch" means "no database yet" (a new or empty data directory), decided before anything
+# creates the database; the marker file lets the process that migrates first seed the sample
+# workspace (guarded again by a row in the database).
+FIRST_LAUNCH = not CONFIG.database_path.exists()
 SEED_MARKER = DATA_DIR / ".seed-sample-workspace"
 try:
     DATA_DIR.mkdir(parents=True, exist_ok=True)

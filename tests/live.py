@@ -38,6 +38,15 @@ def process_env(data_dir: Path, **extra) -> dict:
     return env
 
 
+def blank_database(data_dir: Path) -> Path:
+    """An (empty) database file up front: migrating it is not a first launch, so no sample
+    workspace is seeded."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "malamar.db"
+    path.touch()
+    return path
+
+
 def manage(data_dir: Path, *args: str, **env) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args],

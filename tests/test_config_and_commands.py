@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from core import config
-from tests.live import ROOT, django_script, manage, process_env
+from tests.live import ROOT, blank_database, django_script, manage, process_env
 
 OPTION_ENVS = [o.env for o in config.OPTIONS]
 
@@ -135,7 +135,16 @@ def test_first_launch_seeds_sample_workspace_once(tmp_path):
     assert out == ["Sample: Code Assistant | Planner,Implementer,Reviewer,Approver"]
 
 
-def test_no_sample_when_the_data_dir_already_existed(tmp_path):
+def test_an_existing_but_empty_data_dir_is_a_first_launch(tmp_path):
+    data_dir = tmp_path / "made-by-hand"
+    data_dir.mkdir()  # e.g. `mkdir ~/.malamar` before the first run: still no database
+    assert manage(data_dir, "migrate", "--no-input").returncode == 0
+    out = django_script(data_dir, SAMPLE).stdout.strip().splitlines()
+    assert out == ["Sample: Code Assistant | Planner,Implementer,Reviewer,Approver"]
+
+
+def test_no_sample_when_the_database_already_existed(tmp_path):
+    blank_database(tmp_path)
     assert manage(tmp_path, "migrate", "--no-input").returncode == 0
     assert django_script(tmp_path, SAMPLE).stdout.strip() == ""
 
