@@ -183,8 +183,10 @@ LOGGING = {
             "class": "logging.StreamHandler",
             "stream": "ext://sys.stdout",
             "formatter": CONFIG.log_format,
+            "filters": ["suspicious_requests"],
         }
     },
+    "filters": {"suspicious_requests": {"()": "core.logging.SuspiciousRequestFilter"}},
     "root": {"handlers": ["stdout"], "level": _LEVELS[CONFIG.log_level]},
     "loggers": {
         "django_eventstream": {"level": "WARNING"},
