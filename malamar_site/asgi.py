@@ -2,8 +2,11 @@ import os
 
 from django.core.asgi import get_asgi_application
 
+from core import server_edge
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "malamar_site.settings")
 application = get_asgi_application()
+server_edge.install()  # 414/431 instead of a dropped connection for overlong requests
 
 
 def _refuse_unprotected_remote_access() -> None:
