@@ -16,6 +16,7 @@ from django.contrib.auth.hashers import check_password, make_password
 from django.db import transaction
 from django.utils import timezone
 
+from core.config import is_loopback
 from core.errors import NotFound, ValidationFailed, require_text
 from core.ids import new_id
 from core.models import ApiToken, Setting
@@ -88,21 +89,30 @@ def access_mode() -> str:
     return "local only (no password)"
 
 
-def remote_access_refusal() -> str | None:
-    """Why Malamar must not start: reachable from other machines with no password."""
+def remote_access_refusal(*, bind: str | None = None) -> str | None:
+    """Why a server must not start: reachable from other machines with no password.
+
+    The one check every way of starting the server calls (`malamar`, `manage.py runserver`,
+    daphne loading `malamar_site.asgi`), with the address it really binds to (default: the
+    configured host). `--no-auth` / MALAMAR_NO_AUTH=1 accepts the risk."""
+    from django.db import DatabaseError
+
     config = settings.CONFIG
-    if not config.is_remote or config.no_auth or password_is_set():
+    bind = config.host if bind is None else bind
+    if not config.is_remote_on(bind) or config.no_auth:
         return None
-    where = ", ".join(
-        h
-        for h in (config.host, *config.allowed_hosts)
-        if h not in ("127.0.0.1", "localhost", "::1", "[::1]")
-    )
+    try:
+        if password_is_set():
+            return None
+    except DatabaseError:  # no readable database (not migrated yet): no password either
+        pass
+    where = ", ".join(dict.fromkeys(h for h in (bind, *config.allowed_hosts) if not is_loopback(h)))
     return (
         f"Refusing to start: Malamar would be reachable as {where} without a password.\n"
         "Anyone who can reach it can make your AI CLIs run commands on this machine.\n"
         "Either set a password first:   malamar set-password\n"
-        "or accept the risk explicitly: malamar --no-auth (e.g. behind Tailscale ACLs)"
+        "or accept the risk explicitly: malamar --no-auth, or MALAMAR_NO_AUTH=1 for any other\n"
+        "way of starting it (e.g. behind Tailscale ACLs)"
     )
 
 

@@ -61,6 +61,18 @@ OPTIONS = (
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
+def is_loopback(host: str) -> bool:
+    """Only this machine can connect: localhost or a loopback address (127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # another name, "0.0.0.0"-like wildcards are addresses: all remote
+
+
 @dataclass(frozen=True)
 class Config:
     host: str
@@ -76,7 +88,11 @@ class Config:
     @property
     def is_remote(self) -> bool:
         """Reachable from other machines: a non-loopback bind or an extra allowed host."""
-        return self.host not in LOOPBACK_NAMES or bool(self.allowed_hosts)
+        return self.is_remote_on(self.host)
+
+    def is_remote_on(self, bind: str) -> bool:
+        """The same, for a server actually bound to `bind` (which may differ from `host`)."""
+        return not is_loopback(bind) or bool(self.allowed_hosts)
 
     @property
     def database_path(self) -> Path:

@@ -94,12 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     return serve()
 
 
-def remote_access_refusal() -> str | None:
-    from core.auth import remote_access_refusal as refusal
-
-    return refusal()
-
-
 def _children() -> list[list[str]]:
     from django.conf import settings
 
@@ -125,7 +119,9 @@ def serve() -> int:
     code = _manage("migrate", "--no-input", "-v", "0")
     if code:
         return code
-    refusal = remote_access_refusal()
+    from core.auth import remote_access_refusal
+
+    refusal = remote_access_refusal(bind=settings.CONFIG.host)  # the address daphne binds
     if refusal:
         print(refusal, file=sys.stderr)
         return 2

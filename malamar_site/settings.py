@@ -71,6 +71,7 @@ CSRF_TRUSTED_ORIGINS = [origin for host in ALLOWED_HOSTS for origin in _origins(
 PUBLIC_URL = os.environ.get("MALAMAR_PUBLIC_URL", f"http://{CONFIG.host}:{CONFIG.port}").rstrip("/")
 
 INSTALLED_APPS = [
+    "core",  # first: its `runserver` (daphne's, plus the password refusal) wins over daphne's
     "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
@@ -81,7 +82,6 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_eventstream",
-    "core",
     "workspaces",
     "agents",
     "tasks",

@@ -245,3 +245,106 @@ def test_settings_page_creates_shows_once_and_revokes_tokens(protected):
     token = ApiToken.objects.get()
     client.post(f"/settings/tokens/{token.id}/revoke/", HTTP_HX_REQUEST="true")
     assert Client(HTTP_AUTHORIZATION=f"Bearer {raw}").get("/api/workspaces").status_code == 401
+
+
+def _start(tmp_path, argv, **env):
+    return subprocess.Popen(
+        [sys.executable, *argv],
+        env=process_env(tmp_path, **env),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _refused(proc) -> str:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0, out + err
+    assert "Refusing to start" in err and "without a password" in err, out + err
+    assert "MALAMAR_NO_AUTH=1" in err and "malamar set-password" in err
+    return err
+
+
+def _serves(proc, port: int) -> None:
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: proc.poll() is None and _ok(url), timeout=40, what="the server")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+
+
+RUNSERVER = [str(ROOT / "manage.py"), "runserver"]
+DAPHNE = ["-m", "daphne"]
+APP = "malamar_site.asgi:application"
+
+
+@pytest.mark.live
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*RUNSERVER, "0.0.0.0:{port}"],
+        [*RUNSERVER, "[::]:{port}", "--noreload"],
+        [*DAPHNE, "-b", "0.0.0.0", "-p", "{port}", APP],
+        [*DAPHNE, "-e", "tcp:port={port}", APP],  # no interface: every interface
+    ],
+    ids=["runserver-0.0.0.0", "runserver-ipv6-any", "daphne-bind", "daphne-endpoint"],
+)
+def test_every_way_of_starting_refuses_a_remote_address_without_password(tmp_path, argv):
+    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+    port = free_port()
+    proc = _start(tmp_path, [part.format(port=port) for part in argv])
+    _refused(proc)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/api/health", timeout=2)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize(
+    "argv",
+    [[*RUNSERVER, "127.0.0.1:{port}", "--noreload"], [*DAPHNE, "-p", "{port}", APP]],
+    ids=["runserver", "daphne"],
+)
+def test_every_way_of_starting_honours_no_auth_and_allowed_hosts(tmp_path, argv):
+    """A Tailscale name makes even a loopback bind remote: refused, unless MALAMAR_NO_AUTH=1."""
+    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+    port = free_port()
+    argv = [part.format(port=port) for part in argv]
+    remote = {"MALAMAR_ALLOWED_HOSTS": "box.tail1234.ts.net"}
+    assert "box.tail1234.ts.net" in _refused(_start(tmp_path, argv, **remote))
+    _serves(_start(tmp_path, argv, MALAMAR_NO_AUTH="1", **remote), port)
+    _serves(_start(tmp_path, argv), port)  # loopback only: no password needed
+
+
+@pytest.mark.parametrize(
+    ("argv", "binds"),
+    [
+        (["/venv/bin/daphne", APP], ["127.0.0.1"]),
+        (["/x/daphne/__main__.py", "-p", "9000", APP], ["127.0.0.1"]),
+        (["/venv/bin/daphne", "-b", "0.0.0.0", APP], ["0.0.0.0"]),
+        (["/venv/bin/daphne", "-u", "/tmp/m.sock", APP], []),
+        (["/venv/bin/daphne", "--fd", "3", APP], ["an inherited socket (fd 3)"]),
+        (["/venv/bin/daphne", "-e", r"tcp:port=80:interface=\:\:1", APP], ["::1"]),
+        (["/venv/bin/daphne", "-e", "tcp:80", APP], ["0.0.0.0"]),
+        (["/src/manage.py", "runserver"], None),
+    ],
+)
+def test_daphne_bind_addresses_are_read_as_daphne_reads_them(argv, binds):
+    from malamar_site.startup import daphne_binds
+
+    assert daphne_binds(argv) == binds
+
+
+def test_the_refusal_follows_the_real_bind_address(db, settings):
+    from core.auth import remote_access_refusal
+
+    assert remote_access_refusal(bind="127.0.0.1") is None
+    assert (
+        remote_access_refusal(bind="127.0.0.2") is None
+        and remote_access_refusal(bind="::1") is None
+    )
+    assert "0.0.0.0" in remote_access_refusal(bind="0.0.0.0")
+    assert "192.168.1.5" in remote_access_refusal(bind="192.168.1.5")
+    password_set(raw=PASSWORD)
+    assert remote_access_refusal(bind="0.0.0.0") is None
