@@ -135,4 +135,9 @@ class RateLimiter:
             return allowed
 
 
-login_limiter = RateLimiter()
+login_limiter = RateLimiter()  # Malamar's login page and the admin's login share it
+
+
+def client_address(request) -> str:
+    """Who is signing in, for the rate limit and the log."""
+    return request.META.get("REMOTE_ADDR") or "unknown"

@@ -79,8 +79,9 @@ def _as_json_error(response):
     return error_response(response.status_code, message)
 
 
-# Paths reachable without signing in when a password is set (the admin has its own login).
-OPEN_PREFIXES = ("/login/", "/static/", "/admin/", "/favicon.ico")
+# Paths reachable without signing in when a password is set. Not the admin: it sits behind
+# Malamar's login, then asks for its own user login.
+OPEN_PREFIXES = ("/login/", "/static/", "/favicon.ico")
 
 
 class LoginRequiredMiddleware:

@@ -73,7 +73,7 @@ PUBLIC_URL = os.environ.get("MALAMAR_PUBLIC_URL", f"http://{CONFIG.host}:{CONFIG
 INSTALLED_APPS = [
     "core",  # first: its `runserver` (daphne's, plus the password refusal) wins over daphne's
     "daphne",
-    "django.contrib.admin",
+    "core.admin_site.MalamarAdminConfig",  # django.contrib.admin, its login rate-limited
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -348,3 +348,43 @@ def test_the_refusal_follows_the_real_bind_address(db, settings):
     assert "192.168.1.5" in remote_access_refusal(bind="192.168.1.5")
     password_set(raw=PASSWORD)
     assert remote_access_refusal(bind="0.0.0.0") is None
+
+
+def test_the_admin_sits_behind_malamars_login_when_a_password_is_set(protected):
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("admin", "a@example.com", "admin-pw")
+    for path in ("/admin/", "/admin/login/", "/admin/core/setting/"):
+        response = protected.get(path)
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), path
+    refused = protected.post("/admin/login/", {"username": "admin", "password": "admin-pw"})
+    assert refused.status_code == 302 and refused["Location"].startswith("/login/")
+    client = signed_in(protected)
+    assert client.get("/admin/login/").status_code == 200  # then the admin's own login
+    client.post("/admin/login/?next=/admin/", {"username": "admin", "password": "admin-pw"})
+    assert client.get("/admin/").status_code == 200
+
+
+def test_no_password_the_admin_has_only_its_own_login(db):
+    assert Client().get("/admin/").status_code == 302
+    assert Client().get("/admin/login/").status_code == 200
+
+
+@pytest.mark.parametrize("signed_in_first", [False, True])
+def test_admin_login_attempts_share_the_login_rate_limit(db, caplog, signed_in_first):
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("admin", "a@example.com", "admin-pw")
+    client = Client()
+    if signed_in_first:  # a password is set: through Malamar's login first
+        password_set(raw=PASSWORD)
+        signed_in(client)
+    for _ in range(9 if signed_in_first else 10):
+        wrong = client.post("/admin/login/", {"username": "admin", "password": "guess-wrong"})
+        assert wrong.status_code == 200  # the admin's form, with its error
+    limited = client.post("/admin/login/", {"username": "admin", "password": "admin-pw"})
+    assert limited.status_code == 429
+    assert "guess-wrong" not in caplog.text and "admin-pw" not in caplog.text
+    if not signed_in_first:
+        password_set(raw=PASSWORD)
+        assert Client().post("/login/", {"password": PASSWORD}).status_code == 429  # shared
