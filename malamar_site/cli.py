@@ -101,7 +101,7 @@ def _children() -> list[list[str]]:
     server = [
         sys.executable,
         "-m",
-        "daphne",
+        "malamar_site.server_process",  # daphne, with a prompt exit
         "--bind",
         config.host,
         "--port",
@@ -139,13 +139,18 @@ def serve() -> int:
     while not stopping:
         for proc in procs:
             if proc.poll() is not None:
-                name = "worker" if "runworker" in proc.args else "server"
-                print(f"malamar: the {name} exited with {proc.returncode}", file=sys.stderr)
+                print(f"malamar: the {_name(proc)} exited with {proc.returncode}", file=sys.stderr)
                 exit_code = proc.returncode or 1
                 stopping = True
         time.sleep(0.05)
     _stop_all(procs)
-    return exit_code
+    from core.prompt_exit import exit_now
+
+    exit_now(exit_code)  # the children are gone: skip Python's slow teardown
+
+
+def _name(proc: subprocess.Popen) -> str:
+    return "worker" if "runworker" in proc.args else "server"
 
 
 def _stop_all(procs: list[subprocess.Popen]) -> None:
@@ -157,6 +162,11 @@ def _stop_all(procs: list[subprocess.Popen]) -> None:
         try:
             proc.wait(timeout=max(0.05, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            print(
+                f"malamar: the {_name(proc)} did not stop within {STOP_GRACE_SECONDS} s: killed",
+                file=sys.stderr,
+                flush=True,
+            )
             proc.kill()
             proc.wait()
 
