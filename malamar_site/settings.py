@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_eventstream",
+    "ninja",  # /api/docs: Swagger UI from ninja's static files, not from a CDN
     "workspaces",
     "agents",
     "tasks",
