@@ -68,9 +68,12 @@ def is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        return False  # another name, "0.0.0.0"-like wildcards are addresses: all remote
+        return False  # another name; wildcards ("0.0.0.0", "::") are addresses: all remote
+    if address.version == 6 and address.ipv4_mapped:  # ::ffff:127.0.0.1
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 @dataclass(frozen=True)

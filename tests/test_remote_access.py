@@ -1,6 +1,7 @@
 """Remote use: extra allowed hosts, optional password (sessions and API tokens), rate limit,
 security headers, and refusing to serve other machines without a password."""
 
+import dataclasses
 import re
 import signal
 import subprocess
@@ -388,3 +389,24 @@ def test_admin_login_attempts_share_the_login_rate_limit(db, caplog, signed_in_f
     if not signed_in_first:
         password_set(raw=PASSWORD)
         assert Client().post("/login/", {"password": PASSWORD}).status_code == 429  # shared
+
+
+@pytest.mark.parametrize("local", ["192.168.1.5", "100.101.102.103", "fe80::1"])
+def test_without_password_a_request_on_a_network_address_is_refused(db, settings, local):
+    """Whatever started the server (e.g. another ASGI server on 0.0.0.0): no password, no
+    answer to the network."""
+
+    def client(server_name):  # a client that says "Host: localhost" to get past ALLOWED_HOSTS
+        return Client(SERVER_NAME=server_name, HTTP_HOST="localhost")
+
+    page = client(local).get("/")
+    assert page.status_code == 403 and "MALAMAR_NO_AUTH" in page.content.decode()
+    api = client(local).get("/api/workspaces")
+    assert api.status_code == 403 and api.json()["error"]["code"]
+    for loopback in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):
+        assert client(loopback).get("/").status_code == 200
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, no_auth=True)
+    assert client(local).get("/").status_code == 200
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, no_auth=False)
+    password_set(raw=PASSWORD)
+    assert signed_in(client(local)).get("/").status_code == 200
