@@ -17,7 +17,9 @@ class MalamarAdminSite(admin.AdminSite):
         from core.auth import client_address, login_limiter  # models: not while apps load
 
         if request.method == "POST" and not login_limiter.allow(client_address(request)):
-            log.warning("Admin login rate limit reached", extra={"client": client_address(request)})
+            if login_limiter.first_refusal(client_address(request)):
+                client = client_address(request)
+                log.warning("Admin login rate limit reached", extra={"client": client})
             return HttpResponse(
                 "Too many sign-in attempts. Wait a minute and try again.\n",
                 status=429,

@@ -119,20 +119,44 @@ def remote_access_refusal(*, bind: str | None = None) -> str | None:
 class RateLimiter:
     """At most `limit` attempts per `window` seconds per client (kept in this process)."""
 
+    PRUNE_ABOVE = 1000  # clients remembered before the ones with no recent attempt are dropped
+
     def __init__(self, limit: int = 10, window: float = 60.0):
         self.limit, self.window = limit, window
         self.attempts: dict[str, list[float]] = {}
+        self.reported: dict[str, float] = {}
         self.lock = threading.Lock()
 
     def allow(self, client: str) -> bool:
         now = time.monotonic()
         with self.lock:
+            if len(self.attempts) > self.PRUNE_ABOVE:
+                self._prune(now)
             recent = [t for t in self.attempts.get(client, []) if now - t < self.window]
             allowed = len(recent) < self.limit
             if allowed:
                 recent.append(now)
             self.attempts[client] = recent
             return allowed
+
+    def first_refusal(self, client: str) -> bool:
+        """True once per window per client: log the limit being reached, not every refusal
+        (a client hammering the login would otherwise write a log line per request)."""
+        now = time.monotonic()
+        with self.lock:
+            last = self.reported.get(client)
+            if last is not None and now - last < self.window:
+                return False
+            self.reported[client] = now
+            return True
+
+    def _prune(self, now: float) -> None:
+        for client, times in list(self.attempts.items()):
+            if not times or now - times[-1] >= self.window:
+                del self.attempts[client]
+        for client, at in list(self.reported.items()):
+            if now - at >= self.window:
+                del self.reported[client]
 
 
 login_limiter = RateLimiter()  # Malamar's login page and the admin's login share it

@@ -41,7 +41,8 @@ def login_view(request: HttpRequest):
     status = 200
     if request.method == "POST":
         if not login_limiter.allow(client_address(request)):
-            log.warning("Login rate limit reached", extra={"client": client_address(request)})
+            if login_limiter.first_refusal(client_address(request)):
+                log.warning("Login rate limit reached", extra={"client": client_address(request)})
             form.add_error(None, "Too many attempts. Wait a minute and try again.")
             status = 429
         elif form.is_valid() and password_check(form.cleaned_data["password"]):

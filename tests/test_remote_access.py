@@ -21,8 +21,10 @@ PASSWORD = "correct horse battery"
 def fresh_rate_limit():
     """The limiter lives in the process: each test starts with no recorded attempts."""
     login_limiter.attempts.clear()
+    login_limiter.reported.clear()
     yield
     login_limiter.attempts.clear()
+    login_limiter.reported.clear()
 
 
 @pytest.fixture
@@ -410,3 +412,23 @@ def test_without_password_a_request_on_a_network_address_is_refused(db, settings
     settings.CONFIG = dataclasses.replace(settings.CONFIG, no_auth=False)
     password_set(raw=PASSWORD)
     assert signed_in(client(local)).get("/").status_code == 200
+
+
+def test_a_client_hammering_the_login_logs_the_limit_once_not_per_request(protected, caplog):
+    for _ in range(10):
+        protected.post("/login/", {"password": "guess-wrong"})
+    caplog.clear()
+    for _ in range(30):
+        assert protected.post("/login/", {"password": "guess-wrong"}).status_code == 429
+    limited = [r for r in caplog.records if "rate limit" in r.getMessage()]
+    assert len(limited) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_the_rate_limiter_forgets_idle_clients():
+    limiter = login_limiter.__class__(limit=2, window=60)
+    limiter.PRUNE_ABOVE = 5
+    for n in range(20):
+        assert limiter.allow(f"10.0.0.{n}")
+        limiter.attempts[f"10.0.0.{n}"] = [0.0]  # long ago
+    assert limiter.allow("10.0.1.1")
+    assert len(limiter.attempts) <= limiter.PRUNE_ABOVE + 1
