@@ -1,5 +1,6 @@
 """`malamar` with no arguments: migrate, serve, run the worker; SIGTERM stops everything."""
 
+import json
 import os
 import signal
 import subprocess
@@ -135,3 +136,29 @@ def _ok(url: str) -> bool:
         return requests.get(url, timeout=1).ok
     except requests.RequestException:
         return False
+
+
+def test_json_logs_stay_json_lines_including_each_request(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "malamar_site.cli"],
+        env=process_env(tmp_path / "data", MALAMAR_PORT=port, MALAMAR_LOG_FORMAT="json"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _ok(f"{base}/api/health"), timeout=30, what="malamar to serve")
+        assert requests.get(f"{base}/{'z' * 5000}", timeout=5).status_code == 404
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    lines = [line for line in proc.stdout.read().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines if not line.startswith("Malamar is running")]
+    assert len(records) == len(lines) - 1, lines  # nothing but JSON records (and the banner)
+    requests_logged = [r for r in records if r["logger"] == "malamar.access"]
+    assert any(r["message"] == "GET /api/health 200" for r in requests_logged)
+    long_one = next(r for r in requests_logged if r["message"].startswith("GET /zzz"))
+    assert long_one["message"].endswith("… 404") and len(long_one["message"]) < 300
