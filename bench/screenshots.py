@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.live import Server, django_script, manage  # noqa: E402
+from tests.live import Server, blank_database, django_script, manage  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
@@ -126,6 +126,7 @@ def main() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="malamar-screenshots-"))
     server = None
     try:
+        blank_database(data_dir)  # only the data seeded below, no sample workspace
         result = manage(data_dir, "migrate", "--no-input")
         if result.returncode:
             sys.exit(result.stderr)

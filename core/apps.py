@@ -12,12 +12,6 @@ class CoreConfig(AppConfig):
     name = "core"
 
     def ready(self):
-        # `python manage.py runserver` serves on Malamar's host and port, not Django's 8000.
-        from daphne.management.commands import runserver
-        from django.conf import settings
-
-        runserver.Command.default_addr = settings.CONFIG.host
-        runserver.Command.default_port = str(settings.CONFIG.port)
         # Django reads at most 1 KB of headers per multipart part: a file name of ~900+ bytes
         # made an attachment upload fail. Names are shortened when stored
         # (chats.attachments.attachment_name), so accept them long here; the body stays capped.

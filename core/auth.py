@@ -16,6 +16,7 @@ from django.contrib.auth.hashers import check_password, make_password
 from django.db import transaction
 from django.utils import timezone
 
+from core.config import is_loopback
 from core.errors import NotFound, ValidationFailed, require_text
 from core.ids import new_id
 from core.models import ApiToken, Setting
@@ -104,35 +105,49 @@ def access_mode() -> str:
     return "local only (no password)"
 
 
-def remote_access_refusal() -> str | None:
-    """Why Malamar must not start: reachable from other machines with no password."""
+def remote_access_refusal(*, bind: str | None = None) -> str | None:
+    """Why a server must not start: reachable from other machines with no password.
+
+    The one check every way of starting the server calls (`malamar`, `manage.py runserver`,
+    daphne loading `malamar_site.asgi`), with the address it really binds to (default: the
+    configured host). `--no-auth` / MALAMAR_NO_AUTH=1 accepts the risk."""
+    from django.db import DatabaseError
+
     config = settings.CONFIG
-    if not config.is_remote or config.no_auth or password_is_set():
+    bind = config.host if bind is None else bind
+    if not config.is_remote_on(bind) or config.no_auth:
         return None
-    where = ", ".join(
-        h
-        for h in (config.host, *config.allowed_hosts)
-        if h not in ("127.0.0.1", "localhost", "::1", "[::1]")
-    )
+    try:
+        if password_is_set():
+            return None
+    except DatabaseError:  # no readable database (not migrated yet): no password either
+        pass
+    where = ", ".join(dict.fromkeys(h for h in (bind, *config.allowed_hosts) if not is_loopback(h)))
     return (
         f"Refusing to start: Malamar would be reachable as {where} without a password.\n"
         "Anyone who can reach it can make your AI CLIs run commands on this machine.\n"
         "Either set a password first:   malamar set-password\n"
-        "or accept the risk explicitly: malamar --no-auth (e.g. behind Tailscale ACLs)"
+        "or accept the risk explicitly: malamar --no-auth, or MALAMAR_NO_AUTH=1 for any other\n"
+        "way of starting it (e.g. behind Tailscale ACLs)"
     )
 
 
 class RateLimiter:
     """At most `limit` attempts per `window` seconds per client (kept in this process)."""
 
+    PRUNE_ABOVE = 1000  # clients remembered before the ones with no recent attempt are dropped
+
     def __init__(self, limit: int = 10, window: float = 60.0):
         self.limit, self.window = limit, window
         self.attempts: dict[str, list[float]] = {}
+        self.reported: dict[str, float] = {}
         self.lock = threading.Lock()
 
     def allow(self, client: str) -> bool:
         now = time.monotonic()
         with self.lock:
+            if len(self.attempts) > self.PRUNE_ABOVE:
+                self._prune(now)
             recent = [t for t in self.attempts.get(client, []) if now - t < self.window]
             allowed = len(recent) < self.limit
             if allowed:
@@ -140,5 +155,29 @@ class RateLimiter:
             self.attempts[client] = recent
             return allowed
 
+    def first_refusal(self, client: str) -> bool:
+        """True once per window per client: log the limit being reached, not every refusal
+        (a client hammering the login would otherwise write a log line per request)."""
+        now = time.monotonic()
+        with self.lock:
+            last = self.reported.get(client)
+            if last is not None and now - last < self.window:
+                return False
+            self.reported[client] = now
+            return True
 
-login_limiter = RateLimiter()
+    def _prune(self, now: float) -> None:
+        for client, times in list(self.attempts.items()):
+            if not times or now - times[-1] >= self.window:
+                del self.attempts[client]
+        for client, at in list(self.reported.items()):
+            if now - at >= self.window:
+                del self.reported[client]
+
+
+login_limiter = RateLimiter()  # Malamar's login page and the admin's login share it
+
+
+def client_address(request) -> str:
+    """Who is signing in, for the rate limit and the log."""
+    return request.META.get("REMOTE_ADDR") or "unknown"

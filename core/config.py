@@ -75,6 +75,21 @@ OPTIONS = (
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
+def is_loopback(host: str) -> bool:
+    """Only this machine can connect: localhost or a loopback address (127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False  # another name; wildcards ("0.0.0.0", "::") are addresses: all remote
+    if address.version == 6 and address.ipv4_mapped:  # ::ffff:127.0.0.1
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
 @dataclass(frozen=True)
 class Config:
     host: str
@@ -92,7 +107,11 @@ class Config:
     @property
     def is_remote(self) -> bool:
         """Reachable from other machines: a non-loopback bind or an extra allowed host."""
-        return self.host not in LOOPBACK_NAMES or bool(self.allowed_hosts)
+        return self.is_remote_on(self.host)
+
+    def is_remote_on(self, bind: str) -> bool:
+        """The same, for a server actually bound to `bind` (which may differ from `host`)."""
+        return not is_loopback(bind) or bool(self.allowed_hosts)
 
     @property
     def database_path(self) -> Path:

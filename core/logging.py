@@ -1,4 +1,6 @@
-"""Log formatters for the spec's two formats: text and JSON, one line per record, on stdout."""
+"""Log formatters for the spec's two formats: text and JSON, one line per record, on stdout.
+
+Plus a filter that keeps requests anyone can send from flooding the log with tracebacks."""
 
 import json
 import logging
@@ -44,3 +46,32 @@ class JsonFormatter(logging.Formatter):
             },
             default=str,
         )
+
+
+MAX_CLIENT_MESSAGE = 300
+
+
+class SuspiciousRequestFilter(logging.Filter):
+    """Django logs every refused request (a Host not allowed, a body too big, too many fields...)
+    on `django.security.*` as an ERROR with a full traceback: anyone who can reach the port could
+    flood the log that way. Such a refusal is the client's problem: one short WARNING line.
+    4xx lines of `django.request` ("Not Found: <path>") are cut short too: the path is the
+    client's and may be kilobytes long. Server errors (5xx) keep their traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        refused = record.name.startswith("django.security.")
+        client_error = record.name == "django.request" and record.levelno <= logging.WARNING
+        if not (refused or client_error):
+            return True
+        if refused and record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+        message = record.getMessage()
+        if len(message) > MAX_CLIENT_MESSAGE:
+            message = message[:MAX_CLIENT_MESSAGE] + "…"
+        record.msg, record.args = message, None
+        request = getattr(record, "request", None)
+        if request is not None and hasattr(request, "META"):
+            record.request = f"{request.method} {request.path[:200]}"
+            record.client = request.META.get("REMOTE_ADDR") or "unknown"
+        return True

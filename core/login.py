@@ -8,7 +8,13 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from core.auth import SESSION_FLAG, login_limiter, password_check, password_is_set
+from core.auth import (
+    SESSION_FLAG,
+    client_address,
+    login_limiter,
+    password_check,
+    password_is_set,
+)
 
 log = logging.getLogger(__name__)
 REMEMBER_SECONDS = 30 * 24 * 3600
@@ -19,10 +25,6 @@ class LoginForm(forms.Form):
         widget=forms.PasswordInput(attrs={"autocomplete": "current-password", "autofocus": True})
     )
     remember = forms.BooleanField(required=False, label="Keep me signed in for 30 days")
-
-
-def _client(request: HttpRequest) -> str:
-    return request.META.get("REMOTE_ADDR") or "unknown"
 
 
 def _next(request: HttpRequest) -> str:
@@ -38,18 +40,19 @@ def login_view(request: HttpRequest):
     form = LoginForm(request.POST or None)
     status = 200
     if request.method == "POST":
-        if not login_limiter.allow(_client(request)):
-            log.warning("Login rate limit reached", extra={"client": _client(request)})
+        if not login_limiter.allow(client_address(request)):
+            if login_limiter.first_refusal(client_address(request)):
+                log.warning("Login rate limit reached", extra={"client": client_address(request)})
             form.add_error(None, "Too many attempts. Wait a minute and try again.")
             status = 429
         elif form.is_valid() and password_check(form.cleaned_data["password"]):
             request.session.cycle_key()
             request.session[SESSION_FLAG] = True
             request.session.set_expiry(REMEMBER_SECONDS if form.cleaned_data["remember"] else 0)
-            log.info("Signed in", extra={"client": _client(request)})
+            log.info("Signed in", extra={"client": client_address(request)})
             return redirect(_next(request))
         else:
-            log.warning("Failed sign-in", extra={"client": _client(request)})
+            log.warning("Failed sign-in", extra={"client": client_address(request)})
             form.add_error("password", "Wrong password.")
             status = 401
     context = {"form": form, "next": _next(request)}

@@ -120,8 +120,9 @@ class RequestSizeMiddleware:
         return None
 
 
-# Paths reachable without signing in when a password is set (the admin has its own login).
-OPEN_PREFIXES = ("/login/", "/static/", "/admin/", "/favicon.ico")
+# Paths reachable without signing in when a password is set. Not the admin: it sits behind
+# Malamar's login, then asks for its own user login.
+OPEN_PREFIXES = ("/login/", "/static/", "/favicon.ico")
 SIGN_IN_MESSAGE = "Sign in first, or send an API token: Authorization: Bearer <token>"
 
 
@@ -141,7 +142,10 @@ class LoginRequiredMiddleware:
     def __call__(self, request: HttpRequest):
         from core.auth import SESSION_FLAG, bearer_valid, password_is_set
 
-        if request.path.startswith(OPEN_PREFIXES) or not password_is_set():
+        if not password_is_set():
+            refused = _unprotected_network_request(request)
+            return refused or self.get_response(request)
+        if request.path.startswith(OPEN_PREFIXES):
             return self.get_response(request)
         if request.session.get(SESSION_FLAG):
             return self.get_response(request)
@@ -152,6 +156,40 @@ class LoginRequiredMiddleware:
         from django.shortcuts import redirect
 
         return redirect(login_url(request.get_full_path()))
+
+
+NO_PASSWORD_REMOTE = (
+    "Malamar has no password, so it only answers on this machine. Set one (malamar "
+    "set-password) or start it with --no-auth / MALAMAR_NO_AUTH=1 to accept the risk."
+)
+
+
+def _unprotected_network_request(request: HttpRequest):
+    """Every way of starting checks its bind address (core.auth.remote_access_refusal); this
+    backs it up for any other (another ASGI server, an unusual bind): without a password, a
+    request that reached a non-loopback address of this machine is refused."""
+    from django.conf import settings
+
+    from core.config import is_loopback
+
+    local = request.META.get("SERVER_NAME", "")
+    if settings.CONFIG.no_auth or not _is_ip(local) or is_loopback(local):
+        return None
+    if is_api_path(request.path):
+        return error_response(403, NO_PASSWORD_REMOTE)
+    from django.http import HttpResponseForbidden
+
+    return HttpResponseForbidden(NO_PASSWORD_REMOTE, content_type="text/plain; charset=utf-8")
+
+
+def _is_ip(value: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 class SecurityHeadersMiddleware:

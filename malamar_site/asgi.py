@@ -2,33 +2,16 @@ import os
 
 from django.core.asgi import get_asgi_application
 
+from core import server_edge
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "malamar_site.settings")
 application = get_asgi_application()
+server_edge.install()  # 414/431 instead of a dropped connection for overlong requests
 
+from malamar_site import body_guard  # noqa: E402
+from malamar_site.startup import refuse_unprotected_server  # noqa: E402
 
-def _refuse_unprotected_remote_access() -> None:
-    """Never serve other machines without a password (unless --no-auth was chosen)."""
-    from django.core.exceptions import ImproperlyConfigured
-    from django.db import DatabaseError
-
-    from core.auth import remote_access_refusal
-
-    try:
-        refusal = remote_access_refusal()
-    except DatabaseError:  # not migrated yet: nothing to protect, nothing stored
-        return
-    if refusal:
-        raise ImproperlyConfigured(refusal)
-
-
-_refuse_unprotected_remote_access()
-
-
-def _guard_request_bodies() -> None:
-    """Refuse oversize and unauthenticated bodies before daphne reads them (body_guard.py)."""
-    from malamar_site.body_guard import install
-
-    install()
-
-
-_guard_request_bodies()
+# Never serve other machines without a password (unless --no-auth / MALAMAR_NO_AUTH=1).
+refuse_unprotected_server()
+# Refuse oversize and unauthenticated bodies before daphne reads them.
+body_guard.install()

@@ -94,12 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     return serve()
 
 
-def remote_access_refusal() -> str | None:
-    from core.auth import remote_access_refusal as refusal
-
-    return refusal()
-
-
 def _children() -> list[list[str]]:
     from django.conf import settings
 
@@ -107,7 +101,7 @@ def _children() -> list[list[str]]:
     server = [
         sys.executable,
         "-m",
-        "daphne",
+        "malamar_site.server_process",  # daphne, with a prompt exit
         "--bind",
         config.host,
         "--port",
@@ -125,7 +119,9 @@ def serve() -> int:
     code = _manage("migrate", "--no-input", "-v", "0")
     if code:
         return code
-    refusal = remote_access_refusal()
+    from core.auth import remote_access_refusal
+
+    refusal = remote_access_refusal(bind=settings.CONFIG.host)  # the address daphne binds
     if refusal:
         print(refusal, file=sys.stderr)
         return 2
@@ -143,13 +139,18 @@ def serve() -> int:
     while not stopping:
         for proc in procs:
             if proc.poll() is not None:
-                name = "worker" if "runworker" in proc.args else "server"
-                print(f"malamar: the {name} exited with {proc.returncode}", file=sys.stderr)
+                print(f"malamar: the {_name(proc)} exited with {proc.returncode}", file=sys.stderr)
                 exit_code = proc.returncode or 1
                 stopping = True
         time.sleep(0.05)
     _stop_all(procs)
-    return exit_code
+    from core.prompt_exit import exit_now
+
+    exit_now(exit_code)  # the children are gone: skip Python's slow teardown
+
+
+def _name(proc: subprocess.Popen) -> str:
+    return "worker" if "runworker" in proc.args else "server"
 
 
 def _stop_all(procs: list[subprocess.Popen]) -> None:
@@ -161,6 +162,11 @@ def _stop_all(procs: list[subprocess.Popen]) -> None:
         try:
             proc.wait(timeout=max(0.05, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            print(
+                f"malamar: the {_name(proc)} did not stop within {STOP_GRACE_SECONDS} s: killed",
+                file=sys.stderr,
+                flush=True,
+            )
             proc.kill()
             proc.wait()
 

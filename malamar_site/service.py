@@ -1,8 +1,9 @@
 """`malamar service install | uninstall | status`: run Malamar in the background.
 
 Linux: a systemd *user* unit (no root needed) that restarts on failure. macOS: a launchd agent.
-The unit runs this same `malamar` with the PATH and MALAMAR_* variables of the shell that
-installed it, so the CLIs and the chosen data directory are found the same way.
+The unit runs this same `malamar` (the one running `service install`) with the PATH and
+MALAMAR_* variables of the shell that installed it, every path made absolute, so the CLIs and the
+chosen data directory are found the same way.
 """
 
 import os
@@ -18,19 +19,38 @@ UNIT_NAME = "malamar.service"
 LAUNCHD_LABEL = "dev.malamar"
 
 
-def malamar_command() -> list[str]:
-    script = shutil.which("malamar")
-    if script:
-        return [str(Path(script).resolve())]
-    return [sys.executable, "-m", "malamar_site.cli"]
+# Variables that hold a path: the service starts in another directory, so they are made absolute.
+PATH_VARIABLES = ("MALAMAR_DATA_DIR", "MALAMAR_TEMP_DIR")
+
+
+def malamar_command(argv0: str | None = None) -> list[str]:
+    """The `malamar` being run now (not the first one on PATH, which may be another install)."""
+    running = Path(argv0 if argv0 is not None else sys.argv[0])
+    if running.name == "malamar" and running.is_file():
+        return [str(running.resolve())]
+    beside_python = Path(sys.executable).parent / "malamar"  # this venv's script
+    if beside_python.is_file():
+        return [str(beside_python.resolve())]
+    return [str(Path(sys.executable).absolute()), "-m", "malamar_site.cli"]
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
 
 
 def service_environment(env: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     kept = {k: v for k, v in env.items() if k.startswith("MALAMAR_")}
-    kept["PATH"] = env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    for name in PATH_VARIABLES:
+        if kept.get(name, "").strip():
+            kept[name] = _absolute(kept[name].strip())
+    path = env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    # An empty or relative PATH entry would mean the service's own working directory.
+    kept["PATH"] = os.pathsep.join(
+        dict.fromkeys(os.path.abspath(os.path.expanduser(e or ".")) for e in path.split(os.pathsep))
+    )
     if "HOME" in env:
-        kept["HOME"] = env["HOME"]
+        kept["HOME"] = _absolute(env["HOME"])
     return dict(sorted(kept.items()))
 
 

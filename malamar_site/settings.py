@@ -13,9 +13,10 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 CONFIG = malamar_config.load()
 
 DATA_DIR = CONFIG.data_dir
-# "First launch" is decided before anything creates the data directory; the marker file lets the
-# process that migrates first seed the sample workspace (guarded again by a row in the database).
-FIRST_LAUNCH = not DATA_DIR.exists()
+# "First launch" means "no database yet" (a new or empty data directory), decided before anything
+# creates the database; the marker file lets the process that migrates first seed the sample
+# workspace (guarded again by a row in the database).
+FIRST_LAUNCH = not CONFIG.database_path.exists()
 SEED_MARKER = DATA_DIR / ".seed-sample-workspace"
 try:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -70,8 +71,9 @@ CSRF_TRUSTED_ORIGINS = [origin for host in ALLOWED_HOSTS for origin in _origins(
 PUBLIC_URL = os.environ.get("MALAMAR_PUBLIC_URL", f"http://{CONFIG.host}:{CONFIG.port}").rstrip("/")
 
 INSTALLED_APPS = [
+    "core",  # first: its `runserver` (daphne's, plus the password refusal) wins over daphne's
     "daphne",
-    "django.contrib.admin",
+    "core.admin_site.MalamarAdminConfig",  # django.contrib.admin, its login rate-limited
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -80,7 +82,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_eventstream",
-    "core",
+    "ninja",  # /api/docs: Swagger UI from ninja's static files, not from a CDN
     "workspaces",
     "agents",
     "tasks",
@@ -187,8 +189,10 @@ LOGGING = {
             "class": "logging.StreamHandler",
             "stream": "ext://sys.stdout",
             "formatter": CONFIG.log_format,
+            "filters": ["suspicious_requests"],
         }
     },
+    "filters": {"suspicious_requests": {"()": "core.logging.SuspiciousRequestFilter"}},
     "root": {"handlers": ["stdout"], "level": _LEVELS[CONFIG.log_level]},
     "loggers": {
         "django_eventstream": {"level": "WARNING"},

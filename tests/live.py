@@ -38,6 +38,15 @@ def process_env(data_dir: Path, **extra) -> dict:
     return env
 
 
+def blank_database(data_dir: Path) -> Path:
+    """An (empty) database file up front: migrating it is not a first launch, so no sample
+    workspace is seeded."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "malamar.db"
+    path.touch()
+    return path
+
+
 def manage(data_dir: Path, *args: str, **env) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args],
@@ -63,9 +72,10 @@ def django_script(data_dir: Path, code: str, **env) -> subprocess.CompletedProce
 
 
 class Server:
-    def __init__(self, data_dir: Path, port: int | None = None, **env):
+    def __init__(self, data_dir: Path, port: int | None = None, log: Path | None = None, **env):
         self.data_dir = data_dir
         self.port = port or free_port()
+        self.log = log  # where the server's stdout (its log) goes; dropped when None
         self.env = env
         self.proc = None
 
@@ -75,13 +85,16 @@ class Server:
 
     def start(self) -> "Server":
         cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
+        stdout = self.log.open("ab") if self.log else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [*cmd, "malamar_site.asgi:application"],
             env=process_env(self.data_dir, **self.env),
             cwd=ROOT,
-            stdout=subprocess.DEVNULL,
+            stdout=stdout,
             stderr=subprocess.PIPE,
         )
+        if self.log:
+            stdout.close()
         wait_until(self._ready, timeout=20, what="server to answer /api/health")
         return self
 

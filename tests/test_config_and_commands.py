@@ -2,11 +2,12 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from core import config
-from tests.live import ROOT, django_script, manage, process_env
+from tests.live import ROOT, blank_database, django_script, manage, process_env
 
 OPTION_ENVS = [o.env for o in config.OPTIONS]
 
@@ -99,12 +100,75 @@ def test_malamar_refuses_bad_config(tmp_path):
 
 def test_doctor_healthy_after_migrate(tmp_path):
     assert manage(tmp_path, "migrate", "--no-input").returncode == 0
-    result = run_malamar("doctor", data_dir=tmp_path)
+    empty = tmp_path / "no-clis"
+    empty.mkdir()
+    result = run_malamar("doctor", data_dir=tmp_path, PATH=str(empty))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "✓ Data directory" in result.stdout
     assert "migrations current" in result.stdout
-    assert "Claude Code: not checked yet" in result.stdout
+    assert "✗ Claude Code: Binary not found in PATH (claude)" in result.stdout
     assert "0 of 4 CLIs available" in result.stdout
+
+
+def _cli_lines(stdout: str) -> dict[str, list[str]]:
+    """Each CLI's doctor lines: its own line, then the indented worker line(s)."""
+    lines: dict[str, list[str]] = {}
+    current = None
+    for line in stdout.split("CLI Status", 1)[1].splitlines()[1:]:
+        if line[:2] in ("✓ ", "✗ "):
+            current = line[2:].split(":", 1)[0]
+            lines[current] = [line]
+        elif line.startswith("    ") and current:
+            lines[current].append(line.strip())
+    return lines
+
+
+def test_doctor_checks_the_clis_itself_on_a_fresh_data_dir(tmp_path):
+    fakes = f"{ROOT / 'tests' / 'fakes' / 'bin'}:{Path(sys.executable).parent}"
+    result = run_malamar("doctor", data_dir=tmp_path / "fresh", PATH=fakes)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = _cli_lines(result.stdout)
+    assert set(lines) == {"Claude Code", "Codex CLI", "Gemini CLI", "OpenCode"}
+    assert lines["Claude Code"][0].startswith("✓ Claude Code: 2.1.197 (Claude Code) (")
+    assert lines["Codex CLI"][0].startswith("✓ Codex CLI: codex-cli 0.169.0 (")
+    for cli_lines in lines.values():
+        assert cli_lines[1].endswith("none yet (it runs when `malamar` starts)"), cli_lines
+    assert "4 of 4 CLIs available" in result.stdout
+
+
+HANGS = "#!/bin/sh\nsleep 30\n"
+STORE = """
+from datetime import timedelta
+from django.utils import timezone
+from core.settings_store import settings_update
+from runner.models import CliHealth
+settings_update(changes={{"cli_settings": {{"gemini": {{"binary_path": {hangs!r}}}}}}})
+CliHealth.objects.create(
+    cli_type="claude", status="unhealthy", error="Not logged in",
+    checked_at=timezone.now() - timedelta(hours=3, minutes=5),
+)
+CliHealth.objects.create(
+    cli_type="codex", status="healthy", checked_at=timezone.now() - timedelta(minutes=7)
+)
+"""
+
+
+def test_doctor_uses_the_configured_path_and_says_how_old_the_workers_check_is(tmp_path):
+    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+    hangs = tmp_path / "gemini-that-hangs"
+    hangs.write_text(HANGS)
+    hangs.chmod(0o755)
+    django_script(tmp_path, STORE.format(hangs=str(hangs)))
+    fakes = f"{ROOT / 'tests' / 'fakes' / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    result = run_malamar("doctor", data_dir=tmp_path, PATH=fakes)
+    lines = _cli_lines(result.stdout)
+    assert lines["Claude Code"] == [
+        lines["Claude Code"][0],
+        "worker's check (a test prompt): unhealthy, 3 hours ago: Not logged in",
+    ]
+    assert lines["Codex CLI"][1] == "worker's check (a test prompt): healthy, 7 minutes ago"
+    assert lines["Gemini CLI"][0] == f"✗ Gemini CLI: `--version` took over 5 s ({hangs})"
+    assert "3 of 4 CLIs available" in result.stdout
 
 
 def test_doctor_fails_on_unusable_data_dir(tmp_path):
@@ -135,7 +199,16 @@ def test_first_launch_seeds_sample_workspace_once(tmp_path):
     assert out == ["Sample: Code Assistant | Planner,Implementer,Reviewer,Approver"]
 
 
-def test_no_sample_when_the_data_dir_already_existed(tmp_path):
+def test_an_existing_but_empty_data_dir_is_a_first_launch(tmp_path):
+    data_dir = tmp_path / "made-by-hand"
+    data_dir.mkdir()  # e.g. `mkdir ~/.malamar` before the first run: still no database
+    assert manage(data_dir, "migrate", "--no-input").returncode == 0
+    out = django_script(data_dir, SAMPLE).stdout.strip().splitlines()
+    assert out == ["Sample: Code Assistant | Planner,Implementer,Reviewer,Approver"]
+
+
+def test_no_sample_when_the_database_already_existed(tmp_path):
+    blank_database(tmp_path)
     assert manage(tmp_path, "migrate", "--no-input").returncode == 0
     assert django_script(tmp_path, SAMPLE).stdout.strip() == ""
 

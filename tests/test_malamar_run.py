@@ -1,5 +1,6 @@
 """`malamar` with no arguments: migrate, serve, run the worker; SIGTERM stops everything."""
 
+import json
 import os
 import signal
 import subprocess
@@ -9,7 +10,7 @@ import psutil
 import pytest
 import requests
 
-from tests.live import free_port, process_env, wait_until
+from tests.live import SseClient, free_port, process_env, wait_until
 from tests.stack import FAKES_BIN
 
 pytestmark = pytest.mark.live
@@ -70,4 +71,94 @@ def test_malamar_runs_server_and_worker_and_stops_cleanly(tmp_path):
     output = proc.stdout.read()
     assert code == 0, output
     assert "Malamar is running at" in output
+    assert "did not stop" not in output  # server and worker stopped by themselves
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+def _gone(processes: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_sigterm_mid_run_with_a_tab_open_stops_everything_cleanly(tmp_path):
+    """SIGTERM while an agent's CLI runs and a browser holds the event stream: the server, the
+    worker and the CLI all end by themselves (none killed by the supervisor), exit code 0."""
+    port = free_port()
+    env = process_env(
+        tmp_path / "data",
+        MALAMAR_PORT=port,
+        MALAMAR_TEMP_DIR=tmp_path,
+        PATH=f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "malamar_site.cli"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    base = f"{url}/api"
+    try:
+        wait_until(lambda: _ok(f"{base}/health"), timeout=30, what="malamar to serve")
+        ws = requests.post(f"{base}/workspaces", json={"title": "Stop"}, timeout=5).json()
+        requests.post(
+            f"{base}/workspaces/{ws['id']}/agents",
+            timeout=5,
+            json={"name": "Solo", "instruction": "Go", "cli_type": "codex"},
+        )
+        requests.post(
+            f"{base}/workspaces/{ws['id']}/tasks",
+            timeout=5,
+            json={"summary": "long", "description": "@fake sleep 60"},
+        )
+        stream = SseClient(url)
+
+        def cli_running():
+            tree = psutil.Process(proc.pid).children(recursive=True)
+            return [p for p in tree if "codex" in " ".join(p.cmdline())] or None
+
+        cli = wait_until(cli_running, timeout=30, what="the fake CLI to run")
+        everything = psutil.Process(proc.pid).children(recursive=True)
+        assert len(everything) >= 3 and cli
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=10)
+    stream.close()
+    output = proc.stdout.read()
+    assert code == 0, output
+    assert "did not stop" not in output and "Traceback" not in output, output
+    wait_until(lambda: not _gone(everything), timeout=5, what="every child to be gone")
+
+
+def _ok(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).ok
+    except requests.RequestException:
+        return False
+
+
+def test_json_logs_stay_json_lines_including_each_request(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "malamar_site.cli"],
+        env=process_env(tmp_path / "data", MALAMAR_PORT=port, MALAMAR_LOG_FORMAT="json"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _ok(f"{base}/api/health"), timeout=30, what="malamar to serve")
+        assert requests.get(f"{base}/{'z' * 5000}", timeout=5).status_code == 404
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    lines = [line for line in proc.stdout.read().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines if not line.startswith("Malamar is running")]
+    assert len(records) == len(lines) - 1, lines  # nothing but JSON records (and the banner)
+    requests_logged = [r for r in records if r["logger"] == "malamar.access"]
+    assert any(r["message"] == "GET /api/health 200" for r in requests_logged)
+    long_one = next(r for r in requests_logged if r["message"].startswith("GET /zzz"))
+    assert long_one["message"].endswith("… 404") and len(long_one["message"]) < 300

@@ -1,6 +1,7 @@
 """Remote use: extra allowed hosts, optional password (sessions and API tokens), rate limit,
 security headers, and refusing to serve other machines without a password."""
 
+import dataclasses
 import re
 import signal
 import subprocess
@@ -20,8 +21,10 @@ PASSWORD = "correct horse battery"
 def fresh_rate_limit():
     """The limiter lives in the process: each test starts with no recorded attempts."""
     login_limiter.attempts.clear()
+    login_limiter.reported.clear()
     yield
     login_limiter.attempts.clear()
+    login_limiter.reported.clear()
 
 
 @pytest.fixture
@@ -245,3 +248,187 @@ def test_settings_page_creates_shows_once_and_revokes_tokens(protected):
     token = ApiToken.objects.get()
     client.post(f"/settings/tokens/{token.id}/revoke/", HTTP_HX_REQUEST="true")
     assert Client(HTTP_AUTHORIZATION=f"Bearer {raw}").get("/api/workspaces").status_code == 401
+
+
+def _start(tmp_path, argv, **env):
+    return subprocess.Popen(
+        [sys.executable, *argv],
+        env=process_env(tmp_path, **env),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _refused(proc) -> str:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0, out + err
+    assert "Refusing to start" in err and "without a password" in err, out + err
+    assert "MALAMAR_NO_AUTH=1" in err and "malamar set-password" in err
+    return err
+
+
+def _serves(proc, port: int) -> None:
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: proc.poll() is None and _ok(url), timeout=40, what="the server")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+
+
+RUNSERVER = [str(ROOT / "manage.py"), "runserver"]
+DAPHNE = ["-m", "daphne"]
+APP = "malamar_site.asgi:application"
+
+
+@pytest.mark.live
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*RUNSERVER, "0.0.0.0:{port}"],
+        [*RUNSERVER, "[::]:{port}", "--noreload"],
+        [*DAPHNE, "-b", "0.0.0.0", "-p", "{port}", APP],
+        [*DAPHNE, "-e", "tcp:port={port}", APP],  # no interface: every interface
+    ],
+    ids=["runserver-0.0.0.0", "runserver-ipv6-any", "daphne-bind", "daphne-endpoint"],
+)
+def test_every_way_of_starting_refuses_a_remote_address_without_password(tmp_path, argv):
+    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+    port = free_port()
+    proc = _start(tmp_path, [part.format(port=port) for part in argv])
+    _refused(proc)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/api/health", timeout=2)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize(
+    "argv",
+    [[*RUNSERVER, "127.0.0.1:{port}", "--noreload"], [*DAPHNE, "-p", "{port}", APP]],
+    ids=["runserver", "daphne"],
+)
+def test_every_way_of_starting_honours_no_auth_and_allowed_hosts(tmp_path, argv):
+    """A Tailscale name makes even a loopback bind remote: refused, unless MALAMAR_NO_AUTH=1."""
+    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+    port = free_port()
+    argv = [part.format(port=port) for part in argv]
+    remote = {"MALAMAR_ALLOWED_HOSTS": "box.tail1234.ts.net"}
+    assert "box.tail1234.ts.net" in _refused(_start(tmp_path, argv, **remote))
+    _serves(_start(tmp_path, argv, MALAMAR_NO_AUTH="1", **remote), port)
+    _serves(_start(tmp_path, argv), port)  # loopback only: no password needed
+
+
+@pytest.mark.parametrize(
+    ("argv", "binds"),
+    [
+        (["/venv/bin/daphne", APP], ["127.0.0.1"]),
+        (["/x/daphne/__main__.py", "-p", "9000", APP], ["127.0.0.1"]),
+        (["/venv/bin/daphne", "-b", "0.0.0.0", APP], ["0.0.0.0"]),
+        (["/venv/bin/daphne", "-u", "/tmp/m.sock", APP], []),
+        (["/venv/bin/daphne", "--fd", "3", APP], ["an inherited socket (fd 3)"]),
+        (["/venv/bin/daphne", "-e", r"tcp:port=80:interface=\:\:1", APP], ["::1"]),
+        (["/venv/bin/daphne", "-e", "tcp:80", APP], ["0.0.0.0"]),
+        (["/src/manage.py", "runserver"], None),
+    ],
+)
+def test_daphne_bind_addresses_are_read_as_daphne_reads_them(argv, binds):
+    from malamar_site.startup import daphne_binds
+
+    assert daphne_binds(argv) == binds
+
+
+def test_the_refusal_follows_the_real_bind_address(db, settings):
+    from core.auth import remote_access_refusal
+
+    assert remote_access_refusal(bind="127.0.0.1") is None
+    assert (
+        remote_access_refusal(bind="127.0.0.2") is None
+        and remote_access_refusal(bind="::1") is None
+    )
+    assert "0.0.0.0" in remote_access_refusal(bind="0.0.0.0")
+    assert "192.168.1.5" in remote_access_refusal(bind="192.168.1.5")
+    password_set(raw=PASSWORD)
+    assert remote_access_refusal(bind="0.0.0.0") is None
+
+
+def test_the_admin_sits_behind_malamars_login_when_a_password_is_set(protected):
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("admin", "a@example.com", "admin-pw")
+    for path in ("/admin/", "/admin/login/", "/admin/core/setting/"):
+        response = protected.get(path)
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), path
+    refused = protected.post("/admin/login/", {"username": "admin", "password": "admin-pw"})
+    assert refused.status_code == 302 and refused["Location"].startswith("/login/")
+    client = signed_in(protected)
+    assert client.get("/admin/login/").status_code == 200  # then the admin's own login
+    client.post("/admin/login/?next=/admin/", {"username": "admin", "password": "admin-pw"})
+    assert client.get("/admin/").status_code == 200
+
+
+def test_no_password_the_admin_has_only_its_own_login(db):
+    assert Client().get("/admin/").status_code == 302
+    assert Client().get("/admin/login/").status_code == 200
+
+
+@pytest.mark.parametrize("signed_in_first", [False, True])
+def test_admin_login_attempts_share_the_login_rate_limit(db, caplog, signed_in_first):
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("admin", "a@example.com", "admin-pw")
+    client = Client()
+    if signed_in_first:  # a password is set: through Malamar's login first
+        password_set(raw=PASSWORD)
+        signed_in(client)
+    for _ in range(9 if signed_in_first else 10):
+        wrong = client.post("/admin/login/", {"username": "admin", "password": "guess-wrong"})
+        assert wrong.status_code == 200  # the admin's form, with its error
+    limited = client.post("/admin/login/", {"username": "admin", "password": "admin-pw"})
+    assert limited.status_code == 429
+    assert "guess-wrong" not in caplog.text and "admin-pw" not in caplog.text
+    if not signed_in_first:
+        password_set(raw=PASSWORD)
+        assert Client().post("/login/", {"password": PASSWORD}).status_code == 429  # shared
+
+
+@pytest.mark.parametrize("local", ["192.168.1.5", "100.101.102.103", "fe80::1"])
+def test_without_password_a_request_on_a_network_address_is_refused(db, settings, local):
+    """Whatever started the server (e.g. another ASGI server on 0.0.0.0): no password, no
+    answer to the network."""
+
+    def client(server_name):  # a client that says "Host: localhost" to get past ALLOWED_HOSTS
+        return Client(SERVER_NAME=server_name, HTTP_HOST="localhost")
+
+    page = client(local).get("/")
+    assert page.status_code == 403 and "MALAMAR_NO_AUTH" in page.content.decode()
+    api = client(local).get("/api/workspaces")
+    assert api.status_code == 403 and api.json()["error"]["code"]
+    for loopback in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):
+        assert client(loopback).get("/").status_code == 200
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, no_auth=True)
+    assert client(local).get("/").status_code == 200
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, no_auth=False)
+    password_set(raw=PASSWORD)
+    assert signed_in(client(local)).get("/").status_code == 200
+
+
+def test_a_client_hammering_the_login_logs_the_limit_once_not_per_request(protected, caplog):
+    for _ in range(10):
+        protected.post("/login/", {"password": "guess-wrong"})
+    caplog.clear()
+    for _ in range(30):
+        assert protected.post("/login/", {"password": "guess-wrong"}).status_code == 429
+    limited = [r for r in caplog.records if "rate limit" in r.getMessage()]
+    assert len(limited) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_the_rate_limiter_forgets_idle_clients():
+    limiter = login_limiter.__class__(limit=2, window=60)
+    limiter.PRUNE_ABOVE = 5
+    for n in range(20):
+        assert limiter.allow(f"10.0.0.{n}")
+        limiter.attempts[f"10.0.0.{n}"] = [0.0]  # long ago
+    assert limiter.allow("10.0.1.1")
+    assert len(limiter.attempts) <= limiter.PRUNE_ABOVE + 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.live import Server, manage
+from tests.live import Server, blank_database, manage
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -57,6 +57,7 @@ def browser():
 def migrated_db(tmp_path_factory) -> Path:
     """One migrated database, copied into each test's data dir (migrating takes seconds)."""
     data_dir = tmp_path_factory.mktemp("malamar-browser-template")
+    blank_database(data_dir)  # no sample workspace
     result = manage(data_dir, "migrate", "--noinput")
     assert result.returncode == 0, result.stderr
     return data_dir / "malamar.db"

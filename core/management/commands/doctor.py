@@ -1,10 +1,12 @@
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils.timesince import timesince
 
 from core.config import ConfigError, load
 
@@ -33,27 +35,59 @@ def _check_database() -> tuple[bool, str]:
     return True, f"{name} (accessible, migrations current)"
 
 
-def _cli_lines() -> tuple[list[tuple[bool, str]], int]:
+def _stored_health(db_ok: bool) -> dict[str, dict]:
+    if not db_ok:
+        return {}
     from runner.selectors import cli_health_all
 
     try:
-        clis = cli_health_all()
+        return {row["cli_type"]: row for row in cli_health_all()}
     except Exception:
-        return [(False, "unknown (database not readable)")], 0
-    lines = []
-    for cli in clis:
-        status = cli["status"]
-        if status == "healthy":
-            where = (
-                f" ({cli['cli_type']} found at {cli['binary_path']})" if cli["binary_path"] else ""
-            )
-            version = f" {cli['version']}" if cli["version"] else ""
-            lines.append((True, f"{cli['name']}: healthy{version}{where}"))
-        elif status == "unhealthy":
-            lines.append((False, f"{cli['name']}: unhealthy ({cli['error'] or 'unknown error'})"))
+        return {}
+
+
+def _cli_settings(db_ok: bool) -> dict | None:
+    """None: read each CLI's settings from the database; else no configured paths."""
+    from runner.probe import NO_SETTINGS
+
+    if db_ok:
+        from core.settings_store import cli_settings_for
+
+        try:
+            cli_settings_for("claude")
+            return None
+        except Exception:
+            pass
+    return NO_SETTINGS
+
+
+def _worker_line(stored: dict | None) -> str:
+    if not stored or not stored.get("checked_at") or stored["status"] == "not_checked":
+        return "    worker's check (a test prompt): none yet (it runs when `malamar` starts)"
+    age = timesince(stored["checked_at"], depth=1).replace("\xa0", " ")
+    error = f": {stored['error']}" if stored["status"] != "healthy" and stored["error"] else ""
+    return f"    worker's check (a test prompt): {stored['status']}, {age} ago{error}"
+
+
+def _cli_lines(db_ok: bool) -> tuple[list[tuple[bool, str]], int]:
+    """Probe every CLI now (binary, `--version`), next to the worker's last stored result."""
+    from agents.models import CliType
+    from runner.probe import cli_probe
+
+    conf = _cli_settings(db_ok)
+    stored = _stored_health(db_ok)
+    with ThreadPoolExecutor(max_workers=len(CliType.values)) as pool:
+        probes = list(pool.map(lambda cli: cli_probe(cli, conf=conf), CliType.values))
+    lines: list[tuple[bool | None, str]] = []
+    for cli, probe in zip(CliType, probes, strict=True):
+        if probe.ok:
+            version = f" {probe.version}" if probe.version else ""
+            lines.append((True, f"{cli.label}:{version} ({probe.binary})"))
         else:
-            lines.append((None, f"{cli['name']}: not checked yet (start the worker: `malamar`)"))
-    return lines, sum(1 for c in clis if c["status"] == "healthy")
+            where = f" ({probe.binary})" if probe.binary else ""
+            lines.append((False, f"{cli.label}: {probe.problem}{where}"))
+        lines.append((None, _worker_line(stored.get(cli.value))))
+    return lines, sum(1 for probe in probes if probe.ok)
 
 
 def _access_line(db_ok: bool) -> str:
@@ -89,10 +123,10 @@ class Command(BaseCommand):
         except ConfigError as exc:
             out.append(f"{marks[False]} Configuration: {exc}")
         out.append(_access_line(db_ok))
-        out += ["", "CLI Status:"]
-        lines, healthy = _cli_lines() if db_ok else ([], 0)
-        out += [f"{marks[ok]} {text}" for ok, text in lines]
-        out += ["", f"{healthy} of 4 CLIs available"]
+        out += ["", "CLI Status (found, and `--version` answers now):"]
+        lines, available = _cli_lines(db_ok) if data_ok else ([], 0)
+        out += [text if ok is None else f"{marks[ok]} {text}" for ok, text in lines]
+        out += ["", f"{available} of 4 CLIs available"]
         self.stdout.write("\n".join(out))
         if not (data_ok and db_ok):
             sys.exit(1)
