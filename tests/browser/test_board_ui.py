@@ -1,0 +1,125 @@
+"""The board and the task popup under stress: phone widths, long text, live refreshes that race
+the user, and the page script's CSP hygiene."""
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import new_page
+from tests.live import django_script
+
+pytestmark = pytest.mark.browser
+
+PHONE_390 = {"width": 390, "height": 844}
+LONG_WORD = "Refactor" + "x" * 120
+LONG_SUMMARY = " ".join(["Make the checkout page handle every currency we sell in"] * 12)
+
+# Puts tasks in the states the board shows differently. Straight through the ORM: without a
+# worker, a test cannot otherwise hold a task In Progress with an agent at work.
+BOARD_STATES = """
+from django.utils import timezone
+from core.ids import new_id
+from runner.models import AgentRun
+from tasks.models import QueueStatus, Task, TaskQueueItem
+
+ids = {ids!r}
+Task.objects.filter(id__in=ids["in_review"]).update(status="in_review")
+Task.objects.filter(id__in=ids["done"]).update(status="done")
+Task.objects.filter(id__in=ids["priority"]).update(is_priority=True)
+for task in Task.objects.filter(id__in=ids["working"]):
+    task.status = "in_progress"
+    task.save(update_fields=["status"])
+    TaskQueueItem.objects.create(
+        task=task, workspace_id=task.workspace_id, status=QueueStatus.IN_PROGRESS
+    )
+    AgentRun.objects.create(
+        id=new_id(), workspace_id=task.workspace_id, task=task, agent_name="Implementer",
+        cli_type="claude", started_at=timezone.now(),
+        current_action="Bash: pytest -q tests/test_checkout_with_a_very_long_name_indeed.py",
+    )
+"""
+
+
+def fill_board(server, workspace, **states) -> dict:
+    """Create tasks (kind -> list of summaries) and put them in their states; returns ids."""
+    ids = {key: [] for key in ("in_review", "done", "priority", "working")}
+    made = {}
+    for kind, summaries in states.items():
+        for summary in summaries:
+            task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": summary})
+            made.setdefault(kind, []).append(task)
+            if kind in ("in_review", "done", "priority_review"):
+                for text in ("Plan: three steps", "Please also check the **cart**"):
+                    server.api("POST", f"/tasks/{task['id']}/comments", {"content": text})
+            if kind in ids:
+                ids[kind].append(task["id"])
+            if kind == "priority_review":
+                ids["priority"].append(task["id"])
+                ids["in_review"].append(task["id"])
+    django_script(server.data_dir, BOARD_STATES.format(ids=ids))
+    return made
+
+
+def no_sideways_scroll(page, where: str) -> None:
+    width = page.evaluate("window.innerWidth")
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    if scroll > width:
+        culprits = page.evaluate(
+            """() => Array.from(document.querySelectorAll('body *'))
+                .filter((el) => el.getBoundingClientRect().right > window.innerWidth + 0.5)
+                .filter((el) => getComputedStyle(el).position === 'absolute'
+                  || !el.parentElement.closest('.kanban, .tabs'))
+                .slice(0, 8)
+                .map((el) => `${el.tagName.toLowerCase()}.${el.className}`)"""
+        )
+        pytest.fail(f"{where}: the page scrolls sideways ({scroll} > {width} px): {culprits}")
+
+
+def test_no_sideways_scroll_at_390px_for_any_card_or_page(browser, server):
+    workspace = server.workspace("Phone shop")
+    server.agent(workspace["id"], "Implementer")
+    made = fill_board(
+        server,
+        workspace,
+        todo=["Plain todo", LONG_WORD],
+        priority=["A priority todo"],
+        working=[LONG_SUMMARY],
+        in_review=["Reviewed with comments"],
+        priority_review=["Priority and reviewed"],
+        done=["Done with comments", LONG_WORD + " done"],
+    )
+    page = new_page(browser, viewport=PHONE_390)
+    base = f"{server.url}/workspaces/{workspace['id']}/"
+    page.goto(f"{base}?tab=tasks")
+    expect(page.locator("#col-in_review .badge--count")).to_have_count(2)
+    expect(page.locator("#col-done .badge--count")).to_have_count(2)
+    expect(page.locator("#col-in_progress .task-card.is-working")).to_have_count(1)
+    expect(page.locator("#col-todo .badge--priority")).to_have_count(1)
+    no_sideways_scroll(page, "board")
+
+    # Swiping the board to its last column does not move the page either.
+    page.locator("#col-done").scroll_into_view_if_needed()
+    no_sideways_scroll(page, "board swiped to Done")
+    page.locator("#new-task").click()
+    expect(page.locator("#task-create-dialog")).to_be_visible()
+    no_sideways_scroll(page, "create dialog")
+
+    working = made["working"][0]["id"]
+    for query, ready, where in [
+        (f"?tab=tasks&task={working}", "#task-dialog #task-status", "popup of a working task"),
+        (f"?tab=tasks&task={made['done'][1]['id']}", "#task-dialog #task-status", "done popup"),
+        ("?tab=agents", "#agents-panel", "agents tab"),
+        ("?tab=chat", "#tab-chat[aria-current=page]", "chat tab"),
+        ("settings/", "#settings-form", "workspace settings"),
+    ]:
+        page.goto(base + query)
+        expect(page.locator(ready).first).to_be_attached()
+        no_sideways_scroll(page, where)
+    for path, ready, where in [
+        ("/", ".workspace-card", "workspaces"),
+        ("/settings/", "h1", "settings"),
+    ]:
+        page.goto(server.url + path)
+        expect(page.locator(ready).first).to_be_visible()
+        no_sideways_scroll(page, where)
+    page.console_errors.check()
+    page.context.close()
