@@ -123,3 +123,50 @@ def test_no_sideways_scroll_at_390px_for_any_card_or_page(browser, server):
         no_sideways_scroll(page, where)
     page.console_errors.check()
     page.context.close()
+
+
+def test_a_live_refresh_that_lands_on_an_open_editor_keeps_it(browser, server):
+    # The refresh is asked for while nothing is being edited, the user opens the editor and
+    # types while the response is on its way: when it lands, the editor must survive.
+    workspace = server.workspace("Racy")
+    task = server.api(
+        "POST",
+        f"/workspaces/{workspace['id']}/tasks",
+        {"summary": "Race me", "description": "Old words"},
+    )
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator(".task-description__body")).to_have_text("Old words")
+    page.evaluate(
+        """() => document.addEventListener('htmx:afterRequest', (event) => {
+            const path = event.detail.pathInfo.requestPath;
+            if (path.endsWith('/description/')) window.refreshLanded = path;
+        })"""
+    )
+
+    held = []
+    page.route(f"**/tasks/{task['id']}/description/", lambda route: held.append(route))
+    # A comment from elsewhere: the live event refreshes every section of the open popup.
+    with page.expect_request(f"**/tasks/{task['id']}/description/"):
+        server.api("POST", f"/tasks/{task['id']}/comments", {"content": "From another tab"})
+    expect(dialog.locator("#task-comments .comment")).to_have_count(1)
+    assert len(held) == 1, "the description's refresh should be waiting for its answer"
+
+    dialog.locator("#task-description-edit").click()
+    editor = dialog.locator("#task_description_description")
+    expect(editor).to_be_visible()
+    editor.fill("New words typed while the refresh was on its way")
+
+    held[0].continue_()
+    page.wait_for_function("window.refreshLanded")
+    expect(editor).to_be_attached()
+    expect(editor).to_have_value("New words typed while the refresh was on its way")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.locator(".task-description__body")).to_have_text(
+        "New words typed while the refresh was on its way"
+    )
+    page.unroute(f"**/tasks/{task['id']}/description/")
+    page.console_errors.check()
+    page.context.close()

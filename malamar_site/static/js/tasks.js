@@ -111,10 +111,8 @@
   function refreshPopup() {
     const detail = document.getElementById("task-detail");
     if (!detail) return;
-    $$("[data-task-section]", detail).forEach((section) => {
-      if ($("[data-editing]", section)) return; // never throw away what the user is typing
-      refresh(section);
-    });
+    // A section holding an open editor keeps it: app.js drops such a swap when it lands.
+    $$("[data-task-section]", detail).forEach((section) => refresh(section));
   }
 
   function taskUrl(id) {
