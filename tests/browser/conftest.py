@@ -93,8 +93,44 @@ class ConsoleErrors(list):
         assert not self, "errors in the browser console:\n" + "\n".join(self)
 
 
+class CspViolations(list):
+    def check(self) -> None:
+        assert not self, "Content-Security-Policy violations:\n" + "\n".join(self)
+
+
+# Reports every violation of the page's Content-Security-Policy, including those the browser
+# does not log (a blocked style attribute set by a script, for example).
+CSP_LISTENER = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  const where = event.sourceFile ? ` at ${event.sourceFile}:${event.lineNumber}` : "";
+  const what = event.blockedURI || "inline";
+  window.malamarCspViolation(`${event.effectiveDirective} blocked ${what}${where} ${event.sample}`);
+}, true);
+"""
+
+
+def watch_csp(page) -> CspViolations:
+    """Collect the page's CSP violations (console messages and securitypolicyviolation
+    events) in `page.csp_violations`; call before the first navigation."""
+    violations = CspViolations()
+    page.context.expose_function(
+        "malamarCspViolation", lambda text: violations.append(f"{page.url}: {text}")
+    )
+    page.context.add_init_script(CSP_LISTENER)
+    page.on(
+        "console",
+        lambda message: (
+            "Content Security Policy" in message.text
+            and violations.append(f"{page.url}: {message.text}")
+        ),
+    )
+    page.csp_violations = violations
+    return violations
+
+
 def new_page(browser, *, viewport=None, **context_options):
-    """A page in a fresh context that records console errors and uncaught exceptions."""
+    """A page in a fresh context that records console errors and uncaught exceptions (in
+    `page.console_errors`) and CSP violations (in `page.csp_violations`)."""
     context = browser.new_context(viewport=viewport or DESKTOP, **context_options)
     context.set_default_timeout(TIMEOUT_MS)
     page = context.new_page()
@@ -105,6 +141,7 @@ def new_page(browser, *, viewport=None, **context_options):
     )
     page.on("pageerror", lambda error: errors.append(f"{page.url}: {error}"))
     page.console_errors = errors
+    watch_csp(page)
     return page
 
 
@@ -112,9 +149,10 @@ def new_page(browser, *, viewport=None, **context_options):
 def page(browser, server):
     page = new_page(browser, color_scheme="light")
     yield page
-    errors = page.console_errors
+    errors, violations = page.console_errors, page.csp_violations
     page.context.close()
     errors.check()
+    violations.check()
 
 
 @pytest.fixture

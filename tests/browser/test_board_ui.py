@@ -1,6 +1,8 @@
 """The board and the task popup under stress: phone widths, long text, live refreshes that race
 the user, and the page script's CSP hygiene."""
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -168,5 +170,97 @@ def test_a_live_refresh_that_lands_on_an_open_editor_keeps_it(browser, server):
         "New words typed while the refresh was on its way"
     )
     page.unroute(f"**/tasks/{task['id']}/description/")
+    page.console_errors.check()
+    page.context.close()
+
+
+def resize_by_hand(page, textarea) -> None:
+    """Drag the textarea's resize handle, as a person does (the browser then gives it an
+    inline style, which later swaps must not try to copy: CSP forbids style attributes)."""
+    textarea.scroll_into_view_if_needed()
+    box = textarea.bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 3, box["y"] + box["height"] - 3)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] - 3, box["y"] + box["height"] + 40, steps=4)
+    page.mouse.up()
+    expect(textarea).to_have_attribute("style", re.compile(r"height"))
+
+
+def test_the_main_pages_and_actions_run_without_a_csp_violation(browser, server):
+    workspace = server.workspace("Strict")
+    server.agent(workspace["id"], "Planner")
+    task = server.api(
+        "POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Watch the policy"}
+    )
+    page = new_page(browser)
+    base = f"{server.url}/workspaces/{workspace['id']}/"
+    page.goto(f"{base}?tab=tasks")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+
+    # Create a task, once refused (the form comes back with its error).
+    page.locator("#new-task").click()
+    create = page.locator("#task-create-dialog")
+    resize_by_hand(page, create.get_by_label("Description"))
+    create.get_by_role("button", name="Create task").click()
+    expect(create.locator("#task_new_summary_error")).to_contain_text("Summary is required")
+    create.get_by_label("Summary").fill("A second task")
+    create.get_by_role("button", name="Create task").click()
+    expect(create).to_be_hidden()
+    expect(page.locator("#col-todo .task-card", has_text="A second task")).to_be_visible()
+
+    # The popup: edit the summary and the description, comment.
+    page.locator(f"#task-card-{task['id']} a").click()
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Watch the policy")
+    dialog.locator("#task-summary-edit").click()
+    expect(dialog.locator("#task_summary_summary")).to_be_focused()
+    dialog.locator("#task_summary_summary").fill("Watch the policy closely")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Watch the policy closely")
+    dialog.locator("#task-description-edit").click()
+    description = dialog.locator("#task_description_description")
+    resize_by_hand(page, description)
+    description.fill("No **inline** styles")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.locator(".task-description__body strong")).to_have_text("inline")
+    box = dialog.get_by_label("Add a comment")
+    box.fill("Looks right")
+    dialog.get_by_role("button", name="Send comment").click()
+    mine = dialog.locator("#task-comments .comment--user[data-comment-id]")
+    expect(mine).to_have_count(1)
+    expect(dialog.locator("#task-comments [data-pending]")).to_have_count(0)
+    expect(mine.locator(".comment__body")).to_have_text("Looks right")
+    dialog.get_by_role("tab", name="Activity").click()
+    expect(dialog.locator("#task-log")).to_contain_text("User commented")
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+
+    # Agents and chat tabs.
+    page.locator("#tab-agents").click()
+    expect(page.get_by_role("button", name="Edit Planner")).to_be_visible()
+    page.get_by_role("button", name="Edit Planner").click()
+    agent = page.locator("#agent-dialog")
+    resize_by_hand(page, agent.get_by_label("Instruction"))
+    agent.get_by_label("Name").fill("")
+    agent.get_by_role("button", name="Save changes").click()
+    expect(agent.get_by_label("Name")).to_have_attribute("aria-invalid", "true")
+    agent.get_by_label("Name").fill("Planner")
+    agent.get_by_role("button", name="Save changes").click()
+    expect(agent).to_be_hidden()
+    page.locator("#tab-chat").click()
+    expect(page.locator("#tab-chat")).to_have_attribute("aria-current", "page")
+
+    # Workspace settings: a save, and a refused save (the form is swapped back in).
+    page.goto(f"{base}settings/")
+    resize_by_hand(page, page.get_by_label("Instruction"))
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".toast")).to_contain_text("Settings saved")
+    page.get_by_label("Title").fill("")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator("#id_title_error")).to_have_text("Title is required")
+
+    page.goto(f"{server.url}/settings/")
+    expect(page.get_by_role("heading", level=1)).to_be_visible()
+    page.csp_violations.check()
     page.console_errors.check()
     page.context.close()
