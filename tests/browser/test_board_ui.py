@@ -264,3 +264,31 @@ def test_the_main_pages_and_actions_run_without_a_csp_violation(browser, server)
     page.csp_violations.check()
     page.console_errors.check()
     page.context.close()
+
+
+@pytest.mark.parametrize("viewport", [PHONE_390, {"width": 1280, "height": 800}])
+def test_a_very_long_summary_keeps_the_popup_actions_and_comment_box_in_reach(
+    browser, server, viewport
+):
+    workspace = server.workspace("Wordy")
+    task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": LONG_SUMMARY * 3})
+    django_script(
+        server.data_dir,
+        BOARD_STATES.format(
+            ids={"in_review": [task["id"]], "done": [], "priority": [], "working": []}
+        ),
+    )
+    page = new_page(browser, viewport=viewport)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator("#task-status")).to_have_text("In Review")
+    for name in ("Move to Todo", "Move to Done", "Delete"):
+        expect(dialog.get_by_role("button", name=name, exact=True)).to_be_in_viewport()
+    expect(dialog.get_by_label("Add a comment")).to_be_in_viewport()
+    expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+    # The whole summary can still be read: its own box scrolls.
+    title = dialog.locator("#task-dialog-title")
+    expect(title).to_have_css("overflow-y", "auto")
+    assert title.evaluate("(el) => el.scrollHeight > el.clientHeight")
+    page.console_errors.check()
+    page.context.close()
