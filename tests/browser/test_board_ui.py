@@ -292,3 +292,56 @@ def test_a_very_long_summary_keeps_the_popup_actions_and_comment_box_in_reach(
     assert title.evaluate("(el) => el.scrollHeight > el.clientHeight")
     page.console_errors.check()
     page.context.close()
+
+
+def test_phone_chips_jump_to_a_column_and_follow_its_count(browser, server):
+    workspace = server.workspace("Jumpy")
+    made = fill_board(
+        server, workspace, todo=["One"], in_review=["Two", "Three"], done=["Four", "Six"]
+    )
+    page = new_page(browser, viewport=PHONE_390)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    jump = page.get_by_role("navigation", name="Jump to a column")
+    chips = jump.get_by_role("link")
+    expect(chips).to_have_text(
+        [
+            re.compile(rf"^\s*{label}\s+{n}\s*$")
+            for label, n in [("Todo", 1), ("In Progress", 0), ("In Review", 2), ("Done", 2)]
+        ]
+    )
+    expect(page.locator("#col-done")).not_to_be_in_viewport()
+
+    jump.get_by_role("link", name=re.compile("^Done")).click()
+    expect(page.locator("#col-done")).to_be_in_viewport(ratio=0.95)
+    expect(page.locator("#col-done-title")).to_be_focused()
+    expect(jump.get_by_role("link", name=re.compile("^Done"))).to_have_attribute(
+        "aria-current", "true"
+    )
+    expect(jump.locator("[aria-current]")).to_have_count(1)
+    no_sideways_scroll(page, "board after a jump")
+
+    # A task deleted elsewhere refreshes the whole board: it stays on the column in view.
+    server.api("DELETE", f"/tasks/{made['done'][0]['id']}")
+    expect(page.locator("#col-done .task-card")).to_have_count(1)
+    expect(jump.get_by_role("link", name=re.compile("^Done"))).to_contain_text("1")
+    expect(page.locator("#col-done")).to_be_in_viewport(ratio=0.95)
+
+    # A task created elsewhere: the Todo column refreshes live, and its chip follows.
+    server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Five"})
+    expect(page.locator("#col-todo .task-card")).to_have_count(2)
+    expect(jump.get_by_role("link", name=re.compile("^Todo"))).to_contain_text("2")
+
+    jump.get_by_role("link", name=re.compile("^Todo")).click()
+    expect(page.locator("#col-todo")).to_be_in_viewport(ratio=0.95)
+    expect(page.locator("#col-done")).not_to_be_in_viewport()
+    page.console_errors.check()
+    page.context.close()
+
+    # Desktop: the four columns are side by side, no chips.
+    desktop = new_page(browser)
+    desktop.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks")
+    expect(desktop.locator("#col-done")).to_be_in_viewport()
+    expect(desktop.get_by_role("navigation", name="Jump to a column")).to_be_hidden()
+    desktop.console_errors.check()
+    desktop.context.close()
