@@ -8,7 +8,7 @@ from agents.services import agent_create
 from core.actors import SYSTEM
 from runner.models import CliHealth
 from tasks.services import task_create, task_status_set
-from tests.pages import field_error_is_tied, html, hx, triggers
+from tests.pages import elements, field_error_is_tied, html, hx, triggers
 from workspaces.models import Workspace
 from workspaces.services import workspace_create
 
@@ -266,3 +266,13 @@ def test_workspace_tab_links(db):
     assert workspace_tab_url("w1", "tasks") == "/workspaces/w1/?tab=tasks"
     assert workspace_tab_url("w1", "tasks", task="t1") == "/workspaces/w1/?tab=tasks&task=t1"
     assert workspace_tab_url("w1", "chat", chat=None) == "/workspaces/w1/?tab=chat"
+
+
+@pytest.mark.parametrize("stored, shown", [(0, "0"), (15.0, "15"), (2.5, "2.5")])
+def test_settings_show_the_silent_run_minutes_as_a_person_writes_them(
+    client, workspace, stored, shown
+):
+    Workspace.objects.filter(id=workspace.id).update(stall_kill_minutes=stored)
+    page = html(client.get(f"/workspaces/{workspace.id}/settings/"))
+    [field] = elements(page, "input", name="stall_kill_minutes")
+    assert field["value"] == shown

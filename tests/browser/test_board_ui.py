@@ -345,3 +345,31 @@ def test_phone_chips_jump_to_a_column_and_follow_its_count(browser, server):
     expect(desktop.get_by_role("navigation", name="Jump to a column")).to_be_hidden()
     desktop.console_errors.check()
     desktop.context.close()
+
+
+def test_cancel_asks_with_keep_running_and_says_what_is_kept(browser, server):
+    workspace = server.workspace("Careful")
+    made = fill_board(server, workspace, working=["Long job"])
+    task = made["working"][0]
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator("#task-status")).to_have_text("In Progress")
+    confirm = page.locator("#confirm-dialog")
+
+    dialog.get_by_role("button", name="Cancel", exact=True).click()
+    expect(confirm).to_contain_text("Cancel this task?")
+    expect(confirm).to_contain_text("stays in the task's temporary folder")
+    expect(confirm.get_by_role("button")).to_have_text(["Keep running", "Cancel task"])
+    confirm.get_by_role("button", name="Keep running").click()
+    expect(confirm).to_be_hidden()
+    expect(dialog.locator("#task-status")).to_have_text("In Progress")
+
+    # Other confirmations keep their plain "Cancel".
+    dialog.get_by_role("button", name="Delete", exact=True).click()
+    expect(confirm.get_by_role("button")).to_have_text(["Cancel", "Delete"])
+    confirm.get_by_role("button", name="Cancel").click()
+    expect(confirm).to_be_hidden()
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Long job")
+    page.console_errors.check()
+    page.context.close()

@@ -231,12 +231,14 @@
 
   /* ------------------------------------------------------------------ confirmations */
 
-  function confirmDialog(title, text, action) {
+  // `dismiss` names the button that changes nothing ("Keep running" next to "Cancel task").
+  function confirmDialog(title, text, action, dismiss) {
     const dialog = document.getElementById("confirm-dialog");
     if (!dialog) return Promise.resolve(window.confirm(title));
     $("#confirm-title", dialog).textContent = title;
     $("#confirm-text", dialog).textContent = text || "";
     $("#confirm-ok", dialog).textContent = action || "Delete";
+    $("#confirm-dismiss", dialog).textContent = dismiss || "Cancel";
     dialog.returnValue = "";
     return new Promise((resolve) => {
       dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), {
@@ -251,7 +253,8 @@
     if (!elt || !elt.dataset || !elt.dataset.confirm) return;
     event.preventDefault();
     hold(elt);
-    confirmDialog(elt.dataset.confirm, elt.dataset.confirmText, elt.dataset.confirmAction).then(
+    const { confirm, confirmText, confirmAction, confirmDismiss } = elt.dataset;
+    confirmDialog(confirm, confirmText, confirmAction, confirmDismiss).then(
       (ok) => {
         if (ok) event.detail.issueRequest(true);
         release(elt);
