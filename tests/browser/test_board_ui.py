@@ -373,3 +373,27 @@ def test_cancel_asks_with_keep_running_and_says_what_is_kept(browser, server):
     expect(dialog.locator("#task-dialog-title")).to_have_text("Long job")
     page.console_errors.check()
     page.context.close()
+
+
+def test_keyboard_hints_show_with_a_keyboard_and_hide_on_touch_screens(browser, server):
+    workspace = server.workspace("Hints")
+    task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Hint me"})
+    url = f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}"
+    desktop = new_page(browser)
+    phone = new_page(browser, viewport=PHONE_390, has_touch=True, is_mobile=True)
+    for page, shown in ((desktop, True), (phone, False)):
+        page.goto(url)
+        dialog = page.locator("#task-dialog")
+        expect(dialog.get_by_label("Add a comment")).to_be_visible()
+        dialog.locator("#task-description-edit").click()
+        expect(dialog.locator("#task_description_description")).to_be_visible()
+        hints = dialog.locator(".kbd-hint")
+        expect(hints).to_have_count(2)
+        expect(hints).to_have_text(["Ctrl+Enter to save, Esc to cancel", "Ctrl+Enter to send"])
+        for hint in hints.all():
+            if shown:
+                expect(hint).to_be_visible()
+            else:
+                expect(hint).to_be_hidden()
+        page.console_errors.check()
+        page.context.close()
