@@ -58,18 +58,19 @@
   document.addEventListener("htmx:beforeSwap", (event) => {
     const target = event.detail.target;
     scrolled = null;
-    if (!target || !target.matches || !target.matches("#task-board, .kanban-col")) return;
+    if (!event.detail.shouldSwap || !target || !target.matches) return;
+    if (!target.matches("#task-board, .kanban-col")) return;
     const kanban = $("#task-board .kanban");
-    scrolled = { left: kanban ? kanban.scrollLeft : 0, lists: {} };
+    scrolled = { target, left: kanban ? kanban.scrollLeft : 0, lists: {} };
     $$(".kanban-col", document.getElementById("task-board") || document).forEach((column) => {
       const list = $(".kanban-col__list", column);
       if (list && list.scrollTop) scrolled.lists[column.id] = list.scrollTop;
     });
   });
-  document.addEventListener("htmx:afterSwap", () => {
+  document.addEventListener("htmx:afterSwap", (event) => {
     const saved = scrolled;
     scrolled = null;
-    if (!saved) return;
+    if (!saved || saved.target !== event.detail.target) return;
     const kanban = $("#task-board .kanban");
     if (jumpingTo) scrollToColumn(jumpingTo); // the swap stopped a jump on its way
     else if (kanban && kanban.scrollLeft !== saved.left) kanban.scrollLeft = saved.left;
