@@ -89,8 +89,12 @@ def server(browser, tmp_path, migrated_db):
 
 
 class ConsoleErrors(list):
+    csp_violations = None  # set by new_page: checked along with the console
+
     def check(self) -> None:
         assert not self, "errors in the browser console:\n" + "\n".join(self)
+        if self.csp_violations is not None:
+            self.csp_violations.check()
 
 
 class CspViolations(list):
@@ -130,7 +134,8 @@ def watch_csp(page) -> CspViolations:
 
 def new_page(browser, *, viewport=None, **context_options):
     """A page in a fresh context that records console errors and uncaught exceptions (in
-    `page.console_errors`) and CSP violations (in `page.csp_violations`)."""
+    `page.console_errors`) and CSP violations (in `page.csp_violations`): a test ends with
+    `page.console_errors.check()`, which checks both."""
     context = browser.new_context(viewport=viewport or DESKTOP, **context_options)
     context.set_default_timeout(TIMEOUT_MS)
     page = context.new_page()
@@ -141,7 +146,7 @@ def new_page(browser, *, viewport=None, **context_options):
     )
     page.on("pageerror", lambda error: errors.append(f"{page.url}: {error}"))
     page.console_errors = errors
-    watch_csp(page)
+    errors.csp_violations = watch_csp(page)
     return page
 
 
@@ -149,10 +154,9 @@ def new_page(browser, *, viewport=None, **context_options):
 def page(browser, server):
     page = new_page(browser, color_scheme="light")
     yield page
-    errors, violations = page.console_errors, page.csp_violations
+    errors = page.console_errors
     page.context.close()
-    errors.check()
-    violations.check()
+    errors.check()  # and the CSP violations
 
 
 @pytest.fixture
