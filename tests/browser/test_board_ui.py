@@ -330,7 +330,7 @@ def test_phone_chips_jump_to_a_column_and_follow_its_count(browser, server):
     # A task created elsewhere: the Todo column refreshes live, and its chip follows.
     server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Five"})
     expect(page.locator("#col-todo .task-card")).to_have_count(2)
-    expect(jump.get_by_role("link", name=re.compile("^Todo"))).to_contain_text("2")
+    expect(jump.get_by_role("link", name="Todo, 2 tasks")).to_contain_text("2")
 
     jump.get_by_role("link", name=re.compile("^Todo")).click()
     expect(page.locator("#col-todo")).to_be_in_viewport(ratio=0.95)

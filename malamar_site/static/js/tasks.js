@@ -154,7 +154,8 @@
       const badge = $("[data-column-count]", chip);
       if (count && badge && badge.textContent !== count.textContent) {
         badge.textContent = count.textContent;
-        badge.setAttribute("aria-label", count.getAttribute("aria-label") || "");
+        const tasks = count.getAttribute("aria-label") || count.textContent;
+        chip.setAttribute("aria-label", `${chip.dataset.label}, ${tasks}`);
       }
       const distance = Math.abs(column.getBoundingClientRect().left - box.left);
       if (distance < nearest) {
