@@ -144,7 +144,7 @@ def test_a_live_refresh_that_lands_on_an_open_editor_keeps_it(browser, server):
     page.evaluate(
         """() => document.addEventListener('htmx:afterRequest', (event) => {
             const path = event.detail.pathInfo.requestPath;
-            if (path.endsWith('/description/')) window.refreshLanded = path;
+            if (path.endsWith('/description/')) document.body.dataset.refreshLanded = path;
         })"""
     )
 
@@ -162,7 +162,7 @@ def test_a_live_refresh_that_lands_on_an_open_editor_keeps_it(browser, server):
     editor.fill("New words typed while the refresh was on its way")
 
     held[0].continue_()
-    page.wait_for_function("window.refreshLanded")
+    expect(page.locator("body")).to_have_attribute("data-refresh-landed", re.compile("."))
     expect(editor).to_be_attached()
     expect(editor).to_have_value("New words typed while the refresh was on its way")
     dialog.get_by_role("button", name="Save").click()
