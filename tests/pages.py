@@ -2,6 +2,7 @@
 
 import json
 import re
+from html.parser import HTMLParser
 
 
 def hx(client, method: str, url: str, data=None, target: str | None = None, **extra):
@@ -63,3 +64,22 @@ def element_text(page: str, element_id: str) -> str | None:
     finder = Finder()
     finder.feed(page)
     return unescape(" ".join("".join(finder.parts).split())) if finder.found else None
+
+
+class _Elements(HTMLParser):
+    def __init__(self, tag: str):
+        super().__init__(convert_charrefs=True)
+        self.tag, self.found = tag, []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == self.tag:
+            self.found.append({name: value or "" for name, value in attrs})
+
+    handle_startendtag = handle_starttag
+
+
+def elements(page: str, tag: str, **attrs: str) -> list[dict]:
+    """The attributes (entities decoded) of every <tag> in the parsed page that has `attrs`."""
+    parser = _Elements(tag)
+    parser.feed(page)
+    return [el for el in parser.found if all(el.get(k) == v for k, v in attrs.items())]

@@ -13,7 +13,7 @@ from core.actors import SYSTEM, USER, agent_actor
 from runner.models import AgentRun
 from tasks import services
 from tasks.models import Task, TaskLog, TaskQueueItem
-from tests.pages import field_error_is_tied, html, hx, triggers
+from tests.pages import elements, field_error_is_tied, html, hx, triggers
 from workspaces.services import workspace_create
 
 pytestmark = pytest.mark.django_db
@@ -630,3 +630,26 @@ def test_retry_now_and_stop_retrying_from_the_popup(client, workspace):
     response = hx(client, "post", f"/tasks/{task.id}/stop-retrying/")
     assert triggers(response)["malamar:toast"]["level"] == "error"
     assert parse(html(response)).by_id("task-error") is None
+
+
+@pytest.mark.parametrize(
+    "mode, path, kept",
+    [
+        ("temp", None, "stays in the task's temporary folder, where the next run carries on"),
+        ("static", "/srv/shop", "What it already changed in /srv/shop stays there"),
+    ],
+)
+def test_cancel_confirmation_says_what_happens_to_the_work(client, workspace, mode, path, kept):
+    workspace.working_directory_mode, workspace.working_directory_path = mode, path
+    workspace.save()
+    task = make_task(workspace, "Stop me", status="in_progress")
+    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    [button] = elements(page, "button", id="task-cancel")
+    assert button["data-confirm"] == "Cancel this task?"
+    assert kept in button["data-confirm-text"]
+    assert "discard" not in button["data-confirm-text"]
+    # Its two answers do not both say "Cancel".
+    assert (button["data-confirm-action"], button["data-confirm-dismiss"]) == (
+        "Cancel task",
+        "Keep running",
+    )

@@ -9,7 +9,7 @@ from agents.services import agent_create
 from core.actors import SYSTEM
 from runner.models import CliHealth
 from tasks.services import task_create, task_status_set
-from tests.pages import element_text, field_error_is_tied, html, hx, triggers
+from tests.pages import element_text, elements, field_error_is_tied, html, hx, triggers
 from workspaces.models import Workspace
 from workspaces.services import workspace_create, workspace_update
 
@@ -442,3 +442,13 @@ def test_cards_say_when_agents_use_a_cli_that_is_not_working(client, workspace, 
     page = html(client.get("/"))
     region = re.search(r'<div id="workspace-results"[^>]*>', page).group(0)
     assert "malamar:cli.health_changed from:body" in region
+
+
+@pytest.mark.parametrize("stored, shown", [(0, "0"), (15.0, "15"), (2.5, "2.5")])
+def test_settings_show_the_silent_run_minutes_as_a_person_writes_them(
+    client, workspace, stored, shown
+):
+    Workspace.objects.filter(id=workspace.id).update(stall_kill_minutes=stored)
+    page = html(client.get(f"/workspaces/{workspace.id}/settings/"))
+    [field] = elements(page, "input", name="stall_kill_minutes")
+    assert field["value"] == shown

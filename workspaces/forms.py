@@ -18,6 +18,15 @@ REQUIRED_TITLE = {"required": "Title is required"}
 SWITCH = forms.CheckboxInput(attrs={"role": "switch"})
 
 
+class MinutesField(forms.FloatField):
+    """Minutes as a person writes them: 15, not 15.0 (a fraction stays: 2.5)."""
+
+    def prepare_value(self, value):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
+
 class WorkspaceCreateForm(forms.Form):
     title = forms.CharField(
         label="Title",
@@ -85,7 +94,7 @@ class WorkspaceSettingsForm(forms.Form):
         },
         widget=forms.NumberInput(attrs={"min": 0, "inputmode": "numeric"}),
     )
-    stall_kill_minutes = forms.FloatField(
+    stall_kill_minutes = MinutesField(
         label="Stop a silent run after (minutes)",
         min_value=0,
         max_value=STALL_KILL_MINUTES_MAX,

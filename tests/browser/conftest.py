@@ -90,12 +90,53 @@ def server(browser, tmp_path, migrated_db):
 
 
 class ConsoleErrors(list):
+    csp_violations = None  # set by new_page: checked along with the console
+
     def check(self) -> None:
         assert not self, "errors in the browser console:\n" + "\n".join(self)
+        if self.csp_violations is not None:
+            self.csp_violations.check()
+
+
+class CspViolations(list):
+    def check(self) -> None:
+        assert not self, "Content-Security-Policy violations:\n" + "\n".join(self)
+
+
+# Reports every violation of the page's Content-Security-Policy, including those the browser
+# does not log (a blocked style attribute set by a script, for example).
+CSP_LISTENER = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  const where = event.sourceFile ? ` at ${event.sourceFile}:${event.lineNumber}` : "";
+  const what = event.blockedURI || "inline";
+  window.malamarCspViolation(`${event.effectiveDirective} blocked ${what}${where} ${event.sample}`);
+}, true);
+"""
+
+
+def watch_csp(page) -> CspViolations:
+    """Collect the page's CSP violations (console messages and securitypolicyviolation
+    events) in `page.csp_violations`; call before the first navigation."""
+    violations = CspViolations()
+    page.context.expose_function(
+        "malamarCspViolation", lambda text: violations.append(f"{page.url}: {text}")
+    )
+    page.context.add_init_script(CSP_LISTENER)
+    page.on(
+        "console",
+        lambda message: (
+            "Content Security Policy" in message.text
+            and violations.append(f"{page.url}: {message.text}")
+        ),
+    )
+    page.csp_violations = violations
+    return violations
 
 
 def new_page(browser, *, viewport=None, **context_options):
-    """A page in a fresh context that records console errors and uncaught exceptions."""
+    """A page in a fresh context that records console errors and uncaught exceptions (in
+    `page.console_errors`) and CSP violations (in `page.csp_violations`): a test ends with
+    `page.console_errors.check()`, which checks both."""
     context = browser.new_context(viewport=viewport or DESKTOP, **context_options)
     context.set_default_timeout(TIMEOUT_MS)
     page = context.new_page()
@@ -106,6 +147,7 @@ def new_page(browser, *, viewport=None, **context_options):
     )
     page.on("pageerror", lambda error: errors.append(f"{page.url}: {error}"))
     page.console_errors = errors
+    errors.csp_violations = watch_csp(page)
     return page
 
 
@@ -115,7 +157,7 @@ def page(browser, server):
     yield page
     errors = page.console_errors
     page.context.close()
-    errors.check()
+    errors.check()  # and the CSP violations
 
 
 @pytest.fixture

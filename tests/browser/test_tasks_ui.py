@@ -240,6 +240,8 @@ def test_toast_link_opens_the_popup_and_phone_layout(browser, stack):
     board(phone, stack, workspace, f"&task={task['id']}")
     dialog = popup(phone)
     expect(dialog).to_be_visible()
+    # Measure once its opening animation (a slight slide and scale) is over.
+    dialog.evaluate("(el) => Promise.all(el.getAnimations().map((a) => a.finished))")
     box = dialog.bounding_box()
     assert box["x"] == 0 and box["y"] == 0
     assert box["width"] == PHONE["width"] and box["height"] == PHONE["height"]

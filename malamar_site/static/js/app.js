@@ -201,6 +201,24 @@
     }
   });
 
+  // A live refresh (window.malamarRefresh) never replaces an open inline editor
+  // ([data-editing]: a form, or a region in editing mode). Checked here, when the response
+  // arrives, not when the refresh is asked for: the user may open the editor and type while
+  // the request is on its way. What the user does (open, cancel, save) swaps as usual.
+  const LIVE = "malamarRefresh";
+  const isLiveRefresh = (config) => {
+    const trigger = config && config.triggeringEvent;
+    return Boolean(trigger && trigger.detail && trigger.detail[LIVE]);
+  };
+
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    const { target, requestConfig: config } = event.detail;
+    if (!target || !event.detail.shouldSwap || !isLiveRefresh(config)) return;
+    if (target.matches("[data-editing]") || $("[data-editing]", target)) {
+      event.detail.shouldSwap = false;
+    }
+  });
+
   document.addEventListener("htmx:beforeRequest", (event) => {
     const config = event.detail.requestConfig;
     if (config && !isRead(config) && config.elt) hold(config.elt);
@@ -213,12 +231,14 @@
 
   /* ------------------------------------------------------------------ confirmations */
 
-  function confirmDialog(title, text, action) {
+  // `dismiss` names the button that changes nothing ("Keep running" next to "Cancel task").
+  function confirmDialog(title, text, action, dismiss) {
     const dialog = document.getElementById("confirm-dialog");
     if (!dialog) return Promise.resolve(window.confirm(title));
     $("#confirm-title", dialog).textContent = title;
     $("#confirm-text", dialog).textContent = text || "";
     $("#confirm-ok", dialog).textContent = action || "Delete";
+    $("#confirm-dismiss", dialog).textContent = dismiss || "Cancel";
     dialog.returnValue = "";
     return new Promise((resolve) => {
       dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), {
@@ -233,7 +253,8 @@
     if (!elt || !elt.dataset || !elt.dataset.confirm) return;
     event.preventDefault();
     hold(elt);
-    confirmDialog(elt.dataset.confirm, elt.dataset.confirmText, elt.dataset.confirmAction).then(
+    const { confirm, confirmText, confirmAction, confirmDismiss } = elt.dataset;
+    confirmDialog(confirm, confirmText, confirmAction, confirmDismiss).then(
       (ok) => {
         if (ok) event.detail.issueRequest(true);
         release(elt);
@@ -800,7 +821,7 @@
         refreshWhenIdle(id, eventName, 80);
         return;
       }
-      window.htmx.trigger(element, eventName);
+      window.htmx.trigger(element, eventName, { [LIVE]: true });
     }, delay || 0);
   }
   window.malamarRefresh = refreshWhenIdle;

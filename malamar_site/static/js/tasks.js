@@ -52,6 +52,34 @@
     if (expanded.length) event.detail.parameters.all = expanded.join(",");
   });
 
+  // A refresh keeps the board where the user scrolled it: the board sideways (phones swipe
+  // between columns) and each column's list (long columns scroll on their own).
+  let scrolled = null;
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    const target = event.detail.target;
+    scrolled = null;
+    if (!event.detail.shouldSwap || !target || !target.matches) return;
+    if (!target.matches("#task-board, .kanban-col")) return;
+    const kanban = $("#task-board .kanban");
+    scrolled = { target, left: kanban ? kanban.scrollLeft : 0, lists: {} };
+    $$(".kanban-col", document.getElementById("task-board") || document).forEach((column) => {
+      const list = $(".kanban-col__list", column);
+      if (list && list.scrollTop) scrolled.lists[column.id] = list.scrollTop;
+    });
+  });
+  document.addEventListener("htmx:afterSwap", (event) => {
+    const saved = scrolled;
+    scrolled = null;
+    if (!saved || saved.target !== event.detail.target) return;
+    const kanban = $("#task-board .kanban");
+    if (jumpingTo) scrollToColumn(jumpingTo); // the swap stopped a jump on its way
+    else if (kanban && kanban.scrollLeft !== saved.left) kanban.scrollLeft = saved.left;
+    Object.entries(saved.lists).forEach(([id, top]) => {
+      const list = $(`#${CSS.escape(id)} .kanban-col__list`);
+      if (list && list.scrollTop !== top) list.scrollTop = top;
+    });
+  });
+
   function refreshColumns(statuses) {
     const board = document.getElementById("task-board");
     if (!board) return;
@@ -106,15 +134,95 @@
     if (detail.task_id && detail.task_id === openTaskId()) refreshPopup();
   });
 
+  /* ------------------------------------------------------------------ column jump */
+
+  // Phones: the chips above the board bring a column into view, show each column's count
+  // (columns refresh on their own, so the counts follow them) and mark the column in view.
+  const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
+
+  function syncColumnJump() {
+    const board = document.getElementById("task-board");
+    const kanban = board && $(".kanban", board);
+    if (!kanban) return;
+    const box = kanban.getBoundingClientRect();
+    let current = null;
+    let nearest = Infinity;
+    $$("[data-column-jump]", board).forEach((chip) => {
+      const column = document.getElementById(`col-${chip.dataset.columnJump}`);
+      if (!column) return;
+      const count = $(".kanban-col__count", column);
+      const badge = $("[data-column-count]", chip);
+      if (count && badge && badge.textContent !== count.textContent) {
+        badge.textContent = count.textContent;
+        const tasks = count.getAttribute("aria-label") || count.textContent;
+        chip.setAttribute("aria-label", `${chip.dataset.label}, ${tasks}`);
+      }
+      const distance = Math.abs(column.getBoundingClientRect().left - box.left);
+      if (distance < nearest) {
+        nearest = distance;
+        current = chip;
+      }
+    });
+    $$("[data-column-jump]", board).forEach((chip) => {
+      if (chip === current) chip.setAttribute("aria-current", "true");
+      else chip.removeAttribute("aria-current");
+    });
+  }
+
+  document.addEventListener("click", (event) => {
+    const chip = event.target.closest && event.target.closest("[data-column-jump]");
+    if (!chip || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey) return;
+    if (!scrollToColumn(chip.dataset.columnJump)) return;
+    event.preventDefault();
+    const title = $(".kanban-col__title", document.getElementById(`col-${chip.dataset.columnJump}`));
+    if (title) title.focus({ preventScroll: true });
+  });
+
+  // The column a jump is bringing into view, until the board stops scrolling.
+  let jumpingTo = "";
+  let jumpTimer = 0;
+
+  function scrollToColumn(status) {
+    const column = document.getElementById(`col-${status}`);
+    if (!column) return false;
+    jumpingTo = status;
+    window.clearTimeout(jumpTimer);
+    jumpTimer = window.setTimeout(() => (jumpingTo = ""), 1500); // no scrollend (Safari)
+    column.scrollIntoView({
+      behavior: reducedMotion.matches ? "auto" : "smooth",
+      block: "nearest",
+      inline: "start",
+    });
+    return true;
+  }
+
+  document.addEventListener(
+    "scrollend",
+    (event) => {
+      if (event.target.classList && event.target.classList.contains("kanban")) jumpingTo = "";
+    },
+    true,
+  );
+
+  let jumpFrame = 0;
+  document.addEventListener(
+    "scroll",
+    (event) => {
+      if (!event.target.classList || !event.target.classList.contains("kanban")) return;
+      window.cancelAnimationFrame(jumpFrame);
+      jumpFrame = window.requestAnimationFrame(syncColumnJump);
+    },
+    { capture: true, passive: true },
+  );
+  document.addEventListener("htmx:afterSettle", syncColumnJump);
+
   /* ------------------------------------------------------------------ popup */
 
   function refreshPopup() {
     const detail = document.getElementById("task-detail");
     if (!detail) return;
-    $$("[data-task-section]", detail).forEach((section) => {
-      if ($("[data-editing]", section)) return; // never throw away what the user is typing
-      refresh(section);
-    });
+    // A section holding an open editor keeps it: app.js drops such a swap when it lands.
+    $$("[data-task-section]", detail).forEach((section) => refresh(section));
   }
 
   function taskUrl(id) {

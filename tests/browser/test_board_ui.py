@@ -1,0 +1,399 @@
+"""The board and the task popup under stress: phone widths, long text, live refreshes that race
+the user, and the page script's CSP hygiene."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import new_page
+from tests.live import django_script
+
+pytestmark = pytest.mark.browser
+
+PHONE_390 = {"width": 390, "height": 844}
+LONG_WORD = "Refactor" + "x" * 120
+LONG_SUMMARY = " ".join(["Make the checkout page handle every currency we sell in"] * 12)
+
+# Puts tasks in the states the board shows differently. Straight through the ORM: without a
+# worker, a test cannot otherwise hold a task In Progress with an agent at work.
+BOARD_STATES = """
+from django.utils import timezone
+from core.ids import new_id
+from runner.models import AgentRun
+from tasks.models import QueueStatus, Task, TaskQueueItem
+
+ids = {ids!r}
+Task.objects.filter(id__in=ids["in_review"]).update(status="in_review")
+Task.objects.filter(id__in=ids["done"]).update(status="done")
+Task.objects.filter(id__in=ids["priority"]).update(is_priority=True)
+for task in Task.objects.filter(id__in=ids["working"]):
+    task.status = "in_progress"
+    task.save(update_fields=["status"])
+    TaskQueueItem.objects.create(
+        task=task, workspace_id=task.workspace_id, status=QueueStatus.IN_PROGRESS
+    )
+    AgentRun.objects.create(
+        id=new_id(), workspace_id=task.workspace_id, task=task, agent_name="Implementer",
+        cli_type="claude", started_at=timezone.now(),
+        current_action="Bash: pytest -q tests/test_checkout_with_a_very_long_name_indeed.py",
+    )
+"""
+
+
+def fill_board(server, workspace, **states) -> dict:
+    """Create tasks (kind -> list of summaries) and put them in their states; returns ids."""
+    ids = {key: [] for key in ("in_review", "done", "priority", "working")}
+    made = {}
+    for kind, summaries in states.items():
+        for summary in summaries:
+            task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": summary})
+            made.setdefault(kind, []).append(task)
+            if kind in ("in_review", "done", "priority_review"):
+                for text in ("Plan: three steps", "Please also check the **cart**"):
+                    server.api("POST", f"/tasks/{task['id']}/comments", {"content": text})
+            if kind in ids:
+                ids[kind].append(task["id"])
+            if kind == "priority_review":
+                ids["priority"].append(task["id"])
+                ids["in_review"].append(task["id"])
+    django_script(server.data_dir, BOARD_STATES.format(ids=ids))
+    return made
+
+
+def no_sideways_scroll(page, where: str) -> None:
+    width = page.evaluate("window.innerWidth")
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    if scroll > width:
+        culprits = page.evaluate(
+            """() => Array.from(document.querySelectorAll('body *'))
+                .filter((el) => el.getBoundingClientRect().right > window.innerWidth + 0.5)
+                .filter((el) => getComputedStyle(el).position === 'absolute'
+                  || !el.parentElement.closest('.kanban, .tabs'))
+                .slice(0, 8)
+                .map((el) => `${el.tagName.toLowerCase()}.${el.className}`)"""
+        )
+        pytest.fail(f"{where}: the page scrolls sideways ({scroll} > {width} px): {culprits}")
+
+
+def test_no_sideways_scroll_at_390px_for_any_card_or_page(browser, server):
+    workspace = server.workspace("Phone shop")
+    server.agent(workspace["id"], "Implementer")
+    made = fill_board(
+        server,
+        workspace,
+        todo=["Plain todo", LONG_WORD],
+        priority=["A priority todo"],
+        working=[LONG_SUMMARY],
+        in_review=["Reviewed with comments"],
+        priority_review=["Priority and reviewed"],
+        done=["Done with comments", LONG_WORD + " done"],
+    )
+    page = new_page(browser, viewport=PHONE_390)
+    base = f"{server.url}/workspaces/{workspace['id']}/"
+    page.goto(f"{base}?tab=tasks")
+    expect(page.locator("#col-in_review .badge--count")).to_have_count(2)
+    expect(page.locator("#col-done .badge--count")).to_have_count(2)
+    expect(page.locator("#col-in_progress .task-card.is-working")).to_have_count(1)
+    expect(page.locator("#col-todo .badge--priority")).to_have_count(1)
+    no_sideways_scroll(page, "board")
+
+    # Swiping the board to its last column does not move the page either.
+    page.locator("#col-done").scroll_into_view_if_needed()
+    no_sideways_scroll(page, "board swiped to Done")
+    page.locator("#new-task").click()
+    expect(page.locator("#task-create-dialog")).to_be_visible()
+    no_sideways_scroll(page, "create dialog")
+
+    working = made["working"][0]["id"]
+    for query, ready, where in [
+        (f"?tab=tasks&task={working}", "#task-dialog #task-status", "popup of a working task"),
+        (f"?tab=tasks&task={made['done'][1]['id']}", "#task-dialog #task-status", "done popup"),
+        ("?tab=agents", "#agents-panel", "agents tab"),
+        ("?tab=chat", "#tab-chat[aria-current=page]", "chat tab"),
+        ("settings/", "#settings-form", "workspace settings"),
+    ]:
+        page.goto(base + query)
+        expect(page.locator(ready).first).to_be_attached()
+        no_sideways_scroll(page, where)
+    for path, ready, where in [
+        ("/", ".workspace-card", "workspaces"),
+        ("/settings/", "h1", "settings"),
+    ]:
+        page.goto(server.url + path)
+        expect(page.locator(ready).first).to_be_visible()
+        no_sideways_scroll(page, where)
+    page.console_errors.check()
+    page.context.close()
+
+
+def test_a_live_refresh_that_lands_on_an_open_editor_keeps_it(browser, server):
+    # The refresh is asked for while nothing is being edited, the user opens the editor and
+    # types while the response is on its way: when it lands, the editor must survive.
+    workspace = server.workspace("Racy")
+    task = server.api(
+        "POST",
+        f"/workspaces/{workspace['id']}/tasks",
+        {"summary": "Race me", "description": "Old words"},
+    )
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator(".task-description__body")).to_have_text("Old words")
+    page.evaluate(
+        """() => document.addEventListener('htmx:afterRequest', (event) => {
+            const path = event.detail.pathInfo.requestPath;
+            if (path.endsWith('/description/')) document.body.dataset.refreshLanded = path;
+        })"""
+    )
+
+    held = []
+    page.route(f"**/tasks/{task['id']}/description/", lambda route: held.append(route))
+    # A comment from elsewhere: the live event refreshes every section of the open popup.
+    with page.expect_request(f"**/tasks/{task['id']}/description/"):
+        server.api("POST", f"/tasks/{task['id']}/comments", {"content": "From another tab"})
+    expect(dialog.locator("#task-comments .comment")).to_have_count(1)
+    assert len(held) == 1, "the description's refresh should be waiting for its answer"
+
+    dialog.locator("#task-description-edit").click()
+    editor = dialog.locator("#task_description_description")
+    expect(editor).to_be_visible()
+    editor.fill("New words typed while the refresh was on its way")
+
+    held[0].continue_()
+    expect(page.locator("body")).to_have_attribute("data-refresh-landed", re.compile("."))
+    expect(editor).to_be_attached()
+    expect(editor).to_have_value("New words typed while the refresh was on its way")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.locator(".task-description__body")).to_have_text(
+        "New words typed while the refresh was on its way"
+    )
+    page.unroute(f"**/tasks/{task['id']}/description/")
+    page.console_errors.check()
+    page.context.close()
+
+
+def resize_by_hand(page, textarea) -> None:
+    """Drag the textarea's resize handle, as a person does (the browser then gives it an
+    inline style, which later swaps must not try to copy: CSP forbids style attributes)."""
+    textarea.scroll_into_view_if_needed()
+    box = textarea.bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 3, box["y"] + box["height"] - 3)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] - 3, box["y"] + box["height"] + 40, steps=4)
+    page.mouse.up()
+    expect(textarea).to_have_attribute("style", re.compile(r"height"))
+
+
+def test_the_main_pages_and_actions_run_without_a_csp_violation(browser, server):
+    workspace = server.workspace("Strict")
+    server.agent(workspace["id"], "Planner")
+    task = server.api(
+        "POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Watch the policy"}
+    )
+    page = new_page(browser)
+    base = f"{server.url}/workspaces/{workspace['id']}/"
+    page.goto(f"{base}?tab=tasks")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+
+    # Create a task, once refused (the form comes back with its error).
+    page.locator("#new-task").click()
+    create = page.locator("#task-create-dialog")
+    resize_by_hand(page, create.get_by_label("Description"))
+    create.get_by_role("button", name="Create task").click()
+    expect(create.locator("#task_new_summary_error")).to_contain_text("Summary is required")
+    create.get_by_label("Summary").fill("A second task")
+    create.get_by_role("button", name="Create task").click()
+    expect(create).to_be_hidden()
+    expect(page.locator("#col-todo .task-card", has_text="A second task")).to_be_visible()
+
+    # The popup: edit the summary and the description, comment.
+    page.locator(f"#task-card-{task['id']} a").click()
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Watch the policy")
+    dialog.locator("#task-summary-edit").click()
+    expect(dialog.locator("#task_summary_summary")).to_be_focused()
+    dialog.locator("#task_summary_summary").fill("Watch the policy closely")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Watch the policy closely")
+    dialog.locator("#task-description-edit").click()
+    description = dialog.locator("#task_description_description")
+    resize_by_hand(page, description)
+    description.fill("No **inline** styles")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.locator(".task-description__body strong")).to_have_text("inline")
+    box = dialog.get_by_label("Add a comment")
+    box.fill("Looks right")
+    dialog.get_by_role("button", name="Send comment").click()
+    mine = dialog.locator("#task-comments .comment--user[data-comment-id]")
+    expect(mine).to_have_count(1)
+    expect(dialog.locator("#task-comments [data-pending]")).to_have_count(0)
+    expect(mine.locator(".comment__body")).to_have_text("Looks right")
+    dialog.get_by_role("tab", name="Activity").click()
+    expect(dialog.locator("#task-log")).to_contain_text("User commented")
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+
+    # Agents and chat tabs.
+    page.locator("#tab-agents").click()
+    expect(page.get_by_role("button", name="Edit Planner")).to_be_visible()
+    page.get_by_role("button", name="Edit Planner").click()
+    agent = page.locator("#agent-dialog")
+    resize_by_hand(page, agent.get_by_label("Instruction"))
+    agent.get_by_label("Name").fill("")
+    agent.get_by_role("button", name="Save changes").click()
+    expect(agent.get_by_label("Name")).to_have_attribute("aria-invalid", "true")
+    agent.get_by_label("Name").fill("Planner")
+    agent.get_by_role("button", name="Save changes").click()
+    expect(agent).to_be_hidden()
+    page.locator("#tab-chat").click()
+    expect(page.locator("#tab-chat")).to_have_attribute("aria-current", "page")
+
+    # Workspace settings: a save, and a refused save (the form is swapped back in).
+    page.goto(f"{base}settings/")
+    resize_by_hand(page, page.get_by_label("Instruction"))
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".toast")).to_contain_text("Settings saved")
+    page.get_by_label("Title").fill("")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator("#id_title_error")).to_have_text("Title is required")
+
+    page.goto(f"{server.url}/settings/")
+    expect(page.get_by_role("heading", level=1)).to_be_visible()
+    page.csp_violations.check()
+    page.console_errors.check()
+    page.context.close()
+
+
+@pytest.mark.parametrize("viewport", [PHONE_390, {"width": 1280, "height": 800}])
+def test_a_very_long_summary_keeps_the_popup_actions_and_comment_box_in_reach(
+    browser, server, viewport
+):
+    workspace = server.workspace("Wordy")
+    task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": LONG_SUMMARY * 3})
+    django_script(
+        server.data_dir,
+        BOARD_STATES.format(
+            ids={"in_review": [task["id"]], "done": [], "priority": [], "working": []}
+        ),
+    )
+    page = new_page(browser, viewport=viewport)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator("#task-status")).to_have_text("In Review")
+    for name in ("Move to Todo", "Move to Done", "Delete"):
+        expect(dialog.get_by_role("button", name=name, exact=True)).to_be_in_viewport()
+    expect(dialog.get_by_label("Add a comment")).to_be_in_viewport()
+    expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+    # The whole summary can still be read: its own box scrolls.
+    title = dialog.locator("#task-dialog-title")
+    expect(title).to_have_css("overflow-y", "auto")
+    assert title.evaluate("(el) => el.scrollHeight > el.clientHeight")
+    page.console_errors.check()
+    page.context.close()
+
+
+def test_phone_chips_jump_to_a_column_and_follow_its_count(browser, server):
+    workspace = server.workspace("Jumpy")
+    made = fill_board(
+        server, workspace, todo=["One"], in_review=["Two", "Three"], done=["Four", "Six"]
+    )
+    page = new_page(browser, viewport=PHONE_390)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    jump = page.get_by_role("navigation", name="Jump to a column")
+    chips = jump.get_by_role("link")
+    expect(chips).to_have_text(
+        [
+            re.compile(rf"^\s*{label}\s+{n}\s*$")
+            for label, n in [("Todo", 1), ("In Progress", 0), ("In Review", 2), ("Done", 2)]
+        ]
+    )
+    expect(page.locator("#col-done")).not_to_be_in_viewport()
+
+    jump.get_by_role("link", name=re.compile("^Done")).click()
+    expect(page.locator("#col-done")).to_be_in_viewport(ratio=0.95)
+    expect(page.locator("#col-done-title")).to_be_focused()
+    expect(jump.get_by_role("link", name=re.compile("^Done"))).to_have_attribute(
+        "aria-current", "true"
+    )
+    expect(jump.locator("[aria-current]")).to_have_count(1)
+    no_sideways_scroll(page, "board after a jump")
+
+    # A task deleted elsewhere refreshes the whole board: it stays on the column in view.
+    server.api("DELETE", f"/tasks/{made['done'][0]['id']}")
+    expect(page.locator("#col-done .task-card")).to_have_count(1)
+    expect(jump.get_by_role("link", name=re.compile("^Done"))).to_contain_text("1")
+    expect(page.locator("#col-done")).to_be_in_viewport(ratio=0.95)
+
+    # A task created elsewhere: the Todo column refreshes live, and its chip follows.
+    server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Five"})
+    expect(page.locator("#col-todo .task-card")).to_have_count(2)
+    expect(jump.get_by_role("link", name="Todo, 2 tasks")).to_contain_text("2")
+
+    jump.get_by_role("link", name=re.compile("^Todo")).click()
+    expect(page.locator("#col-todo")).to_be_in_viewport(ratio=0.95)
+    expect(page.locator("#col-done")).not_to_be_in_viewport()
+    page.console_errors.check()
+    page.context.close()
+
+    # Desktop: the four columns are side by side, no chips.
+    desktop = new_page(browser)
+    desktop.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks")
+    expect(desktop.locator("#col-done")).to_be_in_viewport()
+    expect(desktop.get_by_role("navigation", name="Jump to a column")).to_be_hidden()
+    desktop.console_errors.check()
+    desktop.context.close()
+
+
+def test_cancel_asks_with_keep_running_and_says_what_is_kept(browser, server):
+    workspace = server.workspace("Careful")
+    made = fill_board(server, workspace, working=["Long job"])
+    task = made["working"][0]
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator("#task-status")).to_have_text("In Progress")
+    confirm = page.locator("#confirm-dialog")
+
+    dialog.get_by_role("button", name="Cancel", exact=True).click()
+    expect(confirm).to_contain_text("Cancel this task?")
+    expect(confirm).to_contain_text("stays in the task's temporary folder")
+    expect(confirm.get_by_role("button")).to_have_text(["Keep running", "Cancel task"])
+    confirm.get_by_role("button", name="Keep running").click()
+    expect(confirm).to_be_hidden()
+    expect(dialog.locator("#task-status")).to_have_text("In Progress")
+
+    # Other confirmations keep their plain "Cancel".
+    dialog.get_by_role("button", name="Delete", exact=True).click()
+    expect(confirm.get_by_role("button")).to_have_text(["Cancel", "Delete"])
+    confirm.get_by_role("button", name="Cancel").click()
+    expect(confirm).to_be_hidden()
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Long job")
+    page.console_errors.check()
+    page.context.close()
+
+
+def test_keyboard_hints_show_with_a_keyboard_and_hide_on_touch_screens(browser, server):
+    workspace = server.workspace("Hints")
+    task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Hint me"})
+    url = f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}"
+    desktop = new_page(browser)
+    phone = new_page(browser, viewport=PHONE_390, has_touch=True, is_mobile=True)
+    for page, shown in ((desktop, True), (phone, False)):
+        page.goto(url)
+        dialog = page.locator("#task-dialog")
+        expect(dialog.get_by_label("Add a comment")).to_be_visible()
+        dialog.locator("#task-description-edit").click()
+        expect(dialog.locator("#task_description_description")).to_be_visible()
+        hints = dialog.locator(".kbd-hint")
+        expect(hints).to_have_count(2)
+        expect(hints).to_have_text(["Ctrl+Enter to save, Esc to cancel", "Ctrl+Enter to send"])
+        for hint in hints.all():
+            if shown:
+                expect(hint).to_be_visible()
+            else:
+                expect(hint).to_be_hidden()
+        page.console_errors.check()
+        page.context.close()
