@@ -335,57 +335,54 @@ def _after_action(request, task: Task, old_status: str, note: str = "", error=No
     return _changed(response, task, old_status, task.status)
 
 
-@require_POST
-def task_status(request, task_id: str):
+def _task_action(request, task_id: str, action, note: str = ""):
+    """Run a service on the task, then refresh the popup head (or toast the refusal)."""
     task = _task_or_404(task_id)
     old_status = task.status
     try:
-        services.task_status_set(task=task, status=request.POST.get("status", ""), actor=USER)
+        action(task)
     except ServiceError as error:
         return _after_action(request, task, old_status, error=error)
-    return _after_action(request, task, old_status)
+    return _after_action(request, task, old_status, note=note)
+
+
+@require_POST
+def task_status(request, task_id: str):
+    status = request.POST.get("status", "")
+    return _task_action(
+        request,
+        task_id,
+        lambda task: services.task_status_set(task=task, status=status, actor=USER),
+    )
 
 
 @require_POST
 def task_cancel(request, task_id: str):
-    task = _task_or_404(task_id)
-    old_status = task.status
-    try:
-        services.task_cancel(task=task)
-    except ServiceError as error:
-        return _after_action(request, task, old_status, error=error)
-    return _after_action(request, task, old_status, note="Task cancelled")
+    return _task_action(
+        request, task_id, lambda task: services.task_cancel(task=task), note="Task cancelled"
+    )
 
 
 @require_POST
 def task_retry(request, task_id: str):
-    task = _task_or_404(task_id)
-    try:
-        services.task_retry_now(task=task)
-    except ServiceError as error:
-        return _after_action(request, task, task.status, error=error)
-    return _after_action(request, task, task.status, note="Retrying now")
+    return _task_action(
+        request, task_id, lambda task: services.task_retry_now(task=task), note="Retrying now"
+    )
 
 
 @require_POST
 def task_retries_stop(request, task_id: str):
-    task = _task_or_404(task_id)
-    old_status = task.status
-    try:
-        services.task_retries_stop(task=task)
-    except ServiceError as error:
-        return _after_action(request, task, old_status, error=error)
-    return _after_action(request, task, old_status, note="Stopped retrying: the task waits in Todo")
+    return _task_action(
+        request,
+        task_id,
+        lambda task: services.task_retries_stop(task=task),
+        note="Stopped retrying: the task waits in Todo",
+    )
 
 
 @require_POST
 def task_prioritize(request, task_id: str):
-    task = _task_or_404(task_id)
-    try:
-        services.task_prioritize_toggle(task=task)
-    except ServiceError as error:
-        return _after_action(request, task, task.status, error=error)
-    return _after_action(request, task, task.status)
+    return _task_action(request, task_id, lambda task: services.task_prioritize_toggle(task=task))
 
 
 @require_POST
