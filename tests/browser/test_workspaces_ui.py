@@ -128,10 +128,12 @@ def test_first_run_checklist_and_cli_notices_follow_health_checks_live(page, ser
     # The worker's health checks come in: the page follows without a reload.
     django_script(
         server.data_dir,
+        "from django.utils import timezone\n"
         "from runner.health import store\n"
-        "store('codex', {'status': 'healthy'}, clear_refresh=False)\n"
+        "now = timezone.now()\n"
+        "store('codex', {'status': 'healthy'}, started_at=now, full=False)\n"
         "store('claude', {'status': 'unhealthy', 'error': 'Binary not found'},"
-        " clear_refresh=False)\n",
+        " started_at=now, full=False)\n",
     )
     expect(cli_step).to_have_class(re.compile(r"\bis-done\b"))
     expect(cli_step).to_contain_text("Working: Codex CLI.")
