@@ -14,7 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
-from typing import Protocol
+from typing import Any, Protocol
 
 from core.storable import loads_storable
 
@@ -78,7 +78,7 @@ COMMAND = {"bash", "shell", "run_shell_command", "command", "exec"}
 PLAN = {"todowrite", "todo_write", "write_todos", "todo_list", "todoread"}
 
 
-def trim(text, limit: int = OUTPUT_CHARS) -> str:
+def trim(text: Any, limit: int = OUTPUT_CHARS) -> str:
     text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more)"
 
@@ -90,7 +90,7 @@ def _path(args: dict) -> str:
     return ""
 
 
-def plan_text(args) -> str:
+def plan_text(args: Any) -> str:
     todos = args.get("todos") or args.get("items") or [] if isinstance(args, dict) else []
     lines = []
     for todo in todos if isinstance(todos, list) else []:
@@ -100,7 +100,7 @@ def plan_text(args) -> str:
     return "\n".join(lines) or "Updated the plan"
 
 
-def tool_trace(name: str, args, cwd: str = "") -> Trace:
+def tool_trace(name: str, args: Any, cwd: str = "") -> Trace:
     """A tool call, in words: "Editing app/models.py", "Running `pytest`"."""
     key = (name or "").lower()
     args = args if isinstance(args, dict) else {}
@@ -127,7 +127,7 @@ def tool_trace(name: str, args, cwd: str = "") -> Trace:
     return Trace("action", f"Using {name}", "generic", {"tool": name, "input": trim(args, 500)})
 
 
-def command_result(output, exit_code=None, *, failed: bool = False) -> Trace:
+def command_result(output: Any, exit_code: Any = None, *, failed: bool = False) -> Trace:
     text = "Command failed" if failed or (exit_code not in (None, 0)) else "Command finished"
     if exit_code is not None:
         text += f" (exit {exit_code})"

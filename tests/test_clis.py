@@ -42,6 +42,13 @@ def test_a_cli_missing_part_of_the_contract_cannot_exist():
         Partial()
 
 
+def test_a_cli_missing_a_class_attribute_cannot_exist():
+    with pytest.raises(TypeError, match="does not define stderr_noise"):
+
+        class Unnamed(Cli):
+            name, label = "unnamed", "Unnamed"
+
+
 def test_the_registry_holds_one_of_each_cli_type():
     assert list(CLIS) == [CliType.CLAUDE, CliType.GEMINI, CliType.CODEX, CliType.OPENCODE]
     assert set(CLIS) == set(CliType.values)

@@ -5,7 +5,7 @@ Only the worker's process module starts processes.
 """
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -37,7 +37,6 @@ class StdoutResult:
 
     structured: dict | None = None  # the schema-conforming object, when the CLI returns it
     error: str | None = None  # the CLI reported a failure despite exit code 0
-    extra: dict = field(default_factory=dict)
 
 
 class Cli(ABC):
@@ -47,6 +46,12 @@ class Cli(ABC):
     name: ClassVar[str]  # the `cli_type` stored on agents and runs (agents.models.CliType)
     label: ClassVar[str]  # how the user knows it
     stderr_noise: ClassVar[tuple[str, ...]]  # prefixes of routine stderr lines, never an error
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [name for name in Cli.__annotations__ if not hasattr(cls, name)]
+        if missing:
+            raise TypeError(f"CLI {cls.__name__} does not define {', '.join(missing)}")
 
     @abstractmethod
     def command(self, invocation: Invocation) -> Command:

@@ -32,7 +32,7 @@ ROOT_HINT = (
 
 class Claude(Cli):
     name = CliType.CLAUDE.value
-    label = CliType.CLAUDE.label
+    label = str(CliType.CLAUDE.label)
     stderr_noise = ()
 
     def command(self, invocation: Invocation) -> Command:
@@ -90,7 +90,7 @@ class ClaudeStream:
     """`--output-format stream-json --verbose` events."""
 
     def __init__(self) -> None:
-        self.commands: set[str] = set()
+        self.commands: set[str | None] = set()  # ids of tool calls that ran a command
         self.cwd = ""
 
     def parse(self, event: dict) -> list[StreamItem]:

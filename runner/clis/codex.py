@@ -27,7 +27,7 @@ _EXEC = ["exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-
 
 class Codex(Cli):
     name = CliType.CODEX.value
-    label = CliType.CODEX.label
+    label = str(CliType.CODEX.label)
     stderr_noise = ()
 
     def command(self, invocation: Invocation) -> Command:

@@ -28,7 +28,7 @@ from runner.streams import (
 
 class Gemini(Cli):
     name = CliType.GEMINI.value
-    label = CliType.GEMINI.label
+    label = str(CliType.GEMINI.label)
     # Printed on stderr by every --yolo run; not part of any error.
     stderr_noise = ("YOLO mode is enabled",)
 
@@ -64,7 +64,7 @@ class GeminiStream:
     """`-o stream-json` events."""
 
     def __init__(self) -> None:
-        self.commands: set[str] = set()
+        self.commands: set[str | None] = set()  # ids of tool calls that ran a command
 
     def parse(self, event: dict) -> list[StreamItem]:
         kind = event.get("type")

@@ -31,7 +31,7 @@ _RUN = ["run", "--auto", "--format", "json"]
 
 class OpenCode(Cli):
     name = CliType.OPENCODE.value
-    label = CliType.OPENCODE.label
+    label = str(CliType.OPENCODE.label)
     stderr_noise = ()
 
     def command(self, invocation: Invocation) -> Command:
