@@ -27,7 +27,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from runner import process  # noqa: E402
-from runner.adapters.base import Command  # noqa: E402
+from runner.clis.base import Command  # noqa: E402
 from runner.recorder import RunRecorder  # noqa: E402
 from workspaces.services import workspace_create  # noqa: E402
 

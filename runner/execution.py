@@ -16,8 +16,8 @@ from agents.models import CliType
 from core.settings_store import binary_problem, cli_settings_for
 from core.storable import loads_storable
 from runner import process
-from runner.adapters import adapter_for
-from runner.adapters.base import Invocation, stderr_message
+from runner.clis import cli_for
+from runner.clis.base import Invocation, stderr_message
 from runner.files import read_output, remove_quietly, schema_path
 from runner.prompts import PROMPT_TEMPLATE
 from runner.schemas import schema_json
@@ -74,15 +74,14 @@ def _strip_fences(text: str) -> str:
 
 
 def interpret(cli_type: str, result: process.ProcessResult, output_path: Path) -> Execution:
-    adapter = adapter_for(cli_type)
+    cli = cli_for(cli_type)
     if result.start_error:
         return Execution(error=f"CLI could not be started: {result.start_error}", result=result)
-    reported = adapter.read_stdout(result.stdout)
+    reported = cli.read_stdout(result.stdout)
     if result.exit_code != 0:
-        noise = getattr(adapter, "STDERR_NOISE", ())
-        detail = stderr_message(result.stderr, noise) or reported.error or ""
+        detail = stderr_message(result.stderr, cli.stderr_noise) or reported.error or ""
         message = f"CLI exited with code {result.exit_code}. {_trim(detail)}".strip()
-        return Execution(error=message + adapter.explain(result.stderr), result=result)
+        return Execution(error=message + cli.explain(result.stderr), result=result)
     if reported.error:
         return Execution(error=f"CLI reported an error: {_trim(reported.error)}", result=result)
     if reported.structured is not None:
@@ -132,7 +131,7 @@ def execute(
         schema_path=schema_path(schema_kind, text),
         include_dirs=include_dirs,
     )
-    command = adapter_for(cli_type).command(invocation)
+    command = cli_for(cli_type).command(invocation)
     try:
         hooks = {}
         if recorder is not None:

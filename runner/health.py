@@ -23,8 +23,8 @@ from django.utils import timezone
 from agents.models import CliType
 from core import events
 from runner import process
-from runner.adapters import adapter_for
-from runner.adapters.base import Command, stderr_message
+from runner.clis import cli_for
+from runner.clis.base import Command, stderr_message
 from runner.execution import cli_env, resolve_binary
 from runner.files import private_dir, temp_dir
 from runner.models import CliHealth, CliHealthStatus
@@ -44,9 +44,8 @@ def _run(command: Command, env: dict, timeout: float) -> process.ProcessResult:
 def _failure(cli: str, result: process.ProcessResult) -> str:
     if result.start_error:
         return f"CLI could not be started: {result.start_error}"
-    noise = getattr(adapter_for(cli), "STDERR_NOISE", ())
-    detail = stderr_message(result.stderr, noise)[-500:]
-    explain = adapter_for(cli).explain(result.stderr)
+    detail = stderr_message(result.stderr, cli_for(cli).stderr_noise)[-500:]
+    explain = cli_for(cli).explain(result.stderr)
     return f"CLI exited with code {result.exit_code}" + (f": {detail}" if detail else "") + explain
 
 
@@ -87,17 +86,16 @@ def check(cli: str, *, full: bool, was_healthy: bool = False) -> dict:
     found["version"] = (version.stdout.strip().splitlines() or [""])[0][:200]
     if not full:
         return {**found, "status": CliHealthStatus.HEALTHY, "error": ""}
-    answer = _patient_run(cli, adapter_for(cli).health_command(binary), env, PROMPT_TIMEOUT)
+    answer = _patient_run(cli, cli_for(cli).health_command(binary), env, PROMPT_TIMEOUT)
     if answer.timed_out:
         return _timed_out(found, was_healthy=was_healthy, timeout=PROMPT_TIMEOUT)
     if answer.exit_code != 0 or answer.start_error:
         return {**found, "status": CliHealthStatus.UNHEALTHY, "error": _failure(cli, answer)}
-    adapter = adapter_for(cli)
-    reported = adapter.read_stdout(answer.stdout).error
+    reported = cli_for(cli).read_stdout(answer.stdout).error
     if reported:
         error = f"CLI reported an error: {reported[-500:]}"
         return {**found, "status": CliHealthStatus.UNHEALTHY, "error": error}
-    text = adapter.health_answer(answer.stdout)
+    text = cli_for(cli).health_answer(answer.stdout)
     if not text:
         return {
             **found,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from runner.adapters.base import Command
+from runner.clis.base import Command
 
 log = logging.getLogger(__name__)
 

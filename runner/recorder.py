@@ -16,9 +16,10 @@ from django.utils import timezone
 
 from core import events
 from core.ids import new_id
+from runner.clis import cli_for
 from runner.models import AgentRun, RunStatus, TraceEvent
 from runner.services import cli_health_run_succeeded
-from runner.streams import Delta, Trace, Usage, UserTerms, parse_line, parser_for
+from runner.streams import Delta, Trace, Usage, UserTerms, parse_line
 
 log = logging.getLogger(__name__)
 FLUSH_SECONDS = 0.25  # at most ~4 trace events per second per run
@@ -39,7 +40,7 @@ class RunRecorder:
         stall_warn_seconds: float = 900,
         stall_kill_seconds: float = 0,
     ):
-        self.parser = parser_for(cli_type)
+        self.parser = cli_for(cli_type).stream_parser()
         self.terms = UserTerms(knowledge_dir=_knowledge_dir())
         self.lines: collections.deque[str] = collections.deque()
         self.lock = threading.Lock()

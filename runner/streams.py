@@ -1,4 +1,7 @@
-"""Turn each CLI's streamed JSON lines into one model: traces, text, usage.
+"""The one model of what an agent does, whatever its CLI: traces, live text, usage.
+
+Each CLI's stream parser (`runner.clis.<cli>`) turns its JSON lines into these; this module holds
+the CLI-independent parts: the types, the tool vocabulary, `parse_line` and `UserTerms`.
 
 Traces follow the chat-surface reference: `thought`, `plan`, `action` (with an action kind:
 file-read, file-edit, file-create, file-delete, search, command, command-result, generic),
@@ -11,6 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
+from typing import Any, Protocol
 
 from core.storable import loads_storable
 
@@ -41,6 +45,16 @@ class Usage:
     total: bool = False  # True: replaces the running totals; False: adds to them
 
 
+StreamItem = Trace | Delta | Usage
+
+
+class StreamParser(Protocol):
+    """Turns one run's streamed JSON events into traces, live text and usage. One instance per
+    run (parsers remember, e.g., which tool calls were commands); never raises on odd input."""
+
+    def parse(self, event: dict) -> list[StreamItem]: ...
+
+
 READ = {"read", "read_file", "view", "notebookread", "read_many_files"}
 EDIT = {"edit", "multiedit", "replace", "notebookedit", "patch", "apply_patch", "str_replace"}
 CREATE = {"write", "write_file", "create"}
@@ -64,7 +78,7 @@ COMMAND = {"bash", "shell", "run_shell_command", "command", "exec"}
 PLAN = {"todowrite", "todo_write", "write_todos", "todo_list", "todoread"}
 
 
-def trim(text, limit: int = OUTPUT_CHARS) -> str:
+def trim(text: Any, limit: int = OUTPUT_CHARS) -> str:
     text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more)"
 
@@ -76,7 +90,7 @@ def _path(args: dict) -> str:
     return ""
 
 
-def _plan_text(args) -> str:
+def plan_text(args: Any) -> str:
     todos = args.get("todos") or args.get("items") or [] if isinstance(args, dict) else []
     lines = []
     for todo in todos if isinstance(todos, list) else []:
@@ -86,13 +100,13 @@ def _plan_text(args) -> str:
     return "\n".join(lines) or "Updated the plan"
 
 
-def tool_trace(name: str, args, cwd: str = "") -> Trace:
+def tool_trace(name: str, args: Any, cwd: str = "") -> Trace:
     """A tool call, in words: "Editing app/models.py", "Running `pytest`"."""
     key = (name or "").lower()
     args = args if isinstance(args, dict) else {}
     path = _path(args)
     if key in PLAN:
-        return Trace("plan", _plan_text(args))
+        return Trace("plan", plan_text(args))
     if key in COMMAND:
         command = args.get("command") or args.get("cmd") or ""
         command = " ".join(command) if isinstance(command, list) else str(command)
@@ -113,242 +127,12 @@ def tool_trace(name: str, args, cwd: str = "") -> Trace:
     return Trace("action", f"Using {name}", "generic", {"tool": name, "input": trim(args, 500)})
 
 
-def command_result(output, exit_code=None, *, failed: bool = False) -> Trace:
+def command_result(output: Any, exit_code: Any = None, *, failed: bool = False) -> Trace:
     text = "Command failed" if failed or (exit_code not in (None, 0)) else "Command finished"
     if exit_code is not None:
         text += f" (exit {exit_code})"
     detail = {"exit_code": exit_code, "output": trim(output or "")}
     return Trace("action", text, "command-result", detail)
-
-
-# Claude Code: --output-format stream-json --verbose ---------------------------------------
-
-
-class ClaudeParser:
-    def __init__(self):
-        self.commands: set[str] = set()
-        self.cwd = ""
-
-    def parse(self, event: dict) -> list:
-        kind = event.get("type")
-        if kind == "system":
-            return self._system(event)
-        if kind == "assistant":
-            return self._blocks((event.get("message") or {}).get("content") or [])
-        if kind == "user":
-            return self._results((event.get("message") or {}).get("content") or [])
-        if kind == "stream_event":
-            delta = (event.get("event") or {}).get("delta") or {}
-            return [Delta(delta["text"])] if delta.get("type") == "text_delta" else []
-        if kind == "result":
-            usage = event.get("usage") or {}
-            items = [
-                Usage(
-                    input_tokens=sum(
-                        int(usage.get(k) or 0)
-                        for k in (
-                            "input_tokens",
-                            "cache_creation_input_tokens",
-                            "cache_read_input_tokens",
-                        )
-                    ),
-                    output_tokens=int(usage.get("output_tokens") or 0),
-                    cost_usd=event.get("total_cost_usd"),
-                    total=True,
-                )
-            ]
-            if event.get("is_error"):
-                items.append(
-                    Trace("error", trim(event.get("result") or "Claude reported an error"))
-                )
-            return items
-        return []
-
-    def _system(self, event: dict) -> list:
-        if event.get("subtype") == "init":
-            self.cwd = event.get("cwd") or ""
-            return [Trace("status", f"Started ({event.get('model') or 'Claude'})")]
-        if event.get("subtype") == "api_retry":
-            attempt, most = event.get("attempt"), event.get("max_retries")
-            return [Trace("status", f"Model API unavailable, retry {attempt}/{most}")]
-        return []
-
-    def _blocks(self, blocks: list) -> list:
-        items = []
-        for block in blocks:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "text" and block.get("text", "").strip():
-                items.append(Trace("text", trim(block["text"], TEXT_CHARS)))
-            elif block.get("type") == "thinking" and block.get("thinking", "").strip():
-                items.append(Trace("thought", trim(block["thinking"], TEXT_CHARS)))
-            elif block.get("type") == "tool_use":
-                trace = tool_trace(block.get("name", ""), block.get("input"), self.cwd)
-                if trace.action_kind == "command":
-                    self.commands.add(block.get("id"))
-                items.append(trace)
-        return items
-
-    def _results(self, blocks: list) -> list:
-        items = []
-        for block in blocks:
-            if not isinstance(block, dict) or block.get("type") != "tool_result":
-                continue
-            if block.get("tool_use_id") not in self.commands:
-                continue
-            content = block.get("content")
-            if isinstance(content, list):
-                content = "\n".join(c.get("text", "") for c in content if isinstance(c, dict))
-            items.append(command_result(content, failed=bool(block.get("is_error"))))
-        return items
-
-
-# Gemini CLI: -o stream-json -----------------------------------------------------------------
-
-
-class GeminiParser:
-    def __init__(self):
-        self.commands: set[str] = set()
-
-    def parse(self, event: dict) -> list:
-        kind = event.get("type")
-        if kind == "init":
-            return [Trace("status", f"Started ({event.get('model') or 'Gemini'})")]
-        if kind == "message" and event.get("role") == "assistant":
-            text = event.get("content") or ""
-            if event.get("delta"):
-                return [Delta(text)] if text else []
-            return [Trace("text", trim(text, TEXT_CHARS))] if text.strip() else []
-        if kind == "tool_use":
-            trace = tool_trace(event.get("tool_name", ""), event.get("parameters"))
-            if trace.action_kind == "command":
-                self.commands.add(event.get("tool_id"))
-            return [trace]
-        if kind == "tool_result":
-            if event.get("tool_id") in self.commands:
-                failed = event.get("status") not in (None, "success")
-                return [command_result(event.get("output"), failed=failed)]
-            if event.get("status") == "error":
-                return [
-                    Trace("error", trim((event.get("error") or {}).get("message") or "Tool failed"))
-                ]
-            return []
-        if kind == "error":
-            return [Trace("error", trim(event.get("message") or "Gemini reported an error"))]
-        if kind == "result":
-            stats = event.get("stats") or {}
-            items = [
-                Usage(
-                    input_tokens=int(stats.get("input_tokens") or 0),
-                    output_tokens=int(stats.get("output_tokens") or 0),
-                    total=True,
-                )
-            ]
-            if event.get("status") == "error":
-                message = (event.get("error") or {}).get("message") or "Gemini reported an error"
-                items.append(Trace("error", trim(message)))
-            return items
-        return []
-
-
-# Codex CLI: exec --json -------------------------------------------------------------------
-
-
-class CodexParser:
-    def parse(self, event: dict) -> list:
-        kind = event.get("type")
-        if kind == "thread.started":
-            return [Trace("status", "Started (Codex)")]
-        if kind in ("item.started", "item.completed"):
-            return self._item(event.get("item") or {}, done=kind == "item.completed")
-        if kind == "turn.completed":
-            usage = event.get("usage") or {}
-            return [
-                Usage(
-                    input_tokens=int(usage.get("input_tokens") or 0),
-                    output_tokens=int(usage.get("output_tokens") or 0)
-                    + int(usage.get("reasoning_output_tokens") or 0),
-                )
-            ]
-        if kind == "turn.failed":
-            return [
-                Trace("error", trim((event.get("error") or {}).get("message") or "Turn failed"))
-            ]
-        if kind == "error":
-            message = event.get("message") or "Codex reported an error"
-            kind = "status" if message.startswith("Reconnecting") else "error"
-            return [Trace(kind, trim(message))]
-        return []
-
-    def _item(self, item: dict, *, done: bool) -> list:
-        kind = item.get("type")
-        if kind == "command_execution":
-            if not done:
-                return [tool_trace("command", {"command": item.get("command", "")})]
-            return [command_result(item.get("aggregated_output"), item.get("exit_code"))]
-        if not done:
-            return []
-        if kind == "agent_message" and (item.get("text") or "").strip():
-            return [Trace("text", trim(item["text"], TEXT_CHARS))]
-        if kind == "reasoning" and (item.get("text") or "").strip():
-            return [Trace("thought", trim(item["text"], TEXT_CHARS))]
-        if kind == "file_change":
-            verbs = {"add": ("file-create", "Writing"), "delete": ("file-delete", "Deleting")}
-            traces = []
-            for change in item.get("changes") or []:
-                action_kind, verb = verbs.get(change.get("kind"), ("file-edit", "Editing"))
-                path = change.get("path", "")
-                traces.append(Trace("action", f"{verb} {path}", action_kind, {"path": path}))
-            return traces
-        if kind == "todo_list":
-            return [Trace("plan", _plan_text({"items": item.get("items")}))]
-        if kind == "web_search":
-            return [Trace("action", f"Searching {item.get('query', '')}".strip(), "search")]
-        if kind == "mcp_tool_call":
-            return [
-                Trace("action", f"Using {item.get('server', '')}.{item.get('tool', '')}", "generic")
-            ]
-        if kind == "error":
-            return [Trace("status", trim(item.get("message") or ""))]
-        return []
-
-
-# OpenCode: run --format json --------------------------------------------------------------
-
-
-class OpenCodeParser:
-    def parse(self, event: dict) -> list:
-        kind = event.get("type")
-        part = event.get("part") or {}
-        if kind == "text" and (part.get("text") or "").strip():
-            return [Trace("text", trim(part["text"], TEXT_CHARS))]
-        if kind == "reasoning" and (part.get("text") or "").strip():
-            return [Trace("thought", trim(part["text"], TEXT_CHARS))]
-        if kind == "tool_use":
-            state = part.get("state") or {}
-            trace = tool_trace(part.get("tool", ""), state.get("input"))
-            items = [trace]
-            if state.get("status") == "error":
-                items.append(Trace("error", trim(state.get("error") or "Tool failed")))
-            elif trace.action_kind == "command" and "output" in state:
-                exit_code = (state.get("metadata") or {}).get("exit")
-                items.append(command_result(state.get("output"), exit_code))
-            return items
-        if kind == "step_finish":
-            tokens = part.get("tokens") or {}
-            return [
-                Usage(
-                    input_tokens=int(tokens.get("input") or 0),
-                    output_tokens=int(tokens.get("output") or 0)
-                    + int(tokens.get("reasoning") or 0),
-                    cost_usd=part.get("cost"),
-                )
-            ]
-        if kind == "error":
-            error = event.get("error") or {}
-            message = (error.get("data") or {}).get("message") or error.get("name") or "Error"
-            return [Trace("error", trim(message))]
-        return []
 
 
 # In the user's terms ------------------------------------------------------------------------
@@ -465,19 +249,7 @@ class UserTerms:
         return text
 
 
-PARSERS = {
-    "claude": ClaudeParser,
-    "gemini": GeminiParser,
-    "codex": CodexParser,
-    "opencode": OpenCodeParser,
-}
-
-
-def parser_for(cli_type: str):
-    return PARSERS[cli_type]()
-
-
-def parse_line(parser, line: str) -> list:
+def parse_line(parser: StreamParser, line: str) -> list[StreamItem]:
     """Items from one stdout line; non-JSON lines (banners, progress) are ignored."""
     line = line.strip()
     if not line.startswith("{"):

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.streams import Delta, Trace, Usage, parse_line, parser_for
+from runner.clis import cli_for
+from runner.streams import Delta, Trace, Usage, parse_line
 from tests.live import wait_until
 from tests.stack import alive
 
@@ -24,7 +25,7 @@ SAMPLES = next(
 
 def items(name: str) -> list:
     cli = name.split("_")[0]
-    parser = parser_for(cli)
+    parser = cli_for(cli).stream_parser()
     return [
         i for line in (SAMPLES / name).read_text().splitlines() for i in parse_line(parser, line)
     ]
@@ -104,7 +105,8 @@ def test_opencode_stream_sample():
 )
 @pytest.mark.parametrize("cli", ["claude", "gemini", "codex", "opencode"])
 def test_odd_lines_are_ignored(cli, line):
-    assert all(not isinstance(i, Trace) or i.text for i in parse_line(parser_for(cli), line))
+    parser = cli_for(cli).stream_parser()
+    assert all(not isinstance(i, Trace) or i.text for i in parse_line(parser, line))
 
 
 @pytest.mark.live
@@ -195,7 +197,7 @@ def in_user_terms(cli: str, lines, cwd: str) -> list[tuple]:
     """Each CLI's parsed lines through the one rewrite the recorder applies."""
     from runner.streams import UserTerms
 
-    parser, terms = parser_for(cli), UserTerms(cwd=cwd, knowledge_dir=KNOWLEDGE)
+    parser, terms = cli_for(cli).stream_parser(), UserTerms(cwd=cwd, knowledge_dir=KNOWLEDGE)
     found = [i for line in lines for i in parse_line(parser, line) if isinstance(i, Trace)]
     return traces(t for t in map(terms.apply, found) if t is not None)
 

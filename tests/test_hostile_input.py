@@ -522,13 +522,15 @@ def test_a_malamar_reply_with_over_long_names_becomes_a_clear_system_message(sta
 
 def test_cli_output_strings_are_made_storable_and_deep_nesting_is_invalid_json():
     from core.storable import loads_storable
-    from runner.streams import parse_line, parser_for
+    from runner.clis import cli_for
+    from runner.streams import parse_line
 
     data = loads_storable('{"content": "a\\ud800b\\u0000c", "k\\udfff": ["\\ud83d\\ude00"]}')
     assert data == {"content": "a\ufffdbc", "k\ufffd": ["\U0001f600"]}  # a real pair stays
     with pytest.raises(ValueError, match="nested more than 200 levels deep"):
         loads_storable("[" * 100_000 + "]" * 100_000)
-    assert parse_line(parser_for("claude"), '{"type": ' + "[" * 100_000 + "]" * 100_000 + "}") == []
+    parser = cli_for("claude").stream_parser()
+    assert parse_line(parser, '{"type": ' + "[" * 100_000 + "]" * 100_000 + "}") == []
 
 
 @pytest.mark.live

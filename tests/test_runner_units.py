@@ -1,4 +1,4 @@
-"""Runner pieces without processes: schemas, output parsing, adapters, pickup order, back-off."""
+"""Runner pieces without processes: schemas, output parsing, CLIs, pickup order, back-off."""
 
 import json
 from datetime import timedelta
@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from core.actors import USER
 from runner import pickup
-from runner.adapters import ADAPTERS
-from runner.adapters.base import Invocation, stderr_message
+from runner.clis import CLIS, cli_for
+from runner.clis.base import Invocation, stderr_message
 from runner.execution import interpret
 from runner.process import ProcessResult
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
@@ -105,9 +105,9 @@ def invocation(tmp_path: Path) -> Invocation:
     )
 
 
-def test_adapters_build_the_measured_argv(tmp_path):
+def test_clis_build_the_measured_argv(tmp_path):
     inv = invocation(tmp_path)
-    claude = ADAPTERS["claude"].command(inv)
+    claude = CLIS["claude"].command(inv)
     assert claude.argv[:8] == [
         "/bin/cli",
         "-p",
@@ -119,7 +119,7 @@ def test_adapters_build_the_measured_argv(tmp_path):
         "--json-schema",
     ]
     assert json.loads(claude.argv[8]) == task_schema() and claude.stdin is None
-    gemini = ADAPTERS["gemini"].command(inv).argv
+    gemini = CLIS["gemini"].command(inv).argv
     assert gemini == [
         "/bin/cli",
         "-p",
@@ -131,7 +131,7 @@ def test_adapters_build_the_measured_argv(tmp_path):
         "-o",
         "stream-json",
     ]
-    codex = ADAPTERS["codex"].command(inv).argv
+    codex = CLIS["codex"].command(inv).argv
     assert codex == [
         "/bin/cli",
         "exec",
@@ -144,7 +144,7 @@ def test_adapters_build_the_measured_argv(tmp_path):
         str(inv.output_path),
         inv.prompt,
     ]
-    opencode = ADAPTERS["opencode"].command(inv)
+    opencode = CLIS["opencode"].command(inv)
     assert opencode.argv == ["/bin/cli", "run", "--auto", "--format", "json"]
     assert opencode.stdin == inv.prompt.encode()
 
@@ -160,11 +160,11 @@ def test_claude_structured_output_and_is_error():
             {"type": "result", "is_error": False, "structured_output": {"name": "fake", "n": 1}}
         )
     )
-    assert ADAPTERS["claude"].read_stdout(stdout).structured == {"name": "fake", "n": 1}
+    assert CLIS["claude"].read_stdout(stdout).structured == {"name": "fake", "n": 1}
     failed = json.dumps(
         {"type": "result", "subtype": "success", "is_error": True, "result": "Invalid API key"}
     )
-    assert ADAPTERS["claude"].read_stdout(failed).error == "Invalid API key"
+    assert CLIS["claude"].read_stdout(failed).error == "Invalid API key"
 
 
 def result(**kwargs) -> ProcessResult:
@@ -229,9 +229,9 @@ ERROR_EVENTS = {
 
 @pytest.mark.parametrize("cli", ERROR_EVENTS)
 def test_deeply_nested_stream_lines_are_skipped(cli):
-    from runner.streams import Trace, parse_line, parser_for
+    from runner.streams import Trace, parse_line
 
-    parser = parser_for(cli)
+    parser = cli_for(cli).stream_parser()
     assert parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(100_000))) == []
     assert parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(201))) == []
     shallow = parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(150)))
@@ -241,7 +241,7 @@ def test_deeply_nested_stream_lines_are_skipped(cli):
 def test_deeply_nested_stdout_and_stderr_are_read_as_text(tmp_path):
     deep = '{"type": "result", "is_error": true, "result": ' + nested(100_000) + "}"
     claude_ok = json.dumps({"type": "result", "is_error": False, "structured_output": {"a": 1}})
-    assert ADAPTERS["claude"].read_stdout(claude_ok + "\n" + deep).structured == {"a": 1}
+    assert CLIS["claude"].read_stdout(claude_ok + "\n" + deep).structured == {"a": 1}
     execution = interpret("claude", result(exit_code=1, stdout=deep, stderr=deep), tmp_path / "x")
     assert execution.error.startswith("CLI exited with code 1. ")
     assert stderr_message('{"error": ' + nested(100_000) + "}").startswith('{"error": [[[')

@@ -959,11 +959,12 @@ def test_parsing_ignores_lookalike_headings_in_description(box):
 
 @pytest.mark.parametrize("cli", ["claude", "codex"])
 def test_work_streams_tool_activity_that_the_parsers_understand(box, cli):
-    from runner.streams import parse_line, parser_for
+    from runner.clis import cli_for
+    from runner.streams import parse_line
 
     box.task(role="@fake work 1 comment hi")
     proc = box.run(cli, stream=True)
-    parser = parser_for(cli)
+    parser = cli_for(cli).stream_parser()
     traces = [
         item
         for line in proc.stdout.splitlines()

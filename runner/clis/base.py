@@ -1,13 +1,16 @@
-"""What every adapter builds: a Command (argv + standard input) for a run or a health check.
+"""What every CLI provides, in one typed contract, and the pieces the CLIs share.
 
-Adapters are pure: they build argv lists (never a shell string) and read CLI output text.
-Only runner/process.py starts processes.
+A CLI class is pure: it builds argv lists (never a shell string) and reads CLI output text.
+Only the worker's process module starts processes.
 """
 
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from core.storable import loads_storable
+from runner.streams import StreamParser
 
 HEALTH_PROMPT = "Reply with the single word OK."
 
@@ -34,7 +37,45 @@ class StdoutResult:
 
     structured: dict | None = None  # the schema-conforming object, when the CLI returns it
     error: str | None = None  # the CLI reported a failure despite exit code 0
-    extra: dict = field(default_factory=dict)
+
+
+class Cli(ABC):
+    """One agent CLI: everything Malamar knows about it. Each CLI module holds one subclass and
+    the registry (`runner.clis.CLIS`) one instance of it; every member is required."""
+
+    name: ClassVar[str]  # the `cli_type` stored on agents and runs (agents.models.CliType)
+    label: ClassVar[str]  # how the user knows it
+    stderr_noise: ClassVar[tuple[str, ...]]  # prefixes of routine stderr lines, never an error
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [name for name in Cli.__annotations__ if not hasattr(cls, name)]
+        if missing:
+            raise TypeError(f"CLI {cls.__name__} does not define {', '.join(missing)}")
+
+    @abstractmethod
+    def command(self, invocation: Invocation) -> Command:
+        """The headless run of one agent step."""
+
+    @abstractmethod
+    def health_command(self, binary: str) -> Command:
+        """A minimal prompt (HEALTH_PROMPT) that proves login and network."""
+
+    @abstractmethod
+    def stream_parser(self) -> StreamParser:
+        """A fresh parser for one run's stdout events."""
+
+    @abstractmethod
+    def read_stdout(self, stdout: str) -> StdoutResult:
+        """What the run's stdout says: a structured answer or an error despite exit code 0."""
+
+    @abstractmethod
+    def health_answer(self, stdout: str) -> str:
+        """The answer to the health command's prompt."""
+
+    @abstractmethod
+    def explain(self, stderr: str) -> str:
+        """A hint appended to a failed run's error when stderr shows a known trap, else ""."""
 
 
 def last_json_object(text: str) -> dict | None:
@@ -79,17 +120,3 @@ def json_document(text: str) -> dict | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def health_answer_plain(stdout: str) -> str:
-    """The answer to the health prompt of a CLI that prints it as plain text."""
-    return stdout.strip()
-
-
-def read_stdout_nothing(stdout: str) -> StdoutResult:
-    """For CLIs whose answer is only the output file."""
-    return StdoutResult()
-
-
-def explain_nothing(stderr: str) -> str:
-    return ""

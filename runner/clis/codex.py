@@ -1,0 +1,124 @@
+"""Codex CLI: `codex exec --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check --json
+--output-schema SCHEMA_FILE -o OUTPUT_FILE PROMPT`; Codex writes its final, schema-constrained
+message to OUTPUT_FILE itself. Standard input must be closed (an open pipe hangs it)."""
+
+from agents.models import CliType
+from runner.clis.base import (
+    HEALTH_PROMPT,
+    Cli,
+    Command,
+    Invocation,
+    StdoutResult,
+)
+from runner.streams import (
+    TEXT_CHARS,
+    StreamItem,
+    StreamParser,
+    Trace,
+    Usage,
+    command_result,
+    plan_text,
+    tool_trace,
+    trim,
+)
+
+_EXEC = ["exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
+
+
+class Codex(Cli):
+    name = CliType.CODEX.value
+    label = str(CliType.CODEX.label)
+    stderr_noise = ()
+
+    def command(self, invocation: Invocation) -> Command:
+        # -o and --output-schema go together: -o alone overwrites the file with plain chat text.
+        return Command(
+            [
+                invocation.binary,
+                *_EXEC,
+                "--json",
+                "--output-schema",
+                str(invocation.schema_path),
+                "-o",
+                str(invocation.output_path),
+                invocation.prompt,
+            ]
+        )
+
+    def health_command(self, binary: str) -> Command:
+        return Command([binary, *_EXEC, HEALTH_PROMPT])
+
+    def stream_parser(self) -> StreamParser:
+        return CodexStream()
+
+    def read_stdout(self, stdout: str) -> StdoutResult:
+        """The answer is the output file (`-o`)."""
+        return StdoutResult()
+
+    def health_answer(self, stdout: str) -> str:
+        # Without --json, codex prints only its final message on stdout (the banner: stderr).
+        return stdout.strip()
+
+    def explain(self, stderr: str) -> str:
+        return ""
+
+
+class CodexStream:
+    """`exec --json` events."""
+
+    def parse(self, event: dict) -> list[StreamItem]:
+        kind = event.get("type")
+        if kind == "thread.started":
+            return [Trace("status", "Started (Codex)")]
+        if kind in ("item.started", "item.completed"):
+            return self._item(event.get("item") or {}, done=kind == "item.completed")
+        if kind == "turn.completed":
+            usage = event.get("usage") or {}
+            return [
+                Usage(
+                    input_tokens=int(usage.get("input_tokens") or 0),
+                    output_tokens=int(usage.get("output_tokens") or 0)
+                    + int(usage.get("reasoning_output_tokens") or 0),
+                )
+            ]
+        if kind == "turn.failed":
+            return [
+                Trace("error", trim((event.get("error") or {}).get("message") or "Turn failed"))
+            ]
+        if kind == "error":
+            message = event.get("message") or "Codex reported an error"
+            kind = "status" if message.startswith("Reconnecting") else "error"
+            return [Trace(kind, trim(message))]
+        return []
+
+    def _item(self, item: dict, *, done: bool) -> list[StreamItem]:
+        kind = item.get("type")
+        if kind == "command_execution":
+            if not done:
+                return [tool_trace("command", {"command": item.get("command", "")})]
+            return [command_result(item.get("aggregated_output"), item.get("exit_code"))]
+        if not done:
+            return []
+        if kind == "agent_message" and (item.get("text") or "").strip():
+            return [Trace("text", trim(item["text"], TEXT_CHARS))]
+        if kind == "reasoning" and (item.get("text") or "").strip():
+            return [Trace("thought", trim(item["text"], TEXT_CHARS))]
+        if kind == "file_change":
+            verbs = {"add": ("file-create", "Writing"), "delete": ("file-delete", "Deleting")}
+            traces: list[StreamItem] = []
+            for change in item.get("changes") or []:
+                action_kind, verb = verbs.get(change.get("kind"), ("file-edit", "Editing"))
+                path = change.get("path", "")
+                traces.append(Trace("action", f"{verb} {path}", action_kind, {"path": path}))
+            return traces
+        if kind == "todo_list":
+            return [Trace("plan", plan_text({"items": item.get("items")}))]
+        if kind == "web_search":
+            return [Trace("action", f"Searching {item.get('query', '')}".strip(), "search")]
+        if kind == "mcp_tool_call":
+            return [
+                Trace("action", f"Using {item.get('server', '')}.{item.get('tool', '')}", "generic")
+            ]
+        if kind == "error":
+            return [Trace("status", trim(item.get("message") or ""))]
+        return []

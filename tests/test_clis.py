@@ -1,0 +1,173 @@
+"""The CLI contract: one class per CLI, each implementing all of `runner.clis.base.Cli`, and one
+registry that is the only place listing them."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from agents.models import CliType
+from runner import health
+from runner.clis import CLIS, cli_for
+from runner.clis.base import HEALTH_PROMPT, Cli, Command, Invocation, StdoutResult
+from runner.execution import interpret
+from runner.process import ProcessResult
+from runner.schemas import task_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = next(
+    (
+        folder / "shared" / "cli-samples"
+        for folder in Path(__file__).resolve().parents
+        if (folder / "shared" / "cli-samples").is_dir()
+    ),
+    Path(__file__).resolve().parent / "fixtures" / "cli-samples",
+)
+CONTRACT = {"command", "health_command", "stream_parser", "read_stdout", "health_answer", "explain"}
+
+
+def test_the_contract_names_everything_a_cli_provides():
+    assert Cli.__abstractmethods__ == CONTRACT
+    assert set(Cli.__annotations__) == {"name", "label", "stderr_noise"}
+
+
+def test_a_cli_missing_part_of_the_contract_cannot_exist():
+    class Partial(Cli):
+        name, label, stderr_noise = "partial", "Partial", ()
+
+        def command(self, invocation):
+            return Command([invocation.binary])
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()
+
+
+def test_a_cli_missing_a_class_attribute_cannot_exist():
+    with pytest.raises(TypeError, match="does not define stderr_noise"):
+
+        class Unnamed(Cli):
+            name, label = "unnamed", "Unnamed"
+
+
+def test_the_registry_holds_one_of_each_cli_type():
+    assert list(CLIS) == [CliType.CLAUDE, CliType.GEMINI, CliType.CODEX, CliType.OPENCODE]
+    assert set(CLIS) == set(CliType.values)
+    for cli_type, cli in CLIS.items():
+        assert cli_for(cli_type) is cli and cli.name == cli_type
+        assert cli.label == CliType(cli_type).label
+    with pytest.raises(KeyError):
+        cli_for("bash")
+
+
+def test_every_cli_class_is_registered():
+    defined = {cls for cls in Cli.__subclasses__() if cls.__module__.startswith("runner.clis.")}
+    assert {type(cli) for cli in CLIS.values()} == defined
+
+
+def test_only_the_registry_imports_a_cli_module():
+    """Adding a CLI touches its module and the registry: nothing else names a CLI module."""
+    one_cli = re.compile(r"runner[./]clis[./](?!base\b|__init__\b)\w+")
+    allowed = {ROOT / "runner" / "clis" / "__init__.py", Path(__file__).resolve()}
+    folders = [d for d in ROOT.iterdir() if d.is_dir() and not d.name.startswith((".", "node"))]
+    found = [
+        str(path.relative_to(ROOT))
+        for folder in folders
+        for path in folder.rglob("*.py")
+        if path not in allowed and path.parent != ROOT / "runner" / "clis"
+        if one_cli.search(path.read_text())
+    ]
+    assert found == []
+
+
+def invocation(tmp_path: Path) -> Invocation:
+    return Invocation(
+        binary="/bin/cli",
+        prompt="Read the file at /t/in.md and follow the instruction autonomously.",
+        output_path=tmp_path / "out.json",
+        schema=task_schema(),
+        schema_path=tmp_path / "schema.json",
+    )
+
+
+@pytest.mark.parametrize("cli", CLIS.values(), ids=list(CLIS))
+def test_every_cli_implements_the_whole_contract(cli, tmp_path):
+    assert isinstance(cli.stderr_noise, tuple)
+    assert all(isinstance(prefix, str) for prefix in cli.stderr_noise)
+    run = cli.command(invocation(tmp_path))
+    assert isinstance(run, Command) and run.argv[0] == "/bin/cli"
+    assert all(isinstance(arg, str) for arg in run.argv)
+    check = cli.health_command("/bin/cli")
+    assert isinstance(check, Command) and check.argv[0] == "/bin/cli"
+    assert HEALTH_PROMPT in check.argv or check.stdin == HEALTH_PROMPT.encode()
+    first, second = cli.stream_parser(), cli.stream_parser()
+    assert first is not second  # parsers keep per-run state
+    assert first.parse({"type": "nothing-known"}) == []
+    assert cli.read_stdout("") == StdoutResult()
+    assert cli.health_answer("OK\n") == "OK"
+    assert cli.explain("") == ""
+
+
+def test_health_commands_as_measured():
+    assert cli_for("claude").health_command("c").argv == [
+        "c",
+        "-p",
+        HEALTH_PROMPT,
+        "--dangerously-skip-permissions",
+        "--output-format",
+        "json",
+    ]
+    assert cli_for("gemini").health_command("g").argv == [
+        "g",
+        "-p",
+        HEALTH_PROMPT,
+        "--yolo",
+        "--skip-trust",
+        "-o",
+        "json",
+    ]
+    codex = cli_for("codex").health_command("x")
+    assert codex.argv == [
+        "x",
+        "exec",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--skip-git-repo-check",
+        HEALTH_PROMPT,
+    ]
+    assert codex.stdin is None
+    opencode = cli_for("opencode").health_command("o")
+    assert opencode.argv == ["o", "run", "--auto", "--format", "json"]
+    assert opencode.stdin == HEALTH_PROMPT.encode()
+
+
+@pytest.mark.parametrize(
+    ("cli", "sample", "answer"),
+    [
+        ("claude", "claude_json_401.json", "Invalid API key · Fix external API key"),
+        ("gemini", "gemini_json_write.json", "FAKE_DONE: the file has been written."),
+        (
+            "opencode",
+            "opencode_json_write.jsonl",
+            "I will write the file now.FAKE_DONE: the file has been written.",
+        ),
+    ],
+)
+def test_health_answers_from_recorded_output(cli, sample, answer):
+    path = SAMPLES / sample
+    if not path.exists():
+        pytest.skip(f"no recorded sample {sample}")
+    assert cli_for(cli).health_answer(path.read_text()) == answer
+
+
+def test_stderr_noise_is_left_out_of_run_and_health_errors(tmp_path):
+    failed = ProcessResult(exit_code=1, stderr="YOLO mode is enabled. All tools approved.\nboom")
+    out = tmp_path / "out.json"
+    assert interpret("gemini", failed, out).error == "CLI exited with code 1. boom"
+    assert health._failure("gemini", failed) == "CLI exited with code 1: boom"
+    noisy = interpret("claude", failed, out).error
+    assert noisy.startswith("CLI exited with code 1. YOLO mode is enabled.")
+
+
+def test_health_failures_explain_known_traps():
+    stderr = "--dangerously-skip-permissions cannot be used with root/sudo privileges"
+    error = health._failure("claude", ProcessResult(exit_code=1, stderr=stderr))
+    assert error.startswith("CLI exited with code 1: --dangerously") and "IS_SANDBOX=1" in error
