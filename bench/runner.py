@@ -53,10 +53,11 @@ definitions (all timestamps CLOCK_REALTIME; the fake CLI logs its own first and 
                   task created = tasks.created_at, pass end = the pass's queue item updated_at
                   (its last write); so it holds pickup, 4 x (start + finish a run), pass end
   step gap        CLI k exit -> CLI k+1 start within a pass (3 per pass)
-  pickup          tasks.created_at -> fake CLI start (exec of the tiny C fake included),
-                  one task at a time on an idle worker
+  pickup          tasks.created_at -> fake CLI start, one task at a time on an idle worker
+                  (all times include spawning the tiny C fake and reaping it: ours too)
   statements/step worker statements during the sequential passes / their steps, minus the
-                  idle rate (statements/s measured over a quiet 2 s before) x elapsed time
+                  idle rate (by kind, measured over a quiet 2 s before) x elapsed time;
+                  BEGIN/COMMIT are not statements here: COMMITs are the write transactions
   cpu/step        worker user+system CPU during the sequential passes / steps, minus idle
   rss/uss         psutil memory_full_info of each process; idle = after warm-up passes"""
 
@@ -89,8 +90,8 @@ def wait_until(check, *, timeout: float, what: str, interval: float = 0.01):
     raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
 
 
-def load() -> str:
-    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+def load_text(averages: tuple[float, ...]) -> str:
+    return " ".join(f"{value:.2f}" for value in averages)
 
 
 def compile_fake_cli(bin_dir: Path) -> Path:
@@ -305,17 +306,16 @@ class Stack:
 @dataclass
 class Results:
     via: str
-    load_start: str = ""
-    load_after_passes: str = ""
-    load_end: str = ""
+    load_start: tuple[float, ...] = ()
+    load_after_passes: tuple[float, ...] = ()
+    load_end: tuple[float, ...] = ()
     own_per_step: list[float] = field(default_factory=list)
     step_gaps: list[float] = field(default_factory=list)
     pass_tails: list[float] = field(default_factory=list)
     pickups: list[float] = field(default_factory=list)
-    idle_statements_per_s: float | None = None
-    statements_per_step: float | None = None
-    statements_by_kind: dict[str, float] = field(default_factory=dict)
-    busy_statements_per_step: float | None = None
+    idle_per_s: dict[str, float] = field(default_factory=dict)  # statements by kind
+    per_step: dict[str, float] = field(default_factory=dict)  # net statements by kind
+    busy_per_step: dict[str, float] = field(default_factory=dict)
     cpu_per_step_ms: float | None = None
     memory_idle: dict[str, tuple[float, float]] = field(default_factory=dict)
     memory_after: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -330,23 +330,40 @@ def warm_up(stack: Stack, workspace_id: str, passes: int = 3) -> None:
         stack.wait_in_review(stack.task(workspace_id, f"warm-up {n}"))
 
 
-def idle_rates(stack: Stack, seconds: float = 2.0) -> tuple[float, float | None]:
-    """Worker CPU (s/s) and statements (per s) while nothing is queued."""
+TRANSACTION_KINDS = ("BEGIN", "COMMIT", "ROLLBACK")
+
+
+def statements(by_kind: dict[str, float]) -> float:
+    """Round trips that are statements proper; BEGIN/COMMIT are shown as transactions."""
+    return sum(v for k, v in by_kind.items() if k not in TRANSACTION_KINDS)
+
+
+def net_counts(
+    before: tuple[float, dict], after: tuple[float, dict], idle_per_s: dict[str, float]
+) -> dict[str, float]:
+    """Statements by kind between two dumps, minus the idle rate over the same time."""
+    elapsed = after[0] - before[0]
+    return {
+        kind: count - before[1].get(kind, 0) - idle_per_s.get(kind, 0.0) * elapsed
+        for kind, count in sorted(after[1].items())
+    }
+
+
+def idle_rates(stack: Stack, seconds: float = 2.0) -> tuple[float, dict[str, float]]:
+    """Worker CPU (s/s) and statements by kind (per s) while nothing is queued."""
     cpu0, counts0 = stack.worker_cpu(), stack.sql_counts() if stack.count_sql else None
     time.sleep(seconds)
     cpu1, counts1 = stack.worker_cpu(), stack.sql_counts() if stack.count_sql else None
-    statements = None
+    rates = {}
     if counts0 and counts1:
-        statements = (sum(counts1[1].values()) - sum(counts0[1].values())) / (
-            counts1[0] - counts0[0]
-        )
-    return (cpu1 - cpu0) / seconds, statements
+        elapsed = counts1[0] - counts0[0]
+        rates = {k: v / elapsed for k, v in net_counts(counts0, counts1, {}).items() if v}
+    return (cpu1 - cpu0) / seconds, rates
 
 
 def sequential_passes(stack: Stack, workspace_id: str, passes: int, results: Results) -> None:
     """One task at a time on an idle worker: pickup, own work per step, statements, CPU."""
-    idle_cpu, idle_statements = idle_rates(stack)
-    results.idle_statements_per_s = idle_statements
+    idle_cpu, results.idle_per_s = idle_rates(stack)
     counts0 = stack.sql_counts() if stack.count_sql else None
     cpu0, wall0 = stack.worker_cpu(), time.time()
     task_ids = []
@@ -360,11 +377,8 @@ def sequential_passes(stack: Stack, workspace_id: str, passes: int, results: Res
     steps = passes * AGENTS_PER_WORKSPACE
     results.cpu_per_step_ms = ((cpu1 - cpu0) - idle_cpu * (wall1 - wall0)) / steps * 1000
     if counts0 and counts1:
-        elapsed = counts1[0] - counts0[0]
-        idle = (idle_statements or 0) * elapsed
-        kinds = {k: v - counts0[1].get(k, 0) for k, v in counts1[1].items()}
-        results.statements_per_step = (sum(kinds.values()) - idle) / steps
-        results.statements_by_kind = {k: v / steps for k, v in sorted(kinds.items()) if v}
+        net = net_counts(counts0, counts1, results.idle_per_s)
+        results.per_step = {k: v / steps for k, v in net.items()}
 
     runs_by_task: dict[str, list[CliRun]] = {}
     for run in task_runs(stack.cli_log):
@@ -416,14 +430,12 @@ def busy_steps(stack: Stack, steps: int, workspaces: int, results: Results) -> N
     results.busy_steps = len(task_runs(stack.cli_log)) - before
     results.busy_workspaces = workspaces
     if counts0:
-        counts1 = stack.sql_counts()
-        idle = (results.idle_statements_per_s or 0) * (counts1[0] - counts0[0])
-        total = sum(counts1[1].values()) - sum(counts0[1].values()) - idle
-        results.busy_statements_per_step = total / max(results.busy_steps, 1)
+        net = net_counts(counts0, stack.sql_counts(), results.idle_per_s)
+        results.busy_per_step = {k: v / max(results.busy_steps, 1) for k, v in net.items()}
 
 
 def run(args) -> Results:
-    results = Results(via=args.via, load_start=load())
+    results = Results(via=args.via, load_start=os.getloadavg())
     root = Path(tempfile.mkdtemp(prefix="malamar-bench-runner-"))
     stack = Stack(root, via=args.via, count_sql=args.via == "manage" and not args.no_count)
     try:
@@ -434,7 +446,7 @@ def run(args) -> Results:
         results.memory_idle = stack.memory()
         print(f"  idle memory measured; {args.passes} sequential passes ...", file=sys.stderr)
         sequential_passes(stack, workspace_id, args.passes, results)
-        results.load_after_passes = load()
+        results.load_after_passes = os.getloadavg()
         remaining = args.steps - len(task_runs(stack.cli_log))
         if remaining > 0:
             print(f"  {remaining} more steps, {args.workspaces} workspaces ...", file=sys.stderr)
@@ -447,7 +459,7 @@ def run(args) -> Results:
         raise
     finally:
         stack.stop()
-    results.load_end = load()
+    results.load_end = os.getloadavg()
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return results
@@ -459,16 +471,27 @@ def p50_p95(values: list[float], unit: str = "ms") -> str:
         return "n/a"
     return (
         f"p50 {statistics.median(values):6.2f} {unit}   p95 {percentile(values, 95):6.2f} {unit}"
-        f"   (n={len(values)})"
+        f"   (min {min(values):.2f}, n={len(values)})"
     )
 
 
 def report(results: Results) -> str:
     r = results
+    busiest = max(r.load_start[0], r.load_after_passes[0], r.load_end[0])
+    warning = (
+        [
+            f"WARNING: 1-min load average up to {busiest:.1f} on {os.cpu_count()} CPUs: "
+            "the timings include waiting for a CPU; compare runs on a quiet machine only",
+            "",
+        ]
+        if busiest > (os.cpu_count() or 1)
+        else []
+    )
     lines = [
+        *warning,
         f"bench/runner.py via {r.via}, {r.total_steps} agent steps; "
-        f"load average (1/5/15 min) start {r.load_start}, after the sequential passes "
-        f"{r.load_after_passes}, end {r.load_end}; {os.cpu_count()} CPUs",
+        f"load average (1/5/15 min) start {load_text(r.load_start)}, after the sequential passes "
+        f"{load_text(r.load_after_passes)}, end {load_text(r.load_end)}; {os.cpu_count()} CPUs",
         "",
         f"own work per step      {p50_p95(r.own_per_step)}   [goal <= 2 ms]",
         f"  step gap             {p50_p95(r.step_gaps)}",
@@ -476,17 +499,24 @@ def report(results: Results) -> str:
         "worker CPU per step    "
         + (f"{r.cpu_per_step_ms:6.2f} ms" if r.cpu_per_step_ms is not None else "n/a"),
     ]
-    if r.statements_per_step is not None:
-        kinds = ", ".join(f"{k} {v:.1f}" for k, v in r.statements_by_kind.items())
+    if r.per_step:
+        kinds = ", ".join(
+            f"{k} {v:.1f}"
+            for k, v in r.per_step.items()
+            if k not in TRANSACTION_KINDS and round(v, 1)
+        )
+        idle = ", ".join(f"{k} {v:.1f}" for k, v in r.idle_per_s.items()) or "none"
         lines += [
-            f"statements per step    {r.statements_per_step:6.1f}   [goal <= 12]"
-            f"   (idle rate {r.idle_statements_per_s:.1f}/s subtracted)",
-            f"  by kind (raw)        {kinds}",
+            f"statements per step    {statements(r.per_step):6.1f}   [goal <= 12]   ({kinds})",
+            f"  write transactions   {r.per_step.get('COMMIT', 0.0):6.1f}"
+            f"   (COMMITs; BEGINs {r.per_step.get('BEGIN', 0.0):.1f})",
+            f"  idle rate subtracted {idle} per s",
         ]
-        if r.busy_statements_per_step is not None:
+        if r.busy_per_step:
             lines.append(
-                f"  busy phase           {r.busy_statements_per_step:6.1f}"
-                f"   ({r.busy_workspaces} workspaces at once)"
+                f"  busy phase           {statements(r.busy_per_step):6.1f}"
+                f"   ({r.busy_workspaces} workspaces at once;"
+                f" write transactions {r.busy_per_step.get('COMMIT', 0.0):.1f})"
             )
     else:
         lines.append("statements per step    n/a (counted only with --via manage)")
