@@ -293,13 +293,20 @@ class Stack:
         wait_until(reviewed, timeout=timeout, what=f"task {task_id} In Review")
 
     def pass_times(self, task_id: str) -> tuple[float, float]:
-        """(task created, pass end = the last write of its single pass)."""
-        created = self.sql("SELECT created_at FROM tasks WHERE id = ?", task_id)[0][0]
-        ended = self.sql(
-            "SELECT MAX(updated_at) FROM task_queue WHERE task_id = ? AND status = 'completed'",
-            task_id,
-        )[0][0]
-        return db_time(created), db_time(ended)
+        """(task created, pass end = the last write of its single pass: its queue item's
+        finish, or the task's move to In Review if the queue table ever changes name)."""
+        created, reviewed = self.sql(
+            "SELECT created_at, updated_at FROM tasks WHERE id = ?", task_id
+        )[0]
+        try:
+            finished = self.sql(
+                "SELECT MAX(updated_at) FROM task_queue WHERE task_id = ? AND status = ?",
+                task_id,
+                "completed",
+            )[0][0]
+        except sqlite3.OperationalError:
+            finished = None
+        return db_time(created), db_time(finished or reviewed)
 
 
 # --- phases ----------------------------------------------------------------------------------
