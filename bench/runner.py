@@ -526,7 +526,7 @@ def report(results: Results) -> str:
                 f" write transactions {r.busy_per_step.get('COMMIT', 0.0):.1f})"
             )
     else:
-        lines.append("statements per step    n/a (counted only with --via manage)")
+        lines.append("statements per step    n/a (not counted with --no-count or --via malamar)")
     lines += [f"pickup                 {p50_p95(r.pickups)}   [goal <= 10 ms of our own]"]
     if r.busy_steps:
         lines.append(
