@@ -35,6 +35,7 @@ lint: install-dev
 
 bench: install-dev
 	$(BIN)/python bench/events.py
+	$(BIN)/python bench/runner.py --quick
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

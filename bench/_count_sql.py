@@ -1,0 +1,77 @@
+"""`manage.py runworker`, counting the worker's SQL statements from outside the product code.
+
+    python bench/_count_sql.py COUNTS_FILE
+
+Every database connection the worker opens gets an execute wrapper that counts statements by
+their first word (SELECT, INSERT, UPDATE, DELETE, SAVEPOINT, RELEASE, BEGIN, ...); COMMIT and
+ROLLBACK go to SQLite directly, not through a cursor, so they are counted on the connection.
+SIGUSR1 writes the totals to COUNTS_FILE as JSON (atomically, with a sequence number the bench
+waits for). The command itself runs exactly as `manage.py runworker` does (system checks
+included), through its name, so this keeps working whatever module holds the worker.
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+counts: Counter = Counter()
+lock = threading.Lock()
+dumps = 0
+
+
+def count(kind: str) -> None:
+    with lock:
+        counts[kind] += 1
+
+
+def count_statement(execute, sql, params, many, context):
+    count(sql.lstrip()[:12].split(None, 1)[0].upper() if sql.strip() else "EMPTY")
+    return execute(sql, params, many, context)
+
+
+def instrument(sender, connection, **kwargs) -> None:
+    if count_statement not in connection.execute_wrappers:
+        connection.execute_wrappers.append(count_statement)
+    for name, kind in (("_commit", "COMMIT"), ("_rollback", "ROLLBACK")):
+        original = getattr(connection, name)
+
+        def counted(original=original, kind=kind):
+            if connection.connection is not None and connection.connection.in_transaction:
+                count(kind)
+            return original()
+
+        setattr(connection, name, counted)
+
+
+def dump(path: Path) -> None:
+    global dumps
+    dumps += 1
+    with lock:
+        data = {"seq": dumps, "time": time.time(), "counts": dict(counts)}
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(data))
+    os.replace(partial, path)
+
+
+def main() -> None:
+    path = Path(sys.argv[1])
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "malamar_site.settings")
+    from django.db.backends.signals import connection_created
+
+    connection_created.connect(instrument, weak=False)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: dump(path))
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line([str(ROOT / "manage.py"), "runworker"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+/* A minimal agent CLI for bench/runner.py, installed as `codex` (compiled at run time, never
+ * committed as a binary).
+ *
+ * Accepts the argv the Codex adapter builds:
+ *   codex exec [FLAGS...] [--output-schema F] -o OUTPUT_FILE PROMPT
+ * (`--output-last-message FILE` and `-oFILE`/`--output-last-message=FILE` work too).
+ * `--version` prints a version; a run without an output file (a health check) prints "OK".
+ * A task run writes $BENCH_FAKE_OUTPUT (default: one skip action) to the output file.
+ * Standard input is drained to EOF, as the real Codex does.
+ *
+ * Its own lifetime goes to $BENCH_CLI_LOG, one line per run, appended in a single write:
+ *   KIND START END PID PROMPT
+ * KIND is "task" or "health"; START and END are CLOCK_REALTIME seconds taken as the first and
+ * the last thing the process does; PROMPT is the last argument (it names the input file).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *DEFAULT_OUTPUT = "{\"actions\":[{\"type\":\"skip\"}]}";
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *output_option(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if ((!strcmp(arg, "-o") || !strcmp(arg, "--output-last-message")) && i + 1 < argc)
+            return argv[i + 1];
+        if (!strncmp(arg, "--output-last-message=", 22)) return arg + 22;
+        if (!strncmp(arg, "-o", 2) && arg[2] && arg[2] != '-') return arg + 2;
+    }
+    return NULL;
+}
+
+static void write_all(int fd, const char *text, size_t size) {
+    while (size > 0) {
+        ssize_t written = write(fd, text, size);
+        if (written <= 0) return;
+        text += written;
+        size -= (size_t)written;
+    }
+}
+
+static void drain_stdin(void) {
+    char buffer[4096];
+    while (read(0, buffer, sizeof buffer) > 0) {
+    }
+}
+
+int main(int argc, char **argv) {
+    double start = now();
+    if (argc > 1 && !strcmp(argv[1], "--version")) {
+        puts("codex-cli 0.169.0");
+        return 0;
+    }
+    const char *output_path = output_option(argc, argv);
+    drain_stdin();
+    if (output_path) {
+        const char *text = getenv("BENCH_FAKE_OUTPUT");
+        if (!text || !*text) text = DEFAULT_OUTPUT;
+        int fd = open(output_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0) {
+            perror(output_path);
+            return 1;
+        }
+        write_all(fd, text, strlen(text));
+        close(fd);
+    } else {
+        write_all(1, "OK\n", 3);
+    }
+    const char *log_path = getenv("BENCH_CLI_LOG");
+    double end = now();
+    if (log_path && *log_path) {
+        char line[8192];
+        int size = snprintf(line, sizeof line, "%s %.6f %.6f %d %s\n",
+                            output_path ? "task" : "health", start, end, (int)getpid(),
+                            argc > 1 ? argv[argc - 1] : "");
+        if (size >= (int)sizeof line) {
+            size = sizeof line - 1;
+            line[size - 1] = '\n';
+        }
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            write_all(fd, line, (size_t)size);
+            close(fd);
+        }
+    }
+    return 0;
+}
