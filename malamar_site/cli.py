@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from core.config import OPTIONS, ConfigError, apply_flags, load
+from core.config import OPTIONS, ConfigError, apply_flags, ensure_data_dir, load
 
 COMMANDS = ("run", "version", "help", "config", "doctor", "set-password", "service")
 STOP_GRACE_SECONDS = 1.5
@@ -18,7 +18,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="malamar",
         description="Malamar: an autonomous multi-agent team made of your AI coding CLIs.",
         epilog="Environment variables override flags: "
-        + ", ".join(f"{o.flag} ↔ {o.env}" for o in OPTIONS),
+        + ", ".join(f"{o.flag} ↔ {o.env}" for o in OPTIONS if o.flag)
+        + ". Environment only: "
+        + ", ".join(f"{o.env} ({o.help})" for o in OPTIONS if not o.flag)
+        + ". Booleans: 1/true/yes/on or 0/false/no/off.",
     )
     parser.add_argument(
         "command",
@@ -33,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "action", nargs="?", choices=("install", "uninstall", "status"), help="for `service`"
     )
-    for option in OPTIONS:
+    for option in (option for option in OPTIONS if option.flag):
         kwargs = {"action": "store_const", "const": "1"} if option.switch else {}
         parser.add_argument(
             option.flag,
@@ -116,6 +119,7 @@ def serve() -> int:
     """Migrate, then run the server and the worker until Ctrl-C / SIGTERM or one of them dies."""
     from django.conf import settings
 
+    ensure_data_dir(settings.CONFIG)
     code = _manage("migrate", "--no-input", "-v", "0")
     if code:
         return code

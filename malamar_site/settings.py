@@ -1,60 +1,35 @@
 """Malamar's Django settings: one env-driven file with defaults that just run.
 
-Runtime options (host, port, data dir, logging, poll interval, temp dir) come from
-core.config (flags copied into MALAMAR_* env vars, env wins). Everything else has a safe default.
+Every MALAMAR_* option comes from core.config's one table (flags copied into the environment,
+env wins). Everything else has a safe default. Importing this module creates nothing.
 """
 
-import os
 from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.functional import SimpleLazyObject
 
 from core import config as malamar_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-CONFIG = malamar_config.load()
+try:
+    CONFIG = malamar_config.load()
+except malamar_config.ConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 DATA_DIR = CONFIG.data_dir
-# "First launch" means "no database yet" (a new or empty data directory), decided before anything
-# creates the database; the marker file lets the process that migrates first seed the sample
-# workspace (guarded again by a row in the database).
-FIRST_LAUNCH = not CONFIG.database_path.exists()
-SEED_MARKER = DATA_DIR / ".seed-sample-workspace"
-try:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    if FIRST_LAUNCH:
-        SEED_MARKER.touch()
-except OSError:
-    pass  # `doctor` reports an unusable data dir; everything else fails with a clear error
+SEED_MARKER = CONFIG.seed_marker  # see core.config.ensure_data_dir
+# Read (or created in the data dir) when first used, not when the settings are imported.
+SECRET_KEY = SimpleLazyObject(lambda: malamar_config.secret_key(DATA_DIR))
 
-
-def _secret_key() -> str:
-    """A per-installation secret, created once in the data dir (never committed, never logged)."""
-    if os.environ.get("MALAMAR_SECRET_KEY"):
-        return os.environ["MALAMAR_SECRET_KEY"]
-    path = DATA_DIR / "secret_key"
-    if not path.exists():
-        from django.core.management.utils import get_random_secret_key
-
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(get_random_secret_key())
-    return path.read_text().strip()
-
-
-try:
-    SECRET_KEY = _secret_key()
-except FileExistsError:  # another process created it between our check and open
-    SECRET_KEY = (DATA_DIR / "secret_key").read_text().strip()
-except OSError:
-    SECRET_KEY = "unusable-data-dir"  # only `doctor`/`config` can run; they say what is wrong
-
-DEBUG = os.environ.get("MALAMAR_DEBUG") == "1"
+DEBUG = CONFIG.debug
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
 ALLOWED_HOSTS = list(LOOPBACK_HOSTS)
 if CONFIG.host not in ("0.0.0.0", "::", "") and CONFIG.host not in ALLOWED_HOSTS:
     ALLOWED_HOSTS.append(CONFIG.host)
 ALLOWED_HOSTS += [host for host in CONFIG.allowed_hosts if host not in ALLOWED_HOSTS]
-if os.environ.get("MALAMAR_TESTING") == "1":
+if CONFIG.testing:
     ALLOWED_HOSTS.append("testserver")
 
 
@@ -68,7 +43,7 @@ def _origins(host: str) -> list[str]:
 
 
 CSRF_TRUSTED_ORIGINS = [origin for host in ALLOWED_HOSTS for origin in _origins(host)]
-PUBLIC_URL = os.environ.get("MALAMAR_PUBLIC_URL", f"http://{CONFIG.host}:{CONFIG.port}").rstrip("/")
+PUBLIC_URL = CONFIG.public_url
 
 INSTALLED_APPS = [
     "core",  # first: its `runserver` (daphne's, plus the password refusal) wins over daphne's
@@ -164,7 +139,7 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = 30 * 24 * 3600
 # Behind a TLS-terminating proxy (e.g. `tailscale serve`): trust its X-Forwarded-Proto only
 # when told to, then cookies are marked Secure for HTTPS.
-if os.environ.get("MALAMAR_TRUST_PROXY") == "1":
+if CONFIG.trust_proxy:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
@@ -174,7 +149,7 @@ CSRF_COOKIE_SAMESITE = "Lax"
 # Server-sent events: django-eventstream's database storage gives Last-Event-ID replay.
 EVENTSTREAM_STORAGE_CLASS = "django_eventstream.storage.DjangoModelStorage"
 EVENTS_CHANNEL = "malamar"
-EVENT_RELAY_POLL_SECONDS = float(os.environ.get("MALAMAR_EVENT_RELAY_POLL", "0.025"))
+EVENT_RELAY_POLL_SECONDS = CONFIG.event_relay_poll
 
 _LEVELS = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING", "error": "ERROR"}
 LOGGING = {
