@@ -46,8 +46,9 @@ CSRF_TRUSTED_ORIGINS = [origin for host in ALLOWED_HOSTS for origin in _origins(
 PUBLIC_URL = CONFIG.public_url
 
 INSTALLED_APPS = [
-    "core",  # first: its `runserver` (daphne's, plus the password refusal) wins over daphne's
-    "daphne",
+    # first: its `runserver` (daphne's, plus the password refusal) wins over Django's. Not the
+    # "daphne" app: it imports Twisted (~17 MB) into every process, the worker's too.
+    "core",
     "core.admin_site.MalamarAdminConfig",  # django.contrib.admin, its login rate-limited
     "django.contrib.auth",
     "django.contrib.contenttypes",

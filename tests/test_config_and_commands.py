@@ -342,3 +342,23 @@ def test_malamar_config_lists_every_option_with_its_source(tmp_path):
     assert rows["host"][1:3] == ["127.0.0.1", "default"]
     assert "do-not-print-me" not in result.stdout
     assert not (tmp_path / "secret_key").exists()
+
+
+WORKER_IMPORTS = """
+import sys, django
+django.setup()
+from django.core.management import load_command_class
+command = load_command_class("runner", "runworker")
+print(command.requires_system_checks, "twisted" in sys.modules, "daphne.server" in sys.modules)
+"""
+
+
+def test_the_worker_neither_imports_twisted_nor_runs_the_system_checks(tmp_path):
+    result = _python(WORKER_IMPORTS, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "False", "False"]
+
+
+def test_the_malamar_supervisor_does_not_load_django(tmp_path):
+    code = "import sys, malamar_site.cli, core.prompt_exit; print('django' in sys.modules)"
+    assert _python(code, tmp_path).stdout.strip() == "False"

@@ -10,6 +10,7 @@ from runner.worker import AlreadyRunning, Worker
 
 class Command(BaseCommand):
     help = "Run the Malamar worker: runs agents' CLIs on queued tasks and chats."
+    requires_system_checks = []  # the checks are the web's (URLs, templates, admin): ~15 MB
 
     def handle(self, *args, **options):
         ensure_data_dir(settings.CONFIG)

@@ -1,0 +1,97 @@
+"""Idle memory of `malamar`: start it on a temp data dir, wait until it serves and settles, print
+each process's RSS and USS (psutil) and the total, then stop it with SIGTERM.
+
+    .venv/bin/python bench/memory.py [--settle 5] [--root PATH]
+
+`--root` measures another checkout (e.g. a `git worktree` of an older commit) with this venv.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+MB = 1024 * 1024
+
+
+def role(process: psutil.Process, wrapper_pid: int) -> str:
+    if process.pid == wrapper_pid:
+        return "malamar (supervisor)"
+    cmdline = " ".join(process.cmdline())
+    if "runworker" in cmdline:
+        return "worker"
+    if "server_process" in cmdline or "daphne" in cmdline:
+        return "server"
+    return cmdline[:60]
+
+
+def wait_serving(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/api/health", timeout=1).ok:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("malamar did not start serving")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--settle", type=float, default=5, help="seconds idle before measuring")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to run")
+    args = parser.parse_args()
+    port = free_port()
+    data_dir = tempfile.mkdtemp(prefix="malamar-memory-")
+    env = {
+        **os.environ,
+        "MALAMAR_DATA_DIR": data_dir,
+        "MALAMAR_PORT": str(port),
+        "PYTHONPATH": str(args.root),
+        "DJANGO_SETTINGS_MODULE": "malamar_site.settings",
+    }
+    env.pop("MALAMAR_TESTING", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "malamar_site.cli"],
+        cwd=args.root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_serving(port)
+        time.sleep(args.settle)
+        wrapper = psutil.Process(proc.pid)
+        processes = [wrapper, *wrapper.children(recursive=True)]
+        total_rss = total_uss = 0
+        print(f"{'process':<24}{'RSS MB':>9}{'USS MB':>9}")
+        for process in processes:
+            info = process.memory_full_info()
+            total_rss += info.rss
+            total_uss += info.uss
+            print(f"{role(process, proc.pid):<24}{info.rss / MB:>9.1f}{info.uss / MB:>9.1f}")
+        print(f"{'total':<24}{total_rss / MB:>9.1f}{total_uss / MB:>9.1f}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+if __name__ == "__main__":
+    main()
