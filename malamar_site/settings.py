@@ -4,6 +4,7 @@ Every MALAMAR_* option comes from core.config's one table (flags copied into the
 env wins). Everything else has a safe default. Importing this module creates nothing.
 """
 
+from importlib.util import find_spec
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -45,6 +46,10 @@ def _origins(host: str) -> list[str]:
 CSRF_TRUSTED_ORIGINS = [origin for host in ALLOWED_HOSTS for origin in _origins(host)]
 PUBLIC_URL = CONFIG.public_url
 
+# /api/docs: Swagger UI from ninja's own templates and static files, not from a CDN. Found here,
+# not by listing "ninja" as an app, which would import it and pydantic (~11 MB) into the worker.
+NINJA_DIR = Path(find_spec("ninja").submodule_search_locations[0])
+
 INSTALLED_APPS = [
     # first: its `runserver` (daphne's, plus the password refusal) wins over Django's. Not the
     # "daphne" app: it imports Twisted (~17 MB) into every process, the worker's too.
@@ -58,7 +63,6 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_eventstream",
-    "ninja",  # /api/docs: Swagger UI from ninja's static files, not from a CDN
     "workspaces",
     "agents",
     "tasks",
@@ -93,7 +97,7 @@ ASGI_APPLICATION = "malamar_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "malamar_site" / "templates"],
+        "DIRS": [BASE_DIR / "malamar_site" / "templates", NINJA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -129,7 +133,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "malamar_site" / "static"]
+STATICFILES_DIRS = [BASE_DIR / "malamar_site" / "static", NINJA_DIR / "static"]
 WHITENOISE_USE_FINDERS = True  # serve straight from the app folders: no collectstatic step
 WHITENOISE_AUTOREFRESH = DEBUG
 
