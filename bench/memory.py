@@ -26,6 +26,8 @@ def role(process: psutil.Process, wrapper_pid: int) -> str:
     if process.pid == wrapper_pid:
         return "malamar (supervisor)"
     cmdline = " ".join(process.cmdline())
+    if "--with-worker" in cmdline:
+        return "server + worker"
     if "runworker" in cmdline:
         return "worker"
     if "server_process" in cmdline or "daphne" in cmdline:

@@ -1,7 +1,8 @@
 """The `malamar` command: run everything, or `version`, `help`, `config`, `doctor`.
 
-`malamar` (run) only supervises: it migrates in a child (malamar_site.prepare), then starts the
-server and the worker and watches them, without ever loading Django itself (~90 MB less)."""
+`malamar` (run) only supervises: it migrates in a child (malamar_site.prepare), then starts one
+process that serves and runs the worker (malamar_site.server_process --with-worker) and watches
+it, without ever loading Django itself (~90 MB less)."""
 
 import argparse
 import os
@@ -13,7 +14,7 @@ import time
 from core.config import OPTIONS, Config, ConfigError, apply_flags, ensure_data_dir, load
 
 COMMANDS = ("run", "version", "help", "config", "doctor", "set-password", "service")
-STOP_GRACE_SECONDS = 1.5
+STOP_GRACE_SECONDS = 3.0  # daphne and the worker stop in parallel, each in ~1 s at most
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,23 +101,22 @@ def main(argv: list[str] | None = None) -> int:
     return code or _manage("set_password")
 
 
-def _children(config: Config) -> list[list[str]]:
-    server = [
+def _child(config: Config) -> list[str]:
+    return [
         sys.executable,
         "-m",
-        "malamar_site.server_process",  # daphne, with a prompt exit
+        "malamar_site.server_process",  # daphne and the worker, with a prompt exit
+        "--with-worker",
         "--bind",
         config.host,
         "--port",
         str(config.port),
         "malamar_site.asgi:application",
     ]
-    worker = [sys.executable, "-m", "django", "runworker"]
-    return [server, worker]
 
 
 def serve(config: Config) -> int:
-    """Migrate, then run the server and the worker until Ctrl-C / SIGTERM or one of them dies."""
+    """Migrate, then serve and run the worker until Ctrl-C / SIGTERM or the child dies."""
     stopping = False
 
     def request_stop(signum, frame):
@@ -131,41 +131,33 @@ def serve(config: Config) -> int:
     if code or stopping:
         return code
     print(f"Malamar is running at http://{config.host}:{config.port}", flush=True)
-    procs = [subprocess.Popen(cmd) for cmd in _children(config)]
+    child = subprocess.Popen(_child(config))
     exit_code = 0
     while not stopping:
-        for proc in procs:
-            if proc.poll() is not None:
-                print(f"malamar: the {_name(proc)} exited with {proc.returncode}", file=sys.stderr)
-                exit_code = proc.returncode or 1
-                stopping = True
+        if child.poll() is not None:
+            print(f"malamar: the server and worker exited with {child.returncode}", file=sys.stderr)
+            exit_code = child.returncode or 1
+            break
         time.sleep(0.05)
-    _stop_all(procs)
+    _stop(child)
     from core.prompt_exit import exit_now
 
-    exit_now(exit_code)  # the children are gone: skip Python's slow teardown
+    exit_now(exit_code)  # the child is gone: skip Python's slow teardown
 
 
-def _name(proc: subprocess.Popen) -> str:
-    return "worker" if "runworker" in proc.args else "server"
-
-
-def _stop_all(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.05, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            print(
-                f"malamar: the {_name(proc)} did not stop within {STOP_GRACE_SECONDS} s: killed",
-                file=sys.stderr,
-                flush=True,
-            )
-            proc.kill()
-            proc.wait()
+def _stop(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        print(
+            f"malamar: the server and worker did not stop within {STOP_GRACE_SECONDS} s: killed",
+            file=sys.stderr,
+            flush=True,
+        )
+        child.kill()
+        child.wait()
 
 
 if __name__ == "__main__":
