@@ -363,3 +363,11 @@ def test_the_worker_neither_imports_the_web_stack_nor_runs_the_system_checks(tmp
 def test_the_malamar_supervisor_does_not_load_django(tmp_path):
     code = "import sys, malamar_site.cli, core.prompt_exit; print('django' in sys.modules)"
     assert _python(code, tmp_path).stdout.strip() == "False"
+
+
+def test_malamar_help_names_every_option(tmp_path):
+    help_text = " ".join(run_malamar("help", data_dir=tmp_path).stdout.split())
+    for option in config.OPTIONS:
+        assert option.env in help_text, option.env
+        assert not option.flag or option.flag in help_text, option.flag
+    assert "1/true/yes/on or 0/false/no/off" in help_text
