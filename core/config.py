@@ -321,11 +321,10 @@ def read(name: str):
 
 
 def load() -> Config:
-    """Every option but the secrets and those read when used, checked: ConfigError if one is
-    invalid."""
-    values = {
-        field: read(field) for field in Config.__dataclass_fields__ if field in OPTIONS_BY_NAME
-    }
+    """Every option checked (ConfigError for the first invalid one); the Config holds all but
+    the secret and those read where they are used (they may change in tests)."""
+    parsed = {option.name: read(option.name) for option in OPTIONS}
+    values = {name: parsed[name] for name in Config.__dataclass_fields__}
     if not values["public_url"]:
         values["public_url"] = f"http://{values['host']}:{values['port']}"
     values["public_url"] = values["public_url"].rstrip("/")

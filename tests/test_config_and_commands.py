@@ -371,3 +371,9 @@ def test_malamar_help_names_every_option(tmp_path):
         assert option.env in help_text, option.env
         assert not option.flag or option.flag in help_text, option.flag
     assert "1/true/yes/on or 0/false/no/off" in help_text
+
+
+def test_an_option_read_where_it_is_used_is_checked_at_start_too(clean_env):
+    clean_env.setenv("MALAMAR_PASSWORD_STDIN", "sure")
+    with pytest.raises(config.ConfigError, match="MALAMAR_PASSWORD_STDIN"):
+        config.load()
