@@ -53,12 +53,15 @@ def measure(wrapper_pid: int, title: str) -> None:
     wrapper = psutil.Process(wrapper_pid)
     processes = [wrapper, *wrapper.children(recursive=True)]
     total_rss = total_uss = 0
-    print(f"{title:<24}{'RSS MB':>9}{'USS MB':>9}")
+    print(f"{title:<24}{'RSS MB':>9}{'USS MB':>9}{'threads':>9}{'fds':>6}")
     for process in processes:
         info = process.memory_full_info()
         total_rss += info.rss
         total_uss += info.uss
-        print(f"{role(process, wrapper_pid):<24}{info.rss / MB:>9.1f}{info.uss / MB:>9.1f}")
+        print(
+            f"{role(process, wrapper_pid):<24}{info.rss / MB:>9.1f}{info.uss / MB:>9.1f}"
+            f"{process.num_threads():>9}{process.num_fds():>6}"
+        )
     print(f"{'total':<24}{total_rss / MB:>9.1f}{total_uss / MB:>9.1f}", flush=True)
 
 
