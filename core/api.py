@@ -1,5 +1,6 @@
 """The JSON API under /api/ (django-ninja; OpenAPI at /api/docs)."""
 
+import json
 import logging
 from datetime import datetime
 from typing import Any, Literal
@@ -8,9 +9,11 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import connection
 from django.http import Http404
 from django.http.multipartparser import MultiPartParserError
+from django.shortcuts import render
 from ninja import Body, Field, NinjaAPI, Router, Schema, Status, Swagger
 from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
+from ninja.openapi.docs import _csrf_needed
 
 from agents.api import router as agents_router
 from agents.models import CliType
@@ -30,6 +33,21 @@ from workspaces.api import router as workspaces_router
 
 log = logging.getLogger(__name__)
 
+
+class LocalSwagger(Swagger):
+    """ninja's Swagger page rendered from its template (found through TEMPLATES' DIRS: ninja is
+    not an installed app, see settings.NINJA_DIR); ninja itself renders its CDN page then."""
+
+    def render_page(self, request, api, **kwargs):
+        self.settings["url"] = self.get_openapi_url(api, kwargs)
+        context = {
+            "swagger_settings": json.dumps(self.settings, indent=1),
+            "api": api,
+            "add_csrf": _csrf_needed(api),
+        }
+        return render(request, self.template, context)
+
+
 api = NinjaAPI(
     title="Malamar API",
     version=VERSION,
@@ -38,10 +56,10 @@ api = NinjaAPI(
     ),
     urls_namespace="api",
     parser=JsonObjectParser(),
-    # Swagger UI from ninja's own static files with its init script as a file (ninja is in
-    # INSTALLED_APPS), so /api/docs works under the strict CSP with no CDN. No validator badge:
-    # it would call validator.swagger.io.
-    docs=Swagger(settings={"validatorUrl": None}),
+    # Swagger UI from ninja's own static files with its init script as a file, so /api/docs
+    # works under the strict CSP with no CDN. No validator badge: it would call
+    # validator.swagger.io.
+    docs=LocalSwagger(settings={"validatorUrl": None}),
 )
 
 

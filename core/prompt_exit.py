@@ -14,10 +14,11 @@ from typing import NoReturn
 
 
 def exit_now(code: int) -> NoReturn:
-    with contextlib.suppress(Exception):  # never keep a stopping process alive over this
-        from django.db import connections
+    if "django.db" in sys.modules:  # not in `malamar`'s supervisor, which never loads Django
+        with contextlib.suppress(Exception):  # never keep a stopping process alive over this
+            from django.db import connections
 
-        connections.close_all()
+            connections.close_all()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):

@@ -1,4 +1,8 @@
-"""The `malamar` command: run everything, or `version`, `help`, `config`, `doctor`."""
+"""The `malamar` command: run everything, or `version`, `help`, `config`, `doctor`.
+
+`malamar` (run) only supervises: it migrates in a child (malamar_site.prepare), then starts one
+process that serves and runs the worker (malamar_site.server_process --with-worker) and watches
+it, without ever loading Django itself (~90 MB less)."""
 
 import argparse
 import os
@@ -7,10 +11,10 @@ import subprocess
 import sys
 import time
 
-from core.config import OPTIONS, ConfigError, apply_flags, load
+from core.config import OPTIONS, Config, ConfigError, apply_flags, ensure_data_dir, load
 
 COMMANDS = ("run", "version", "help", "config", "doctor", "set-password", "service")
-STOP_GRACE_SECONDS = 1.5
+STOP_GRACE_SECONDS = 3.0  # daphne and the worker stop in parallel, each in ~1 s at most
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,7 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="malamar",
         description="Malamar: an autonomous multi-agent team made of your AI coding CLIs.",
         epilog="Environment variables override flags: "
-        + ", ".join(f"{o.flag} ↔ {o.env}" for o in OPTIONS),
+        + ", ".join(f"{o.flag} ↔ {o.env}" for o in OPTIONS if o.flag)
+        + ". Environment only: "
+        + ", ".join(f"{o.env} ({o.help})" for o in OPTIONS if not o.flag)
+        + ". Booleans: 1/true/yes/on or 0/false/no/off.",
     )
     parser.add_argument(
         "command",
@@ -33,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "action", nargs="?", choices=("install", "uninstall", "status"), help="for `service`"
     )
-    for option in OPTIONS:
+    for option in (option for option in OPTIONS if option.flag):
         kwargs = {"action": "store_const", "const": "1"} if option.switch else {}
         parser.add_argument(
             option.flag,
@@ -81,52 +88,35 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("service needs an action: install, uninstall or status")
         return ACTIONS[args.action]()
     try:
-        load()
+        config = load()
     except ConfigError as exc:
         print(f"malamar: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    if args.command == "run":
+        return serve(config)
     _django_setup()
     if args.command in ("config", "doctor"):
         return _manage(args.command)
-    if args.command == "set-password":
-        code = _manage("migrate", "--no-input", "-v", "0")
-        return code or _manage("set_password")
-    return serve()
+    code = _manage("migrate", "--no-input", "-v", "0")  # set-password
+    return code or _manage("set_password")
 
 
-def _children() -> list[list[str]]:
-    from django.conf import settings
-
-    config = settings.CONFIG
-    server = [
+def _child(config: Config) -> list[str]:
+    return [
         sys.executable,
         "-m",
-        "malamar_site.server_process",  # daphne, with a prompt exit
+        "malamar_site.server_process",  # daphne and the worker, with a prompt exit
+        "--with-worker",
         "--bind",
         config.host,
         "--port",
         str(config.port),
         "malamar_site.asgi:application",
     ]
-    worker = [sys.executable, "-m", "django", "runworker"]
-    return [server, worker]
 
 
-def serve() -> int:
-    """Migrate, then run the server and the worker until Ctrl-C / SIGTERM or one of them dies."""
-    from django.conf import settings
-
-    code = _manage("migrate", "--no-input", "-v", "0")
-    if code:
-        return code
-    from core.auth import remote_access_refusal
-
-    refusal = remote_access_refusal(bind=settings.CONFIG.host)  # the address daphne binds
-    if refusal:
-        print(refusal, file=sys.stderr)
-        return 2
-    print(f"Malamar is running at http://{settings.CONFIG.host}:{settings.CONFIG.port}", flush=True)
-    procs = [subprocess.Popen(cmd) for cmd in _children()]
+def serve(config: Config) -> int:
+    """Migrate, then serve and run the worker until Ctrl-C / SIGTERM or the child dies."""
     stopping = False
 
     def request_stop(signum, frame):
@@ -135,40 +125,39 @@ def serve() -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    ensure_data_dir(config)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "malamar_site.settings")
+    code = subprocess.run([sys.executable, "-m", "malamar_site.prepare"]).returncode
+    if code or stopping:
+        return code
+    print(f"Malamar is running at http://{config.host}:{config.port}", flush=True)
+    child = subprocess.Popen(_child(config))
     exit_code = 0
     while not stopping:
-        for proc in procs:
-            if proc.poll() is not None:
-                print(f"malamar: the {_name(proc)} exited with {proc.returncode}", file=sys.stderr)
-                exit_code = proc.returncode or 1
-                stopping = True
+        if child.poll() is not None:
+            print(f"malamar: the server and worker exited with {child.returncode}", file=sys.stderr)
+            exit_code = child.returncode or 1
+            break
         time.sleep(0.05)
-    _stop_all(procs)
+    _stop(child)
     from core.prompt_exit import exit_now
 
-    exit_now(exit_code)  # the children are gone: skip Python's slow teardown
+    exit_now(exit_code)  # the child is gone: skip Python's slow teardown
 
 
-def _name(proc: subprocess.Popen) -> str:
-    return "worker" if "runworker" in proc.args else "server"
-
-
-def _stop_all(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.05, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            print(
-                f"malamar: the {_name(proc)} did not stop within {STOP_GRACE_SECONDS} s: killed",
-                file=sys.stderr,
-                flush=True,
-            )
-            proc.kill()
-            proc.wait()
+def _stop(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        print(
+            f"malamar: the server and worker did not stop within {STOP_GRACE_SECONDS} s: killed",
+            file=sys.stderr,
+            flush=True,
+        )
+        child.kill()
+        child.wait()
 
 
 if __name__ == "__main__":

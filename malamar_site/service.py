@@ -15,12 +15,14 @@ import sys
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from core.config import OPTIONS, OPTIONS_BY_NAME
+
 UNIT_NAME = "malamar.service"
 LAUNCHD_LABEL = "dev.malamar"
 
 
 # Variables that hold a path: the service starts in another directory, so they are made absolute.
-PATH_VARIABLES = ("MALAMAR_DATA_DIR", "MALAMAR_TEMP_DIR")
+PATH_VARIABLES = tuple(option.env for option in OPTIONS if option.kind == "path")
 
 
 def malamar_command(argv0: str | None = None) -> list[str]:
@@ -127,7 +129,8 @@ def install(*, home: Path | None = None, system: str | None = None) -> int:
     system = system or platform.system()
     command, env = malamar_command(), service_environment()
     if system == "Darwin":
-        log_dir = Path(env.get("MALAMAR_DATA_DIR", home / ".malamar")).expanduser() / "logs"
+        data_dir = OPTIONS_BY_NAME["data_dir"]
+        log_dir = Path(env.get(data_dir.env) or home / ".malamar").expanduser() / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         path = plist_path(home)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,60 +1,36 @@
 """Malamar's Django settings: one env-driven file with defaults that just run.
 
-Runtime options (host, port, data dir, logging, poll interval, temp dir) come from
-core.config (flags copied into MALAMAR_* env vars, env wins). Everything else has a safe default.
+Every MALAMAR_* option comes from core.config's one table (flags copied into the environment,
+env wins). Everything else has a safe default. Importing this module creates nothing.
 """
 
-import os
+from importlib.util import find_spec
 from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.functional import SimpleLazyObject
 
 from core import config as malamar_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-CONFIG = malamar_config.load()
+try:
+    CONFIG = malamar_config.load()
+except malamar_config.ConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 DATA_DIR = CONFIG.data_dir
-# "First launch" means "no database yet" (a new or empty data directory), decided before anything
-# creates the database; the marker file lets the process that migrates first seed the sample
-# workspace (guarded again by a row in the database).
-FIRST_LAUNCH = not CONFIG.database_path.exists()
-SEED_MARKER = DATA_DIR / ".seed-sample-workspace"
-try:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    if FIRST_LAUNCH:
-        SEED_MARKER.touch()
-except OSError:
-    pass  # `doctor` reports an unusable data dir; everything else fails with a clear error
+SEED_MARKER = CONFIG.seed_marker  # see core.config.ensure_data_dir
+# Read (or created in the data dir) when first used, not when the settings are imported.
+SECRET_KEY = SimpleLazyObject(lambda: malamar_config.secret_key(DATA_DIR))
 
-
-def _secret_key() -> str:
-    """A per-installation secret, created once in the data dir (never committed, never logged)."""
-    if os.environ.get("MALAMAR_SECRET_KEY"):
-        return os.environ["MALAMAR_SECRET_KEY"]
-    path = DATA_DIR / "secret_key"
-    if not path.exists():
-        from django.core.management.utils import get_random_secret_key
-
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(get_random_secret_key())
-    return path.read_text().strip()
-
-
-try:
-    SECRET_KEY = _secret_key()
-except FileExistsError:  # another process created it between our check and open
-    SECRET_KEY = (DATA_DIR / "secret_key").read_text().strip()
-except OSError:
-    SECRET_KEY = "unusable-data-dir"  # only `doctor`/`config` can run; they say what is wrong
-
-DEBUG = os.environ.get("MALAMAR_DEBUG") == "1"
+DEBUG = CONFIG.debug
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
 ALLOWED_HOSTS = list(LOOPBACK_HOSTS)
 if CONFIG.host not in ("0.0.0.0", "::", "") and CONFIG.host not in ALLOWED_HOSTS:
     ALLOWED_HOSTS.append(CONFIG.host)
 ALLOWED_HOSTS += [host for host in CONFIG.allowed_hosts if host not in ALLOWED_HOSTS]
-if os.environ.get("MALAMAR_TESTING") == "1":
+if CONFIG.testing:
     ALLOWED_HOSTS.append("testserver")
 
 
@@ -68,11 +44,16 @@ def _origins(host: str) -> list[str]:
 
 
 CSRF_TRUSTED_ORIGINS = [origin for host in ALLOWED_HOSTS for origin in _origins(host)]
-PUBLIC_URL = os.environ.get("MALAMAR_PUBLIC_URL", f"http://{CONFIG.host}:{CONFIG.port}").rstrip("/")
+PUBLIC_URL = CONFIG.public_url
+
+# /api/docs: Swagger UI from ninja's own templates and static files, not from a CDN. Found here,
+# not by listing "ninja" as an app, which would import it and pydantic (~11 MB) into the worker.
+NINJA_DIR = Path(find_spec("ninja").submodule_search_locations[0])
 
 INSTALLED_APPS = [
-    "core",  # first: its `runserver` (daphne's, plus the password refusal) wins over daphne's
-    "daphne",
+    # first: its `runserver` (daphne's, plus the password refusal) wins over Django's. Not the
+    # "daphne" app: it imports Twisted (~17 MB) into every process, the worker's too.
+    "core",
     "core.admin_site.MalamarAdminConfig",  # django.contrib.admin, its login rate-limited
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -82,7 +63,6 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_eventstream",
-    "ninja",  # /api/docs: Swagger UI from ninja's static files, not from a CDN
     "workspaces",
     "agents",
     "tasks",
@@ -117,7 +97,7 @@ ASGI_APPLICATION = "malamar_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "malamar_site" / "templates"],
+        "DIRS": [BASE_DIR / "malamar_site" / "templates", NINJA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -153,7 +133,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "malamar_site" / "static"]
+STATICFILES_DIRS = [BASE_DIR / "malamar_site" / "static", NINJA_DIR / "static"]
 WHITENOISE_USE_FINDERS = True  # serve straight from the app folders: no collectstatic step
 WHITENOISE_AUTOREFRESH = DEBUG
 
@@ -164,7 +144,7 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = 30 * 24 * 3600
 # Behind a TLS-terminating proxy (e.g. `tailscale serve`): trust its X-Forwarded-Proto only
 # when told to, then cookies are marked Secure for HTTPS.
-if os.environ.get("MALAMAR_TRUST_PROXY") == "1":
+if CONFIG.trust_proxy:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
@@ -174,7 +154,7 @@ CSRF_COOKIE_SAMESITE = "Lax"
 # Server-sent events: django-eventstream's database storage gives Last-Event-ID replay.
 EVENTSTREAM_STORAGE_CLASS = "django_eventstream.storage.DjangoModelStorage"
 EVENTS_CHANNEL = "malamar"
-EVENT_RELAY_POLL_SECONDS = float(os.environ.get("MALAMAR_EVENT_RELAY_POLL", "0.025"))
+EVENT_RELAY_POLL_SECONDS = CONFIG.event_relay_poll
 
 _LEVELS = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING", "error": "ERROR"}
 LOGGING = {

@@ -5,9 +5,10 @@ email reports it; background sends log it). Logs never contain the API key.
 """
 
 import logging
-import os
 
 import requests
+
+from core import config
 
 log = logging.getLogger(__name__)
 TIMEOUT_SECONDS = 10
@@ -20,9 +21,7 @@ class DeliveryFailed(Exception):
 
 def mailgun_base_url(region: str) -> str:
     # MALAMAR_MAILGUN_BASE_URL points tests (or a proxy) at another host.
-    return os.environ.get("MALAMAR_MAILGUN_BASE_URL") or MAILGUN_HOSTS.get(
-        region, MAILGUN_HOSTS["us"]
-    )
+    return config.read("mailgun_base_url") or MAILGUN_HOSTS.get(region, MAILGUN_HOSTS["us"])
 
 
 def mailgun_send(settings: dict, *, subject: str, text: str) -> None:

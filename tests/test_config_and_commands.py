@@ -246,3 +246,134 @@ def test_text_log_format_and_level(tmp_path):
     out = django_script(tmp_path, code, MALAMAR_LOG_LEVEL="warn").stdout
     assert "hidden" not in out
     assert "[WARN] shown" in out
+
+
+IMPORT_SETTINGS = "import malamar_site.settings as s; print(s.DEBUG)"
+
+
+def _python(code: str, data_dir: Path, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=process_env(data_dir, **env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_importing_the_settings_creates_nothing(tmp_path):
+    data_dir = tmp_path / "fresh"
+    result = _python(IMPORT_SETTINGS, data_dir)
+    assert result.returncode == 0, result.stderr
+    assert not data_dir.exists()  # no data dir, no secret key, no first-launch marker
+    made_by_hand = tmp_path / "empty"
+    made_by_hand.mkdir()
+    assert _python(IMPORT_SETTINGS, made_by_hand).returncode == 0
+    assert list(made_by_hand.iterdir()) == []
+
+
+def test_the_secret_key_is_created_once_when_first_used(tmp_path):
+    code = "import django; django.setup(); from django.conf import settings; "
+    code += "print(settings.SECRET_KEY)"
+    first, second = _python(code, tmp_path), _python(code, tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout and len(first.stdout.strip()) >= 50
+    assert first.stdout.strip() == (tmp_path / "secret_key").read_text().strip()
+    assert _python(code, tmp_path, MALAMAR_SECRET_KEY="from-env").stdout.strip() == "from-env"
+
+
+@pytest.mark.parametrize("word", ["1", "true", "TRUE", "yes", "on"])
+def test_debug_true_words_turn_debug_on(clean_env, word):
+    clean_env.setenv("MALAMAR_DEBUG", word)
+    assert config.load().debug is True
+
+
+@pytest.mark.parametrize("word", ["0", "false", "No", "off", ""])
+def test_debug_false_words_and_unset_leave_it_off(clean_env, word):
+    clean_env.setenv("MALAMAR_DEBUG", word)
+    assert config.load().debug is False
+
+
+@pytest.mark.parametrize("env", [o.env for o in config.OPTIONS if o.kind == "bool"])
+def test_a_bad_boolean_is_an_error_naming_the_variable_and_the_words(clean_env, env):
+    clean_env.setenv(env, "maybe")
+    with pytest.raises(config.ConfigError) as err:
+        config.read(config.OPTIONS_BY_NAME[env.removeprefix("MALAMAR_").lower()].name)
+    message = str(err.value)
+    assert env in message and "'maybe'" in message
+    assert "1/true/yes/on" in message and "0/false/no/off" in message
+
+
+def test_settings_and_malamar_refuse_a_bad_boolean(tmp_path):
+    settings_import = _python(IMPORT_SETTINGS, tmp_path, MALAMAR_DEBUG="maybe")
+    assert settings_import.returncode == 1
+    assert "ImproperlyConfigured: MALAMAR_DEBUG (--debug) must be" in settings_import.stderr
+    on = _python(IMPORT_SETTINGS, tmp_path, MALAMAR_DEBUG="true")
+    assert on.stdout.strip() == "True"
+    result = run_malamar("config", data_dir=tmp_path, MALAMAR_DEBUG="maybe")
+    assert result.returncode == 2
+    assert "MALAMAR_DEBUG" in result.stderr and "1/true/yes/on" in result.stderr
+
+
+def _config_rows(stdout: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split() for line in stdout.splitlines()[2:] if line.strip()}
+
+
+def test_malamar_config_lists_every_option_with_its_source(tmp_path):
+    result = run_malamar(
+        "config",
+        "--port",
+        "8080",
+        "--log-format",
+        "json",
+        "--debug",
+        data_dir=tmp_path,
+        MALAMAR_PORT="9001",
+        MALAMAR_SECRET_KEY="do-not-print-me",
+    )
+    assert result.returncode == 0, result.stderr
+    rows = _config_rows(result.stdout)
+    for option in config.OPTIONS:
+        assert option.name in rows and rows[option.name][-1] == option.env, option.name
+    assert rows["port"][1:3] == ["9001", "env"]
+    assert rows["log_format"][1:3] == ["json", "flag"]
+    assert rows["debug"][1:3] == ["yes", "flag"]
+    assert rows["host"][1:3] == ["127.0.0.1", "default"]
+    assert "do-not-print-me" not in result.stdout
+    assert not (tmp_path / "secret_key").exists()
+
+
+WORKER_IMPORTS = """
+import sys, django
+django.setup()
+from django.core.management import load_command_class
+command = load_command_class("runner", "runworker")
+print(command.requires_system_checks)
+print(*sorted(name for name in ("twisted", "daphne", "ninja", "pydantic") if name in sys.modules))
+"""
+
+
+def test_the_worker_neither_imports_the_web_stack_nor_runs_the_system_checks(tmp_path):
+    result = _python(WORKER_IMPORTS, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", ""]  # no Twisted, daphne, ninja or pydantic
+
+
+def test_the_malamar_supervisor_does_not_load_django(tmp_path):
+    code = "import sys, malamar_site.cli, core.prompt_exit; print('django' in sys.modules)"
+    assert _python(code, tmp_path).stdout.strip() == "False"
+
+
+def test_malamar_help_names_every_option(tmp_path):
+    help_text = " ".join(run_malamar("help", data_dir=tmp_path).stdout.split())
+    for option in config.OPTIONS:
+        assert option.env in help_text, option.env
+        assert not option.flag or option.flag in help_text, option.flag
+    assert "1/true/yes/on or 0/false/no/off" in help_text
+
+
+def test_an_option_read_where_it_is_used_is_checked_at_start_too(clean_env):
+    clean_env.setenv("MALAMAR_PASSWORD_STDIN", "sure")
+    with pytest.raises(config.ConfigError, match="MALAMAR_PASSWORD_STDIN"):
+        config.load()

@@ -64,7 +64,8 @@ def test_malamar_runs_server_and_worker_and_stops_cleanly(tmp_path):
             what="the worker to run the task",
         )
         children = psutil.Process(proc.pid).children(recursive=True)
-        assert len(children) >= 2
+        # one child serves and runs the worker (a thread of it): Django is loaded once
+        assert [c for c in children if "--with-worker" in c.cmdline()], children
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=10)
@@ -120,7 +121,7 @@ def test_sigterm_mid_run_with_a_tab_open_stops_everything_cleanly(tmp_path):
 
         cli = wait_until(cli_running, timeout=30, what="the fake CLI to run")
         everything = psutil.Process(proc.pid).children(recursive=True)
-        assert len(everything) >= 3 and cli
+        assert len(everything) >= 2 and cli  # the server-and-worker process, the CLI
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=10)
@@ -162,3 +163,34 @@ def test_json_logs_stay_json_lines_including_each_request(tmp_path):
     assert any(r["message"] == "GET /api/health 200" for r in requests_logged)
     long_one = next(r for r in requests_logged if r["message"].startswith("GET /zzz"))
     assert long_one["message"].endswith("… 404") and len(long_one["message"]) < 300
+
+
+def test_a_failing_worker_stops_the_server_and_malamar_exits_1(tmp_path):
+    """The worker runs in the server's process: when it fails (here: a second `malamar` on the
+    same data dir, whose worker finds the first one's lock), the server stops too."""
+    first_port, second_port = free_port(), free_port()
+    data_dir = tmp_path / "data"
+
+    def start(port):
+        return subprocess.Popen(
+            [sys.executable, "-m", "malamar_site.cli"],
+            env=process_env(data_dir, MALAMAR_PORT=port, MALAMAR_TEMP_DIR=tmp_path),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    first = start(first_port)
+    try:
+        wait_until(lambda: _ok(f"http://127.0.0.1:{first_port}/api/health"), timeout=30, what="1st")
+        second = start(second_port)
+        code = second.wait(timeout=30)
+        output = second.stdout.read()
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=10)
+    assert code == 1, output
+    assert "Another Malamar worker" in output and "already running" in output
+    assert "malamar: the server and worker exited with 1" in output
+    assert "Traceback" not in output

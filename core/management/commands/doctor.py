@@ -8,7 +8,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils.timesince import timesince
 
-from core.config import ConfigError, load
+from core.config import ConfigError, ensure_data_dir, load
 
 
 def _check_data_dir(path) -> tuple[bool, str]:
@@ -113,6 +113,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         marks = {True: "✓", False: "✗", None: "•"}
         out = ["Malamar Doctor", ""]
+        ensure_data_dir(settings.CONFIG)
         data_ok, data_text = _check_data_dir(settings.DATA_DIR)
         out.append(f"{marks[data_ok]} Data directory: {data_text}")
         db_ok, db_text = _check_database() if data_ok else (False, "not checked (data directory)")

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.management import CommandError
 
 from core.auth import remote_access_refusal
+from core.config import ensure_data_dir
 from malamar_site import startup
 
 
@@ -22,4 +23,5 @@ class Command(DaphneRunserver):
         if refusal:
             raise CommandError(refusal)
         startup.bind_checked()
+        ensure_data_dir(settings.CONFIG)
         super().run(**options)

@@ -1,9 +1,9 @@
 import getpass
-import os
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core import config
 from core.auth import password_set
 from core.errors import ValidationFailed
 
@@ -22,7 +22,7 @@ class Command(BaseCommand):
             password_set(raw=None)
             self.stdout.write("Password removed: Malamar is local-only again.")
             return
-        if options["stdin"] or os.environ.get("MALAMAR_PASSWORD_STDIN") == "1":
+        if options["stdin"] or config.read("password_stdin"):
             raw = sys.stdin.readline().rstrip("\n")
         else:
             raw = getpass.getpass("New password: ")

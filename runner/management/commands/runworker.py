@@ -4,13 +4,16 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from core.config import ensure_data_dir
 from runner.worker import AlreadyRunning, Worker
 
 
 class Command(BaseCommand):
     help = "Run the Malamar worker: runs agents' CLIs on queued tasks and chats."
+    requires_system_checks = []  # the checks are the web's (URLs, templates, admin): ~15 MB
 
     def handle(self, *args, **options):
+        ensure_data_dir(settings.CONFIG)
         worker = Worker(poll_interval=settings.CONFIG.runner_poll_interval / 1000)
 
         def on_signal(signum, frame):
