@@ -46,10 +46,7 @@ class Outcome:
 
 def claim_next() -> ChatQueueItem | None:
     for item in ChatQueueItem.objects.filter(status=QueueStatus.QUEUED).order_by("created_at")[:20]:
-        claimed = ChatQueueItem.objects.filter(id=item.id, status=QueueStatus.QUEUED).update(
-            status=QueueStatus.IN_PROGRESS, updated_at=timezone.now()
-        )
-        if claimed:
+        if ChatQueueItem.objects.claim(item.id):
             return item
     return None
 

@@ -48,10 +48,7 @@ def claim_next(workspace_id: str) -> TaskQueueItem | None:
         item = next_item(workspace_id)
         if item is None:
             return None
-        claimed = TaskQueueItem.objects.filter(id=item.id, status=QueueStatus.QUEUED).update(
-            status=QueueStatus.IN_PROGRESS, updated_at=timezone.now()
-        )
-        if claimed:
+        if TaskQueueItem.objects.claim(item.id):
             item.status = QueueStatus.IN_PROGRESS
             return item
     return None

@@ -27,7 +27,7 @@ from runner import chat_processor, health, jobs, pickup, task_loop
 from runner.models import CliHealth
 from runner.process import kill_tree
 from runner.recorder import close_interrupted_runs
-from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
+from tasks.models import QueueStatus, TaskQueueItem
 
 log = logging.getLogger(__name__)
 STOP_WATCH_SECONDS = 0.1
@@ -107,15 +107,10 @@ def recover() -> int:
 
 def _requeue(model, item) -> int:
     """An interrupted item runs again, unless the user stopped it or a newer one is queued."""
-    now = timezone.now()
-    fields = {"pid": None, "pgid": None, "updated_at": now}
     superseded = model is TaskQueueItem and (
         TaskQueueItem.objects.queued().filter(task_id=item.task_id).exists()
     )
-    if item.stop_requested_at is not None or superseded:
-        model.objects.filter(id=item.id).update(status=QueueStatus.FAILED, **fields)
-    else:
-        model.objects.filter(id=item.id).update(status=QueueStatus.QUEUED, **fields)
+    model.objects.requeue(item.id, stopped=item.stop_requested_at is not None or superseded)
     return 1
 
 
@@ -223,15 +218,7 @@ class Worker:
             running = dict(self.runs)
         if not running:
             return
-        still_wanted = set(
-            TaskQueueItem.objects.filter(
-                id__in=running,
-                status=QueueStatus.IN_PROGRESS,
-                stop_requested_at__isnull=True,
-                task__status__in=RUNNABLE_STATUSES,
-            ).values_list("id", flat=True)
-        )
-        _signal_unwanted(running, still_wanted)
+        _signal_unwanted(running, TaskQueueItem.objects.still_wanted(running))
 
     def spawn_workspaces(self) -> None:
         waiting = pickup.workspaces_with_work()
@@ -284,12 +271,7 @@ class Worker:
             running = dict(self.chat_runs)
         if not running:
             return
-        still_wanted = set(
-            ChatQueueItem.objects.filter(
-                id__in=running, status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
-            ).values_list("id", flat=True)
-        )
-        _signal_unwanted(running, still_wanted)
+        _signal_unwanted(running, ChatQueueItem.objects.still_wanted(running))
 
     def spawn_chats(self) -> None:
         """Every queued chat message gets its own thread: chats never wait for each other."""
