@@ -48,6 +48,10 @@ class QueueItemQuerySet(models.QuerySet):
             status=status, pid=None, pgid=None, updated_at=timezone.now()
         )
 
+    def prune_finished(self, *, before) -> int:
+        """Housekeeping: finished items last changed before `before` go; returns how many."""
+        return self.finished().filter(updated_at__lt=before).delete()[0]
+
     def wanted(self):
         """Running items nobody asked to stop."""
         return self.filter(status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True)

@@ -1,7 +1,7 @@
 """What every adapter builds: a Command (argv + standard input) for a run or a health check.
 
 Adapters are pure: they build argv lists (never a shell string) and read CLI output text.
-Only runner/process.py starts processes.
+Only runner/worker/process.py starts processes.
 """
 
 from dataclasses import dataclass, field

@@ -4,7 +4,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from runner.worker import AlreadyRunning, Worker
+from runner.worker.loop import AlreadyRunning, Worker
 
 
 class Command(BaseCommand):
