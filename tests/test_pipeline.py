@@ -155,3 +155,32 @@ def test_cleanup_prunes_old_finished_queue_items_of_both_kinds(workspace):
 
     assert (counts["task_queue_items"], counts["chat_queue_items"]) == (1, 1)
     assert list(TaskQueueItem.objects.values_list("task_id", flat=True)) == [queued.id]
+
+
+def test_one_stop_watcher_stops_task_passes_and_chat_replies(workspace):
+    from runner.worker.loop import Worker
+
+    worker = Worker(poll_interval=1)
+    tasks = [task_create(workspace=workspace, summary=name) for name in ("Kept", "Cancelled")]
+    items = [TaskQueueItem.objects.get(task=task) for task in tasks]
+    chats = [chat_start(workspace=workspace, message=text) for text in ("Kept", "Deleted")]
+    replies = [ChatQueueItem.objects.get(chat=chat) for chat in chats]
+    for item in items:
+        assert TaskQueueItem.objects.claim(item.id)
+    for reply in replies:
+        assert ChatQueueItem.objects.claim(reply.id)
+    stops = {
+        "task kept": worker._register("task", items[0]),
+        "task cancelled": worker._register("task", items[1]),
+        "chat kept": worker._register("chat", replies[0]),
+        "chat deleted": worker._register("chat", replies[1]),
+    }
+    TaskQueueItem.objects.filter(id=items[1].id).update(stop_requested_at=timezone.now())
+    chats[1].delete()
+
+    worker.watch_stops()
+
+    assert {name for name, stop in stops.items() if stop.is_set()} == {
+        "task cancelled",
+        "chat deleted",
+    }
