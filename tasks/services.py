@@ -142,8 +142,8 @@ def _move(task: Task, status: str, actor: Actor) -> None:
     old = task.status
     now = timezone.now()
     with transaction.atomic(savepoint=False):  # validated above: nothing to roll back alone
-        task.status = status
-        Task.objects.filter(id=task.id).update(status=status)
+        task.status, task.updated_at = status, now
+        Task.objects.filter(id=task.id).update(status=status, updated_at=now)  # one UPDATE
         if status not in RUNNABLE_STATUSES and task.is_priority:
             _set_priority(task, False)
         if old == TaskStatus.IN_PROGRESS and actor.type != "system":
@@ -159,7 +159,7 @@ def _move(task: Task, status: str, actor: Actor) -> None:
             actor=actor,
             metadata={"old_status": old, "new_status": status},
         )
-        _touch(task, now)
+        workspace_touch(task.workspace_id, now=now)
         events.publish(
             "task.status_changed",
             task_payload(task, old_status=old, new_status=status, actor_type=actor.type),
