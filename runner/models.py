@@ -52,9 +52,13 @@ class QueueItemQuerySet(models.QuerySet):
         """Housekeeping: finished items last changed before `before` go; returns how many."""
         return self.finished().filter(updated_at__lt=before).delete()[0]
 
-    def wanted(self):
+    def unstopped(self):
         """Running items nobody asked to stop."""
         return self.filter(status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True)
+
+    def wanted(self):
+        """Running items whose run is still wanted (a kind may add conditions)."""
+        return self.unstopped()
 
     def still_wanted(self, item_ids) -> set[str]:
         """Of these running items, the ones still wanted (and that still exist)."""

@@ -149,7 +149,7 @@ class TaskQueueQuerySet(QueueItemQuerySet):
     def wanted(self):
         """A pass is also unwanted once its task left Todo/In Progress. (Right after a claim
         the task is still Todo for a moment, so Todo counts as wanted.)"""
-        return super().wanted().filter(task__status__in=RUNNABLE_STATUSES)
+        return self.unstopped().filter(task__status__in=RUNNABLE_STATUSES)
 
 
 class TaskQueueItem(QueueItem):

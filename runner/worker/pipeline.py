@@ -265,8 +265,9 @@ class TaskPass:
         return next((a for a in agents if order is None or a.order > order), None)
 
     def _wanted_task(self) -> Task:
-        """Inside a transaction: the item still runs and the task is still In Progress."""
-        wanted = TaskQueueItem.objects.wanted().filter(id=self.item.id, task_id=OuterRef("pk"))
+        """Inside a transaction: the item still runs and the task is still In Progress (checked
+        here, so the item's own check needs no join)."""
+        wanted = TaskQueueItem.objects.unstopped().filter(id=self.item.id, task_id=OuterRef("pk"))
         task = (
             Task.objects.select_related("workspace")
             .filter(Exists(wanted), id=self.item.task_id, status=TaskStatus.IN_PROGRESS)
