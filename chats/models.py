@@ -2,7 +2,7 @@ from django.db import models
 from django.utils import timezone
 
 from core.fields import choices_check, id_field
-from tasks.models import QueueStatus
+from runner.models import QueueItem, QueueStatus
 
 DEFAULT_CHAT_TITLE = "Untitled chat"
 
@@ -79,7 +79,7 @@ class ChatMessage(models.Model):
         return self.message[:60]
 
 
-class ChatQueueItem(models.Model):
+class ChatQueueItem(QueueItem):
     id = id_field()
     chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="queue_items")
     workspace = models.ForeignKey(
@@ -88,15 +88,6 @@ class ChatQueueItem(models.Model):
     participant = models.ForeignKey(
         ChatParticipant, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    status = models.CharField(
-        max_length=12, choices=QueueStatus.choices, default=QueueStatus.QUEUED
-    )
-    stop_requested_at = models.DateTimeField(null=True, blank=True)
-    pid = models.IntegerField(null=True, blank=True)
-    pgid = models.IntegerField(null=True, blank=True)
-    process_started_at = models.FloatField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "chat_queue"

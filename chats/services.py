@@ -166,7 +166,7 @@ def chat_delete(*, chat: Chat) -> None:
 def chat_message_add_system(*, chat: Chat, message: str) -> ChatMessage:
     """A system note in a chat. System messages never start processing."""
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # nothing to roll back alone
         msg = ChatMessage.objects.create(
             chat=chat, role=ChatRole.SYSTEM, message=message, created_at=now
         )
@@ -182,7 +182,7 @@ def chat_message_add_agent(
     if agent is UNSET:
         agent = chat.agent
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # nothing to roll back alone
         msg = ChatMessage.objects.create(
             chat=chat,
             role=ChatRole.AGENT,

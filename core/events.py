@@ -4,9 +4,12 @@
 clients: the server's relay (core.relay) forwards committed rows to the SSE stream.
 """
 
-from django.db import transaction
+import contextlib
+import threading
 
 from core.models import OutboxEvent
+
+_batch = threading.local()
 
 # Spec events plus the ones the UI needs (DESIGN "Events beyond the spec's list").
 EVENT_TYPES = frozenset(
@@ -37,7 +40,31 @@ EVENT_TYPES = frozenset(
 
 
 def publish(event_type: str, payload: dict) -> OutboxEvent:
+    """One outbox row, in the caller's transaction (a single INSERT needs no savepoint of its
+    own); inside `batched()` it waits for the block's one bulk insert."""
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type!r}")
-    with transaction.atomic():
-        return OutboxEvent.objects.create(type=event_type, payload=payload)
+    event = OutboxEvent(type=event_type, payload=payload)
+    pending = getattr(_batch, "events", None)
+    if pending is not None:
+        pending.append(event)
+        return event
+    event.save(force_insert=True)
+    return event
+
+
+@contextlib.contextmanager
+def batched():
+    """Every event published in the block is inserted in one statement at its end (still inside
+    the caller's transaction, in publishing order); nothing is inserted if the block raises.
+    A nested block joins the outer one."""
+    if getattr(_batch, "events", None) is not None:
+        yield
+        return
+    _batch.events = pending = []
+    try:
+        yield
+    finally:
+        _batch.events = None
+    if pending:
+        OutboxEvent.objects.bulk_create(pending)

@@ -38,7 +38,7 @@ class WorkerThread:
     def __init__(self):
         from django.conf import settings
 
-        from runner.worker import Worker
+        from runner.worker.loop import Worker
 
         self.worker = Worker(poll_interval=settings.CONFIG.runner_poll_interval / 1000)
         self.thread = threading.Thread(target=self._serve, name="worker")
@@ -59,7 +59,7 @@ class WorkerThread:
         self.thread.join()
 
     def _serve(self) -> None:
-        from runner.worker import AlreadyRunning
+        from runner.worker.loop import AlreadyRunning
 
         try:
             self.worker.serve_forever()

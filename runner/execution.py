@@ -15,12 +15,12 @@ from pathlib import Path
 from agents.models import CliType
 from core.settings_store import binary_problem, cli_settings_for
 from core.storable import loads_storable
-from runner import process
 from runner.clis import cli_for
 from runner.clis.base import Invocation, stderr_message
 from runner.files import read_output, remove_quietly, schema_path
 from runner.prompts import PROMPT_TEMPLATE
 from runner.schemas import schema_json
+from runner.worker import process
 
 log = logging.getLogger(__name__)
 ERROR_DETAIL_CHARS = 2000

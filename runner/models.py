@@ -1,4 +1,90 @@
 from django.db import models
+from django.utils import timezone
+
+
+class QueueStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    IN_PROGRESS = "in_progress", "In progress"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+
+
+class QueueItemQuerySet(models.QuerySet):
+    """The worker's side of a queue (task passes and chat replies alike). Only the worker
+    changes an item's status after the claim; every change is one UPDATE guarded by the
+    status it expects, so a claim or a finish never races another writer."""
+
+    def queued(self):
+        return self.filter(status=QueueStatus.QUEUED)
+
+    def running(self):
+        return self.filter(status=QueueStatus.IN_PROGRESS)
+
+    def finished(self):
+        return self.filter(status__in=[QueueStatus.COMPLETED, QueueStatus.FAILED])
+
+    def claim(self, item_id: str) -> bool:
+        """queued → in_progress in one statement; False if another claim (or a cancel) won."""
+        return bool(
+            self.filter(id=item_id, status=QueueStatus.QUEUED).update(
+                status=QueueStatus.IN_PROGRESS, updated_at=timezone.now()
+            )
+        )
+
+    def finish(self, item_id: str, status: str) -> None:
+        """in_progress → completed/failed, forgetting the process (it has ended)."""
+        self.filter(id=item_id, status=QueueStatus.IN_PROGRESS).update(
+            status=status, pid=None, pgid=None, updated_at=timezone.now()
+        )
+
+    def record_process(self, item_id: str, *, pid: int, pgid: int, started_at: float) -> None:
+        """The CLI that runs this item, so a restarted worker can kill it if we die."""
+        self.filter(id=item_id).update(pid=pid, pgid=pgid, process_started_at=started_at)
+
+    def requeue(self, item_id: str, *, stopped: bool) -> None:
+        """After a crash: an interrupted item runs again, unless it was stopped (then failed)."""
+        status = QueueStatus.FAILED if stopped else QueueStatus.QUEUED
+        self.filter(id=item_id).update(
+            status=status, pid=None, pgid=None, updated_at=timezone.now()
+        )
+
+    def prune_finished(self, *, before) -> int:
+        """Housekeeping: finished items last changed before `before` go; returns how many."""
+        return self.finished().filter(updated_at__lt=before).delete()[0]
+
+    def unstopped(self):
+        """Running items nobody asked to stop."""
+        return self.filter(status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True)
+
+    def wanted(self):
+        """Running items whose run is still wanted (a kind may add conditions)."""
+        return self.unstopped()
+
+    def still_wanted(self, item_ids) -> set[str]:
+        """Of these running items, the ones still wanted (and that still exist)."""
+        return set(self.wanted().filter(id__in=list(item_ids)).values_list("id", flat=True))
+
+
+class QueueItem(models.Model):
+    """What task queue items and chat queue items share: one run the worker claims, may be
+    asked to stop, and records the process of (DESIGN "One run pipeline")."""
+
+    status = models.CharField(
+        max_length=12, choices=QueueStatus.choices, default=QueueStatus.QUEUED
+    )
+    # Set by the server to ask the worker to stop this run (cancel, move, delete).
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # The running CLI, so a restarted worker can kill survivors of a crashed one.
+    pid = models.IntegerField(null=True, blank=True)
+    pgid = models.IntegerField(null=True, blank=True)
+    process_started_at = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = QueueItemQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
 
 
 class CliHealthStatus(models.TextChoices):

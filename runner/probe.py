@@ -6,10 +6,10 @@ checks (runner.health, stored in CliHealth) go further and send a real prompt.""
 
 from dataclasses import dataclass
 
-from runner import process
 from runner.clis.base import Command
 from runner.execution import cli_env, resolve_binary
 from runner.files import private_dir, temp_dir
+from runner.worker import process
 
 VERSION_TIMEOUT = 5.0
 NO_SETTINGS = {"binary_path": "", "env": {}}

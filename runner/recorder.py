@@ -11,14 +11,17 @@ import logging
 import threading
 import time
 
-from django.db import transaction
 from django.utils import timezone
 
-from core import events
-from core.ids import new_id
 from runner.clis import cli_for
-from runner.models import AgentRun, RunStatus, TraceEvent
-from runner.services import cli_health_run_succeeded
+from runner.models import RunStatus, TraceEvent
+from runner.services import (
+    agent_run_finish,
+    agent_run_progress,
+    agent_run_stalled,
+    agent_run_start,
+    cli_health_run_succeeded,
+)
 from runner.streams import Delta, Trace, Usage, UserTerms, parse_line
 
 log = logging.getLogger(__name__)
@@ -62,17 +65,14 @@ class RunRecorder:
             "chat_id": chat_id,
             "agent_name": agent_name,
         }
-        with transaction.atomic():
-            self.run = AgentRun.objects.create(
-                id=new_id(),
-                workspace_id=workspace_id,
-                task_id=task_id,
-                chat_id=chat_id,
-                agent_id=agent_id,
-                agent_name=agent_name,
-                cli_type=cli_type,
-                started_at=timezone.now(),
-            )
+        self.run = agent_run_start(
+            cli_type=cli_type,
+            workspace_id=workspace_id,
+            agent_id=agent_id,
+            agent_name=agent_name,
+            task_id=task_id,
+            chat_id=chat_id,
+        )
 
     def use_working_directory(self, cwd) -> None:
         """Where the CLI runs: its paths are shown relative to it."""
@@ -177,13 +177,12 @@ class RunRecorder:
         rows, deltas = self._collect(final=False)
         if not rows and not deltas:
             return
-        with transaction.atomic():
-            if rows:
-                TraceEvent.objects.bulk_create(rows)
-            AgentRun.objects.filter(id=self.run.id).update(
-                last_output_at=timezone.now(), **self._progress()
-            )
-            events.publish("run.trace", self._payload(rows, deltas))
+        agent_run_progress(
+            run_id=self.run.id,
+            traces=rows,
+            progress=self._progress(),
+            event=self._payload(rows, deltas),
+        )
 
     def _payload(self, rows: list, deltas: list[str]) -> dict:
         items = [
@@ -200,12 +199,8 @@ class RunRecorder:
         }
 
     def _stalled(self, silent: float) -> None:
-        with transaction.atomic():
-            AgentRun.objects.filter(id=self.run.id).update(stalled_at=timezone.now())
-            events.publish(
-                "run.stalled",
-                {**self.context, "run_id": self.run.id, "silent_seconds": int(silent)},
-            )
+        event = {**self.context, "run_id": self.run.id, "silent_seconds": int(silent)}
+        agent_run_stalled(run_id=self.run.id, event=event)
 
     def note(self, execution) -> None:
         """Remember how the CLI ended (the status is saved by finish())."""
@@ -219,25 +214,32 @@ class RunRecorder:
             self.status = RunStatus.COMPLETED
 
     def finish(self, *, status: str, exit_code: int | None) -> None:
-        """Save the last traces, usage and the final status in one transaction; the event
-        tells open timelines to collapse this run into its final, grouped form."""
-        if status == RunStatus.RUNNING:  # ended before the CLI ran (or by an exception)
-            status = RunStatus.FAILED
+        """Save the last traces, usage and the final status in one transaction; a completed
+        run clears its CLI's health mark."""
+        self.status, self.exit_code = status, exit_code
+        self.finish_writes()
+        if self.status == RunStatus.COMPLETED:  # the CLI answered: whatever a health check said
+            cli_health_run_succeeded(cli_type=self.run.cli_type)
+
+    def finish_writes(self) -> None:
+        """Inside the caller's transaction: the last traces, usage and the final status; the
+        event tells open timelines to collapse this run into its final, grouped form."""
+        if self.status == RunStatus.RUNNING:  # ended before the CLI ran (or by an exception)
+            self.status = RunStatus.FAILED
+        status, exit_code = self.status, self.exit_code
         try:
             rows, _deltas = self._collect(final=True)
         except Exception:
             log.exception("Could not parse the last traces", extra={"run_id": self.run.id})
             rows = []
-        now = timezone.now()
-        with transaction.atomic():
-            if rows:
-                TraceEvent.objects.bulk_create(rows)
-            AgentRun.objects.filter(id=self.run.id).update(
-                status=status, exit_code=exit_code, ended_at=now, **self._progress()
-            )
-            events.publish("run.trace", {**self._payload(rows, []), "status": status})
-        if status == RunStatus.COMPLETED:  # the CLI answered: whatever a health check said
-            cli_health_run_succeeded(cli_type=self.run.cli_type)
+        agent_run_finish(
+            run_id=self.run.id,
+            traces=rows,
+            status=status,
+            exit_code=exit_code,
+            progress=self._progress(),
+            event={**self._payload(rows, []), "status": status},
+        )
 
 
 def _knowledge_dir() -> str:
@@ -246,36 +248,12 @@ def _knowledge_dir() -> str:
     return str(knowledge_base_dir())
 
 
-def stall_limits(workspace) -> dict:
+def stall_limits(workspace, settings: dict | None = None) -> dict:
+    """The silence limits of a run in `workspace` (`settings`: already read, else read now)."""
     from core.settings_store import settings_get
 
+    settings = settings or settings_get()
     return {
-        "stall_warn_seconds": float(settings_get()["stall_warning_minutes"]) * 60,
+        "stall_warn_seconds": float(settings["stall_warning_minutes"]) * 60,
         "stall_kill_seconds": float(workspace.stall_kill_minutes or 0) * 60,
     }
-
-
-def close_interrupted_runs() -> int:
-    """At worker start: runs a dead worker left open are closed as interrupted, and open pages
-    are told (the same final event as a normal end), so no timeline keeps showing "Working"."""
-    with transaction.atomic():
-        runs = list(AgentRun.objects.filter(status=RunStatus.RUNNING))
-        AgentRun.objects.filter(id__in=[run.id for run in runs]).update(
-            status=RunStatus.INTERRUPTED, ended_at=timezone.now()
-        )
-        for run in runs:
-            events.publish(
-                "run.trace",
-                {
-                    "workspace_id": run.workspace_id,
-                    "task_id": run.task_id,
-                    "chat_id": run.chat_id,
-                    "agent_name": run.agent_name,
-                    "run_id": run.id,
-                    "status": RunStatus.INTERRUPTED,
-                    "items": [],
-                    "text_delta": "",
-                    "current_action": "",
-                },
-            )
-    return len(runs)

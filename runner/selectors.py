@@ -28,6 +28,12 @@ def cli_health_all() -> list[dict]:
     return result
 
 
+def cli_health_marked() -> set[str]:
+    """CLIs a health check marked unhealthy or slow (a successful run clears the mark)."""
+    marked = [CliHealthStatus.UNHEALTHY, CliHealthStatus.SLOW]
+    return set(CliHealth.objects.filter(status__in=marked).values_list("cli_type", flat=True))
+
+
 def cli_available(cli_type: str) -> bool:
     row = CliHealth.objects.filter(cli_type=cli_type).first()
     return row is None or row.is_available

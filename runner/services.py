@@ -3,9 +3,10 @@ from django.utils import timezone
 
 from agents.models import CliType
 from core import events
+from core.ids import new_id
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
-from runner.models import CliHealth, CliHealthStatus
+from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
 
 
 def cli_health_check_request(*, cli_types) -> None:
@@ -50,3 +51,78 @@ def settings_save(*, changes: dict) -> dict:
         if isinstance(clis, dict) and clis:
             cli_health_check_request(cli_types=list(clis))
     return public
+
+
+# agent runs (written by the worker's run recorder) ------------------------------------------
+
+
+def agent_run_start(
+    *, cli_type: str, workspace_id: str, agent_id, agent_name: str, task_id=None, chat_id=None
+) -> AgentRun:
+    """A run begins: one INSERT, in the caller's transaction (the run step's start)."""
+    return AgentRun.objects.create(
+        id=new_id(),
+        workspace_id=workspace_id,
+        task_id=task_id,
+        chat_id=chat_id,
+        agent_id=agent_id,
+        agent_name=agent_name,
+        cli_type=cli_type,
+        started_at=timezone.now(),
+    )
+
+
+def agent_run_progress(*, run_id: str, traces: list, progress: dict, event: dict) -> None:
+    """Live activity of a running run: new trace rows, its totals and one `run.trace`."""
+    with transaction.atomic():
+        if traces:
+            TraceEvent.objects.bulk_create(traces)
+        AgentRun.objects.filter(id=run_id).update(last_output_at=timezone.now(), **progress)
+        events.publish("run.trace", event)
+
+
+def agent_run_stalled(*, run_id: str, event: dict) -> None:
+    with transaction.atomic():
+        AgentRun.objects.filter(id=run_id).update(stalled_at=timezone.now())
+        events.publish("run.stalled", event)
+
+
+def agent_run_finish(
+    *, run_id: str, traces: list, status: str, exit_code, progress: dict, event: dict
+) -> None:
+    """The run's last traces, totals and final status; the event tells open timelines to
+    collapse it into its final, grouped form. Part of the caller's transaction when there is
+    one (the run step's finish), without a savepoint."""
+    with transaction.atomic(savepoint=False):
+        if traces:
+            TraceEvent.objects.bulk_create(traces)
+        AgentRun.objects.filter(id=run_id).update(
+            status=status, exit_code=exit_code, ended_at=timezone.now(), **progress
+        )
+        events.publish("run.trace", event)
+
+
+def agent_runs_close_interrupted() -> int:
+    """At worker start: runs a dead worker left open are closed as interrupted, and open pages
+    are told (the same final event as a normal end), so no timeline keeps showing "Working"."""
+    with transaction.atomic():
+        runs = list(AgentRun.objects.filter(status=RunStatus.RUNNING))
+        AgentRun.objects.filter(id__in=[run.id for run in runs]).update(
+            status=RunStatus.INTERRUPTED, ended_at=timezone.now()
+        )
+        for run in runs:
+            events.publish(
+                "run.trace",
+                {
+                    "workspace_id": run.workspace_id,
+                    "task_id": run.task_id,
+                    "chat_id": run.chat_id,
+                    "agent_name": run.agent_name,
+                    "run_id": run.id,
+                    "status": RunStatus.INTERRUPTED,
+                    "items": [],
+                    "text_delta": "",
+                    "current_action": "",
+                },
+            )
+    return len(runs)

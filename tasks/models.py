@@ -4,6 +4,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.fields import choices_check, id_field
+from runner.models import QueueItem, QueueItemQuerySet, QueueStatus
 
 
 class TaskStatus(models.TextChoices):
@@ -30,13 +31,6 @@ class CommentKind(models.TextChoices):
     AGENT = "agent", "Agent"
     SYSTEM = "system", "System"
     ERROR = "error", "Error"
-
-
-class QueueStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    IN_PROGRESS = "in_progress", "In progress"
-    COMPLETED = "completed", "Completed"
-    FAILED = "failed", "Failed"
 
 
 class TaskQuerySet(models.QuerySet):
@@ -151,35 +145,20 @@ class TaskLog(models.Model):
         return self.event_type
 
 
-class TaskQueueQuerySet(models.QuerySet):
-    def queued(self):
-        return self.filter(status=QueueStatus.QUEUED)
-
-    def running(self):
-        return self.filter(status=QueueStatus.IN_PROGRESS)
-
-    def finished(self):
-        return self.filter(status__in=[QueueStatus.COMPLETED, QueueStatus.FAILED])
+class TaskQueueQuerySet(QueueItemQuerySet):
+    def wanted(self):
+        """A pass is also unwanted once its task left Todo/In Progress. (Right after a claim
+        the task is still Todo for a moment, so Todo counts as wanted.)"""
+        return self.unstopped().filter(task__status__in=RUNNABLE_STATUSES)
 
 
-class TaskQueueItem(models.Model):
+class TaskQueueItem(QueueItem):
     id = id_field()
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="queue_items")
     workspace = models.ForeignKey(
         "workspaces.Workspace", on_delete=models.CASCADE, related_name="+"
     )
-    status = models.CharField(
-        max_length=12, choices=QueueStatus.choices, default=QueueStatus.QUEUED
-    )
     is_priority = models.BooleanField(default=False)
-    # Set by the server to ask the worker to stop this run (cancel, move, delete).
-    stop_requested_at = models.DateTimeField(null=True, blank=True)
-    # The running CLI, so a restarted worker can kill survivors of a crashed one.
-    pid = models.IntegerField(null=True, blank=True)
-    pgid = models.IntegerField(null=True, blank=True)
-    process_started_at = models.FloatField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
 
     objects = TaskQueueQuerySet.as_manager()
 

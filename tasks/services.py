@@ -141,9 +141,9 @@ def _move(task: Task, status: str, actor: Actor) -> None:
     """The write of a status move that task_status_set allowed (or a service decided)."""
     old = task.status
     now = timezone.now()
-    with transaction.atomic():
-        task.status = status
-        Task.objects.filter(id=task.id).update(status=status)
+    with transaction.atomic(savepoint=False):  # validated above: nothing to roll back alone
+        task.status, task.updated_at = status, now
+        Task.objects.filter(id=task.id).update(status=status, updated_at=now)  # one UPDATE
         if status not in RUNNABLE_STATUSES and task.is_priority:
             _set_priority(task, False)
         if old == TaskStatus.IN_PROGRESS and actor.type != "system":
@@ -159,7 +159,7 @@ def _move(task: Task, status: str, actor: Actor) -> None:
             actor=actor,
             metadata={"old_status": old, "new_status": status},
         )
-        _touch(task, now)
+        workspace_touch(task.workspace_id, now=now)
         events.publish(
             "task.status_changed",
             task_payload(task, old_status=old, new_status=status, actor_type=actor.type),
@@ -228,7 +228,7 @@ def comment_create(
     if kind != actor.type and not (kind == CommentKind.ERROR and actor.type == "system"):
         raise ValidationFailed(f"A {actor.type} comment cannot be of kind {kind!r}", field="kind")
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # validated above: nothing to roll back alone
         comment = TaskComment.objects.create(
             task=task,
             workspace_id=task.workspace_id,
@@ -269,7 +269,7 @@ def task_run_failed(*, task: Task, message: str, agent_name: str | None = None) 
     try, the error comment (which queues that retry) and `task.error_occurred`. Returns the
     streak. The caller holds the transaction that also finishes the run's queue item."""
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         failures = (
             Task.objects.filter(id=task.id).values_list("failure_streak", flat=True).first() or 0
         ) + 1
@@ -295,8 +295,10 @@ def task_run_failed(*, task: Task, message: str, agent_name: str | None = None) 
 
 def task_run_succeeded(*, task: Task) -> None:
     """A run of the task succeeded: its failure streak (and the error state shown on its card)
-    ends."""
-    with transaction.atomic():
+    ends. `task` is read in the caller's transaction: a task without a streak costs no write."""
+    if not task.failure_streak and task.retry_not_before is None:
+        return
+    with transaction.atomic(savepoint=False):
         cleared = (
             Task.objects.filter(id=task.id)
             .filter(Q(failure_streak__gt=0) | Q(retry_not_before__isnull=False))

@@ -11,8 +11,8 @@ from runner import health
 from runner.clis import CLIS, cli_for
 from runner.clis.base import HEALTH_PROMPT, Cli, Command, Invocation, StdoutResult
 from runner.execution import interpret
-from runner.process import ProcessResult
 from runner.schemas import task_schema
+from runner.worker.process import ProcessResult
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = next(

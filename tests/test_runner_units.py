@@ -8,15 +8,14 @@ import pytest
 from django.utils import timezone
 
 from core.actors import USER
-from runner import pickup
 from runner.clis import CLIS, cli_for
 from runner.clis.base import Invocation, stderr_message
 from runner.execution import interpret
-from runner.process import ProcessResult
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
-from runner.task_loop import retry_delay
+from runner.worker import pickup
+from runner.worker.process import ProcessResult
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
-from tasks.services import task_create, task_prioritize_toggle
+from tasks.services import retry_delay, task_create, task_prioritize_toggle
 
 
 def walk_objects(schema):
@@ -301,7 +300,7 @@ def test_claim_is_atomic(workspace):
 
 
 def test_the_input_file_carries_repeated_errors_once(workspace, agents):
-    from runner.task_loop import _input_text
+    from runner.worker.pipeline import task_input_text as _input_text
     from tasks.services import comment_create, task_run_failed
 
     task = task_create(workspace=workspace, summary="Broken")

@@ -201,7 +201,7 @@ def test_usage_filters(value, tokens, usd):
 
 
 def test_interrupted_runs_are_closed_with_an_event(db, workspace, task):
-    from runner.recorder import close_interrupted_runs
+    from runner.services import agent_runs_close_interrupted as close_interrupted_runs
 
     live = _run(workspace, task, status="running")
     done = _run(workspace, task)

@@ -5,7 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from core.config import ensure_data_dir
-from runner.worker import AlreadyRunning, Worker
+from runner.worker.loop import AlreadyRunning, Worker
 
 
 class Command(BaseCommand):

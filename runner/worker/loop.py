@@ -1,9 +1,10 @@
-"""The worker process: task runner, stop watcher, startup recovery and scheduled jobs.
+"""The worker process: task runner, chat replies, stop watcher, startup recovery and jobs.
 
 One thread per busy workspace runs that workspace's tasks one at a time; any number of
-workspaces run in parallel. The main loop sleeps on a Unix socket the server pokes after each
-commit (new work starts in milliseconds) with the poll interval as the fallback, and checks the
-running items every 100 ms for stop requests.
+workspaces run in parallel; every chat reply gets a thread of its own. Every running run (a
+task pass or a chat reply) is in one map, watched by one stop watcher. The main loop sleeps on
+a Unix socket the server pokes after each commit (new work starts in milliseconds) with the
+poll interval as the fallback, and checks the running items every 100 ms for stop requests.
 """
 
 import contextlib
@@ -18,16 +19,17 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 
 from chats.models import ChatQueueItem
 from core.first_launch import seed_sample_workspace_if_first_launch
 from core.wake import socket_path
-from runner import chat_processor, health, jobs, pickup, task_loop
+from runner import health
 from runner.models import CliHealth
-from runner.process import kill_tree
-from runner.recorder import close_interrupted_runs
-from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
+from runner.services import agent_runs_close_interrupted
+from runner.worker import jobs, pickup
+from runner.worker.pipeline import ChatReply, TaskPass
+from runner.worker.process import kill_tree
+from tasks.models import QueueStatus, TaskQueueItem
 
 log = logging.getLogger(__name__)
 STOP_WATCH_SECONDS = 0.1
@@ -63,19 +65,6 @@ def acquire_lock():
     return handle
 
 
-def worker_running() -> bool:
-    """For the server: is a worker holding the lock right now?"""
-    try:
-        with open(lock_path(), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return False
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-
-
 def _bind_wake_socket() -> socket.socket | None:
     path = socket_path()
     with contextlib.suppress(FileNotFoundError):
@@ -93,7 +82,7 @@ def _bind_wake_socket() -> socket.socket | None:
 
 def recover() -> int:
     """Kill CLIs a crashed worker left behind, then re-queue what was in progress."""
-    close_interrupted_runs()
+    agent_runs_close_interrupted()
     recovered = 0
     for model in (TaskQueueItem, ChatQueueItem):
         for item in model.objects.filter(status=QueueStatus.IN_PROGRESS):
@@ -107,24 +96,16 @@ def recover() -> int:
 
 def _requeue(model, item) -> int:
     """An interrupted item runs again, unless the user stopped it or a newer one is queued."""
-    now = timezone.now()
-    fields = {"pid": None, "pgid": None, "updated_at": now}
     superseded = model is TaskQueueItem and (
         TaskQueueItem.objects.queued().filter(task_id=item.task_id).exists()
     )
-    if item.stop_requested_at is not None or superseded:
-        model.objects.filter(id=item.id).update(status=QueueStatus.FAILED, **fields)
-    else:
-        model.objects.filter(id=item.id).update(status=QueueStatus.QUEUED, **fields)
+    model.objects.requeue(item.id, stopped=item.stop_requested_at is not None or superseded)
     return 1
 
 
-def _signal_unwanted(running: dict[str, threading.Event], still_wanted: set[str]) -> None:
-    """Set the stop event of every running item that is no longer wanted."""
-    for item_id, stop in running.items():
-        if item_id not in still_wanted and not stop.is_set():
-            log.info("Stopping a run", extra={"item": item_id})
-            stop.set()
+# A run's kind → its queue and the pipeline owner that runs one of its items.
+QUEUES = {"task": TaskQueueItem, "chat": ChatQueueItem}
+OWNERS = {"task": TaskPass, "chat": ChatReply}
 
 
 class Worker:
@@ -133,8 +114,7 @@ class Worker:
         self.shutdown = threading.Event()
         self.lock = threading.Lock()
         self.workspaces: dict[str, threading.Thread] = {}
-        self.runs: dict[str, threading.Event] = {}  # task queue item id → stop event
-        self.chat_runs: dict[str, threading.Event] = {}  # chat queue item id → stop event
+        self.runs: dict[tuple[str, str], threading.Event] = {}  # (kind, item id) → stop event
         self.chat_threads: set[threading.Thread] = set()
         self.sock: socket.socket | None = None
         self.kick_r, self.kick_w = os.pipe()
@@ -160,7 +140,7 @@ class Worker:
         """Stop picking up, kill every running CLI, give threads a moment, then return."""
         self.shutdown.set()
         with self.lock:
-            stops = list(self.runs.values()) + list(self.chat_runs.values())
+            stops = list(self.runs.values())
             threads = list(self.workspaces.values()) + list(self.chat_threads)
         for stop in stops:
             stop.set()
@@ -187,7 +167,6 @@ class Worker:
             return
         try:
             self.watch_stops()
-            self.watch_chat_stops()
             self.spawn_workspaces()
             self.spawn_chats()
             self.run_jobs()
@@ -198,7 +177,7 @@ class Worker:
 
     def _wait_for_wake(self) -> None:
         with self.lock:
-            busy = bool(self.runs or self.chat_runs)
+            busy = bool(self.runs)
         timeout = STOP_WATCH_SECONDS if busy else self.poll_interval
         sources = [self.kick_r] + ([self.sock] if self.sock else [])
         ready, _, _ = select.select(sources, [], [], timeout)
@@ -215,23 +194,20 @@ class Worker:
             os.write(self.kick_w, b"k")
 
     def watch_stops(self) -> None:
-        """Signal runs whose item was stopped or deleted, or whose task left Todo/In Progress.
-
-        (Right after a claim the task is still Todo for a moment, so Todo counts as wanted.)
-        """
+        """Signal every run (task pass or chat reply) whose item was stopped or deleted, or
+        whose task left Todo/In Progress: one query per kind that runs."""
         with self.lock:
             running = dict(self.runs)
-        if not running:
-            return
-        still_wanted = set(
-            TaskQueueItem.objects.filter(
-                id__in=running,
-                status=QueueStatus.IN_PROGRESS,
-                stop_requested_at__isnull=True,
-                task__status__in=RUNNABLE_STATUSES,
-            ).values_list("id", flat=True)
-        )
-        _signal_unwanted(running, still_wanted)
+        for kind, queue in QUEUES.items():
+            ids = [item_id for run_kind, item_id in running if run_kind == kind]
+            if not ids:
+                continue
+            wanted = queue.objects.still_wanted(ids)
+            for item_id in ids:
+                stop = running[(kind, item_id)]
+                if item_id not in wanted and not stop.is_set():
+                    log.info("Stopping a run", extra={"item": item_id})
+                    stop.set()
 
     def spawn_workspaces(self) -> None:
         waiting = pickup.workspaces_with_work()
@@ -253,7 +229,7 @@ class Worker:
                 item = pickup.claim_next(workspace_id)
                 if item is None:
                     break
-                self._run_item(item)
+                self._run("task", item, self._register("task", item))
         except Exception:
             log.exception("Workspace runner failed", extra={"workspace_id": workspace_id})
         finally:
@@ -262,64 +238,47 @@ class Worker:
             connection.close()
             self.kick()  # new work may have arrived while this thread was finishing
 
-    def _run_item(self, item) -> None:
-        stop = threading.Event()
-        with self.lock:
-            self.runs[item.id] = stop
-        try:
-            task_loop.run_pass(item, stop=stop, shutdown=self.shutdown)
-        except Exception:
-            log.exception("Task pass failed unexpectedly", extra={"item": item.id})
-            if not self.shutdown.is_set():
-                TaskQueueItem.objects.filter(id=item.id, status=QueueStatus.IN_PROGRESS).update(
-                    status=QueueStatus.FAILED, updated_at=timezone.now()
-                )
-        finally:
-            with self.lock:
-                self.runs.pop(item.id, None)
-
-    def watch_chat_stops(self) -> None:
-        """Signal chat runs that were cancelled or whose chat was deleted."""
-        with self.lock:
-            running = dict(self.chat_runs)
-        if not running:
-            return
-        still_wanted = set(
-            ChatQueueItem.objects.filter(
-                id__in=running, status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
-            ).values_list("id", flat=True)
-        )
-        _signal_unwanted(running, still_wanted)
-
     def spawn_chats(self) -> None:
         """Every queued chat message gets its own thread: chats never wait for each other."""
-        if not chat_processor.has_queued():
+        if not pickup.chats_queued():
             return
-        while not self.shutdown.is_set() and (item := chat_processor.claim_next()):
-            stop = threading.Event()
+        while not self.shutdown.is_set() and (item := pickup.claim_next_chat()):
             thread = threading.Thread(
-                target=self._chat_thread, args=(item, stop), name=f"malamar-chat-{item.id}"
+                target=self._chat_thread,
+                args=(item, self._register("chat", item)),
+                name=f"malamar-chat-{item.id}",
+                daemon=True,
             )
-            thread.daemon = True
             with self.lock:
-                self.chat_runs[item.id] = stop
                 self.chat_threads.add(thread)
             thread.start()
 
     def _chat_thread(self, item, stop: threading.Event) -> None:
         try:
-            chat_processor.process_item(item, stop=stop, shutdown=self.shutdown)
-        except Exception:
-            log.exception("Chat processing failed unexpectedly", extra={"item": item.id})
-            if not self.shutdown.is_set():
-                ChatQueueItem.objects.filter(id=item.id, status=QueueStatus.IN_PROGRESS).update(
-                    status=QueueStatus.FAILED, updated_at=timezone.now()
-                )
+            self._run("chat", item, stop)
         finally:
             with self.lock:
-                self.chat_runs.pop(item.id, None)
                 self.chat_threads.discard(threading.current_thread())
             connection.close()
+
+    def _register(self, kind: str, item) -> threading.Event:
+        """A claimed item enters the map of running runs (so stop() and the watcher see it)."""
+        stop = threading.Event()
+        with self.lock:
+            self.runs[(kind, item.id)] = stop
+        return stop
+
+    def _run(self, kind: str, item, stop: threading.Event) -> None:
+        """Run one claimed item through the pipeline; it leaves the map when done."""
+        try:
+            OWNERS[kind](item, stop=stop, shutdown=self.shutdown).run()
+        except Exception:
+            log.exception("Run failed unexpectedly", extra={"item": item.id, "kind": kind})
+            if not self.shutdown.is_set():
+                QUEUES[kind].objects.finish(item.id, QueueStatus.FAILED)
+        finally:
+            with self.lock:
+                self.runs.pop((kind, item.id), None)
 
     def run_jobs(self) -> None:
         now = time.monotonic()

@@ -1,4 +1,4 @@
-"""Which task a workspace runs next, and the atomic claim of its queue item.
+"""Which task a workspace runs next and which chat answers next, and the atomic claims.
 
 Order (spec "Queue Pickup Algorithm"): only Todo / In Progress tasks; a prioritised item; else the
 task with the most recently completed/failed item (finish what you started); else the most
@@ -8,6 +8,7 @@ recently updated item (LIFO, so a comment bumps a task). Tasks in error back-off
 from django.db.models import Q
 from django.utils import timezone
 
+from chats.models import ChatQueueItem
 from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
 
 
@@ -48,10 +49,20 @@ def claim_next(workspace_id: str) -> TaskQueueItem | None:
         item = next_item(workspace_id)
         if item is None:
             return None
-        claimed = TaskQueueItem.objects.filter(id=item.id, status=QueueStatus.QUEUED).update(
-            status=QueueStatus.IN_PROGRESS, updated_at=timezone.now()
-        )
-        if claimed:
+        if TaskQueueItem.objects.claim(item.id):
+            item.status = QueueStatus.IN_PROGRESS
+            return item
+    return None
+
+
+def chats_queued() -> bool:
+    return ChatQueueItem.objects.queued().exists()
+
+
+def claim_next_chat() -> ChatQueueItem | None:
+    """The oldest queued chat item, claimed (queued → in_progress)."""
+    for item in ChatQueueItem.objects.queued().order_by("created_at")[:20]:
+        if ChatQueueItem.objects.claim(item.id):
             item.status = QueueStatus.IN_PROGRESS
             return item
     return None

@@ -7,13 +7,12 @@ from django.utils import timezone
 
 from chats.models import ChatQueueItem
 from core.models import OutboxEvent
-from tasks.models import QueueStatus, TaskQueueItem
+from tasks.models import TaskQueueItem
 from tasks.services import tasks_delete_expired
 
 log = logging.getLogger(__name__)
 KEEP_FINISHED_ITEMS = timedelta(days=7)
 KEEP_EVENTS = timedelta(days=7)
-FINISHED = (QueueStatus.COMPLETED, QueueStatus.FAILED)
 
 
 def cleanup(*, now=None) -> dict:
@@ -22,12 +21,8 @@ def cleanup(*, now=None) -> dict:
 
     cutoff = now - KEEP_FINISHED_ITEMS
     counts = {
-        "task_queue_items": TaskQueueItem.objects.filter(
-            status__in=FINISHED, updated_at__lt=cutoff
-        ).delete()[0],
-        "chat_queue_items": ChatQueueItem.objects.filter(
-            status__in=FINISHED, updated_at__lt=cutoff
-        ).delete()[0],
+        "task_queue_items": TaskQueueItem.objects.prune_finished(before=cutoff),
+        "chat_queue_items": ChatQueueItem.objects.prune_finished(before=cutoff),
         "done_tasks": tasks_delete_expired(now=now),
         "outbox_events": OutboxEvent.objects.filter(created_at__lt=now - KEEP_EVENTS).delete()[0],
         "stream_events": Event.objects.filter(created__lt=now - KEEP_EVENTS, eid__gt=0).delete()[0],

@@ -1,0 +1,186 @@
+"""The run pipeline in-process: one task pass through four agents with the fake CLI, counting
+the statements the worker sends per agent step (DESIGN "One run pipeline": a lean step)."""
+
+import collections
+import os
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from agents.services import agent_create
+from chats.models import ChatQueueItem
+from chats.services import chat_start
+from core import events
+from core.models import OutboxEvent
+from runner.recorder import RunRecorder
+from runner.worker.pipeline import ChatReply, TaskPass
+from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
+from tasks.services import task_create
+from tests.stack import FAKES_BIN
+from workspaces.services import workspace_create
+
+AGENTS = 4
+# Statements per step, the pass's own share included (COMMIT is not counted: it does not go
+# through execute; nor are live trace flushes, which depend on timing). Before the redesign:
+# 46 (incl. 6 savepoint pairs); now about 23.
+# Per step: agents (mid-pass edits apply), start transaction (wanted check, log, workspace touch,
+# run, outbox), input reads (comments, logs), CLI settings, the process record, finish
+# transaction (traces, run, wanted check, log, outbox in one insert).
+MAX_STATEMENTS_PER_STEP = 25
+
+
+class StatementCounter:
+    """Counts what this thread's connection sends, by kind (SELECT, INSERT, SAVEPOINT, ...)."""
+
+    def __init__(self):
+        self.kinds = collections.Counter()
+        self.thread = threading.get_ident()
+        self.paused = False
+
+    def __call__(self, execute, sql, params, many, context):
+        if threading.get_ident() == self.thread and not self.paused:
+            self.kinds[sql.split(None, 1)[0].upper()] += 1
+        return execute(sql, params, many, context)
+
+    def leave_out_live_flushes(self, monkeypatch):
+        """Live trace flushes while the CLI runs depend on its timing (at most ~4 a second):
+        not counted, so the count is the same on a fast and a slow machine."""
+        flush = RunRecorder.flush
+
+        def uncounted(recorder):
+            self.paused = True
+            try:
+                flush(recorder)
+            finally:
+                self.paused = False
+
+        monkeypatch.setattr(RunRecorder, "flush", uncounted)
+
+    @property
+    def total(self) -> int:
+        return sum(self.kinds.values())
+
+
+@pytest.fixture
+def fake_clis(monkeypatch):
+    monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
+
+
+def _run_pass(item):
+    TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_pass_step_stays_within_its_statement_budget(fake_clis, capsys, monkeypatch):
+    workspace = workspace_create(title="Bench")
+    for n in range(AGENTS):
+        agent_create(workspace=workspace, name=f"Agent {n}", instruction="Skip.", cli_type="claude")
+    task = task_create(workspace=workspace, summary="Count statements")
+    item = TaskQueueItem.objects.queued().get(task=task)
+    assert TaskQueueItem.objects.claim(item.id)
+
+    counter = StatementCounter()
+    with connection.execute_wrapper(counter):
+        _run_pass(item)
+
+    per_step = counter.total / AGENTS
+    with capsys.disabled():
+        print(f"\nstatements per step: {per_step:.1f} ({dict(counter.kinds)} over {AGENTS} steps)")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.IN_REVIEW  # every agent skipped: the pass ends in review
+    assert TaskQueueItem.objects.get(id=item.id).status == QueueStatus.COMPLETED
+    assert task.runs.filter(status="completed").count() == AGENTS
+    assert counter.kinds["SAVEPOINT"] == 0
+    assert per_step <= MAX_STATEMENTS_PER_STEP
+    assert Task.objects.filter(id=task.id).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chat_reply_is_one_step_without_savepoints(fake_clis, capsys, monkeypatch):
+    workspace = workspace_create(title="Chat bench")
+    chat = chat_start(workspace=workspace, message="Hello")
+    item = ChatQueueItem.objects.queued().get(chat=chat)
+    assert ChatQueueItem.objects.claim(item.id)
+
+    counter = StatementCounter()
+    counter.leave_out_live_flushes(monkeypatch)
+    with connection.execute_wrapper(counter):
+        ChatReply(item, stop=threading.Event(), shutdown=threading.Event()).run()
+
+    with capsys.disabled():
+        print(f"\nstatements per chat reply: {counter.total} ({dict(counter.kinds)})")
+    assert counter.kinds["BEGIN"] == 2  # start; finish with chat.processing_finished
+    assert ChatQueueItem.objects.get(id=item.id).status == QueueStatus.COMPLETED
+    reply = chat.messages.get(role="agent")
+    assert (reply.message, reply.agent_name) == ("OK", "Malamar")
+    finished = OutboxEvent.objects.filter(type="chat.processing_finished").get()
+    assert finished.payload["outcome"] == "replied"
+    assert counter.kinds["SAVEPOINT"] == 0
+
+
+def test_batched_events_go_out_in_one_insert_in_publishing_order(db):
+    counter = StatementCounter()
+    with connection.execute_wrapper(counter), events.batched():
+        events.publish("task.updated", {"n": 1})
+        with events.batched():  # a nested block joins the outer one
+            events.publish("task.updated", {"n": 2})
+        assert not OutboxEvent.objects.exists(), "nothing is inserted before the block ends"
+    assert counter.kinds == {"SELECT": 1, "INSERT": 1}
+    assert [e.payload["n"] for e in OutboxEvent.objects.order_by("id")] == [1, 2]
+
+
+def test_a_failed_batch_publishes_nothing(db):
+    with pytest.raises(RuntimeError), events.batched():
+        events.publish("task.updated", {"n": 1})
+        raise RuntimeError
+    events.publish("task.updated", {"n": 2})  # and the next publish is not batched any more
+    assert [e.payload["n"] for e in OutboxEvent.objects.all()] == [2]
+
+
+def test_cleanup_prunes_old_finished_queue_items_of_both_kinds(workspace):
+    from runner.worker import jobs
+
+    old = timezone.now() - timedelta(days=8)
+    task = task_create(workspace=workspace, summary="Old")
+    done = TaskQueueItem.objects.get(task=task)
+    TaskQueueItem.objects.filter(id=done.id).update(status=QueueStatus.COMPLETED, updated_at=old)
+    queued = task_create(workspace=workspace, summary="Still queued")
+    chat = chat_start(workspace=workspace, message="Hi")
+    ChatQueueItem.objects.filter(chat=chat).update(status=QueueStatus.FAILED, updated_at=old)
+
+    counts = jobs.cleanup()
+
+    assert (counts["task_queue_items"], counts["chat_queue_items"]) == (1, 1)
+    assert list(TaskQueueItem.objects.values_list("task_id", flat=True)) == [queued.id]
+
+
+def test_one_stop_watcher_stops_task_passes_and_chat_replies(workspace):
+    from runner.worker.loop import Worker
+
+    worker = Worker(poll_interval=1)
+    tasks = [task_create(workspace=workspace, summary=name) for name in ("Kept", "Cancelled")]
+    items = [TaskQueueItem.objects.get(task=task) for task in tasks]
+    chats = [chat_start(workspace=workspace, message=text) for text in ("Kept", "Deleted")]
+    replies = [ChatQueueItem.objects.get(chat=chat) for chat in chats]
+    for item in items:
+        assert TaskQueueItem.objects.claim(item.id)
+    for reply in replies:
+        assert ChatQueueItem.objects.claim(reply.id)
+    stops = {
+        "task kept": worker._register("task", items[0]),
+        "task cancelled": worker._register("task", items[1]),
+        "chat kept": worker._register("chat", replies[0]),
+        "chat deleted": worker._register("chat", replies[1]),
+    }
+    TaskQueueItem.objects.filter(id=items[1].id).update(stop_requested_at=timezone.now())
+    chats[1].delete()
+
+    worker.watch_stops()
+
+    assert {name for name, stop in stops.items() if stop.is_set()} == {
+        "task cancelled",
+        "chat deleted",
+    }
