@@ -328,7 +328,7 @@ def test_limits_come_from_the_environment(monkeypatch):
     config = load()
     assert (config.max_json_bytes, config.max_upload_bytes) == (2048, 4096)
     monkeypatch.setenv("MALAMAR_MAX_JSON_BYTES", "ten")
-    with pytest.raises(ConfigError, match="max_json_bytes"):
+    with pytest.raises(ConfigError, match="MALAMAR_MAX_JSON_BYTES"):
         load()
     monkeypatch.delenv("MALAMAR_MAX_JSON_BYTES")
     monkeypatch.delenv("MALAMAR_MAX_UPLOAD_BYTES")
