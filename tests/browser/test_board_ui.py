@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import new_page
-from tests.live import django_script
+from tests.live import django_script, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -287,10 +287,15 @@ def test_a_very_long_summary_keeps_the_popup_actions_and_comment_box_in_reach(
         expect(dialog.get_by_role("button", name=name, exact=True)).to_be_in_viewport()
     expect(dialog.get_by_label("Add a comment")).to_be_in_viewport()
     expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
-    # The whole summary can still be read: its own box scrolls.
+    # The whole summary can still be read: its own box scrolls (asked until the popup has
+    # settled: a live refresh of the popup may swap the title in while we measure).
     title = dialog.locator("#task-dialog-title")
     expect(title).to_have_css("overflow-y", "auto")
-    assert title.evaluate("(el) => el.scrollHeight > el.clientHeight")
+    wait_until(
+        lambda: title.evaluate("(el) => el.scrollHeight > el.clientHeight"),
+        timeout=10,
+        what="the summary box to scroll",
+    )
     page.console_errors.check()
     page.context.close()
 
