@@ -36,9 +36,13 @@ CONCURRENCY = 2  # CLIs checked at the same time
 ANSWER_CHARS = 500
 
 
+# Set when the worker shuts down: a check's CLI is killed, never left running after we exit.
+_shutdown = threading.Event()
+
+
 def _run(command: Command, env: dict, timeout: float) -> process.ProcessResult:
     cwd = private_dir(temp_dir() / "malamar_health")
-    return process.run(command, cwd=str(cwd), env=env, timeout=timeout)
+    return process.run(command, cwd=str(cwd), env=env, timeout=timeout, stop=_shutdown)
 
 
 def _failure(cli: str, result: process.ProcessResult) -> str:
@@ -53,7 +57,7 @@ def _patient_run(cli: str, command: Command, env: dict, timeout: float) -> proce
     """Run a check command; once more if it times out. The limit counts from the CLI's own
     start, so waiting for a free slot in the round never counts against it."""
     result = _run(command, env, timeout)
-    if result.timed_out:
+    if result.timed_out and not _shutdown.is_set():
         log.info("CLI health check timed out; retrying once", extra={"cli": cli})
         result = _run(command, env, timeout)
     return result
@@ -140,6 +144,8 @@ def check_and_store(cli: str, *, full: bool) -> None:
     except Exception as exc:  # a health check must never take the worker down
         log.exception("CLI health check failed", extra={"cli": cli})
         outcome = {"status": CliHealthStatus.UNHEALTHY, "error": f"Health check error: {exc}"}
+    if _shutdown.is_set():  # its CLI was killed because the worker stops: no result to keep
+        return
     store(cli, outcome, started_at=started_at, full=full)
 
 
@@ -163,12 +169,20 @@ class HealthChecks:
             if self.running:
                 return
             self.running = True
-        threading.Thread(target=self._rounds, name="malamar-health", daemon=True).start()
+        self.thread = threading.Thread(target=self._rounds, name="malamar-health", daemon=True)
+        self.thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Kill the CLIs being checked and wait (up to `timeout`) for the round to end."""
+        _shutdown.set()
+        thread = getattr(self, "thread", None)
+        if thread is not None:
+            thread.join(timeout)
 
     def _rounds(self) -> None:
         while True:
             with self.lock:
-                if not self.pending:
+                if not self.pending or _shutdown.is_set():
                     self.running = False
                     return
                 jobs, self.pending = self.pending, {}

@@ -5,6 +5,7 @@ import os
 import threading
 import time
 
+import psutil
 import pytest
 from django.utils import timezone
 
@@ -17,7 +18,8 @@ from runner.models import CliHealth, CliHealthStatus, RunStatus
 from runner.recorder import RunRecorder
 from runner.selectors import cli_available
 from runner.services import cli_health_check_request
-from tests.stack import FAKES_BIN
+from tests.live import wait_until
+from tests.stack import FAKES_BIN, alive
 
 pytestmark = pytest.mark.django_db
 
@@ -188,3 +190,25 @@ def test_a_successful_run_clears_an_unhealthy_mark(task):
     assert health_events("claude") == [{"cli_type": "claude", "status": "healthy", "error": ""}]
     run(RunStatus.COMPLETED)  # already healthy: nothing written, no event
     assert len(health_events("claude")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stopping_the_checks_kills_a_hanging_check_and_stores_nothing(monkeypatch):
+    """At shutdown a check's CLI is killed (never left running after the worker exits) and its
+    cut-short outcome is not stored as the CLI's health."""
+    monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("MALAMAR_FAKE_HEALTH", "hang")
+    monkeypatch.setattr(health, "_shutdown", threading.Event())
+    checks = health.HealthChecks()
+    checks.request(full_for={"codex"}, clis={"codex"})
+
+    def hanging_clis():
+        me = psutil.Process()
+        return [p for p in me.children(recursive=True) if "codex" in " ".join(p.cmdline())]
+
+    wait_until(hanging_clis, timeout=10, what="the health prompt to start")
+    survivors = hanging_clis()
+    checks.stop(timeout=5)
+    assert not checks.thread.is_alive()
+    wait_until(lambda: not [p for p in survivors if alive(p.pid)], timeout=5, what="CLI killed")
+    assert not CliHealth.objects.filter(cli_type="codex", checked_at__isnull=False).exists()

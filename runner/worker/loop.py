@@ -147,6 +147,7 @@ class Worker:
         deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.health.stop(timeout=max(0.0, deadline - time.monotonic()))
         if self.sock:
             self.sock.close()
             with contextlib.suppress(OSError):
