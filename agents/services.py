@@ -4,10 +4,10 @@ from django.utils import timezone
 
 from agents.models import Agent, CliType
 from core import events
-from core.activity import workspace_touch
 from core.errors import Conflict, ValidationFailed, require_text
 from core.fields import max_length_of
 from workspaces.models import Workspace
+from workspaces.services import workspace_touch
 
 NAME_MAX_LENGTH = max_length_of(Agent, "name")
 

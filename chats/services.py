@@ -22,13 +22,13 @@ from chats.models import (
 )
 from chats.selectors import ACTIVE_STATUSES, MALAMAR_NAME, created_tasks, participant_cli_type
 from core import events
-from core.activity import workspace_touch
 from core.errors import Conflict, NotFound, ServiceError, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
 from runner.selectors import cli_available
 from tasks.models import QueueStatus
 from workspaces.models import Workspace
+from workspaces.services import workspace_touch
 
 log = logging.getLogger(__name__)
 

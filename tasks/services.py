@@ -12,7 +12,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core import events
-from core.activity import workspace_touch
 from core.actors import SYSTEM, USER, Actor
 from core.errors import Conflict, ValidationFailed, require_text
 from core.fields import max_length_of
@@ -27,6 +26,7 @@ from tasks.models import (
     TaskStatus,
 )
 from workspaces.models import Workspace
+from workspaces.services import workspace_touch
 
 CANCEL_MESSAGE = "Task cancelled by user"
 # Retry back-off (DESIGN "Retries"): a task whose last n runs failed waits

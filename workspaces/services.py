@@ -33,6 +33,11 @@ EDITABLE_FIELDS = (
 NOTIFY_FIELDS = ("notify_on_error", "notify_on_in_review")
 
 
+def workspace_touch(workspace_id: str, *, now=None) -> None:
+    """Bump the workspace's last activity; call inside the transaction of the change."""
+    Workspace.objects.filter(id=workspace_id).update(last_activity_at=now or timezone.now())
+
+
 def _clean(fields: dict) -> dict:
     unknown = set(fields) - set(EDITABLE_FIELDS)
     if unknown:

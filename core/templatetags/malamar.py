@@ -143,13 +143,6 @@ def live_event_types() -> str:
     return " ".join(sorted(EVENT_TYPES))
 
 
-@register.simple_tag
-def no_cli_available() -> bool:
-    from runner.selectors import first_available_cli
-
-    return first_available_cli() is None
-
-
 @register.filter(name="markdown")
 def markdown_filter(text) -> str:
     """Render agent/user markdown as sanitised HTML (core.markdown); use inside `.markdown`."""
