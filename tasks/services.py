@@ -12,7 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core import events
-from core.actors import SYSTEM, USER, Actor
+from core.actors import SYSTEM, USER, Actor, author_name
 from core.errors import Conflict, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
@@ -25,6 +25,7 @@ from tasks.models import (
     TaskQueueItem,
     TaskStatus,
 )
+from tasks.moves import MOVES
 from workspaces.models import Workspace
 from workspaces.services import workspace_touch
 
@@ -39,22 +40,6 @@ SUMMARY_MAX_LENGTH = max_length_of(Task, "summary")
 
 def _clean_summary(summary) -> str:
     return require_text(summary, field="summary", label="Summary", max_length=SUMMARY_MAX_LENGTH)
-
-
-# Status moves a user may make (SPECS "Task Actions").
-USER_MOVES = {
-    TaskStatus.IN_PROGRESS: {TaskStatus.IN_REVIEW},
-    TaskStatus.IN_REVIEW: {TaskStatus.TODO, TaskStatus.DONE},
-    TaskStatus.DONE: {TaskStatus.TODO},
-    TaskStatus.TODO: set(),
-}
-# Agents may only ask for review of the task they work on.
-AGENT_MOVES = {TaskStatus.IN_PROGRESS: {TaskStatus.IN_REVIEW}}
-# The runner picks up, demotes and finishes tasks.
-SYSTEM_MOVES = {
-    TaskStatus.TODO: {TaskStatus.IN_PROGRESS, TaskStatus.IN_REVIEW},
-    TaskStatus.IN_PROGRESS: {TaskStatus.TODO, TaskStatus.IN_REVIEW},
-}
 
 
 def task_payload(task: Task, **extra) -> dict:
@@ -126,7 +111,7 @@ def task_status_set(*, task: Task, status: str, actor: Actor) -> Task:
     old = task.status
     if status == old:
         return task
-    allowed = {"user": USER_MOVES, "agent": AGENT_MOVES, "system": SYSTEM_MOVES}[actor.type]
+    allowed = MOVES[actor.type]
     if status not in allowed.get(old, set()):
         who = {"user": "You", "agent": "Agents", "system": "The runner"}[actor.type]
         raise Conflict(
@@ -210,11 +195,8 @@ def task_update(
 
 
 def comment_author_name(comment: TaskComment, agent_names: dict[str, str]) -> str:
-    if comment.user_id:
-        return "User"
-    if comment.agent_id:
-        return agent_names.get(comment.agent_id, "(Deleted Agent)")
-    return "System"
+    # Kept for runner/task_loop.py (pipeline slice of issue 17); the rule is core.actors'.
+    return author_name(comment.author_type, comment.agent_id, agent_names)
 
 
 def comment_create(

@@ -30,6 +30,14 @@ def test_core_imports_no_app(imports):
     assert _broken(imports, "core imports no app") == []
 
 
+def test_no_app_imports_another_apps_views(imports):
+    assert _broken(imports, "no app imports another app's views") == []
+
+
+def test_selectors_never_import_services(imports):
+    assert _broken(imports, "selectors never import services") == []
+
+
 def test_nothing_imports_the_worker_package_but_the_worker_command(imports):
     assert _broken(imports, "nothing imports runner.worker") == []
 
