@@ -9,6 +9,7 @@ import re
 from django.db.models import Exists, F, JSONField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
+from chats.cli_notes import no_cli_reason
 from chats.models import Chat, ChatMessage, ChatQueueItem, ChatRole
 from core.fields import icontains_search
 from runner.selectors import first_available_cli
@@ -285,12 +286,7 @@ def chat_popup(chat_id: str) -> Chat | None:
     chat.blocked = ""
     if enabled and not any(p.cli_ok for p in enabled):
         broken = sorted({p.cli["name"] for p in enabled if p.cli})
-        chat.blocked = (
-            f"{', '.join(broken)} failed {'its' if len(broken) == 1 else 'their'} health check. "
-            "Choose another CLI for this chat or fix it in Settings."
-            if broken
-            else "Every CLI failed its health check. Fix one in Settings."
-        )
+        chat.blocked = no_cli_reason(broken)
     chat.answering = [p for p in chat.participant_list if p.is_answering]
     chat.lead = chat.participant_list[0] if chat.participant_list else None
     chat.is_group = len(chat.participant_list) > 1

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from agents.models import Agent, CliType
 from chats import attachments
+from chats.cli_notes import no_cli_message
 from chats.models import (
     DEFAULT_CHAT_TITLE,
     Chat,
@@ -200,17 +201,11 @@ def chat_message_add_agent(
 
 def _no_cli_message(participant: ChatParticipant, cli: str | None) -> str:
     if cli is None:
-        return (
-            "No CLI available: every CLI failed its health check. Fix one in Settings → CLIs "
-            "(or refresh the health check) and send again."
-        )
+        return no_cli_message([])
     source = (
         "the CLI override" if participant.cli_type else f"{_agent_label(participant.agent)}'s CLI"
     )
-    return (
-        f"No CLI available: {CliType(cli).label} ({source}) failed its health check. "
-        "Choose another CLI for this chat or fix it in Settings → CLIs."
-    )
+    return no_cli_message([f"{CliType(cli).label} ({source})"])
 
 
 def _runnable(participants: list[ChatParticipant]) -> tuple[list, list[str]]:
