@@ -87,16 +87,6 @@ def _malamar_cli_if_needed(chats: list[Chat]) -> str | None:
     return None
 
 
-def chat_cli_type(chat: Chat) -> str | None:
-    """The CLI that would answer this chat: the override, else the agent's CLI, else (Malamar)
-    the first available CLI (Claude → Codex → Gemini → OpenCode). None: no CLI available."""
-    if chat.cli_type:
-        return chat.cli_type
-    if chat.agent_id:
-        return chat.agent.cli_type
-    return first_available_cli()
-
-
 def participant_cli_type(participant) -> str | None:
     """A participant's CLI: its override, else its agent's CLI, else (Malamar) the first
     available one."""

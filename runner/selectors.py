@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from agents.models import CLI_PREFERENCE, CliType
 from core.settings_store import settings_public
-from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
+from runner.models import AgentRun, CliHealth, RunStatus, TraceEvent
 from runner.timeline import group_traces
 
 
@@ -77,10 +77,6 @@ def cli_cards() -> list[dict]:
 
 def cli_card(cli_type: str) -> dict:
     return next(card for card in cli_cards() if card["cli_type"] == cli_type)
-
-
-def healthy_count() -> int:
-    return CliHealth.objects.filter(status=CliHealthStatus.HEALTHY).count()
 
 
 # --- agent runs: timelines and usage --------------------------------------------------------

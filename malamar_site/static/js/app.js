@@ -657,8 +657,6 @@
     });
   }
 
-  window.malamarRelativeTime = relative;
-
   /* ------------------------------------------------------------------ agent drag and drop */
 
   let dragged = null;
