@@ -416,15 +416,3 @@ def chat_message_set_included(*, message: ChatMessage, included: bool) -> ChatMe
         message.included = included
         events.publish("chat.updated", _chat_payload(message.chat))
     return message
-
-
-def chat_attachment_folders_remove(*, chat_ids: list[str]) -> None:
-    """After a commit that deleted chats in bulk (a workspace): remove their folders."""
-    ids = list(chat_ids)
-
-    def remove() -> None:
-        for chat_id in ids:
-            attachments.attachments_remove(chat_id)
-
-    if ids:
-        transaction.on_commit(remove)

@@ -15,7 +15,7 @@ from core.errors import ServiceError
 from core.http import error_response
 from core.json_input import BodyRefused, JsonObjectParser
 from core.limits import fields_too_large_message
-from core.middleware import too_large_response
+from core.views import too_large_response
 
 log = logging.getLogger(__name__)
 

@@ -3,12 +3,13 @@
 import logging
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 
+from core import limits
+from core.htmx import toast
 from core.http import error_response, is_api_path
 from core.limits import fields_too_large_message
-from core.middleware import too_large_response
 
 log = logging.getLogger(__name__)
 
@@ -60,3 +61,15 @@ def server_error(request):
     return error_page(
         request, 500, "Something went wrong", "The error was logged. Please try again."
     )
+
+
+def too_large_response(request: HttpRequest, message: str | None = None) -> HttpResponse:
+    """413 in the caller's language: JSON for the API, the error toast for htmx, a page else."""
+    message = message or limits.too_large_message(request.META.get("CONTENT_TYPE", ""))
+    if is_api_path(request.path):
+        return error_response(limits.TOO_LARGE, message)
+    if request.headers.get("HX-Request"):
+        response = HttpResponse(message, status=limits.TOO_LARGE, content_type="text/plain")
+        response["HX-Reswap"] = "none"
+        return toast(response, message, level="error")
+    return error_page(request, limits.TOO_LARGE, "Too large", message)

@@ -6,6 +6,8 @@ import logging
 import sys
 from pathlib import Path
 
+from core.prompt_exit import exit_now
+
 access_log = logging.getLogger("malamar.access")
 MAX_LOGGED_PATH = 200
 
@@ -41,8 +43,6 @@ def main() -> None:
         cli.run(sys.argv[1:])
     except SystemExit as exc:  # e.g. refused to serve without a password: keep its code
         code = exc.code if isinstance(exc.code, int) else 1
-    from core.prompt_exit import exit_now
-
     exit_now(code)
 
 

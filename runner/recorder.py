@@ -14,8 +14,10 @@ import time
 from django.db import transaction
 from django.utils import timezone
 
+from chats.malamar_agent import knowledge_base_dir
 from core import events
 from core.ids import new_id
+from core.settings_store import settings_get
 from runner.clis import cli_for
 from runner.models import AgentRun, RunStatus, TraceEvent
 from runner.services import cli_health_run_succeeded
@@ -241,14 +243,10 @@ class RunRecorder:
 
 
 def _knowledge_dir() -> str:
-    from chats.malamar_agent import knowledge_base_dir
-
     return str(knowledge_base_dir())
 
 
 def stall_limits(workspace) -> dict:
-    from core.settings_store import settings_get
-
     return {
         "stall_warn_seconds": float(settings_get()["stall_warning_minutes"]) * 60,
         "stall_kill_seconds": float(workspace.stall_kill_minutes or 0) * 60,
