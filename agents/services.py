@@ -3,11 +3,12 @@ from django.db.models import Max
 from django.utils import timezone
 
 from agents.models import Agent, CliType
+from chats.services import chats_switch_to_malamar
 from core import events
-from core.activity import workspace_touch
 from core.errors import Conflict, ValidationFailed, require_text
 from core.fields import max_length_of
 from workspaces.models import Workspace
+from workspaces.services import workspace_touch
 
 NAME_MAX_LENGTH = max_length_of(Agent, "name")
 
@@ -91,8 +92,6 @@ def agent_update(
 
 def agent_delete(*, agent: Agent) -> None:
     """Delete an agent. Its comments keep `agent_id`; its chats switch to the Malamar agent."""
-    from chats.services import chats_switch_to_malamar
-
     with transaction.atomic():
         chats_switch_to_malamar(agent=agent)
         agent.delete()

@@ -14,7 +14,7 @@ from core.forms import apply_service_error
 from core.htmx import toast as toast_event
 from workspaces.links import workspace_tab_url
 from workspaces.models import Workspace
-from workspaces.views import DETAIL, INVALID, agent_form_context, detail_context
+from workspaces.pages import DETAIL, INVALID, detail_context
 
 PANEL = f"{DETAIL}#agents_panel"
 
@@ -38,8 +38,18 @@ def _panel(request, workspace: Workspace, *, toast: str = "", close_dialog: bool
     return response
 
 
+def _agent_form_context(workspace: Workspace, form: AgentForm, agent=None) -> dict:
+    """Context for the agent dialog."""
+    return {
+        "workspace": workspace,
+        "agent": agent,
+        "agent_form": form,
+        "cli_options": selectors.cli_options(),
+    }
+
+
 def _form_page(request, workspace: Workspace, form: AgentForm, agent=None, status: int = 200):
-    context = agent_form_context(workspace, form, agent)
+    context = _agent_form_context(workspace, form, agent)
     if request.htmx:
         return render(request, f"{DETAIL}#agent_form", context)
     # Without JavaScript the dialog is rendered open on the Agents tab.

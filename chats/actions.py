@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from agents.models import Agent
 from agents.services import agent_create, agent_delete, agent_reorder, agent_update
 from chats.models import Chat, ChatMessage, ChatRole
+from chats.services import chat_update
 from core.errors import ServiceError
 from runner.schemas import AGENT_CHAT_ACTION_TYPES, MALAMAR_CHAT_ACTION_TYPES
 from runner.selectors import first_available_cli
@@ -92,8 +93,6 @@ def _update_workspace(chat: Chat, action: dict) -> None:
 
 def _rename_chat(chat: Chat, action: dict) -> bool:
     """Returns False when ignored (the chat already has an agent reply)."""
-    from chats.services import chat_update
-
     if ChatMessage.objects.filter(chat=chat, role=ChatRole.AGENT).exists():
         return False
     chat_update(chat=chat, title=_text(action, "title"))

@@ -5,7 +5,7 @@ from ninja import File, Router, Schema, Status, UploadedFile
 from pydantic import ConfigDict, Field
 
 from chats import selectors, services
-from chats.models import Chat
+from chats.models import Chat, ChatMessage, ChatParticipant
 from chats.services import TITLE_MAX_LENGTH
 from core.errors import NotFound
 from core.lookups import get_or_404
@@ -176,8 +176,6 @@ def upload_attachments(request, chat_id: str, files: File[list[UploadedFile]]):
 
 
 def _participant(chat_id: str, participant_id: str):
-    from chats.models import ChatParticipant
-
     participant = ChatParticipant.objects.filter(id=participant_id, chat_id=chat_id).first()
     if participant is None:
         raise NotFound("Participant not found")
@@ -208,8 +206,6 @@ def remove_participant(request, chat_id: str, participant_id: str):
 
 @router.put("/chats/{chat_id}/messages/{message_id}", response=ChatMessageOut)
 def update_message(request, chat_id: str, message_id: str, payload: MessageUpdate):
-    from chats.models import ChatMessage
-
     message = ChatMessage.objects.filter(id=message_id, chat_id=chat_id).first()
     if message is None:
         raise NotFound("Message not found")

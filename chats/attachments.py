@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from django.conf import settings
+from django.db import transaction
 
 from core.errors import ValidationFailed
 
@@ -115,3 +116,15 @@ def attachments_remove(chat_id: str) -> None:
             shutil.rmtree(folder)
     except OSError:
         log.warning("Could not delete chat attachments at %s", folder, exc_info=True)
+
+
+def chat_attachment_folders_remove(*, chat_ids: list[str]) -> None:
+    """After a commit that deleted chats in bulk (a workspace): remove their folders."""
+    ids = list(chat_ids)
+
+    def remove() -> None:
+        for chat_id in ids:
+            attachments_remove(chat_id)
+
+    if ids:
+        transaction.on_commit(remove)

@@ -7,6 +7,8 @@ optional and only ever an addition.
 
 from pathlib import Path
 
+from core.settings_store import settings_get
+
 KNOWLEDGE_BASE_FILES = (
     ("README.md", "index: what is where"),
     ("concepts.md", "workspaces, agents, tasks, the loop, chats, errors and retries"),
@@ -161,7 +163,5 @@ def knowledge_base_section(knowledge_base_url: str = "") -> str:
 def malamar_instruction(knowledge_base_url: str | None = None) -> str:
     """The full instruction for a Malamar chat (None: read `knowledge_base_url` from settings)."""
     if knowledge_base_url is None:
-        from core.settings_store import settings_get
-
         knowledge_base_url = settings_get()["knowledge_base_url"]
     return f"{MALAMAR_INSTRUCTION}\n\n{knowledge_base_section(knowledge_base_url.strip())}"

@@ -9,11 +9,14 @@ import re
 from django.db.models import Exists, F, JSONField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from chats.models import Chat, ChatMessage, ChatQueueItem, ChatRole
+from agents.selectors import agents_for_workspace, cli_options
+from chats.cli_notes import no_cli_reason
+from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem, ChatRole
 from core.fields import icontains_search
-from runner.selectors import first_available_cli
+from runner.selectors import cli_health_all, first_available_cli, run_timelines
 from tasks.models import QueueStatus
 from workspaces.links import workspace_tab_url
+from workspaces.models import Workspace
 
 MALAMAR_NAME = "Malamar"
 PREVIEW_LENGTH = 140
@@ -86,16 +89,6 @@ def _malamar_cli_if_needed(chats: list[Chat]) -> str | None:
     return None
 
 
-def chat_cli_type(chat: Chat) -> str | None:
-    """The CLI that would answer this chat: the override, else the agent's CLI, else (Malamar)
-    the first available CLI (Claude → Codex → Gemini → OpenCode). None: no CLI available."""
-    if chat.cli_type:
-        return chat.cli_type
-    if chat.agent_id:
-        return chat.agent.cli_type
-    return first_available_cli()
-
-
 def participant_cli_type(participant) -> str | None:
     """A participant's CLI: its override, else its agent's CLI, else (Malamar) the first
     available one."""
@@ -107,8 +100,6 @@ def participant_cli_type(participant) -> str | None:
 
 
 def chat_participants(chat_id: str) -> list:
-    from chats.models import ChatParticipant
-
     participants = list(
         ChatParticipant.objects.filter(chat_id=chat_id).select_related("agent").order_by("position")
     )
@@ -229,8 +220,6 @@ def plain_preview(text: str) -> str:
 def chat_list_items(workspace_id: str, q: str = "") -> list[Chat]:
     """The Chat tab's list: `chats_for_workspace` plus `agent_names` (every participant, in
     order) in one more query."""
-    from chats.models import ChatParticipant
-
     chats = chats_for_workspace(workspace_id, q)
     names: dict[str, list[str]] = {}
     rows = (
@@ -249,8 +238,6 @@ def chat_list_items(workspace_id: str, q: str = "") -> list[Chat]:
 def chat_runs(chat: Chat):
     """The chat's running runs for the live trace (`runner.selectors.run_timelines`: a list
     that also tells activity.js where to add runs that start later)."""
-    from runner.selectors import run_timelines
-
     return run_timelines(chat=chat, running_only=True)
 
 
@@ -259,8 +246,6 @@ def chat_popup(chat_id: str) -> Chat | None:
     `is_stopping`, `is_solo`, `blocked` (the "No CLI available" text or ""), `answering`
     (participants whose run is pending) and `lead` (the first participant); on each
     participant `cli` (health dict) and `cli_ok`; on each message `kind` and `cards`."""
-    from runner.selectors import cli_health_all
-
     chat = chat_detail(chat_id)
     if chat is None:
         return None
@@ -285,12 +270,7 @@ def chat_popup(chat_id: str) -> Chat | None:
     chat.blocked = ""
     if enabled and not any(p.cli_ok for p in enabled):
         broken = sorted({p.cli["name"] for p in enabled if p.cli})
-        chat.blocked = (
-            f"{', '.join(broken)} failed {'its' if len(broken) == 1 else 'their'} health check. "
-            "Choose another CLI for this chat or fix it in Settings."
-            if broken
-            else "Every CLI failed its health check. Fix one in Settings."
-        )
+        chat.blocked = no_cli_reason(broken)
     chat.answering = [p for p in chat.participant_list if p.is_answering]
     chat.lead = chat.participant_list[0] if chat.participant_list else None
     chat.is_group = len(chat.participant_list) > 1
@@ -307,9 +287,6 @@ def chat_agent_options(workspace_id: str, chat: Chat | None = None) -> dict:
     """Choices for the popup: `lead` (agents the first participant may become: Malamar and
     every agent not already another participant) and `addable` (not yet in the chat), each
     `{"id": "" for Malamar, "name", "cli"}`; `clis` (the four CLIs with health)."""
-    from agents.selectors import agents_for_workspace, cli_options
-    from workspaces.models import Workspace
-
     workspace = Workspace(id=workspace_id)
     everyone = [{"id": "", "name": MALAMAR_NAME, "cli": None, "is_malamar": True}] + [
         {"id": agent.id, "name": agent.name, "cli": agent.cli, "is_malamar": False}

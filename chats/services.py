@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from agents.models import Agent, CliType
 from chats import attachments
+from chats.cli_notes import no_cli_message
 from chats.models import (
     DEFAULT_CHAT_TITLE,
     Chat,
@@ -22,13 +23,13 @@ from chats.models import (
 )
 from chats.selectors import ACTIVE_STATUSES, MALAMAR_NAME, created_tasks, participant_cli_type
 from core import events
-from core.activity import workspace_touch
 from core.errors import Conflict, NotFound, ServiceError, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
 from runner.selectors import cli_available
 from tasks.models import QueueStatus
 from workspaces.models import Workspace
+from workspaces.services import workspace_touch
 
 log = logging.getLogger(__name__)
 
@@ -200,17 +201,11 @@ def chat_message_add_agent(
 
 def _no_cli_message(participant: ChatParticipant, cli: str | None) -> str:
     if cli is None:
-        return (
-            "No CLI available: every CLI failed its health check. Fix one in Settings → CLIs "
-            "(or refresh the health check) and send again."
-        )
+        return no_cli_message([])
     source = (
         "the CLI override" if participant.cli_type else f"{_agent_label(participant.agent)}'s CLI"
     )
-    return (
-        f"No CLI available: {CliType(cli).label} ({source}) failed its health check. "
-        "Choose another CLI for this chat or fix it in Settings → CLIs."
-    )
+    return no_cli_message([f"{CliType(cli).label} ({source})"])
 
 
 def _runnable(participants: list[ChatParticipant]) -> tuple[list, list[str]]:
@@ -421,15 +416,3 @@ def chat_message_set_included(*, message: ChatMessage, included: bool) -> ChatMe
         message.included = included
         events.publish("chat.updated", _chat_payload(message.chat))
     return message
-
-
-def chat_attachment_folders_remove(*, chat_ids: list[str]) -> None:
-    """After a commit that deleted chats in bulk (a workspace): remove their folders."""
-    ids = list(chat_ids)
-
-    def remove() -> None:
-        for chat_id in ids:
-            attachments.attachments_remove(chat_id)
-
-    if ids:
-        transaction.on_commit(remove)

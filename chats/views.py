@@ -9,13 +9,13 @@ error in the fragment or a toast (browsers log 4xx XHRs as console errors).
 from functools import partial
 
 from django.contrib import messages
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import push_url, reswap, trigger_client_event
 
-from chats import selectors, services
+from chats import services
 from chats.forms import (
     AgentChoiceForm,
     ChatMessageForm,
@@ -25,6 +25,7 @@ from chats.forms import (
     IncludedForm,
 )
 from chats.models import Chat, ChatMessage, ChatParticipant
+from chats.pages import draft_context, list_context, new_options, popup_context
 from core.errors import Conflict, ServiceError
 from core.htmx import toast
 from workspaces.links import workspace_tab_url
@@ -71,64 +72,6 @@ def _no_js(request, chat, error: ServiceError | None = None, notice: str = ""):
     return redirect(chat_url(chat))
 
 
-def _new_options(workspace_id: str) -> list[dict]:
-    return selectors.chat_agent_options(workspace_id)["everyone"]
-
-
-def popup_context(chat_id: str, **extra) -> dict:
-    chat = selectors.chat_popup(chat_id)
-    if chat is None:
-        raise Http404("Chat not found")
-    return {
-        "chat": chat,
-        "workspace_id": chat.workspace_id,
-        "options": selectors.chat_agent_options(chat.workspace_id, chat),
-        "runs": selectors.chat_runs(chat) if chat.is_busy else None,
-        **extra,
-    }
-
-
-def _draft_context(workspace: Workspace, agent_id: str = "", **extra) -> dict:
-    options = _new_options(workspace.id)
-    if agent_id not in {option["id"] for option in options}:
-        agent_id = ""
-    return {
-        "workspace": workspace,
-        "draft": True,
-        "draft_agent_id": agent_id,
-        "new_options": options,
-        **extra,
-    }
-
-
-def _list_context(workspace: Workspace, query: str) -> dict:
-    return {
-        "workspace": workspace,
-        "chats": selectors.chat_list_items(workspace.id, query),
-        "chat_q": query,
-        "new_options": _new_options(workspace.id),
-    }
-
-
-def chat_tab_context(request, workspace) -> dict:
-    """Extra context for the workspace detail page when the chats tab is shown: the list, and
-    the popup to open on load (`?chat=<id>`, or `?start=malamar|<agent id>`: a new-chat form,
-    nothing is created before the user sends)."""
-    context = _list_context(workspace, request.GET.get("q", "").strip())
-    chat_id = request.GET.get("chat", "").strip()
-    start = request.GET.get("start", "").strip()
-    if chat_id:
-        chat = Chat.objects.filter(id=chat_id, workspace=workspace).first()
-        if chat is None:
-            messages.error(request, "That chat no longer exists.")
-        else:
-            context.update(popup_context(chat.id), chat_open=True)
-    elif start:
-        agent_id = "" if start == "malamar" else start
-        context.update(_draft_context(workspace, agent_id), chat_open=True)
-    return context
-
-
 # --- list -------------------------------------------------------------------------------
 
 
@@ -139,7 +82,7 @@ def chat_list(request, workspace_id: str):
     query = request.GET.get("q", "").strip()
     if not request.htmx:
         return redirect(_tab_url(workspace.id, q=query))
-    return render(request, f"{PANEL}#chat_list", _list_context(workspace, query))
+    return render(request, f"{PANEL}#chat_list", list_context(workspace, query))
 
 
 @require_GET
@@ -148,7 +91,7 @@ def chat_new_menu(request, workspace_id: str):
     workspace = get_object_or_404(Workspace, id=workspace_id)
     if not request.htmx:
         return redirect(_tab_url(workspace.id))
-    context = {"workspace": workspace, "new_options": _new_options(workspace.id)}
+    context = {"workspace": workspace, "new_options": new_options(workspace.id)}
     return render(request, f"{MENU}#items", context)
 
 
@@ -174,7 +117,7 @@ def chat_new(request, workspace_id: str):
             start = (agent_id or "malamar") if draft else None
             return redirect(_tab_url(workspace.id, start=start))
         if draft:
-            context = _draft_context(
+            context = draft_context(
                 workspace, agent_id or "", send_error=error.message, message_value=message
             )
             return render(request, f"{POPUP}#draft", context)
@@ -359,7 +302,7 @@ def chat_delete(request, chat_id: str):
         return redirect(_tab_url(workspace_id))
     # The refreshed list (the request targets it: not the popup, which closes).
     workspace = get_object_or_404(Workspace, id=workspace_id)
-    context = _list_context(workspace, request.POST.get("q", "").strip())
+    context = list_context(workspace, request.POST.get("q", "").strip())
     response = render(request, f"{PANEL}#chat_list", context)
     trigger_client_event(response, "malamar:dialog-close", {})
     return toast(response, f"Deleted “{title}”")

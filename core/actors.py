@@ -24,5 +24,18 @@ USER = Actor("user", MOCK_USER_ID, "User")
 SYSTEM = Actor("system", None, "System")
 
 
+DELETED_AGENT_NAME = "(Deleted Agent)"
+
+
+def author_name(actor_type: str, agent_id: str | None, agent_names: dict[str, str]) -> str:
+    """How a comment's or an activity's author reads: "User", the agent's name ("(Deleted
+    Agent)" once the agent is gone), or "System"."""
+    if actor_type == USER.type:
+        return USER.name
+    if actor_type == "agent":
+        return agent_names.get(agent_id or "", DELETED_AGENT_NAME)
+    return SYSTEM.name
+
+
 def agent_actor(agent) -> Actor:
     return Actor("agent", agent.id, agent.name)

@@ -3,6 +3,7 @@ from django.db.models.signals import post_migrate
 
 
 def _seed_after_migrate(sender, **kwargs):
+    # Imported on use: it needs the apps' models, and this module loads with the registry.
     from core.first_launch import seed_sample_workspace_if_first_launch
 
     seed_sample_workspace_if_first_launch()

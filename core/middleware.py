@@ -4,13 +4,20 @@ A page on any other origin (even another port on localhost) must not be able to 
 because a task runs commands on this machine.
 """
 
+import ipaddress
 import json
+from urllib.parse import quote
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseForbidden
+from django.shortcuts import redirect
 
 from core import limits
+from core.auth import SESSION_FLAG, bearer_valid, password_is_set
+from core.config import is_loopback
 from core.http import error_response, is_api_path
+from core.views import too_large_response
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # The one endpoint that takes files (DESIGN "Files"); the origin check still applies.
@@ -81,22 +88,6 @@ def _as_json_error(response):
     return error_response(response.status_code, message)
 
 
-def too_large_response(request: HttpRequest, message: str | None = None) -> HttpResponse:
-    """413 in the caller's language: JSON for the API, the error toast for htmx, a page else."""
-    message = message or limits.too_large_message(request.META.get("CONTENT_TYPE", ""))
-    if is_api_path(request.path):
-        return error_response(limits.TOO_LARGE, message)
-    if request.headers.get("HX-Request"):
-        from core.htmx import toast
-
-        response = HttpResponse(message, status=limits.TOO_LARGE, content_type="text/plain")
-        response["HX-Reswap"] = "none"
-        return toast(response, message, level="error")
-    from core.views import error_page
-
-    return error_page(request, limits.TOO_LARGE, "Too large", message)
-
-
 class RequestSizeMiddleware:
     """Refuse a body over its limit (core.limits) with a 413, before anything reads it.
 
@@ -127,8 +118,6 @@ SIGN_IN_MESSAGE = "Sign in first, or send an API token: Authorization: Bearer <t
 
 
 def login_url(next_path: str) -> str:
-    from urllib.parse import quote
-
     return f"/login/?next={quote(next_path)}"
 
 
@@ -140,8 +129,6 @@ class LoginRequiredMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest):
-        from core.auth import SESSION_FLAG, bearer_valid, password_is_set
-
         if not password_is_set():
             refused = _unprotected_network_request(request)
             return refused or self.get_response(request)
@@ -153,8 +140,6 @@ class LoginRequiredMiddleware:
             return self.get_response(request)
         if is_api_path(request.path):
             return error_response(401, SIGN_IN_MESSAGE)
-        from django.shortcuts import redirect
-
         return redirect(login_url(request.get_full_path()))
 
 
@@ -168,23 +153,15 @@ def _unprotected_network_request(request: HttpRequest):
     """Every way of starting checks its bind address (core.auth.remote_access_refusal); this
     backs it up for any other (another ASGI server, an unusual bind): without a password, a
     request that reached a non-loopback address of this machine is refused."""
-    from django.conf import settings
-
-    from core.config import is_loopback
-
     local = request.META.get("SERVER_NAME", "")
     if settings.CONFIG.no_auth or not _is_ip(local) or is_loopback(local):
         return None
     if is_api_path(request.path):
         return error_response(403, NO_PASSWORD_REMOTE)
-    from django.http import HttpResponseForbidden
-
     return HttpResponseForbidden(NO_PASSWORD_REMOTE, content_type="text/plain; charset=utf-8")
 
 
 def _is_ip(value: str) -> bool:
-    import ipaddress
-
     try:
         ipaddress.ip_address(value.strip("[]"))
     except ValueError:

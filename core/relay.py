@@ -14,8 +14,11 @@ import threading
 import time
 from pathlib import Path
 
+import django_eventstream
 from django.conf import settings
 from django.db import connection
+
+from core.models import OutboxEvent
 
 log = logging.getLogger(__name__)
 BATCH = 500
@@ -80,16 +83,12 @@ class Relay:
 
     def step(self) -> int:
         """Relay every committed row after the cursor; returns how many were sent."""
-        from django_eventstream import send_event
-
-        from core.models import OutboxEvent
-
         if not _has_new_rows(self.cursor):
             return 0
         rows = list(OutboxEvent.objects.filter(id__gt=self.cursor).order_by("id")[:BATCH])
         for row in rows:
             data = {**row.payload, "type": row.type, "outbox_id": row.id}
-            send_event(settings.EVENTS_CHANNEL, row.type, data)
+            django_eventstream.send_event(settings.EVENTS_CHANNEL, row.type, data)
             self.cursor = row.id
         self.save()
         return len(rows)

@@ -24,10 +24,13 @@ from urllib.parse import unquote, urlsplit
 
 from daphne import http_protocol
 from django.conf import settings
+from django.db import close_old_connections
 from twisted.internet import threads
 
 from core import limits
+from core.auth import bearer_valid, password_is_set, session_signed_in
 from core.http import CODES, is_api_path
+from core.middleware import OPEN_PREFIXES, SIGN_IN_MESSAGE, login_url
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +55,6 @@ def _auth_refusal(path: str, raw_uri: str, cookie: str, authorization: str):
     """(status, message) when this request needs credentials it does not have, else None.
 
     Runs in a thread of the reactor's pool: it reads the database."""
-    from django.db import close_old_connections
-
-    from core.auth import bearer_valid, password_is_set, session_signed_in
-    from core.middleware import OPEN_PREFIXES, SIGN_IN_MESSAGE, login_url
-
     close_old_connections()
     try:
         if path.startswith(OPEN_PREFIXES) or not password_is_set():

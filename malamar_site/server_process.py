@@ -12,6 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
+from core.prompt_exit import exit_now
+
 access_log = logging.getLogger("malamar.access")
 log = logging.getLogger(__name__)
 MAX_LOGGED_PATH = 200
@@ -115,8 +117,6 @@ def main() -> None:
     if worker:
         worker.join()
         code = code or (1 if worker.failed else 0)
-    from core.prompt_exit import exit_now
-
     exit_now(code)
 
 

@@ -10,6 +10,8 @@ import re
 import sys
 from pathlib import Path
 
+from core.auth import remote_access_refusal
+
 _checked = False
 
 
@@ -63,8 +65,6 @@ def daphne_binds(argv: list[str]) -> list[str] | None:
 def refuse_unprotected_server(argv: list[str] | None = None) -> None:
     """Called when the ASGI application loads: exit (code 2, like `malamar`) with the reason
     when the server would be reachable from other machines without a password."""
-    from core.auth import remote_access_refusal
-
     if _checked:
         return
     binds = daphne_binds(sys.argv if argv is None else argv) or [None]

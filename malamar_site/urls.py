@@ -3,8 +3,8 @@ from django.urls import include, path
 
 from agents import views as agent_views
 from core import login, sse
-from core import views as core_views
-from core.api import api
+from malamar_site import settings_views
+from malamar_site.api import api
 from workspaces import views as workspace_views
 
 pages = [
@@ -52,20 +52,26 @@ pages = [
     path("", include("tasks.urls")),
     path("", include("chats.urls")),
     path("", include("runner.urls")),
-    path("settings/", core_views.global_settings, name="global_settings"),
-    path("settings/cli-warning/", core_views.cli_warning, name="cli_warning"),
-    path("settings/clis/refresh/", core_views.cli_refresh, name="cli_refresh"),
-    path("settings/clis/<str:cli_type>/", core_views.cli_settings_save, name="cli_settings_save"),
-    path("settings/clis/<str:cli_type>/status/", core_views.cli_status, name="cli_status"),
-    path("settings/clis/<str:cli_type>/test/", core_views.cli_test, name="cli_test"),
+    path("settings/", settings_views.global_settings, name="global_settings"),
+    path("settings/cli-warning/", settings_views.cli_warning, name="cli_warning"),
+    path("settings/clis/refresh/", settings_views.cli_refresh, name="cli_refresh"),
+    path(
+        "settings/clis/<str:cli_type>/", settings_views.cli_settings_save, name="cli_settings_save"
+    ),
+    path("settings/clis/<str:cli_type>/status/", settings_views.cli_status, name="cli_status"),
+    path("settings/clis/<str:cli_type>/test/", settings_views.cli_test, name="cli_test"),
 ]
 
 urlpatterns = [
     *pages,
-    path("settings/notifications/", core_views.notifications_save, name="notifications_save"),
-    path("settings/notifications/test/", core_views.notifications_test, name="notifications_test"),
-    path("settings/tokens/", core_views.token_create, name="token_create"),
-    path("settings/tokens/<str:token_id>/revoke/", core_views.token_revoke, name="token_revoke"),
+    path("settings/notifications/", settings_views.notifications_save, name="notifications_save"),
+    path(
+        "settings/notifications/test/", settings_views.notifications_test, name="notifications_test"
+    ),
+    path("settings/tokens/", settings_views.token_create, name="token_create"),
+    path(
+        "settings/tokens/<str:token_id>/revoke/", settings_views.token_revoke, name="token_revoke"
+    ),
     path("login/", login.login_view, name="login"),
     path("logout/", login.logout_view, name="logout"),
     path("api/events", sse.events, name="events"),

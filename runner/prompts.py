@@ -3,6 +3,7 @@
 import json
 
 from runner.schemas import schema_json, task_schema
+from workspaces.selectors import notify_effective
 
 PROMPT_TEMPLATE = "Read the file at {path} and follow the instruction autonomously."
 
@@ -187,8 +188,6 @@ def chat_input(
 
 def _notify(workspace, key: str) -> str:
     """ "on", "off", or "inherit (on)": the workspace's value and, if inherited, its effect."""
-    from workspaces.selectors import notify_effective
-
     value = getattr(workspace, key)
     if value != "inherit":
         return value

@@ -13,6 +13,8 @@ import time
 
 from django.utils import timezone
 
+from chats.malamar_agent import knowledge_base_dir
+from core.settings_store import settings_get
 from runner.clis import cli_for
 from runner.models import RunStatus, TraceEvent
 from runner.services import (
@@ -243,15 +245,11 @@ class RunRecorder:
 
 
 def _knowledge_dir() -> str:
-    from chats.malamar_agent import knowledge_base_dir
-
     return str(knowledge_base_dir())
 
 
 def stall_limits(workspace, settings: dict | None = None) -> dict:
     """The silence limits of a run in `workspace` (`settings`: already read, else read now)."""
-    from core.settings_store import settings_get
-
     settings = settings or settings_get()
     return {
         "stall_warn_seconds": float(settings["stall_warning_minutes"]) * 60,

@@ -6,6 +6,7 @@ from django.db.models.functions import Substr
 from django.utils import timezone
 
 from agents.models import Agent
+from core.actors import author_name
 from runner.models import AgentRun, RunStatus
 from runner.selectors import usage_totals
 from tasks.models import (
@@ -16,7 +17,7 @@ from tasks.models import (
     TaskQueueItem,
     TaskStatus,
 )
-from tasks.services import USER_MOVES, comment_author_name
+from tasks.moves import USER_MOVES
 
 # Cards rendered per column; the rest sit behind "Show all N" (2,000 tasks stay fast).
 COLUMN_LIMIT = 50
@@ -36,7 +37,7 @@ def comments_for_task(task: Task) -> list[TaskComment]:
     names = agent_names(task.workspace_id)
     comments = list(task.comments.order_by("created_at", "id"))
     for comment in comments:
-        comment.author_name = comment_author_name(comment, names)
+        comment.author_name = author_name(comment.author_type, comment.agent_id, names)
     return comments
 
 
@@ -246,12 +247,9 @@ def activity_entries(task: Task) -> list[dict]:
     entries = []
     for log in logs_for_task(task):
         meta = log.metadata or {}
-        if log.actor_type == "user":
-            actor = "User"
-        elif log.actor_type == "agent":
-            actor = meta.get("agent_name") or names.get(log.actor_id or "", "(Deleted Agent)")
-        else:
-            actor = "System"
+        actor = author_name(log.actor_type, log.actor_id, names)
+        if log.actor_type == "agent":  # the name it had then, if the log recorded it
+            actor = meta.get("agent_name") or actor
         text = {
             "task_created": f"{actor} created the task",
             "status_changed": f"{actor} moved to {_status_label(meta.get('new_status', ''))}",

@@ -12,7 +12,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core import events
-from core.activity import workspace_touch
 from core.actors import SYSTEM, USER, Actor
 from core.errors import Conflict, ValidationFailed, require_text
 from core.fields import max_length_of
@@ -26,7 +25,9 @@ from tasks.models import (
     TaskQueueItem,
     TaskStatus,
 )
+from tasks.moves import MOVES
 from workspaces.models import Workspace
+from workspaces.services import workspace_touch
 
 CANCEL_MESSAGE = "Task cancelled by user"
 # Retry back-off (DESIGN "Retries"): a task whose last n runs failed waits
@@ -39,22 +40,6 @@ SUMMARY_MAX_LENGTH = max_length_of(Task, "summary")
 
 def _clean_summary(summary) -> str:
     return require_text(summary, field="summary", label="Summary", max_length=SUMMARY_MAX_LENGTH)
-
-
-# Status moves a user may make (SPECS "Task Actions").
-USER_MOVES = {
-    TaskStatus.IN_PROGRESS: {TaskStatus.IN_REVIEW},
-    TaskStatus.IN_REVIEW: {TaskStatus.TODO, TaskStatus.DONE},
-    TaskStatus.DONE: {TaskStatus.TODO},
-    TaskStatus.TODO: set(),
-}
-# Agents may only ask for review of the task they work on.
-AGENT_MOVES = {TaskStatus.IN_PROGRESS: {TaskStatus.IN_REVIEW}}
-# The runner picks up, demotes and finishes tasks.
-SYSTEM_MOVES = {
-    TaskStatus.TODO: {TaskStatus.IN_PROGRESS, TaskStatus.IN_REVIEW},
-    TaskStatus.IN_PROGRESS: {TaskStatus.TODO, TaskStatus.IN_REVIEW},
-}
 
 
 def task_payload(task: Task, **extra) -> dict:
@@ -126,7 +111,7 @@ def task_status_set(*, task: Task, status: str, actor: Actor) -> Task:
     old = task.status
     if status == old:
         return task
-    allowed = {"user": USER_MOVES, "agent": AGENT_MOVES, "system": SYSTEM_MOVES}[actor.type]
+    allowed = MOVES[actor.type]
     if status not in allowed.get(old, set()):
         who = {"user": "You", "agent": "Agents", "system": "The runner"}[actor.type]
         raise Conflict(
@@ -207,14 +192,6 @@ def task_update(
         if status is not None:
             task_status_set(task=task, status=status, actor=actor)
     return task
-
-
-def comment_author_name(comment: TaskComment, agent_names: dict[str, str]) -> str:
-    if comment.user_id:
-        return "User"
-    if comment.agent_id:
-        return agent_names.get(comment.agent_id, "(Deleted Agent)")
-    return "System"
 
 
 def comment_create(

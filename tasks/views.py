@@ -20,16 +20,20 @@ from runner.selectors import run_timelines
 from tasks import selectors, services
 from tasks.forms import CommentForm, DeleteDoneForm, DescriptionForm, SummaryForm, TaskForm
 from tasks.models import Task, TaskStatus
+from tasks.pages import (
+    CREATE_ID,
+    DONE_ID,
+    board_context,
+    detail_context,
+    show_all_from,
+)
 from workspaces.links import workspace_tab_url
 from workspaces.models import Workspace
+from workspaces.pages import DETAIL as PAGE
+from workspaces.pages import INVALID, workspace_page_context
 
 BOARD = "tasks/board.html"
 DETAIL = "tasks/detail.html"
-PAGE = "workspaces/detail.html"
-# Plain form posts without JavaScript that fail validation get 422 with the whole page.
-INVALID = 422
-CREATE_ID = "task_new_%s"
-DONE_ID = "delete_done_%s"
 
 
 def _board_url(workspace_id: str, task_id: str | None = None) -> str:
@@ -59,63 +63,13 @@ def _task_or_404(task_id: str) -> Task:
     return task
 
 
-# --- board ----------------------------------------------------------------------------------
-
-
-def _show_all(request) -> tuple[str, ...]:
-    value = request.GET.get("all", "")
-    return tuple(s for s in value.split(",") if s in TaskStatus.values)
-
-
-def board_context(workspace: Workspace, *, show_all: tuple[str, ...] = ()) -> dict:
-    return {
-        "workspace": workspace,
-        "board": selectors.board(workspace, show_all=show_all),
-        "usage": selectors.workspace_usage(workspace),
-        "usage_days": selectors.USAGE_DAYS,
-    }
-
-
-def detail_context(task: Task) -> dict:
-    run = selectors.current_run(task)
-    return {
-        "task": task,
-        "workspace": task.workspace,
-        "actions": selectors.task_actions(task),
-        "task_usage": selectors.task_usage(task),
-        "current_run": run,
-        "error_state": selectors.error_state(task),
-        "comments": selectors.comments_for_detail(task),
-        "comment_form": CommentForm(auto_id="task_comment_%s"),
-    }
-
-
-def task_tab_context(request, workspace) -> dict:
-    """Extra context for the workspace detail page when the tasks tab is shown: the board,
-    and the task popup to open on load when the URL names one (`?task=<id>`)."""
-    context = {
-        **board_context(workspace, show_all=_show_all(request)),
-        "create_form": TaskForm(auto_id=CREATE_ID),
-        "delete_done_form": DeleteDoneForm(workspace=workspace, auto_id=DONE_ID),
-    }
-    task_id = request.GET.get("task", "").strip()
-    if task_id:
-        task = selectors.task_for_detail(task_id)
-        if task is None or task.workspace_id != workspace.id:
-            messages.info(request, "That task no longer exists.")
-        else:
-            context["open_task"] = task
-            context.update(detail_context(task))
-    return context
-
-
 @require_GET
 @vary_on_headers("HX-Request")
 def board_view(request, workspace_id: str):
     workspace = get_object_or_404(Workspace, id=workspace_id)
     if not request.htmx:
         return redirect(_board_url(workspace.id))
-    context = board_context(workspace, show_all=_show_all(request))
+    context = board_context(workspace, show_all=show_all_from(request))
     return render(request, f"{BOARD}#board", context)
 
 
@@ -140,9 +94,7 @@ def usage_view(request, workspace_id: str):
 
 def _page_with(request, workspace: Workspace, **extra):
     """The workspace page on the tasks tab (plain form posts without JavaScript)."""
-    from workspaces.views import detail_context as page_context
-
-    context = {**page_context(workspace, "tasks"), **task_tab_context(request, workspace)}
+    context = workspace_page_context(request, workspace, "tasks")
     context.update(extra)
     return render(request, PAGE, context, status=INVALID)
 

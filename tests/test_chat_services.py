@@ -154,19 +154,23 @@ def test_agent_deletion_switches_chats_to_malamar(workspace, agents):
 # --- CLI selection -------------------------------------------------------------------------------
 
 
-def test_chat_cli_type_follows_override_then_agent_then_malamar_default(workspace, agents):
+def _lead_cli(chat) -> str | None:
+    return selectors.participant_cli_type(chat.participants.order_by("position").first())
+
+
+def test_the_lead_cli_follows_override_then_agent_then_malamar_default(workspace, agents):
     malamar = services.chat_create(workspace=workspace)
-    assert selectors.chat_cli_type(malamar) == "claude"  # "not checked yet" counts as available
+    assert _lead_cli(malamar) == "claude"  # "not checked yet" counts as available
     unhealthy("claude")
-    assert selectors.chat_cli_type(malamar) == "codex"  # Claude → Codex → Gemini → OpenCode
+    assert _lead_cli(malamar) == "codex"  # Claude → Codex → Gemini → OpenCode
     unhealthy("codex", "gemini")
-    assert selectors.chat_cli_type(malamar) == "opencode"
+    assert _lead_cli(malamar) == "opencode"
     unhealthy("opencode")
-    assert selectors.chat_cli_type(malamar) is None
+    assert _lead_cli(malamar) is None
     with_agent = services.chat_create(workspace=workspace, agent=agents[0])
-    assert selectors.chat_cli_type(with_agent) == "claude"  # the agent's CLI, healthy or not
+    assert _lead_cli(with_agent) == "claude"  # the agent's CLI, healthy or not
     services.chat_update(chat=with_agent, cli_type="gemini")
-    assert selectors.chat_cli_type(with_agent) == "gemini"
+    assert _lead_cli(with_agent) == "gemini"
 
 
 # --- send ----------------------------------------------------------------------------------------

@@ -12,12 +12,12 @@ from django.utils import timezone
 from agents.models import CliType
 from core.models import OutboxEvent
 from core.settings_store import settings_update
-from runner import health
-from runner.execution import resolve_binary
 from runner.models import CliHealth, CliHealthStatus, RunStatus
 from runner.recorder import RunRecorder
 from runner.selectors import cli_available
 from runner.services import cli_health_check_request
+from runner.worker import health
+from runner.worker.execution import resolve_binary
 from tests.live import wait_until
 from tests.stack import FAKES_BIN, alive
 

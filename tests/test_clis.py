@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from agents.models import CliType
-from runner import health
 from runner.clis import CLIS, cli_for
 from runner.clis.base import HEALTH_PROMPT, Cli, Command, Invocation, StdoutResult
-from runner.execution import interpret
 from runner.schemas import task_schema
+from runner.worker import health
+from runner.worker.execution import interpret
 from runner.worker.process import ProcessResult
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,8 +18,8 @@ from chats.actions import execute_actions, failure_summary
 from chats.attachments import attachments_dir
 from chats.models import ChatParticipant
 from chats.services import chat_create, chat_message_add_system
-from core.api import api
 from core.config import ConfigError, load
+from malamar_site.api import api
 from tests.conftest import error_of
 from tests.live import Server, django_script, manage
 from tests.test_chats_api import multipart

@@ -41,7 +41,7 @@ def signed_in(client: Client) -> Client:
 
 def api_get_paths(workspace_id: str) -> list[str]:
     """Every GET route of the JSON API, with ids filled in."""
-    from core.api import api
+    from malamar_site.api import api
 
     paths = []
     for route, _ in api.get_openapi_schema()["paths"].items():

@@ -10,9 +10,9 @@ from django.utils import timezone
 from core.actors import USER
 from runner.clis import CLIS, cli_for
 from runner.clis.base import Invocation, stderr_message
-from runner.execution import interpret
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.worker import pickup
+from runner.worker.execution import interpret
 from runner.worker.process import ProcessResult
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
 from tasks.services import retry_delay, task_create, task_prioritize_toggle

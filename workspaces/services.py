@@ -1,10 +1,12 @@
 from django.db import transaction
 from django.utils import timezone
 
+from chats.attachments import chat_attachment_folders_remove
 from core import events
 from core.errors import ValidationFailed, require_text
 from core.fields import max_length_of
 from core.models import Marker
+from core.wake import wake_worker_on_commit
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
     RETENTION_DAYS_MAX,
@@ -31,6 +33,11 @@ EDITABLE_FIELDS = (
     "stall_kill_minutes",
 )
 NOTIFY_FIELDS = ("notify_on_error", "notify_on_in_review")
+
+
+def workspace_touch(workspace_id: str, *, now=None) -> None:
+    """Bump the workspace's last activity; call inside the transaction of the change."""
+    Workspace.objects.filter(id=workspace_id).update(last_activity_at=now or timezone.now())
 
 
 def _clean(fields: dict) -> dict:
@@ -133,8 +140,6 @@ def workspace_delete(*, workspace: Workspace) -> None:
     Running CLIs are stopped by the worker, which sees its queue rows disappear (DESIGN
     "Stopping runs"): the server never touches a process.
     """
-    from chats.services import chat_attachment_folders_remove
-    from core.wake import wake_worker_on_commit
 
     with transaction.atomic():
         payload = _payload(workspace)

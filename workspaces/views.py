@@ -7,23 +7,17 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from agents import selectors as agent_selectors
-from agents.forms import AgentForm
-from chats.views import chat_tab_context
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast
-from tasks.views import task_tab_context
 from workspaces import selectors, services
 from workspaces.forms import WorkspaceCreateForm, WorkspaceDeleteForm, WorkspaceSettingsForm
 from workspaces.models import Workspace
+from workspaces.pages import DETAIL, INVALID, TABS, detail_context, workspace_page_context
 
-TABS = ("tasks", "chat", "agents")
 # Fragments with validation errors answer 200 (browsers log every 4xx XHR as a console error);
 # plain form posts without JavaScript get 422 with the whole page.
-INVALID = 422
 LIST = "workspaces/list.html"
-DETAIL = "workspaces/detail.html"
 SETTINGS = "workspaces/settings.html"
 
 
@@ -87,28 +81,13 @@ def workspace_create(request):
 # --- detail -----------------------------------------------------------------------------
 
 
-def detail_context(workspace: Workspace, tab: str) -> dict:
-    agents = agent_selectors.agents_for_workspace(workspace)
-    return {
-        "workspace": workspace,
-        "tab": tab,
-        "agents": agents,
-        "unhealthy": selectors.unhealthy_agent_clis(workspace),
-        "directory_hint": selectors.working_directory_hint(workspace),
-    }
-
-
 @require_GET
 @vary_on_headers("HX-Request", "HX-Target")
 def workspace_detail(request, workspace_id: str):
     workspace = get_object_or_404(Workspace, id=workspace_id)
     tab = request.GET.get("tab", "tasks")
     tab = tab if tab in TABS else "tasks"
-    context = detail_context(workspace, tab)
-    if tab == "tasks":
-        context.update(task_tab_context(request, workspace))
-    elif tab == "chat":
-        context.update(chat_tab_context(request, workspace))
+    context = workspace_page_context(request, workspace, tab)
     if _targets(request, "workspace-tabs"):
         return render(request, f"{DETAIL}#tabs", context)
     return render(request, DETAIL, context)
@@ -196,13 +175,3 @@ def workspace_delete(request, workspace_id: str):
     settings_form = WorkspaceSettingsForm.for_workspace(workspace)
     context = {**_settings_context(workspace, settings_form, form), "delete_open": True}
     return render(request, SETTINGS, context, status=INVALID)
-
-
-def agent_form_context(workspace: Workspace, form: AgentForm, agent=None) -> dict:
-    """Context for the agent dialog (shared with agents.views)."""
-    return {
-        "workspace": workspace,
-        "agent": agent,
-        "agent_form": form,
-        "cli_options": agent_selectors.cli_options(),
-    }

@@ -143,16 +143,10 @@ def live_event_types() -> str:
     return " ".join(sorted(EVENT_TYPES))
 
 
-@register.simple_tag
-def no_cli_available() -> bool:
-    from runner.selectors import first_available_cli
-
-    return first_available_cli() is None
-
-
 @register.filter(name="markdown")
 def markdown_filter(text) -> str:
     """Render agent/user markdown as sanitised HTML (core.markdown); use inside `.markdown`."""
+    # Imported on use: the worker loads this tag library for its system checks only.
     from core.markdown import render_markdown
 
     return mark_safe(render_markdown(str(text or "")))  # sanitised by nh3

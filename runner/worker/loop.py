@@ -23,10 +23,9 @@ from django.db import connection
 from chats.models import ChatQueueItem
 from core.first_launch import seed_sample_workspace_if_first_launch
 from core.wake import socket_path
-from runner import health
 from runner.models import CliHealth
 from runner.services import agent_runs_close_interrupted
-from runner.worker import jobs, pickup
+from runner.worker import health, jobs, pickup
 from runner.worker.pipeline import ChatReply, TaskPass
 from runner.worker.process import kill_tree
 from tasks.models import QueueStatus, TaskQueueItem

@@ -21,16 +21,16 @@ from django.utils import timezone
 
 from agents.models import Agent
 from chats.actions import execute_actions, failure_summary
+from chats.cli_notes import no_cli_message
 from chats.malamar_agent import knowledge_base_dir, malamar_instruction
 from chats.models import Chat, ChatQueueItem
 from chats.selectors import MALAMAR_NAME, participant_cli_type
 from chats.services import chat_message_add_agent, chat_message_add_system
 from core import events
-from core.activity import workspace_touch
-from core.actors import SYSTEM, agent_actor
+from core.actors import SYSTEM, agent_actor, author_name
 from core.settings_store import mailgun_configured, settings_get
 from notifications.services import notify_task_error, notify_task_in_review
-from runner import execution, prompts
+from runner import prompts
 from runner.files import (
     fresh_output_path,
     task_input_path,
@@ -50,9 +50,11 @@ from runner.schemas import (
 )
 from runner.selectors import cli_health_all, cli_health_marked
 from runner.services import cli_health_run_succeeded
+from runner.worker import execution
 from tasks import selectors as task_selectors
 from tasks import services as task_services
 from tasks.models import RUNNABLE_STATUSES, Task, TaskComment, TaskQueueItem, TaskStatus
+from workspaces.services import workspace_touch
 
 log = logging.getLogger(__name__)
 MARKS = (CliHealthStatus.UNHEALTHY, CliHealthStatus.SLOW)  # health marks a good run clears
@@ -165,7 +167,7 @@ def task_input_text(task: Task, agent: Agent, output_path: Path, agents=None) ->
         )
     names = dict(agents)
     comments = [
-        prompts.comment_row(c, task_services.comment_author_name(c, names))
+        prompts.comment_row(c, author_name(c.author_type, c.agent_id, names))
         for c in task_selectors.collapse_repeated_errors(
             list(task.comments.order_by("created_at", "id"))
         )
@@ -489,7 +491,7 @@ class ChatReply:
             events.publish("chat.processing_started", self._payload())
             if not self.still_wanted():
                 raise Stopped
-            self.apply(Failure("No CLI available: every CLI failed its health check."))
+            self.apply(Failure(no_cli_message([])))
 
     def _payload(self, **extra) -> dict:
         return {

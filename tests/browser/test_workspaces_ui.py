@@ -129,7 +129,7 @@ def test_first_run_checklist_and_cli_notices_follow_health_checks_live(page, ser
     django_script(
         server.data_dir,
         "from django.utils import timezone\n"
-        "from runner.health import store\n"
+        "from runner.worker.health import store\n"
         "now = timezone.now()\n"
         "store('codex', {'status': 'healthy'}, started_at=now, full=False)\n"
         "store('claude', {'status': 'unhealthy', 'error': 'Binary not found'},"

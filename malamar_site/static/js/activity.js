@@ -146,10 +146,7 @@
     const data = event.detail || {};
     const minutes = Math.max(1, Math.round((data.silent_seconds || 0) / 60));
     if (window.malamarToast) {
-      const base = `/workspaces/${encodeURIComponent(data.workspace_id || "")}/`;
-      let href = "";
-      if (data.task_id) href = `${base}?tab=tasks&task=${encodeURIComponent(data.task_id)}`;
-      else if (data.chat_id) href = `${base}?tab=chat&chat=${encodeURIComponent(data.chat_id)}`;
+      const href = data.task_id || data.chat_id ? window.malamarItemLink(data) : "";
       window.malamarToast({
         level: "warning",
         message: `${data.agent_name || "An agent"} has printed nothing for ${minutes} min`,

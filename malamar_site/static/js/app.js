@@ -449,14 +449,18 @@
 
   /* ------------------------------------------------------------------ live events (SSE) */
 
+  // The one JavaScript copy of workspaces/links.py's format: the workspace page on the item's
+  // tab (the other scripts call window.malamarItemLink).
   function itemLink(data) {
     const workspace = data.workspace_id;
     if (!workspace) return "";
     const base = `/workspaces/${encodeURIComponent(workspace)}/`;
-    if (data.task_id) return `${base}?tab=tasks&task=${encodeURIComponent(data.task_id)}`;
-    if (data.chat_id) return `${base}?tab=chat&chat=${encodeURIComponent(data.chat_id)}`;
-    return base;
+    let params = null;
+    if (data.task_id) params = { tab: "tasks", task: data.task_id };
+    else if (data.chat_id) params = { tab: "chat", chat: data.chat_id };
+    return params ? `${base}?${new URLSearchParams(params)}` : base;
   }
+  window.malamarItemLink = itemLink;
 
   /** Is chat `id` open in a popup (the user is looking at it: no toast for its news)? */
   function chatOnScreen(id) {
@@ -652,8 +656,6 @@
       el.title = fullFormat.format(date);
     });
   }
-
-  window.malamarRelativeTime = relative;
 
   /* ------------------------------------------------------------------ agent drag and drop */
 

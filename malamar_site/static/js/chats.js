@@ -43,7 +43,7 @@
   }
 
   function taskLink(workspaceId, taskId) {
-    return `/workspaces/${encodeURIComponent(workspaceId)}/?tab=tasks&task=${encodeURIComponent(taskId)}`;
+    return window.malamarItemLink({ workspace_id: workspaceId, task_id: taskId });
   }
 
   // When each chat last had news: a popup that arrives just after (e.g. the answer to a

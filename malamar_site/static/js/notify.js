@@ -25,9 +25,7 @@
     const note = new Notification(title, { body: detail || "", tag: `malamar-${data.task_id}` });
     note.onclick = () => {
       window.focus();
-      window.location.assign(
-        `/workspaces/${encodeURIComponent(data.workspace_id)}/?tab=tasks&task=${encodeURIComponent(data.task_id)}`,
-      );
+      window.location.assign(window.malamarItemLink(data));
       note.close();
     };
   };

@@ -24,10 +24,10 @@ from agents.models import CliType
 from core import events
 from runner.clis import cli_for
 from runner.clis.base import Command, stderr_message
-from runner.execution import cli_env, resolve_binary
 from runner.files import private_dir, temp_dir
 from runner.models import CliHealth, CliHealthStatus
 from runner.worker import process
+from runner.worker.execution import cli_env, resolve_binary
 
 log = logging.getLogger(__name__)
 PROMPT_TIMEOUT = 30

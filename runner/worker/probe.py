@@ -2,14 +2,14 @@
 or at the path set in Settings → CLIs), and does `--version` answer within a few seconds?
 
 It works without the worker and without a database (then only PATH counts). The worker's health
-checks (runner.health, stored in CliHealth) go further and send a real prompt."""
+checks (runner.worker.health, stored in CliHealth) go further and send a real prompt."""
 
 from dataclasses import dataclass
 
 from runner.clis.base import Command
-from runner.execution import cli_env, resolve_binary
 from runner.files import private_dir, temp_dir
 from runner.worker import process
+from runner.worker.execution import cli_env, resolve_binary
 
 VERSION_TIMEOUT = 5.0
 NO_SETTINGS = {"binary_path": "", "env": {}}

@@ -1,14 +1,21 @@
+"""`malamar doctor`: the data directory, database, configuration and each CLI, checked now."""
+
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils.timesince import timesince
 
+from agents.models import CliType
+from core.auth import access_mode, remote_access_refusal
 from core.config import ConfigError, ensure_data_dir, load
+from core.settings_store import cli_settings_for
+from runner.selectors import cli_health_all
+from runner.worker.probe import NO_SETTINGS, cli_probe
 
 
 def _check_data_dir(path) -> tuple[bool, str]:
@@ -38,8 +45,6 @@ def _check_database() -> tuple[bool, str]:
 def _stored_health(db_ok: bool) -> dict[str, dict]:
     if not db_ok:
         return {}
-    from runner.selectors import cli_health_all
-
     try:
         return {row["cli_type"]: row for row in cli_health_all()}
     except Exception:
@@ -48,11 +53,7 @@ def _stored_health(db_ok: bool) -> dict[str, dict]:
 
 def _cli_settings(db_ok: bool) -> dict | None:
     """None: read each CLI's settings from the database; else no configured paths."""
-    from runner.probe import NO_SETTINGS
-
     if db_ok:
-        from core.settings_store import cli_settings_for
-
         try:
             cli_settings_for("claude")
             return None
@@ -71,9 +72,6 @@ def _worker_line(stored: dict | None) -> str:
 
 def _cli_lines(db_ok: bool) -> tuple[list[tuple[bool, str]], int]:
     """Probe every CLI now (binary, `--version`), next to the worker's last stored result."""
-    from agents.models import CliType
-    from runner.probe import cli_probe
-
     conf = _cli_settings(db_ok)
     stored = _stored_health(db_ok)
     with ThreadPoolExecutor(max_workers=len(CliType.values)) as pool:
@@ -95,10 +93,6 @@ def _access_line(db_ok: bool) -> str:
     hosts = ", ".join(config.allowed_hosts) or "none"
     if not db_ok:
         return f"• Access: unknown (database); extra allowed hosts: {hosts}"
-    from django.db import DatabaseError
-
-    from core.auth import access_mode, remote_access_refusal
-
     try:
         ok, mode = remote_access_refusal() is None, access_mode()
     except DatabaseError:
