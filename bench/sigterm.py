@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil
 
 from tests.live import ROOT, SseClient, free_port, process_env, serving, wait_until
+from tests.stack import alive
 
 
 def _burn(stop_at: float) -> None:
@@ -51,7 +52,7 @@ def one_run(data_dir: Path) -> float:
         proc.wait(timeout=30)
         elapsed = time.monotonic() - started
         stream.close()
-        left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        left = [c for c in children if alive(c.pid)]
         assert not left, f"children still running: {left}"
         assert proc.returncode == 0, proc.returncode
         return elapsed

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.live import ROOT, free_port, serving, wait_until
-from tests.stack import FAKES_BIN
+from tests.stack import FAKES_BIN, alive
 
 pytestmark = pytest.mark.live
 
@@ -120,11 +120,4 @@ def test_installed_malamar_serves_runs_tasks_and_stops(installed, tmp_path):
         stopped_in = time.monotonic() - started
     assert code == 0, proc.stdout.read()[-3000:]
     print(f"stopped in {stopped_in:.2f} s")
-    wait_until(lambda: not [c for c in children if _alive(c)], timeout=5, what="no process left")
-
-
-def _alive(proc) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    wait_until(lambda: not [c for c in children if alive(c.pid)], timeout=5, what="no process left")
