@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -43,6 +42,10 @@ import psutil
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.live import free_port, wait_until  # noqa: E402
+
 BENCH = ROOT / "bench"
 AGENTS_PER_WORKSPACE = 4
 TASK_PROMPT = re.compile(r"malamar_task_(\S+?)\.md")
@@ -72,22 +75,6 @@ def db_time(value: str) -> float:
     """Django stores aware datetimes in SQLite as naive UTC text."""
     parsed = datetime.fromisoformat(value)
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(check, *, timeout: float, what: str, interval: float = 0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(interval)
-    raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
 
 
 def load_text(averages: tuple[float, ...]) -> str:

@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil
-import requests
 
-from tests.live import ROOT, SseClient, free_port, process_env, wait_until
+from tests.live import ROOT, SseClient, free_port, process_env, serving, wait_until
+from tests.stack import alive
 
 
 def _burn(stop_at: float) -> None:
@@ -42,15 +42,8 @@ def one_run(data_dir: Path) -> float:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-
-    def serving() -> bool:
-        try:
-            return requests.get(f"{url}/api/health", timeout=1).ok
-        except requests.RequestException:
-            return False
-
     try:
-        wait_until(serving, timeout=60, what="malamar to serve")
+        wait_until(lambda: serving(url), timeout=60, what="malamar to serve")
         wait_until(lambda: (data_dir / "worker.sock").exists(), timeout=30, what="the worker")
         stream = SseClient(url)  # an open tab
         children = psutil.Process(proc.pid).children(recursive=True)
@@ -59,7 +52,7 @@ def one_run(data_dir: Path) -> float:
         proc.wait(timeout=30)
         elapsed = time.monotonic() - started
         stream.close()
-        left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        left = [c for c in children if alive(c.pid)]
         assert not left, f"children still running: {left}"
         assert proc.returncode == 0, proc.returncode
         return elapsed

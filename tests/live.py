@@ -71,6 +71,26 @@ def django_script(data_dir: Path, code: str, **env) -> subprocess.CompletedProce
     return result
 
 
+def serving(url: str) -> bool:
+    """The server at `url` (http://host:port) answers /api/health with 200."""
+    try:
+        return requests.get(f"{url}/api/health", timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def start_malamar(data_dir: Path, cwd: Path, *args: str, **env) -> subprocess.Popen:
+    """The `malamar` command (server and worker) on `data_dir`; its output (text) in stdout."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "malamar_site.cli", *args],
+        env=process_env(data_dir, **env),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 class Server:
     def __init__(self, data_dir: Path, port: int | None = None, log: Path | None = None, **env):
         self.data_dir = data_dir
@@ -101,10 +121,7 @@ class Server:
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
             raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-2000:]}")
-        try:
-            return requests.get(f"{self.url}/api/health", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
+        return serving(self.url)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

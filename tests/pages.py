@@ -2,7 +2,8 @@
 
 import json
 import re
-from html.parser import HTMLParser
+
+from tests.htmltree import parse
 
 
 def hx(client, method: str, url: str, data=None, target: str | None = None, **extra):
@@ -39,47 +40,10 @@ def field_error_is_tied(page: str, field_id: str) -> bool:
 
 def element_text(page: str, element_id: str) -> str | None:
     """The text of the element with this id (tags dropped, entities decoded), or None."""
-    from html import unescape
-    from html.parser import HTMLParser
-
-    class Finder(HTMLParser):
-        def __init__(self):
-            super().__init__()
-            self.depth, self.parts, self.found = 0, [], False
-
-        def handle_starttag(self, tag, attrs):
-            if self.depth:
-                self.depth += 1
-            elif dict(attrs).get("id") == element_id:
-                self.depth, self.found = 1, True
-
-        def handle_endtag(self, tag):
-            if self.depth:
-                self.depth -= 1
-
-        def handle_data(self, data):
-            if self.depth:
-                self.parts.append(data)
-
-    finder = Finder()
-    finder.feed(page)
-    return unescape(" ".join("".join(finder.parts).split())) if finder.found else None
-
-
-class _Elements(HTMLParser):
-    def __init__(self, tag: str):
-        super().__init__(convert_charrefs=True)
-        self.tag, self.found = tag, []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == self.tag:
-            self.found.append({name: value or "" for name, value in attrs})
-
-    handle_startendtag = handle_starttag
+    element = parse(page).by_id(element_id)
+    return element.text if element is not None else None
 
 
 def elements(page: str, tag: str, **attrs: str) -> list[dict]:
     """The attributes (entities decoded) of every <tag> in the parsed page that has `attrs`."""
-    parser = _Elements(tag)
-    parser.feed(page)
-    return [el for el in parser.found if all(el.get(k) == v for k, v in attrs.items())]
+    return [el.attrs for el in parse(page).find_all(tag=tag, **attrs)]

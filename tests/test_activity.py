@@ -238,6 +238,12 @@ def claude_result(tool: str, text: str) -> str:
     return json.dumps({"type": "user", "message": {"content": [block]}})
 
 
+def gemini_tool(name: str, tool_id: str, parameters: dict) -> str:
+    return json.dumps(
+        {"type": "tool_use", "tool_name": name, "tool_id": tool_id, "parameters": parameters}
+    )
+
+
 def codex_command(command: str, output: str) -> list[str]:
     item = {"id": "item_1", "type": "command_execution", "command": command}
     return [
@@ -289,32 +295,13 @@ CHAT_ANSWER_FILE = "/tmp/malamar/malamar_chat_output_Q2w3E4r5T6y7U8i9O0pA.json"
         (
             "gemini",
             [
-                json.dumps(
-                    {
-                        "type": "tool_use",
-                        "tool_name": "read_file",
-                        "tool_id": "r1",
-                        "parameters": {"absolute_path": CHAT_FILE},
-                    }
+                gemini_tool("read_file", "r1", {"absolute_path": CHAT_FILE}),
+                gemini_tool(
+                    "read_file",
+                    "r2",
+                    {"absolute_path": "/tmp/malamar/malamar_chat_abc_attachments/notes.txt"},
                 ),
-                json.dumps(
-                    {
-                        "type": "tool_use",
-                        "tool_name": "read_file",
-                        "tool_id": "r2",
-                        "parameters": {
-                            "absolute_path": "/tmp/malamar/malamar_chat_abc_attachments/notes.txt"
-                        },
-                    }
-                ),
-                json.dumps(
-                    {
-                        "type": "tool_use",
-                        "tool_name": "write_file",
-                        "tool_id": "w1",
-                        "parameters": {"file_path": CHAT_ANSWER_FILE, "content": "{}"},
-                    }
-                ),
+                gemini_tool("write_file", "w1", {"file_path": CHAT_ANSWER_FILE, "content": "{}"}),
             ],
             [
                 ("action", "generic", "Reading the conversation"),

@@ -23,6 +23,13 @@ def send(stack, c, *lines, expect=201):
     )
 
 
+def first_reply(stack, c, directive: str) -> tuple[str, str]:
+    """Send `directive` as the chat's first message: its reply's (role, message)."""
+    send(stack, c, "x", directive)
+    last = wait_reply(stack, c)["messages"][-1]
+    return last["role"], last["message"]
+
+
 def detail(stack, c):
     return stack.api("GET", f"/chats/{c['id']}")
 
@@ -254,12 +261,11 @@ def test_two_chats_of_one_workspace_answer_at_the_same_time(stack):
 
 
 def test_chat_errors_become_system_messages(stack):
-    ws = stack.workspace()
-    c = chat(stack, ws)
-    send(stack, c, "x", "@fake exit 2 quota exceeded")
-    d = wait_reply(stack, c)
-    assert d["messages"][-1]["role"] == "system"
-    assert d["messages"][-1]["message"] == "CLI exited with code 2. quota exceeded"
+    c = chat(stack, stack.workspace())
+    assert first_reply(stack, c, "@fake exit 2 quota exceeded") == (
+        "system",
+        "CLI exited with code 2. quota exceeded",
+    )
     wait_until(lambda: finished_outcomes(stack, c), timeout=10, what="processing_finished")
     assert finished_outcomes(stack, c) == ["failed"]
     send(stack, c, "y", "@fake invalid-json")
@@ -271,13 +277,10 @@ def test_chat_errors_become_system_messages(stack):
 
 
 def test_deeply_nested_chat_output_is_a_system_message_not_a_crash(stack):
-    ws = stack.workspace()
-    c = chat(stack, ws)
-    send(stack, c, "x", "@fake nested 100000")
-    d = wait_reply(stack, c)
-    assert d["messages"][-1]["role"] == "system"
-    assert d["messages"][-1]["message"] == (
-        "CLI output was not valid JSON: nested more than 200 levels deep"
+    c = chat(stack, stack.workspace())
+    assert first_reply(stack, c, "@fake nested 100000") == (
+        "system",
+        "CLI output was not valid JSON: nested more than 200 levels deep",
     )
     send(stack, c, "y", "@fake reply still here")
     d = wait_reply(stack, c, count=2)

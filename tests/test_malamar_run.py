@@ -3,14 +3,12 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import psutil
 import pytest
 import requests
 
-from tests.live import SseClient, free_port, process_env, wait_until
+from tests.live import SseClient, free_port, serving, start_malamar, wait_until
 from tests.stack import FAKES_BIN, alive
 
 pytestmark = pytest.mark.live
@@ -18,30 +16,11 @@ pytestmark = pytest.mark.live
 
 def test_malamar_runs_server_and_worker_and_stops_cleanly(tmp_path):
     port = free_port()
-    env = process_env(
-        tmp_path / "data",
-        MALAMAR_PORT=port,
-        MALAMAR_TEMP_DIR=tmp_path,
-        PATH=f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "malamar_site.cli"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}/api"
-
-    def ready():
-        try:
-            return requests.get(f"{base}/health", timeout=1).ok
-        except requests.RequestException:
-            return False
-
+    proc = _start_with_fakes(tmp_path, port)
+    url = f"http://127.0.0.1:{port}"
+    base = f"{url}/api"
     try:
-        wait_until(ready, timeout=30, what="malamar to serve")
+        wait_until(lambda: serving(url), timeout=30, what="malamar to serve")
         sample = requests.get(f"{base}/workspaces", timeout=5).json()["workspaces"]
         assert [w["title"] for w in sample] == ["Sample: Code Assistant"]  # a first launch
         ws = requests.post(f"{base}/workspaces", json={"title": "Run"}, timeout=5).json()
@@ -85,24 +64,11 @@ def test_sigterm_mid_run_with_a_tab_open_stops_everything_cleanly(tmp_path):
     """SIGTERM while an agent's CLI runs and a browser holds the event stream: the server, the
     worker and the CLI all end by themselves (none killed by the supervisor), exit code 0."""
     port = free_port()
-    env = process_env(
-        tmp_path / "data",
-        MALAMAR_PORT=port,
-        MALAMAR_TEMP_DIR=tmp_path,
-        PATH=f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "malamar_site.cli"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _start_with_fakes(tmp_path, port)
     url = f"http://127.0.0.1:{port}"
     base = f"{url}/api"
     try:
-        wait_until(lambda: _ok(f"{base}/health"), timeout=30, what="malamar to serve")
+        wait_until(lambda: serving(url), timeout=30, what="malamar to serve")
         ws = requests.post(f"{base}/workspaces", json={"title": "Stop"}, timeout=5).json()
         requests.post(
             f"{base}/workspaces/{ws['id']}/agents",
@@ -133,26 +99,20 @@ def test_sigterm_mid_run_with_a_tab_open_stops_everything_cleanly(tmp_path):
     wait_until(lambda: not _gone(everything), timeout=5, what="every child to be gone")
 
 
-def _ok(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=1).ok
-    except requests.RequestException:
-        return False
+def _start_with_fakes(tmp_path, port: int):
+    """`malamar` on tmp_path/data with the fake CLIs first on PATH."""
+    path = f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}"
+    return start_malamar(
+        tmp_path / "data", tmp_path, MALAMAR_PORT=port, MALAMAR_TEMP_DIR=tmp_path, PATH=path
+    )
 
 
 def test_json_logs_stay_json_lines_including_each_request(tmp_path):
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "malamar_site.cli"],
-        env=process_env(tmp_path / "data", MALAMAR_PORT=port, MALAMAR_LOG_FORMAT="json"),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_malamar(tmp_path / "data", tmp_path, MALAMAR_PORT=port, MALAMAR_LOG_FORMAT="json")
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _ok(f"{base}/api/health"), timeout=30, what="malamar to serve")
+        wait_until(lambda: serving(base), timeout=30, what="malamar to serve")
         assert requests.get(f"{base}/{'z' * 5000}", timeout=5).status_code == 404
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -173,18 +133,11 @@ def test_a_failing_worker_stops_the_server_and_malamar_exits_1(tmp_path):
     data_dir = tmp_path / "data"
 
     def start(port):
-        return subprocess.Popen(
-            [sys.executable, "-m", "malamar_site.cli"],
-            env=process_env(data_dir, MALAMAR_PORT=port, MALAMAR_TEMP_DIR=tmp_path),
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        return start_malamar(data_dir, tmp_path, MALAMAR_PORT=port, MALAMAR_TEMP_DIR=tmp_path)
 
     first = start(first_port)
     try:
-        wait_until(lambda: _ok(f"http://127.0.0.1:{first_port}/api/health"), timeout=30, what="1st")
+        wait_until(lambda: serving(f"http://127.0.0.1:{first_port}"), timeout=30, what="1st")
         second = start(second_port)
         code = second.wait(timeout=30)
         output = second.stdout.read()

@@ -11,8 +11,8 @@ import psutil
 import pytest
 import requests
 
-from tests.live import ROOT, free_port, wait_until
-from tests.stack import FAKES_BIN
+from tests.live import ROOT, free_port, serving, wait_until
+from tests.stack import FAKES_BIN, alive
 
 pytestmark = pytest.mark.live
 
@@ -87,7 +87,7 @@ def test_installed_malamar_serves_runs_tasks_and_stops(installed, tmp_path):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _up(base), timeout=60, what="installed malamar")
+        wait_until(lambda: serving(base), timeout=60, what="installed malamar")
         home = requests.get(f"{base}/", timeout=5)
         assert home.status_code == 200 and "Malamar" in home.text
         css = requests.get(f"{base}/static/css/app.css", timeout=5)
@@ -120,18 +120,4 @@ def test_installed_malamar_serves_runs_tasks_and_stops(installed, tmp_path):
         stopped_in = time.monotonic() - started
     assert code == 0, proc.stdout.read()[-3000:]
     print(f"stopped in {stopped_in:.2f} s")
-    wait_until(lambda: not [c for c in children if _alive(c)], timeout=5, what="no process left")
-
-
-def _up(base: str) -> bool:
-    try:
-        return requests.get(f"{base}/api/health", timeout=1).ok
-    except requests.RequestException:
-        return False
-
-
-def _alive(proc) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    wait_until(lambda: not [c for c in children if alive(c.pid)], timeout=5, what="no process left")
