@@ -6,7 +6,7 @@ from core import events
 from core.ids import new_id
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
-from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
+from runner.models import HEALTH_MARKS, AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
 
 
 def cli_health_check_request(*, cli_types) -> None:
@@ -29,9 +29,7 @@ def cli_health_refresh_request() -> None:
 def cli_health_run_succeeded(*, cli_type: str) -> None:
     """A real run of this CLI just succeeded (a task pass or a chat reply): it works, whatever
     its last health check said. Clears an "unhealthy" (or "slow") mark; no write otherwise."""
-    marked = CliHealth.objects.filter(
-        cli_type=cli_type, status__in=[CliHealthStatus.UNHEALTHY, CliHealthStatus.SLOW]
-    )
+    marked = CliHealth.objects.filter(cli_type=cli_type, status__in=HEALTH_MARKS)
     if not marked.exists():  # the usual case: a read, no write lock after every run
         return
     with transaction.atomic():
