@@ -54,6 +54,18 @@ def settings_save(*, changes: dict) -> dict:
 # agent runs (written by the worker's run recorder) ------------------------------------------
 
 
+def agent_run_event(run: AgentRun, **extra) -> dict:
+    """The payload of a run's events (`run.trace`, `run.stalled`): which run, where, and `extra`."""
+    return {
+        "workspace_id": run.workspace_id,
+        "task_id": run.task_id,
+        "chat_id": run.chat_id,
+        "agent_name": run.agent_name,
+        "run_id": run.id,
+        **extra,
+    }
+
+
 def agent_run_start(
     *, cli_type: str, workspace_id: str, agent_id, agent_name: str, task_id=None, chat_id=None
 ) -> AgentRun:
@@ -109,18 +121,6 @@ def agent_runs_close_interrupted() -> int:
             status=RunStatus.INTERRUPTED, ended_at=timezone.now()
         )
         for run in runs:
-            events.publish(
-                "run.trace",
-                {
-                    "workspace_id": run.workspace_id,
-                    "task_id": run.task_id,
-                    "chat_id": run.chat_id,
-                    "agent_name": run.agent_name,
-                    "run_id": run.id,
-                    "status": RunStatus.INTERRUPTED,
-                    "items": [],
-                    "text_delta": "",
-                    "current_action": "",
-                },
-            )
+            final = {"items": [], "text_delta": "", "current_action": ""}
+            events.publish("run.trace", agent_run_event(run, status=RunStatus.INTERRUPTED, **final))
     return len(runs)

@@ -320,3 +320,36 @@ def test_the_input_file_carries_repeated_errors_once(workspace, agents):
     first, last = TaskComment.objects.filter(content__endswith="401").order_by("created_at")[::49]
     assert rows[1]["first_created_at"] == first.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert rows[1]["created_at"] == last.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_runs_events_all_name_the_run_and_where_it_runs(task):
+    """Live trace batches, the stall warning and the final record carry the same identity, so
+    open pages place each event on the right timeline."""
+    from core.models import OutboxEvent
+    from runner.recorder import RunRecorder
+
+    recorder = RunRecorder(
+        cli_type="claude",
+        workspace_id=task.workspace_id,
+        agent_id=None,
+        agent_name="Planner",
+        task_id=task.id,
+        stall_warn_seconds=0.001,
+    )
+    recorder.on_line('{"type": "system", "subtype": "init", "model": "m"}')
+    recorder.last_output -= 1  # silent for a second
+    recorder.tick()
+    recorder.finish(status="completed", exit_code=0)
+    identity = {
+        "workspace_id": task.workspace_id,
+        "task_id": task.id,
+        "chat_id": None,
+        "agent_name": "Planner",
+        "run_id": recorder.run.id,
+    }
+    events = list(OutboxEvent.objects.filter(type__startswith="run.").order_by("id"))
+    assert [e.type for e in events] == ["run.trace", "run.stalled", "run.trace"]
+    for event in events:
+        assert {key: event.payload[key] for key in identity} == identity
+    assert events[1].payload["silent_seconds"] == 1
+    assert [e.payload["status"] for e in events[::2]] == ["running", "completed"]
