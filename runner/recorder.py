@@ -47,7 +47,7 @@ class RunRecorder:
         stall_kill_seconds: float = 0,
     ):
         self.parser = cli_for(cli_type).stream_parser()
-        self.terms = UserTerms(knowledge_dir=_knowledge_dir())
+        self.terms = UserTerms(knowledge_dir=str(knowledge_base_dir()))
         self.lines: collections.deque[str] = collections.deque()
         self.lock = threading.Lock()
         self.last_output = time.monotonic()
@@ -236,10 +236,6 @@ class RunRecorder:
             progress=self._progress(),
             event={**self._payload(rows, []), "status": status},
         )
-
-
-def _knowledge_dir() -> str:
-    return str(knowledge_base_dir())
 
 
 def stall_limits(workspace, settings: dict | None = None) -> dict:
