@@ -18,6 +18,8 @@ from core.models import OutboxEvent
 from runner.files import temp_dir
 from runner.models import CliHealth, CliHealthStatus
 from runner.recorder import RunRecorder
+from runner.worker import jobs
+from runner.worker.loop import Worker
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
 from tasks.services import task_create
@@ -143,8 +145,6 @@ def test_a_failed_batch_publishes_nothing(db):
 
 
 def test_cleanup_prunes_old_finished_queue_items_of_both_kinds(workspace):
-    from runner.worker import jobs
-
     old = timezone.now() - timedelta(days=8)
     task = task_create(workspace=workspace, summary="Old")
     done = TaskQueueItem.objects.get(task=task)
@@ -160,8 +160,6 @@ def test_cleanup_prunes_old_finished_queue_items_of_both_kinds(workspace):
 
 
 def test_one_stop_watcher_stops_task_passes_and_chat_replies(workspace):
-    from runner.worker.loop import Worker
-
     worker = Worker(poll_interval=1)
     tasks = [task_create(workspace=workspace, summary=name) for name in ("Kept", "Cancelled")]
     items = [TaskQueueItem.objects.get(task=task) for task in tasks]
