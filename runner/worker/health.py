@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from agents.models import CliType
 from core import events
+from core.settings_store import cli_settings_for
 from runner.clis import cli_for
 from runner.clis.base import Command, stderr_message
 from runner.files import private_dir, temp_dir
@@ -80,8 +81,9 @@ def check(
     """Check one CLI. `full` also sends the minimal prompt; `was_healthy` (its last stored
     status) decides whether two timeouts make it "slow" or "unhealthy"; setting `stop` kills
     the check's CLI."""
-    env = cli_env(cli)
-    binary, problem = resolve_binary(cli, env)
+    conf = cli_settings_for(cli)
+    env = cli_env(cli, conf)
+    binary, problem = resolve_binary(cli, env, conf)
     if binary is None:
         return {"status": CliHealthStatus.UNHEALTHY, "error": problem, "binary_path": ""}
     found = {"binary_path": binary, **({"answer": ""} if full else {})}
