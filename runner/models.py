@@ -96,6 +96,10 @@ class CliHealthStatus(models.TextChoices):
     SLOW = "slow", "Slow to answer"
 
 
+# The marks a health check leaves on a CLI and a successful real run clears.
+HEALTH_MARKS = (CliHealthStatus.UNHEALTHY, CliHealthStatus.SLOW)
+
+
 class CliHealth(models.Model):
     """The worker's latest health check per CLI, stored for the server to read."""
 

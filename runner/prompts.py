@@ -2,6 +2,7 @@
 
 import json
 
+from runner.models import CliHealthStatus
 from runner.schemas import schema_json, task_schema
 from workspaces.selectors import notify_effective
 
@@ -233,10 +234,10 @@ def chat_context(
             "",
         ]
     lines += ["# CLIs", ""]
-    words = {"healthy": "healthy", "unhealthy": "unhealthy", "not_checked": "not checked yet"}
     for cli in clis:
+        status = str(CliHealthStatus(cli["status"]).label).lower()  # every status, "slow" too
         error = f" ({cli['error']})" if cli.get("error") else ""
-        lines.append(f"- {cli['name']} ({cli['cli_type']}): {words[cli['status']]}{error}")
+        lines.append(f"- {cli['name']} ({cli['cli_type']}): {status}{error}")
     lines += [
         "",
         "# Email notifications",

@@ -18,6 +18,7 @@ from core.settings_store import settings_get
 from runner.clis import cli_for
 from runner.models import RunStatus, TraceEvent
 from runner.services import (
+    agent_run_event,
     agent_run_finish,
     agent_run_progress,
     agent_run_stalled,
@@ -46,7 +47,7 @@ class RunRecorder:
         stall_kill_seconds: float = 0,
     ):
         self.parser = cli_for(cli_type).stream_parser()
-        self.terms = UserTerms(knowledge_dir=_knowledge_dir())
+        self.terms = UserTerms(knowledge_dir=str(knowledge_base_dir()))
         self.lines: collections.deque[str] = collections.deque()
         self.lock = threading.Lock()
         self.last_output = time.monotonic()
@@ -61,12 +62,6 @@ class RunRecorder:
         self.status = RunStatus.RUNNING
         self.exit_code: int | None = None
         self.killed_for_silence = False
-        self.context = {
-            "workspace_id": workspace_id,
-            "task_id": task_id,
-            "chat_id": chat_id,
-            "agent_name": agent_name,
-        }
         self.run = agent_run_start(
             cli_type=cli_type,
             workspace_id=workspace_id,
@@ -191,17 +186,16 @@ class RunRecorder:
             {"seq": r.seq, "kind": r.kind, "action_kind": r.action_kind, "text": r.text[:300]}
             for r in rows[-LIVE_ITEMS_PER_EVENT:]
         ]
-        return {
-            **self.context,
-            "run_id": self.run.id,
-            "status": RunStatus.RUNNING,
-            "items": items,
-            "text_delta": "".join(deltas)[-2000:],
-            "current_action": self.current[:300],
-        }
+        return agent_run_event(
+            self.run,
+            status=RunStatus.RUNNING,
+            items=items,
+            text_delta="".join(deltas)[-2000:],
+            current_action=self.current[:300],
+        )
 
     def _stalled(self, silent: float) -> None:
-        event = {**self.context, "run_id": self.run.id, "silent_seconds": int(silent)}
+        event = agent_run_event(self.run, silent_seconds=int(silent))
         agent_run_stalled(run_id=self.run.id, event=event)
 
     def note(self, execution) -> None:
@@ -242,10 +236,6 @@ class RunRecorder:
             progress=self._progress(),
             event={**self._payload(rows, []), "status": status},
         )
-
-
-def _knowledge_dir() -> str:
-    return str(knowledge_base_dir())
 
 
 def stall_limits(workspace, settings: dict | None = None) -> dict:

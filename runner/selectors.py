@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from agents.models import CLI_PREFERENCE, CliType
 from core.settings_store import settings_public
-from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
+from runner.models import HEALTH_MARKS, AgentRun, CliHealth, RunStatus, TraceEvent
 from runner.timeline import group_traces
 
 
@@ -34,8 +34,8 @@ def cli_health_all() -> list[dict]:
 
 def cli_health_marked() -> set[str]:
     """CLIs a health check marked unhealthy or slow (a successful run clears the mark)."""
-    marked = [CliHealthStatus.UNHEALTHY, CliHealthStatus.SLOW]
-    return set(CliHealth.objects.filter(status__in=marked).values_list("cli_type", flat=True))
+    marked = CliHealth.objects.filter(status__in=HEALTH_MARKS)
+    return set(marked.values_list("cli_type", flat=True))
 
 
 def cli_available(cli_type: str) -> bool:

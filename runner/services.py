@@ -6,7 +6,7 @@ from core import events
 from core.ids import new_id
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
-from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
+from runner.models import HEALTH_MARKS, AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
 
 
 def cli_health_check_request(*, cli_types) -> None:
@@ -29,9 +29,7 @@ def cli_health_refresh_request() -> None:
 def cli_health_run_succeeded(*, cli_type: str) -> None:
     """A real run of this CLI just succeeded (a task pass or a chat reply): it works, whatever
     its last health check said. Clears an "unhealthy" (or "slow") mark; no write otherwise."""
-    marked = CliHealth.objects.filter(
-        cli_type=cli_type, status__in=[CliHealthStatus.UNHEALTHY, CliHealthStatus.SLOW]
-    )
+    marked = CliHealth.objects.filter(cli_type=cli_type, status__in=HEALTH_MARKS)
     if not marked.exists():  # the usual case: a read, no write lock after every run
         return
     with transaction.atomic():
@@ -54,6 +52,18 @@ def settings_save(*, changes: dict) -> dict:
 
 
 # agent runs (written by the worker's run recorder) ------------------------------------------
+
+
+def agent_run_event(run: AgentRun, **extra) -> dict:
+    """The payload of a run's events (`run.trace`, `run.stalled`): which run, where, and `extra`."""
+    return {
+        "workspace_id": run.workspace_id,
+        "task_id": run.task_id,
+        "chat_id": run.chat_id,
+        "agent_name": run.agent_name,
+        "run_id": run.id,
+        **extra,
+    }
 
 
 def agent_run_start(
@@ -111,18 +121,6 @@ def agent_runs_close_interrupted() -> int:
             status=RunStatus.INTERRUPTED, ended_at=timezone.now()
         )
         for run in runs:
-            events.publish(
-                "run.trace",
-                {
-                    "workspace_id": run.workspace_id,
-                    "task_id": run.task_id,
-                    "chat_id": run.chat_id,
-                    "agent_name": run.agent_name,
-                    "run_id": run.id,
-                    "status": RunStatus.INTERRUPTED,
-                    "items": [],
-                    "text_delta": "",
-                    "current_action": "",
-                },
-            )
+            final = {"items": [], "text_delta": "", "current_action": ""}
+            events.publish("run.trace", agent_run_event(run, status=RunStatus.INTERRUPTED, **final))
     return len(runs)

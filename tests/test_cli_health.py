@@ -90,7 +90,7 @@ def test_a_per_cli_request_checks_only_that_cli(monkeypatch):
     done = threading.Event()
     rounds = []
 
-    def fake_round(jobs):
+    def fake_round(jobs, *, stop):
         rounds.append(jobs)
         done.set()
 
@@ -107,7 +107,7 @@ def test_a_round_runs_at_most_two_checks_at_a_time(monkeypatch):
     lock = threading.Lock()
     state = {"running": 0, "peak": 0, "done": []}
 
-    def fake_check(cli, full):
+    def fake_check(cli, full, stop):
         with lock:
             state["running"] += 1
             state["peak"] = max(state["peak"], state["running"])
@@ -198,7 +198,6 @@ def test_stopping_the_checks_kills_a_hanging_check_and_stores_nothing(monkeypatc
     cut-short outcome is not stored as the CLI's health."""
     monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("MALAMAR_FAKE_HEALTH", "hang")
-    monkeypatch.setattr(health, "_shutdown", threading.Event())
     checks = health.HealthChecks()
     checks.request(full_for={"codex"}, clis={"codex"})
 
@@ -212,3 +211,16 @@ def test_stopping_the_checks_kills_a_hanging_check_and_stores_nothing(monkeypatc
     assert not checks.thread.is_alive()
     wait_until(lambda: not [p for p in survivors if alive(p.pid)], timeout=5, what="CLI killed")
     assert not CliHealth.objects.filter(cli_type="codex", checked_at__isnull=False).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stopped_worker_leaves_the_next_workers_checks_running(fake_clis):
+    """The stop belongs to one worker's checks: a worker started later in the same process
+    (the in-process tests, a restart) checks and stores as usual."""
+    stopped = health.HealthChecks()
+    stopped.stop(timeout=1)
+    checks = health.HealthChecks()
+    checks.request(full_for={"codex"}, clis={"codex"})
+    checks.thread.join(timeout=30)
+    row = CliHealth.objects.get(cli_type="codex")
+    assert (row.status, row.answer) == (CliHealthStatus.HEALTHY, "OK")

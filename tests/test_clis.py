@@ -23,12 +23,36 @@ SAMPLES = next(
     ),
     Path(__file__).resolve().parent / "fixtures" / "cli-samples",
 )
-CONTRACT = {"command", "health_command", "stream_parser", "read_stdout", "health_answer", "explain"}
+REQUIRED = {"command", "health_command", "stream_parser", "health_answer"}
+DEFAULTED = {"read_stdout", "explain"}  # "nothing to say" unless a CLI knows better
 
 
 def test_the_contract_names_everything_a_cli_provides():
-    assert Cli.__abstractmethods__ == CONTRACT
+    assert Cli.__abstractmethods__ == REQUIRED
+    assert all(callable(getattr(Cli, member)) for member in DEFAULTED)
     assert set(Cli.__annotations__) == {"name", "label", "stderr_noise"}
+
+
+def test_a_cli_that_reads_and_explains_nothing_writes_nothing_for_it(tmp_path):
+    class Quiet(Cli):
+        name, label = "quiet", "Quiet"
+
+        def command(self, invocation):
+            return Command([invocation.binary])
+
+        def health_command(self, binary):
+            return Command([binary])
+
+        def stream_parser(self):
+            return None
+
+        def health_answer(self, stdout):
+            return stdout
+
+    quiet = Quiet()
+    assert quiet.stderr_noise == ()
+    assert quiet.read_stdout('{"type": "result", "is_error": true}') == StdoutResult()
+    assert quiet.explain("root dangerously-skip-permissions") == ""
 
 
 def test_a_cli_missing_part_of_the_contract_cannot_exist():
@@ -43,10 +67,10 @@ def test_a_cli_missing_part_of_the_contract_cannot_exist():
 
 
 def test_a_cli_missing_a_class_attribute_cannot_exist():
-    with pytest.raises(TypeError, match="does not define stderr_noise"):
+    with pytest.raises(TypeError, match="does not define label"):
 
         class Unnamed(Cli):
-            name, label = "unnamed", "Unnamed"
+            name = "unnamed"
 
 
 def test_the_registry_holds_one_of_each_cli_type():

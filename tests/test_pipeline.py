@@ -15,7 +15,11 @@ from chats.models import ChatQueueItem
 from chats.services import chat_start
 from core import events
 from core.models import OutboxEvent
+from runner.files import temp_dir
+from runner.models import CliHealth, CliHealthStatus
 from runner.recorder import RunRecorder
+from runner.worker import jobs
+from runner.worker.loop import Worker
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
 from tasks.services import task_create
@@ -141,8 +145,6 @@ def test_a_failed_batch_publishes_nothing(db):
 
 
 def test_cleanup_prunes_old_finished_queue_items_of_both_kinds(workspace):
-    from runner.worker import jobs
-
     old = timezone.now() - timedelta(days=8)
     task = task_create(workspace=workspace, summary="Old")
     done = TaskQueueItem.objects.get(task=task)
@@ -158,8 +160,6 @@ def test_cleanup_prunes_old_finished_queue_items_of_both_kinds(workspace):
 
 
 def test_one_stop_watcher_stops_task_passes_and_chat_replies(workspace):
-    from runner.worker.loop import Worker
-
     worker = Worker(poll_interval=1)
     tasks = [task_create(workspace=workspace, summary=name) for name in ("Kept", "Cancelled")]
     items = [TaskQueueItem.objects.get(task=task) for task in tasks]
@@ -184,3 +184,33 @@ def test_one_stop_watcher_stops_task_passes_and_chat_replies(workspace):
         "task cancelled",
         "chat deleted",
     }
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mark", [CliHealthStatus.UNHEALTHY, CliHealthStatus.SLOW])
+def test_a_task_step_that_completes_clears_its_clis_health_mark(fake_clis, mark):
+    CliHealth.objects.create(cli_type="claude", status=mark, error="timed out")
+    workspace = workspace_create(title="Marked")
+    agent_create(workspace=workspace, name="Planner", instruction="Skip.", cli_type="claude")
+    item = TaskQueueItem.objects.get(task=task_create(workspace=workspace, summary="Run"))
+    assert TaskQueueItem.objects.claim(item.id)
+
+    _run_pass(item)
+
+    row = CliHealth.objects.get(cli_type="claude")
+    assert (row.status, row.error) == (CliHealthStatus.HEALTHY, "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chat_reply_that_completes_clears_its_clis_slow_mark(fake_clis):
+    CliHealth.objects.create(cli_type="claude", status=CliHealthStatus.SLOW, error="slow")
+    chat = chat_start(workspace=workspace_create(title="Slow"), message="Hello")
+    item = ChatQueueItem.objects.queued().get(chat=chat)
+    assert ChatQueueItem.objects.claim(item.id)
+
+    ChatReply(item, stop=threading.Event(), shutdown=threading.Event()).run()
+
+    assert chat.runs.get().cli_type == "claude"
+    assert CliHealth.objects.get(cli_type="claude").status == CliHealthStatus.HEALTHY
+    context = temp_dir() / f"malamar_chat_{chat.id}_{item.id}_context.md"
+    assert "Claude Code (claude): slow to answer (slow)" in context.read_text()

@@ -8,14 +8,24 @@ import pytest
 from django.utils import timezone
 
 from core.actors import USER
+from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import Invocation, stderr_message
+from runner.recorder import RunRecorder
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
+from runner.streams import Trace, parse_line
 from runner.worker import pickup
 from runner.worker.execution import interpret
+from runner.worker.pipeline import task_input_text
 from runner.worker.process import ProcessResult
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
-from tasks.services import retry_delay, task_create, task_prioritize_toggle
+from tasks.services import (
+    comment_create,
+    retry_delay,
+    task_create,
+    task_prioritize_toggle,
+    task_run_failed,
+)
 
 
 def walk_objects(schema):
@@ -228,8 +238,6 @@ ERROR_EVENTS = {
 
 @pytest.mark.parametrize("cli", ERROR_EVENTS)
 def test_deeply_nested_stream_lines_are_skipped(cli):
-    from runner.streams import Trace, parse_line
-
     parser = cli_for(cli).stream_parser()
     assert parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(100_000))) == []
     assert parse_line(parser, ERROR_EVENTS[cli].replace("DEEP", nested(201))) == []
@@ -300,16 +308,13 @@ def test_claim_is_atomic(workspace):
 
 
 def test_the_input_file_carries_repeated_errors_once(workspace, agents):
-    from runner.worker.pipeline import task_input_text as _input_text
-    from tasks.services import comment_create, task_run_failed
-
     task = task_create(workspace=workspace, summary="Broken")
     comment_create(task=task, content="Go", actor=USER)
     for _ in range(50):
         task_run_failed(task=task, message="CLI exited with code 1. 401")
     task_run_failed(task=task, message="CLI could not be started: gone")
     task = Task.objects.select_related("workspace").get(id=task.id)
-    text = _input_text(task, agents[0], Path("/tmp/out.json"))
+    text = task_input_text(task, agents[0], Path("/tmp/out.json"))
     block = text.split("## Comments")[1].split("```json\n")[1].split("\n```")[0]
     rows = [json.loads(line) for line in block.splitlines()]
     assert [(r["author"], r["content"], r.get("repeated")) for r in rows] == [
@@ -320,3 +325,33 @@ def test_the_input_file_carries_repeated_errors_once(workspace, agents):
     first, last = TaskComment.objects.filter(content__endswith="401").order_by("created_at")[::49]
     assert rows[1]["first_created_at"] == first.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert rows[1]["created_at"] == last.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_runs_events_all_name_the_run_and_where_it_runs(task):
+    """Live trace batches, the stall warning and the final record carry the same identity, so
+    open pages place each event on the right timeline."""
+    recorder = RunRecorder(
+        cli_type="claude",
+        workspace_id=task.workspace_id,
+        agent_id=None,
+        agent_name="Planner",
+        task_id=task.id,
+        stall_warn_seconds=0.001,
+    )
+    recorder.on_line('{"type": "system", "subtype": "init", "model": "m"}')
+    recorder.last_output -= 1  # silent for a second
+    recorder.tick()
+    recorder.finish(status="completed", exit_code=0)
+    identity = {
+        "workspace_id": task.workspace_id,
+        "task_id": task.id,
+        "chat_id": None,
+        "agent_name": "Planner",
+        "run_id": recorder.run.id,
+    }
+    events = list(OutboxEvent.objects.filter(type__startswith="run.").order_by("id"))
+    assert [e.type for e in events] == ["run.trace", "run.stalled", "run.trace"]
+    for event in events:
+        assert {key: event.payload[key] for key in identity} == identity
+    assert events[1].payload["silent_seconds"] == 1
+    assert [e.payload["status"] for e in events[::2]] == ["running", "completed"]

@@ -41,11 +41,14 @@ class StdoutResult:
 
 class Cli(ABC):
     """One agent CLI: everything Malamar knows about it. Each CLI module holds one subclass and
-    the registry (`runner.clis.CLIS`) one instance of it; every member is required."""
+    the registry (`runner.clis.CLIS`) one instance of it. `name`, `label` and the abstract
+    methods are required; the rest default to "nothing to say" (no stderr noise, the answer is
+    the output file, no known trap to explain)."""
 
     name: ClassVar[str]  # the `cli_type` stored on agents and runs (agents.models.CliType)
     label: ClassVar[str]  # how the user knows it
-    stderr_noise: ClassVar[tuple[str, ...]]  # prefixes of routine stderr lines, never an error
+    # Prefixes of routine stderr lines, never an error.
+    stderr_noise: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -65,17 +68,18 @@ class Cli(ABC):
     def stream_parser(self) -> StreamParser:
         """A fresh parser for one run's stdout events."""
 
-    @abstractmethod
     def read_stdout(self, stdout: str) -> StdoutResult:
-        """What the run's stdout says: a structured answer or an error despite exit code 0."""
+        """What the run's stdout says: a structured answer or an error despite exit code 0.
+        By default nothing: the answer is the output file the input names."""
+        return StdoutResult()
 
     @abstractmethod
     def health_answer(self, stdout: str) -> str:
         """The answer to the health command's prompt."""
 
-    @abstractmethod
     def explain(self, stderr: str) -> str:
         """A hint appended to a failed run's error when stderr shows a known trap, else ""."""
+        return ""
 
 
 def last_json_object(text: str) -> dict | None:

@@ -33,7 +33,6 @@ ROOT_HINT = (
 class Claude(Cli):
     name = CliType.CLAUDE.value
     label = str(CliType.CLAUDE.label)
-    stderr_noise = ()
 
     def command(self, invocation: Invocation) -> Command:
         return Command(

@@ -8,7 +8,6 @@ from runner.clis.base import (
     Cli,
     Command,
     Invocation,
-    StdoutResult,
 )
 from runner.streams import (
     TEXT_CHARS,
@@ -28,7 +27,6 @@ _EXEC = ["exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-
 class Codex(Cli):
     name = CliType.CODEX.value
     label = str(CliType.CODEX.label)
-    stderr_noise = ()
 
     def command(self, invocation: Invocation) -> Command:
         # -o and --output-schema go together: -o alone overwrites the file with plain chat text.
@@ -51,16 +49,9 @@ class Codex(Cli):
     def stream_parser(self) -> StreamParser:
         return CodexStream()
 
-    def read_stdout(self, stdout: str) -> StdoutResult:
-        """The answer is the output file (`-o`)."""
-        return StdoutResult()
-
     def health_answer(self, stdout: str) -> str:
         # Without --json, codex prints only its final message on stdout (the banner: stderr).
         return stdout.strip()
-
-    def explain(self, stderr: str) -> str:
-        return ""
 
 
 class CodexStream:

@@ -10,7 +10,6 @@ from runner.clis.base import (
     Cli,
     Command,
     Invocation,
-    StdoutResult,
     json_document,
 )
 from runner.streams import (
@@ -45,19 +44,12 @@ class Gemini(Cli):
     def stream_parser(self) -> StreamParser:
         return GeminiStream()
 
-    def read_stdout(self, stdout: str) -> StdoutResult:
-        """The answer is the output file; errors come as JSON on stderr."""
-        return StdoutResult()
-
     def health_answer(self, stdout: str) -> str:
         """`-o json` prints one (indented) object: the answer is its `response`."""
         document = json_document(stdout)
         if document is None or "response" not in document:
             return stdout.strip()
         return str(document.get("response") or "").strip()
-
-    def explain(self, stderr: str) -> str:
-        return ""
 
 
 class GeminiStream:

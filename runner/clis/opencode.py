@@ -13,7 +13,6 @@ from runner.clis.base import (
     Cli,
     Command,
     Invocation,
-    StdoutResult,
 )
 from runner.streams import (
     TEXT_CHARS,
@@ -32,7 +31,6 @@ _RUN = ["run", "--auto", "--format", "json"]
 class OpenCode(Cli):
     name = CliType.OPENCODE.value
     label = str(CliType.OPENCODE.label)
-    stderr_noise = ()
 
     def command(self, invocation: Invocation) -> Command:
         return Command([invocation.binary, *_RUN], stdin=invocation.prompt.encode())
@@ -42,10 +40,6 @@ class OpenCode(Cli):
 
     def stream_parser(self) -> StreamParser:
         return OpenCodeStream()
-
-    def read_stdout(self, stdout: str) -> StdoutResult:
-        """The answer is the output file: no final result event."""
-        return StdoutResult()
 
     def health_answer(self, stdout: str) -> str:
         """`--format json` prints JSONL events: the answer is the text of its `text` events."""
@@ -62,9 +56,6 @@ class OpenCode(Cli):
             if event.get("type") == "text" and isinstance(part, dict):
                 texts.append(str(part.get("text") or ""))
         return "".join(texts).strip() if events else stdout.strip()
-
-    def explain(self, stderr: str) -> str:
-        return ""
 
 
 class OpenCodeStream:

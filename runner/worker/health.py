@@ -17,11 +17,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.models import CliType
 from core import events
+from core.settings_store import cli_settings_for
 from runner.clis import cli_for
 from runner.clis.base import Command, stderr_message
 from runner.files import private_dir, temp_dir
@@ -36,13 +37,11 @@ CONCURRENCY = 2  # CLIs checked at the same time
 ANSWER_CHARS = 500
 
 
-# Set when the worker shuts down: a check's CLI is killed, never left running after we exit.
-_shutdown = threading.Event()
-
-
-def _run(command: Command, env: dict, timeout: float) -> process.ProcessResult:
+def _run(
+    command: Command, env: dict, timeout: float, stop: threading.Event | None
+) -> process.ProcessResult:
     cwd = private_dir(temp_dir() / "malamar_health")
-    return process.run(command, cwd=str(cwd), env=env, timeout=timeout, stop=_shutdown)
+    return process.run(command, cwd=str(cwd), env=env, timeout=timeout, stop=stop)
 
 
 def _failure(cli: str, result: process.ProcessResult) -> str:
@@ -53,13 +52,15 @@ def _failure(cli: str, result: process.ProcessResult) -> str:
     return f"CLI exited with code {result.exit_code}" + (f": {detail}" if detail else "") + explain
 
 
-def _patient_run(cli: str, command: Command, env: dict, timeout: float) -> process.ProcessResult:
+def _patient_run(
+    cli: str, command: Command, env: dict, timeout: float, stop: threading.Event | None
+) -> process.ProcessResult:
     """Run a check command; once more if it times out. The limit counts from the CLI's own
     start, so waiting for a free slot in the round never counts against it."""
-    result = _run(command, env, timeout)
-    if result.timed_out and not _shutdown.is_set():
+    result = _run(command, env, timeout, stop)
+    if result.timed_out and not (stop and stop.is_set()):
         log.info("CLI health check timed out; retrying once", extra={"cli": cli})
-        result = _run(command, env, timeout)
+        result = _run(command, env, timeout, stop)
     return result
 
 
@@ -74,15 +75,19 @@ def _timed_out(found: dict, *, was_healthy: bool, timeout: float) -> dict:
     return {**found, "status": CliHealthStatus.UNHEALTHY, "error": error}
 
 
-def check(cli: str, *, full: bool, was_healthy: bool = False) -> dict:
+def check(
+    cli: str, *, full: bool, was_healthy: bool = False, stop: threading.Event | None = None
+) -> dict:
     """Check one CLI. `full` also sends the minimal prompt; `was_healthy` (its last stored
-    status) decides whether two timeouts make it "slow" or "unhealthy"."""
-    env = cli_env(cli)
-    binary, problem = resolve_binary(cli, env)
+    status) decides whether two timeouts make it "slow" or "unhealthy"; setting `stop` kills
+    the check's CLI."""
+    conf = cli_settings_for(cli)
+    env = cli_env(cli, conf)
+    binary, problem = resolve_binary(cli, env, conf)
     if binary is None:
         return {"status": CliHealthStatus.UNHEALTHY, "error": problem, "binary_path": ""}
     found = {"binary_path": binary, **({"answer": ""} if full else {})}
-    version = _patient_run(cli, Command([binary, "--version"]), env, VERSION_TIMEOUT)
+    version = _patient_run(cli, Command([binary, "--version"]), env, VERSION_TIMEOUT, stop)
     if version.timed_out:
         return _timed_out(found, was_healthy=was_healthy, timeout=VERSION_TIMEOUT)
     if version.exit_code != 0:
@@ -90,7 +95,8 @@ def check(cli: str, *, full: bool, was_healthy: bool = False) -> dict:
     found["version"] = (version.stdout.strip().splitlines() or [""])[0][:200]
     if not full:
         return {**found, "status": CliHealthStatus.HEALTHY, "error": ""}
-    answer = _patient_run(cli, cli_for(cli).health_command(binary), env, PROMPT_TIMEOUT)
+    prompt = cli_for(cli).health_command(binary)
+    answer = _patient_run(cli, prompt, env, PROMPT_TIMEOUT, stop)
     if answer.timed_out:
         return _timed_out(found, was_healthy=was_healthy, timeout=PROMPT_TIMEOUT)
     if answer.exit_code != 0 or answer.start_error:
@@ -136,15 +142,16 @@ def store(cli: str, outcome: dict, *, started_at: datetime, full: bool) -> None:
             )
 
 
-def check_and_store(cli: str, *, full: bool) -> None:
+def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None) -> None:
+    """Check one CLI and save the outcome, unless `stop` (the worker's shutdown) cut it short."""
     started_at = timezone.now()
     was_healthy = CliHealth.objects.filter(cli_type=cli, status=CliHealthStatus.HEALTHY).exists()
     try:
-        outcome = check(cli, full=full, was_healthy=was_healthy)
+        outcome = check(cli, full=full, was_healthy=was_healthy, stop=stop)
     except Exception as exc:  # a health check must never take the worker down
         log.exception("CLI health check failed", extra={"cli": cli})
         outcome = {"status": CliHealthStatus.UNHEALTHY, "error": f"Health check error: {exc}"}
-    if _shutdown.is_set():  # its CLI was killed because the worker stops: no result to keep
+    if stop is not None and stop.is_set():  # its CLI was killed: no result to keep
         return
     store(cli, outcome, started_at=started_at, full=full)
 
@@ -153,12 +160,16 @@ class HealthChecks:
     """Runs check rounds in the background, one round at a time.
 
     A request while a round runs is remembered (per CLI: the real prompt wins over --version)
-    and runs right after it, so an older, slower result can never overwrite a newer one."""
+    and runs right after it, so an older, slower result can never overwrite a newer one.
+    `stop()` (the worker's shutdown) kills the CLIs being checked, never left running after we
+    exit, and ends the rounds for good."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.running = False
         self.pending: dict[str, bool] = {}  # CLI → full check
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
 
     def request(self, *, full_for: set[str], clis=None) -> None:
         """Check `clis` (default: every CLI), with the real prompt for those in `full_for`."""
@@ -174,36 +185,33 @@ class HealthChecks:
 
     def stop(self, timeout: float) -> None:
         """Kill the CLIs being checked and wait (up to `timeout`) for the round to end."""
-        _shutdown.set()
-        thread = getattr(self, "thread", None)
-        if thread is not None:
-            thread.join(timeout)
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
 
     def _rounds(self) -> None:
         while True:
             with self.lock:
-                if not self.pending or _shutdown.is_set():
+                if not self.pending or self.stopping.is_set():
                     self.running = False
                     return
                 jobs, self.pending = self.pending, {}
             try:
-                run_round(jobs)
+                run_round(jobs, stop=self.stopping)
             except Exception:  # never leave `running` set with nobody running
                 log.exception("CLI health round failed")
 
 
-def run_round(jobs: dict[str, bool]) -> None:
+def run_round(jobs: dict[str, bool], *, stop: threading.Event | None = None) -> None:
     """Check the CLIs of `jobs` (CLI → full), CONCURRENCY at a time, and wait for all."""
     order = [cli for cli in CliType.values if cli in jobs]
     with ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="malamar-health") as pool:
-        list(pool.map(lambda cli: _checked_in_thread(cli, jobs[cli]), order))
+        list(pool.map(lambda cli: _checked_in_thread(cli, jobs[cli], stop), order))
 
 
-def _checked_in_thread(cli: str, full: bool) -> None:
-    from django.db import connection
-
+def _checked_in_thread(cli: str, full: bool, stop: threading.Event | None) -> None:
     try:
-        check_and_store(cli, full=full)
+        check_and_store(cli, full=full, stop=stop)
     finally:
         connection.close()
 

@@ -4,6 +4,7 @@ import logging
 from datetime import timedelta
 
 from django.utils import timezone
+from django_eventstream.models import Event
 
 from chats.models import ChatQueueItem
 from core.models import OutboxEvent
@@ -17,8 +18,6 @@ KEEP_EVENTS = timedelta(days=7)
 
 def cleanup(*, now=None) -> dict:
     now = now or timezone.now()
-    from django_eventstream.models import Event
-
     cutoff = now - KEEP_FINISHED_ITEMS
     counts = {
         "task_queue_items": TaskQueueItem.objects.prune_finished(before=cutoff),

@@ -20,6 +20,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
+from agents.models import CliType
 from chats.models import ChatQueueItem
 from core.first_launch import seed_sample_workspace_if_first_launch
 from core.wake import socket_path
@@ -132,7 +133,7 @@ class Worker:
             "Worker started",
             extra={"data_dir": str(settings.DATA_DIR), "recovered_items": recovered},
         )
-        self.health.request(full_for=set(health.CliType.values))
+        self.health.request(full_for=set(CliType.values))
         self.next_health = time.monotonic() + HEALTH_EVERY
 
     def stop(self) -> None:
@@ -296,7 +297,7 @@ class Worker:
         self.health_requests = requested
         if new:
             self.health.request(full_for=new, clis=new)
-            if new >= set(health.CliType.values):
+            if new >= set(CliType.values):
                 self.next_health = now + HEALTH_EVERY
         if now >= self.next_health:
             self.next_health = now + HEALTH_EVERY

@@ -38,7 +38,7 @@ from runner.files import (
     working_directory,
     write_private,
 )
-from runner.models import CliHealthStatus, QueueStatus, RunStatus
+from runner.models import HEALTH_MARKS, QueueStatus, RunStatus
 from runner.recorder import RunRecorder, stall_limits
 from runner.schemas import (
     AGENT_CHAT_ACTION_TYPES,
@@ -57,7 +57,6 @@ from tasks.models import RUNNABLE_STATUSES, Task, TaskComment, TaskQueueItem, Ta
 from workspaces.services import workspace_touch
 
 log = logging.getLogger(__name__)
-MARKS = (CliHealthStatus.UNHEALTHY, CliHealthStatus.SLOW)  # health marks a good run clears
 
 
 class Stopped(Exception):
@@ -462,7 +461,8 @@ class ChatReply:
             else:
                 # Read once per reply: the settings and the CLIs' health.
                 self.settings, self.health = settings_get(), cli_health_all()
-                self.health_marked = {h["cli_type"] for h in self.health if h["status"] in MARKS}
+                marked = [h["cli_type"] for h in self.health if h["status"] in HEALTH_MARKS]
+                self.health_marked = set(marked)
                 run_step(self)
         except Stopped:
             self.outcome = Outcome.STOPPED

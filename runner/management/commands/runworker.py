@@ -5,6 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from core.config import ensure_data_dir
+from core.prompt_exit import exit_now
 from runner.worker.loop import AlreadyRunning, Worker
 
 
@@ -27,6 +28,4 @@ class Command(BaseCommand):
         except AlreadyRunning as exc:
             self.stderr.write(str(exc))
             sys.exit(1)
-        from core.prompt_exit import exit_now
-
         exit_now(0)  # stopped cleanly: skip Python's slow teardown
