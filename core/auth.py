@@ -10,10 +10,11 @@ import hmac
 import secrets
 import threading
 import time
+from importlib import import_module
 
 from django.conf import settings
 from django.contrib.auth.hashers import check_password, make_password
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from core.config import is_loopback
@@ -83,8 +84,6 @@ def session_signed_in(session_key: str | None) -> bool:
     """Whether the session with this key (the session cookie's value) has signed in."""
     if not session_key:
         return False
-    from importlib import import_module
-
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     return bool(store.get(SESSION_FLAG))
 
@@ -111,8 +110,6 @@ def remote_access_refusal(*, bind: str | None = None) -> str | None:
     The one check every way of starting the server calls (`malamar`, `manage.py runserver`,
     daphne loading `malamar_site.asgi`), with the address it really binds to (default: the
     configured host). `--no-auth` / MALAMAR_NO_AUTH=1 accepts the risk."""
-    from django.db import DatabaseError
-
     config = settings.CONFIG
     bind = config.host if bind is None else bind
     if not config.is_remote_on(bind) or config.no_auth:

@@ -8,6 +8,7 @@ Importing this module (or the settings) has no side effect: the data directory a
 key are created when a process starts (`ensure_data_dir`) or first needs the key (`secret_key`).
 """
 
+import ipaddress
 import os
 import tempfile
 from dataclasses import dataclass
@@ -180,8 +181,6 @@ _from_flags: set[str] = set()  # variables this process set from its command-lin
 
 def is_loopback(host: str) -> bool:
     """Only this machine can connect: localhost or a loopback address (127.0.0.0/8, ::1)."""
-    import ipaddress
-
     if host.lower() == "localhost":
         return True
     try:

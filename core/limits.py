@@ -53,16 +53,7 @@ def fields_too_large_message() -> str:
     return too_large_message("application/json")
 
 
-def declared_length(value: str | bytes | None) -> int | None:
-    """The Content-Length header as a number (None when absent or not a number)."""
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        value = value.decode("latin-1")
-    value = value.strip()
-    return int(value) if value.isdigit() else None
-
-
-def declared_too_large(content_length, content_type: str) -> bool:
-    length = declared_length(content_length)
-    return length is not None and length > body_limit(content_type)
+def declared_too_large(content_length: str | None, content_type: str) -> bool:
+    """Whether the Content-Length header (absent or not a number: unknown) passes the limit."""
+    length = (content_length or "").strip()
+    return length.isdigit() and int(length) > body_limit(content_type)

@@ -1,5 +1,6 @@
 """Error pages: JSON under /api/, styled pages elsewhere."""
 
+import html
 import logging
 
 from django.core.exceptions import RequestDataTooBig
@@ -16,16 +17,29 @@ log = logging.getLogger(__name__)
 
 def error_page(request, status: int, title: str, text: str) -> HttpResponse:
     try:
-        html = render_to_string(
+        page = render_to_string(
             "core/error.html", {"status": status, "title": title, "text": text}, request
         )
     except Exception:  # the error page must never fail (e.g. no database)
         log.exception("Could not render the error page")
-        html = (
-            f"<!doctype html><meta charset='utf-8'><title>{title} · Malamar</title>"
-            f"<main><h1>{title}</h1><p>{text}</p><p><a href='/'>Back to Malamar</a></p></main>"
-        )
-    return HttpResponse(html, status=status)
+        page = plain_error_page(title, text)
+    return HttpResponse(page, status=status)
+
+
+def plain_error_page(title: str, text: str) -> str:
+    """The error page without templates: when rendering failed, or before Django is reached."""
+    title, text = html.escape(title), html.escape(text)
+    return (
+        f"<!doctype html><meta charset='utf-8'><title>{title} · Malamar</title>"
+        f"<main><h1>{title}</h1><p>{text}</p><p><a href='/'>Back to Malamar</a></p></main>"
+    )
+
+
+def htmx_error(status: int, message: str) -> HttpResponse:
+    """An htmx request's refusal: nothing swapped, the message in the error toast."""
+    response = HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    response["HX-Reswap"] = "none"
+    return toast(response, message, level="error")
 
 
 def bad_request(request, exception=None):
@@ -69,7 +83,5 @@ def too_large_response(request: HttpRequest, message: str | None = None) -> Http
     if is_api_path(request.path):
         return error_response(limits.TOO_LARGE, message)
     if request.headers.get("HX-Request"):
-        response = HttpResponse(message, status=limits.TOO_LARGE, content_type="text/plain")
-        response["HX-Reswap"] = "none"
-        return toast(response, message, level="error")
+        return htmx_error(limits.TOO_LARGE, message)
     return error_page(request, limits.TOO_LARGE, "Too large", message)

@@ -16,8 +16,6 @@ Twisted has parsed the headers (`gotLength`) and before it reads the first byte 
 Django's own checks (core.middleware) give the same answers for requests that get that far.
 """
 
-import html
-import json
 import logging
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import unquote, urlsplit
@@ -25,12 +23,14 @@ from urllib.parse import unquote, urlsplit
 from daphne import http_protocol
 from django.conf import settings
 from django.db import close_old_connections
+from django.http import HttpResponse, HttpResponseRedirect
 from twisted.internet import threads
 
 from core import limits
 from core.auth import bearer_valid, password_is_set, session_signed_in
-from core.http import CODES, is_api_path
+from core.http import error_response, is_api_path
 from core.middleware import OPEN_PREFIXES, SIGN_IN_MESSAGE, login_url
+from core.views import htmx_error, plain_error_page
 
 log = logging.getLogger(__name__)
 
@@ -163,34 +163,16 @@ class GuardedWebRequest(http_protocol.WebRequest):
         self.refused = True
         self.requestHeaders.removeHeader(b"expect")  # no "100 Continue" after this answer
         path = _path(self.raw_uri)
-        headers = [
-            ("Connection", "close"),
-            ("Content-Security-Policy", "default-src 'none'"),
-            ("X-Content-Type-Options", "nosniff"),
-        ]
-        if status == 302:
-            headers.append(("Location", message))
-            content_type, body = "text/plain; charset=utf-8", ""
-        elif is_api_path(path):
-            code = CODES.get(status, "ERROR")
-            content_type = "application/json"
-            body = json.dumps({"error": {"code": code, "message": message}})
-        elif _header(self, b"hx-request"):
-            content_type, body = "text/plain; charset=utf-8", message
-            toast = {"malamar:toast": {"level": "error", "message": message}}
-            headers += [("HX-Reswap", "none"), ("HX-Trigger", json.dumps(toast))]
-        else:
-            content_type = "text/html; charset=utf-8"
-            text = html.escape(message)
-            body = (
-                f"<!doctype html><meta charset='utf-8'><title>{status} · Malamar</title>"
-                f"<main><h1>{REASONS.get(status, 'Error')}</h1><p>{text}</p>"
-                "<p><a href='/'>Back to Malamar</a></p></main>"
-            )
-        payload = body.encode()
+        response = _refusal(status, message, path, htmx=bool(_header(self, b"hx-request")))
+        payload = response.content
         head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}"]
-        head += [f"{name}: {value}" for name, value in headers]
-        head += [f"Content-Type: {content_type}", f"Content-Length: {len(payload)}", "", ""]
+        head += [
+            "Connection: close",
+            "Content-Security-Policy: default-src 'none'",
+            "X-Content-Type-Options: nosniff",
+        ]
+        head += [f"{name}: {value}" for name, value in response.items()]
+        head += [f"Content-Length: {len(payload)}", "", ""]
         log.warning(
             "Refused a request body before reading it",
             extra={"status": status, "path": path, "reason": message},
@@ -200,6 +182,18 @@ class GuardedWebRequest(http_protocol.WebRequest):
             return
         channel.transport.write("\r\n".join(head).encode("latin-1") + payload)
         channel.loseConnection()
+
+
+def _refusal(status: int, message: str, path: str, htmx: bool) -> HttpResponse:
+    """The answer Django would give (core.middleware, core.views), without a Django request: a 302
+    carries its address as the message."""
+    if status == 302:
+        return HttpResponseRedirect(message)
+    if is_api_path(path):
+        return error_response(status, message)
+    if htmx:
+        return htmx_error(status, message)
+    return HttpResponse(plain_error_page(REASONS.get(status, "Error"), message), status=status)
 
 
 def install() -> None:

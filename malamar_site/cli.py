@@ -12,6 +12,9 @@ import sys
 import time
 
 from core.config import OPTIONS, Config, ConfigError, apply_flags, ensure_data_dir, load
+from core.prompt_exit import exit_now
+from core.version import version_text
+from malamar_site.service import ACTIONS
 
 COMMANDS = ("run", "version", "help", "config", "doctor", "set-password", "service")
 STOP_GRACE_SECONDS = 3.0  # daphne and the worker stop in parallel, each in ~1 s at most
@@ -77,13 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     if args.command == "version":
-        from core.version import version_text
-
         print(version_text())
         return 0
     if args.command == "service":
-        from malamar_site.service import ACTIONS
-
         if not args.action:
             parser.error("service needs an action: install, uninstall or status")
         return ACTIONS[args.action]()
@@ -140,8 +139,6 @@ def serve(config: Config) -> int:
             break
         time.sleep(0.05)
     _stop(child)
-    from core.prompt_exit import exit_now
-
     exit_now(exit_code)  # the child is gone: skip Python's slow teardown
 
 

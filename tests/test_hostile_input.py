@@ -412,6 +412,20 @@ def test_a_declared_gigabyte_is_refused_at_once_without_reading_it(live):
     assert requests.get(f"{live.url}/api/health", timeout=5).status_code == 200
 
 
+def test_a_plain_form_post_over_the_limit_gets_a_page(live):
+    head = (
+        "POST /workspaces/new/ HTTP/1.1\nHost: 127.0.0.1\n"
+        f"Content-Type: application/x-www-form-urlencoded\nContent-Length: {GIGABYTE}\n"
+    )
+    status, headers, payload, elapsed = raw_request(live, head, b"title=")
+    assert status == 413 and elapsed < 3
+    assert headers["Content-Type"] == "text/html; charset=utf-8"
+    assert headers["Content-Security-Policy"] == "default-src 'none'"
+    assert int(headers["Content-Length"]) == len(payload)
+    page = payload.decode()
+    assert "<h1>Content Too Large</h1>" in page and "MALAMAR_MAX_JSON_BYTES" in page
+
+
 def test_a_chunked_body_is_cut_off_at_the_limit(live):
     head = (
         "POST /api/workspaces HTTP/1.1\nHost: 127.0.0.1\n"

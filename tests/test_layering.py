@@ -5,14 +5,10 @@ import pytest
 
 from bench.imports import Import, all_imports, violations
 
-# core/first_launch.py belongs to the configuration slice of issue 17, which moves the first
-# launch's app-aware part out of core; remove this once it has landed.
-PENDING = {("core.first_launch", "agents.services"), ("core.first_launch", "workspaces.services")}
-
 
 @pytest.fixture(scope="module")
 def imports() -> list[Import]:
-    return [i for i in all_imports() if (i.module, i.target) not in PENDING]
+    return all_imports()
 
 
 def _broken(imports, rule_start: str) -> list[str]:
@@ -55,15 +51,14 @@ def test_the_rules_catch_what_they_forbid():
 
 
 # Function-level imports kept on purpose, each with a comment saying why (issue 17: "the 12
-# leftover function-level imports"). The configuration slice owns malamar_site/cli.py,
-# core/first_launch.py and runworker.py.
+# leftover function-level imports"). The configuration slice owns malamar_site/cli.py and
+# runworker.py.
 KEPT_IN_FUNCTIONS = {
     "malamar_site.prepare",  # the malamar command's child: Django set up before app imports
     "malamar_site.server_process",  # the server's worker thread: imported once Django is set up
     "core.admin_site",  # core.auth needs the models; the admin site loads with the registry
-    "core.apps",  # first launch needs the apps' models; apps.py loads with the registry
+    "workspaces.apps",  # first launch needs the apps' models; apps.py loads with the registry
     "core.templatetags.malamar",  # markdown: the worker loads the tags for its checks only
-    "core.first_launch",
     "malamar_site.cli",
     "runner.management.commands.runworker",
 }

@@ -22,7 +22,6 @@ from django.db import connection
 
 from agents.models import CliType
 from chats.models import ChatQueueItem
-from core.first_launch import seed_sample_workspace_if_first_launch
 from core.wake import socket_path
 from runner.models import CliHealth
 from runner.services import agent_runs_close_interrupted
@@ -30,6 +29,7 @@ from runner.worker import health, jobs, pickup
 from runner.worker.pipeline import ChatReply, TaskPass
 from runner.worker.process import kill_tree
 from tasks.models import QueueStatus, TaskQueueItem
+from workspaces.first_launch import seed_sample_workspace_if_first_launch
 
 log = logging.getLogger(__name__)
 STOP_WATCH_SECONDS = 0.1

@@ -1,11 +1,14 @@
-"""The sample workspace, created once on the very first launch."""
+"""The sample workspace, created once on the very first launch (after `migrate`, see
+workspaces.apps, and when the worker starts)."""
 
 import logging
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from agents.services import agent_create
 from core.models import Marker
+from workspaces.services import workspace_create
 
 log = logging.getLogger(__name__)
 MARKER = "sample_workspace_seeded"
@@ -79,9 +82,6 @@ SAMPLE_AGENTS = (
 
 def seed_sample_workspace_if_first_launch() -> bool:
     """Seed once: only when this data dir was new, and only the first process that gets here."""
-    from agents.services import agent_create
-    from workspaces.services import workspace_create
-
     marker_file = settings.SEED_MARKER
     if not marker_file.exists():
         return False
