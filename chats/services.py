@@ -26,8 +26,8 @@ from core import events
 from core.errors import Conflict, NotFound, ServiceError, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
+from runner.models import QueueStatus
 from runner.selectors import cli_available
-from tasks.models import QueueStatus
 from workspaces.models import Workspace
 from workspaces.services import workspace_touch
 
