@@ -277,9 +277,7 @@ def chat_cancel(*, chat: Chat) -> Chat:
         failed = active.filter(status=QueueStatus.QUEUED).update(
             status=QueueStatus.FAILED, stop_requested_at=now, updated_at=now
         )
-        stopping = active.filter(
-            status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
-        ).update(stop_requested_at=now)
+        stopping = active.unstopped().update(stop_requested_at=now)
         if failed or stopping:
             chat_message_add_system(chat=chat, message=CANCEL_MESSAGE)
             events.publish("chat.updated", _chat_payload(chat))
