@@ -179,12 +179,12 @@ def unhealthy_agent_clis(workspace: Workspace) -> list[dict]:
     ]
 
 
-def notify_effective(workspace: Workspace, key: str, settings: dict | None = None) -> bool:
+def notify_effective(workspace: Workspace, key: str) -> bool:
     """Whether the workspace notifies for `key` ("notify_on_error" | "notify_on_in_review"):
     its own "on"/"off", else ("inherit") the global setting of the same name."""
     value = getattr(workspace, key)
     if value == NotifySetting.INHERIT:
-        return bool((settings or settings_get())[key])
+        return bool(settings_get()[key])
     return value == NotifySetting.ON
 
 
