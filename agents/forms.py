@@ -2,14 +2,14 @@
 
 from django import forms
 
-from agents.models import Agent, CliType
-from core.fields import max_length_of
+from agents.models import CliType
+from agents.services import NAME_MAX_LENGTH
 
 
 class AgentForm(forms.Form):
     name = forms.CharField(
         label="Name",
-        max_length=max_length_of(Agent, "name"),
+        max_length=NAME_MAX_LENGTH,
         error_messages={"required": "Name is required"},
         widget=forms.TextInput(attrs={"autocomplete": "off", "placeholder": "e.g. Reviewer"}),
     )

@@ -3,10 +3,7 @@
 from django import forms
 
 from agents.models import CliType
-from chats.models import Chat
-from core.fields import max_length_of
-
-TITLE_MAX_LENGTH = max_length_of(Chat, "title")
+from chats.services import TITLE_MAX_LENGTH
 
 
 class ChatTitleForm(forms.Form):

@@ -13,8 +13,8 @@ from agents.selectors import agents_for_workspace, cli_options
 from chats.cli_notes import no_cli_reason
 from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem, ChatRole
 from core.fields import icontains_search
+from runner.models import QueueStatus
 from runner.selectors import cli_health_all, first_available_cli, run_timelines
-from tasks.models import QueueStatus
 from workspaces.links import workspace_tab_url
 from workspaces.models import Workspace
 

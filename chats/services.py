@@ -26,8 +26,8 @@ from core import events
 from core.errors import Conflict, NotFound, ServiceError, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
+from runner.models import QueueStatus
 from runner.selectors import cli_available
-from tasks.models import QueueStatus
 from workspaces.models import Workspace
 from workspaces.services import workspace_touch
 
@@ -277,9 +277,7 @@ def chat_cancel(*, chat: Chat) -> Chat:
         failed = active.filter(status=QueueStatus.QUEUED).update(
             status=QueueStatus.FAILED, stop_requested_at=now, updated_at=now
         )
-        stopping = active.filter(
-            status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
-        ).update(stop_requested_at=now)
+        stopping = active.unstopped().update(stop_requested_at=now)
         if failed or stopping:
             chat_message_add_system(chat=chat, message=CANCEL_MESSAGE)
             events.publish("chat.updated", _chat_payload(chat))

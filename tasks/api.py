@@ -100,6 +100,12 @@ def _task(task_id: str) -> Task:
     return task
 
 
+def _act(task_id: str, service) -> Task:
+    """Run a one-step task service (prioritize, cancel, retry…) and answer the task."""
+    service(task=get_or_404(Task, task_id, "Task"))
+    return _task(task_id)
+
+
 @router.get("/workspaces/{workspace_id}/tasks", response=TaskList)
 def list_tasks(request, workspace_id: str, status: str = ""):
     workspace = get_or_404(Workspace, workspace_id, "Workspace")
@@ -142,28 +148,24 @@ def delete_task(request, task_id: str):
 
 @router.post("/tasks/{task_id}/prioritize", response=TaskOut)
 def prioritize_task(request, task_id: str):
-    services.task_prioritize_toggle(task=get_or_404(Task, task_id, "Task"))
-    return _task(task_id)
+    return _act(task_id, services.task_prioritize_toggle)
 
 
 @router.post("/tasks/{task_id}/cancel", response=TaskOut)
 def cancel_task(request, task_id: str):
-    services.task_cancel(task=get_or_404(Task, task_id, "Task"))
-    return _task(task_id)
+    return _act(task_id, services.task_cancel)
 
 
 @router.post("/tasks/{task_id}/retry", response=TaskOut)
 def retry_task(request, task_id: str):
     """Run a failing task now instead of waiting out its error back-off."""
-    services.task_retry_now(task=get_or_404(Task, task_id, "Task"))
-    return _task(task_id)
+    return _act(task_id, services.task_retry_now)
 
 
 @router.post("/tasks/{task_id}/stop-retrying", response=TaskOut)
 def stop_retrying_task(request, task_id: str):
     """Stop retrying a failing task: it waits in Todo until a comment or a retry."""
-    services.task_retries_stop(task=get_or_404(Task, task_id, "Task"))
-    return _task(task_id)
+    return _act(task_id, services.task_retries_stop)
 
 
 @router.get("/tasks/{task_id}/comments", response=CommentList)

@@ -2,10 +2,7 @@
 
 from django import forms
 
-from core.fields import max_length_of
-from tasks.models import Task
-
-SUMMARY_MAX_LENGTH = max_length_of(Task, "summary")
+from tasks.services import SUMMARY_MAX_LENGTH
 
 
 class TaskForm(forms.Form):

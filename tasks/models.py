@@ -44,9 +44,7 @@ class TaskQuerySet(models.QuerySet):
             .annotate(n=Count("id"))
             .values("n")
         )
-        running = TaskQueueItem.objects.filter(
-            task_id=OuterRef("pk"), status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True
-        )
+        running = TaskQueueItem.objects.unstopped().filter(task_id=OuterRef("pk"))
         return self.annotate(
             comment_count=Coalesce(Subquery(comments, output_field=IntegerField()), Value(0)),
             is_processing=Exists(running),

@@ -90,9 +90,7 @@ def queue_item_ensure(*, task: Task) -> TaskQueueItem:
 
 def _request_stop(task: Task, now) -> None:
     """Ask the worker to stop (and discard) the task's running pass, if any."""
-    TaskQueueItem.objects.running().filter(task=task, stop_requested_at__isnull=True).update(
-        stop_requested_at=now
-    )
+    TaskQueueItem.objects.unstopped().filter(task=task).update(stop_requested_at=now)
     wake_worker_on_commit()
 
 
@@ -301,7 +299,7 @@ def task_retry_now(*, task: Task) -> Task:
     with transaction.atomic():
         task.retry_not_before = None
         Task.objects.filter(id=task.id).update(retry_not_before=None)
-        running = TaskQueueItem.objects.running().filter(task=task, stop_requested_at__isnull=True)
+        running = TaskQueueItem.objects.unstopped().filter(task=task)
         if not running.exists():
             queue_item_ensure(task=task)
         log_add(task=task, event_type="retry_requested", actor=USER)

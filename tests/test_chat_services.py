@@ -22,8 +22,7 @@ from chats.models import Chat, ChatMessage, ChatQueueItem
 from core.errors import Conflict, ServiceError, ValidationFailed
 from core.models import OutboxEvent
 from core.settings_store import settings_get, settings_public, settings_update
-from runner.models import CliHealth
-from tasks.models import QueueStatus
+from runner.models import CliHealth, QueueStatus
 from workspaces.models import Workspace
 from workspaces.services import workspace_create, workspace_delete
 

@@ -19,8 +19,7 @@ from chats.services import (
     chat_update,
 )
 from core.models import OutboxEvent
-from runner.models import CliHealth
-from tasks.models import QueueStatus
+from runner.models import CliHealth, QueueStatus
 from tests.pages import html, hx, triggers
 
 pytestmark = pytest.mark.django_db

@@ -2,7 +2,6 @@
 
 from django import forms
 
-from core.fields import max_length_of
 from workspaces.models import (
     RETENTION_DAYS_MAX,
     STALL_KILL_MINUTES_MAX,
@@ -11,8 +10,7 @@ from workspaces.models import (
     Workspace,
 )
 from workspaces.selectors import notify_choices
-
-TITLE_MAX_LENGTH = max_length_of(Workspace, "title")
+from workspaces.services import TITLE_MAX_LENGTH
 
 REQUIRED_TITLE = {"required": "Title is required"}
 SWITCH = forms.CheckboxInput(attrs={"role": "switch"})

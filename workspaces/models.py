@@ -3,6 +3,7 @@ from django.utils import timezone
 
 from core.fields import choices_check, icontains_search, id_field
 
+# Beyond these a date computation overflows (the daily cleanup) or the value means "never".
 RETENTION_DAYS_MAX = 36_500  # 100 years
 STALL_KILL_MINUTES_MAX = 525_600  # a year
 

@@ -68,8 +68,8 @@ def _has_working_directory(workspace: Workspace) -> bool:
 
 def first_run_checklist() -> dict | None:
     """The home page's first steps: a working CLI, a working directory for a workspace, a first
-    task; each {"title", "text", "done", "href", "link"}. None once every step is done or the
-    user dismissed the list."""
+    task; each {"key", "title", "text", "done", "href", "link"}, or a "dialog" id to open
+    instead of `href`. None once every step is done or the user dismissed the list."""
     if Marker.objects.filter(name=FIRST_RUN_DISMISSED).exists():
         return None
     clis = cli_health_all()
@@ -110,7 +110,8 @@ def first_run_checklist() -> dict | None:
                 if target
                 else ""
             ),
-            "link": "Workspace settings" if target else "",
+            "link": "Workspace settings" if target else "New workspace",
+            "dialog": "" if target else "create-dialog",  # no workspace yet: create one
         },
         {
             "key": "task",
@@ -178,12 +179,12 @@ def unhealthy_agent_clis(workspace: Workspace) -> list[dict]:
     ]
 
 
-def notify_effective(workspace: Workspace, key: str, settings: dict | None = None) -> bool:
+def notify_effective(workspace: Workspace, key: str) -> bool:
     """Whether the workspace notifies for `key` ("notify_on_error" | "notify_on_in_review"):
     its own "on"/"off", else ("inherit") the global setting of the same name."""
     value = getattr(workspace, key)
     if value == NotifySetting.INHERIT:
-        return bool((settings or settings_get())[key])
+        return bool(settings_get()[key])
     return value == NotifySetting.ON
 
 

@@ -17,9 +17,6 @@ from workspaces.models import (
 )
 
 TITLE_MAX_LENGTH = max_length_of(Workspace, "title")
-# Beyond these a date computation overflows (the daily cleanup) or the value means "never".
-MAX_DAYS = RETENTION_DAYS_MAX
-MAX_MINUTES = STALL_KILL_MINUTES_MAX
 
 EDITABLE_FIELDS = (
     "title",
@@ -62,9 +59,13 @@ def _clean(fields: dict) -> dict:
         clean["working_directory_path"] = (clean["working_directory_path"] or "").strip() or None
     if "retention_days" in clean:
         days = clean["retention_days"]
-        if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= MAX_DAYS:
+        if (
+            isinstance(days, bool)
+            or not isinstance(days, int)
+            or not 0 <= days <= RETENTION_DAYS_MAX
+        ):
             raise ValidationFailed(
-                f"retention_days must be a whole number of days from 0 to {MAX_DAYS}",
+                f"retention_days must be a whole number of days from 0 to {RETENTION_DAYS_MAX}",
                 field="retention_days",
             )
     if "stall_kill_minutes" in clean:
@@ -72,10 +73,11 @@ def _clean(fields: dict) -> dict:
         if (
             isinstance(minutes, bool)
             or not isinstance(minutes, int | float)
-            or not 0 <= minutes <= MAX_MINUTES  # also refuses NaN
+            or not 0 <= minutes <= STALL_KILL_MINUTES_MAX  # also refuses NaN
         ):
             raise ValidationFailed(
-                f"stall_kill_minutes must be a number of minutes from 0 to {MAX_MINUTES}",
+                "stall_kill_minutes must be a number of minutes"
+                f" from 0 to {STALL_KILL_MINUTES_MAX}",
                 field="stall_kill_minutes",
             )
     for key in NOTIFY_FIELDS:

@@ -279,6 +279,41 @@ def test_toasts_only_for_chats_not_on_screen_and_never_replied_after_stop(browse
         page.context.close()
 
 
+def test_a_rename_in_progress_survives_a_live_refresh_of_the_head(browser, stack):
+    workspace = stack.workspace("Rename")
+    chat = api_chat(stack, workspace)
+    page = new_page(browser)
+    chat_tab(page, stack, workspace, f"&chat={chat['id']}")
+    page.locator("#chat-title-edit").click()
+    title = page.locator("#chat-title-input")
+    title.fill("Half typed")
+    # Renamed elsewhere: the head refreshes live, and the answer must not close the editor.
+    with page.expect_response(re.compile(rf"/chats/{chat['id']}/head/")):
+        stack.api("PUT", f"/chats/{chat['id']}", {"title": "Renamed elsewhere"}, expect=200)
+    page.wait_for_timeout(100)  # the dropped swap has had its turn
+    expect(title).to_be_visible()
+    expect(title).to_have_value("Half typed")
+    title.press("Escape")  # leaving the editor shows what changed meanwhile
+    expect(page.locator("#chat-dialog-title")).to_have_text("Renamed elsewhere")
+    page.console_errors.check()
+
+
+def test_a_failed_reply_toasts_an_error_with_a_link_to_the_chat(browser, stack):
+    workspace = stack.workspace("Broken")
+    chat = api_chat(stack, workspace)
+    stack.api("PUT", f"/chats/{chat['id']}", {"title": "Needs a login"}, expect=200)
+    page = new_page(browser)
+    chat_tab(page, stack, workspace)  # the list only: the chat's news comes as a toast
+    api_send(stack, chat, "Hello\n@fake exit 2 Invalid API key")
+    toast = page.locator(".toast", has_text="Malamar could not reply")
+    expect(toast).to_be_visible(timeout=REPLY_TIMEOUT)
+    expect(toast).to_contain_text("Needs a login")
+    expect(toast).to_have_class(re.compile(r"\btoast--error\b"))
+    href = f"/workspaces/{workspace['id']}/?tab=chat&chat={chat['id']}"
+    expect(toast.locator("a")).to_have_attribute("href", href)
+    page.console_errors.check()
+
+
 def overlap(a: dict, b: dict) -> bool:
     return (
         a["x"] < b["x"] + b["width"]

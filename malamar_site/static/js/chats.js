@@ -31,8 +31,8 @@
     window.clearTimeout(refreshTimer);
     refreshTimer = window.setTimeout(() => {
       if (!openChatId() || !window.htmx) return;
-      const head = document.getElementById("chat-head");
-      if (head && !head.hasAttribute("data-editing")) window.malamarRefresh("chat-head", "chat-refresh");
+      // A head in rename mode keeps its editor: the swap is dropped when it lands (below).
+      window.malamarRefresh("chat-head", "chat-refresh");
       window.malamarRefresh("chat-live", "chat-refresh");
     }, delay === undefined ? 120 : delay);
   }
@@ -40,10 +40,6 @@
   function onBody(type, handler) {
     // The page dispatches live events on <body>, without bubbling.
     document.body.addEventListener(type, handler);
-  }
-
-  function taskLink(workspaceId, taskId) {
-    return window.malamarItemLink({ workspace_id: workspaceId, task_id: taskId });
   }
 
   // When each chat last had news: a popup that arrives just after (e.g. the answer to a
@@ -86,7 +82,7 @@
           level: "success",
           message: task.summary ? `Task created: ${task.summary}` : "Task created",
           detail: data.chat_title ? `From “${data.chat_title}”` : "",
-          href: taskLink(data.workspace_id, task.task_id),
+          href: window.malamarItemLink({ workspace_id: data.workspace_id, task_id: task.task_id }),
         });
       });
     });
