@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 FLUSH_SECONDS = 0.25  # at most ~4 trace events per second per run
 FLUSH_ITEMS = 500
 LIVE_ITEMS_PER_EVENT = 50
+BACKLOG_CHARS = 8 * 1024 * 1024  # lines waiting for the next flush; a flood beyond is dropped
 
 
 class RunRecorder:
@@ -49,6 +50,7 @@ class RunRecorder:
         self.parser = cli_for(cli_type).stream_parser()
         self.terms = UserTerms(knowledge_dir=str(knowledge_base_dir()))
         self.lines: collections.deque[str] = collections.deque()
+        self.backlog_chars = 0
         self.lock = threading.Lock()
         self.last_output = time.monotonic()
         self.last_flush = 0.0
@@ -77,9 +79,14 @@ class RunRecorder:
 
     # reader thread ---------------------------------------------------------------------------
     def on_line(self, line: str) -> None:
+        self.last_output = time.monotonic()
+        if not line.lstrip().startswith("{"):
+            return  # banners and progress bars: never an event, so never queued
         with self.lock:
+            if self.backlog_chars + len(line) > BACKLOG_CHARS:
+                return  # a CLI flooding faster than we flush: keep memory bounded
             self.lines.append(line)
-            self.last_output = time.monotonic()
+            self.backlog_chars += len(line)
 
     def on_output(self) -> None:
         self.last_output = time.monotonic()
@@ -106,6 +113,7 @@ class RunRecorder:
         with self.lock:
             lines = list(self.lines)
             self.lines.clear()
+            self.backlog_chars = 0
         items = []
         for line in lines:
             items.extend(parse_line(self.parser, line))

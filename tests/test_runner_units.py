@@ -355,3 +355,29 @@ def test_a_runs_events_all_name_the_run_and_where_it_runs(task):
         assert {key: event.payload[key] for key in identity} == identity
     assert events[1].payload["silent_seconds"] == 1
     assert [e.payload["status"] for e in events[::2]] == ["running", "completed"]
+
+
+def test_a_flooding_cli_keeps_the_recorders_backlog_bounded(task, monkeypatch):
+    """Lines wait on the reader thread until the run thread flushes: banners are never queued
+    and a flood of events beyond the backlog limit is dropped, so 100 MB of output costs no
+    more memory than the limit."""
+    import runner.recorder
+
+    monkeypatch.setattr(runner.recorder, "BACKLOG_CHARS", 1000)
+    recorder = RunRecorder(
+        cli_type="claude",
+        workspace_id=task.workspace_id,
+        agent_id=None,
+        agent_name="Planner",
+        task_id=task.id,
+    )
+    for _ in range(100):
+        recorder.on_line("x" * 1023)
+    assert not recorder.lines
+    event = '{"type": "system", "subtype": "init", "model": "m"}'
+    for _ in range(100):
+        recorder.on_line(event)
+    assert len(recorder.lines) == 1000 // len(event)
+    recorder.tick()
+    recorder.on_line(event)
+    assert len(recorder.lines) == 1  # a flush makes room again
