@@ -31,6 +31,7 @@ from core.actors import SYSTEM, agent_actor, author_name
 from core.settings_store import mailgun_configured, settings_get
 from notifications.services import notify_task_error, notify_task_in_review
 from runner import prompts
+from runner.clis.base import RunOptions
 from runner.files import (
     fresh_output_path,
     task_input_path,
@@ -141,6 +142,7 @@ def _run_cli(owner, recorder: RunRecorder):
         include_dirs=owner.include_dirs(input_path),
         on_started=record_process(owner.queue, owner.item.id),
         recorder=recorder,
+        options=owner.run_options,
     )
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
@@ -323,8 +325,10 @@ class TaskPass:
             metadata={"agent_name": agent.name},
         )
         workspace_touch(task.workspace_id)
+        self.run_options = execution.options_for(agent)
         recorder = RunRecorder(
             cli_type=agent.cli_type,
+            model=self.run_options.model,
             workspace_id=task.workspace_id,
             agent_id=agent.id,
             agent_name=agent.name,
@@ -519,8 +523,12 @@ class ChatReply:
         if not self.still_wanted():
             raise Stopped
         agent = self.agent
+        # The agent's model and flags belong to its own CLI: a chat's override runs without them.
+        own_cli = agent is not None and self.cli == agent.cli_type
+        self.run_options = execution.options_for(agent) if own_cli else RunOptions()
         return RunRecorder(
             cli_type=self.cli,
+            model=self.run_options.model,
             workspace_id=self.chat.workspace_id,
             agent_id=agent.id if agent else None,
             agent_name=self.agent_name,
