@@ -191,7 +191,9 @@ def json_document(text: str) -> dict | None:
 
 
 # Custom commands' argument templates (runner/clis/custom.py; agents.services validates them).
-PLACEHOLDERS = ("prompt", "input_file", "output_file", "cwd", "model")
+# {temp_dir}: the folder holding the input and output files (outside {cwd}; CLIs that limit
+# their file tools to a workspace need it included).
+PLACEHOLDERS = ("prompt", "input_file", "output_file", "cwd", "model", "temp_dir")
 
 
 class TemplateError(ValueError):
@@ -223,5 +225,10 @@ def template_args(template: str) -> list[str]:
 
 def fill(template: str, values: dict[str, str]) -> list[str]:
     """The template's arguments with the placeholders replaced (one argv element each, so a
-    prompt with spaces or quotes stays one argument)."""
-    return [arg.format_map(values) for arg in template_args(template)]
+    prompt with spaces or quotes stays one argument). An argument holding {model} is left out
+    when no model is set, so `--model={model}` means "the CLI's default" then."""
+    return [
+        arg.format_map(values)
+        for arg in template_args(template)
+        if values.get("model") or "{model}" not in arg
+    ]

@@ -7,6 +7,8 @@ object printed on stdout ("stdout"). No stream format is known, so the Activity 
 run without live traces; exit code, stop, stall and errors work as for the four.
 """
 
+from pathlib import Path
+
 from agents.models import CUSTOM_CLI, CUSTOM_CLI_LABEL
 from runner.clis.base import (
     HEALTH_PROMPT,
@@ -42,14 +44,29 @@ class Custom(Cli):
             "output_file": str(invocation.output_path),
             "cwd": invocation.cwd,
             "model": invocation.options.model,
+            "temp_dir": str(invocation.output_path.parent),
         }
         argv = fill(self.custom.args, values)
         return Command([invocation.binary, *argv, *invocation.options.extra_args])
 
     def health_command(self, binary: str) -> Command:
-        """The template with the health prompt; no input or output file exists for it."""
+        """The template with the health prompt and no files (see health_command_in)."""
         values = dict.fromkeys(PLACEHOLDERS, "")
         values["prompt"] = HEALTH_PROMPT
+        return Command([binary, *fill(self.custom.args, values)])
+
+    def health_command_in(self, binary: str, input_path: Path) -> Command:
+        """The health check's command, run in the folder where the caller wrote the health
+        prompt as `input_path`: every placeholder names something real."""
+        folder = input_path.parent
+        values = {
+            "prompt": HEALTH_PROMPT,
+            "input_file": str(input_path),
+            "output_file": str(folder / "malamar_health_output.json"),
+            "cwd": str(folder),
+            "model": "",
+            "temp_dir": str(folder),
+        }
         return Command([binary, *fill(self.custom.args, values)])
 
     def stream_parser(self) -> StreamParser:

@@ -24,8 +24,8 @@ from agents.models import CUSTOM_CLI, Agent, CliType
 from core import events
 from core.settings_store import cli_settings_for
 from runner.clis import cli_for
-from runner.clis.base import Command, stderr_message
-from runner.files import private_dir, temp_dir
+from runner.clis.base import HEALTH_PROMPT, Command, stderr_message
+from runner.files import private_dir, temp_dir, write_private
 from runner.models import CliHealth, CliHealthStatus
 from runner.worker import process
 from runner.worker.execution import cli_env, options_for, resolve_binary, resolve_custom
@@ -93,7 +93,10 @@ def check_custom(
         return {"status": CliHealthStatus.UNHEALTHY, "error": problem, "binary_path": ""}
     found = {"binary_path": binary, "answer": "", "version": ""}
     cli = cli_for(CUSTOM_CLI).configured(options)
-    answer = _patient_run(key, cli.health_command(binary), env, PROMPT_TIMEOUT, stop)
+    folder = private_dir(temp_dir() / "malamar_health")
+    input_path = write_private(folder / "malamar_health_input.md", HEALTH_PROMPT + "\n")
+    command = cli.health_command_in(binary, input_path)
+    answer = _patient_run(key, command, env, PROMPT_TIMEOUT, stop)
     return _prompt_outcome(CUSTOM_CLI, cli, found, answer, was_healthy)
 
 
