@@ -93,7 +93,8 @@ def agent_edit(request, agent_id: str):
     agent = get_object_or_404(Agent.objects.select_related("workspace"), id=agent_id)
     workspace = agent.workspace
     if request.method == "GET":
-        return _form_page(request, workspace, AgentForm(initial=AgentForm.initial_for(agent)), agent)
+        form = AgentForm(initial=AgentForm.initial_for(agent))
+        return _form_page(request, workspace, form, agent)
     form = AgentForm(request.POST)
     if form.is_valid():
         try:
