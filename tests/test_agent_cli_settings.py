@@ -465,3 +465,17 @@ def test_a_chat_override_runs_without_the_agents_settings(fake_clis):
     run = AgentRun.objects.get(chat=chat)
     assert (run.cli_type, run.status, run.model) == ("gemini", "completed", "gemini-2.5-flash")
     assert Task.objects.count() == 0
+
+
+def test_stdout_mode_takes_the_last_json_object_of_what_was_printed():
+    cli = cli_for("custom").configured(
+        RunOptions(custom=CustomCommand(binary="x", args="{prompt}", output="stdout"))
+    )
+    printed = 'Thinking {not json}\n{"actions": [\n  {"type": "skip"}\n]}\nTokens: 2.3k sent\n'
+    assert cli.read_stdout(printed).structured == {"actions": [{"type": "skip"}]}
+    assert cli.read_stdout("just words").error == "the command printed no JSON object on stdout"
+    assert cli.read_stdout("").error == "the command printed nothing on stdout"
+    deep = "[" * 5000 + "]" * 5000
+    assert cli.read_stdout('{"a": ' + deep + "}").error is not None
+    file_mode = cli_for("custom")  # unconfigured: the output file is the answer
+    assert file_mode.read_stdout('{"actions": []}').structured is None

@@ -7,9 +7,11 @@ object printed on stdout ("stdout"). No stream format is known, so the Activity 
 run without live traces; exit code, stop, stall and errors work as for the four.
 """
 
+import json
 from pathlib import Path
 
 from agents.models import CUSTOM_CLI, CUSTOM_CLI_LABEL
+from core.storable import loads_storable
 from runner.clis.base import (
     HEALTH_PROMPT,
     PLACEHOLDERS,
@@ -20,8 +22,6 @@ from runner.clis.base import (
     RunOptions,
     StdoutResult,
     fill,
-    json_document,
-    last_json_object,
 )
 from runner.streams import StreamItem, StreamParser
 
@@ -75,7 +75,7 @@ class Custom(Cli):
     def read_stdout(self, stdout: str) -> StdoutResult:
         if self.custom.output != "stdout":
             return StdoutResult()
-        result = json_document(stdout) or last_json_object(stdout)
+        result = last_json_value(stdout)
         if result is None:
             said = "nothing" if not stdout.strip() else "no JSON object"
             return StdoutResult(error=f"the command printed {said} on stdout")
@@ -83,6 +83,27 @@ class Custom(Cli):
 
     def health_answer(self, stdout: str) -> str:
         return stdout.strip()
+
+
+def last_json_value(text: str) -> dict | None:
+    """The last JSON object in `text`, even one spread over several lines and followed by other
+    output (e.g. a CLI's closing token count); read with the same limits as every CLI answer."""
+    decoder, found, index = json.JSONDecoder(), None, text.find("{")
+    while index != -1:
+        try:
+            value, end = decoder.raw_decode(text, index)
+        except (ValueError, RecursionError):
+            index = text.find("{", index + 1)
+            continue
+        if isinstance(value, dict):
+            found = (index, end)
+        index = text.find("{", end)
+    if found is None:
+        return None
+    try:
+        return loads_storable(text[found[0] : found[1]])
+    except ValueError:
+        return None
 
 
 class NoStream:
