@@ -5,7 +5,7 @@ from pydantic import ConfigDict, Field
 
 from agents import services
 from agents.models import Agent
-from agents.services import MODEL_MAX_LENGTH, NAME_MAX_LENGTH
+from agents.services import MODEL_MAX_LENGTH, NAME_MAX_LENGTH, masked_env
 from core.lookups import get_or_404
 from workspaces.models import Workspace
 
@@ -23,11 +23,15 @@ class AgentOut(Schema):
     extra_args: list[str]
     custom_binary: str
     custom_args: str
-    custom_env: dict[str, str]
+    custom_env: dict[str, str]  # values masked, as the CLI settings' env
     custom_output: str
     order: int
     created_at: datetime
     updated_at: datetime
+
+    @staticmethod
+    def resolve_custom_env(agent) -> dict[str, str]:
+        return masked_env(agent.custom_env)
 
 
 class AgentUpdate(Schema):

@@ -3,7 +3,7 @@
 from django import forms
 
 from agents.models import AGENT_CLI_CHOICES, CustomOutput
-from agents.services import MODEL_MAX_LENGTH, NAME_MAX_LENGTH
+from agents.services import MODEL_MAX_LENGTH, NAME_MAX_LENGTH, masked_env
 
 
 def _lines(text: str) -> list[str]:
@@ -60,7 +60,7 @@ class AgentForm(forms.Form):
     custom_env = forms.CharField(
         label="Environment variables",
         required=False,
-        help_text="NAME=value, one per line.",
+        help_text="NAME=value, one per line. Saved values show masked; leave them as they are.",
         widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
     )
     custom_output = forms.ChoiceField(
@@ -94,6 +94,6 @@ class AgentForm(forms.Form):
             "extra_args": "\n".join(agent.extra_args or []),
             "custom_binary": agent.custom_binary,
             "custom_args": agent.custom_args,
-            "custom_env": "\n".join(f"{k}={v}" for k, v in (agent.custom_env or {}).items()),
+            "custom_env": "\n".join(f"{k}={v}" for k, v in masked_env(agent.custom_env).items()),
             "custom_output": agent.custom_output,
         }

@@ -16,6 +16,7 @@ from chats.services import chats_switch_to_malamar
 from core import events
 from core.errors import Conflict, ValidationFailed, check_length, require_text
 from core.fields import max_length_of
+from core.settings_store import mask
 from runner.clis import cli_for
 from runner.clis.base import TemplateError, template_args
 from runner.models import CliHealth
@@ -144,12 +145,14 @@ def _clean_custom(values: dict) -> dict:
     return {
         "custom_binary": binary,
         "custom_args": template,
-        "custom_env": _clean_env(values.get("custom_env")),
+        "custom_env": _clean_env(values.get("custom_env"), values.get("stored_env") or {}),
         "custom_output": output,
     }
 
 
-def _clean_env(env) -> dict[str, str]:
+def _clean_env(env, stored: dict[str, str]) -> dict[str, str]:
+    """Names and values checked; a value that is the mask of the stored one (what the API and
+    the dialog show) keeps the stored value."""
     env = env or {}
     if not isinstance(env, dict):
         raise ValidationFailed(
@@ -164,7 +167,15 @@ def _clean_env(env) -> dict[str, str]:
             raise ValidationFailed(
                 f"Environment variable {name} must be a string without NUL", field="custom_env"
             )
-    return dict(env)
+    return {
+        name: stored[name] if name in stored and value == mask(stored[name]) else value
+        for name, value in env.items()
+    }
+
+
+def masked_env(env: dict | None) -> dict[str, str]:
+    """A custom command's environment as shown: values masked (they are often API keys)."""
+    return {name: mask(value) for name, value in (env or {}).items()}
 
 
 def _clean_cli_settings(values: dict) -> dict:
@@ -297,7 +308,8 @@ def _cli_settings_update(agent: Agent, new_cli: str | None, given: dict) -> dict
     current = {f: getattr(agent, f) for f in (*CLI_FIELDS, *CUSTOM_FIELDS)}
     if switched:
         current.update({"model": "", "reasoning_effort": "", "extra_args": []})
-    return _clean_cli_settings({**current, **given, "cli_type": new_cli or agent.cli_type})
+    merged = {**current, **given, "stored_env": agent.custom_env or {}}
+    return _clean_cli_settings({**merged, "cli_type": new_cli or agent.cli_type})
 
 
 def agent_delete(*, agent: Agent) -> None:

@@ -347,9 +347,9 @@ def test_runs_record_the_model_the_cli_reported_else_the_configured_one(fake_cli
 
 
 SCRIPT = """#!{python}
-import json, re, sys
+import json, os, re, sys
 args = sys.argv[1:]
-open({log!r}, "a").write(json.dumps(args) + "\\n")
+open({log!r}, "a").write(json.dumps(args + [os.environ.get("MY_KEY")]) + "\\n")
 if "--stdout" in args:
     print("thinking...")
     print(json.dumps({{"actions": [{{"type": "comment", "content": "From stdout"}},
@@ -393,18 +393,22 @@ def _custom_agent(workspace, script, template, **extra):
 def test_a_custom_command_runs_a_task_to_in_review(script):
     path, log = script
     workspace = workspace_create(title="Custom")
-    _custom_agent(
+    agent = _custom_agent(
         workspace,
         path,
         "--input {input_file} --cwd {cwd} --model={model} --out {output_file}",
         model="local-7b",
         custom_env={"MY_KEY": "secret"},
     )
+    marked = CliHealth.objects.filter(cli_type=agent.health_key)
+    marked.update(status=CliHealthStatus.UNHEALTHY, error="timed out")
     task = _run_pass(task_create(workspace=workspace, summary="Script it"))
+    assert marked.get().status == CliHealthStatus.HEALTHY  # a real run that worked clears it
     assert task.status == TaskStatus.IN_REVIEW
     assert [c.content for c in task.comments.all()] == ["Done by the script"]
     argv = [line for line in log.read_text().splitlines() if line]
     assert '"--model=local-7b"' in argv[0] and f"malamar_task_{task.id}" in argv[0]
+    assert argv[0].endswith('"secret"]')  # the agent's environment variables reach it
     run = AgentRun.objects.get(task=task)
     assert (run.cli_type, run.model, run.status) == ("custom", "local-7b", "completed")
 
@@ -479,3 +483,34 @@ def test_stdout_mode_takes_the_last_json_object_of_what_was_printed():
     assert cli.read_stdout('{"a": ' + deep + "}").error is not None
     file_mode = cli_for("custom")  # unconfigured: the output file is the answer
     assert file_mode.read_stdout('{"actions": []}').structured is None
+
+
+def test_a_custom_commands_environment_comes_back_masked_and_stays(api, client, workspace):
+    body = {
+        "name": "Mine",
+        "instruction": "x",
+        "cli_type": "custom",
+        "custom_binary": "qwen",
+        "custom_args": "{prompt} --yolo",
+        "custom_env": {"DASHSCOPE_API_KEY": "sk-1234567890abcdef", "MODE": "fast"},
+    }
+    created = api.post(f"/api/workspaces/{workspace.id}/agents", body).json()
+    assert created["custom_env"] == {"DASHSCOPE_API_KEY": "••••cdef", "MODE": "••••"}
+    shown = created["custom_env"]
+    api.put(f"/api/agents/{created['id']}", {"custom_env": {**shown, "MODE": "slow"}})
+    agent = Agent.objects.get(id=created["id"])
+    assert agent.custom_env == {"DASHSCOPE_API_KEY": "sk-1234567890abcdef", "MODE": "slow"}
+    edit = html(hx(client, "get", f"/agents/{agent.id}/edit/"))
+    assert "sk-1234567890abcdef" not in edit and "DASHSCOPE_API_KEY=••••cdef" in edit
+    data = {
+        "name": "Mine",
+        "instruction": "x",
+        "cli_type": "custom",
+        "custom_binary": "qwen",
+        "custom_args": "{prompt} --yolo",
+        "custom_output": "file",
+        "custom_env": "DASHSCOPE_API_KEY=••••cdef\nMODE=slow",
+    }
+    hx(client, "post", f"/agents/{agent.id}/edit/", data)
+    agent.refresh_from_db()
+    assert agent.custom_env["DASHSCOPE_API_KEY"] == "sk-1234567890abcdef"

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from agents.models import Agent
+from agents.models import CUSTOM_CLI, Agent, custom_health_key
 from chats.actions import execute_actions, failure_summary
 from chats.cli_notes import no_cli_message
 from chats.malamar_agent import knowledge_base_dir, malamar_instruction
@@ -111,8 +111,10 @@ def run_step(owner):
     except Exception:
         _close(recorder)  # the run's record must end even when applying its result failed
         raise
-    if recorder.status == RunStatus.COMPLETED and recorder.run.cli_type in owner.health_marked:
-        cli_health_run_succeeded(cli_type=recorder.run.cli_type)  # the CLI works after all
+    run = recorder.run
+    key = custom_health_key(run.agent_id) if run.cli_type == CUSTOM_CLI else run.cli_type
+    if recorder.status == RunStatus.COMPLETED and key in owner.health_marked:
+        cli_health_run_succeeded(cli_type=key)  # the CLI works after all
     if not wanted:
         raise Stopped
     return result
