@@ -441,8 +441,8 @@ def test_the_custom_health_check_runs_the_template_with_a_real_prompt(script):
     agent = _custom_agent(workspace, path, "--input {input_file} --out {output_file}")
     key = f"custom:{agent.id}"
     assert CliHealth.objects.get(cli_type=key).refresh_requested_at is not None
-    assert key in health.needs_full_check()
-    health.check_and_store(key, full=True)
+    assert key in health.needs_full_check() and key in health.custom_keys()
+    health.run_round({key: True})  # a round checks custom agents after the four CLIs
     row = CliHealth.objects.get(cli_type=key)
     assert (row.status, row.answer, row.refresh_requested_at) == ("healthy", "OK", None)
     assert "malamar_health_input.md" in log.read_text()
@@ -514,3 +514,27 @@ def test_a_custom_commands_environment_comes_back_masked_and_stays(api, client, 
     hx(client, "post", f"/agents/{agent.id}/edit/", data)
     agent.refresh_from_db()
     assert agent.custom_env["DASHSCOPE_API_KEY"] == "sk-1234567890abcdef"
+
+
+CHAT_SCRIPT = """#!{python}
+import json
+print("Working on it")
+print(json.dumps({{"message": "Hi from the script", "actions": []}}, indent=2))
+print("tokens: 12")
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_custom_command_agent_answers_in_a_chat(tmp_path):
+    path = tmp_path / "chatty"
+    path.write_text(CHAT_SCRIPT.format(python=sys.executable))
+    path.chmod(0o755)
+    workspace = workspace_create(title="Custom chat")
+    agent = _custom_agent(workspace, path, "{prompt}", custom_output="stdout")
+    chat = chat_start(workspace=workspace, message="Hello", agent=agent)
+    item = ChatQueueItem.objects.queued().get(chat=chat)
+    assert ChatQueueItem.objects.claim(item.id)
+    ChatReply(item, stop=threading.Event(), shutdown=threading.Event()).run()
+    reply = chat.messages.filter(role="agent").get()
+    assert reply.message == "Hi from the script"
+    assert AgentRun.objects.get(chat=chat).cli_type == "custom"

@@ -255,10 +255,15 @@ def _checked_in_thread(cli: str, full: bool, stop: threading.Event | None) -> No
         connection.close()
 
 
+def custom_keys() -> set[str]:
+    """The health rows of custom-command agents (each checks its own command)."""
+    custom = CliHealth.objects.filter(cli_type__startswith=f"{CUSTOM_CLI}:")
+    return set(custom.values_list("cli_type", flat=True))
+
+
 def needs_full_check() -> set[str]:
     """CLIs whose last check failed (or never ran) get the real prompt again."""
     healthy = set(
         CliHealth.objects.filter(status=CliHealthStatus.HEALTHY).values_list("cli_type", flat=True)
     )
-    custom = CliHealth.objects.filter(cli_type__startswith=f"{CUSTOM_CLI}:")
-    return (set(CliType.values) | set(custom.values_list("cli_type", flat=True))) - healthy
+    return (set(CliType.values) | custom_keys()) - healthy
