@@ -538,3 +538,13 @@ def test_a_custom_command_agent_answers_in_a_chat(tmp_path):
     reply = chat.messages.filter(role="agent").get()
     assert reply.message == "Hi from the script"
     assert AgentRun.objects.get(chat=chat).cli_type == "custom"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_extra_argument_the_cli_refuses_is_named_in_the_error(fake_clis):
+    workspace = workspace_create(title="Unknown flag")
+    agent_create(workspace=workspace, name="A", instruction="Skip.", extra_args=["--no-such-flag"])
+    task = _run_pass(task_create(workspace=workspace, summary="Flag"))
+    error = task.comments.get().content
+    assert "unknown option '--no-such-flag'" in error
+    assert "The agent's extra argument '--no-such-flag' may be the cause" in error

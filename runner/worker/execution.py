@@ -144,6 +144,23 @@ def interpret(cli_type: str | Cli, result: process.ProcessResult, output_path: P
         return Execution(error=f"CLI output was not valid JSON: {exc}", result=result)
 
 
+def _blame_extra_args(run: Execution, options: RunOptions) -> Execution:
+    """A CLI refusing one of the agent's extra arguments (an unknown option, e.g. after an
+    update of the CLI) says so on stderr: name the argument and where to change it."""
+    if not run.error or not run.result or run.result.exit_code in (0, None):
+        return run
+    stderr = run.result.stderr
+    for arg in options.extra_args:
+        bare = arg.split("=", 1)[0]
+        if bare.startswith("-") and (bare in stderr or f"argument: {bare.lstrip('-')}" in stderr):
+            run.error += (
+                f" The agent's extra argument {arg!r} may be the cause: check it in the agent's "
+                "settings."
+            )
+            break
+    return run
+
+
 def execute(
     *,
     cli_type: str,
@@ -198,6 +215,6 @@ def execute(
             minutes = recorder.stall_kill_seconds / 60
             message = f"CLI produced no output for {minutes:g} minutes and was stopped"
             return Execution(error=message, result=result)
-        return interpret(cli, result, output_path)
+        return _blame_extra_args(interpret(cli, result, output_path), options)
     finally:
         remove_quietly(output_path)
