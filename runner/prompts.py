@@ -196,6 +196,23 @@ def _notify(workspace, key: str) -> str:
     return f"inherit (the global setting, currently {state})"
 
 
+def _agent_cli_settings(agent) -> list[str]:
+    """The agent's model, effort, extra arguments and custom command, where set."""
+    lines = [
+        f"{label}: {value}"
+        for label, value in (
+            ("Model", agent.model),
+            ("Reasoning effort", agent.reasoning_effort),
+            ("Extra arguments", json.dumps(agent.extra_args) if agent.extra_args else ""),
+            ("Custom binary", agent.custom_binary),
+            ("Argument template", agent.custom_args),
+            ("Output", agent.custom_output if agent.cli_type == "custom" else ""),
+        )
+        if value
+    ]
+    return lines
+
+
 def chat_context(
     *, workspace, agents: list, clis: list[dict], mailgun_configured: bool, temp_dir: str
 ) -> str:
@@ -229,6 +246,7 @@ def chat_context(
             f"## {position}. {agent.name} (id: {agent.id})",
             "",
             f"CLI: {agent.cli_type}",
+            *_agent_cli_settings(agent),
             "",
             agent.instruction.strip(),
             "",

@@ -133,7 +133,7 @@ class Worker:
             "Worker started",
             extra={"data_dir": str(settings.DATA_DIR), "recovered_items": recovered},
         )
-        self.health.request(full_for=set(CliType.values))
+        self.health.request(full_for=set(CliType.values) | health.custom_keys())
         self.next_health = time.monotonic() + HEALTH_EVERY
 
     def stop(self) -> None:

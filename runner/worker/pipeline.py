@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from agents.models import Agent
+from agents.models import CUSTOM_CLI, Agent, custom_health_key
 from chats.actions import execute_actions, failure_summary
 from chats.cli_notes import no_cli_message
 from chats.malamar_agent import knowledge_base_dir, malamar_instruction
@@ -31,6 +31,7 @@ from core.actors import SYSTEM, agent_actor, author_name
 from core.settings_store import mailgun_configured, settings_get
 from notifications.services import notify_task_error, notify_task_in_review
 from runner import prompts
+from runner.clis.base import RunOptions
 from runner.files import (
     fresh_output_path,
     task_input_path,
@@ -110,8 +111,10 @@ def run_step(owner):
     except Exception:
         _close(recorder)  # the run's record must end even when applying its result failed
         raise
-    if recorder.status == RunStatus.COMPLETED and recorder.run.cli_type in owner.health_marked:
-        cli_health_run_succeeded(cli_type=recorder.run.cli_type)  # the CLI works after all
+    run = recorder.run
+    key = custom_health_key(run.agent_id) if run.cli_type == CUSTOM_CLI else run.cli_type
+    if recorder.status == RunStatus.COMPLETED and key in owner.health_marked:
+        cli_health_run_succeeded(cli_type=key)  # the CLI works after all
     if not wanted:
         raise Stopped
     return result
@@ -141,6 +144,7 @@ def _run_cli(owner, recorder: RunRecorder):
         include_dirs=owner.include_dirs(input_path),
         on_started=record_process(owner.queue, owner.item.id),
         recorder=recorder,
+        options=owner.run_options,
     )
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
@@ -323,8 +327,10 @@ class TaskPass:
             metadata={"agent_name": agent.name},
         )
         workspace_touch(task.workspace_id)
+        self.run_options = execution.options_for(agent)
         recorder = RunRecorder(
             cli_type=agent.cli_type,
+            model=self.run_options.model,
             workspace_id=task.workspace_id,
             agent_id=agent.id,
             agent_name=agent.name,
@@ -519,8 +525,12 @@ class ChatReply:
         if not self.still_wanted():
             raise Stopped
         agent = self.agent
+        # The agent's model and flags belong to its own CLI: a chat's override runs without them.
+        own_cli = agent is not None and self.cli == agent.cli_type
+        self.run_options = execution.options_for(agent) if own_cli else RunOptions()
         return RunRecorder(
             cli_type=self.cli,
+            model=self.run_options.model,
             workspace_id=self.chat.workspace_id,
             agent_id=agent.id if agent else None,
             agent_name=self.agent_name,

@@ -975,12 +975,23 @@ class Emitter:
         sys.stdout.flush()
 
 
+# How the real claude resolves a --model alias (a full name is used as given).
+CLAUDE_ALIASES = {
+    "opus": "claude-opus-4-8",
+    "sonnet": "claude-sonnet-4-6",
+    "haiku": "claude-haiku-4-5",
+}
+
+
 class ClaudeEmitter(Emitter):
     model = "claude-opus-4-8"
 
     def __init__(self, inv: Invocation) -> None:
         super().__init__(inv)
         opts = inv.parsed
+        chosen = opts.get("model")
+        if chosen:
+            self.model = CLAUDE_ALIASES.get(chosen, chosen)
         self.format = opts.get("output-format", "text")
         self.streaming = self.format == "stream-json"
         self.bypass = opts.has("dangerously-skip-permissions") or (
@@ -1146,6 +1157,7 @@ class GeminiEmitter(Emitter):
     def __init__(self, inv: Invocation) -> None:
         super().__init__(inv)
         opts = inv.parsed
+        self.model = opts.get("model") or self.model
         self.format = opts.get("output-format") or "text"
         self.streaming = self.format == "stream-json"
         self.yolo = opts.has("yolo") or opts.get("approval-mode") == "yolo"

@@ -725,6 +725,26 @@
     }
   });
 
+  // Agent dialog: the model suggestions, effort choices and custom command fields follow the
+  // chosen CLI (a hidden effort select is disabled so only the chosen CLI's one is posted).
+  document.addEventListener("change", (event) => {
+    if (event.target.name !== "cli_type") return;
+    const form = event.target.form;
+    const settings = form && $("[data-cli-settings]", form);
+    if (!settings) return;
+    const cli = event.target.value;
+    $$("[data-cli-only]", settings).forEach((el) => {
+      el.hidden = el.getAttribute("data-cli-only") !== cli;
+      $$("select[data-effort]", el).forEach((select) => {
+        select.disabled = el.hidden;
+        if (el.hidden) select.removeAttribute("id");
+        else select.id = "id_reasoning_effort";
+      });
+    });
+    const model = $("input[name=model]", settings);
+    if (model) model.setAttribute("list", `agent-models-${cli}`);
+  });
+
   // Environment variables: add and remove rows.
   document.addEventListener("click", (event) => {
     const add = event.target.closest("[data-env-add]");
