@@ -885,6 +885,16 @@
     );
   });
 
+  // A button with `data-copy-text` copies that text (a branch name, a path).
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("[data-copy-text]");
+    if (!button) return;
+    copyText(button.dataset.copyText).then(
+      () => toast({ level: "success", message: "Copied" }),
+      () => toast({ level: "error", message: "Could not copy to the clipboard" }),
+    );
+  });
+
   function onLoad(root) {
     updateTimes(root);
     syncConfirmMatch(root);
