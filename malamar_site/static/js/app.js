@@ -214,7 +214,9 @@
   document.addEventListener("htmx:beforeSwap", (event) => {
     const { target, requestConfig: config } = event.detail;
     if (!target || !event.detail.shouldSwap || !isLiveRefresh(config)) return;
-    if (target.matches("[data-editing]") || $("[data-editing]", target)) {
+    // A dialog with data-editing counts while it is open (the task head's "Discard" dialog).
+    const editing = "[data-editing]:not(dialog), dialog[data-editing][open]";
+    if (target.matches(editing) || $(editing, target)) {
       event.detail.shouldSwap = false;
     }
   });
