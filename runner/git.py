@@ -177,12 +177,12 @@ def merge_conflicts(repo: str | Path, *, branch: str, into: str) -> list[str]:
         "merge-tree", "--write-tree", "--name-only", "--no-messages", into, branch,
         cwd=repo, check=False,
     )  # fmt: skip
+    lines = done.stdout.decode("utf-8", "replace").splitlines()
     if done.returncode == 0:
         return []
-    if done.returncode != 1:
+    if done.returncode != 1 or not lines:  # 1 without a tree: a branch git cannot merge
         message = done.stderr.decode("utf-8", "replace").strip()
         raise GitError(f"git merge-tree: {message or f'exit code {done.returncode}'}")
-    lines = done.stdout.decode("utf-8", "replace").splitlines()
     return [line for line in lines[1:] if line]  # the first line is the tree id
 
 
