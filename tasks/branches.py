@@ -196,3 +196,19 @@ def remove(*, repo_path: str, task_id: str, branch: str, base: str, keep_merged:
     finally:  # even when the repository is gone, our copy goes
         shutil.rmtree(path, ignore_errors=True)
         _setup_marker(task_id).unlink(missing_ok=True)
+
+
+def leftover_task_ids() -> set[str]:
+    """Task ids that have something under the worktrees folder."""
+    folder = worktrees_dir()
+    if not folder.is_dir():
+        return set()
+    return {path.name.removesuffix(".setup-done") for path in folder.iterdir()}
+
+
+def leftovers_remove(task_ids: set[str]) -> None:
+    """Remove what these (deleted) tasks left under the worktrees folder; git's own record of
+    such a worktree goes at its repository's next `git worktree prune`."""
+    for task_id in task_ids:
+        shutil.rmtree(worktree_path(task_id), ignore_errors=True)
+        _setup_marker(task_id).unlink(missing_ok=True)

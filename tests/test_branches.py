@@ -15,7 +15,7 @@ from core.actors import USER
 from core.errors import Conflict, ValidationFailed
 from runner.git import git, git_text
 from runner.models import AgentRun
-from runner.worker import pickup
+from runner.worker import jobs, pickup
 from runner.worker.loop import Worker
 from runner.worker.pipeline import TaskPass
 from tasks import branches
@@ -568,3 +568,13 @@ def test_discard_from_the_popup_needs_the_branch_name(repo, client):
     assert triggers(response)["malamar:toast"]["message"] == "Branch discarded"
     assert not branches.worktree_path(task.id).exists()
     assert "task-branch" not in html(response)
+
+
+@pass_db
+def test_the_daily_cleanup_removes_worktrees_of_tasks_that_are_gone(repo):
+    task = reviewed(repo)
+    orphan = branches.worktree_path("gone-task-id")
+    (orphan / "src").mkdir(parents=True)
+    counts = jobs.cleanup()
+    assert counts["orphan_worktrees"] == 1
+    assert not orphan.exists() and branches.worktree_path(task.id).is_dir()
