@@ -140,6 +140,12 @@ def test_branch_per_task_needs_a_static_git_repository(db, repo, tmp_path):
         workspace_update(workspace=workspace, working_directory_mode="temp")
 
 
+def test_branch_per_task_without_git_says_so(db, repo, monkeypatch):
+    monkeypatch.setattr("runner.git.shutil.which", lambda name: None)
+    with pytest.raises(ValidationFailed, match="needs git: install the git package"):
+        isolated(repo)
+
+
 def test_parallel_tasks_need_branch_per_task(db, repo):
     with pytest.raises(ValidationFailed, match="parallel_tasks above 1 needs isolation"):
         workspace_create(title="T", parallel_tasks=2)

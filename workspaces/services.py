@@ -10,7 +10,7 @@ from core.errors import ValidationFailed, require_text
 from core.fields import max_length_of
 from core.models import Marker
 from core.wake import wake_worker_on_commit
-from runner.git import GitError, branch_exists, git_text
+from runner.git import GitError, branch_exists, git_binary, git_text
 from tasks import branches
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
@@ -166,6 +166,10 @@ def _check_isolation(workspace: Workspace) -> None:
             field="isolation",
         )
     path = Path(workspace.working_directory_path or "").expanduser()
+    if git_binary() is None:
+        raise ValidationFailed(
+            "Branch per task needs git: install the git package", field="isolation"
+        )
     if not _is_repository_top(path):
         raise ValidationFailed(
             f"Branch per task needs a git repository: {path} is not the top folder of one "
