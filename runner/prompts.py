@@ -72,8 +72,10 @@ def task_input(
     comments: list[dict],
     logs: list[dict],
     output_path: str,
+    branch: tuple[str, str] | None = None,
 ) -> str:
-    """The task input file, in the spec's structure (comments and logs as JSONL, oldest first)."""
+    """The task input file, in the spec's structure (comments and logs as JSONL, oldest first).
+    `branch` = (the task's branch, its base) when the task works in a worktree of its own."""
     others = "\n".join(
         f"- {name} (you)" if name == agent.name else f"- {name}" for name in agent_names
     )
@@ -82,6 +84,7 @@ def task_input(
         "You are being orchestrated by Malamar, a multi-agent workflow system.",
         workspace.description.strip(),
         "",
+        *(branch_section(*branch) if branch else []),
         "# Your Role",
         f'You are the agent "{agent.name}" in this workflow.',
         "",
@@ -116,6 +119,17 @@ def task_input(
         "",
     ]
     return "\n".join(parts)
+
+
+def branch_section(branch: str, base: str) -> list[str]:
+    return [
+        "## Git Branch",
+        f"You work in a git worktree of this task's own, on the branch `{branch}`, made from "
+        f"`{base}`. Malamar commits your changes on this branch after your run, in your name. "
+        f"Do not switch branches, rewrite history or merge into `{base}`: the user reviews the "
+        "branch and merges it.",
+        "",
+    ]
 
 
 CHAT_OUTPUT_GUIDE = """\

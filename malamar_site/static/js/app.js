@@ -214,7 +214,9 @@
   document.addEventListener("htmx:beforeSwap", (event) => {
     const { target, requestConfig: config } = event.detail;
     if (!target || !event.detail.shouldSwap || !isLiveRefresh(config)) return;
-    if (target.matches("[data-editing]") || $("[data-editing]", target)) {
+    // A dialog with data-editing counts while it is open (the task head's "Discard" dialog).
+    const editing = "[data-editing]:not(dialog), dialog[data-editing][open]";
+    if (target.matches(editing) || $(editing, target)) {
       event.detail.shouldSwap = false;
     }
   });
@@ -901,6 +903,16 @@
           button.setAttribute("aria-label", "Copy code");
         }, 1500);
       },
+      () => toast({ level: "error", message: "Could not copy to the clipboard" }),
+    );
+  });
+
+  // A button with `data-copy-text` copies that text (a branch name, a path).
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("[data-copy-text]");
+    if (!button) return;
+    copyText(button.dataset.copyText).then(
+      () => toast({ level: "success", message: "Copied" }),
       () => toast({ level: "error", message: "Could not copy to the clipboard" }),
     );
   });
