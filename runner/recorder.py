@@ -64,6 +64,7 @@ class RunRecorder:
         self.status = RunStatus.RUNNING
         self.exit_code: int | None = None
         self.killed_for_silence = False
+        self.snapshot_fields: dict = {}  # filled by the pipeline's snapshots, saved at the end
         self.run = agent_run_start(
             cli_type=cli_type,
             workspace_id=workspace_id,
@@ -241,7 +242,7 @@ class RunRecorder:
             traces=rows,
             status=status,
             exit_code=exit_code,
-            progress=self._progress(),
+            progress={**self._progress(), **self.snapshot_fields},
             event={**self._payload(rows, []), "status": status},
         )
 

@@ -16,6 +16,7 @@ from core.actors import SYSTEM, USER, Actor
 from core.errors import Conflict, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
+from runner.services import agent_runs_forget_snapshots
 from tasks.models import (
     RUNNABLE_STATUSES,
     CommentKind,
@@ -368,6 +369,7 @@ def task_delete(*, task: Task) -> None:
     """Delete a task in any status; a running CLI is killed by the worker (its rows vanish)."""
     with transaction.atomic():
         payload = task_payload(task)
+        agent_runs_forget_snapshots(runs=task.runs.all())
         task.delete()
         workspace_touch(payload["workspace_id"])
         events.publish("task.deleted", payload)

@@ -7,6 +7,7 @@ from core.errors import ValidationFailed, require_text
 from core.fields import max_length_of
 from core.models import Marker
 from core.wake import wake_worker_on_commit
+from runner.services import agent_runs_forget_snapshots
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
     RETENTION_DAYS_MAX,
@@ -146,6 +147,7 @@ def workspace_delete(*, workspace: Workspace) -> None:
     with transaction.atomic():
         payload = _payload(workspace)
         chat_ids = list(workspace.chats.values_list("id", flat=True))
+        agent_runs_forget_snapshots(runs=workspace.runs.all())
         workspace.delete()
         chat_attachment_folders_remove(chat_ids=chat_ids)
         events.publish("workspace.deleted", payload)

@@ -8,6 +8,8 @@ from django_eventstream.models import Event
 
 from chats.models import ChatQueueItem
 from core.models import OutboxEvent
+from runner import snapshots
+from runner.models import AgentRun
 from tasks.models import TaskQueueItem
 from tasks.services import tasks_delete_expired
 
@@ -26,5 +28,9 @@ def cleanup(*, now=None) -> dict:
         "outbox_events": OutboxEvent.objects.filter(created_at__lt=now - KEEP_EVENTS).delete()[0],
         "stream_events": Event.objects.filter(created__lt=now - KEEP_EVENTS, eid__gt=0).delete()[0],
     }
+    pruned = snapshots.prune(
+        set(AgentRun.objects.exclude(snapshot_store="").values_list("id", flat=True))
+    )
+    counts.update({f"snapshot_{key}": value for key, value in pruned.items()})
     log.info("Cleanup finished", extra=counts)
     return counts

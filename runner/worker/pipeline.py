@@ -51,6 +51,7 @@ from runner.schemas import (
 from runner.selectors import cli_health_all, cli_health_marked
 from runner.services import cli_health_run_succeeded
 from runner.worker import execution
+from runner.worker.snapshotting import RunSnapshots
 from tasks import selectors as task_selectors
 from tasks import services as task_services
 from tasks.models import RUNNABLE_STATUSES, Task, TaskComment, TaskQueueItem, TaskStatus
@@ -130,6 +131,8 @@ def _run_cli(owner, recorder: RunRecorder):
         return Failure(problem)
     output_path = fresh_output_path(owner.output_prefix)
     input_path = owner.write_input(output_path)
+    snapshots = RunSnapshots(recorder, cwd)
+    snapshots.take_before()
     run = execution.execute(
         cli_type=recorder.run.cli_type,
         input_path=input_path,
@@ -142,6 +145,7 @@ def _run_cli(owner, recorder: RunRecorder):
         on_started=record_process(owner.queue, owner.item.id),
         recorder=recorder,
     )
+    snapshots.take_after()  # a stopped run may have changed files too
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
         raise Stopped

@@ -638,7 +638,10 @@ TASK_ACTIONS = {"skip", "comment", "comment-once", "review", "in_review", "unkno
 CHAT_ACTIONS = {"reply", "action"}
 COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested"}
 PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then the rest
-ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS
+# File steps, chainable like the prefix actions: they change the working directory (cwd).
+# Each argument is one word; in TEXT `\\n` is a line break and `\\s` a space.
+FILE_STEPS = {"write": 2, "append": 2, "lines": 2, "rename": 2, "delete": 1, "binary": 1}
+ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS | set(FILE_STEPS)
 NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json"}
 NO_ARGS = {"skip", "in_review", "unknown-action", "invalid-json", "empty-file", "no-file"}
 
@@ -650,7 +653,8 @@ class DirectiveError(Exception):
 @dataclass(frozen=True)
 class Directive:
     agent: str | None
-    steps: tuple[tuple[str, float], ...]  # ("sleep" | "grandchild" | "flood" | "work", number)
+    # ("sleep" | "grandchild" | "flood" | "work", number) or (file step, (word, ...))
+    steps: tuple[tuple[str, object], ...]
     action: str | None  # None: nothing after the steps
     args: str
 
@@ -682,11 +686,15 @@ def _first_word(text: str) -> tuple[str, str]:
 
 def _unchain(body: str) -> tuple[list[tuple[str, float]], str | None, str]:
     """`sleep 1 grandchild 2 comment hi` -> steps [(sleep, 1), (grandchild, 2)], comment, hi."""
-    steps: list[tuple[str, float]] = []
+    steps: list[tuple[str, object]] = []
     action, args = _first_word(body)
-    while action in PREFIX_ACTIONS:
-        number, rest = _first_word(args)
-        steps.append((action, _number(action, number)))
+    while action in PREFIX_ACTIONS or action in FILE_STEPS:
+        if action in FILE_STEPS:
+            words_, rest = _file_args(action, args)
+            steps.append((action, words_))
+        else:
+            number, rest = _first_word(args)
+            steps.append((action, _number(action, number)))
         action, args = _first_word(rest)
     if not action:
         return steps, None, ""
@@ -694,6 +702,46 @@ def _unchain(body: str) -> tuple[list[tuple[str, float]], str | None, str]:
         raise DirectiveError(f"unknown action {action!r}")
     _check_args(action, args)
     return steps, action, args
+
+
+def _file_args(action: str, text: str) -> tuple[tuple[str, ...], str]:
+    """The words a file step takes, and the rest of the directive."""
+    parts = text.split(maxsplit=FILE_STEPS[action])
+    if len(parts) < FILE_STEPS[action]:
+        raise DirectiveError(f"{action} needs {FILE_STEPS[action]} argument(s)")
+    taken = tuple(parts[: FILE_STEPS[action]])
+    if any(Path(word).is_absolute() or ".." in Path(word).parts for word in taken[:1]):
+        raise DirectiveError(f"{action} needs a relative path inside the working directory")
+    if action == "lines" and not taken[1].isdigit():
+        raise DirectiveError(f"lines needs a count, got {taken[1]!r}")
+    rest = parts[FILE_STEPS[action]] if len(parts) > FILE_STEPS[action] else ""
+    return taken, rest
+
+
+def _unescape(text: str) -> str:
+    return text.replace("\\n", "\n").replace("\\s", " ")
+
+
+def file_step(kind: str, args: tuple[str, ...]) -> None:
+    """Change the working directory like an agent editing code would."""
+    path = Path(os.getcwd(), args[0])
+    if kind in ("write", "append", "lines", "binary"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "write":
+        path.write_text(_unescape(args[1]))
+    elif kind == "append":
+        with path.open("a") as f:
+            f.write(_unescape(args[1]))
+    elif kind == "lines":
+        path.write_text("".join(f"line {n}\n" for n in range(1, int(args[1]) + 1)))
+    elif kind == "binary":
+        path.write_bytes(bytes(range(256)) * 4)
+    elif kind == "rename":
+        target = Path(os.getcwd(), args[1])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(target)
+    elif kind == "delete":
+        path.unlink()
 
 
 def _number(action: str, text: str) -> float:
@@ -867,9 +915,11 @@ def chat_plan(doc: InputDoc) -> Plan:
     return plan
 
 
-def run_step(step: tuple[str, float], emitter: Emitter) -> None:
+def run_step(step: tuple[str, object], emitter: Emitter) -> None:
     kind, number = step
-    if kind == "work":
+    if kind in FILE_STEPS:
+        file_step(kind, number)
+    elif kind == "work":
         for _ in range(int(number)):
             emitter.work()
     elif kind == "sleep":

@@ -974,3 +974,28 @@ def test_work_streams_tool_activity_that_the_parsers_understand(box, cli):
     kinds = [trace.action_kind for trace in traces]
     assert "command" in kinds and "command-result" in kinds and "file-edit" in kinds
     assert any("pytest" in trace.text for trace in traces)
+
+
+def test_file_directives_change_the_working_directory_then_act(box):
+    (box.work / "old.txt").write_text("x\n")
+    (box.work / "gone.txt").write_text("y\n")
+    box.task(
+        description="@fake write src/a.py print(1)\\nprint(2)\\s#\\n append src/a.py more"
+        " rename old.txt new/old.txt delete gone.txt binary logo.png lines big.txt 3"
+        " comment done"
+    )
+    proc = box.run("claude")
+    assert box.result("claude", proc)["actions"][0]["content"] == "done"
+    assert (box.work / "src" / "a.py").read_text() == "print(1)\nprint(2) #\nmore"
+    assert (box.work / "new" / "old.txt").read_text() == "x\n"
+    assert not (box.work / "old.txt").exists() and not (box.work / "gone.txt").exists()
+    assert b"\0" in (box.work / "logo.png").read_bytes()
+    assert (box.work / "big.txt").read_text() == "line 1\nline 2\nline 3\n"
+
+
+@pytest.mark.parametrize("directive", ["write a.txt", "delete", "lines a.txt many",
+                                       "write ../out.txt x", "rename /etc/x y"])  # fmt: skip
+def test_bad_file_directives_fail_loudly(box, directive):
+    box.task(description=f"@fake {directive}")
+    proc = box.run("claude")
+    assert proc.returncode == 99 and "bad directive" in proc.stderr
