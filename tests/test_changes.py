@@ -5,6 +5,7 @@ and the JSON API returning what the tab shows."""
 
 import hashlib
 import os
+import re
 import subprocess
 import threading
 
@@ -270,3 +271,79 @@ def test_diff_parsing_handles_renames_with_edits_and_odd_names(tmp_path):
     }
     blocks = diffs.patches(a.store, a.tree, b.tree, diffs.changed_files(a.store, a.tree, b.tree))
     assert "+one more" in blocks[0] and "+x = 2" in blocks[1]
+
+
+def tab(client, task, run_id=""):
+    query = f"?run={run_id}" if run_id else ""
+    response = client.get(f"/tasks/{task.id}/changes/{query}", HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def tab_files(html: str) -> list[str]:
+    return re.findall(r'data-change-path="([^"]*)"', html)
+
+
+def test_the_api_returns_what_the_tab_shows(tmp_path, api):
+    repo = make_repo(tmp_path / "repo")
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    task = run_task(workspace, EDITS, names=("Builder", "Reviewer"))
+    client = api.client
+    for run_id in ["", *task.runs.order_by("started_at").values_list("id", flat=True)]:
+        body = api.get(f"/api/tasks/{task.id}/changes?run_id={run_id}").json()
+        html = tab(client, task, run_id)
+        assert tab_files(html) == [f["path"] for f in body["files"]]
+        totals = re.search(
+            r'id="task-changes-totals">(\d+) files? changed, .*?\+(\d+).*?\u2212(\d+)', html
+        )
+        assert totals.groups() == tuple(
+            str(body[k]) for k in ("files_changed", "lines_added", "lines_removed")
+        )
+        assert body["working_directory"] == str(repo) and body["branch"] == "main"
+        assert str(repo) in html and "main" in html
+    assert [r["number"] for r in body["runs"]] == [1, 2]
+    second = task.runs.order_by("started_at").last()
+    assert api.get(f"/api/runs/{second.id}/changes").json()["files"] == body["files"]
+
+    one = api.get(f"/api/tasks/{task.id}/changes/file?path=app.py").json()
+    assert one["status"] == "modified" and "-    return 1\n+    return 2" in one["diff"]
+    assert not one["truncated"]
+    fragment = client.get(
+        f"/tasks/{task.id}/changes/file/?path=app.py", HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert "diff__line--add" in fragment and "<html" not in fragment
+    page = client.get(f"/tasks/{task.id}/changes/file/?path=app.py").content.decode()
+    assert "<html" in page and "diff__line--del" in page
+
+    assert api.get(f"/api/tasks/{task.id}/changes/file?path=nope").status_code == 400
+    assert api.get(f"/api/tasks/{task.id}/changes?run_id=nope").status_code == 404
+    assert api.get("/api/tasks/nope/changes").status_code == 404
+    assert (
+        client.get(f"/tasks/{task.id}/changes/?run=nope", HTTP_HX_REQUEST="true").status_code == 404
+    )
+
+
+def test_the_board_card_and_the_activity_timeline_show_the_totals(tmp_path, api):
+    repo = make_repo(tmp_path / "repo")
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    task = run_task(workspace, EDITS, names=("Builder", "Reviewer"))
+    board = api.client.get(f"/workspaces/{workspace.id}/tasks/", HTTP_HX_REQUEST="true")
+    card = board.content.decode().split(f'id="task-card-{task.id}"')[1].split("</li>")[0]
+    assert re.search(r"\+3</span> <span class=\"diff-minus\">\u22122", card)
+    activity = api.client.get(f"/tasks/{task.id}/activity/", HTTP_HX_REQUEST="true")
+    first = task.runs.order_by("started_at").first()
+    assert f'data-changes-run="{first.id}"' in activity.content.decode()
+    assert "changed 1 file," in activity.content.decode()
+
+
+def test_the_tab_says_why_it_is_empty(tmp_path, api, monkeypatch):
+    workspace = workspace_create(title="Temp")
+    task = task_create(workspace=workspace, summary="Nothing yet")
+    assert "No agent has run on this task yet" in tab(api.client, task)
+    monkeypatch.setattr("runner.git.git_binary", lambda: None)
+    task = run_task(workspace, "@fake write a.txt one")
+    assert "git is not installed" in tab(api.client, task)
