@@ -9,7 +9,7 @@ from runner.models import AgentRun
 
 FILES_LISTED = 1000  # a bigger change set lists its first files and says how many more
 FILE_LINES_INLINE = 1500  # a longer file diff is collapsed and opens on its own page
-INLINE_LINES = 4000  # diff lines rendered with the tab; later files load when opened
+INLINE_LINES = 600  # diff lines rendered with the tab; later files load when opened
 PAGE_LINES = 20_000  # a file's own page stops here (and says so)
 API_DIFF_CHARS = 1_000_000  # the API's diff text of one file stops here (and says so)
 
@@ -153,13 +153,24 @@ def file_views(changes: ChangeSet) -> list[FileView]:
             budget -= change.lines
             inline.append(view)
         views.append(view)
-    if inline:
-        blocks = diffs.patches(
-            changes.store, changes.before, changes.after, [v.change for v in inline]
-        )
-        for view, block in zip(inline, blocks, strict=True):
-            view.diff = diffs.render(block, view.change.path, max_lines=FILE_LINES_INLINE + 200)
+    _render(changes, inline, max_lines=FILE_LINES_INLINE + 200)
     return views
+
+
+def _render(changes: ChangeSet, views: list[FileView], *, max_lines: int) -> None:
+    """Each view's diff, from the cache or rendered (one git call for all that are not)."""
+    trees = (changes.store, changes.before, changes.after)
+    missing = []
+    for view in views:
+        view.diff = diffs.rendered.get((*trees, view.change.path, max_lines))
+        if view.diff is None:
+            missing.append(view)
+    if not missing:
+        return
+    blocks = diffs.patches(*trees, [v.change for v in missing])
+    for view, block in zip(missing, blocks, strict=True):
+        view.diff = diffs.render(block, view.change.path, max_lines=max_lines)
+        diffs.rendered.put((*trees, view.change.path, max_lines), view.diff)
 
 
 def find_file(changes: ChangeSet, path: str) -> diffs.FileChange | None:
@@ -167,8 +178,9 @@ def find_file(changes: ChangeSet, path: str) -> diffs.FileChange | None:
 
 
 def file_diff(changes: ChangeSet, change: diffs.FileChange, *, max_lines=PAGE_LINES):
-    block = diffs.patches(changes.store, changes.before, changes.after, [change])[0]
-    return diffs.render(block, change.path, max_lines=max_lines)
+    view = FileView(change, 0)
+    _render(changes, [view], max_lines=max_lines)
+    return view.diff
 
 
 def file_patch_text(changes: ChangeSet, change: diffs.FileChange) -> tuple[str, bool]:

@@ -90,6 +90,8 @@ def _ensure_store(path: Path, alternates: Path | None) -> None:
         git("init", "-q", "--bare", str(path), cwd=path.parent)
         git("config", "gc.auto", "0", cwd=path, env={"GIT_DIR": str(path)})
         git("config", "core.bare", "false", cwd=path, env={"GIT_DIR": str(path)})
+        # Directories whose mtime did not change are not read again for untracked files.
+        git("config", "core.untrackedCache", "true", cwd=path, env={"GIT_DIR": str(path)})
     info = path / "objects" / "info" / "alternates"
     wanted = f"{alternates}\n" if alternates else ""
     current = info.read_text() if info.exists() else ""
@@ -108,13 +110,15 @@ def _store_env(store: Path, root: Path, index: Path) -> dict[str, str]:
     }
 
 
-def _seed_index(store: Path, repo_index: Path | None, target: Path) -> None:
+def _seed_index(store: Path, repo_index: Path | None, target: Path) -> bool:
     """The last snapshot's index, else the repository's: unchanged files keep their stat data
-    and are not hashed again. copy2 keeps the mtime that git's racy-clean check relies on."""
+    and are not hashed again. copy2 keeps the mtime that git's racy-clean check relies on.
+    True when seeded from the repository's index."""
     for source in (store / "index", repo_index):
         if source is not None and source.is_file():
             shutil.copy2(source, target)
-            return
+            return source == repo_index
+    return False
 
 
 def _copy_excludes(store: Path, git_dir_objects: Path | None) -> None:
@@ -160,8 +164,12 @@ def _write_tree(store: Path, root: Path, repo_index: Path | None) -> str:
     index = Path(index_name)
     try:
         index.unlink()  # git wants to create the index itself (an empty file is corrupt)
-        _seed_index(store, repo_index, index)
+        seeded_from_repository = _seed_index(store, repo_index, index)
         env = _store_env(store, root, index)
+        if seeded_from_repository:
+            # Entries the repository's index left "racily clean" (changed in the second it was
+            # written) would be hashed again at every snapshot: refresh them once.
+            git("update-index", "-q", "--refresh", cwd=root, env=env, check=False)
         git("add", "-A", "--ignore-errors", ".", cwd=root, env=env)
         tree = git_text("write-tree", cwd=root, env=env)
         os.replace(index, store / "index")  # the next snapshot starts from here
