@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 REF_PREFIX = "refs/malamar/runs/"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbad4904"
 IDLE_SECONDS = 3600  # a store unused this long, without refs, is removed
+_creating = threading.Lock()  # two first snapshots of one folder (parallel chats) at once
 
 
 @dataclass(frozen=True)
@@ -85,18 +87,24 @@ def _unborn_branch(cwd: Path) -> str:
 
 
 def _ensure_store(path: Path, alternates: Path | None) -> None:
-    if not (path / "HEAD").exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        git("init", "-q", "--bare", str(path), cwd=path.parent)
-        git("config", "gc.auto", "0", cwd=path, env={"GIT_DIR": str(path)})
-        git("config", "core.bare", "false", cwd=path, env={"GIT_DIR": str(path)})
-        # Directories whose mtime did not change are not read again for untracked files.
-        git("config", "core.untrackedCache", "true", cwd=path, env={"GIT_DIR": str(path)})
+    with _creating:
+        if not (path / "HEAD").exists():
+            _create_store(path)
     info = path / "objects" / "info" / "alternates"
     wanted = f"{alternates}\n" if alternates else ""
     current = info.read_text() if info.exists() else ""
     if current != wanted:
         info.write_text(wanted)
+
+
+def _create_store(path: Path) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    git("init", "-q", "--bare", str(path), cwd=path.parent)
+    env = {"GIT_DIR": str(path)}
+    git("config", "gc.auto", "0", cwd=path, env=env)  # the cleanup job prunes, nothing else
+    git("config", "core.bare", "false", cwd=path, env=env)  # it describes a work tree
+    # Directories whose mtime did not change are not read again for untracked files.
+    git("config", "core.untrackedCache", "true", cwd=path, env=env)
 
 
 def _store_env(store: Path, root: Path, index: Path) -> dict[str, str]:
