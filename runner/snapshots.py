@@ -23,13 +23,14 @@ from pathlib import Path
 
 from django.conf import settings
 
-from runner.git import GitError, git, git_text
+from runner.git import GitError, GitTimeout, git, git_text
 
 log = logging.getLogger(__name__)
 
 REF_PREFIX = "refs/malamar/runs/"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbad4904"
 IDLE_SECONDS = 3600  # a store unused this long, without refs, is removed
+ADD_TIMEOUT_SECONDS = 60
 _creating = threading.Lock()  # two first snapshots of one folder (parallel chats) at once
 
 
@@ -118,15 +119,15 @@ def _store_env(store: Path, root: Path, index: Path) -> dict[str, str]:
     }
 
 
-def _seed_index(store: Path, repo_index: Path | None, target: Path) -> bool:
+def _seed_index(store: Path, repo_index: Path | None, target: Path) -> str:
     """The last snapshot's index, else the repository's: unchanged files keep their stat data
     and are not hashed again. copy2 keeps the mtime that git's racy-clean check relies on.
-    True when seeded from the repository's index."""
-    for source in (store / "index", repo_index):
+    Returns where the seed came from: "store", "repository" or "" (none)."""
+    for name, source in (("store", store / "index"), ("repository", repo_index)):
         if source is not None and source.is_file():
             shutil.copy2(source, target)
-            return source == repo_index
-    return False
+            return name
+    return ""
 
 
 def _copy_excludes(store: Path, git_dir_objects: Path | None) -> None:
@@ -172,19 +173,32 @@ def _write_tree(store: Path, root: Path, repo_index: Path | None) -> str:
     index = Path(index_name)
     try:
         index.unlink()  # git wants to create the index itself (an empty file is corrupt)
-        seeded_from_repository = _seed_index(store, repo_index, index)
-        env = _store_env(store, root, index)
-        if seeded_from_repository:
-            # Entries the repository's index left "racily clean" (changed in the second it was
-            # written) would be hashed again at every snapshot: refresh them once.
-            git("update-index", "-q", "--refresh", cwd=root, env=env, check=False)
-        git("add", "-A", "--ignore-errors", ".", cwd=root, env=env)
-        tree = git_text("write-tree", cwd=root, env=env)
+        seeded = _seed_index(store, repo_index, index)
+        try:
+            tree = _add_all(store, root, index, refresh=seeded == "repository")
+        except GitError as exc:
+            if not seeded or isinstance(exc, GitTimeout):
+                raise
+            # A seed git cannot use here (e.g. a split index, a newer format, a corrupt last
+            # index): hash everything once, from an empty index.
+            index.unlink(missing_ok=True)
+            tree = _add_all(store, root, index, refresh=False)
         os.replace(index, store / "index")  # the next snapshot starts from here
         return tree
     finally:
         with contextlib.suppress(FileNotFoundError):
             index.unlink()
+
+
+def _add_all(store: Path, root: Path, index: Path, *, refresh: bool) -> str:
+    env = _store_env(store, root, index)
+    if refresh:
+        # Entries the repository's index left "racily clean" (changed in the second it was
+        # written) would be hashed again at every snapshot: refresh them once.
+        git("update-index", "-q", "--refresh", cwd=root, env=env, check=False)
+    # Bounded: a huge folder that is no repository (a home directory) must not hold up the run.
+    git("add", "-A", "--ignore-errors", ".", cwd=root, env=env, timeout=ADD_TIMEOUT_SECONDS)
+    return git_text("write-tree", cwd=root, env=env)
 
 
 def keep(snapshot: Snapshot, run_id: str, side: str) -> None:

@@ -347,3 +347,23 @@ def test_the_tab_says_why_it_is_empty(tmp_path, api, monkeypatch):
     monkeypatch.setattr("runner.git.git_binary", lambda: None)
     task = run_task(workspace, "@fake write a.txt one")
     assert "git is not installed" in tab(api.client, task)
+
+
+def test_a_repository_index_git_cannot_reuse_is_not_a_failure(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    sh(repo, "update-index", "--split-index")  # the index now needs .git/sharedindex.*
+    (repo / "app.py").write_text("changed\n")
+    snapshot = snapshots.take(repo)
+    store = snapshots.store_path(snapshot.store)
+    listed = sh(store, "--git-dir", str(store), "ls-tree", "-r", "--name-only", snapshot.tree)
+    assert listed.split() == [".gitignore", "app.py", "gone.txt", "old.txt"]
+    assert sh(store, "--git-dir", str(store), "show", f"{snapshot.tree}:app.py") == "changed\n"
+
+
+def test_a_folder_too_big_to_snapshot_in_time_does_not_hold_up_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshots, "ADD_TIMEOUT_SECONDS", 0.000001)
+    workspace = workspace_create(title="Temp")
+    task = run_task(workspace, "@fake write a.txt one\\n comment Did it")
+    run = task.runs.get()
+    assert run.status == "completed" and "took longer than" in run.snapshot_error
+    assert task.comments.filter(content="Did it").exists()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from runner.git import GitError, git, git_text, is_repository
+from runner.git import GitError, GitTimeout, git, git_text, is_repository
 
 
 def test_is_repository_tells_a_work_tree_from_a_plain_folder(tmp_path):
@@ -30,3 +30,8 @@ def test_the_users_global_config_does_not_reach_git(tmp_path, monkeypatch):
     git("init", "-q", cwd=repo)
     assert (repo / ".git").is_dir()  # GIT_DIR from our environment was not used
     assert git("hi", cwd=repo, check=False).returncode != 0  # no user aliases
+
+
+def test_a_git_command_that_takes_too_long_is_a_timeout_error(tmp_path):
+    with pytest.raises(GitTimeout, match="took longer than"):
+        git("hash-object", "--stdin", cwd=tmp_path, input=b"x", timeout=0.000001)
