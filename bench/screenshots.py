@@ -3,8 +3,8 @@
 Starts a real server on a temp data dir with the sample workspace (tasks, comments, an agent
 run with its trace), opens it in Debian's Chromium at 1280x800, and writes
 docs/workspace-{light,dark}.png (Agents tab), docs/board-{light,dark}.png (Kanban) and
-docs/task-{light,dark}.png (task popup: comments, activity) and docs/chat-{light,dark}.png
-(chat popup), each kept under 200 KB.
+docs/task-{light,dark}.png (task popup: comments, activity), docs/chat-{light,dark}.png
+(chat popup) and docs/changes-light.png (a task's Changes tab), each kept under 200 KB.
 
     .venv/bin/python bench/screenshots.py [--out docs]
 """
@@ -37,6 +37,35 @@ REPLY = ('Done: I added **Docs Writer** after the Approver. It reads the diff of
          'and updates `README.md` when behaviour changed. Tell me if it should also keep a '
          'changelog.')
 from tasks.services import comment_create
+LOGIN_BEFORE = '''from django.contrib.auth import authenticate
+
+
+def login(request):
+    user = authenticate(request, **request.POST.dict())
+    return user
+'''
+LOGIN_AFTER = '''from django.contrib.auth import authenticate
+
+from app.limits import too_many_attempts
+
+
+def login(request):
+    if too_many_attempts(request.META["REMOTE_ADDR"]):
+        return None  # the form says "try again in a minute"
+    user = authenticate(request, **request.POST.dict())
+    return user
+'''
+LIMITS = '''from django.core.cache import cache
+
+LIMIT = 5  # attempts per minute and address
+
+
+def too_many_attempts(address: str) -> bool:
+    key = f"login:{address}"
+    count = cache.get_or_set(key, 0, timeout=60)
+    cache.incr(key)
+    return count >= LIMIT
+'''
 PLAN = '''Plan:
 
 1. Profile the slowest tests
@@ -102,7 +131,25 @@ ChatMessage.objects.create(id=new_id(), chat=chat, role="user", created_at=now,
 chat_message_add_agent(chat=chat, agent=None, message=REPLY, actions=[
     {"type": "create_agent", "name": "Docs Writer", "cli_type": "claude", "result": "ok"}])
 chat_message_add_system(chat=chat, message="User has uploaded /tmp/malamar/chat/style-guide.md")
-print(workspace.id, busy.id, chat.id)
+# The task in review changed files: snapshots of a folder before and after its run.
+import tempfile
+from pathlib import Path
+from runner import snapshots
+folder = Path(tempfile.mkdtemp(prefix="malamar-shot-"))
+(folder / "app").mkdir()
+(folder / "app" / "login.py").write_text(LOGIN_BEFORE)
+(folder / "README.md").write_text("# Shop\\n\\nRun `make dev`.\\n")
+before = snapshots.take(folder)
+(folder / "app" / "login.py").write_text(LOGIN_AFTER)
+(folder / "app" / "limits.py").write_text(LIMITS)
+(folder / "README.md").write_text("# Shop\\n\\nRun `make dev`. Logins are rate limited (5/min).\\n")
+after = snapshots.take(folder)
+AgentRun.objects.create(id=new_id(), workspace=workspace, task=review, agent_id=agents[1].id,
+    agent_name=agents[1].name, cli_type="claude", status="completed", started_at=now,
+    ended_at=now, working_directory=str(folder), snapshot_store=before.store,
+    tree_before=before.tree, tree_after=after.tree, files_changed=3, lines_added=15,
+    lines_removed=1, task_files_changed=3, task_lines_added=15, task_lines_removed=1)
+print(workspace.id, busy.id, chat.id, review.id)
 """
 
 
@@ -131,7 +178,7 @@ def main() -> None:
         if result.returncode:
             sys.exit(result.stderr)
         seeded = django_script(data_dir, SEED).stdout.strip().splitlines()[-1]
-        workspace_id, task_id, chat_id = seeded.split()
+        workspace_id, task_id, chat_id, review_id = seeded.split()
         server = Server(data_dir).start()
         args.out.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as playwright:
@@ -158,6 +205,12 @@ def main() -> None:
                 page.goto(f"{base}?tab=chat&chat={chat_id}")
                 page.wait_for_selector("#chat-dialog[open]")
                 shoot(page, args.out / f"chat-{theme}.png")
+                if theme == "light":  # the Changes tab of the task in review
+                    page.goto(f"{base}?tab=tasks&task={review_id}")
+                    page.wait_for_selector("#task-dialog[open]")
+                    page.get_by_role("tab", name="Changes").click()
+                    page.wait_for_selector("#task-dialog .change-file .diff__line--add")
+                    shoot(page, args.out / "changes-light.png")
                 context.close()
             browser.close()
     finally:

@@ -20,6 +20,7 @@ EVENT_TYPES = frozenset(
         "task.status_changed",
         "task.comment_added",
         "task.error_occurred",
+        "task.changes_updated",
         "agent.execution_started",
         "agent.execution_finished",
         "chat.message_added",

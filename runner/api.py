@@ -8,7 +8,9 @@ from django.utils import timezone
 from ninja import Router, Schema
 
 from chats.models import Chat
+from core.errors import NotFound, ValidationFailed
 from core.lookups import get_or_404
+from runner import changes as change_reads
 from runner.models import AgentRun, TraceEvent
 from runner.selectors import usage_totals
 from tasks.models import Task
@@ -87,3 +89,89 @@ def workspace_usage(request, workspace_id: str, days: int = 30):
 def task_usage(request, task_id: str):
     task = get_or_404(Task, task_id, "Task")
     return {"days": 0, **usage_totals(AgentRun.objects.filter(task=task))}
+
+
+# --- changes (snapshots of the working directory, DESIGN "Git snapshots") ----------------------
+
+
+class ChangedFileOut(Schema):
+    path: str
+    old_path: str
+    status: str  # added | modified | deleted | renamed
+    binary: bool
+    added: int
+    removed: int
+
+
+class ChangeRunOut(Schema):
+    id: str
+    number: int
+    agent_name: str
+    status: str
+    files_changed: int | None
+    lines_added: int | None
+    lines_removed: int | None
+
+
+class ChangesOut(Schema):
+    task_id: str
+    run_id: str | None  # None: the whole task, from its first snapshot to its latest
+    working_directory: str
+    branch: str
+    problem: str  # why there is nothing to show ("" when the snapshots could be read)
+    files_changed: int
+    lines_added: int
+    lines_removed: int
+    files: list[ChangedFileOut]
+    runs: list[ChangeRunOut]
+
+
+class FileDiffOut(ChangedFileOut):
+    diff: str  # the unified diff (git's), at most 1,000,000 characters
+    truncated: bool
+
+
+def _changes(task, run_id: str | None):
+    try:
+        return change_reads.task_changes(task, run_id or None)
+    except change_reads.UnknownRun:
+        raise NotFound("Run not found for this task") from None
+
+
+def _changes_out(task, changes) -> dict:
+    return {
+        "task_id": task.id,
+        "run_id": changes.run.id if changes.run else None,
+        "working_directory": changes.working_directory,
+        "branch": changes.branch,
+        "problem": changes.problem,
+        **changes.totals,
+        "files": changes.files,
+        "runs": changes.snapshot_runs,
+    }
+
+
+@router.get("/tasks/{task_id}/changes", response=ChangesOut)
+def task_changes(request, task_id: str, run_id: str = ""):
+    """What the task's agents changed in its working directory: the whole task, or one run."""
+    task = get_or_404(Task, task_id, "Task")
+    return _changes_out(task, _changes(task, run_id))
+
+
+@router.get("/runs/{run_id}/changes", response=ChangesOut)
+def run_changes(request, run_id: str):
+    """What one agent run changed."""
+    run = get_or_404(AgentRun.objects.filter(task__isnull=False), run_id, "Run")
+    return _changes_out(run.task, _changes(run.task, run.id))
+
+
+@router.get("/tasks/{task_id}/changes/file", response=FileDiffOut)
+def task_change_file(request, task_id: str, path: str, run_id: str = ""):
+    """One changed file with its unified diff (whole task, or one run)."""
+    task = get_or_404(Task, task_id, "Task")
+    changes = _changes(task, run_id)
+    change = change_reads.find_file(changes, path)
+    if change is None:
+        raise ValidationFailed(f"{path!r} did not change in this task" + (" run" if run_id else ""))
+    text, truncated = change_reads.file_patch_text(changes, change)
+    return {**change.__dict__, "diff": text, "truncated": truncated}

@@ -20,6 +20,10 @@ class GitMissing(GitError):
     pass
 
 
+class GitTimeout(GitError):
+    pass
+
+
 def git_binary() -> str | None:
     return shutil.which("git")
 
@@ -62,7 +66,9 @@ def git(
             timeout=timeout,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except subprocess.TimeoutExpired as exc:
+        raise GitTimeout(f"git {args[0] if args else ''} took longer than {timeout:g} s") from exc
+    except OSError as exc:
         raise GitError(f"git {args[0] if args else ''} failed: {exc}") from exc
     if check and done.returncode != 0:
         message = done.stderr.decode("utf-8", "replace").strip() or f"exit code {done.returncode}"

@@ -168,6 +168,22 @@ class AgentRun(models.Model):
     cost_usd = models.FloatField(null=True, blank=True)
     current_action = models.TextField(blank=True, default="")
     trace_count = models.IntegerField(default=0)
+    # Snapshots of the working directory before and after the run (runner/snapshots.py): the
+    # trees live in the private store `snapshot_store` under the data directory.
+    working_directory = models.TextField(blank=True, default="")
+    git_branch = models.CharField(max_length=255, blank=True, default="")
+    snapshot_store = models.CharField(max_length=64, blank=True, default="")
+    tree_before = models.CharField(max_length=64, blank=True, default="")
+    tree_after = models.CharField(max_length=64, blank=True, default="")
+    snapshot_error = models.TextField(blank=True, default="")
+    # What this run changed, and what the task changed from its first snapshot up to this run
+    # (the board shows the latter without asking git).
+    files_changed = models.IntegerField(null=True, blank=True)
+    lines_added = models.IntegerField(null=True, blank=True)
+    lines_removed = models.IntegerField(null=True, blank=True)
+    task_files_changed = models.IntegerField(null=True, blank=True)
+    task_lines_added = models.IntegerField(null=True, blank=True)
+    task_lines_removed = models.IntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "agent_runs"

@@ -66,6 +66,7 @@ class RunRecorder:
         self.exit_code: int | None = None
         self.killed_for_silence = False
         self.model = self.reported_model = model  # saved again once the stream names another
+        self.snapshot_fields: dict = {}  # filled by the pipeline's snapshots, saved at the end
         self.run = agent_run_start(
             model=model,
             cli_type=cli_type,
@@ -248,7 +249,7 @@ class RunRecorder:
             traces=rows,
             status=status,
             exit_code=exit_code,
-            progress=self._progress(),
+            progress={**self._progress(), **self.snapshot_fields},
             event={**self._payload(rows, []), "status": status},
         )
 

@@ -6,6 +6,7 @@ from core import events
 from core.ids import new_id
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
+from runner import snapshots
 from runner.models import HEALTH_MARKS, AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
 
 
@@ -128,6 +129,28 @@ def agent_run_finish(
             status=status, exit_code=exit_code, ended_at=timezone.now(), **progress
         )
         events.publish("run.trace", event)
+        if event.get("task_id") and "working_directory" in progress:
+            events.publish("task.changes_updated", _changes_payload(event, progress))
+
+
+def _changes_payload(event: dict, progress: dict) -> dict:
+    """`task.changes_updated`: an open Changes tab reloads, board cards show the new totals."""
+    keys = ("files_changed", "lines_added", "lines_removed")
+    return {
+        "workspace_id": event["workspace_id"],
+        "task_id": event["task_id"],
+        "run_id": event["run_id"],
+        **{key: progress.get(key) for key in keys},
+        **{f"task_{key}": progress.get(f"task_{key}") for key in keys},
+    }
+
+
+def agent_runs_forget_snapshots(*, runs) -> None:
+    """Inside the transaction that deletes `runs` (with their task, chat or workspace): once it
+    commits, their snapshots' refs go, so the next cleanup prunes the objects."""
+    pairs = list(runs.exclude(snapshot_store="").values_list("snapshot_store", "id"))
+    if pairs:
+        transaction.on_commit(lambda: snapshots.forget_runs(pairs))
 
 
 def agent_runs_close_interrupted() -> int:

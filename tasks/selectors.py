@@ -133,8 +133,20 @@ def error_state(task: Task) -> ErrorState | None:
     )
 
 
+def with_change_totals(tasks):
+    """`changes_files`, `changes_added`, `changes_removed`: what the task changed from its first
+    snapshot to its latest (stored on its runs by the worker; None before any)."""
+    latest = AgentRun.objects.filter(task_id=OuterRef("pk"), task_files_changed__isnull=False)
+    latest = latest.order_by("-started_at")
+    return tasks.annotate(
+        changes_files=Subquery(latest.values("task_files_changed")[:1]),
+        changes_added=Subquery(latest.values("task_lines_added")[:1]),
+        changes_removed=Subquery(latest.values("task_lines_removed")[:1]),
+    )
+
+
 def _card_queryset():
-    return with_error_state(Task.objects.with_counts().by_recent_update())
+    return with_change_totals(with_error_state(Task.objects.with_counts().by_recent_update()))
 
 
 def running_runs(workspace_id: str) -> dict[str, AgentRun]:

@@ -16,6 +16,7 @@ from core.actors import USER
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast
+from runner import changes as change_reads
 from runner.selectors import run_timelines
 from tasks import selectors, services
 from tasks.forms import (
@@ -200,6 +201,55 @@ def task_activity(request, task_id: str):
         # Live refreshes redraw the log only; activity.js keeps the runs' traces live.
         return _popup_fragment(request, task_id, "log", _log_context)
     return _popup_fragment(request, task_id, "activity", _activity_context)
+
+
+CHANGES = "tasks/changes.html"
+
+
+def _change_set(request, task: Task):
+    try:
+        return change_reads.task_changes(task, request.GET.get("run", "").strip() or None)
+    except change_reads.UnknownRun:
+        raise Http404("No such run for this task") from None
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def task_changes(request, task_id: str):
+    """The Changes tab: the whole task's changes, or one run's (`?run=<id>`)."""
+
+    def context(task):
+        changes = _change_set(request, task)
+        return {"task": task, "changes": changes, "views": change_reads.file_views(changes)}
+
+    task = selectors.task_for_detail(task_id)
+    if task is None:
+        if not request.htmx:
+            raise Http404("Task not found")
+        return _gone(request, task_id)
+    if not request.htmx:
+        return redirect(_board_url(task.workspace_id, task.id))
+    return render(request, f"{CHANGES}#changes", context(task))
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def task_change_file(request, task_id: str):
+    """One file's diff: in the tab when it is opened (htmx), or on its own page (a long one)."""
+    task = get_object_or_404(Task.objects.select_related("workspace"), id=task_id)
+    changes = _change_set(request, task)
+    change = change_reads.find_file(changes, request.GET.get("path", ""))
+    if change is None:
+        raise Http404("This file did not change")
+    page = not request.htmx
+    limit = change_reads.PAGE_LINES if page else change_reads.FILE_LINES_INLINE + 200
+    context = {
+        "task": task,
+        "changes": changes,
+        "change": change,
+        "diff": change_reads.file_diff(changes, change, max_lines=limit),
+    }
+    return render(request, CHANGES if page else f"{CHANGES}#file_diff", context)
 
 
 @require_GET

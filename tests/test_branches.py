@@ -213,7 +213,7 @@ def test_each_agent_run_is_a_commit_on_the_task_branch_and_the_checkout_is_untou
     workspace = isolated(
         repo,
         agents=[
-            ("Planner", "@fake write PLAN.md the plan"),
+            ("Planner", "@fake write PLAN.md the\\splan"),
             ("Implementer", "@fake write app.py print(2)"),
             ("Reviewer", "@fake skip"),
         ],
@@ -287,7 +287,7 @@ def test_a_failing_setup_is_a_task_error_with_its_output_and_no_agent_runs(repo)
 # --- merge, discard, delete ------------------------------------------------------------------
 
 
-def reviewed(repo, agents=(("Implementer", "@fake write feature.txt done"),), **fields):
+def reviewed(repo, agents=(("Implementer", "@fake write feature.txt done\\n"),), **fields):
     workspace = isolated(repo, agents=agents, **fields)
     task = run_pass(task_create(workspace=workspace, summary="Feature"))
     assert task.status == TaskStatus.IN_REVIEW
@@ -497,8 +497,8 @@ def test_parallel_tasks_run_at_once_in_their_own_worktrees(stack, repo):
         isolation="branch",
         parallel_tasks=2,
     )
-    files = {"A": "@fake sleep 1.5 write a.txt from A", "B": "@fake sleep 1.5 write b.txt B"}
-    files["C"] = "@fake write c.txt from C"
+    files = {"A": "@fake sleep 1.5 write a.txt from\\sA", "B": "@fake sleep 1.5 write b.txt B"}
+    files["C"] = "@fake write c.txt from\\sC"
     tasks = {name: stack.task(workspace, text, summary=name) for name, text in files.items()}
     for task in tasks.values():
         stack.wait_status(task, "in_review", timeout=60)

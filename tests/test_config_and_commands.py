@@ -1,5 +1,7 @@
 """Configuration precedence, the `malamar` command, `config`, `doctor` and first launch."""
 
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +110,17 @@ def test_doctor_healthy_after_migrate(tmp_path):
     assert "migrations current" in result.stdout
     assert "✗ Claude Code: Binary not found in PATH (claude)" in result.stdout
     assert "0 of 4 CLIs available" in result.stdout
+    assert "✗ Git (snapshots, Changes tab): not found: install the git package" in result.stdout
+
+
+def test_doctor_reports_git(tmp_path):
+    git_dir = Path(shutil.which("git")).parent
+    result = run_malamar(
+        "doctor", data_dir=tmp_path, PATH=f"{git_dir}:{Path(sys.executable).parent}"
+    )
+    assert re.search(r"✓ Git \(snapshots, Changes tab\): \d+\.\d+\S* \(/", result.stdout), (
+        result.stdout
+    )
 
 
 def _cli_lines(stdout: str) -> dict[str, list[str]]:

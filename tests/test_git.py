@@ -4,6 +4,7 @@ import pytest
 
 from runner.git import (
     GitError,
+    GitTimeout,
     commit_all,
     dirty_files,
     git,
@@ -95,3 +96,8 @@ def test_merge_conflicts_are_found_without_touching_anything(repo):
     )
     with pytest.raises(GitError):
         merge_conflicts(repo, branch="nope", into="main")
+
+
+def test_a_git_command_that_takes_too_long_is_a_timeout_error(tmp_path):
+    with pytest.raises(GitTimeout, match="took longer than"):
+        git("hash-object", "--stdin", cwd=tmp_path, input=b"x", timeout=0.000001)

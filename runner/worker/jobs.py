@@ -9,6 +9,8 @@ from django_eventstream.models import Event
 
 from chats.models import ChatQueueItem
 from core.models import OutboxEvent
+from runner import snapshots
+from runner.models import AgentRun
 from tasks import branches
 from tasks.models import Task, TaskQueueItem
 from tasks.services import tasks_delete_expired
@@ -29,6 +31,10 @@ def cleanup(*, now=None) -> dict:
         "stream_events": Event.objects.filter(created__lt=now - KEEP_EVENTS, eid__gt=0).delete()[0],
     }
     counts["orphan_worktrees"] = _orphan_worktrees_remove()
+    pruned = snapshots.prune(
+        set(AgentRun.objects.exclude(snapshot_store="").values_list("id", flat=True))
+    )
+    counts.update({f"snapshot_{key}": value for key, value in pruned.items()})
     log.info("Cleanup finished", extra=counts)
     return counts
 

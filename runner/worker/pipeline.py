@@ -55,6 +55,7 @@ from runner.schemas import (
 from runner.selectors import cli_health_all, cli_health_marked
 from runner.services import cli_health_run_succeeded
 from runner.worker import execution, process
+from runner.worker.snapshotting import RunSnapshots
 from tasks import branches
 from tasks import selectors as task_selectors
 from tasks import services as task_services
@@ -150,6 +151,8 @@ def _run_cli(owner, recorder: RunRecorder):
         return Failure(problem)
     output_path = fresh_output_path(owner.output_prefix)
     input_path = owner.write_input(output_path)
+    snapshots = RunSnapshots(recorder, cwd)
+    snapshots.take_before()
     run = execution.execute(
         cli_type=recorder.run.cli_type,
         input_path=input_path,
@@ -163,6 +166,7 @@ def _run_cli(owner, recorder: RunRecorder):
         recorder=recorder,
         options=owner.run_options,
     )
+    snapshots.take_after()  # a stopped run may have changed files too
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
         raise Stopped

@@ -51,7 +51,7 @@ def test_copy_discard_and_merge_a_task_branch(browser, stack, tmp_path):
     repo = make_repo(tmp_path / "repo")
     workspace = stack.workspace(
         "Repo",
-        agents=[("Implementer", "claude", "@fake write feature.txt from the agent")],
+        agents=[("Implementer", "claude", "@fake write feature.txt from\\sthe\\sagent\\n")],
         working_directory_mode="static",
         working_directory_path=str(repo),
         isolation="branch",

@@ -638,9 +638,9 @@ TASK_ACTIONS = {"skip", "comment", "comment-once", "review", "in_review", "unkno
 CHAT_ACTIONS = {"reply", "action"}
 COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested"}
 PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then the rest
-# Steps that change files in the cwd: `write PATH TEXT` (TEXT is the rest of the line, `\n` a
-# line break), `rename OLD NEW`, `delete PATH`, `binary PATH` (bytes with a NUL).
-FILE_STEPS = {"write": 1, "rename": 2, "delete": 1, "binary": 1}  # → how many path arguments
+# File steps, chainable like the prefix actions: they change the working directory (cwd).
+# Each argument is one word; in TEXT `\\n` is a line break and `\\s` a space.
+FILE_STEPS = {"write": 2, "append": 2, "lines": 2, "rename": 2, "delete": 1, "binary": 1}
 ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS | set(FILE_STEPS)
 NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json"}
 NO_ARGS = {"skip", "in_review", "unknown-action", "invalid-json", "empty-file", "no-file"}
@@ -653,7 +653,7 @@ class DirectiveError(Exception):
 @dataclass(frozen=True)
 class Directive:
     agent: str | None
-    # ("sleep" | "grandchild" | "flood" | "work", number) or (file step, (path, ...))
+    # ("sleep" | "grandchild" | "flood" | "work", number) or (file step, (word, ...))
     steps: tuple[tuple[str, object], ...]
     action: str | None  # None: nothing after the steps
     args: str
@@ -690,8 +690,8 @@ def _unchain(body: str) -> tuple[list[tuple[str, float]], str | None, str]:
     action, args = _first_word(body)
     while action in PREFIX_ACTIONS or action in FILE_STEPS:
         if action in FILE_STEPS:
-            step, rest = _file_step(action, args)
-            steps.append(step)
+            words_, rest = _file_args(action, args)
+            steps.append((action, words_))
         else:
             number, rest = _first_word(args)
             steps.append((action, _number(action, number)))
@@ -704,33 +704,44 @@ def _unchain(body: str) -> tuple[list[tuple[str, float]], str | None, str]:
     return steps, action, args
 
 
-def _file_step(action: str, args: str) -> tuple[tuple[str, tuple[str, ...]], str]:
-    """One file step and what follows it (`write` takes the rest of the line as its text)."""
-    words_needed = FILE_STEPS[action]
-    parts = args.split(maxsplit=words_needed)
-    paths = parts[:words_needed]
-    if len(paths) < words_needed or any(p.startswith("/") or ".." in p for p in paths):
-        raise DirectiveError(f"{action} needs {words_needed} relative path(s), got {args!r}")
-    rest = parts[words_needed] if len(parts) > words_needed else ""
-    if action == "write":
-        return (action, (*paths, rest.replace("\\n", "\n"))), ""
-    return (action, tuple(paths)), rest
+def _file_args(action: str, text: str) -> tuple[tuple[str, ...], str]:
+    """The words a file step takes, and the rest of the directive."""
+    parts = text.split(maxsplit=FILE_STEPS[action])
+    if len(parts) < FILE_STEPS[action]:
+        raise DirectiveError(f"{action} needs {FILE_STEPS[action]} argument(s)")
+    taken = tuple(parts[: FILE_STEPS[action]])
+    if any(Path(word).is_absolute() or ".." in Path(word).parts for word in taken[:1]):
+        raise DirectiveError(f"{action} needs a relative path inside the working directory")
+    if action == "lines" and not taken[1].isdigit():
+        raise DirectiveError(f"lines needs a count, got {taken[1]!r}")
+    rest = parts[FILE_STEPS[action]] if len(parts) > FILE_STEPS[action] else ""
+    return taken, rest
 
 
-def change_files(kind: str, args: tuple[str, ...]) -> None:
-    """A file step, in the cwd; a file that is not there is no error (runs repeat)."""
-    first = Path(args[0])
-    if kind in ("write", "binary"):
-        first.parent.mkdir(parents=True, exist_ok=True)
+def _unescape(text: str) -> str:
+    return text.replace("\\n", "\n").replace("\\s", " ")
+
+
+def file_step(kind: str, args: tuple[str, ...]) -> None:
+    """Change the working directory like an agent editing code would."""
+    path = Path(os.getcwd(), args[0])
+    if kind in ("write", "append", "lines", "binary"):
+        path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "write":
-        first.write_text(args[1] + "\n", encoding="utf-8")
+        path.write_text(_unescape(args[1]))
+    elif kind == "append":
+        with path.open("a") as f:
+            f.write(_unescape(args[1]))
+    elif kind == "lines":
+        path.write_text("".join(f"line {n}\n" for n in range(1, int(args[1]) + 1)))
     elif kind == "binary":
-        first.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x01\x02" + bytes(range(256)))
+        path.write_bytes(bytes(range(256)) * 4)
+    elif kind == "rename":
+        target = Path(os.getcwd(), args[1])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(target)
     elif kind == "delete":
-        first.unlink(missing_ok=True)
-    elif kind == "rename" and first.exists():
-        Path(args[1]).parent.mkdir(parents=True, exist_ok=True)
-        first.rename(args[1])
+        path.unlink()
 
 
 def _number(action: str, text: str) -> float:
@@ -907,7 +918,7 @@ def chat_plan(doc: InputDoc) -> Plan:
 def run_step(step: tuple[str, object], emitter: Emitter) -> None:
     kind, number = step
     if kind in FILE_STEPS:
-        change_files(kind, number)
+        file_step(kind, number)
     elif kind == "work":
         for _ in range(int(number)):
             emitter.work()

@@ -976,27 +976,26 @@ def test_work_streams_tool_activity_that_the_parsers_understand(box, cli):
     assert any("pytest" in trace.text for trace in traces)
 
 
-def test_file_steps_change_the_cwd_then_the_action_applies(box):
-    (box.work / "old.txt").write_text("old\n")
-    (box.work / "gone.txt").write_text("gone\n")
+def test_file_directives_change_the_working_directory_then_act(box):
+    (box.work / "old.txt").write_text("x\n")
+    (box.work / "gone.txt").write_text("y\n")
     box.task(
-        role="@fake write src/a.txt line one\\nline two",
-        description="@fake Implementer: rename old.txt new/old.txt delete gone.txt binary b.bin"
-        " comment Done",
+        description="@fake write src/a.py print(1)\\nprint(2)\\s#\\n append src/a.py more"
+        " rename old.txt new/old.txt delete gone.txt binary logo.png lines big.txt 3"
+        " comment done"
     )
-    result = box.result("claude", box.run("claude"))
-    assert result["actions"][0]["content"] == "Done"  # the last directive wins, as always
-    assert not (box.work / "src").exists()  # the role's write was not the last directive
-    assert (box.work / "new/old.txt").read_text() == "old\n"
-    assert not (box.work / "gone.txt").exists()
-    assert b"\0" in (box.work / "b.bin").read_bytes()
-    box.task(description="@fake sleep 0 write src/a.txt line one\\nline two")
-    assert box.result("claude", box.run("claude")) == SKIP
-    assert (box.work / "src/a.txt").read_text() == "line one\nline two\n"
+    proc = box.run("claude")
+    assert box.result("claude", proc)["actions"][0]["content"] == "done"
+    assert (box.work / "src" / "a.py").read_text() == "print(1)\nprint(2) #\nmore"
+    assert (box.work / "new" / "old.txt").read_text() == "x\n"
+    assert not (box.work / "old.txt").exists() and not (box.work / "gone.txt").exists()
+    assert b"\0" in (box.work / "logo.png").read_bytes()
+    assert (box.work / "big.txt").read_text() == "line 1\nline 2\nline 3\n"
 
 
-@pytest.mark.parametrize("directive", ["write", "write /etc/x hi", "rename a", "delete ../x"])
-def test_bad_file_steps_fail_loudly(box, directive):
+@pytest.mark.parametrize("directive", ["write a.txt", "delete", "lines a.txt many",
+                                       "write ../out.txt x", "rename /etc/x y"])  # fmt: skip
+def test_bad_file_directives_fail_loudly(box, directive):
     box.task(description=f"@fake {directive}")
     proc = box.run("claude")
     assert proc.returncode == 99 and "bad directive" in proc.stderr

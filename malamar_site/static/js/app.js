@@ -890,6 +890,16 @@
     return ok ? Promise.resolve() : Promise.reject(new Error("copy failed"));
   }
 
+  // A button that copies a value it carries (e.g. the Changes tab's working directory).
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest && event.target.closest("[data-copy-text]");
+    if (!button) return;
+    copyText(button.dataset.copyText).then(
+      () => toast({ level: "success", message: "Copied", detail: button.dataset.copyText }),
+      () => toast({ level: "error", message: "Could not copy to the clipboard" }),
+    );
+  });
+
   document.addEventListener("click", (event) => {
     const button = event.target.closest(".code-block__copy");
     if (!button) return;

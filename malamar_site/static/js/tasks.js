@@ -381,15 +381,58 @@
     });
     const composer = $("[data-composer]", detail);
     if (composer) composer.hidden = tab.dataset.taskTab !== "comments";
-    if (tab.dataset.taskTab === "activity") {
-      const activity = $("#task-activity", detail);
-      if (activity && activity.hasAttribute("data-lazy")) {
-        activity.removeAttribute("data-lazy");
-        refresh(activity, "tasks:load");
-      }
+    const lazy = { activity: "#task-activity", changes: "#task-changes" }[tab.dataset.taskTab];
+    const content = lazy && $(lazy, detail);
+    if (content && content.hasAttribute("data-lazy")) {
+      content.removeAttribute("data-lazy");
+      refresh(content, "tasks:load");
     }
     if (focus) tab.focus();
   }
+
+  /* ------------------------------------------------------------------ changes tab */
+
+  // After each run of a task: its card shows the new +/- totals, and its open Changes tab
+  // reloads (keeping the chosen run; a tab never opened stays unloaded).
+  document.body.addEventListener("malamar:task.changes_updated", (event) => {
+    const data = event.detail || {};
+    if (!panel() || !data.task_id) return;
+    const status = columnOf(data.task_id);
+    if (status) refreshColumns([status]);
+    const changes = document.getElementById("task-changes");
+    if (data.task_id !== openTaskId() || !changes || changes.hasAttribute("data-lazy")) return;
+    const select = $("#task-changes-run", changes);
+    loadChanges(changes, select ? select.value : "");
+  });
+
+  function loadChanges(changes, runId) {
+    if (!window.htmx) return;
+    const base = changes.getAttribute("hx-get");
+    const url = runId ? `${base}?run=${encodeURIComponent(runId)}` : base;
+    window.htmx.ajax("GET", url, { source: changes, target: changes, swap: "innerHTML" });
+  }
+
+  // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes.
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest && event.target.closest("[data-changes-run]");
+    const detail = link && link.closest("#task-detail");
+    const changes = detail && $("#task-changes", detail);
+    if (!changes) return;
+    event.preventDefault();
+    changes.removeAttribute("data-lazy"); // loaded below, with the run
+    selectTab($('[data-task-tab="changes"]', detail), false);
+    loadChanges(changes, link.dataset.changesRun);
+  });
+
+  // A file in the list: open its diff and bring it into view.
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest && event.target.closest("[data-change-jump]");
+    const target = link && document.getElementById(link.getAttribute("href").slice(1));
+    if (!target) return;
+    event.preventDefault();
+    target.open = true;
+    target.scrollIntoView({ block: "start", behavior: reducedMotion.matches ? "auto" : "smooth" });
+  });
 
   document.addEventListener("click", (event) => {
     const tab = event.target.closest && event.target.closest("[data-task-tab]");

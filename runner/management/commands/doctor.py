@@ -14,6 +14,7 @@ from agents.models import CliType
 from core.auth import access_mode, remote_access_refusal
 from core.config import ConfigError, ensure_data_dir, load
 from core.settings_store import cli_settings_for
+from runner.git import GitError, git_binary, git_text
 from runner.selectors import cli_health_all
 from runner.worker.probe import NO_SETTINGS, cli_probe
 
@@ -40,6 +41,18 @@ def _check_database() -> tuple[bool, str]:
     if pending:
         return True, f"{name} (accessible, {len(pending)} migrations pending: run `malamar`)"
     return True, f"{name} (accessible, migrations current)"
+
+
+def _check_git() -> tuple[bool, str]:
+    """git records what agents change (the Changes tab); without it everything else works."""
+    binary = git_binary()
+    if binary is None:
+        return False, "not found: install the git package to see what agents change"
+    try:
+        version = git_text("--version", cwd=settings.DATA_DIR)
+    except GitError as exc:
+        return False, f"{binary} does not answer: {exc}"
+    return True, f"{version.removeprefix('git version ')} ({binary})"
 
 
 def _stored_health(db_ok: bool) -> dict[str, dict]:
@@ -118,6 +131,8 @@ class Command(BaseCommand):
         except ConfigError as exc:
             out.append(f"{marks[False]} Configuration: {exc}")
         out.append(_access_line(db_ok))
+        git_ok, git_text_ = _check_git()
+        out.append(f"{marks[git_ok]} Git (snapshots, Changes tab): {git_text_}")
         out += ["", "CLI Status (found, and `--version` answers now):"]
         lines, available = _cli_lines(db_ok) if data_ok else ([], 0)
         out += [text if ok is None else f"{marks[ok]} {text}" for ok, text in lines]

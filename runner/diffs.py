@@ -1,0 +1,245 @@
+"""What changed between two snapshot trees: the file list with +/- counts, and per-file
+unified diffs split into highlighted lines. Reads only (git diff-tree in the private store)."""
+
+import functools
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from html import escape
+
+from django.utils.safestring import mark_safe
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_for_filename
+from pygments.lexers.special import TextLexer
+from pygments.util import ClassNotFound
+
+from runner.git import git
+from runner.snapshots import store_path
+
+STATUS = {"A": "added", "M": "modified", "T": "modified", "D": "deleted", "R": "renamed"}
+HIGHLIGHT_CHARS = 400_000  # a bigger diff is shown plain: highlighting it would take too long
+_FORMATTER = HtmlFormatter(nowrap=True)
+
+
+@dataclass
+class FileChange:
+    path: str
+    old_path: str
+    status: str  # added | modified | deleted | renamed
+    binary: bool
+    added: int
+    removed: int
+
+    @property
+    def lines(self) -> int:
+        return self.added + self.removed
+
+
+@dataclass
+class DiffLine:
+    kind: str  # context | add | del | hunk | note
+    old: int | None
+    new: int | None
+    html: str
+
+
+@dataclass
+class FileDiff:
+    lines: list[DiffLine] = field(default_factory=list)
+    truncated: bool = False
+
+    def rows_html(self) -> str:
+        """The table rows, built here: a template loop over thousands of lines costs ~10x."""
+        return mark_safe("".join(_row(line) for line in self.lines))  # parts escaped in _row
+
+
+def _row(line: DiffLine) -> str:
+    if line.kind in ("hunk", "note"):
+        return f'<tr class="diff__{line.kind}"><td colspan="3">{line.html}</td></tr>'
+    old = "" if line.old is None else line.old
+    new = "" if line.new is None else line.new
+    return (
+        f'<tr class="diff__line diff__line--{line.kind}"><td class="diff__no">{old}</td>'
+        f'<td class="diff__no">{new}</td><td class="diff__code">{line.html}</td></tr>'
+    )
+
+
+def _store_env(store: str) -> dict[str, str]:
+    return {"GIT_DIR": str(store_path(store))}
+
+
+def _diff_tree(store: str, before: str, after: str, *args: str, paths=()) -> bytes:
+    argv = ["-c", "core.quotePath=false", "--literal-pathspecs", "diff-tree", "-r", "-M"]
+    argv += [*args, before, after]
+    if paths:
+        argv += ["--", *paths]
+    path = store_path(store)
+    return git(*argv, cwd=path, env=_store_env(store)).stdout
+
+
+@functools.lru_cache(maxsize=64)  # trees never change: the same pair always gives the same list
+def changed_files(store: str, before: str, after: str) -> list[FileChange]:
+    """Every file that differs between the two trees, in git's (path) order. Do not mutate."""
+    out = _diff_tree(store, before, after, "-z", "--raw", "--numstat", "--no-abbrev")
+    tokens = out.decode("utf-8", "surrogateescape").split("\0")
+    raw, i = [], 0
+    while i < len(tokens) and tokens[i].startswith(":"):
+        letter = tokens[i].split()[-1][0]
+        if letter in "RC":
+            raw.append((letter, tokens[i + 1], tokens[i + 2]))
+            i += 3
+        else:
+            raw.append((letter, tokens[i + 1], tokens[i + 1]))
+            i += 2
+    files = []
+    for letter, old, new in raw:
+        counts = tokens[i].split("\t")
+        i += 3 if counts[2] == "" else 1  # a rename's numstat names both paths after it
+        binary = counts[0] == "-"
+        files.append(
+            FileChange(
+                path=new,
+                old_path=old,
+                status=STATUS.get(letter, "modified"),
+                binary=binary,
+                added=0 if binary else int(counts[0]),
+                removed=0 if binary else int(counts[1]),
+            )
+        )
+    return files
+
+
+def totals(files: list[FileChange]) -> dict:
+    return {
+        "files_changed": len(files),
+        "lines_added": sum(f.added for f in files),
+        "lines_removed": sum(f.removed for f in files),
+    }
+
+
+def _paths(files: list[FileChange]) -> list[str]:
+    paths = []
+    for f in files:
+        paths += [f.old_path, f.path] if f.old_path != f.path else [f.path]
+    return paths
+
+
+def patches(store: str, before: str, after: str, files: list[FileChange]) -> list[str]:
+    """The unified diff text of each of `files` (same order), in one git call."""
+    if not files:
+        return []
+    out = _diff_tree(store, before, after, "-p", "--no-color", paths=_paths(files))
+    text = out.decode("utf-8", "replace")
+    blocks = _split_blocks(text)
+    if len(blocks) == len(files):
+        return blocks
+    if len(files) == 1:
+        return ["\n".join(blocks)]
+    # Unexpected pairing (rename detection differs within the subset): one call per file.
+    return [patches(store, before, after, [f])[0] for f in files]
+
+
+def _split_blocks(text: str) -> list[str]:
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("diff --git "):
+            blocks.append([line])
+        elif blocks:
+            blocks[-1].append(line)
+    return ["\n".join(block) for block in blocks]
+
+
+def _lexer(path: str):
+    return _lexer_for(os.path.splitext(path)[1].lower() or os.path.basename(path))
+
+
+@functools.lru_cache(maxsize=256)
+def _lexer_for(name: str):
+    """Looking a lexer up scans every Pygments lexer: once per file extension."""
+    try:
+        return get_lexer_for_filename(
+            f"x{name}" if name.startswith(".") else name, stripnl=False, ensurenl=False
+        )
+    except ClassNotFound:
+        return TextLexer(stripnl=False, ensurenl=False)
+
+
+class RenderCache:
+    """Rendered diffs by (store, before, after, path, limit): snapshot trees never change, so a
+    diff rendered once (Pygments is the slow part) is served again as it was. Bounded LRU."""
+
+    def __init__(self, size: int = 512):
+        self.size, self.items = size, OrderedDict()
+
+    def get(self, key):
+        value = self.items.get(key)
+        if value is not None:
+            self.items.move_to_end(key)
+        return value
+
+    def put(self, key, value) -> None:
+        self.items[key] = value
+        self.items.move_to_end(key)
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+
+
+rendered = RenderCache()
+
+
+def _highlighted(path: str, codes: list[str]) -> list[str]:
+    if not codes:
+        return []
+    text = "\n".join(codes)
+    if len(text) > HIGHLIGHT_CHARS:
+        return [escape(code) for code in codes]
+    html = highlight(text, _lexer(path), _FORMATTER).split("\n")
+    if len(html) < len(codes):  # never happens with these options; stay safe
+        return [escape(code) for code in codes]
+    return html[: len(codes)]
+
+
+def render(block: str, path: str, *, max_lines: int) -> FileDiff:
+    """A file's diff block as numbered, highlighted lines (hunk headers kept)."""
+    rows: list[tuple[str, int | None, int | None, str]] = []
+    old = new = 0
+    in_hunks = False
+    for line in block.splitlines():
+        if line.startswith("@@"):
+            in_hunks = True
+            old, new = _hunk_start(line)
+            rows.append(("hunk", None, None, line))
+        elif not in_hunks:
+            continue  # the header (index, mode, ---/+++): the file list already says it
+        elif line.startswith("+"):
+            rows.append(("add", None, new, line[1:]))
+            new += 1
+        elif line.startswith("-"):
+            rows.append(("del", old, None, line[1:]))
+            old += 1
+        elif line.startswith("\\"):
+            rows.append(("note", None, None, line))
+        else:
+            rows.append(("context", old, new, line[1:]))
+            old, new = old + 1, new + 1
+    truncated = len(rows) > max_lines
+    rows = rows[:max_lines]
+    code_rows = [row for row in rows if row[0] in ("add", "del", "context")]
+    html = iter(_highlighted(path, [row[3] for row in code_rows]))
+    lines = []
+    for kind, old_no, new_no, text in rows:
+        markup = next(html) if kind in ("add", "del", "context") else escape(text)
+        lines.append(
+            DiffLine(kind, old_no, new_no, mark_safe(markup))
+        )  # Pygments or escape() made it
+    return FileDiff(lines, truncated)
+
+
+def _hunk_start(header: str) -> tuple[int, int]:
+    """`@@ -12,3 +14,5 @@ ...` -> (12, 14)."""
+    try:
+        old_part, new_part = header.split(" ")[1:3]
+        return int(old_part[1:].split(",")[0]), int(new_part[1:].split(",")[0])
+    except (ValueError, IndexError):
+        return 0, 0

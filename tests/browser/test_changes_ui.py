@@ -1,0 +1,99 @@
+"""The Changes tab in a real browser: opened while an agent edits a file of the user's
+repository, it shows the diff once the run ends (task.changes_updated), without a reload."""
+
+import os
+import subprocess
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import PHONE, new_page
+from tests.live import wait_until
+
+pytestmark = pytest.mark.browser
+
+RUN_TIMEOUT = 30_000
+
+
+def make_repo(path):
+    path.mkdir()
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    (path / "app.py").write_text("def main():\n    return 1\n")
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "."],
+        ["-c", "user.name=U", "-c", "user.email=u@x", "commit", "-qm", "start"],
+    ):
+        subprocess.run(["git", *args], cwd=path, env=env, check=True, capture_output=True)
+    return path
+
+
+@pytest.mark.parametrize("viewport", [None, PHONE], ids=["desktop", "phone"])
+def test_the_changes_tab_shows_the_diff_after_the_run(browser, stack, tmp_path, viewport):
+    repo = make_repo(tmp_path / "repo")
+    workspace = stack.workspace(
+        "Repo",
+        agents=["Builder"],
+        working_directory_mode="static",
+        working_directory_path=str(repo),
+    )
+    edit = "write app.py def\\smain():\\n\\s\\s\\s\\sreturn\\s2\\n"
+    task = stack.task(workspace, f"@fake sleep 8 {edit} sleep 1", summary="Edit app")
+    page = new_page(browser, viewport=viewport)
+    page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    dialog = page.locator("#task-dialog")
+    runs = lambda: stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]  # noqa: E731
+    wait_until(lambda: runs() and runs()[0]["status"] == "running", timeout=20, what="a run")
+    dialog.get_by_role("tab", name="Changes").click()
+    changes = dialog.locator("#task-changes")
+    expect(changes.locator("#task-changes-empty")).to_be_visible()
+    assert stack.status(task) == "in_progress"  # opened while the run edits the file
+
+    # After the run: the working directory with its branch, the file, its highlighted diff.
+    file = changes.locator('.change-file[data-change-path="app.py"]')
+    expect(file).to_be_visible(timeout=RUN_TIMEOUT)
+    expect(changes.locator("#task-changes-path")).to_have_text(str(repo))
+    expect(changes.locator(".changes__branch")).to_have_text("main")
+    expect(changes.locator("#task-changes-totals")).to_contain_text("1 file changed, +1 \u22121")
+    expect(file.locator(".diff__line--del .diff__code")).to_have_text("    return 1")
+    expect(file.locator(".diff__line--add .diff__code")).to_have_text("    return 2")
+    expect(file.locator(".diff__line--add .diff__code span").first).to_be_visible()  # Pygments
+
+    # The run selector, and the card's totals.
+    expect(changes.locator("#task-changes-run option")).to_have_text(
+        ["Whole task", "Run 1 by Builder"]
+    )
+    changes.locator("#task-changes-run").select_option(label="Run 1 by Builder")
+    expect(changes.locator("#task-changes-run")).to_have_value(
+        stack.api("GET", f"/tasks/{task['id']}/runs")["runs"][0]["id"]
+    )
+    expect(file).to_be_visible()
+    card = page.locator(f"#task-card-{task['id']}")
+    expect(card.locator(".task-card__changes")).to_have_text("+1 \u22121")
+    page.console_errors.check()
+
+
+def test_the_activity_timeline_links_a_run_to_its_changes(browser, stack, tmp_path):
+    workspace = stack.workspace("Temp", agents=["Builder", "Reviewer"])
+    task = stack.task(
+        workspace,
+        "@fake Builder: write a.txt one\n@fake Reviewer: write b.txt two\\nthree\\n",
+        summary="Two runs",
+    )
+    stack.wait_status(task, "in_review")
+    page = new_page(browser)
+    page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    dialog = page.locator("#task-dialog")
+    dialog.get_by_role("tab", name="Activity").click()
+    link = dialog.locator(".run", has_text="Reviewer").locator("[data-changes-run]")
+    expect(link).to_have_text("changed 1 file, +2 \u22120")
+    link.click()
+    changes = dialog.locator("#task-changes")
+    expect(dialog.get_by_role("tab", name="Changes")).to_have_attribute("aria-selected", "true")
+    expect(changes.locator("#task-changes-run")).to_have_value(
+        link.get_attribute("data-changes-run")
+    )
+    expect(changes.locator("[data-change-path]")).to_have_count(1)
+    expect(changes.locator('[data-change-path="b.txt"]')).to_be_visible()
+    page.console_errors.check()

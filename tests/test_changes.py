@@ -1,0 +1,369 @@
+"""Snapshots and the Changes data (issue 18): per-run and whole-task diffs in both
+working-directory modes, made by the fake CLI's file directives in real git repositories made
+here (never the project's own), the proof that a user's repository is never written, cleanup,
+and the JSON API returning what the tab shows."""
+
+import hashlib
+import os
+import re
+import subprocess
+import threading
+
+import pytest
+from django.conf import settings
+
+from agents.services import agent_create
+from chats.models import ChatQueueItem
+from chats.services import chat_delete, chat_start
+from core.actors import USER
+from core.models import OutboxEvent
+from runner import changes as changes_reads
+from runner import diffs, snapshots
+from runner.files import temp_dir
+from runner.models import AgentRun
+from runner.worker import jobs
+from runner.worker.pipeline import ChatReply, TaskPass
+from tasks.models import TaskQueueItem, TaskStatus
+from tasks.services import comment_create, task_create, task_delete, task_status_set
+from tests.stack import FAKES_BIN
+from workspaces.services import workspace_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def setup(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(settings, "DATA_DIR", str(tmp_path / "data"))
+
+
+def sh(cwd, *args) -> str:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True)
+    return done.stdout.decode()
+
+
+def make_repo(path):
+    path.mkdir()
+    sh(path, "init", "-q", "-b", "main")
+    (path / "app.py").write_text("def main():\n    return 1\n")
+    (path / "old.txt").write_text("to be renamed\n" * 5)
+    (path / "gone.txt").write_text("bye\n")
+    (path / ".gitignore").write_text("build/\n")
+    sh(path, "add", ".")
+    sh(path, "-c", "user.name=U", "-c", "user.email=u@x", "commit", "-qm", "start")
+    (path / "build").mkdir()
+    (path / "build" / "out.bin").write_text("ignored\n")
+    return path
+
+
+def run_task(workspace, description, names=("Builder",)):
+    for name in names:
+        if not workspace.agents.filter(name=name).exists():
+            agent_create(workspace=workspace, name=name, instruction="Work.", cli_type="claude")
+    task = task_create(workspace=workspace, summary="Change files", description=description)
+    run_pass(task)
+    return task
+
+
+def run_pass(task):
+    item = TaskQueueItem.objects.queued().get(task=task)
+    assert TaskQueueItem.objects.claim(item.id)
+    TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
+
+
+def by_path(files):
+    return {f.path: (f.status, f.binary, f.added, f.removed, f.old_path) for f in files}
+
+
+EDITS = "\n".join(
+    [
+        "@fake Builder: write app.py def\\smain():\\n\\s\\s\\s\\sreturn\\s2\\n",
+        "@fake Reviewer: rename old.txt new.txt delete gone.txt binary logo.png"
+        " write notes/todo.md one\\ntwo\\n write build/skip.txt x",
+    ]
+)
+
+
+def test_per_run_and_whole_task_diffs_in_a_users_repository(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    task = run_task(workspace, EDITS, names=("Builder", "Reviewer"))
+
+    first, second = task.runs.order_by("started_at")
+    assert first.working_directory == str(repo) and first.git_branch == "main"
+    assert (first.files_changed, first.lines_added, first.lines_removed) == (1, 1, 1)
+    run1 = changes_reads.task_changes(task, first.id)
+    assert by_path(run1.files) == {"app.py": ("modified", False, 1, 1, "app.py")}
+    run2 = changes_reads.task_changes(task, second.id)
+    assert by_path(run2.files) == {
+        "gone.txt": ("deleted", False, 0, 1, "gone.txt"),
+        "logo.png": ("added", True, 0, 0, "logo.png"),
+        "new.txt": ("renamed", False, 0, 0, "old.txt"),
+        "notes/todo.md": ("added", False, 2, 0, "notes/todo.md"),
+    }  # build/ is ignored by the repository's .gitignore
+    whole = changes_reads.task_changes(task)
+    assert set(by_path(whole.files)) == {
+        "app.py",
+        "gone.txt",
+        "logo.png",
+        "new.txt",
+        "notes/todo.md",
+    }
+    assert whole.totals == {"files_changed": 5, "lines_added": 3, "lines_removed": 2}
+    assert (second.task_files_changed, second.task_lines_added) == (5, 3)
+    views = changes_reads.file_views(whole)
+    app = next(v for v in views if v.change.path == "app.py")
+    kinds = [line.kind for line in app.diff.lines]
+    assert kinds == ["hunk", "context", "del", "add"]
+    assert "return" in app.diff.lines[3].html and "<span" in app.diff.lines[3].html
+    updated = OutboxEvent.objects.filter(type="task.changes_updated").order_by("id")
+    assert [e.payload["files_changed"] for e in updated] == [1, 4]
+    assert updated.last().payload["task_files_changed"] == 5
+
+
+def test_per_run_and_whole_task_diffs_in_the_tasks_temp_folder(tmp_path):
+    workspace = workspace_create(title="Temp")
+    task = run_task(workspace, "@fake Builder: write a.txt one\\n write b.txt two\\n")
+    folder = temp_dir() / f"malamar_task_{task.id}"
+    (run,) = task.runs.all()
+    assert run.working_directory == str(folder) and run.git_branch == ""
+    assert by_path(changes_reads.task_changes(task, run.id).files) == {
+        "a.txt": ("added", False, 1, 0, "a.txt"),
+        "b.txt": ("added", False, 1, 0, "b.txt"),
+    }
+    assert not (folder / ".git").exists()  # the folder was not made a repository
+    task.refresh_from_db()
+    task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
+    comment_create(
+        task=task, content="@fake Builder: append a.txt more\\n delete b.txt", actor=USER
+    )
+    run_pass(task)
+    second = task.runs.order_by("started_at").last()
+    assert by_path(changes_reads.task_changes(task, second.id).files) == {
+        "a.txt": ("modified", False, 1, 0, "a.txt"),
+        "b.txt": ("deleted", False, 0, 1, "b.txt"),
+    }
+    assert by_path(changes_reads.task_changes(task).files) == {
+        "a.txt": ("added", False, 2, 0, "a.txt")
+    }
+
+
+def repo_state(repo) -> dict:
+    index = (repo / ".git" / "index").read_bytes()
+    return {
+        "status": sh(
+            repo,
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "--untracked-files=all",
+            "--ignored",
+        ),
+        "refs": sh(repo, "for-each-ref"),
+        "index": hashlib.sha256(index).hexdigest(),
+        "objects": sh(repo, "count-objects", "-v"),
+        "config": (repo / ".git" / "config").read_text(),
+        "files": sorted(str(p.relative_to(repo)) for p in (repo / ".git").rglob("*")),
+    }
+
+
+def test_snapshots_never_write_the_users_repository(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    (repo / "untracked.txt").write_text("not added\n")
+    (repo / "app.py").write_text("changed before the task\n")  # a dirty work tree stays dirty
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    agent_create(workspace=workspace, name="Builder", instruction="Work.", cli_type="claude")
+    git_before = repo_state(repo)
+    task = task_create(
+        workspace=workspace,
+        summary="Edit",
+        description="@fake write app.py new\\n write src/x.py y\\n delete gone.txt",
+    )
+    run_pass(task)
+    (repo / "src" / "x.py").unlink()
+    (repo / "src").rmdir()
+    (repo / "app.py").write_text("changed before the task\n")
+    (repo / "gone.txt").write_text("bye\n")
+    assert repo_state(repo) == git_before
+    assert task.runs.get().files_changed == 3
+
+
+def test_a_chat_reply_is_snapshotted_and_deleting_the_chat_forgets_it(tmp_path):
+    workspace = workspace_create(title="Chat")
+    chat = chat_start(workspace=workspace, message="@fake write hello.txt hi\\n reply done")
+    item = ChatQueueItem.objects.queued().get(chat=chat)
+    assert ChatQueueItem.objects.claim(item.id)
+    ChatReply(item, stop=threading.Event(), shutdown=threading.Event()).run()
+    run = AgentRun.objects.get(chat=chat)
+    assert run.files_changed == 1 and run.tree_after
+    store = snapshots.store_path(run.snapshot_store)
+    assert sh(store, "--git-dir", str(store), "for-each-ref").count("refs/malamar/runs/") == 2
+    chat_delete(chat=chat)
+    assert sh(store, "--git-dir", str(store), "for-each-ref") == ""
+
+
+def test_deleting_a_task_drops_its_refs_and_cleanup_prunes_the_store(tmp_path):
+    workspace = workspace_create(title="Temp")
+    task = run_task(workspace, "@fake write a.txt one")
+    run = task.runs.get()
+    store = snapshots.store_path(run.snapshot_store)
+    blob = sh(store, "--git-dir", str(store), "rev-parse", f"{run.tree_after}:a.txt").strip()
+    task_delete(task=task)
+    assert sh(store, "--git-dir", str(store), "for-each-ref") == ""
+    assert snapshots.prune(set(), expire="now")["stores_removed"] == 1
+    assert not store.exists()
+    assert blob  # (the object went with its store)
+
+
+def test_cleanup_prunes_refs_of_runs_that_no_longer_exist(tmp_path):
+    workspace = workspace_create(title="Temp")
+    task = run_task(workspace, "@fake write a.txt one")
+    run = task.runs.get()
+    store = snapshots.store_path(run.snapshot_store)
+    AgentRun.objects.filter(id=run.id).delete()  # e.g. removed while the server was down
+    counts = jobs.cleanup()
+    assert counts["snapshot_refs_removed"] == 1
+    assert sh(store, "--git-dir", str(store), "for-each-ref") == ""
+
+
+def test_without_git_the_run_goes_on_and_the_tab_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr("runner.git.git_binary", lambda: None)
+    workspace = workspace_create(title="Temp")
+    task = run_task(workspace, "@fake write a.txt one\\n comment Did it")
+    run = task.runs.get()
+    assert run.status == "completed" and "git is not installed" in run.snapshot_error
+    assert task.comments.filter(content="Did it").exists()
+    whole = changes_reads.task_changes(task)
+    assert whole.files == [] and "git is not installed" in whole.problem
+
+
+def test_a_huge_file_diff_is_collapsed_and_never_rendered_whole(tmp_path):
+    workspace = workspace_create(title="Temp")
+    task = run_task(workspace, "@fake write small.txt x\\n lines big.txt 30000")
+    whole = changes_reads.task_changes(task)
+    views = {v.change.path: v for v in changes_reads.file_views(whole)}
+    assert views["big.txt"].collapsed == "large" and views["big.txt"].diff is None
+    assert views["small.txt"].diff is not None
+    page = changes_reads.file_diff(whole, views["big.txt"].change)
+    assert page.truncated and len(page.lines) == changes_reads.PAGE_LINES
+
+
+def test_diff_parsing_handles_renames_with_edits_and_odd_names(tmp_path):
+    root = tmp_path / "plain"
+    root.mkdir()
+    (root / "with space.txt").write_text("".join(f"line {n}\n" for n in range(50)))
+    (root / "ünïcode.py").write_text("x = 1\n")
+    a = snapshots.take(root)
+    (root / "with space.txt").rename(root / "moved name.txt")
+    with (root / "moved name.txt").open("a") as f:
+        f.write("one more\n")
+    (root / "ünïcode.py").write_text("x = 2\n")
+    b = snapshots.take(root)
+    files = by_path(diffs.changed_files(a.store, a.tree, b.tree))
+    assert files == {
+        "moved name.txt": ("renamed", False, 1, 0, "with space.txt"),
+        "ünïcode.py": ("modified", False, 1, 1, "ünïcode.py"),
+    }
+    blocks = diffs.patches(a.store, a.tree, b.tree, diffs.changed_files(a.store, a.tree, b.tree))
+    assert "+one more" in blocks[0] and "+x = 2" in blocks[1]
+
+
+def tab(client, task, run_id=""):
+    query = f"?run={run_id}" if run_id else ""
+    response = client.get(f"/tasks/{task.id}/changes/{query}", HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def tab_files(html: str) -> list[str]:
+    return re.findall(r'data-change-path="([^"]*)"', html)
+
+
+def test_the_api_returns_what_the_tab_shows(tmp_path, api):
+    repo = make_repo(tmp_path / "repo")
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    task = run_task(workspace, EDITS, names=("Builder", "Reviewer"))
+    client = api.client
+    for run_id in ["", *task.runs.order_by("started_at").values_list("id", flat=True)]:
+        body = api.get(f"/api/tasks/{task.id}/changes?run_id={run_id}").json()
+        html = tab(client, task, run_id)
+        assert tab_files(html) == [f["path"] for f in body["files"]]
+        totals = re.search(
+            r'id="task-changes-totals">(\d+) files? changed, .*?\+(\d+).*?\u2212(\d+)', html
+        )
+        assert totals.groups() == tuple(
+            str(body[k]) for k in ("files_changed", "lines_added", "lines_removed")
+        )
+        assert body["working_directory"] == str(repo) and body["branch"] == "main"
+        assert str(repo) in html and "main" in html
+    assert [r["number"] for r in body["runs"]] == [1, 2]
+    second = task.runs.order_by("started_at").last()
+    assert api.get(f"/api/runs/{second.id}/changes").json()["files"] == body["files"]
+
+    one = api.get(f"/api/tasks/{task.id}/changes/file?path=app.py").json()
+    assert one["status"] == "modified" and "-    return 1\n+    return 2" in one["diff"]
+    assert not one["truncated"]
+    fragment = client.get(
+        f"/tasks/{task.id}/changes/file/?path=app.py", HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert "diff__line--add" in fragment and "<html" not in fragment
+    page = client.get(f"/tasks/{task.id}/changes/file/?path=app.py").content.decode()
+    assert "<html" in page and "diff__line--del" in page
+
+    assert api.get(f"/api/tasks/{task.id}/changes/file?path=nope").status_code == 400
+    assert api.get(f"/api/tasks/{task.id}/changes?run_id=nope").status_code == 404
+    assert api.get("/api/tasks/nope/changes").status_code == 404
+    assert (
+        client.get(f"/tasks/{task.id}/changes/?run=nope", HTTP_HX_REQUEST="true").status_code == 404
+    )
+
+
+def test_the_board_card_and_the_activity_timeline_show_the_totals(tmp_path, api):
+    repo = make_repo(tmp_path / "repo")
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    task = run_task(workspace, EDITS, names=("Builder", "Reviewer"))
+    board = api.client.get(f"/workspaces/{workspace.id}/tasks/", HTTP_HX_REQUEST="true")
+    card = board.content.decode().split(f'id="task-card-{task.id}"')[1].split("</li>")[0]
+    assert re.search(r"\+3</span> <span class=\"diff-minus\">\u22122", card)
+    activity = api.client.get(f"/tasks/{task.id}/activity/", HTTP_HX_REQUEST="true")
+    first = task.runs.order_by("started_at").first()
+    assert f'data-changes-run="{first.id}"' in activity.content.decode()
+    assert "changed 1 file," in activity.content.decode()
+
+
+def test_the_tab_says_why_it_is_empty(tmp_path, api, monkeypatch):
+    workspace = workspace_create(title="Temp")
+    task = task_create(workspace=workspace, summary="Nothing yet")
+    assert "No agent has run on this task yet" in tab(api.client, task)
+    monkeypatch.setattr("runner.git.git_binary", lambda: None)
+    task = run_task(workspace, "@fake write a.txt one")
+    assert "git is not installed" in tab(api.client, task)
+
+
+def test_a_repository_index_git_cannot_reuse_is_not_a_failure(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    sh(repo, "update-index", "--split-index")  # the index now needs .git/sharedindex.*
+    (repo / "app.py").write_text("changed\n")
+    snapshot = snapshots.take(repo)
+    store = snapshots.store_path(snapshot.store)
+    listed = sh(store, "--git-dir", str(store), "ls-tree", "-r", "--name-only", snapshot.tree)
+    assert listed.split() == [".gitignore", "app.py", "gone.txt", "old.txt"]
+    assert sh(store, "--git-dir", str(store), "show", f"{snapshot.tree}:app.py") == "changed\n"
+
+
+def test_a_folder_too_big_to_snapshot_in_time_does_not_hold_up_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshots, "ADD_TIMEOUT_SECONDS", 0.000001)
+    workspace = workspace_create(title="Temp")
+    task = run_task(workspace, "@fake write a.txt one\\n comment Did it")
+    run = task.runs.get()
+    assert run.status == "completed" and "took longer than" in run.snapshot_error
+    assert task.comments.filter(content="Did it").exists()
