@@ -6,10 +6,12 @@ Only runner/worker/process.py starts processes.
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
 from core.storable import loads_storable
+from runner.limits import Limit
 from runner.streams import StreamParser
 
 HEALTH_PROMPT = "Reply with the single word OK."
@@ -80,6 +82,24 @@ class Cli(ABC):
     def explain(self, stderr: str) -> str:
         """A hint appended to a failed run's error when stderr shows a known trap, else ""."""
         return ""
+
+    def usage_limit(self, *, stdout: str, stderr: str, now: datetime) -> Limit | None:
+        """A failed run that ended on the quota or rate limit, with its reset time when the CLI
+        names one (read only from the CLI's own error output, never from the agent's text)."""
+        return None
+
+
+def json_lines(text: str):
+    """Every line of `text` that parses as a JSON object (a CLI's event stream)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = loads_storable(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                yield value
 
 
 def last_json_object(text: str) -> dict | None:
