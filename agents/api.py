@@ -18,6 +18,7 @@ class AgentOut(Schema):
     name: str
     instruction: str
     cli_type: str
+    fallback_cli_type: str  # "" = none; used while cli_type is out of quota
     order: int
     created_at: datetime
     updated_at: datetime
@@ -29,6 +30,7 @@ class AgentUpdate(Schema):
     name: str | None = Field(None, max_length=NAME_MAX_LENGTH)
     instruction: str | None = None
     cli_type: str | None = None
+    fallback_cli_type: str | None = None  # "" removes it
 
 
 class AgentCreate(Schema):
@@ -37,6 +39,7 @@ class AgentCreate(Schema):
     name: str = Field(max_length=NAME_MAX_LENGTH)
     instruction: str
     cli_type: str = "claude"
+    fallback_cli_type: str = ""
 
 
 class AgentReorder(Schema):

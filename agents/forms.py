@@ -20,3 +20,9 @@ class AgentForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 8}),
     )
     cli_type = forms.ChoiceField(label="CLI", choices=CliType.choices)
+    fallback_cli_type = forms.ChoiceField(
+        label="Fallback CLI",
+        choices=[("", "None: wait for its quota"), *CliType.choices],
+        required=False,
+        help_text="Runs this agent while its CLI is out of quota (usage limit).",
+    )

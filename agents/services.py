@@ -17,11 +17,9 @@ def _clean_name(name) -> str:
     return require_text(name, field="name", label="Name", max_length=NAME_MAX_LENGTH)
 
 
-def _clean_cli(cli_type: str) -> str:
+def _clean_cli(cli_type: str, *, field: str = "cli_type") -> str:
     if cli_type not in CliType.values:
-        raise ValidationFailed(
-            f"cli_type must be one of {', '.join(CliType.values)}", field="cli_type"
-        )
+        raise ValidationFailed(f"{field} must be one of {', '.join(CliType.values)}", field=field)
     return cli_type
 
 
@@ -38,12 +36,31 @@ def _changed(workspace_id: str) -> None:
     events.publish("agents.changed", {"workspace_id": workspace_id})
 
 
+def _clean_fallback(value: str | None, cli_type: str) -> str:
+    """The CLI used while the agent's own is out of quota: "" (none) or another CLI type."""
+    value = (value or "").strip()
+    if not value:
+        return ""
+    value = _clean_cli(value, field="fallback_cli_type")
+    if value == cli_type:
+        raise ValidationFailed(
+            "The fallback CLI must differ from the agent's CLI", field="fallback_cli_type"
+        )
+    return value
+
+
 def agent_create(
-    *, workspace: Workspace, name: str, instruction: str, cli_type: str = CliType.CLAUDE
+    *,
+    workspace: Workspace,
+    name: str,
+    instruction: str,
+    cli_type: str = CliType.CLAUDE,
+    fallback_cli_type: str = "",
 ) -> Agent:
     name = _clean_name(name)
     instruction = require_text(instruction, field="instruction", label="Instruction")
     cli_type = _clean_cli(cli_type)
+    fallback_cli_type = _clean_fallback(fallback_cli_type, cli_type)
     now = timezone.now()
     with transaction.atomic():
         _check_name_free(workspace.id, name)
@@ -53,6 +70,7 @@ def agent_create(
             name=name,
             instruction=instruction,
             cli_type=cli_type,
+            fallback_cli_type=fallback_cli_type,
             order=(last or 0) + 1,
             created_at=now,
             updated_at=now,
@@ -71,6 +89,7 @@ def agent_update(
     name: str | None = None,
     instruction: str | None = None,
     cli_type: str | None = None,
+    fallback_cli_type: str | None = None,
 ) -> Agent:
     changes = {}
     if name is not None:
@@ -79,6 +98,11 @@ def agent_update(
         changes["instruction"] = require_text(instruction, field="instruction", label="Instruction")
     if cli_type is not None:
         changes["cli_type"] = _clean_cli(cli_type)
+    own = changes.get("cli_type", agent.cli_type)
+    if fallback_cli_type is not None:
+        changes["fallback_cli_type"] = _clean_fallback(fallback_cli_type, own)
+    elif own == agent.fallback_cli_type:  # switched to its fallback's CLI: no fallback left
+        changes["fallback_cli_type"] = ""
     with transaction.atomic():
         if "name" in changes:
             _check_name_free(agent.workspace_id, changes["name"], exclude_id=agent.id)

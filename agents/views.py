@@ -92,7 +92,12 @@ def agent_edit(request, agent_id: str):
     agent = get_object_or_404(Agent.objects.select_related("workspace"), id=agent_id)
     workspace = agent.workspace
     if request.method == "GET":
-        initial = {"name": agent.name, "instruction": agent.instruction, "cli_type": agent.cli_type}
+        initial = {
+            "name": agent.name,
+            "instruction": agent.instruction,
+            "cli_type": agent.cli_type,
+            "fallback_cli_type": agent.fallback_cli_type,
+        }
         return _form_page(request, workspace, AgentForm(initial=initial), agent)
     form = AgentForm(request.POST)
     if form.is_valid():

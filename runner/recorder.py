@@ -46,6 +46,7 @@ class RunRecorder:
         chat_id=None,
         stall_warn_seconds: float = 900,
         stall_kill_seconds: float = 0,
+        fallback_for: str = "",
     ):
         self.parser = cli_for(cli_type).stream_parser()
         self.terms = UserTerms(knowledge_dir=str(knowledge_base_dir()))
@@ -71,6 +72,7 @@ class RunRecorder:
             agent_name=agent_name,
             task_id=task_id,
             chat_id=chat_id,
+            fallback_for=fallback_for,
         )
 
     def use_working_directory(self, cwd) -> None:
@@ -212,6 +214,8 @@ class RunRecorder:
         self.exit_code = result.exit_code if result else None
         if execution.stopped:
             self.status = RunStatus.STOPPED
+        elif execution.limit:  # out of quota: the run pauses, it did not fail
+            self.status = RunStatus.LIMITED
         elif execution.error:
             self.status = RunStatus.FAILED
         else:

@@ -4,9 +4,11 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from agents.models import CLI_PREFERENCE, CliType
+from chats.models import ChatQueueItem
 from core.settings_store import settings_public
 from runner.models import HEALTH_MARKS, AgentRun, CliHealth, RunStatus, TraceEvent
 from runner.timeline import group_traces
+from tasks.models import TaskQueueItem
 
 
 def cli_health_all() -> list[dict]:
@@ -27,9 +29,49 @@ def cli_health_all() -> list[dict]:
                 "answer": row.answer,
                 "checked_at": row.checked_at,
                 "refresh_requested_at": row.refresh_requested_at,
+                "limited": row.is_limited,
+                "limited_until": row.limited_until,
+                "limit_message": row.limit_message,
             }
         )
     return result
+
+
+def cli_limited() -> set[str]:
+    """CLIs out of quota right now (DESIGN "Usage limits"): work that needs them waits."""
+    limited = CliHealth.objects.filter(limited_since__isnull=False)
+    return set(limited.values_list("cli_type", flat=True))
+
+
+def cli_limits() -> list[dict]:
+    """Each limited CLI with what waits for it: the board's banner and Settings → CLIs."""
+    from_tasks = dict(
+        TaskQueueItem.objects.queued()
+        .exclude(waiting_for_cli="")
+        .values_list("waiting_for_cli")
+        .annotate(n=Count("id"))
+    )
+    from_chats = dict(
+        ChatQueueItem.objects.queued()
+        .exclude(waiting_for_cli="")
+        .values_list("waiting_for_cli")
+        .annotate(n=Count("id"))
+    )
+    labels = dict(CliType.choices)
+    rows = CliHealth.objects.filter(limited_since__isnull=False).order_by("cli_type")
+    return [
+        {
+            "cli_type": row.cli_type,
+            "name": labels.get(row.cli_type, row.cli_type),
+            "since": row.limited_since,
+            "until": row.limited_until,
+            "probe_at": row.probe_at,
+            "message": row.limit_message,
+            "tasks_waiting": from_tasks.get(row.cli_type, 0),
+            "chats_waiting": from_chats.get(row.cli_type, 0),
+        }
+        for row in rows
+    ]
 
 
 def cli_health_marked() -> set[str]:

@@ -2,6 +2,7 @@
 output (recorded in tests/fixtures/limits/, each with its source) and reads the reset time."""
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -10,6 +11,7 @@ import pytest
 
 from runner import limits
 from runner.clis import cli_for
+from tests.fakes.test_fakecli import Box
 from tests.test_clis import SAMPLES
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "limits"
@@ -106,3 +108,33 @@ def test_unreadable_reset_texts_mean_probing(text):
 def test_the_probe_back_off_caps_at_an_hour():
     delays = [limits.probe_delay(n).total_seconds() / 60 for n in range(7)]
     assert delays == [5, 15, 30, 60, 60, 60, 60]
+
+
+# the fake CLI's `limit` directive prints each CLI's recorded output ------------------------
+
+CLIS = ("claude", "codex", "gemini", "opencode")
+
+
+@pytest.fixture
+def box(tmp_path) -> Box:
+    return Box(tmp_path)
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_the_fake_cli_limit_directive_is_recognised_by_the_real_adapter(box, cli):
+    reset = int(time.time()) + 3 * 3600
+    box.task(description=f"@fake limit {reset}")
+    proc = box.run(cli, stream=True)
+    assert proc.returncode != 0
+    found = cli_for(cli).usage_limit(stdout=proc.stdout, stderr=proc.stderr, now=_now())
+    assert found is not None
+    assert abs(found.reset_at.timestamp() - reset) <= 60  # codex prints minutes only
+
+    box.task(description="@fake limit")
+    proc = box.run(cli, stream=True)
+    found = cli_for(cli).usage_limit(stdout=proc.stdout, stderr=proc.stderr, now=_now())
+    assert found is not None and found.reset_at is None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -31,10 +31,11 @@ from runner.streams import (
 
 # "RESOURCE_EXHAUSTED" (429) with "Please retry in 37.5s.", "You have exhausted your capacity on
 # this model. Your quota will reset after 4h28m20s.", "You exceeded your current quota"
-# (tests/fixtures/limits/gemini_*).
+# (tests/fixtures/limits/gemini_*). A bare "quota exceeded" is not enough: Gemini's real quota
+# errors always carry RESOURCE_EXHAUSTED or 429 with it.
 LIMIT_TEXT = re.compile(
-    r"RESOURCE_EXHAUSTED|exhausted your capacity|exceeded your current quota|quota exceeded|"
-    r"rateLimitExceeded|\b429\b",
+    r"RESOURCE_EXHAUSTED|exhausted your capacity|exceeded your current quota|rateLimitExceeded|"
+    r"\b429\b",
     re.I,
 )
 

@@ -26,7 +26,10 @@ from core.settings_store import cli_settings_for
 from runner.clis import cli_for
 from runner.clis.base import Command, stderr_message
 from runner.files import private_dir, temp_dir
+from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
+from runner.selectors import cli_limited
+from runner.services import cli_limit_set
 from runner.worker import process
 from runner.worker.execution import cli_env, resolve_binary
 
@@ -50,6 +53,14 @@ def _failure(cli: str, result: process.ProcessResult) -> str:
     detail = stderr_message(result.stderr, cli_for(cli).stderr_noise)[-500:]
     explain = cli_for(cli).explain(result.stderr)
     return f"CLI exited with code {result.exit_code}" + (f": {detail}" if detail else "") + explain
+
+
+def _usage_limit(cli: str, result: process.ProcessResult) -> Limit | None:
+    """The health prompt's answer ended on the CLI's usage limit (DESIGN "Usage limits")."""
+    failed = result.exit_code != 0 or cli_for(cli).read_stdout(result.stdout).error
+    if result.start_error or not failed:
+        return None
+    return cli_for(cli).usage_limit(stdout=result.stdout, stderr=result.stderr, now=timezone.now())
 
 
 def _patient_run(
@@ -99,6 +110,9 @@ def check(
     answer = _patient_run(cli, prompt, env, PROMPT_TIMEOUT, stop)
     if answer.timed_out:
         return _timed_out(found, was_healthy=was_healthy, timeout=PROMPT_TIMEOUT)
+    limit = _usage_limit(cli, answer)
+    if limit is not None:  # installed and logged in, only out of quota: not "unhealthy"
+        return {**found, "status": CliHealthStatus.HEALTHY, "error": "", "limit": limit}
     if answer.exit_code != 0 or answer.start_error:
         return {**found, "status": CliHealthStatus.UNHEALTHY, "error": _failure(cli, answer)}
     reported = cli_for(cli).read_stdout(answer.stdout).error
@@ -153,7 +167,10 @@ def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None
         outcome = {"status": CliHealthStatus.UNHEALTHY, "error": f"Health check error: {exc}"}
     if stop is not None and stop.is_set():  # its CLI was killed: no result to keep
         return
+    limit = outcome.pop("limit", None)
     store(cli, outcome, started_at=started_at, full=full)
+    if limit is not None:
+        cli_limit_set(cli_type=cli, limit=limit)
 
 
 class HealthChecks:
@@ -217,8 +234,9 @@ def _checked_in_thread(cli: str, full: bool, stop: threading.Event | None) -> No
 
 
 def needs_full_check() -> set[str]:
-    """CLIs whose last check failed (or never ran) get the real prompt again."""
+    """CLIs whose last check failed (or never ran) get the real prompt again; never a CLI out
+    of quota (its probes run on their own back-off, runner.worker.limits)."""
     healthy = set(
         CliHealth.objects.filter(status=CliHealthStatus.HEALTHY).values_list("cli_type", flat=True)
     )
-    return set(CliType.values) - healthy
+    return set(CliType.values) - healthy - cli_limited()
