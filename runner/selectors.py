@@ -32,6 +32,7 @@ def cli_health_all() -> list[dict]:
                 "limited": row.is_limited,
                 "limited_until": row.limited_until,
                 "limit_message": row.limit_message,
+                "probe_at": row.probe_at,
             }
         )
     return result
@@ -159,6 +160,8 @@ def _with_groups(runs: list) -> list:
         run.hidden_traces = max(0, run.trace_count - len(traces))
         run.is_running = run.status == RunStatus.RUNNING
         run.cli_label = CliType(run.cli_type).label if run.cli_type in CliType else run.cli_type
+        if run.fallback_for in CliType.values:  # its agent's own CLI was out of quota
+            run.cli_label = f"{run.cli_label} (fallback for {CliType(run.fallback_for).label})"
     return runs
 
 
