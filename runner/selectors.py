@@ -87,11 +87,14 @@ def cli_available(cli_type: str) -> bool:
 
 
 def first_available_cli() -> str | None:
-    """The spec's preference order Claude → Codex → Gemini → OpenCode; None if all unhealthy."""
-    for cli in CLI_PREFERENCE:
-        if cli_available(cli.value):
-            return cli.value
-    return None
+    """The spec's preference order Claude → Codex → Gemini → OpenCode; None if all unhealthy.
+    A CLI out of quota comes after the others (a reply on it would wait)."""
+    rows = {row.cli_type: row for row in CliHealth.objects.all()}
+    available = [
+        cli.value for cli in CLI_PREFERENCE if cli.value not in rows or rows[cli.value].is_available
+    ]
+    ready = [cli for cli in available if cli not in rows or not rows[cli].is_limited]
+    return (ready or available or [None])[0]
 
 
 # The global settings page's CLI cards.

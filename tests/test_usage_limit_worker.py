@@ -19,8 +19,9 @@ from core.models import OutboxEvent
 from runner import services as runner_services
 from runner.limits import Limit
 from runner.models import AgentRun, CliHealth, RunStatus
+from runner.selectors import first_available_cli
 from runner.services import cli_limit_set
-from runner.worker import pickup
+from runner.worker import health, pickup
 from runner.worker.limits import LimitWatch, ProbeResult, probe
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
@@ -269,3 +270,30 @@ def test_a_limit_noticed_again_updates_the_reset_without_a_second_notification(n
     assert CliHealth.objects.get(cli_type="claude").limited_until == first + timedelta(hours=1)
     assert [kind for kind, _ in notified] == ["limited"]
     assert len(_events("cli.limited")) == 1
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex", "gemini", "opencode"])
+def test_a_health_check_out_of_quota_limits_the_cli_instead_of_marking_it_unhealthy(
+    cli, monkeypatch
+):
+    monkeypatch.setenv("MALAMAR_FAKE_HEALTH", "limit")
+    health.check_and_store(cli, full=True)
+    row = CliHealth.objects.get(cli_type=cli)
+    assert row.status == "healthy" and row.error == ""
+    assert row.is_limited and row.probe_at is not None
+    assert cli not in health.needs_full_check(), "its probes have their own back-off"
+
+
+def test_a_health_check_that_answers_lifts_the_limit():
+    cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
+    health.check_and_store("codex", full=True)
+    assert not CliHealth.objects.get(cli_type="codex").is_limited
+
+
+def test_the_malamar_agent_prefers_a_cli_that_is_not_out_of_quota():
+    assert first_available_cli() == "claude"
+    cli_limit_set(cli_type="claude", limit=Limit("limit"))
+    assert first_available_cli() == "codex"
+    for cli in ("codex", "gemini", "opencode"):
+        cli_limit_set(cli_type=cli, limit=Limit("limit"))
+    assert first_available_cli() == "claude", "all limited: the first one (the reply waits)"

@@ -29,7 +29,7 @@ from runner.files import private_dir, temp_dir
 from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
 from runner.selectors import cli_limited
-from runner.services import cli_limit_set
+from runner.services import cli_limit_lift, cli_limit_set
 from runner.worker import process
 from runner.worker.execution import cli_env, resolve_binary
 
@@ -171,6 +171,8 @@ def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None
     store(cli, outcome, started_at=started_at, full=full)
     if limit is not None:
         cli_limit_set(cli_type=cli, limit=limit)
+    elif full and outcome["status"] == CliHealthStatus.HEALTHY:
+        cli_limit_lift(cli_type=cli)  # the prompt answered: its quota is back (a probe, too)
 
 
 class HealthChecks:

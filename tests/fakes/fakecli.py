@@ -1854,6 +1854,11 @@ def answer_other_prompt(cli: FakeCli, emitter: Emitter) -> int:
     if mode == "hang":
         time.sleep(3600)
         return 0
+    if mode.startswith("limit"):  # `limit` or `limit:EPOCH`: out of quota, as `@fake limit`
+        stdout, stderr, code = limit_output(cli.name, mode.partition(":")[2])
+        sys.stdout.write(stdout)
+        sys.stderr.write(stderr)
+        return code
     emitter.start()
     emitter.reply("OK")
     return 0
