@@ -114,3 +114,13 @@ def test_a_run_on_the_fallback_cli_says_so_in_the_activity(client, workspace):
     AgentRun.objects.filter(id=run.id).update(status="completed", ended_at=timezone.now())
     page = html(client.get(f"/tasks/{task.id}/activity/", HTTP_HX_REQUEST="true"))
     assert "Claude Code (fallback for Codex CLI)" in page
+
+
+def test_the_health_api_says_which_cli_is_limited_until_when(api):
+    until = timezone.now() + timedelta(hours=2)
+    cli_limit_set(cli_type="gemini", limit=Limit("RESOURCE_EXHAUSTED", until))
+    clis = {c["cli_type"]: c for c in api.get("/api/health/cli").json()["clis"]}
+    assert clis["gemini"]["limited"] is True
+    assert clis["gemini"]["limit_message"] == "RESOURCE_EXHAUSTED"
+    assert clis["gemini"]["limited_until"].startswith(until.strftime("%Y-%m-%dT%H:%M"))
+    assert clis["claude"]["limited"] is False and clis["claude"]["limited_until"] is None
