@@ -26,6 +26,7 @@ from runner.worker.limits import LimitWatch, ProbeResult, probe
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import comment_create, task_create
+from tests.live import wait_until
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
 
@@ -297,3 +298,27 @@ def test_the_malamar_agent_prefers_a_cli_that_is_not_out_of_quota():
     for cli in ("codex", "gemini", "opencode"):
         cli_limit_set(cli_type=cli, limit=Limit("limit"))
     assert first_available_cli() == "claude", "all limited: the first one (the reply waits)"
+
+
+@pytest.mark.live
+def test_the_real_worker_pauses_a_limited_task_and_runs_the_others(stack):
+    """End to end (runworker and server): the limited run leaves no error comment and the task
+    waits In Progress, while a task of another workspace reaches In Review."""
+    limited_ws = stack.workspace("Limited", agents=[("Solo", "codex")])
+    waiting = stack.task(limited_ws, f"@fake Solo: limit {_whole_minute(3 * 3600)}")
+    wait_until(
+        lambda: (
+            stack.api("GET", f"/tasks/{waiting['id']}/runs")["runs"][:1]
+            and stack.api("GET", f"/tasks/{waiting['id']}/runs")["runs"][0]["status"] == "limited"
+        ),
+        timeout=30,
+        what="the limited run",
+    )
+    other_ws = stack.workspace("Other", agents=[("Solo", "claude")])
+    other = stack.task(other_ws, "@fake skip")
+    stack.wait_status(other, "in_review")
+    assert stack.comments(waiting) == []
+    assert stack.status(waiting) == "in_progress"
+    clis = {c["cli_type"]: c for c in stack.api("GET", "/health/cli")["clis"]}
+    assert clis["codex"]["limited"] and clis["codex"]["limited_until"]
+    assert len(stack.api("GET", f"/tasks/{waiting['id']}/runs")["runs"]) == 1, "no retry"
