@@ -257,6 +257,8 @@ class TaskPass:
             # Read once per pass: the settings (stall limits) and which CLIs carry a health mark.
             self.stall = stall_limits(self.task.workspace)
             self.health_marked = cli_health_marked()
+            # Read once per pass (a CLI limited meanwhile pauses the pass at its own run).
+            self.limited = cli_limited()
             # A pass paused on a usage limit continues where it stopped.
             self.pass_started = self.item.pass_started_at or timezone.now()
             order = None
@@ -289,7 +291,7 @@ class TaskPass:
     def _choose_cli(self) -> bool:
         """The agent's CLI, or its fallback CLI while that one is out of quota; False (and the
         item paused) when neither may run now."""
-        agent, limited = self.agent, cli_limited()
+        agent, limited = self.agent, self.limited
         self.cli_type, self.fallback_for = agent.cli_type, ""
         if agent.cli_type not in limited:
             return True
