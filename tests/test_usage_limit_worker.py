@@ -16,6 +16,7 @@ from chats.models import ChatQueueItem
 from chats.services import chat_start
 from core.actors import USER
 from core.models import OutboxEvent
+from notifications import services as notification_services
 from runner import services as runner_services
 from runner.limits import Limit
 from runner.models import AgentRun, CliHealth, RunStatus
@@ -322,3 +323,20 @@ def test_the_real_worker_pauses_a_limited_task_and_runs_the_others(stack):
     clis = {c["cli_type"]: c for c in stack.api("GET", "/health/cli")["clis"]}
     assert clis["codex"]["limited"] and clis["codex"]["limited_until"]
     assert len(stack.api("GET", f"/tasks/{waiting['id']}/runs")["runs"]) == 1, "no retry"
+
+
+def test_one_email_and_webhook_when_work_pauses_and_one_when_it_resumes(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    sent = []
+    monkeypatch.setattr(
+        notification_services, "_deliver_global", lambda payload, mail: sent.append(payload)
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit"))
+        cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit"))
+    with django_capture_on_commit_callbacks(execute=True):
+        runner_services.cli_limit_lift(cli_type="claude")
+        runner_services.cli_limit_lift(cli_type="claude")
+    assert [p["event"] for p in sent] == ["cli.limited", "cli.resumed"]
+    assert sent[0]["cli_type"] == "claude" and sent[0]["until"] is None
