@@ -138,3 +138,11 @@ def test_the_fake_cli_limit_directive_is_recognised_by_the_real_adapter(box, cli
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def test_the_older_claude_wording_with_a_line_break_is_read_too():
+    """https://github.com/anthropics/claude-code/issues/9236: "Claude usage limit reached. Your
+    limit will reset \\n at 3pm (America/Santiago)." (12:00 UTC is 09:00 in Santiago.)"""
+    text = "Claude usage limit reached. Your limit will reset \n     at 3pm (America/Santiago)."
+    found = cli_for("claude").usage_limit(stdout="", stderr=text, now=NOW)
+    assert found.reset_at == datetime(2026, 11, 24, 18, 0, tzinfo=UTC)
