@@ -63,7 +63,7 @@ def test_settings_show_how_long_a_cli_is_limited(client):
     cli_limit_set(cli_type="codex", limit=Limit("You've hit your usage limit.", until))
     page = html(client.get("/settings/"))
     assert "Out of quota" in page and "data-cli-limited-until" in page
-    assert timezone.localtime(until).strftime("%H:%M") in page
+    assert f'datetime="{until.isoformat()}" data-clock="weekday"' in page
     assert "hit your usage limit" in page
 
 
