@@ -25,6 +25,7 @@ class AgentOut(Schema):
     custom_args: str
     custom_env: dict[str, str]  # values masked, as the CLI settings' env
     custom_output: str
+    fallback_cli_type: str  # "" = none; used while cli_type is out of quota
     order: int
     created_at: datetime
     updated_at: datetime
@@ -50,6 +51,7 @@ class AgentUpdate(Schema):
     custom_args: str | None = None
     custom_env: dict[str, str] | None = None
     custom_output: str | None = None
+    fallback_cli_type: str | None = None  # "" removes it
 
 
 class AgentCreate(Schema):
@@ -67,6 +69,7 @@ class AgentCreate(Schema):
     )
     custom_env: dict[str, str] = Field(default_factory=dict)
     custom_output: str = Field("file", description='"file" or "stdout"')
+    fallback_cli_type: str = ""
 
 
 class AgentReorder(Schema):

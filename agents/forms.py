@@ -2,7 +2,7 @@
 
 from django import forms
 
-from agents.models import AGENT_CLI_CHOICES, CustomOutput
+from agents.models import AGENT_CLI_CHOICES, CliType, CustomOutput
 from agents.services import MODEL_MAX_LENGTH, NAME_MAX_LENGTH, masked_env
 
 
@@ -24,6 +24,12 @@ class AgentForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 8}),
     )
     cli_type = forms.ChoiceField(label="CLI", choices=AGENT_CLI_CHOICES)
+    fallback_cli_type = forms.ChoiceField(
+        label="Fallback CLI",
+        choices=[("", "None: wait for its quota"), *CliType.choices],
+        required=False,
+        help_text="Runs this agent while its CLI is out of quota (usage limit).",
+    )
     model = forms.CharField(
         label="Model",
         required=False,
@@ -89,6 +95,7 @@ class AgentForm(forms.Form):
             "name": agent.name,
             "instruction": agent.instruction,
             "cli_type": agent.cli_type,
+            "fallback_cli_type": agent.fallback_cli_type,
             "model": agent.model,
             "reasoning_effort": agent.reasoning_effort,
             "extra_args": "\n".join(agent.extra_args or []),

@@ -59,6 +59,10 @@ class Agent(models.Model):
     custom_output = models.CharField(
         max_length=10, choices=CustomOutput.choices, default=CustomOutput.FILE
     )
+    # Used while `cli_type` is out of quota; "" = wait for it (DESIGN "Usage limits").
+    fallback_cli_type = models.CharField(
+        max_length=10, choices=CliType.choices, blank=True, default=""
+    )
     order = models.IntegerField()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

@@ -46,11 +46,9 @@ def _clean_name(name) -> str:
     return require_text(name, field="name", label="Name", max_length=NAME_MAX_LENGTH)
 
 
-def _clean_cli(cli_type: str) -> str:
-    if cli_type not in AGENT_CLI_TYPES:
-        raise ValidationFailed(
-            f"cli_type must be one of {', '.join(AGENT_CLI_TYPES)}", field="cli_type"
-        )
+def _clean_cli(cli_type: str, *, field: str = "cli_type", choices=AGENT_CLI_TYPES) -> str:
+    if cli_type not in choices:
+        raise ValidationFailed(f"{field} must be one of {', '.join(choices)}", field=field)
     return cli_type
 
 
@@ -209,6 +207,19 @@ def _changed(workspace_id: str) -> None:
     events.publish("agents.changed", {"workspace_id": workspace_id})
 
 
+def _clean_fallback(value: str | None, cli_type: str) -> str:
+    """The CLI used while the agent's own is out of quota: "" (none) or another CLI type."""
+    value = (value or "").strip()
+    if not value:
+        return ""
+    value = _clean_cli(value, field="fallback_cli_type", choices=CliType.values)
+    if value == cli_type:
+        raise ValidationFailed(
+            "The fallback CLI must differ from the agent's CLI", field="fallback_cli_type"
+        )
+    return value
+
+
 def agent_create(
     *,
     workspace: Workspace,
@@ -222,6 +233,7 @@ def agent_create(
     custom_args: str = "",
     custom_env: dict[str, str] | None = None,
     custom_output: str = CustomOutput.FILE,
+    fallback_cli_type: str = "",
 ) -> Agent:
     name = _clean_name(name)
     instruction = require_text(instruction, field="instruction", label="Instruction")
@@ -238,6 +250,7 @@ def agent_create(
             "custom_output": custom_output,
         }
     )
+    fallback_cli_type = _clean_fallback(fallback_cli_type, cli_type)
     now = timezone.now()
     with transaction.atomic():
         _check_name_free(workspace.id, name)
@@ -248,6 +261,7 @@ def agent_create(
             instruction=instruction,
             cli_type=cli_type,
             **settings,
+            fallback_cli_type=fallback_cli_type,
             order=(last or 0) + 1,
             created_at=now,
             updated_at=now,
@@ -268,6 +282,7 @@ def agent_update(
     name: str | None = None,
     instruction: str | None = None,
     cli_type: str | None = None,
+    fallback_cli_type: str | None = None,
     **cli_settings,
 ) -> Agent:
     """Change the given fields (None: unchanged). `cli_settings`: any of CLI_FIELDS and
@@ -284,6 +299,11 @@ def agent_update(
         changes["cli_type"] = _clean_cli(cli_type)
     changes.update(_cli_settings_update(agent, changes.get("cli_type"), cli_settings))
     before = {f: getattr(agent, f) for f in ("cli_type", *CUSTOM_FIELDS)}
+    own = changes.get("cli_type", agent.cli_type)
+    if fallback_cli_type is not None:
+        changes["fallback_cli_type"] = _clean_fallback(fallback_cli_type, own)
+    elif own == agent.fallback_cli_type:  # switched to its fallback's CLI: no fallback left
+        changes["fallback_cli_type"] = ""
     with transaction.atomic():
         if "name" in changes:
             _check_name_free(agent.workspace_id, changes["name"], exclude_id=agent.id)

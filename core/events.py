@@ -33,6 +33,8 @@ EVENT_TYPES = frozenset(
         "workspace.deleted",
         "agents.changed",
         "cli.health_changed",
+        "cli.limited",
+        "cli.resumed",
         "settings.updated",
         "run.trace",
         "run.stalled",

@@ -50,6 +50,17 @@ class CliHealthOut(Schema):
     refresh_requested_at: datetime | None = Field(
         description="A check asked for and not done yet (cleared when the worker has answered)."
     )
+    limited: bool = Field(
+        description="Out of quota (a usage or rate limit): work that needs it waits, no errors."
+    )
+    limited_until: datetime | None = Field(
+        description="When its quota resets, as the CLI said; null while limited: unknown."
+    )
+    limit_message: str = Field(description="What the CLI said when it ran out of quota.")
+    probe_at: datetime | None = Field(
+        description="Limited without a reset time: when a health prompt checks it next "
+        "(5, 15, 30, then every 60 minutes)."
+    )
 
 
 class CliHealthList(Schema):

@@ -105,6 +105,39 @@ def notify_task_in_review(*, task, last_comment: str) -> None:
     transaction.on_commit(lambda: _deliver("in_review", task, last_comment))
 
 
+def _deliver_global(payload: dict, message: dict) -> None:
+    values = settings_get()
+    if mailgun_configured(values):
+        _pool.submit(_send_email, values, message, "")
+    for url in values.get("webhook_urls") or []:
+        _pool.submit(_send_webhook, url, payload, "")
+
+
+def notify_cli_limited(*, cli_type: str, label: str, until, message: str) -> None:
+    """A CLI ran out of quota: one notification for all the work that now waits (never one
+    per task), when error notifications are on."""
+    if not settings_get()["notify_on_error"]:
+        return
+    when = until.isoformat() if until else None
+    text = (
+        f"{label} is out of quota{f' until {when}' if when else ''}. Tasks and chats that need it "
+        f"wait and continue where they stopped.\n\n{label} said: {message}\n"
+    )
+    payload = {"event": "cli.limited", "cli_type": cli_type, "until": when, "message": message}
+    mail = {"subject": f"[Malamar] {label} is out of quota", "text": text}
+    transaction.on_commit(lambda: _deliver_global(payload, mail))
+
+
+def notify_cli_resumed(*, cli_type: str, label: str) -> None:
+    """The CLI's quota is back: the paused work continues (one notification)."""
+    if not settings_get()["notify_on_error"]:
+        return
+    payload = {"event": "cli.resumed", "cli_type": cli_type}
+    text = f"{label} works again; the tasks and chats that waited for it continue.\n"
+    mail = {"subject": f"[Malamar] {label} works again", "text": text}
+    transaction.on_commit(lambda: _deliver_global(payload, mail))
+
+
 def test_email_send() -> None:
     """Send the test email now and wait for Mailgun's answer."""
     values = settings_get()

@@ -41,6 +41,20 @@ class QueueItemQuerySet(models.QuerySet):
         """The CLI that runs this item, so a restarted worker can kill it if we die."""
         self.filter(id=item_id).update(pid=pid, pgid=pgid, process_started_at=started_at)
 
+    def pause(self, item_id: str, *, cli_type: str, **resume) -> bool:
+        """in_progress → queued, waiting for `cli_type` (out of quota); `resume` says where the
+        run continues (DESIGN "Usage limits")."""
+        return bool(
+            self.filter(id=item_id, status=QueueStatus.IN_PROGRESS).update(
+                status=QueueStatus.QUEUED,
+                waiting_for_cli=cli_type,
+                pid=None,
+                pgid=None,
+                updated_at=timezone.now(),
+                **resume,
+            )
+        )
+
     def requeue(self, item_id: str, *, stopped: bool) -> None:
         """After a crash: an interrupted item runs again, unless it was stopped (then failed)."""
         status = QueueStatus.FAILED if stopped else QueueStatus.QUEUED
@@ -80,6 +94,9 @@ class QueueItem(models.Model):
     process_started_at = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # The CLI this queued item waits for (it ran out of quota): pickup skips the item while
+    # that CLI is limited (DESIGN "Usage limits").
+    waiting_for_cli = models.CharField(max_length=10, blank=True, default="")
 
     objects = QueueItemQuerySet.as_manager()
 
@@ -117,12 +134,23 @@ class CliHealth(models.Model):
     # Set by the server to ask for a check with the real prompt; the worker clears it once a
     # check that started after it has ended.
     refresh_requested_at = models.DateTimeField(null=True, blank=True)
+    # Out of quota (DESIGN "Usage limits"): since when, until when (None: unknown, probed at
+    # `probe_at` on a back-off), and the CLI's own words.
+    limited_since = models.DateTimeField(null=True, blank=True)
+    limited_until = models.DateTimeField(null=True, blank=True)
+    limit_message = models.TextField(blank=True, default="")
+    probe_at = models.DateTimeField(null=True, blank=True)
+    probe_attempts = models.IntegerField(default=0)
 
     class Meta:
         db_table = "cli_health"
 
     def __str__(self) -> str:
         return f"{self.cli_type}: {self.status}"
+
+    @property
+    def is_limited(self) -> bool:
+        return self.limited_since is not None
 
     @property
     def is_available(self) -> bool:
@@ -136,6 +164,7 @@ class RunStatus(models.TextChoices):
     FAILED = "failed", "Failed"
     STOPPED = "stopped", "Stopped"
     INTERRUPTED = "interrupted", "Interrupted"
+    LIMITED = "limited", "Paused: usage limit"
 
 
 class AgentRun(models.Model):
@@ -157,6 +186,8 @@ class AgentRun(models.Model):
     # The model used: what the CLI's stream reported, else the agent's setting ("" = the CLI's
     # default, not reported).
     model = models.CharField(max_length=200, blank=True, default="")
+    # The agent's own CLI when this run used its fallback CLI (that one was out of quota).
+    fallback_for = models.CharField(max_length=10, blank=True, default="")
     status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.RUNNING)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)

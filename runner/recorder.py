@@ -47,6 +47,7 @@ class RunRecorder:
         stall_warn_seconds: float = 900,
         stall_kill_seconds: float = 0,
         model: str = "",
+        fallback_for: str = "",
     ):
         self.parser = cli_for(cli_type).stream_parser()
         self.terms = UserTerms(knowledge_dir=str(knowledge_base_dir()))
@@ -75,6 +76,7 @@ class RunRecorder:
             agent_name=agent_name,
             task_id=task_id,
             chat_id=chat_id,
+            fallback_for=fallback_for,
         )
 
     def use_working_directory(self, cwd) -> None:
@@ -220,6 +222,8 @@ class RunRecorder:
         self.exit_code = result.exit_code if result else None
         if execution.stopped:
             self.status = RunStatus.STOPPED
+        elif execution.limit:  # out of quota: the run pauses, it did not fail
+            self.status = RunStatus.LIMITED
         elif execution.error:
             self.status = RunStatus.FAILED
         else:

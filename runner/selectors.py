@@ -4,10 +4,12 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from agents.models import CLI_PREFERENCE, CUSTOM_CLI, CUSTOM_CLI_LABEL, CliType, custom_health_key
+from chats.models import ChatQueueItem
 from core.settings_store import settings_public
 from runner.clis import cli_label
 from runner.models import HEALTH_MARKS, AgentRun, CliHealth, RunStatus, TraceEvent
 from runner.timeline import group_traces
+from tasks.models import TaskQueueItem
 
 
 def _health(row: CliHealth, cli_type: str, name: str) -> dict:
@@ -22,6 +24,10 @@ def _health(row: CliHealth, cli_type: str, name: str) -> dict:
         "answer": row.answer,
         "checked_at": row.checked_at,
         "refresh_requested_at": row.refresh_requested_at,
+        "limited": row.is_limited,
+        "limited_until": row.limited_until,
+        "limit_message": row.limit_message,
+        "probe_at": row.probe_at,
     }
 
 
@@ -44,6 +50,43 @@ def custom_cli_health(agent_ids) -> dict[str, dict]:
     }
 
 
+def cli_limited() -> set[str]:
+    """CLIs out of quota right now (DESIGN "Usage limits"): work that needs them waits."""
+    limited = CliHealth.objects.filter(limited_since__isnull=False)
+    return set(limited.values_list("cli_type", flat=True))
+
+
+def cli_limits() -> list[dict]:
+    """Each limited CLI with what waits for it: the board's banner and Settings → CLIs."""
+    from_tasks = dict(
+        TaskQueueItem.objects.queued()
+        .exclude(waiting_for_cli="")
+        .values_list("waiting_for_cli")
+        .annotate(n=Count("id"))
+    )
+    from_chats = dict(
+        ChatQueueItem.objects.queued()
+        .exclude(waiting_for_cli="")
+        .values_list("waiting_for_cli")
+        .annotate(n=Count("id"))
+    )
+    labels = dict(CliType.choices)
+    rows = CliHealth.objects.filter(limited_since__isnull=False).order_by("cli_type")
+    return [
+        {
+            "cli_type": row.cli_type,
+            "name": labels.get(row.cli_type, row.cli_type),
+            "since": row.limited_since,
+            "until": row.limited_until,
+            "probe_at": row.probe_at,
+            "message": row.limit_message,
+            "tasks_waiting": from_tasks.get(row.cli_type, 0),
+            "chats_waiting": from_chats.get(row.cli_type, 0),
+        }
+        for row in rows
+    ]
+
+
 def cli_health_marked() -> set[str]:
     """CLIs a health check marked unhealthy or slow (a successful run clears the mark)."""
     marked = CliHealth.objects.filter(status__in=HEALTH_MARKS)
@@ -56,11 +99,14 @@ def cli_available(cli_type: str) -> bool:
 
 
 def first_available_cli() -> str | None:
-    """The spec's preference order Claude → Codex → Gemini → OpenCode; None if all unhealthy."""
-    for cli in CLI_PREFERENCE:
-        if cli_available(cli.value):
-            return cli.value
-    return None
+    """The spec's preference order Claude → Codex → Gemini → OpenCode; None if all unhealthy.
+    A CLI out of quota comes after the others (a reply on it would wait)."""
+    rows = {row.cli_type: row for row in CliHealth.objects.all()}
+    available = [
+        cli.value for cli in CLI_PREFERENCE if cli.value not in rows or rows[cli.value].is_available
+    ]
+    ready = [cli for cli in available if cli not in rows or not rows[cli].is_limited]
+    return (ready or available or [None])[0]
 
 
 # The global settings page's CLI cards.
@@ -129,6 +175,8 @@ def _with_groups(runs: list) -> list:
         run.hidden_traces = max(0, run.trace_count - len(traces))
         run.is_running = run.status == RunStatus.RUNNING
         run.cli_label = cli_label(run.cli_type)
+        if run.fallback_for in CliType.values:  # its agent's own CLI was out of quota
+            run.cli_label = f"{run.cli_label} (fallback for {CliType(run.fallback_for).label})"
     return runs
 
 

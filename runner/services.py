@@ -2,12 +2,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.models import CliType
+from chats.models import ChatQueueItem
 from core import events
 from core.ids import new_id
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
+from notifications.services import notify_cli_limited, notify_cli_resumed
 from runner import snapshots
+from runner.limits import Limit, probe_delay
 from runner.models import HEALTH_MARKS, AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
+from tasks.models import TaskQueueItem
 
 
 def cli_health_check_request(*, cli_types) -> None:
@@ -49,6 +53,89 @@ def cli_health_run_succeeded(*, cli_type: str) -> None:
             events.publish("cli.health_changed", payload)
 
 
+# usage limits (DESIGN "Usage limits") -----------------------------------------------------
+
+
+def _limit_payload(row: CliHealth) -> dict:
+    return {
+        "cli_type": row.cli_type,
+        "name": str(CliType(row.cli_type).label),
+        "until": row.limited_until.isoformat() if row.limited_until else None,
+        "message": row.limit_message,
+    }
+
+
+def cli_limit_set(*, cli_type: str, limit: Limit, now=None) -> CliHealth:
+    """The CLI ran out of quota: it is "limited until T" (None: unknown, probed on a back-off).
+    `cli.limited` and one notification only when it was not limited already; a later run that
+    hits the limit again only updates the reset time. Part of the caller's transaction."""
+    now = now or timezone.now()
+    with transaction.atomic(savepoint=False):
+        row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli_type)
+        newly = not row.is_limited
+        if newly:
+            row.limited_since, row.probe_attempts = now, 0
+        row.limited_until = limit.reset_at
+        row.limit_message = limit.message
+        row.probe_at = None if limit.reset_at else now + probe_delay(row.probe_attempts)
+        row.save()
+        if newly:
+            payload = _limit_payload(row)
+            events.publish("cli.limited", payload)
+            notify_cli_limited(
+                cli_type=cli_type,
+                label=payload["name"],
+                until=row.limited_until,
+                message=row.limit_message,
+            )
+    return row
+
+
+def cli_limit_probe_failed(*, cli_type: str, limit: Limit | None, now=None) -> None:
+    """A probe found the CLI still limited (or failing): the next probe waits longer (5, 15,
+    30, then every 60 min), unless the CLI named its reset time this time."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        row = CliHealth.objects.select_for_update().filter(cli_type=cli_type).first()
+        if row is None or not row.is_limited:
+            return
+        row.probe_attempts += 1
+        if limit is not None and limit.reset_at:
+            row.limited_until, row.probe_at = limit.reset_at, None
+        else:
+            row.probe_at = now + probe_delay(row.probe_attempts)
+        if limit is not None:
+            row.limit_message = limit.message
+        row.save()
+        events.publish("cli.limited", _limit_payload(row))
+
+
+def cli_limit_lift(*, cli_type: str, answered_since=None) -> bool:
+    """The reset time passed or a probe answered: the work that waited for the CLI runs again
+    (at the agent where it stopped). `cli.resumed` and one notification; False if it was not
+    limited. `answered_since`: when the answering check started; a limit set after that (a run
+    hit it meanwhile) is newer news and stays."""
+    with transaction.atomic():
+        row = CliHealth.objects.select_for_update().filter(cli_type=cli_type).first()
+        if row is None or not row.is_limited:
+            return False
+        if answered_since is not None and row.limited_since >= answered_since:
+            return False
+        row.limited_since = row.limited_until = row.probe_at = None
+        row.limit_message, row.probe_attempts = "", 0
+        row.save()
+        now = timezone.now()
+        for queue in (TaskQueueItem, ChatQueueItem):
+            queue.objects.queued().filter(waiting_for_cli=cli_type).update(
+                waiting_for_cli="", updated_at=now
+            )
+        label = str(CliType(cli_type).label)
+        events.publish("cli.resumed", {"cli_type": cli_type, "name": label})
+        notify_cli_resumed(cli_type=cli_type, label=label)
+        wake_worker_on_commit()
+    return True
+
+
 def settings_save(*, changes: dict) -> dict:
     """Save global settings (validated by core.settings_store, for the pages and the API alike);
     every CLI whose settings were saved is re-checked by the worker right away, so its card and
@@ -85,12 +172,14 @@ def agent_run_start(
     task_id=None,
     chat_id=None,
     model: str = "",
+    fallback_for: str = "",
 ) -> AgentRun:
     """A run begins: one INSERT, in the caller's transaction (the run step's start). `model`:
     the configured one, until the CLI's stream names the model it really uses."""
     return AgentRun.objects.create(
         model=model,
         id=new_id(),
+        fallback_for=fallback_for,
         workspace_id=workspace_id,
         task_id=task_id,
         chat_id=chat_id,

@@ -160,6 +160,10 @@ class TaskQueueItem(QueueItem):
         "workspaces.Workspace", on_delete=models.CASCADE, related_name="+"
     )
     is_priority = models.BooleanField(default=False)
+    # A pass paused by a usage limit continues at this agent, counting comments since the
+    # pass's real start (DESIGN "Usage limits").
+    resume_agent_id = models.CharField(max_length=21, null=True, blank=True)
+    pass_started_at = models.DateTimeField(null=True, blank=True)
 
     objects = TaskQueueQuerySet.as_manager()
 

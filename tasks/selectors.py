@@ -5,7 +5,7 @@ from django.db.models import Count, Exists, OuterRef, Subquery
 from django.db.models.functions import Substr
 from django.utils import timezone
 
-from agents.models import Agent
+from agents.models import Agent, CliType
 from core.actors import author_name
 from runner.models import AgentRun, RunStatus
 from runner.selectors import usage_totals
@@ -146,7 +146,21 @@ def with_change_totals(tasks):
 
 
 def _card_queryset():
-    return with_change_totals(with_error_state(Task.objects.with_counts().by_recent_update()))
+    return with_change_totals(
+        with_waiting_cli(with_error_state(Task.objects.with_counts().by_recent_update()))
+    )
+
+
+def with_waiting_cli(queryset):
+    """Annotate `waiting_for_cli`: the CLI out of quota the task's paused pass waits for ("" or
+    None when it waits for nothing), for the card's chip (DESIGN "Usage limits")."""
+    waiting = (
+        TaskQueueItem.objects.queued()
+        .filter(task_id=OuterRef("pk"))
+        .exclude(waiting_for_cli="")
+        .values("waiting_for_cli")[:1]
+    )
+    return queryset.annotate(waiting_for_cli=Subquery(waiting))
 
 
 def running_runs(workspace_id: str) -> dict[str, AgentRun]:
@@ -161,6 +175,8 @@ def _attach_runs(tasks: list[Task], runs: dict[str, AgentRun]) -> None:
     for task in tasks:
         task.current_run = runs.get(task.id) if task.is_processing else None
         task.error_state = error_state(task)
+        waiting = getattr(task, "waiting_for_cli", None)
+        task.waiting_label = CliType(waiting).label if waiting in CliType.values else ""
 
 
 def board_column(workspace, status: str, *, show_all: bool = False, runs=None) -> Column:

@@ -23,6 +23,7 @@ def detail_context(workspace: Workspace, tab: str) -> dict:
         "tab": tab,
         "agents": agents,
         "unhealthy": selectors.unhealthy_agent_clis(workspace),
+        "limited": selectors.limited_clis(workspace),
         "directory_hint": selectors.working_directory_hint(workspace),
     }
 

@@ -9,8 +9,8 @@ from agents.models import Agent, CliType
 from core.models import Marker
 from core.settings_store import settings_get
 from runner.models import CliHealthStatus
-from runner.selectors import cli_health_all
-from tasks.models import Task, TaskStatus
+from runner.selectors import cli_health_all, cli_limits
+from tasks.models import Task, TaskQueueItem, TaskStatus
 from workspaces.links import workspace_tab_url
 from workspaces.models import FIRST_RUN_DISMISSED, NotifySetting, WorkingDirectoryMode, Workspace
 
@@ -176,6 +176,27 @@ def unhealthy_agent_clis(workspace: Workspace) -> list[dict]:
             "error": unhealthy[cli]["error"],
         }
         for cli, names in groups.items()
+    ]
+
+
+def limited_clis(workspace: Workspace) -> list[dict]:
+    """CLIs out of quota that this workspace's agents use or its paused work waits for, with how
+    many of its tasks wait: the board's banner (DESIGN "Usage limits")."""
+    limits = cli_limits()
+    if not limits:
+        return []
+    used = set(workspace.agents.values_list("cli_type", flat=True))
+    waiting = dict(
+        TaskQueueItem.objects.queued()
+        .filter(workspace=workspace)
+        .exclude(waiting_for_cli="")
+        .values_list("waiting_for_cli")
+        .annotate(n=Count("id"))
+    )
+    return [
+        {**limit, "tasks_waiting": waiting.get(limit["cli_type"], 0)}
+        for limit in limits
+        if limit["cli_type"] in used or limit["cli_type"] in waiting
     ]
 
 

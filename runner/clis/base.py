@@ -8,10 +8,12 @@ import shlex
 import string
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
 from core.storable import loads_storable
+from runner.limits import Limit
 from runner.streams import StreamParser
 
 HEALTH_PROMPT = "Reply with the single word OK."
@@ -144,6 +146,24 @@ class Cli(ABC):
             if len(option) == 2 and option.startswith("-") and arg.startswith(option):
                 return option  # a short option with its value glued on
         return None
+
+    def usage_limit(self, *, stdout: str, stderr: str, now: datetime) -> Limit | None:
+        """A failed run that ended on the quota or rate limit, with its reset time when the CLI
+        names one (read only from the CLI's own error output, never from the agent's text)."""
+        return None
+
+
+def json_lines(text: str):
+    """Every line of `text` that parses as a JSON object (a CLI's event stream)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = loads_storable(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                yield value
 
 
 def last_json_object(text: str) -> dict | None:

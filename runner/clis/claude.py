@@ -2,6 +2,9 @@
 --verbose --json-schema SCHEMA`. The schema-conforming object comes back on stdout as
 `structured_output`; `is_error` (not `subtype`) says whether the run failed."""
 
+import re
+from datetime import datetime
+
 from agents.models import CliType
 from runner.clis.base import (
     HEALTH_PROMPT,
@@ -11,6 +14,7 @@ from runner.clis.base import (
     StdoutResult,
     last_json_object,
 )
+from runner.limits import Limit, first_limit
 from runner.schemas import schema_json
 from runner.streams import (
     TEXT_CHARS,
@@ -23,6 +27,13 @@ from runner.streams import (
     command_result,
     tool_trace,
     trim,
+)
+
+# "You've hit your session limit · resets 5:40pm (Europe/Berlin)" (2.x), "Claude AI usage limit
+# reached|1749924000" (1.x), "Claude usage limit reached. Your limit will reset at 3pm (…)", and
+# the API's `429 … rate_limit_error` (tests/fixtures/limits/claude_*).
+LIMIT_TEXT = re.compile(
+    r"hit your (?:\w+ )?limit|usage limit reached|rate_limit_error|\b429\b", re.I
 )
 
 ROOT_HINT = (
@@ -109,6 +120,17 @@ class Claude(Cli):
         if not result or result.get("type") != "result":
             return stdout.strip()
         return str(result.get("result") or "").strip()
+
+    def usage_limit(self, *, stdout: str, stderr: str, now: datetime) -> Limit | None:
+        texts = []
+        result = last_json_object(stdout)
+        if result and result.get("type") == "result" and result.get("is_error"):
+            text = str(result.get("result") or "")
+            if result.get("api_error_status") == 429 and not LIMIT_TEXT.search(text):
+                text = f"429 rate_limit_error: {text}"
+            texts.append(text)
+        texts.append(stderr)
+        return first_limit(texts, LIMIT_TEXT, now)
 
     def explain(self, stderr: str) -> str:
         return ROOT_HINT if "root" in stderr and "dangerously-skip-permissions" in stderr else ""

@@ -2,13 +2,18 @@
 --output-schema SCHEMA_FILE -o OUTPUT_FILE PROMPT`; Codex writes its final, schema-constrained
 message to OUTPUT_FILE itself. Standard input must be closed (an open pipe hangs it)."""
 
+import re
+from datetime import datetime
+
 from agents.models import CliType
 from runner.clis.base import (
     HEALTH_PROMPT,
     Cli,
     Command,
     Invocation,
+    json_lines,
 )
+from runner.limits import Limit, first_limit
 from runner.streams import (
     TEXT_CHARS,
     StreamItem,
@@ -19,6 +24,15 @@ from runner.streams import (
     plan_text,
     tool_trace,
     trim,
+)
+
+# "You've hit your usage limit. … try again at Sep 20th, 2026 4:00 PM." (or "in 2 days 17 hours"),
+# "Quota exceeded. Check your plan and billing details.", the API's `usage_limit_reached`, and a
+# final 429 after Codex's own retries (tests/fixtures/limits/codex_*).
+LIMIT_TEXT = re.compile(
+    r"hit your usage limit|usage_limit_reached|quota exceeded|insufficient_quota|"
+    r"status:? 429|\b429 Too Many Requests",
+    re.I,
 )
 
 _EXEC = ["exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
@@ -85,6 +99,18 @@ class Codex(Cli):
 
     def stream_parser(self) -> StreamParser:
         return CodexStream()
+
+    def usage_limit(self, *, stdout: str, stderr: str, now: datetime) -> Limit | None:
+        texts = []
+        for event in json_lines(stdout):
+            if event.get("type") == "turn.failed":
+                texts.append(str((event.get("error") or {}).get("message") or ""))
+            elif event.get("type") == "error" and not str(event.get("message", "")).startswith(
+                "Reconnecting"  # Codex retries these itself; only the final word counts
+            ):
+                texts.append(str(event.get("message") or ""))
+        texts += [line for line in stderr.splitlines() if line.startswith("ERROR")]
+        return first_limit(texts, LIMIT_TEXT, now)
 
     def health_answer(self, stdout: str) -> str:
         # Without --json, codex prints only its final message on stdout (the banner: stderr).

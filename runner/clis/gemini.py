@@ -4,6 +4,9 @@ No schema flag: the input file's output instruction carries the schema. Its file
 reach the working directory and `--include-directories`, so the temp folder is included.
 """
 
+import re
+from datetime import datetime
+
 from agents.models import CliType
 from runner.clis.base import (
     HEALTH_PROMPT,
@@ -11,7 +14,9 @@ from runner.clis.base import (
     Command,
     Invocation,
     json_document,
+    json_lines,
 )
+from runner.limits import Limit, first_limit
 from runner.streams import (
     TEXT_CHARS,
     Delta,
@@ -23,6 +28,16 @@ from runner.streams import (
     command_result,
     tool_trace,
     trim,
+)
+
+# "RESOURCE_EXHAUSTED" (429) with "Please retry in 37.5s.", "You have exhausted your capacity on
+# this model. Your quota will reset after 4h28m20s.", "You exceeded your current quota"
+# (tests/fixtures/limits/gemini_*). A bare "quota exceeded" is not enough: Gemini's real quota
+# errors always carry RESOURCE_EXHAUSTED or 429 with it.
+LIMIT_TEXT = re.compile(
+    r"RESOURCE_EXHAUSTED|exhausted your capacity|exceeded your current quota|rateLimitExceeded|"
+    r"\b429\b",
+    re.I,
 )
 
 
@@ -70,6 +85,20 @@ class Gemini(Cli):
 
     def stream_parser(self) -> StreamParser:
         return GeminiStream()
+
+    def usage_limit(self, *, stdout: str, stderr: str, now: datetime) -> Limit | None:
+        texts = []
+        for event in json_lines(stdout):
+            if event.get("type") == "result" and event.get("status") == "error":
+                texts.append(str((event.get("error") or {}).get("message") or ""))
+            elif event.get("type") == "error":
+                texts.append(str(event.get("message") or ""))
+        document = json_document(stdout)  # `-o json` (the health prompt): one indented object
+        if document and isinstance(document.get("error"), dict):
+            texts.append(str(document["error"].get("message") or ""))
+        lines = stderr.splitlines()
+        texts.append("\n".join(line for line in lines if not line.startswith(self.stderr_noise)))
+        return first_limit(texts, LIMIT_TEXT, now)
 
     def health_answer(self, stdout: str) -> str:
         """`-o json` prints one (indented) object: the answer is its `response`."""

@@ -6,6 +6,8 @@ output instruction names.
 """
 
 import json
+import re
+from datetime import datetime
 
 from agents.models import CliType
 from runner.clis.base import (
@@ -13,7 +15,9 @@ from runner.clis.base import (
     Cli,
     Command,
     Invocation,
+    json_lines,
 )
+from runner.limits import Limit, first_limit, seconds_after
 from runner.streams import (
     TEXT_CHARS,
     StreamItem,
@@ -23,6 +27,13 @@ from runner.streams import (
     command_result,
     tool_trace,
     trim,
+)
+
+# An `APIError` event with statusCode 429 (the provider's rate limit or quota: `rate_limit_error`,
+# `insufficient_quota`, "Rate limit exceeded. Please retry after a brief wait."), its
+# `retry-after` header when the provider sent one (tests/fixtures/limits/opencode_*).
+LIMIT_TEXT = re.compile(
+    r"\b429\b|rate.?limit|insufficient_quota|exceeded your current quota|usage limit", re.I
 )
 
 _RUN = ["run", "--auto", "--format", "json"]
@@ -72,6 +83,21 @@ class OpenCode(Cli):
 
     def stream_parser(self) -> StreamParser:
         return OpenCodeStream()
+
+    def usage_limit(self, *, stdout: str, stderr: str, now: datetime) -> Limit | None:
+        for event in json_lines(stdout):
+            error = event.get("error") if event.get("type") == "error" else None
+            data = (error.get("data") or {}) if isinstance(error, dict) else {}
+            if not isinstance(data, dict):
+                continue
+            text = f"{data.get('message') or ''} {data.get('responseBody') or ''}".strip()
+            if data.get("statusCode") == 429 or LIMIT_TEXT.search(text):
+                limit = first_limit([f"429 {text}"], LIMIT_TEXT, now)
+                headers = data.get("responseHeaders") or {}
+                after = seconds_after(headers.get("retry-after"), now)
+                message = str(data.get("message") or text)[:500]
+                return Limit(message=message, reset_at=after or limit.reset_at)
+        return first_limit([stderr], LIMIT_TEXT, now)
 
     def health_answer(self, stdout: str) -> str:
         """`--format json` prints JSONL events: the answer is the text of its `text` events."""

@@ -12,12 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.utils import timezone
+
 from agents.models import CUSTOM_CLI
 from core.settings_store import binary_problem, cli_settings_for
 from core.storable import loads_storable
 from runner.clis import CLIS, cli_for
 from runner.clis.base import Cli, CustomCommand, Invocation, RunOptions, stderr_message
 from runner.files import read_output, remove_quietly, schema_path
+from runner.limits import Limit
 from runner.prompts import PROMPT_TEMPLATE
 from runner.schemas import schema_json
 from runner.worker import process
@@ -32,6 +35,7 @@ class Execution:
     error: str | None = None
     stopped: bool = False
     result: process.ProcessResult | None = None
+    limit: Limit | None = None  # the run failed on the CLI's quota or rate limit
 
 
 def options_for(agent) -> RunOptions:
@@ -117,7 +121,18 @@ def _strip_fences(text: str) -> str:
 
 
 def interpret(cli_type: str | Cli, result: process.ProcessResult, output_path: Path) -> Execution:
+    """The run's data, or its error; a failure the CLI's output calls a usage limit also
+    carries that `limit` (DESIGN "Usage limits": the caller pauses instead of failing)."""
     cli = cli_for(cli_type) if isinstance(cli_type, str) else cli_type
+    execution = _interpret(cli, result, output_path)
+    if execution.error and not result.start_error:
+        execution.limit = cli.usage_limit(
+            stdout=result.stdout, stderr=result.stderr, now=timezone.now()
+        )
+    return execution
+
+
+def _interpret(cli: Cli, result: process.ProcessResult, output_path: Path) -> Execution:
     if result.start_error:
         return Execution(error=f"CLI could not be started: {result.start_error}", result=result)
     reported = cli.read_stdout(result.stdout)

@@ -24,9 +24,12 @@ from agents.models import CUSTOM_CLI, Agent, CliType
 from core import events
 from core.settings_store import cli_settings_for
 from runner.clis import cli_for
-from runner.clis.base import HEALTH_PROMPT, Command, stderr_message
+from runner.clis.base import HEALTH_PROMPT, Cli, Command, stderr_message
 from runner.files import private_dir, temp_dir, write_private
+from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
+from runner.selectors import cli_limited
+from runner.services import cli_limit_lift, cli_limit_set
 from runner.worker import process
 from runner.worker.execution import cli_env, options_for, resolve_binary, resolve_custom
 
@@ -50,6 +53,14 @@ def _failure(cli: str, result: process.ProcessResult) -> str:
     detail = stderr_message(result.stderr, cli_for(cli).stderr_noise)[-500:]
     explain = cli_for(cli).explain(result.stderr)
     return f"CLI exited with code {result.exit_code}" + (f": {detail}" if detail else "") + explain
+
+
+def _usage_limit(cli: Cli, result: process.ProcessResult) -> Limit | None:
+    """The health prompt's answer ended on the CLI's usage limit (DESIGN "Usage limits")."""
+    failed = result.exit_code != 0 or cli.read_stdout(result.stdout).error
+    if result.start_error or not failed:
+        return None
+    return cli.usage_limit(stdout=result.stdout, stderr=result.stderr, now=timezone.now())
 
 
 def _patient_run(
@@ -128,11 +139,14 @@ def check(
 
 
 def _prompt_outcome(
-    cli_type: str, cli, found: dict, answer: process.ProcessResult, was_healthy: bool
+    cli_type: str, cli: Cli, found: dict, answer: process.ProcessResult, was_healthy: bool
 ) -> dict:
     """What the answer to the health prompt says about the CLI."""
     if answer.timed_out:
         return _timed_out(found, was_healthy=was_healthy, timeout=PROMPT_TIMEOUT)
+    limit = _usage_limit(cli, answer)
+    if limit is not None:  # installed and logged in, only out of quota: not "unhealthy"
+        return {**found, "status": CliHealthStatus.HEALTHY, "error": "", "limit": limit}
     if answer.exit_code != 0 or answer.start_error:
         return {**found, "status": CliHealthStatus.UNHEALTHY, "error": _failure(cli_type, answer)}
     reported = None if cli_type == CUSTOM_CLI else cli.read_stdout(answer.stdout).error
@@ -190,7 +204,14 @@ def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None
     if outcome is None:  # a custom-command agent deleted or switched to another CLI meanwhile
         CliHealth.objects.filter(cli_type=cli).delete()
         return
+    limit = outcome.pop("limit", None)
     store(cli, outcome, started_at=started_at, full=full)
+    if limit is not None:
+        cli_limit_set(cli_type=cli, limit=limit)
+    elif full and outcome["status"] == CliHealthStatus.HEALTHY:
+        # The prompt answered: its quota is back (a probe, too), unless a run hit the limit
+        # while this check ran.
+        cli_limit_lift(cli_type=cli, answered_since=started_at)
 
 
 class HealthChecks:
@@ -262,8 +283,9 @@ def custom_keys() -> set[str]:
 
 
 def needs_full_check() -> set[str]:
-    """CLIs whose last check failed (or never ran) get the real prompt again."""
+    """CLIs whose last check failed (or never ran) get the real prompt again; never a CLI out
+    of quota (its probes run on their own back-off, runner.worker.limits)."""
     healthy = set(
         CliHealth.objects.filter(status=CliHealthStatus.HEALTHY).values_list("cli_type", flat=True)
     )
-    return (set(CliType.values) | custom_keys()) - healthy
+    return (set(CliType.values) | custom_keys()) - healthy - cli_limited()

@@ -27,6 +27,7 @@ from core.wake import socket_path
 from runner.models import CliHealth
 from runner.services import agent_runs_close_interrupted
 from runner.worker import health, jobs, pickup
+from runner.worker.limits import LimitWatch
 from runner.worker.pipeline import ChatReply, TaskPass
 from runner.worker.process import kill_tree
 from tasks.models import QueueStatus, TaskQueueItem
@@ -37,6 +38,7 @@ STOP_WATCH_SECONDS = 0.1
 SHUTDOWN_GRACE_SECONDS = 1.2
 CLEANUP_EVERY = 24 * 3600
 HEALTH_EVERY = 5 * 60
+LIMITS_EVERY = 1.0
 
 
 class AlreadyRunning(RuntimeError):
@@ -110,8 +112,10 @@ OWNERS = {"task": TaskPass, "chat": ChatReply}
 
 
 class Worker:
-    def __init__(self, *, poll_interval: float):
+    def __init__(self, *, poll_interval: float, limits: LimitWatch | None = None):
         self.poll_interval = poll_interval
+        self.limits = limits or LimitWatch()
+        self.next_limits = 0.0
         self.shutdown = threading.Event()
         self.lock = threading.Lock()
         self.workspaces: dict[str, set[threading.Thread]] = {}  # workspace id → its runners
@@ -292,6 +296,9 @@ class Worker:
 
     def run_jobs(self) -> None:
         now = time.monotonic()
+        if now >= self.next_limits:  # usage limits: lift at the reset time, probe when due
+            self.next_limits = now + LIMITS_EVERY
+            self.limits.tick()
         if now >= self.next_cleanup:
             self.next_cleanup = now + CLEANUP_EVERY
             jobs.cleanup()

@@ -13,6 +13,7 @@ from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from chats.models import ChatQueueItem
+from runner.selectors import cli_limited
 from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
 from workspaces.models import Workspace
 
@@ -25,6 +26,9 @@ def _candidates(workspace_id: str | None = None, now=None):
     # A task runs one pass at a time (a pass being stopped does not count: it is ending).
     running = TaskQueueItem.objects.unstopped().filter(task_id=OuterRef("task_id"))
     items = items.exclude(Exists(running))
+    limited = cli_limited()
+    if limited:  # a pass paused on a usage limit waits for its CLI (others keep running)
+        items = items.exclude(waiting_for_cli__in=limited)
     return items.filter(Q(task__retry_not_before__isnull=True) | Q(task__retry_not_before__lte=now))
 
 
@@ -82,13 +86,20 @@ def claim_next(workspace_id: str, *, limit: int = 1) -> TaskQueueItem | None:
     return None
 
 
+def _chat_candidates():
+    items = ChatQueueItem.objects.queued()
+    limited = cli_limited()
+    return items.exclude(waiting_for_cli__in=limited) if limited else items
+
+
 def chats_queued() -> bool:
-    return ChatQueueItem.objects.queued().exists()
+    return _chat_candidates().exists()
 
 
 def claim_next_chat() -> ChatQueueItem | None:
-    """The oldest queued chat item, claimed (queued → in_progress)."""
-    for item in ChatQueueItem.objects.queued().order_by("created_at")[:20]:
+    """The oldest queued chat item, claimed (queued → in_progress); replies waiting for a CLI
+    that is out of quota stay queued."""
+    for item in _chat_candidates().order_by("created_at")[:20]:
         if ChatQueueItem.objects.claim(item.id):
             item.status = QueueStatus.IN_PROGRESS
             return item

@@ -42,6 +42,7 @@ from runner.files import (
     working_directory,
     write_private,
 )
+from runner.limits import Limit
 from runner.models import HEALTH_MARKS, QueueStatus, RunStatus
 from runner.recorder import RunRecorder, stall_limits
 from runner.schemas import (
@@ -52,8 +53,8 @@ from runner.schemas import (
     parse_task_output,
     task_schema,
 )
-from runner.selectors import cli_health_all, cli_health_marked
-from runner.services import cli_health_run_succeeded
+from runner.selectors import cli_health_all, cli_health_marked, cli_limited
+from runner.services import cli_health_run_succeeded, cli_limit_set
 from runner.worker import execution, process
 from runner.worker.snapshotting import RunSnapshots
 from tasks import branches
@@ -84,6 +85,15 @@ class Failure:
     """A run that failed, with the message users see (an error comment or system message)."""
 
     message: str
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A run that ended on its CLI's usage limit (DESIGN "Usage limits"): not an error; the
+    owner waits for the CLI and continues at the same agent."""
+
+    cli_type: str
+    limit: Limit
 
 
 def internal_error_message(exc: Exception) -> str:
@@ -170,6 +180,8 @@ def _run_cli(owner, recorder: RunRecorder):
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
         raise Stopped
+    if run.limit:
+        return Paused(cli_type=recorder.run.cli_type, limit=run.limit)
     if run.error:
         return Failure(run.error)
     result = owner.read(run.data)
@@ -282,14 +294,19 @@ class TaskPass:
             # Read once per pass: the settings (stall limits) and which CLIs carry a health mark.
             self.stall = stall_limits(self.task.workspace)
             self.health_marked = cli_health_marked()
-            pass_started = timezone.now()
+            # Read once per pass (a CLI limited meanwhile pauses the pass at its own run).
+            self.limited = cli_limited()
+            # A pass paused on a usage limit continues where it stopped.
+            self.pass_started = self.item.pass_started_at or timezone.now()
             order = None
             while (agent := self._next_agent(order)) is not None:
                 order, self.agent = agent.order, agent
+                if not self._choose_cli():
+                    return  # its CLI is out of quota: the item waits for it
                 result = run_step(self)
-                if isinstance(result, Failure) or result.in_review:
-                    return  # apply() finished the item
-            self._end_pass(pass_started)
+                if isinstance(result, Failure | Paused) or result.in_review:
+                    return  # apply() finished (or paused) the item
+            self._end_pass(self.pass_started)
         except Stopped:
             if not self.shutdown.is_set():
                 TaskQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
@@ -383,7 +400,42 @@ class TaskPass:
     def _next_agent(self, order: int | None) -> Agent | None:
         agents = list(Agent.objects.filter(workspace_id=self.task.workspace_id).in_order())
         self.agents = [(agent.id, agent.name) for agent in agents]
+        resume = self.item.resume_agent_id
+        if order is None and resume:  # the agent whose run hit the limit (if it still exists)
+            self.item.resume_agent_id = None
+            found = next((a for a in agents if a.id == resume), None)
+            if found is not None:
+                return found
         return next((a for a in agents if order is None or a.order > order), None)
+
+    def _choose_cli(self) -> bool:
+        """The agent's CLI, or its fallback CLI while that one is out of quota; False (and the
+        item paused) when neither may run now."""
+        agent, limited = self.agent, self.limited
+        self.cli_type, self.fallback_for = agent.cli_type, ""
+        if agent.cli_type not in limited:
+            return True
+        fallback = agent.fallback_cli_type
+        if fallback and fallback != agent.cli_type and fallback not in limited:
+            self.cli_type, self.fallback_for = fallback, agent.cli_type
+            return True
+        with transaction.atomic(), events.batched():
+            self._wanted_task()
+            self._pause(agent.cli_type)
+        return False
+
+    def _pause(self, cli_type: str) -> None:
+        """Inside a transaction: the item goes back to the queue, waiting for `cli_type`, and
+        continues at this agent with this pass's start. A newer item of the same task (queued by
+        a comment during this pass) gives way: the resumed pass queues the next one."""
+        TaskQueueItem.objects.queued().filter(task_id=self.item.task_id).delete()
+        TaskQueueItem.objects.pause(
+            self.item.id,
+            cli_type=cli_type,
+            resume_agent_id=self.agent.id,
+            pass_started_at=self.pass_started,
+        )
+        events.publish("task.updated", self._payload(waiting_for_cli=cli_type))
 
     def _wanted_task(self) -> Task:
         """Inside a transaction: the item still runs and the task is still In Progress (checked
@@ -412,6 +464,9 @@ class TaskPass:
                 task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
                 notify_task_in_review(task=task, last_comment=_last_agent_comment(task))
             TaskQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
+            if commented and self.item.pass_started_at:
+                # A resumed pass: the next pass its comments asked for gave way at the pause.
+                task_services.queue_item_ensure(task=task)
 
     def _internal_error(self, exc: Exception) -> None:
         """Same path as a CLI error: an error comment (which queues the retry) and back-off."""
@@ -443,14 +498,16 @@ class TaskPass:
             metadata={"agent_name": agent.name},
         )
         workspace_touch(task.workspace_id)
-        self.run_options = execution.options_for(agent)
+        # A fallback CLI runs without the agent's own model and flags (they are its CLI's).
+        self.run_options = RunOptions() if self.fallback_for else execution.options_for(agent)
         recorder = RunRecorder(
-            cli_type=agent.cli_type,
+            cli_type=self.cli_type,
             model=self.run_options.model,
             workspace_id=task.workspace_id,
             agent_id=agent.id,
             agent_name=agent.name,
             task_id=task.id,
+            fallback_for=self.fallback_for,
             **self.stall,
         )
         events.publish("agent.execution_started", self._payload(run_id=recorder.run.id))
@@ -479,10 +536,25 @@ class TaskPass:
             task_services.task_branch_commit_log(
                 task=self.task, actor=agent_actor(self.agent), commit=self.commit
             )
-        if isinstance(result, Failure):
+        if isinstance(result, Paused):
+            self._apply_pause(result)
+        elif isinstance(result, Failure):
             self._apply_failure(result.message)
         else:
             self._apply_outcome(result)
+
+    def _apply_pause(self, paused: Paused) -> None:
+        """Not an error: no comment, no email, no failure streak. The CLI is limited (one
+        notification for all waiting work) and this pass waits for it."""
+        cli_limit_set(cli_type=paused.cli_type, limit=paused.limit)
+        fallback = self.agent.fallback_cli_type
+        if self.fallback_for:  # the fallback ran out too: wait for the agent's own CLI
+            self._pause(self.fallback_for)
+        elif fallback and fallback != paused.cli_type and fallback not in cli_limited():
+            self._pause("")  # runs again at once, on the fallback CLI (see _choose_cli)
+        else:
+            self._pause(paused.cli_type)
+        events.publish("agent.execution_finished", self._payload(action_type="limited"))
 
     def _apply_outcome(self, outcome) -> None:
         task, actor = self.task, agent_actor(self.agent)
@@ -521,6 +593,7 @@ class Outcome:
     REPLIED = "replied"  # the agent's message was stored
     FAILED = "failed"  # a system message says why
     STOPPED = "stopped"  # stopped by the user (or shutdown): output discarded
+    WAITING = "waiting"  # the CLI is out of quota: the reply comes when it is back
 
 
 def _history(chat: Chat) -> list[dict]:
@@ -567,6 +640,7 @@ class ChatReply:
         self.outcome = Outcome.FAILED
         self.announced = False
         self.health_marked: set[str] = set()
+        self.fallback_for = ""
 
     def run(self) -> None:
         chat = (
@@ -590,7 +664,8 @@ class ChatReply:
                 self.settings, self.health = settings_get(), cli_health_all()
                 marked = [h["cli_type"] for h in self.health if h["status"] in HEALTH_MARKS]
                 self.health_marked = set(marked)
-                run_step(self)
+                if self._choose_cli():
+                    run_step(self)
         except Stopped:
             self.outcome = Outcome.STOPPED
             if not self.shutdown.is_set():
@@ -607,6 +682,28 @@ class ChatReply:
                 with transaction.atomic():
                     if Chat.objects.filter(id=chat.id).exists():
                         self._announce()
+
+    def _choose_cli(self) -> bool:
+        """While the CLI is out of quota: the agent's fallback CLI, else the reply waits (the
+        item stays queued for that CLI, no system message: the CLI's limit is not an error)."""
+        limited = {h["cli_type"] for h in self.health if h.get("limited")}
+        self.fallback_for = ""
+        if self.cli not in limited:
+            return True
+        fallback = self.agent.fallback_cli_type if self.agent else ""
+        if fallback and fallback not in limited:
+            self.cli, self.fallback_for = fallback, self.cli
+            return True
+        with transaction.atomic(), events.batched():
+            if not self.still_wanted():
+                raise Stopped
+            self._pause(self.cli)
+        return False
+
+    def _pause(self, cli_type: str) -> None:
+        ChatQueueItem.objects.pause(self.item.id, cli_type=cli_type)
+        self.outcome = Outcome.WAITING
+        self._announce()
 
     def _announce(self) -> None:
         """chat.processing_finished, with how the run ended."""
@@ -662,6 +759,7 @@ class ChatReply:
             agent_id=agent.id if agent else None,
             agent_name=self.agent_name,
             chat_id=self.chat.id,
+            fallback_for=self.fallback_for,
             **stall_limits(self.chat.workspace, settings=self.settings),
         )
 
@@ -717,6 +815,10 @@ class ChatReply:
 
     def apply(self, result) -> None:
         chat = self.chat
+        if isinstance(result, Paused):
+            cli_limit_set(cli_type=result.cli_type, limit=result.limit)
+            self._pause(self.fallback_for or result.cli_type)
+            return
         if isinstance(result, Failure):
             chat_message_add_system(chat=chat, message=result.message)
             ChatQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)

@@ -636,7 +636,7 @@ def _jsonl_block(lines: list[str], heading: str) -> list[dict]:
 
 TASK_ACTIONS = {"skip", "comment", "comment-once", "review", "in_review", "unknown-action"}
 CHAT_ACTIONS = {"reply", "action"}
-COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested"}
+COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested", "limit"}
 PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then the rest
 # File steps, chainable like the prefix actions: they change the working directory (cwd).
 # Each argument is one word; in TEXT `\\n` is a line break and `\\s` a space.
@@ -763,6 +763,8 @@ def _check_args(action: str, args: str) -> None:
         code = args.split(maxsplit=1)[0] if args else ""
         if not code.lstrip("-").isdigit():
             raise DirectiveError(f"exit needs an exit code, got {code!r}")
+    if action == "limit" and args and not args.isdigit():
+        raise DirectiveError(f"limit takes a reset time in epoch seconds, got {args!r}")
     if action == "nested" and not (args.isdigit() and int(args) > 0):
         raise DirectiveError(f"nested needs a depth (a whole number > 0), got {args!r}")
     if action == "action":
@@ -822,6 +824,42 @@ class Plan:
     steps: list[tuple[str, float]]
     outcome: Outcome | None = None
     exit: tuple[int, str] | None = None
+    limit: str | None = None  # `limit [EPOCH]`: the CLI's usage-limit output
+
+
+# `limit`: each CLI's recorded usage-limit output (tests/fixtures/limits/), without a reset time
+# or with one (EPOCH written in the CLI's own way: an epoch, a local clock time, a duration or a
+# retry-after header).
+LIMIT_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "limits"
+LIMIT_SAMPLES = {
+    "claude": ("claude_api_429", "claude_usage_limit_epoch"),
+    "codex": ("codex_quota_exceeded", "codex_usage_limit_at"),
+    "gemini": ("gemini_resource_exhausted_plain", "gemini_capacity_reset_after"),
+    "opencode": ("opencode_rate_limit_exceeded", "opencode_429_retry_after"),
+}
+
+
+def _ordinal(day: int) -> str:
+    suffix = "th" if 10 <= day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+    return f"{day}{suffix}"
+
+
+def limit_output(cli: str, reset: str) -> tuple[str, str, int]:
+    """(stdout, stderr, exit code) of `cli` out of quota, resetting at epoch `reset` if given."""
+    untimed, timed = LIMIT_SAMPLES[cli]
+    sample = json.loads((LIMIT_FIXTURES / f"{timed if reset else untimed}.json").read_text())
+    stdout, stderr = sample["stdout"], sample["stderr"]
+    if reset:
+        at = int(reset)
+        seconds = max(0, at - int(time.time()))
+        local = datetime.fromtimestamp(at).astimezone()
+        codex_at = f"{local:%b} {_ordinal(local.day)}, {local:%Y} {local:%-I:%M %p}"
+        hms = f"{seconds // 3600}h{seconds % 3600 // 60}m{seconds % 60}s"
+        stdout = re.sub(r"\|\d{9,12}", f"|{at}", stdout)
+        stdout = re.sub(r"try again at [^.]+ [AP]M", f"try again at {codex_at}", stdout)
+        stdout = re.sub(r"reset after \w+\.", f"reset after {hms}.", stdout)
+        stdout = re.sub(r'"retry-after": ?"\d+"', f'"retry-after": "{seconds}"', stdout)
+    return stdout, stderr, sample["exit_code"]
 
 
 def _actions(*actions: dict) -> Outcome:
@@ -862,7 +900,9 @@ def task_plan(doc: InputDoc) -> Plan:
         usable = [default]
     chosen = usable[-1] if usable else Directive(None, (), "skip", "")
     plan = Plan(list(chosen.steps))
-    if chosen.action in COMMON_ACTIONS:
+    if chosen.action == "limit":
+        plan.limit = chosen.args
+    elif chosen.action in COMMON_ACTIONS:
         plan.outcome, plan.exit = _common_terminal(chosen)
     else:
         plan.outcome = _task_outcome(chosen, doc)
@@ -908,9 +948,11 @@ def chat_plan(doc: InputDoc) -> Plan:
             message = directive.args
         elif directive.action == "action":
             actions.append(json.loads(directive.args))
+        elif directive.action == "limit":
+            plan.limit = directive.args
         elif directive.action is not None:
             plan.outcome, plan.exit = _common_terminal(directive)
-    if plan.outcome is None and plan.exit is None:
+    if plan.outcome is None and plan.exit is None and plan.limit is None:
         plan.outcome = Outcome("result", {"message": message, "actions": actions})
     return plan
 
@@ -1874,6 +1916,11 @@ def answer_other_prompt(cli: FakeCli, emitter: Emitter) -> int:
     if mode == "hang":
         time.sleep(3600)
         return 0
+    if mode.startswith("limit"):  # `limit` or `limit:EPOCH`: out of quota, as `@fake limit`
+        stdout, stderr, code = limit_output(cli.name, mode.partition(":")[2])
+        sys.stdout.write(stdout)
+        sys.stderr.write(stderr)
+        return code
     emitter.start()
     emitter.reply("OK")
     return 0
@@ -1897,6 +1944,11 @@ def run_prompt(cli: FakeCli, inv: Invocation) -> int:
     if plan.exit is not None:
         code, text = plan.exit
         raise CliExit(code, text)
+    if plan.limit is not None:
+        stdout, stderr, code = limit_output(cli.name, plan.limit)
+        sys.stdout.write(stdout)
+        sys.stderr.write(stderr)
+        return code
     emitter.start()
     if plan.outcome is not None and plan.outcome.nested and emitter.streaming:
         emitter.say('{"type":"nested","value":' + nested_json(plan.outcome.nested) + "}")

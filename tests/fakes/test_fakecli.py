@@ -438,7 +438,8 @@ def test_default_directive_from_env(box):
 
 @pytest.mark.parametrize(
     "directive", ["", "bogus", "sleep soon", "sleep 1 bogus", "comment", "exit x", "skip now",
-                  "action [1]", "Planner: bogus", "nested", "nested 0", "nested deep"]
+                  "action [1]", "Planner: bogus", "nested", "nested 0", "nested deep",
+                  "limit soon"]
 )  # fmt: skip
 def test_bad_directive_fails_loudly(box, directive):
     box.task(description=f"@fake {directive}")

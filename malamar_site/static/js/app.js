@@ -503,9 +503,26 @@
           detail: summary,
           href: itemLink(data),
         };
+      case "cli.limited":
+        // One toast per pause of a CLI (never one per waiting task): DESIGN "Usage limits".
+        return {
+          level: "info",
+          message: `${data.name || "A CLI"} is out of quota`,
+          detail: data.until
+            ? `Work that needs it waits until ${new Date(data.until).toLocaleString()}.`
+            : "Work that needs it waits; Malamar checks again on a back-off.",
+        };
+      case "cli.resumed":
+        return {
+          level: "success",
+          message: `${data.name || "A CLI"} works again`,
+          detail: "The work that waited for it continues.",
+        };
       case "chat.processing_finished":
-        // A stopped reply says nothing; the chat on screen shows its own news.
-        if (data.outcome === "stopped" || chatOnScreen(data.chat_id)) return null;
+        // A stopped reply says nothing; the chat on screen shows its own news; a reply that
+        // waits for a CLI out of quota says so in the CLI's own toast.
+        if (data.outcome === "stopped" || data.outcome === "waiting") return null;
+        if (chatOnScreen(data.chat_id)) return null;
         if (data.outcome === "failed") {
           return {
             level: "error",

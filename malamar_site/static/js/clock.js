@@ -1,4 +1,4 @@
-/* Clock times (`<time data-clock="time|minutes">`, e.g. a failing task's next retry) in the
+/* Clock times (`<time data-clock="time|minutes|weekday">`, e.g. a failing task's next retry) in the
    browser's time zone; the server renders them in UTC as a fallback. */
 (function () {
   "use strict";
@@ -6,6 +6,12 @@
   const formats = {
     time: new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" }),
     minutes: new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" }),
+    // Within the week ahead (a usage limit's reset): "Tue 17:40".
+    weekday: new Intl.DateTimeFormat(undefined, {
+      weekday: "short",
+      hour: "2-digit",
+      minute: "2-digit",
+    }),
   };
   const full = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
 

@@ -18,6 +18,7 @@
     "task.error_occurred",
     "agent.execution_started",
     "agent.execution_finished",
+    "cli.resumed", // waiting cards lose their "waits for" chip
   ];
 
   const $ = (selector, root = document) => root.querySelector(selector);

@@ -1,0 +1,175 @@
+"""Usage limits (DESIGN "Usage limits"): when a CLI's quota or rate limit runs out, the run is
+not an error; the CLI is "limited until T" and the work that needs it waits.
+
+This module is pure: it turns the reset texts the CLIs print into an aware datetime (or None:
+unknown, probe on a back-off) and says when to probe next. Each CLI class picks the texts it
+trusts (its error events, never the agent's own prose) and calls `reset_time`.
+"""
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+log = logging.getLogger(__name__)
+
+# Never trust a reset further away than this (a bad parse or a monthly cap): probe by then.
+MAX_WAIT = timedelta(days=7)
+# Minutes between health probes of a CLI limited without a known reset time; the last repeats,
+# so a CLI limited forever costs one cheap prompt an hour, never a storm.
+PROBE_BACKOFF_MINUTES = (5, 15, 30, 60)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A run ended on the CLI's quota or rate limit."""
+
+    message: str  # the CLI's own words, shown to the user
+    reset_at: datetime | None = None  # None: unknown, probe on the back-off
+
+
+def probe_delay(attempt: int) -> timedelta:
+    """How long to wait before probe number `attempt` (0-based)."""
+    step = PROBE_BACKOFF_MINUTES[min(attempt, len(PROBE_BACKOFF_MINUTES) - 1)]
+    return timedelta(minutes=step)
+
+
+def local_zone():
+    """The zone of clock times printed without one (Codex prints the machine's local time)."""
+    return datetime.now().astimezone().tzinfo
+
+
+def clamp(reset_at: datetime | None, now: datetime) -> datetime | None:
+    """A reset in the past is unknown (probe instead); one beyond MAX_WAIT waits MAX_WAIT."""
+    if reset_at is None:
+        return None
+    if reset_at <= now:
+        log.warning(
+            "Usage limit reset time is in the past; probing instead",
+            extra={"reset_at": reset_at.isoformat()},
+        )
+        return None
+    if reset_at - now > MAX_WAIT:
+        log.warning(
+            "Usage limit reset time is too far away; clamped to 7 days",
+            extra={"reset_at": reset_at.isoformat()},
+        )
+        return now + MAX_WAIT
+    return reset_at
+
+
+# the reset texts ---------------------------------------------------------------------------
+
+# Claude Code: "resets 5:40pm (Europe/Berlin)", "will reset at 3pm (America/Santiago)".
+_CLOCK_IN_ZONE = re.compile(
+    r"reset(?:s| at|s at)?\s+(?:at\s+)?(\d{1,2})(?::(\d{2}))?\s*([ap]m)\s*\(([^)]+)\)", re.I
+)
+# Claude Code before 2.x: "Claude AI usage limit reached|1749924000" (epoch seconds).
+_EPOCH = re.compile(r"usage limit reached\|(\d{9,12})", re.I)
+# Codex: "try again at Sep 20th, 2026 4:00 PM." or "try again at 3:29 PM." (local time).
+_CODEX_AT = re.compile(
+    r"try again at\s+(?:([A-Z][a-z]{2})\s+(\d{1,2})(?:st|nd|rd|th)?,\s+(\d{4})\s+)?"
+    r"(\d{1,2}):(\d{2})\s*([AP]M)",
+    re.I,
+)
+# Codex: "try again in 2 days 17 hours 14 minutes."
+_IN_WORDS = re.compile(
+    r"try again in\s+((?:\d+\s+(?:days?|hours?|minutes?|seconds?)[\s,]*(?:and\s+)?)+)", re.I
+)
+_WORD_PART = re.compile(r"(\d+)\s+(day|hour|minute|second)", re.I)
+# Gemini: "Your quota will reset after 4h28m20s." / "Please retry in 37.5s." / "in 900ms".
+_RESET_AFTER = re.compile(r"reset after\s+((?:\d+h)?(?:\d+m)?(?:\d+(?:\.\d+)?s)?)", re.I)
+_RETRY_IN = re.compile(r"retry in\s+(\d+(?:\.\d+)?)\s*(ms|s)\b", re.I)
+_HMS = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
+_MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, 1)}
+
+
+def _clock_in_zone(match: re.Match, now: datetime) -> datetime | None:
+    hour, minute, half, zone = match.groups()
+    try:
+        tz = ZoneInfo(zone.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+    hour = int(hour) % 12 + (12 if half.lower() == "pm" else 0)
+    if hour > 23 or int(minute or 0) > 59:
+        return None
+    local_now = now.astimezone(tz)
+    at = local_now.replace(hour=hour, minute=int(minute or 0), second=0, microsecond=0)
+    return at if at > local_now else at + timedelta(days=1)
+
+
+def _codex_at(match: re.Match, now: datetime) -> datetime | None:
+    month, day, year, hour, minute, half = match.groups()
+    tz = local_zone()
+    hour = int(hour) % 12 + (12 if half.upper() == "PM" else 0)
+    if hour > 23 or int(minute) > 59:
+        return None
+    local_now = now.astimezone(tz)
+    if month is None:  # a time only: today, else tomorrow
+        at = local_now.replace(hour=hour, minute=int(minute), second=0, microsecond=0)
+        return at if at > local_now else at + timedelta(days=1)
+    number = _MONTHS.get(month.lower())
+    if number is None:
+        return None
+    try:
+        return datetime(int(year), number, int(day), hour, int(minute), tzinfo=tz)
+    except ValueError:
+        return None
+
+
+def _in_words(match: re.Match, now: datetime) -> datetime:
+    units = {"day": "days", "hour": "hours", "minute": "minutes", "second": "seconds"}
+    parts = {units[u.lower()]: int(n) for n, u in _WORD_PART.findall(match.group(1))}
+    return now + timedelta(**parts)
+
+
+def _hms(text: str, now: datetime) -> datetime | None:
+    found = _HMS.match(text)
+    if not text or not found:
+        return None
+    hours, minutes, seconds = found.groups()
+    return now + timedelta(
+        hours=int(hours or 0), minutes=int(minutes or 0), seconds=float(seconds or 0)
+    )
+
+
+def reset_time(text: str, now: datetime) -> datetime | None:
+    """The reset time a limit message names, clamped (see `clamp`); None if it names none or
+    one that cannot be read."""
+    return clamp(_raw_reset_time(text, now), now)
+
+
+def _raw_reset_time(text: str, now: datetime) -> datetime | None:
+    if found := _EPOCH.search(text):
+        return datetime.fromtimestamp(int(found.group(1)), tz=UTC)
+    if found := _CLOCK_IN_ZONE.search(text):
+        return _clock_in_zone(found, now)
+    if found := _CODEX_AT.search(text):
+        return _codex_at(found, now)
+    if found := _IN_WORDS.search(text):
+        return _in_words(found, now)
+    if found := _RESET_AFTER.search(text):
+        return _hms(found.group(1), now)
+    if found := _RETRY_IN.search(text):
+        value, unit = float(found.group(1)), found.group(2).lower()
+        return now + timedelta(seconds=value / 1000 if unit == "ms" else value)
+    return None
+
+
+def seconds_after(value, now: datetime) -> datetime | None:
+    """A `retry-after` header value in seconds (HTTP), or None."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return clamp(now + timedelta(seconds=seconds), now) if seconds > 0 else None
+
+
+def first_limit(texts, patterns: re.Pattern, now: datetime) -> Limit | None:
+    """The first of `texts` that `patterns` calls a usage limit, with its reset time."""
+    for text in texts:
+        if text and patterns.search(text):
+            return Limit(message=text.strip()[:500], reset_at=reset_time(text, now))
+    return None

@@ -1,0 +1,126 @@
+"""Usage limits on the pages and the API (DESIGN "Usage limits"): the board's banner and the
+waiting card's chip, Settings → CLIs' "limited until", the agent's fallback CLI, the run's
+fallback label."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents.services import agent_create
+from runner.limits import Limit
+from runner.models import AgentRun
+from runner.services import agent_run_start, cli_limit_lift, cli_limit_set
+from tasks.models import TaskQueueItem
+from tasks.services import task_create
+from tests.conftest import error_of
+from tests.pages import html
+
+pytestmark = pytest.mark.django_db
+
+
+def _waiting_task(workspace, summary: str, cli: str):
+    task = task_create(workspace=workspace, summary=summary)
+    TaskQueueItem.objects.queued().filter(task=task).update(waiting_for_cli=cli)
+    return task
+
+
+def test_the_board_shows_the_limited_cli_and_its_waiting_tasks(client, workspace, agents):
+    until = timezone.now() + timedelta(hours=3)
+    cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit", until))
+    waiting = _waiting_task(workspace, "Waits", "claude")
+    task_create(workspace=workspace, summary="Runs")
+    _waiting_task(workspace, "Waits too", "claude")
+
+    banners = html(client.get(f"/workspaces/{workspace.id}/banners/"))
+    local = timezone.localtime(until).strftime("%H:%M")
+    assert "Claude Code is out of quota until" in banners and local in banners
+    assert "2 tasks wait" in banners
+    assert "You&#x27;ve hit your session limit" in banners or "hit your session limit" in banners
+
+    board = html(client.get(f"/workspaces/{workspace.id}/"))
+    assert f'data-task-waiting="{waiting.id}"' in board
+    assert board.count("Waits for Claude Code") == 2
+
+    cli_limit_lift(cli_type="claude")
+    assert "out of quota" not in html(client.get(f"/workspaces/{workspace.id}/banners/"))
+    assert "Waits for" not in html(client.get(f"/workspaces/{workspace.id}/"))
+
+
+def test_the_banner_without_a_reset_time_says_when_it_checks_again(client, workspace, agents):
+    cli_limit_set(cli_type="claude", limit=Limit("429 rate_limit_error"))
+    banners = html(client.get(f"/workspaces/{workspace.id}/banners/"))
+    assert "Claude Code is out of quota" in banners and "checks it again at" in banners
+
+
+def test_a_limited_cli_the_workspace_does_not_use_has_no_banner(client, workspace, agents):
+    cli_limit_set(cli_type="opencode", limit=Limit("rate limit"))
+    assert "out of quota" not in html(client.get(f"/workspaces/{workspace.id}/banners/"))
+
+
+def test_settings_show_how_long_a_cli_is_limited(client):
+    until = timezone.now() + timedelta(days=2)
+    cli_limit_set(cli_type="codex", limit=Limit("You've hit your usage limit.", until))
+    page = html(client.get("/settings/"))
+    assert "Out of quota" in page and "data-cli-limited-until" in page
+    assert f'datetime="{until.isoformat()}" data-clock="weekday"' in page
+    assert "hit your usage limit" in page
+
+
+def test_the_agent_api_takes_a_fallback_cli(api, workspace):
+    base = f"/api/workspaces/{workspace.id}/agents"
+    made = api.post(base, {"name": "Coder", "instruction": "Code", "fallback_cli_type": "codex"})
+    assert made.status_code == 201 and made.json()["fallback_cli_type"] == "codex"
+    agent = f"/api/agents/{made.json()['id']}"
+    same = api.put(agent, {"fallback_cli_type": "claude"})
+    assert same.status_code == 400 and "must differ" in error_of(same)["message"]
+    bad = api.put(agent, {"fallback_cli_type": "vim"})
+    assert bad.status_code == 400 and "fallback_cli_type" in error_of(bad)["message"]
+    assert api.put(agent, {"fallback_cli_type": ""}).json()["fallback_cli_type"] == ""
+    # switching the agent to its fallback's CLI drops the fallback
+    api.put(agent, {"fallback_cli_type": "gemini"})
+    assert api.put(agent, {"cli_type": "gemini"}).json()["fallback_cli_type"] == ""
+
+
+def test_the_agent_dialog_offers_a_fallback_cli(client, workspace):
+    agent = agent_create(workspace=workspace, name="Coder", instruction="Code")
+    form = html(client.get(f"/agents/{agent.id}/edit/", HTTP_HX_REQUEST="true"))
+    assert 'name="fallback_cli_type"' in form and "Fallback CLI" in form
+    saved = client.post(
+        f"/agents/{agent.id}/edit/",
+        {
+            "name": "Coder",
+            "instruction": "Code",
+            "cli_type": "claude",
+            "fallback_cli_type": "codex",
+        },
+        HTTP_HX_REQUEST="true",
+    )
+    assert saved.status_code == 200
+    agent.refresh_from_db()
+    assert agent.fallback_cli_type == "codex"
+
+
+def test_a_run_on_the_fallback_cli_says_so_in_the_activity(client, workspace):
+    task = task_create(workspace=workspace, summary="Fell back")
+    run = agent_run_start(
+        cli_type="claude",
+        workspace_id=workspace.id,
+        agent_id=None,
+        agent_name="Coder",
+        task_id=task.id,
+        fallback_for="codex",
+    )
+    AgentRun.objects.filter(id=run.id).update(status="completed", ended_at=timezone.now())
+    page = html(client.get(f"/tasks/{task.id}/activity/", HTTP_HX_REQUEST="true"))
+    assert "Claude Code (fallback for Codex CLI)" in page
+
+
+def test_the_health_api_says_which_cli_is_limited_until_when(api):
+    until = timezone.now() + timedelta(hours=2)
+    cli_limit_set(cli_type="gemini", limit=Limit("RESOURCE_EXHAUSTED", until))
+    clis = {c["cli_type"]: c for c in api.get("/api/health/cli").json()["clis"]}
+    assert clis["gemini"]["limited"] is True
+    assert clis["gemini"]["limit_message"] == "RESOURCE_EXHAUSTED"
+    assert clis["gemini"]["limited_until"].startswith(until.strftime("%Y-%m-%dT%H:%M"))
+    assert clis["claude"]["limited"] is False and clis["claude"]["limited_until"] is None

@@ -1,0 +1,356 @@
+"""Usage limits, the worker's side (DESIGN "Usage limits"), in-process with the fake CLIs: a run
+that hits its CLI's quota pauses the task (no error comment, no failure streak), other work keeps
+running, and the task resumes at the same agent at the reset time or after a probe answers.
+The clock is injected: no test sleeps until a reset."""
+
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents.services import agent_create, agent_update
+from chats.models import ChatQueueItem
+from chats.services import chat_start
+from core.actors import USER
+from core.models import OutboxEvent
+from notifications import services as notification_services
+from runner import services as runner_services
+from runner.limits import Limit
+from runner.models import AgentRun, CliHealth, RunStatus
+from runner.selectors import first_available_cli
+from runner.services import cli_limit_set
+from runner.worker import health, pickup
+from runner.worker.limits import LimitWatch, ProbeResult, probe
+from runner.worker.pipeline import ChatReply, TaskPass
+from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
+from tasks.services import comment_create, task_create
+from tests.live import wait_until
+from tests.stack import FAKES_BIN
+from workspaces.services import workspace_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fake_clis(monkeypatch):
+    monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.fixture
+def notified(monkeypatch):
+    """The pause/resume notifications sent (one per pause, one per resume)."""
+    sent = []
+    monkeypatch.setattr(
+        runner_services, "notify_cli_limited", lambda **kw: sent.append(("limited", kw))
+    )
+    monkeypatch.setattr(
+        runner_services, "notify_cli_resumed", lambda **kw: sent.append(("resumed", kw))
+    )
+    return sent
+
+
+def _team(title: str, *agents):
+    workspace = workspace_create(title=title)
+    made = [
+        agent_create(workspace=workspace, name=name, instruction="Work.", cli_type=cli)
+        for name, cli in agents
+    ]
+    return workspace, made
+
+
+def _run_workspace(workspace) -> int:
+    """Run the workspace's queue as the worker's thread does, until it has nothing to pick."""
+    passes = 0
+    while (item := pickup.claim_next(workspace.id)) is not None:
+        TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
+        passes += 1
+        assert passes < 20, "the queue never empties"
+    return passes
+
+
+def _runs(task) -> list[tuple[str, str, str]]:
+    runs = AgentRun.objects.filter(task=task).order_by("started_at", "id")
+    return [(run.agent_name, run.cli_type, run.status) for run in runs]
+
+
+def _events(kind: str) -> list[dict]:
+    return [e.payload for e in OutboxEvent.objects.filter(type=kind).order_by("id")]
+
+
+def _whole_minute(seconds_ahead: int) -> int:
+    """A reset time as Codex prints it: to the minute (in the machine's local time)."""
+    return (int(time.time()) + seconds_ahead) // 60 * 60
+
+
+def _limited_task(reset=None):
+    workspace, agents = _team("Limited", ("Planner", "claude"), ("Implementer", "codex"))
+    limit = f"limit {reset}" if reset else "limit"
+    task = task_create(
+        workspace=workspace,
+        summary="Build it",
+        description=f"@fake Planner: comment-once Planned\n@fake Implementer: {limit}",
+    )
+    return workspace, agents, task
+
+
+def test_a_limited_run_pauses_the_task_without_an_error(notified):
+    reset = _whole_minute(3 * 3600)
+    workspace, (_planner, implementer), task = _limited_task(reset)
+
+    _run_workspace(workspace)
+
+    assert _runs(task) == [
+        ("Planner", "claude", RunStatus.COMPLETED),
+        ("Implementer", "codex", RunStatus.LIMITED),
+    ]
+    assert not TaskComment.objects.filter(task=task, kind="error").exists()
+    task.refresh_from_db()
+    assert task.failure_streak == 0 and task.retry_not_before is None
+    assert task.status == TaskStatus.IN_PROGRESS
+    item = TaskQueueItem.objects.get(task=task, status=QueueStatus.QUEUED)
+    assert (item.waiting_for_cli, item.resume_agent_id) == ("codex", implementer.id)
+    codex = CliHealth.objects.get(cli_type="codex")
+    assert codex.limited_until == datetime.fromtimestamp(reset, tz=UTC)
+    assert "usage limit" in codex.limit_message
+    assert [e["cli_type"] for e in _events("cli.limited")] == ["codex"]
+    assert [kind for kind, _ in notified] == ["limited"]
+    assert pickup.claim_next(workspace.id) is None, "the paused task waits for its CLI"
+
+
+def test_other_workspaces_keep_running_while_a_cli_is_limited():
+    workspace, _agents, _task = _limited_task(_whole_minute(3600))
+    _run_workspace(workspace)
+    other, _ = _team("Other", ("Solo", "claude"))
+    task = task_create(workspace=other, summary="Unrelated", description="@fake skip")
+    assert set(pickup.workspaces_with_work()) == {other.id}
+    _run_workspace(other)
+    assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
+
+
+def test_the_task_resumes_at_the_same_agent_at_the_reset_time(notified):
+    reset = _whole_minute(3 * 3600)
+    workspace, _agents, task = _limited_task(reset)
+    _run_workspace(workspace)
+    reset_at = datetime.fromtimestamp(reset, tz=UTC)
+    # The quota is back at the reset time: the fake answers this time (the user's comment
+    # carries the directive that wins; it also shows a comment never restarts the pass).
+    comment_create(task=task, content="@fake Implementer: comment-once Built", actor=USER)
+
+    LimitWatch(clock=lambda: reset_at - timedelta(seconds=1), background=False).tick()
+    assert pickup.claim_next(workspace.id) is None, "not before the reset time"
+    LimitWatch(clock=lambda: reset_at, background=False).tick()
+
+    assert not CliHealth.objects.get(cli_type="codex").is_limited
+    assert [e["cli_type"] for e in _events("cli.resumed")] == ["codex"]
+    _run_workspace(workspace)
+    runs = _runs(task)
+    assert runs[:3] == [
+        ("Planner", "claude", RunStatus.COMPLETED),
+        ("Implementer", "codex", RunStatus.LIMITED),
+        ("Implementer", "codex", RunStatus.COMPLETED),  # the same agent, not the Planner
+    ]
+    assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
+    authors = list(TaskComment.objects.filter(task=task).values_list("content", flat=True))
+    assert "Planned" in authors and "Built" in authors
+    assert [kind for kind, _ in notified] == ["limited", "resumed"]
+
+
+def test_without_a_reset_time_the_cli_is_probed_on_a_back_off():
+    workspace, _agents, task = _limited_task()
+    started = timezone.now()
+    _run_workspace(workspace)
+    codex = CliHealth.objects.get(cli_type="codex")
+    assert codex.limited_until is None
+    assert timedelta(minutes=4) < codex.probe_at - started < timedelta(minutes=6)
+
+    probes, answers = [], [False, False, True]
+
+    def prober(cli):
+        probes.append(cli)
+        return ProbeResult(answered=answers[len(probes) - 1])
+
+    now = [codex.probe_at - timedelta(seconds=1)]
+    watch = LimitWatch(clock=lambda: now[0], prober=prober, background=False)
+    watch.tick()
+    assert probes == [], "not before the first probe time"
+    delays = []
+    for _ in range(3):
+        now[0] = CliHealth.objects.get(cli_type="codex").probe_at
+        watch.tick()
+        row = CliHealth.objects.get(cli_type="codex")
+        if row.is_limited:
+            delays.append(row.probe_at - now[0])
+    assert probes == ["codex"] * 3
+    assert delays == [timedelta(minutes=15), timedelta(minutes=30)]
+    assert not CliHealth.objects.get(cli_type="codex").is_limited
+    assert TaskQueueItem.objects.get(task=task, status=QueueStatus.QUEUED).waiting_for_cli == ""
+
+
+def test_a_cli_limited_forever_is_probed_at_most_hourly():
+    cli_limit_set(cli_type="gemini", limit=Limit("RESOURCE_EXHAUSTED"))
+    now = [timezone.now()]
+    probes = []
+    watch = LimitWatch(
+        clock=lambda: now[0],
+        prober=lambda cli: probes.append(cli) or ProbeResult(answered=False),
+        background=False,
+    )
+    for _ in range(8):
+        now[0] = CliHealth.objects.get(cli_type="gemini").probe_at
+        watch.tick()
+        watch.tick()  # a second tick at the same time never probes again
+    row = CliHealth.objects.get(cli_type="gemini")
+    assert len(probes) == 8 and row.probe_attempts == 8
+    assert row.probe_at - now[0] == timedelta(minutes=60)
+
+
+def test_the_real_probe_sends_the_health_prompt():
+    assert probe("claude") == ProbeResult(answered=True)
+
+
+def test_a_task_whose_cli_is_limited_waits_without_running_it():
+    workspace, _agents = _team("Waiting", ("Solo", "codex"))
+    cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
+    task = task_create(workspace=workspace, summary="Later", description="@fake skip")
+    _run_workspace(workspace)
+    assert _runs(task) == []
+    item = TaskQueueItem.objects.get(task=task, status=QueueStatus.QUEUED)
+    assert item.waiting_for_cli == "codex"
+    assert pickup.claim_next(workspace.id) is None
+
+
+def test_the_fallback_cli_runs_while_the_agents_cli_is_limited():
+    workspace, (solo,) = _team("Fallback", ("Solo", "codex"))
+    agent_update(agent=solo, fallback_cli_type="claude")
+    cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
+    task = task_create(workspace=workspace, summary="Now", description="@fake skip")
+    _run_workspace(workspace)
+    run = AgentRun.objects.get(task=task)
+    assert (run.cli_type, run.fallback_for, run.status) == ("claude", "codex", "completed")
+    assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
+
+
+def test_a_limited_run_switches_to_the_fallback_cli_at_once():
+    """The agent's CLI runs out mid-pass: the same agent runs again at once on its fallback CLI
+    (here out of quota too, so the pass then waits for the agent's own CLI)."""
+    workspace, (solo,) = _team("Fallback", ("Solo", "codex"))
+    agent_update(agent=solo, fallback_cli_type="claude")
+    task = task_create(workspace=workspace, summary="Now", description="@fake limit")
+    _run_workspace(workspace)
+    assert _runs(task) == [
+        ("Solo", "codex", RunStatus.LIMITED),
+        ("Solo", "claude", RunStatus.LIMITED),
+    ]
+    item = TaskQueueItem.objects.get(task=task, status=QueueStatus.QUEUED)
+    assert item.waiting_for_cli == "codex"
+    assert AgentRun.objects.filter(task=task, fallback_for="codex").count() == 1
+
+
+def test_a_chat_reply_waits_for_its_limited_cli():
+    workspace, (solo,) = _team("Chat", ("Solo", "codex"))
+    cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
+    chat = chat_start(workspace=workspace, agent=solo, message="Hello")
+    item = pickup.claim_next_chat()
+    assert item is not None
+    ChatReply(item, stop=threading.Event(), shutdown=threading.Event()).run()
+    item.refresh_from_db()
+    assert (item.status, item.waiting_for_cli) == (QueueStatus.QUEUED, "codex")
+    assert not chat.messages.filter(role="system").exists()
+    assert pickup.claim_next_chat() is None
+    runner_services.cli_limit_lift(cli_type="codex")
+    assert ChatQueueItem.objects.get(id=item.id).waiting_for_cli == ""
+    assert pickup.claim_next_chat() is not None
+
+
+def test_a_limit_noticed_again_updates_the_reset_without_a_second_notification(notified):
+    first = timezone.now() + timedelta(hours=1)
+    cli_limit_set(cli_type="claude", limit=Limit("limit", first))
+    cli_limit_set(cli_type="claude", limit=Limit("limit", first + timedelta(hours=1)))
+    assert CliHealth.objects.get(cli_type="claude").limited_until == first + timedelta(hours=1)
+    assert [kind for kind, _ in notified] == ["limited"]
+    assert len(_events("cli.limited")) == 1
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex", "gemini", "opencode"])
+def test_a_health_check_out_of_quota_limits_the_cli_instead_of_marking_it_unhealthy(
+    cli, monkeypatch
+):
+    monkeypatch.setenv("MALAMAR_FAKE_HEALTH", "limit")
+    health.check_and_store(cli, full=True)
+    row = CliHealth.objects.get(cli_type=cli)
+    assert row.status == "healthy" and row.error == ""
+    assert row.is_limited and row.probe_at is not None
+    assert cli not in health.needs_full_check(), "its probes have their own back-off"
+
+
+def test_a_health_check_that_answers_lifts_the_limit():
+    cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
+    health.check_and_store("codex", full=True)
+    assert not CliHealth.objects.get(cli_type="codex").is_limited
+
+
+def test_a_check_that_started_before_a_run_hit_the_limit_does_not_lift_it(monkeypatch):
+    """The worker's start-up check answers while a run meets the limit: the newer news wins."""
+    real_check = health.check
+
+    def check_while_a_run_hits_the_limit(*args, **kwargs):
+        outcome = real_check(*args, **kwargs)
+        cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
+        return outcome
+
+    monkeypatch.setattr(health, "check", check_while_a_run_hits_the_limit)
+    health.check_and_store("codex", full=True)
+    assert CliHealth.objects.get(cli_type="codex").is_limited
+
+
+def test_the_malamar_agent_prefers_a_cli_that_is_not_out_of_quota():
+    assert first_available_cli() == "claude"
+    cli_limit_set(cli_type="claude", limit=Limit("limit"))
+    assert first_available_cli() == "codex"
+    for cli in ("codex", "gemini", "opencode"):
+        cli_limit_set(cli_type=cli, limit=Limit("limit"))
+    assert first_available_cli() == "claude", "all limited: the first one (the reply waits)"
+
+
+@pytest.mark.live
+def test_the_real_worker_pauses_a_limited_task_and_runs_the_others(stack):
+    """End to end (runworker and server): the limited run leaves no error comment and the task
+    waits In Progress, while a task of another workspace reaches In Review."""
+    limited_ws = stack.workspace("Limited", agents=[("Solo", "codex")])
+    waiting = stack.task(limited_ws, f"@fake Solo: limit {_whole_minute(3 * 3600)}")
+    wait_until(
+        lambda: (
+            stack.api("GET", f"/tasks/{waiting['id']}/runs")["runs"][:1]
+            and stack.api("GET", f"/tasks/{waiting['id']}/runs")["runs"][0]["status"] == "limited"
+        ),
+        timeout=30,
+        what="the limited run",
+    )
+    other_ws = stack.workspace("Other", agents=[("Solo", "claude")])
+    other = stack.task(other_ws, "@fake skip")
+    stack.wait_status(other, "in_review")
+    assert stack.comments(waiting) == []
+    assert stack.status(waiting) == "in_progress"
+    clis = {c["cli_type"]: c for c in stack.api("GET", "/health/cli")["clis"]}
+    assert clis["codex"]["limited"] and clis["codex"]["limited_until"]
+    assert len(stack.api("GET", f"/tasks/{waiting['id']}/runs")["runs"]) == 1, "no retry"
+
+
+def test_one_email_and_webhook_when_work_pauses_and_one_when_it_resumes(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    sent = []
+    monkeypatch.setattr(
+        notification_services, "_deliver_global", lambda payload, mail: sent.append(payload)
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit"))
+        cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit"))
+    with django_capture_on_commit_callbacks(execute=True):
+        runner_services.cli_limit_lift(cli_type="claude")
+        runner_services.cli_limit_lift(cli_type="claude")
+    assert [p["event"] for p in sent] == ["cli.limited", "cli.resumed"]
+    assert sent[0]["cli_type"] == "claude" and sent[0]["until"] is None
