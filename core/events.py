@@ -20,6 +20,8 @@ EVENT_TYPES = frozenset(
         "task.status_changed",
         "task.comment_added",
         "task.error_occurred",
+        "task.unblocked",
+        "task.blocked",
         "agent.execution_started",
         "agent.execution_finished",
         "chat.message_added",

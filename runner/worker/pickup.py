@@ -2,7 +2,8 @@
 
 Order (spec "Queue Pickup Algorithm"): only Todo / In Progress tasks; a prioritised item; else the
 task with the most recently completed/failed item (finish what you started); else the most
-recently updated item (LIFO, so a comment bumps a task). Tasks in error back-off wait.
+recently updated item (LIFO, so a comment bumps a task). Tasks in error back-off wait, and so do
+Todo tasks with a blocker that is not Done (tasks.models.waiting_for_blockers).
 """
 
 from django.db.models import Q
@@ -14,7 +15,7 @@ from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
 
 def _candidates(workspace_id: str | None = None, now=None):
     now = now or timezone.now()
-    items = TaskQueueItem.objects.queued().filter(task__status__in=RUNNABLE_STATUSES)
+    items = TaskQueueItem.objects.eligible().filter(task__status__in=RUNNABLE_STATUSES)
     if workspace_id:
         items = items.filter(workspace_id=workspace_id)
     return items.filter(Q(task__retry_not_before__isnull=True) | Q(task__retry_not_before__lte=now))

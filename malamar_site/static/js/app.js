@@ -493,6 +493,13 @@
           detail: summary,
           href: itemLink(data),
         };
+      case "task.unblocked":
+        return {
+          level: "info",
+          message: "No longer waiting: it can start",
+          detail: summary,
+          href: itemLink(data),
+        };
       case "task.comment_added":
         if (data.author_type !== "agent" || taskOnScreen(data.task_id)) return null;
         return {

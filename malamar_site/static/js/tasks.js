@@ -16,6 +16,8 @@
     "task.comment_added",
     "task.deleted",
     "task.error_occurred",
+    "task.unblocked",
+    "task.blocked",
     "agent.execution_started",
     "agent.execution_finished",
   ];
