@@ -9,6 +9,7 @@ from core.models import OutboxEvent
 from runner.worker import pickup
 from tasks import selectors, services
 from tasks.models import QueueStatus, Task, TaskDependency, TaskLog, TaskQueueItem, TaskStatus
+from tests.conftest import error_of
 from workspaces.services import workspace_create
 
 
@@ -178,3 +179,44 @@ def test_selectors_show_what_a_task_waits_for(chain):
     assert [t.summary for t in selectors.dependents_of(plan)] == ["Build"]
     task = selectors.task_with_counts(build.id)
     assert task.has_open_blockers is True
+
+
+# --- JSON API -------------------------------------------------------------------------------
+
+
+def test_api_creates_lists_and_changes_blockers(api, workspace):
+    plan = api.post(f"/api/workspaces/{workspace.id}/tasks", {"summary": "Plan"}).json()
+    assert plan["blocked_by"] == [] and plan["is_waiting"] is False
+    response = api.post(
+        f"/api/workspaces/{workspace.id}/tasks", {"summary": "Build", "blocked_by": [plan["id"]]}
+    )
+    assert response.status_code == 201, response.content
+    build = response.json()
+    assert build["blocked_by"] == [plan["id"]] and build["is_waiting"] is True
+    listed = api.get(f"/api/workspaces/{workspace.id}/tasks").json()["tasks"]
+    assert {t["summary"]: t["is_waiting"] for t in listed} == {"Plan": False, "Build": True}
+    response = api.put(f"/api/tasks/{build['id']}", {"blocked_by": []})
+    assert response.json()["blocked_by"] == []
+    response = api.post(f"/api/tasks/{build['id']}/blockers", {"blocker_id": plan["id"]})
+    assert response.status_code == 201 and response.json()["blocked_by"] == [plan["id"]]
+    response = api.delete(f"/api/tasks/{build['id']}/blockers/{plan['id']}")
+    assert response.status_code == 200 and response.json()["blocked_by"] == []
+
+
+def test_api_refuses_cycles_and_other_workspaces_with_400(api, workspace):
+    plan = make(workspace, "Plan")
+    build = make(workspace, "Build", blocked_by=[plan.id])
+    response = api.post(f"/api/tasks/{plan.id}/blockers", {"blocker_id": build.id})
+    assert response.status_code == 400
+    assert "cycle" in error_of(response)["message"]
+    response = api.put(f"/api/tasks/{plan.id}", {"summary": "Renamed", "blocked_by": [build.id]})
+    assert response.status_code == 400
+    assert Task.objects.get(id=plan.id).summary == "Plan"  # nothing half-applied
+    foreign = make(workspace_create(title="Other"), "Foreign")
+    response = api.post(
+        f"/api/workspaces/{workspace.id}/tasks", {"summary": "X", "blocked_by": [foreign.id]}
+    )
+    assert response.status_code == 400
+    assert "another workspace" in error_of(response)["message"]
+    response = api.post(f"/api/tasks/{plan.id}/blockers", {"blocker_id": "missing"})
+    assert response.status_code == 404
