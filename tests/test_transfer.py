@@ -1,0 +1,254 @@
+"""Export, import and clone of a workspace (one versioned JSON file), and `malamar backup`."""
+
+import copy
+import dataclasses
+import io
+import json
+
+import pytest
+
+from agents.services import agent_create
+from chats import services as chat_services
+from chats.attachments import attachments_dir
+from core.actors import SYSTEM, USER, agent_actor
+from core.errors import ValidationFailed
+from tasks import services as task_services
+from tasks.models import Task, TaskQueueItem, TaskStatus
+from workspaces import transfer
+from workspaces.models import Workspace
+from workspaces.services import workspace_clone, workspace_create, workspace_import
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def temp_dir(tmp_path, settings):
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, temp_dir=tmp_path)
+    return tmp_path
+
+
+def upload(name, content):
+    source = io.BytesIO(content)
+    source.name = name
+    return source
+
+
+def force_status(task, status):
+    Task.objects.filter(id=task.id).update(status=status)
+    task.status = status
+
+
+@pytest.fixture
+def full(temp_dir):
+    """A workspace with every kind of row the export carries."""
+    ws = workspace_create(
+        title="Full",
+        description="Shared rules",
+        working_directory_mode="temp",
+        auto_delete_done_tasks=False,
+        retention_days=30,
+        notify_on_error="off",
+        notify_on_in_review="on",
+        stall_kill_minutes=12.5,
+    )
+    planner = agent_create(workspace=ws, name="Planner", instruction="Plan it.", cli_type="codex")
+    coder = agent_create(workspace=ws, name="Coder", instruction="Code it.", cli_type="gemini")
+    plan = task_services.task_create(workspace=ws, summary="Plan", description="*markdown*")
+    build = task_services.task_create(workspace=ws, summary="Build", blocked_by=[plan.id])
+    task_services.task_create(workspace=ws, summary="Ship", blocked_by=[plan.id, build.id])
+    task_services.comment_create(task=plan, content="A user note", actor=USER)
+    task_services.comment_create(task=plan, content="Planned.", actor=agent_actor(planner))
+    task_services.comment_create(task=plan, content="Run failed", actor=SYSTEM, kind="error")
+    force_status(plan, TaskStatus.IN_REVIEW)
+    task_services.task_status_set(task=plan, status=TaskStatus.DONE, actor=USER)
+    review = task_services.task_create(workspace=ws, summary="Review")
+    force_status(review, TaskStatus.IN_REVIEW)
+    task_services.task_prioritize_toggle(task=build)
+    chat = chat_services.chat_create(workspace=ws, agent=coder, title="About the build")
+    chat_services.chat_participant_add(chat=chat, agent_id=None)
+    chat_services.chat_attachments_add(chat=chat, files=[upload("spec.txt", b"the spec")])
+    chat_services.chat_message_add_agent(
+        chat=chat, message="Created it", actions=[{"type": "create_task", "task_id": build.id}]
+    )
+    chat_services.chat_create(workspace=ws, title="Malamar chat")
+    return ws
+
+
+def normalized(document: dict) -> dict:
+    """The document with every id replaced by its order of first appearance, and the parts
+    that differ between two exports by nature (export time, attachment folder) dropped."""
+    doc = copy.deepcopy(document)
+    doc.pop("exported_at")
+    ids: dict[str, str] = {}
+
+    def name(value):
+        return ids.setdefault(value, f"#{len(ids)}")
+
+    for agent in doc["agents"]:
+        agent["id"] = name(agent["id"])
+    for task in doc["tasks"]:
+        task["id"] = name(task["id"])
+    for chat in doc["chats"]:
+        chat["id"] = name(chat["id"])
+        folder = chat.pop("attachments_dir", None)
+        for message in chat["messages"]:
+            if folder:
+                message["message"] = message["message"].replace(folder, "<folder>")
+
+    def swap(value):
+        if isinstance(value, str):
+            return ids.get(value, value)
+        if isinstance(value, list):
+            return [swap(v) for v in value]
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        return value
+
+    swapped = swap(doc)
+    for task in swapped["tasks"]:
+        for row in task["comments"] + task["logs"]:
+            row.pop("id")
+    return swapped
+
+
+def test_export_import_round_trip_is_equal_but_for_ids(full):
+    document = transfer.export_document(full, chats=True, attachments=True)
+    assert document["format"] == "malamar.workspace" and document["version"] == 1
+    assert len(document["tasks"]) == 4 and len(document["dependencies"]) == 3
+    assert any(c["attachments"] for c in document["chats"])
+    raw = json.dumps(document)
+    copy_ws = workspace_import(raw=raw.encode())
+    assert copy_ws.id != full.id
+    again = transfer.export_document(copy_ws, chats=True, attachments=True)
+    assert normalized(again) == normalized(document)
+    assert not set(_all_ids(document)) & set(_all_ids(again))  # every row is new
+    # The attachment is on disk for the new chat, and its message names the new folder.
+    chat = copy_ws.chats.get(title="About the build")
+    assert (attachments_dir(chat.id) / "spec.txt").read_bytes() == b"the spec"
+    assert (
+        str(attachments_dir(chat.id))
+        in chat.messages.get(role="system", message__contains="upl").message
+    )
+    # Todo tasks are queued, the others are not; blockers still hold.
+    queued = set(
+        TaskQueueItem.objects.filter(workspace=copy_ws).values_list("task__summary", flat=True)
+    )
+    assert queued == {"Build", "Ship"}
+    ship = copy_ws.tasks.get(summary="Ship")
+    assert ship.blocker_links.count() == 2
+
+
+def _all_ids(document):
+    for key in ("agents", "tasks", "chats"):
+        for row in document[key]:
+            yield row["id"]
+
+
+def test_export_without_chats_and_in_progress_comes_back_as_todo(full):
+    force_status(full.tasks.get(summary="Build"), TaskStatus.IN_PROGRESS)
+    document = transfer.export_document(full)
+    assert document["chats"] == [] and document["includes"]["chats"] is False
+    imported = workspace_import(raw=document)
+    assert imported.tasks.get(summary="Build").status == TaskStatus.TODO
+    assert imported.chats.count() == 0
+
+
+def snapshot():
+    from django.apps import apps
+
+    return {
+        model._meta.db_table: model.objects.count()
+        for model in apps.get_models()
+        if model._meta.app_label in ("workspaces", "agents", "tasks", "chats")
+    }
+
+
+def broken_variants(document):
+    def edit(change):
+        doc = copy.deepcopy(document)
+        change(doc)
+        return doc
+
+    yield "not json", b"{nope", "not valid JSON"
+    yield "not ours", json.dumps({"hello": 1}), "not a Malamar workspace export"
+    yield "newer", edit(lambda d: d.update(version=2)), "newer Malamar (format version 2"
+    yield "no version", edit(lambda d: d.pop("version")), "no valid format version"
+    yield "bad status", edit(lambda d: d["tasks"][0].update(status="flying")), "tasks.0.status"
+    yield (
+        "dangling dependency",
+        edit(lambda d: d["dependencies"][0].update(blocker_id="nope")),
+        "a dependency names a task that is not in the file",
+    )
+    yield (
+        "cycle",
+        edit(
+            lambda d: d["dependencies"].append(
+                {
+                    "task_id": d["tasks"][0]["id"],
+                    "blocker_id": d["tasks"][2]["id"],
+                    "created_at": d["exported_at"],
+                }
+            )
+        ),
+        "form a cycle",
+    )
+    yield (
+        "duplicate agent names (database rule)",
+        edit(lambda d: d["agents"][1].update(name=d["agents"][0]["name"])),
+        "The file is broken",
+    )
+    yield (
+        "bad setting",
+        edit(lambda d: d["workspace"].update(retention_days=-4)),
+        "retention_days",
+    )
+    yield (
+        "bad base64 in an attachment",
+        edit(
+            lambda d: (
+                d["chats"][-1]
+                .setdefault("attachments", [])
+                .append({"name": "x", "content_base64": "!!!"})
+            )
+        ),
+        "base64",
+    )
+
+
+def test_broken_or_newer_files_are_refused_and_leave_the_database_unchanged(full, temp_dir):
+    document = transfer.export_document(full, chats=True, attachments=True)
+    before = snapshot()
+    folders = sorted(p.name for p in temp_dir.iterdir())
+    for label, raw, message in broken_variants(document):
+        with pytest.raises(ValidationFailed) as err:
+            workspace_import(raw=raw)
+        assert message in err.value.message, label
+        assert snapshot() == before, label
+    assert sorted(p.name for p in temp_dir.iterdir()) == folders
+
+
+def test_a_failure_late_in_the_import_rolls_everything_back(full, temp_dir, monkeypatch):
+    document = transfer.export_document(full, chats=True, attachments=True)
+    before = snapshot()
+    folders = sorted(p.name for p in temp_dir.iterdir())
+    monkeypatch.setattr(
+        "workspaces.services.events.publish", lambda *a, **k: (_ for _ in ()).throw(OSError("disk"))
+    )
+    with pytest.raises(OSError):
+        workspace_import(raw=document)
+    assert snapshot() == before
+    assert sorted(p.name for p in temp_dir.iterdir()) == folders  # attachment files removed
+
+
+def test_clone_copies_settings_and_agents_but_no_tasks_or_chats(full):
+    clone = workspace_clone(workspace=full)
+    assert clone.title == "Full (copy)"
+    for field in transfer.SETTING_FIELDS[1:]:
+        assert getattr(clone, field) == getattr(full, field), field
+    assert [(a.name, a.cli_type, a.instruction) for a in clone.agents.order_by("order")] == [
+        (a.name, a.cli_type, a.instruction) for a in full.agents.order_by("order")
+    ]
+    assert clone.tasks.count() == 0 and clone.chats.count() == 0
+    named = workspace_clone(workspace=full, title="Second team")
+    assert named.title == "Second team"
+    assert Workspace.objects.count() == 3
