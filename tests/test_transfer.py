@@ -252,3 +252,62 @@ def test_clone_copies_settings_and_agents_but_no_tasks_or_chats(full):
     named = workspace_clone(workspace=full, title="Second team")
     assert named.title == "Second team"
     assert Workspace.objects.count() == 3
+
+
+# --- JSON API -------------------------------------------------------------------------------
+
+
+def test_api_export_import_and_clone(api, full):
+    from tests.conftest import error_of
+
+    response = api.get(f"/api/workspaces/{full.id}/export?chats=true")
+    assert response.status_code == 200
+    assert response["Content-Disposition"].startswith('attachment; filename="malamar-full-')
+    document = response.json()
+    assert document["includes"] == {"tasks": True, "chats": True, "attachments": False}
+    response = api.post("/api/workspaces/import", document)
+    assert response.status_code == 201, response.content
+    imported = response.json()
+    assert imported["title"] == "Full" and imported["id"] != full.id
+    before = snapshot()
+    response = api.post("/api/workspaces/import", {**document, "version": 99})
+    assert response.status_code == 400
+    assert "newer Malamar" in error_of(response)["message"]
+    assert snapshot() == before
+    response = api.post(f"/api/workspaces/{full.id}/clone", {"title": "Team B"})
+    assert response.status_code == 201 and response.json()["title"] == "Team B"
+    assert api.post(f"/api/workspaces/{full.id}/clone").status_code == 201
+    assert api.post("/api/workspaces/nope/clone").status_code == 404
+
+
+# --- pages ----------------------------------------------------------------------------------
+
+
+def test_pages_export_clone_and_import_upload(client, full):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    page = client.get(f"/workspaces/{full.id}/settings/").content.decode()
+    assert 'id="export-form"' in page and 'id="clone-form"' in page
+    response = client.get(f"/workspaces/{full.id}/export/?chats=1")
+    assert response.status_code == 200 and "attachment;" in response["Content-Disposition"]
+    raw = response.content
+    assert json.loads(raw)["includes"]["chats"] is True
+
+    response = client.post(f"/workspaces/{full.id}/clone/", {"title": ""})
+    clone = Workspace.objects.get(title="Full (copy)")
+    assert response.status_code == 302 and response["Location"].endswith(f"/{clone.id}/settings/")
+
+    home = client.get("/").content.decode()
+    assert 'id="import-form"' in home and 'enctype="multipart/form-data"' in home
+    upload = SimpleUploadedFile("export.json", raw, content_type="application/json")
+    response = client.post("/workspaces/import/", {"file": upload})
+    assert response.status_code == 302
+    imported = Workspace.objects.filter(title="Full").exclude(id=full.id).get()
+    assert response["Location"].endswith(f"/workspaces/{imported.id}/")
+
+    before = snapshot()
+    newer = json.dumps({**json.loads(raw), "version": 7}).encode()
+    upload = SimpleUploadedFile("export.json", newer, content_type="application/json")
+    response = client.post("/workspaces/import/", {"file": upload}, follow=True)
+    assert "Nothing was imported: The file is from a newer Malamar" in response.content.decode()
+    assert snapshot() == before

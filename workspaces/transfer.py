@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.utils import timezone
+from django.utils.text import slugify
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agents.models import Agent, CliType
@@ -169,6 +170,11 @@ def export_document(
         else [],
         "chats": _chats(workspace, attachments=attachments) if chats else [],
     }
+
+
+def export_file_name(workspace: Workspace) -> str:
+    slug = slugify(workspace.title)[:40] or "workspace"
+    return f"malamar-{slug}-{timezone.localdate().isoformat()}.json"
 
 
 def export_json(workspace: Workspace, **options) -> str:
