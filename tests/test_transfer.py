@@ -17,6 +17,7 @@ from tasks.models import Task, TaskQueueItem, TaskStatus
 from workspaces import transfer
 from workspaces.models import Workspace
 from workspaces.services import workspace_clone, workspace_create, workspace_import
+from workspaces.transfer_format import parse_document
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +32,10 @@ def upload(name, content):
     source = io.BytesIO(content)
     source.name = name
     return source
+
+
+def import_file(raw, title=None):
+    return workspace_import(document=parse_document(raw), title=title)
 
 
 def force_status(task, status):
@@ -117,7 +122,7 @@ def test_export_import_round_trip_is_equal_but_for_ids(full):
     assert len(document["tasks"]) == 4 and len(document["dependencies"]) == 3
     assert any(c["attachments"] for c in document["chats"])
     raw = json.dumps(document)
-    copy_ws = workspace_import(raw=raw.encode())
+    copy_ws = import_file(raw.encode())
     assert copy_ws.id != full.id
     again = transfer.export_document(copy_ws, chats=True, attachments=True)
     assert normalized(again) == normalized(document)
@@ -148,7 +153,7 @@ def test_export_without_chats_and_in_progress_comes_back_as_todo(full):
     force_status(full.tasks.get(summary="Build"), TaskStatus.IN_PROGRESS)
     document = transfer.export_document(full)
     assert document["chats"] == [] and document["includes"]["chats"] is False
-    imported = workspace_import(raw=document)
+    imported = import_file(document)
     assert imported.tasks.get(summary="Build").status == TaskStatus.TODO
     assert imported.chats.count() == 0
 
@@ -221,7 +226,7 @@ def test_broken_or_newer_files_are_refused_and_leave_the_database_unchanged(full
     folders = sorted(p.name for p in temp_dir.iterdir())
     for label, raw, message in broken_variants(document):
         with pytest.raises(ValidationFailed) as err:
-            workspace_import(raw=raw)
+            import_file(raw)
         assert message in err.value.message, label
         assert snapshot() == before, label
     assert sorted(p.name for p in temp_dir.iterdir()) == folders
@@ -235,7 +240,7 @@ def test_a_failure_late_in_the_import_rolls_everything_back(full, temp_dir, monk
         "workspaces.services.events.publish", lambda *a, **k: (_ for _ in ()).throw(OSError("disk"))
     )
     with pytest.raises(OSError):
-        workspace_import(raw=document)
+        import_file(document)
     assert snapshot() == before
     assert sorted(p.name for p in temp_dir.iterdir()) == folders  # attachment files removed
 

@@ -10,6 +10,7 @@ from workspaces import services, transfer
 from workspaces.models import Workspace
 from workspaces.selectors import notify_effective
 from workspaces.services import TITLE_MAX_LENGTH
+from workspaces.transfer_format import parse_document
 
 router = Router(tags=["workspaces"])
 Notify = Annotated[
@@ -97,7 +98,7 @@ def import_workspace(request, document: Annotated[dict[str, Any], Body()]):
     """Create a workspace anew from an export file (the JSON body): new ids, references
     remapped. A broken file or one from a newer format version is refused (400), nothing
     imported."""
-    return Status(201, services.workspace_import(raw=document))
+    return Status(201, services.workspace_import(document=parse_document(document)))
 
 
 @router.get("/workspaces/{workspace_id}", response=WorkspaceOut)

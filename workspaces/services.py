@@ -1,3 +1,4 @@
+import base64
 import io
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -27,7 +28,6 @@ from tasks.models import (
     TaskQueueItem,
     TaskStatus,
 )
-from workspaces import transfer
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
     RETENTION_DAYS_MAX,
@@ -181,37 +181,57 @@ def first_run_checklist_dismiss() -> None:
 # --- import and clone -------------------------------------------------------------------------
 
 
-def workspace_import(*, raw, title: str | None = None) -> Workspace:
-    """Create a workspace anew from an export file (bytes, text or parsed JSON): new ids, every
-    reference remapped. A broken file, or one from a newer format version, is refused with a
-    message (ValidationFailed) and nothing is written: one transaction, and attachment files
-    written during it are removed if it fails. Tasks that were In Progress come back as Todo
-    (nothing runs for them here yet); Todo tasks are queued as usual."""
-    document = transfer.parse_document(raw)
+def workspace_import(*, document, title: str | None = None) -> Workspace:
+    """Create a workspace anew from an export file already checked by
+    workspaces.transfer_format.parse_document: new ids, every reference remapped. Nothing is
+    half-imported: one transaction (a row the database refuses is a ValidationFailed), and
+    attachment files written during it are removed if it fails. Tasks that were In Progress come
+    back as Todo (nothing runs for them here yet); Todo tasks are queued as usual."""
     written: list[str] = []
     try:
         with transaction.atomic():
             workspace = _imported(document, title, written)
     except IntegrityError as exc:
+        _remove_attachments(written)
         raise ValidationFailed(
             f"The file is broken: its rows break a rule of the database ({exc})", field="file"
         ) from exc
     except BaseException:
-        for chat_id in written:
-            attachments_remove(chat_id)
+        _remove_attachments(written)
         raise
     wake_worker_on_commit()
     return workspace
 
 
+def _remove_attachments(chat_ids: list[str]) -> None:
+    for chat_id in chat_ids:
+        attachments_remove(chat_id)
+
+
 def workspace_clone(*, workspace: Workspace, title: str | None = None) -> Workspace:
     """A new workspace with the same settings and agents; no tasks, no chats."""
-    document = transfer.export_document(workspace, tasks=False)
-    title = title or f"{workspace.title} (copy)"[:TITLE_MAX_LENGTH]
-    return workspace_import(raw=document, title=title)
+    settings = {name: getattr(workspace, name) for name in EDITABLE_FIELDS}
+    settings["title"] = title or f"{workspace.title} (copy)"[:TITLE_MAX_LENGTH]
+    now = timezone.now()
+    with transaction.atomic():
+        clone = workspace_create(**settings)
+        Agent.objects.bulk_create(
+            Agent(
+                workspace=clone,
+                name=agent.name,
+                instruction=agent.instruction,
+                cli_type=agent.cli_type,
+                order=agent.order,
+                created_at=now,
+                updated_at=now,
+            )
+            for agent in Agent.objects.filter(workspace=workspace).order_by("order")
+        )
+        events.publish("agents.changed", {"workspace_id": clone.id})
+    return clone
 
 
-def _imported(document: transfer.DocumentIn, title: str | None, written: list[str]) -> Workspace:
+def _imported(document, title: str | None, written: list[str]) -> Workspace:
     now = timezone.now()
     source = document.workspace
     settings = {
@@ -371,4 +391,5 @@ def _import_chat(workspace: Workspace, chat, ids: dict[str, str], written: list[
         written.append(row.id)
         for attachment in chat.attachments:
             name = attachment_name(attachment.name)
-            attachment_store(row.id, name, io.BytesIO(transfer.decoded(attachment)))
+            data = base64.b64decode(attachment.content_base64)  # checked by parse_document
+            attachment_store(row.id, name, io.BytesIO(data))

@@ -15,6 +15,7 @@ from workspaces.api import export_response
 from workspaces.forms import WorkspaceCreateForm, WorkspaceDeleteForm, WorkspaceSettingsForm
 from workspaces.models import Workspace
 from workspaces.pages import DETAIL, INVALID, TABS, detail_context, workspace_page_context
+from workspaces.transfer_format import parse_document
 
 # Fragments with validation errors answer 200 (browsers log every 4xx XHR as a console error);
 # plain form posts without JavaScript get 422 with the whole page.
@@ -212,7 +213,7 @@ def workspace_import(request):
         messages.error(request, "Choose an export file to import")
         return redirect("home")
     try:
-        workspace = services.workspace_import(raw=upload.read())
+        workspace = services.workspace_import(document=parse_document(upload.read()))
     except ServiceError as error:
         messages.error(request, f"Nothing was imported: {error.message}")
         return redirect("home")
