@@ -12,6 +12,11 @@ urlpatterns = [
     path("workspaces/<str:workspace_id>/tasks/usage/", views.usage_view, name="task_usage"),
     path("workspaces/<str:workspace_id>/tasks/new/", views.task_create, name="task_create"),
     path(
+        "workspaces/<str:workspace_id>/tasks/new/blockers/",
+        views.task_create_blockers,
+        name="task_create_blockers",
+    ),
+    path(
         "workspaces/<str:workspace_id>/tasks/delete-done/",
         views.tasks_delete_done,
         name="tasks_delete_done",

@@ -121,6 +121,14 @@ def task_create(request, workspace_id: str):
     return render(request, f"{BOARD}#create_form", {"workspace": workspace, "create_form": form})
 
 
+@require_GET
+def task_create_blockers(request, workspace_id: str):
+    """The new-task dialog's "Waits for" list, fresh each time the dialog opens."""
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    context = {"workspace": workspace, "create_form": create_form(workspace)}
+    return render(request, f"{BOARD}#create_blockers", context)
+
+
 @require_POST
 def tasks_delete_done(request, workspace_id: str):
     workspace = get_object_or_404(Workspace, id=workspace_id)

@@ -75,3 +75,11 @@ def test_activity_log_tells_about_blockers(client, workspace):
     assert "made it wait for “Plan”" in page
     assert "“Plan”, which it waited for, was deleted" in page
     assert "No longer waiting for other tasks" in page
+
+
+def test_the_new_task_dialog_refreshes_its_list_of_tasks(client, workspace):
+    url = f"/workspaces/{workspace.id}/tasks/new/blockers/"
+    assert 'hx-get="' + url in board(client, workspace)
+    assert 'name="blocked_by"' not in html(hx(client, "get", url))
+    plan = services.task_create(workspace=workspace, summary="Plan")
+    assert elements(html(hx(client, "get", url)), "option", value=plan.id)

@@ -90,6 +90,8 @@
     dialog.returnFocus = opener || document.activeElement;
     dialog.showModal();
     focusInitial(dialog);
+    // Fragments inside may refresh what they show (hx-trigger "... from:closest dialog").
+    dialog.dispatchEvent(new CustomEvent("malamar:dialog-opened"));
   }
 
   function resetDialogForm(dialog) {
