@@ -1,7 +1,6 @@
 """A chain of two tasks built in the browser: the second waits (chip, chain highlight) and
 starts on its own once the first is Done, against a real server and worker (fake CLIs)."""
 
-
 import pytest
 from playwright.sync_api import expect
 
