@@ -48,7 +48,6 @@ class TaskQuerySet(models.QuerySet):
         return self.annotate(
             comment_count=Coalesce(Subquery(comments, output_field=IntegerField()), Value(0)),
             is_processing=Exists(running),
-            has_open_blockers=Exists(TaskDependency.objects.open_for(OuterRef("pk"))),
         )
 
     def by_recent_update(self):
