@@ -203,6 +203,16 @@ def broken_variants(document):
         "The file is broken",
     )
     yield (
+        "unknown agent field",
+        edit(lambda d: d["agents"][0].update(colour="red")),
+        "unknown agent field 'colour'",
+    )
+    yield (
+        "unknown workspace field",
+        edit(lambda d: d["workspace"].update(colour="red")),
+        "unknown workspace field 'colour'",
+    )
+    yield (
         "bad setting",
         edit(lambda d: d["workspace"].update(retention_days=-4)),
         "retention_days",
@@ -316,3 +326,12 @@ def test_pages_export_clone_and_import_upload(client, full):
     response = client.post("/workspaces/import/", {"file": upload}, follow=True)
     assert "Nothing was imported: The file is from a newer Malamar" in response.content.decode()
     assert snapshot() == before
+
+
+def test_secret_agent_fields_keep_their_names_and_lose_their_values():
+    row = {"name": "Coder", "custom_env": {"API_KEY": "sk-secret", "REGION": "eu"}}
+    assert transfer.without_secrets(row) == {
+        "name": "Coder",
+        "custom_env": {"API_KEY": "", "REGION": ""},
+    }
+    assert transfer.without_secrets({"name": "No env"}) == {"name": "No env"}

@@ -16,7 +16,7 @@ from chats.attachments import (
 from chats.models import Chat, ChatMessage, ChatParticipant
 from core import events
 from core.errors import ValidationFailed, require_text
-from core.fields import max_length_of
+from core.fields import max_length_of, own_fields
 from core.models import Marker
 from core.wake import wake_worker_on_commit
 from tasks.models import (
@@ -28,6 +28,7 @@ from tasks.models import (
     TaskQueueItem,
     TaskStatus,
 )
+from workspaces import transfer
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
     RETENTION_DAYS_MAX,
@@ -210,18 +211,16 @@ def _remove_attachments(chat_ids: list[str]) -> None:
 
 def workspace_clone(*, workspace: Workspace, title: str | None = None) -> Workspace:
     """A new workspace with the same settings and agents; no tasks, no chats."""
-    settings = {name: getattr(workspace, name) for name in EDITABLE_FIELDS}
+    settings = {name: getattr(workspace, name) for name in EDITABLE_FIELDS}  # checked again
     settings["title"] = title or f"{workspace.title} (copy)"[:TITLE_MAX_LENGTH]
     now = timezone.now()
     with transaction.atomic():
         clone = workspace_create(**settings)
+        copied = own_fields(Agent, skip=("id", "created_at", "updated_at"))
         Agent.objects.bulk_create(
             Agent(
                 workspace=clone,
-                name=agent.name,
-                instruction=agent.instruction,
-                cli_type=agent.cli_type,
-                order=agent.order,
+                **{name: getattr(agent, name) for name in copied},
                 created_at=now,
                 updated_at=now,
             )
@@ -234,16 +233,21 @@ def workspace_clone(*, workspace: Workspace, title: str | None = None) -> Worksp
 def _imported(document, title: str | None, written: list[str]) -> Workspace:
     now = timezone.now()
     source = document.workspace
-    settings = {
-        k: v for k, v in source.model_dump().items() if k not in ("created_at", "updated_at")
-    }
+    fields = source.model_dump(exclude={"created_at", "updated_at"})
     if title:
-        settings["title"] = title
-    clean = _clean(settings)
+        fields["title"] = title
+    _known(fields, transfer.SETTING_FIELDS, "workspace")
+    clean = _clean({k: v for k, v in fields.items() if k in EDITABLE_FIELDS})
+    others = {k: v for k, v in fields.items() if k not in EDITABLE_FIELDS}
     workspace = Workspace(
-        **clean, created_at=source.created_at, updated_at=source.updated_at, last_activity_at=now
+        **clean,
+        **others,
+        created_at=source.created_at,
+        updated_at=source.updated_at,
+        last_activity_at=now,
     )
     _check_directory(workspace)
+    _checked(workspace, exclude=())
     workspace.save(force_insert=True)
     ids: dict[str, str] = {}
     _import_agents(workspace, document.agents, ids)
@@ -252,6 +256,14 @@ def _imported(document, title: str | None, written: list[str]) -> Workspace:
         _import_chat(workspace, chat, ids, written)
     events.publish("workspace.created", _payload(workspace))
     return workspace
+
+
+def _known(fields: dict, allowed, what: str) -> None:
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise ValidationFailed(
+            f"The file is broken: unknown {what} field {unknown[0]!r}", field="file"
+        )
 
 
 def _checked(row, exclude=("workspace", "task", "chat", "blocker", "agent")):
@@ -270,7 +282,9 @@ def _checked(row, exclude=("workspace", "task", "chat", "blocker", "agent")):
 def _import_agents(workspace: Workspace, agents, ids: dict[str, str]) -> None:
     rows = []
     for agent in agents:
-        row = Agent(workspace=workspace, **agent.model_dump(exclude={"id"}))
+        fields = agent.model_dump(exclude={"id"})
+        _known(fields, transfer.AGENT_FIELDS, "agent")
+        row = Agent(workspace=workspace, **fields)
         ids[agent.id] = row.id
         rows.append(_checked(row))
     Agent.objects.bulk_create(rows)

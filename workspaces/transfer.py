@@ -17,24 +17,16 @@ from django.utils.text import slugify
 from agents.models import Agent
 from chats.attachments import attachments_dir
 from chats.models import Chat, ChatMessage, ChatParticipant
+from core.fields import own_fields
 from core.version import VERSION
 from tasks.models import Task, TaskComment, TaskDependency, TaskLog
 from workspaces.models import Workspace
 
 FORMAT = "malamar.workspace"
 FORMAT_VERSION = 1
-# Workspace settings carried by the file (the editable ones, plus the times).
-SETTING_FIELDS = (
-    "title",
-    "description",
-    "working_directory_mode",
-    "working_directory_path",
-    "auto_delete_done_tasks",
-    "retention_days",
-    "notify_on_error",
-    "notify_on_in_review",
-    "stall_kill_minutes",
-)
+# Workspace settings carried by the file: every field of the model but its id and times
+# (settings other changes add are carried too).
+SETTING_FIELDS = own_fields(Workspace, skip=("id", "created_at", "updated_at", "last_activity_at"))
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -52,7 +44,20 @@ def _row(obj, fields: tuple[str, ...]) -> dict:
     return row
 
 
-AGENT_FIELDS = ("id", "name", "instruction", "cli_type", "order", "created_at", "updated_at")
+AGENT_FIELDS = own_fields(Agent)  # model, CLI options… included
+# Agent fields holding environment variables for a CLI (API keys…): a file keeps their names and
+# leaves their values empty (the user fills them in after an import). A clone copies them.
+SECRET_AGENT_FIELDS = ("custom_env",)
+
+
+def without_secrets(agent_row: dict) -> dict:
+    for name in SECRET_AGENT_FIELDS:
+        value = agent_row.get(name)
+        if isinstance(value, dict):
+            agent_row[name] = dict.fromkeys(value, "")
+    return agent_row
+
+
 TASK_FIELDS = (
     "id",
     "summary",
@@ -144,7 +149,7 @@ def export_document(
         "malamar_version": VERSION,
         "includes": {"tasks": tasks, "chats": chats, "attachments": attachments},
         "workspace": _row(workspace, (*SETTING_FIELDS, "created_at", "updated_at")),
-        "agents": [_row(agent, AGENT_FIELDS) for agent in agents],
+        "agents": [without_secrets(_row(agent, AGENT_FIELDS)) for agent in agents],
         "tasks": _tasks(workspace) if tasks else [],
         "dependencies": [
             {

@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agents.models import CliType
 from chats.models import ChatRole
 from core.errors import ValidationFailed
 from tasks.models import ActorType, CommentKind, TaskStatus
@@ -28,10 +27,13 @@ def _choices(choices) -> Any:
 
 
 class AgentIn(Strict):
+    # The agent's other fields (model, CLI options…) are checked against the model on import.
+    model_config = ConfigDict(extra="allow")
+
     id: str = Field(min_length=1)
     name: str
     instruction: str
-    cli_type: _choices(CliType.choices)
+    cli_type: str
     order: int
     created_at: datetime
     updated_at: datetime
