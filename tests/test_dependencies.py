@@ -75,10 +75,10 @@ def test_queue_order_skips_blocked_tasks_and_keeps_the_usual_order(workspace):
     assert next_task(workspace) == "Older"
     services.task_prioritize_toggle(task=waiting)  # priority does not beat a blocker
     assert next_task(workspace) == "Older"
-    assert pickup.workspaces_with_work() == {workspace.id}
+    assert pickup.workspaces_with_work() == {workspace.id: 2}  # Blocker and Older, not Waiting
     TaskQueueItem.objects.filter(task__in=[older, blocker]).delete()
     assert next_task(workspace) is None
-    assert pickup.workspaces_with_work() == set()
+    assert pickup.workspaces_with_work() == {}
 
 
 def test_the_claim_itself_refuses_a_task_that_waits(workspace):

@@ -53,8 +53,8 @@ def source(tmp_path):
             }
         ],
         "tasks": [
-            _task("t1", "Plan", "in_review"),
-            _task("t2", "Build", "todo"),
+            _task("t1", "Plan", "in_review", "2026-01-01T00:00:00+00:00"),
+            _task("t2", "Build", "todo", "2026-01-01T00:01:00+00:00"),
         ],
         "dependencies": [
             {"task_id": "t2", "blocker_id": "t1", "created_at": "2026-01-01T00:00:00+00:00"}
@@ -81,14 +81,14 @@ def source(tmp_path):
     return data, temp
 
 
-def _task(task_id, summary, status):
+def _task(task_id, summary, status, created_at):
     return {
         "id": task_id,
         "summary": summary,
         "description": "",
         "status": status,
         "is_priority": False,
-        "created_at": "2026-01-01T00:00:00+00:00",
+        "created_at": created_at,
         "updated_at": "2026-01-01T00:00:00+00:00",
         "comments": [],
         "logs": [],

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks', '0003_summary_max_length'),
+        ('tasks', '0004_task_branch'),
         ('workspaces', '0004_title_max_length'),
     ]
 
