@@ -57,7 +57,14 @@ def full(temp_dir):
         stall_kill_minutes=12.5,
     )
     planner = agent_create(workspace=ws, name="Planner", instruction="Plan it.", cli_type="codex")
-    coder = agent_create(workspace=ws, name="Coder", instruction="Code it.", cli_type="gemini")
+    coder = agent_create(
+        workspace=ws,
+        name="Coder",
+        instruction="Code it.",
+        cli_type="gemini",
+        model="gemini-2.5-pro",
+        extra_args=["--debug"],
+    )
     plan = task_services.task_create(workspace=ws, summary="Plan", description="*markdown*")
     build = task_services.task_create(workspace=ws, summary="Build", blocked_by=[plan.id])
     task_services.task_create(workspace=ws, summary="Ship", blocked_by=[plan.id, build.id])
@@ -121,6 +128,8 @@ def test_export_import_round_trip_is_equal_but_for_ids(full):
     assert document["format"] == "malamar.workspace" and document["version"] == 1
     assert len(document["tasks"]) == 4 and len(document["dependencies"]) == 3
     assert any(c["attachments"] for c in document["chats"])
+    coder = next(a for a in document["agents"] if a["name"] == "Coder")
+    assert (coder["model"], coder["extra_args"]) == ("gemini-2.5-pro", ["--debug"])
     raw = json.dumps(document)
     copy_ws = import_file(raw.encode())
     assert copy_ws.id != full.id
@@ -260,8 +269,9 @@ def test_clone_copies_settings_and_agents_but_no_tasks_or_chats(full):
     assert clone.title == "Full (copy)"
     for field in transfer.SETTING_FIELDS[1:]:
         assert getattr(clone, field) == getattr(full, field), field
-    assert [(a.name, a.cli_type, a.instruction) for a in clone.agents.order_by("order")] == [
-        (a.name, a.cli_type, a.instruction) for a in full.agents.order_by("order")
+    fields = ("name", "cli_type", "instruction", "model", "extra_args", "custom_env")
+    assert [[getattr(a, f) for f in fields] for a in clone.agents.order_by("order")] == [
+        [getattr(a, f) for f in fields] for a in full.agents.order_by("order")
     ]
     assert clone.tasks.count() == 0 and clone.chats.count() == 0
     named = workspace_clone(workspace=full, title="Second team")
@@ -335,3 +345,23 @@ def test_secret_agent_fields_keep_their_names_and_lose_their_values():
         "custom_env": {"API_KEY": "", "REGION": ""},
     }
     assert transfer.without_secrets({"name": "No env"}) == {"name": "No env"}
+
+
+def test_a_custom_cli_agent_travels_without_its_env_values(workspace):
+    agent_create(
+        workspace=workspace,
+        name="Local",
+        instruction="Work.",
+        cli_type="custom",
+        custom_binary="/bin/true",
+        custom_args="{prompt}",
+        custom_env={"API_KEY": "sk-secret"},
+    )
+    document = transfer.export_document(workspace)
+    [agent] = document["agents"]
+    assert agent["custom_env"] == {"API_KEY": ""} and "sk-secret" not in json.dumps(document)
+    imported = import_file(document)
+    copy_agent = imported.agents.get()
+    assert (copy_agent.cli_type, copy_agent.custom_binary) == ("custom", "/bin/true")
+    assert copy_agent.custom_env == {"API_KEY": ""}
+    assert workspace_clone(workspace=workspace).agents.get().custom_env == {"API_KEY": "sk-secret"}
