@@ -6,7 +6,7 @@ workspace. `rename_chat` only works before the chat's first agent reply (silentl
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agents.models import Agent
 from agents.services import agent_create, agent_delete, agent_reorder, agent_update
@@ -115,13 +115,46 @@ def _rename_chat(chat: Chat, action: dict) -> bool:
     return True
 
 
-def _create_task(chat: Chat, action: dict) -> None:
-    task = task_create(
-        workspace=chat.workspace,
-        summary=_text(action, "summary"),
-        description=action.get("description") or "",
-    )
+@dataclass
+class TaskRefs:
+    """create_task's local names in one answer: the tasks made so far, and those that failed."""
+
+    ids: dict[str, str] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)
+
+
+def _blocker_ids(action: dict, refs: TaskRefs) -> list[str]:
+    """`blocked_by` as task ids: the local name (`ref`) of a task created earlier in this answer,
+    or the id of an existing task (task_create checks it belongs to this workspace)."""
+    names = action.get("blocked_by") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ActionFailed("'blocked_by' must be a list of task refs or ids")
+    for name in names:
+        if name in refs.failed:
+            raise ActionFailed(f"'blocked_by': the task '{name}' could not be created")
+    return [refs.ids.get(name, name) for name in names]
+
+
+def _create_task(chat: Chat, action: dict, refs: TaskRefs) -> None:
+    ref = action.get("ref")
+    if ref is not None and (not isinstance(ref, str) or not ref.strip()):
+        raise ActionFailed("'ref' must be a non-empty name")
+    if ref in refs.ids or ref in refs.failed:
+        raise ActionFailed(f"'ref' {ref!r} is used twice in this answer")
+    try:
+        task = task_create(
+            workspace=chat.workspace,
+            summary=_text(action, "summary"),
+            description=action.get("description") or "",
+            blocked_by=_blocker_ids(action, refs),
+        )
+    except (ActionFailed, ServiceError):
+        if ref:
+            refs.failed.add(ref)  # tasks meant to wait for it must not start without it
+        raise
     action["task_id"] = task.id
+    if ref:
+        refs.ids[ref] = task.id
 
 
 HANDLERS = {
@@ -130,13 +163,13 @@ HANDLERS = {
     "delete_agent": _delete_agent,
     "reorder_agents": _reorder_agents,
     "update_workspace": _update_workspace,
-    "create_task": _create_task,
 }
 
 
 def execute_actions(*, chat: Chat, actions: list[dict], is_malamar: bool) -> list[ActionResult]:
     allowed = MALAMAR_CHAT_ACTION_TYPES if is_malamar else AGENT_CHAT_ACTION_TYPES
     results = []
+    refs = TaskRefs()
     for raw in actions:
         action = dict(raw) if isinstance(raw, dict) else {"type": repr(raw)}
         kind = action.get("type")
@@ -148,6 +181,8 @@ def execute_actions(*, chat: Chat, actions: list[dict], is_malamar: bool) -> lis
                 raise ActionFailed("only the Malamar agent can do this")
             if kind == "rename_chat":
                 result.ignored = not _rename_chat(chat, action)
+            elif kind == "create_task":
+                _create_task(chat, action, refs)
             else:
                 HANDLERS[kind](chat, action)
         except (ActionFailed, ServiceError) as exc:

@@ -11,7 +11,7 @@ from core.settings_store import settings_get
 
 KNOWLEDGE_BASE_FILES = (
     ("README.md", "index: what is where"),
-    ("concepts.md", "workspaces, agents, tasks, the loop, chats, errors and retries"),
+    ("concepts.md", "workspaces, agents, tasks and their dependencies, the loop, chats, errors"),
     ("writing-agent-instructions.md", "how to write instructions: skip / comment / review rules"),
     ("workflow-patterns.md", "proven agent line-ups for code, writing, research, operations"),
     ("workspace-configuration.md", "working directory, retention, notifications, CLI settings"),
@@ -132,6 +132,13 @@ Also:
   "on" or "off" overrides it for this workspace).
 - create_task: summary and a description holding all the context agents need (comments are
   for steering later). Only when the user asks for a task; it is queued (Todo) at once.
+  To break a request into steps that run in order, create several tasks in one answer: give
+  each a short `ref` ("plan", "build") and list in `blocked_by` the refs of the tasks it must
+  wait for (only tasks created earlier in the same answer, or ids of existing tasks). A task
+  waits in Todo until every task it waits for is Done (the user moves tasks to Done), then
+  starts on its own. If a task fails to be created, the tasks waiting for it are not created
+  either. Chain only what truly depends on the step before; independent tasks need no
+  blocked_by.
 - rename_chat: a short title (at most six words) for this conversation. Use it in your first
   reply; later renames are ignored.
 - Answering a question needs no actions.

@@ -21,6 +21,8 @@ EVENT_TYPES = frozenset(
         "task.comment_added",
         "task.error_occurred",
         "task.changes_updated",
+        "task.unblocked",
+        "task.blocked",
         "agent.execution_started",
         "agent.execution_finished",
         "chat.message_added",

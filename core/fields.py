@@ -13,6 +13,14 @@ def max_length_of(model, field: str) -> int:
     return model._meta.get_field(field).max_length
 
 
+def own_fields(model, *, skip=()) -> tuple[str, ...]:
+    """A model's concrete fields that are not relations, minus `skip`: what an export or a copy
+    carries, fields added later included."""
+    return tuple(
+        f.name for f in model._meta.concrete_fields if not f.is_relation and f.name not in skip
+    )
+
+
 def icontains_search(queryset, field: str, query: str | None):
     """Rows whose `field` contains `query` (case-insensitive); an empty query filters nothing.
 

@@ -1,4 +1,5 @@
-"""The `malamar` command: run everything, or `version`, `help`, `config`, `doctor`.
+"""The `malamar` command: run everything, or `version`, `help`, `config`, `doctor`, and
+`export`, `import`, `backup` (management commands with arguments of their own).
 
 `malamar` (run) only supervises: it migrates in a child (malamar_site.prepare), then starts one
 process that serves and runs the worker (malamar_site.server_process --with-worker) and watches
@@ -17,6 +18,8 @@ from core.version import version_text
 from malamar_site.service import ACTIONS
 
 COMMANDS = ("run", "version", "help", "config", "doctor", "set-password", "service")
+# `malamar NAME ARGS…` → `manage.py COMMAND ARGS…` (NAME: their own arguments follow).
+DELEGATED = {"export": "export_workspace", "import": "import_workspace", "backup": "backup"}
 STOP_GRACE_SECONDS = 3.0  # daphne and the worker stop in parallel, each in ~1 s at most
 
 
@@ -38,7 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run (default): migrate, then serve the web UI and run the worker; "
         "version; help; config (print the final configuration); doctor (check the setup); "
         "set-password (protect the web UI and API with a password); "
-        "service install|uninstall|status (run in the background)",
+        "service install|uninstall|status (run in the background); "
+        "export WORKSPACE [-o FILE] [--chats] [--attachments] (a workspace as a JSON file); "
+        "import FILE [--title T] (create a workspace from such a file); "
+        "backup DEST (copy the database and attachment files while Malamar runs). "
+        "`malamar export --help` etc. describe their options",
     )
     parser.add_argument(
         "action", nargs="?", choices=("install", "uninstall", "status"), help="for `service`"
@@ -64,15 +71,45 @@ def _django_setup() -> None:
 
 def _manage(*args: str) -> int:
     from django.core.management import call_command
+    from django.core.management.base import CommandError
 
     try:
         call_command(*args)
     except SystemExit as exc:
         return int(exc.code or 0)
+    except CommandError as exc:  # a clear message, not a traceback
+        print(f"malamar: {exc}", file=sys.stderr)
+        return exc.returncode
     return 0
 
 
+def delegated(command: str, argv: list[str]) -> int:
+    """`malamar export|import|backup ARGS…`: global flags (e.g. --data-dir) may come first or
+    among the command's own arguments; the rest goes to the management command."""
+    flags = argparse.ArgumentParser(add_help=False)
+    for option in (option for option in OPTIONS if option.flag):
+        kwargs = {"action": "store_const", "const": "1"} if option.switch else {}
+        flags.add_argument(option.flag, dest=option.name, default=None, **kwargs)
+    known, rest = flags.parse_known_args(argv)
+    apply_flags(vars(known))
+    try:
+        config = load()
+    except ConfigError as exc:
+        print(f"malamar: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    ensure_data_dir(config)
+    _django_setup()
+    if command != "backup" and "-h" not in rest and "--help" not in rest:
+        code = _manage("migrate", "--no-input", "-v", "0")
+        if code:
+            return code
+    return _manage(DELEGATED[command], *rest)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in DELEGATED:
+        return delegated(argv[0], argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     apply_flags(vars(args))

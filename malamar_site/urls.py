@@ -10,6 +10,7 @@ from workspaces import views as workspace_views
 pages = [
     path("", workspace_views.workspace_list, name="home"),
     path("workspaces/new/", workspace_views.workspace_create, name="workspace_create"),
+    path("workspaces/import/", workspace_views.workspace_import, name="workspace_import"),
     path("first-run/dismiss/", workspace_views.first_run_dismiss, name="first_run_dismiss"),
     path(
         "workspaces/<str:workspace_id>/", workspace_views.workspace_detail, name="workspace_detail"
@@ -33,6 +34,16 @@ pages = [
         "workspaces/<str:workspace_id>/settings/path-check/",
         workspace_views.workspace_path_check,
         name="workspace_path_check",
+    ),
+    path(
+        "workspaces/<str:workspace_id>/export/",
+        workspace_views.workspace_export,
+        name="workspace_export",
+    ),
+    path(
+        "workspaces/<str:workspace_id>/clone/",
+        workspace_views.workspace_clone,
+        name="workspace_clone",
     ),
     path(
         "workspaces/<str:workspace_id>/delete/",

@@ -143,7 +143,10 @@ Respond with a JSON object of this shape (and nothing else in the file):
 in order, each independently; every action object lists all fields of the schema, with null for
 the ones that do not apply. Available actions: {actions}.
 `rename_chat` (field `title`) only works on your first reply in a chat: give the chat a short
-title that reflects the topic then.
+title that reflects the topic then. `create_task` may name the new task with `ref` (a short
+local name) and list in `blocked_by` what it waits for: refs of tasks created earlier in the same
+answer, or ids of existing tasks. It then waits in Todo until those are Done, so several
+`create_task` actions in one answer can form a chain of steps.
 
 JSON schema:
 

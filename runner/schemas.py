@@ -25,6 +25,10 @@ CHAT_ACTION_FIELDS = {
     "title": "string",
     "summary": "string",
     "description": "string",
+    # create_task: a local name for the new task, and the tasks it waits for (local names of
+    # tasks created earlier in the same answer, or ids of existing tasks).
+    "ref": "string",
+    "blocked_by": "array",
     "agent_id": "string",
     "name": "string",
     "instruction": "string",
@@ -43,7 +47,7 @@ CHAT_ACTION_FIELDS = {
     "notify_on_error": "string",  # "inherit" | "on" | "off"
     "notify_on_in_review": "string",
 }
-AGENT_CHAT_FIELDS = ("title", "summary", "description")
+AGENT_CHAT_FIELDS = ("title", "summary", "description", "ref", "blocked_by")
 
 
 def _nullable(json_type: str) -> dict:

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from tasks.models import Task, TaskComment, TaskLog, TaskQueueItem
+from tasks.models import Task, TaskComment, TaskDependency, TaskLog, TaskQueueItem
 
 
 @admin.register(Task)
@@ -30,3 +30,11 @@ class TaskQueueItemAdmin(admin.ModelAdmin):
     list_display = ("task", "status", "is_priority", "pid", "stop_requested_at", "updated_at")
     list_filter = ("status", "is_priority")
     search_fields = ("task__summary", "task__id")
+
+
+@admin.register(TaskDependency)
+class TaskDependencyAdmin(admin.ModelAdmin):
+    list_display = ("task", "blocker", "workspace", "created_at")
+    list_select_related = ("task", "blocker", "workspace")
+    search_fields = ("task__summary", "blocker__summary", "task__id", "blocker__id")
+    raw_id_fields = ("task", "blocker")

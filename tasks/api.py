@@ -1,6 +1,7 @@
 from datetime import datetime
 from typing import Any, Literal
 
+from django.db import transaction
 from ninja import Router, Schema, Status
 from pydantic import ConfigDict, Field
 
@@ -27,6 +28,10 @@ class TaskOut(Schema):
     # Error back-off: consecutive failed runs, and when the next try may start.
     failure_streak: int
     retry_not_before: datetime | None
+    # Dependencies: the tasks this one waits for, and whether it waits now (Todo with a
+    # blocker that is not Done: not picked up).
+    blocked_by: list[str]
+    is_waiting: bool
     branch_name: str = Field(
         description="Branch per task: the task's branch (malamar/…); '' when it has none."
     )
@@ -57,6 +62,7 @@ class TaskCreate(Schema):
 
     summary: str = Field(max_length=SUMMARY_MAX_LENGTH)
     description: str = ""
+    blocked_by: list[str] = []
 
 
 class TaskUpdate(Schema):
@@ -65,6 +71,14 @@ class TaskUpdate(Schema):
     summary: str | None = Field(None, max_length=SUMMARY_MAX_LENGTH)
     description: str | None = None
     status: str | None = None
+    # Replaces the task's blockers (ids of tasks of the same workspace; [] = none).
+    blocked_by: list[str] | None = None
+
+
+class BlockerAdd(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    blocker_id: str
 
 
 class TaskList(Schema):
@@ -118,7 +132,7 @@ def _task(task_id: str) -> Task:
     task = selectors.task_with_counts(task_id)
     if task is None:
         raise NotFound("Task not found")
-    return task
+    return selectors.attach_blockers([task])[0]
 
 
 def _act(task_id: str, service) -> Task:
@@ -133,7 +147,7 @@ def list_tasks(request, workspace_id: str, status: str = ""):
     tasks = Task.objects.filter(workspace=workspace).with_counts().by_recent_update()
     if status:
         tasks = tasks.filter(status=status)
-    return {"tasks": list(tasks)}
+    return {"tasks": selectors.attach_blockers(list(tasks))}
 
 
 @router.post("/workspaces/{workspace_id}/tasks", response={201: TaskOut})
@@ -157,7 +171,29 @@ def get_task(request, task_id: str):
 @router.put("/tasks/{task_id}", response=TaskOut)
 def update_task(request, task_id: str, payload: TaskUpdate):
     task = get_or_404(Task, task_id, "Task")
-    services.task_update(task=task, actor=USER, **payload.model_dump(exclude_none=True))
+    fields = payload.model_dump(exclude_none=True)
+    blocked_by = fields.pop("blocked_by", None)
+    with transaction.atomic():  # a refused blocker leaves the other changes undone too
+        if blocked_by is not None:
+            services.task_blockers_set(task=task, blocker_ids=blocked_by, actor=USER)
+        services.task_update(task=task, actor=USER, **fields)
+    return _task(task_id)
+
+
+@router.post("/tasks/{task_id}/blockers", response={201: TaskOut})
+def add_blocker(request, task_id: str, payload: BlockerAdd):
+    """Make the task wait for another task of its workspace (refused: cycles, other workspaces)."""
+    task = get_or_404(Task, task_id, "Task")
+    blocker = get_or_404(Task, payload.blocker_id, "Blocker task")
+    services.task_dependency_add(task=task, blocker=blocker, actor=USER)
+    return Status(201, _task(task_id))
+
+
+@router.delete("/tasks/{task_id}/blockers/{blocker_id}", response=TaskOut)
+def remove_blocker(request, task_id: str, blocker_id: str):
+    task = get_or_404(Task, task_id, "Task")
+    blocker = get_or_404(Task, blocker_id, "Blocker task")
+    services.task_dependency_remove(task=task, blocker=blocker, actor=USER)
     return _task(task_id)
 
 

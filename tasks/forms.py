@@ -21,6 +21,31 @@ class TaskForm(forms.Form):
         help_text="Markdown. What should the agents do, and how will you know it is done?",
         widget=forms.Textarea(attrs={"rows": 8}),
     )
+    blocked_by = forms.MultipleChoiceField(
+        label="Waits for",
+        required=False,
+        help_text="It stays in Todo until each of these tasks is Done (Ctrl/⌘-click for more).",
+        widget=forms.SelectMultiple(attrs={"size": 4}),
+    )
+
+    def __init__(self, *args, blocker_choices=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["blocked_by"].choices = blocker_choices
+        if not blocker_choices:
+            del self.fields["blocked_by"]  # a first task has nothing to wait for
+
+
+class BlockersForm(forms.Form):
+    blocked_by = forms.MultipleChoiceField(
+        label="Waits for",
+        required=False,
+        help_text="Ctrl/⌘-click to pick several; none = it does not wait.",
+        widget=forms.SelectMultiple(attrs={"size": 5}),
+    )
+
+    def __init__(self, *args, blocker_choices=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["blocked_by"].choices = blocker_choices
 
 
 class SummaryForm(forms.Form):

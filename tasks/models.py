@@ -146,7 +146,62 @@ class TaskLog(models.Model):
         return self.event_type
 
 
+class TaskDependencyQuerySet(models.QuerySet):
+    def open_for(self, task_id):
+        """The task's blockers that are not Done yet (`task_id` may be an OuterRef)."""
+        return self.filter(task_id=task_id).exclude(blocker__status=TaskStatus.DONE)
+
+
+class TaskDependency(models.Model):
+    """`task` waits for `blocker` (same workspace): while any blocker is not Done, a Todo task
+    is not picked up. Deleting either task deletes the link (the blocked task is told)."""
+
+    id = id_field()
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.CASCADE, related_name="+"
+    )
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="blocker_links")
+    blocker = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="blocked_links")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TaskDependencyQuerySet.as_manager()
+
+    class Meta:
+        db_table = "task_dependencies"
+        indexes = [models.Index(fields=["blocker"])]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "blocker"], name="one_link_per_blocker"),
+            models.CheckConstraint(
+                condition=~Q(task=models.F("blocker")), name="task_not_its_own_blocker"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} waits for {self.blocker_id}"
+
+
+def waiting_for_blockers(task_ref="task_id"):
+    """A queued pass that must wait: its task is still Todo (not started) and has a blocker
+    that is not Done. One Exists subquery, so a pickup or a claim stays one statement."""
+    return Q(task__status=TaskStatus.TODO) & Exists(
+        TaskDependency.objects.open_for(OuterRef(task_ref))
+    )
+
+
 class TaskQueueQuerySet(QueueItemQuerySet):
+    def eligible(self):
+        """Queued passes that may start now as far as dependencies go."""
+        return self.queued().exclude(waiting_for_blockers())
+
+    def claim(self, item_id: str) -> bool:
+        """As QueueItemQuerySet.claim, and refused while the task waits for its blockers (a
+        blocker re-opened between the pickup's read and this UPDATE)."""
+        return bool(
+            self.filter(id=item_id, status=QueueStatus.QUEUED)
+            .exclude(waiting_for_blockers())
+            .update(status=QueueStatus.IN_PROGRESS, updated_at=timezone.now())
+        )
+
     def wanted(self):
         """A pass is also unwanted once its task left Todo/In Progress. (Right after a claim
         the task is still Todo for a moment, so Todo counts as wanted.)"""

@@ -3,7 +3,7 @@
 from django.contrib import messages
 
 from tasks import selectors
-from tasks.forms import BranchDiscardForm, CommentForm, DeleteDoneForm, TaskForm
+from tasks.forms import BlockersForm, BranchDiscardForm, CommentForm, DeleteDoneForm, TaskForm
 from tasks.models import Task, TaskStatus
 from workspaces.models import Workspace
 
@@ -25,10 +25,24 @@ def board_context(workspace: Workspace, *, show_all: tuple[str, ...] = ()) -> di
     }
 
 
+def create_form(workspace: Workspace, data=None) -> TaskForm:
+    choices = selectors.blocker_choices(workspace.id)
+    return TaskForm(data, auto_id=CREATE_ID, blocker_choices=choices)
+
+
+def blockers_form(task: Task, data=None) -> BlockersForm:
+    choices = selectors.blocker_choices(task.workspace_id, exclude=task.id)
+    initial = {"blocked_by": getattr(task, "blocked_by", None) or selectors.blocked_by_ids(task)}
+    return BlockersForm(data, initial=initial, auto_id="task_blockers_%s", blocker_choices=choices)
+
+
 def detail_context(task: Task) -> dict:
     run = selectors.current_run(task)
+    selectors.attach_blockers([task])
     return {
         "task": task,
+        "dependents": selectors.dependents_of(task),
+        "blockers_form": blockers_form(task),
         "workspace": task.workspace,
         "actions": selectors.task_actions(task),
         "task_usage": selectors.task_usage(task),
@@ -45,7 +59,7 @@ def task_tab_context(request, workspace) -> dict:
     and the task popup to open on load when the URL names one (`?task=<id>`)."""
     context = {
         **board_context(workspace, show_all=show_all_from(request)),
-        "create_form": TaskForm(auto_id=CREATE_ID),
+        "create_form": create_form(workspace),
         "delete_done_form": DeleteDoneForm(workspace=workspace, auto_id=DONE_ID),
     }
     task_id = request.GET.get("task", "").strip()

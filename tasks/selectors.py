@@ -13,6 +13,7 @@ from tasks.models import (
     RUNNABLE_STATUSES,
     Task,
     TaskComment,
+    TaskDependency,
     TaskLog,
     TaskQueueItem,
     TaskStatus,
@@ -65,6 +66,49 @@ def collapse_repeated_errors(comments: list[TaskComment]) -> list[TaskComment]:
 
 def logs_for_task(task: Task) -> list[TaskLog]:
     return list(task.logs.order_by("created_at", "id"))
+
+
+# --- dependencies ---------------------------------------------------------------------------
+
+
+def attach_blockers(tasks: list[Task]) -> list[Task]:
+    """Give each task `blockers` (the tasks it waits for, with their status, oldest link
+    first) and `blocked_by` (their ids), in one query for all of them."""
+    by_task: dict[str, list[Task]] = {t.id: [] for t in tasks}
+    links = (
+        TaskDependency.objects.filter(task_id__in=list(by_task))
+        .select_related("blocker")
+        .only("task_id", "blocker__id", "blocker__summary", "blocker__status")
+        .order_by("created_at", "id")
+    )
+    for link in links:
+        by_task[link.task_id].append(link.blocker)
+    for task in tasks:
+        task.blockers = by_task[task.id]
+        task.blocked_by = [b.id for b in task.blockers]
+        task.open_blockers = [b for b in task.blockers if b.status != TaskStatus.DONE]
+        task.is_waiting = task.status == TaskStatus.TODO and bool(task.open_blockers)
+    return tasks
+
+
+def blocked_by_ids(task: Task) -> list[str]:
+    return attach_blockers([task])[0].blocked_by
+
+
+def dependents_of(task: Task) -> list[Task]:
+    """The tasks that wait for `task`."""
+    return list(Task.objects.filter(blocker_links__blocker=task).order_by("created_at", "id"))
+
+
+def blocker_choices(workspace_id: str, *, exclude: str | None = None) -> list[tuple[str, str]]:
+    """(id, label) of the workspace's tasks a task could wait for, newest first."""
+    tasks = Task.objects.filter(workspace_id=workspace_id).by_recent_update()
+    if exclude:
+        tasks = tasks.exclude(id=exclude)
+    return [
+        (task_id, f"{summary} ({TaskStatus(status).label})")
+        for task_id, summary, status in tasks.values_list("id", "summary", "status")[:500]
+    ]
 
 
 # --- board ----------------------------------------------------------------------------------
@@ -172,6 +216,7 @@ def running_runs(workspace_id: str) -> dict[str, AgentRun]:
 
 
 def _attach_runs(tasks: list[Task], runs: dict[str, AgentRun]) -> None:
+    attach_blockers(tasks)
     for task in tasks:
         task.current_run = runs.get(task.id) if task.is_processing else None
         task.error_state = error_state(task)
@@ -309,6 +354,17 @@ def activity_entries(task: Task) -> list[dict]:
             "task_deprioritized": f"{actor} removed the priority",
             "retry_requested": f"{actor} retried the failing task now",
             "retries_stopped": f"{actor} stopped the retries",
+            "blocker_added": f"{actor} made it wait for “{meta.get('blocker_summary', '?')}”",
+            "blocker_removed": (
+                f"{actor} removed the wait for “{meta.get('blocker_summary', '?')}”"
+            ),
+            "blocker_deleted": (
+                f"“{meta.get('blocker_summary', '?')}”, which it waited for, was deleted"
+            ),
+            "unblocked": "No longer waiting for other tasks: it can start",
+            "blocked_again": (
+                f"Waiting again: “{meta.get('blocker_summary', '?')}” is no longer Done"
+            ),
             **_branch_texts(actor, meta),
         }.get(log.event_type, f"{actor}: {log.event_type.replace('_', ' ')}")
         entry = {"log": log, "text": text, "actor_type": log.actor_type}

@@ -24,6 +24,7 @@ from tasks.models import (
     CommentKind,
     Task,
     TaskComment,
+    TaskDependency,
     TaskLog,
     TaskQueueItem,
     TaskStatus,
@@ -139,6 +140,9 @@ def _move(task: Task, status: str, actor: Actor) -> None:
         if status == TaskStatus.DONE:
             task.retry_not_before = None
             Task.objects.filter(id=task.id).update(failure_streak=0, retry_not_before=None)
+            _release_dependents(task, now)
+        elif old == TaskStatus.DONE:
+            _reblock_dependents(task)
         log_add(
             task=task,
             event_type="status_changed",
@@ -152,19 +156,21 @@ def _move(task: Task, status: str, actor: Actor) -> None:
         )
 
 
-def task_create(*, workspace: Workspace, summary: str, description: str = "") -> Task:
+def task_create(
+    *, workspace: Workspace, summary: str, description: str = "", blocked_by=()
+) -> Task:
+    """A new Todo task, queued at once; `blocked_by` (task ids of the same workspace) makes it
+    wait until each of those is Done."""
     summary = _clean_summary(summary)
     now = timezone.now()
     with transaction.atomic():
-        task = Task.objects.create(
-            workspace=workspace,
-            summary=summary,
-            description=description or "",
-            created_at=now,
-            updated_at=now,
-        )
+        task = Task(workspace=workspace, summary=summary, description=description or "")
+        blockers = _clean_blockers(task, blocked_by)  # a new task has no dependents: no cycle
+        task.created_at = task.updated_at = now
+        task.save(force_insert=True)
         queue_item_ensure(task=task)
         log_add(task=task, event_type="task_created", actor=USER)
+        _links_add(task, blockers, USER, now)
         workspace_touch(workspace.id, now=now)
         events.publish("task.created", task_payload(task, status=task.status))
     return task
@@ -369,12 +375,24 @@ def task_cancel(*, task: Task) -> Task:
 
 def task_delete(*, task: Task) -> None:
     """Delete a task in any status; a running CLI is killed by the worker (its rows vanish).
-    Its worktree goes too, and its branch unless merged (once the delete is committed)."""
+    Its worktree goes too, and its branch unless merged (once the delete is committed). Tasks
+    that waited for it are told in their activity log, and start if it was their last open
+    blocker."""
     with transaction.atomic():
         payload = task_payload(task)
         _remove_branch_on_commit(task, keep_merged=True)
         agent_runs_forget_snapshots(runs=task.runs.all())
+        dependents = list(Task.objects.filter(blocker_links__blocker=task))
+        for dependent in dependents:
+            log_add(
+                task=dependent,
+                event_type="blocker_deleted",
+                actor=SYSTEM,
+                metadata={"blocker_id": task.id, "blocker_summary": task.summary},
+            )
         task.delete()
+        if task.status != TaskStatus.DONE:  # a Done blocker blocked nobody
+            _announce_unblocked(dependents, timezone.now(), cause=payload["task_summary"])
         workspace_touch(payload["workspace_id"])
         events.publish("task.deleted", payload)
         wake_worker_on_commit()
@@ -402,6 +420,172 @@ def tasks_delete_expired(*, now=None) -> int:
             task_delete(task=task)
             deleted += 1
     return deleted
+
+
+# --- dependencies ---------------------------------------------------------------------------
+
+BLOCKERS_FIELD = "blocked_by"
+
+
+def _blocker_map(workspace_id: str) -> dict[str, set[str]]:
+    """Each task of the workspace → the tasks it waits for (one query)."""
+    edges: dict[str, set[str]] = {}
+    links = TaskDependency.objects.filter(workspace_id=workspace_id)
+    for task_id, blocker_id in links.values_list("task_id", "blocker_id"):
+        edges.setdefault(task_id, set()).add(blocker_id)
+    return edges
+
+
+def _waits_for(edges: dict[str, set[str]], start: str, target: str) -> bool:
+    """Does `start` wait for `target`, directly or through other tasks?"""
+    seen, todo = set(), [start]
+    while todo:
+        current = todo.pop()
+        if current == target:
+            return True
+        if current not in seen:
+            seen.add(current)
+            todo.extend(edges.get(current, ()))
+    return False
+
+
+def _clean_blockers(task: Task, blocker_ids) -> list[Task]:
+    """The blockers named by `blocker_ids` (in order, without repeats), refused with a message
+    for: a non-list, an unknown id, the task itself, another workspace's task, a cycle."""
+    if isinstance(blocker_ids, str) or not isinstance(blocker_ids, list | tuple | set):
+        raise ValidationFailed("blocked_by must be a list of task ids", field=BLOCKERS_FIELD)
+    ids = list(dict.fromkeys(blocker_ids))
+    if not all(isinstance(i, str) and i for i in ids):
+        raise ValidationFailed("blocked_by must be a list of task ids", field=BLOCKERS_FIELD)
+    if task.id in ids:
+        raise ValidationFailed("A task cannot wait for itself", field=BLOCKERS_FIELD)
+    found = Task.objects.in_bulk(ids)
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise ValidationFailed(f"No task with id {missing[0]}", field=BLOCKERS_FIELD)
+    blockers = [found[i] for i in ids]
+    for blocker in blockers:
+        if blocker.workspace_id != task.workspace_id:
+            raise ValidationFailed(
+                f"“{blocker.summary}” belongs to another workspace: a task can only wait for "
+                "tasks of its own workspace",
+                field=BLOCKERS_FIELD,
+            )
+    if task.id and blockers:
+        edges = _blocker_map(task.workspace_id)
+        edges.pop(task.id, None)  # the task's own links are being replaced
+        for blocker in blockers:
+            if _waits_for(edges, blocker.id, task.id):
+                raise ValidationFailed(
+                    f"“{blocker.summary}” already waits for this task (directly or through "
+                    "other tasks): waiting for it would make a cycle",
+                    field=BLOCKERS_FIELD,
+                )
+    return blockers
+
+
+def _links_add(task: Task, blockers: list[Task], actor: Actor, now) -> None:
+    # One microsecond apart: links added together keep the order they were given in.
+    TaskDependency.objects.bulk_create(
+        TaskDependency(
+            workspace_id=task.workspace_id,
+            task=task,
+            blocker=b,
+            created_at=now + timedelta(microseconds=i),
+        )
+        for i, b in enumerate(blockers)
+    )
+    for blocker in blockers:
+        log_add(
+            task=task,
+            event_type="blocker_added",
+            actor=actor,
+            metadata={"blocker_id": blocker.id, "blocker_summary": blocker.summary},
+        )
+
+
+def _is_waiting(task_id: str) -> bool:
+    return TaskDependency.objects.open_for(task_id).exists()
+
+
+def task_blockers_set(*, task: Task, blocker_ids, actor: Actor = USER) -> Task:
+    """Make the task wait for exactly these tasks (ids of the same workspace, no cycles). A
+    Todo task waits until each is Done; an In Progress one goes on (it has started)."""
+    now = timezone.now()
+    with transaction.atomic():
+        blockers = _clean_blockers(task, blocker_ids)
+        was_waiting = _is_waiting(task.id)
+        current = dict(
+            TaskDependency.objects.filter(task=task).values_list("blocker_id", "blocker__summary")
+        )
+        wanted = {b.id for b in blockers}
+        removed = [i for i in current if i not in wanted]
+        TaskDependency.objects.filter(task=task, blocker_id__in=removed).delete()
+        for blocker_id in removed:
+            log_add(
+                task=task,
+                event_type="blocker_removed",
+                actor=actor,
+                metadata={"blocker_id": blocker_id, "blocker_summary": current[blocker_id]},
+            )
+        _links_add(task, [b for b in blockers if b.id not in current], actor, now)
+        if not removed and len(wanted) == len(current):
+            return task
+        _touch(task, now)
+        events.publish("task.updated", task_payload(task))
+        if was_waiting and task.status == TaskStatus.TODO and not _is_waiting(task.id):
+            _announce_unblocked([task], now, cause="")
+    return task
+
+
+def task_dependency_add(*, task: Task, blocker: Task, actor: Actor = USER) -> Task:
+    current = list(TaskDependency.objects.filter(task=task).values_list("blocker_id", flat=True))
+    return task_blockers_set(task=task, blocker_ids=[*current, blocker.id], actor=actor)
+
+
+def task_dependency_remove(*, task: Task, blocker: Task, actor: Actor = USER) -> Task:
+    current = TaskDependency.objects.filter(task=task).values_list("blocker_id", flat=True)
+    remaining = [i for i in current if i != blocker.id]
+    return task_blockers_set(task=task, blocker_ids=remaining, actor=actor)
+
+
+def _announce_unblocked(candidates: list[Task], now, *, cause: str) -> None:
+    """Of these tasks, the Todo ones with no open blocker left may start: each gets an
+    activity-log line and `task.unblocked`, and its queued pass joins the queue as a fresh one
+    (the chain goes on right after its blocker)."""
+    ids = [t.id for t in candidates if t.status == TaskStatus.TODO]
+    still_waiting = set(
+        TaskDependency.objects.filter(task_id__in=ids)
+        .exclude(blocker__status=TaskStatus.DONE)
+        .values_list("task_id", flat=True)
+    )
+    released = [t for t in candidates if t.id in ids and t.id not in still_waiting]
+    if not released:
+        return
+    TaskQueueItem.objects.queued().filter(task__in=released).update(updated_at=now)
+    for task in released:
+        log_add(task=task, event_type="unblocked", actor=SYSTEM, metadata={"blocker": cause})
+        events.publish("task.unblocked", task_payload(task, blocker_summary=cause))
+    wake_worker_on_commit()
+
+
+def _release_dependents(blocker: Task, now) -> None:
+    """`blocker` just reached Done: tasks that waited only for it may start."""
+    dependents = list(Task.objects.filter(blocker_links__blocker=blocker))
+    _announce_unblocked(dependents, now, cause=blocker.summary)
+
+
+def _reblock_dependents(blocker: Task) -> None:
+    """`blocker` left Done: Todo tasks that wait for it (not started yet) wait again."""
+    dependents = Task.objects.filter(blocker_links__blocker=blocker, status=TaskStatus.TODO)
+    for task in dependents:
+        log_add(
+            task=task,
+            event_type="blocked_again",
+            actor=SYSTEM,
+            metadata={"blocker_id": blocker.id, "blocker_summary": blocker.summary},
+        )
+        events.publish("task.blocked", task_payload(task, blocker_summary=blocker.summary))
 
 
 # --- branch per task ------------------------------------------------------------------------

@@ -12,6 +12,11 @@ urlpatterns = [
     path("workspaces/<str:workspace_id>/tasks/usage/", views.usage_view, name="task_usage"),
     path("workspaces/<str:workspace_id>/tasks/new/", views.task_create, name="task_create"),
     path(
+        "workspaces/<str:workspace_id>/tasks/new/blockers/",
+        views.task_create_blockers,
+        name="task_create_blockers",
+    ),
+    path(
         "workspaces/<str:workspace_id>/tasks/delete-done/",
         views.tasks_delete_done,
         name="tasks_delete_done",
@@ -32,6 +37,7 @@ urlpatterns = [
     path("tasks/<str:task_id>/summary/edit/", views.task_summary_edit, name="task_summary_edit"),
     path("tasks/<str:task_id>/status/", views.task_status, name="task_status"),
     path("tasks/<str:task_id>/cancel/", views.task_cancel, name="task_cancel"),
+    path("tasks/<str:task_id>/blockers/", views.task_blockers, name="task_blockers"),
     path("tasks/<str:task_id>/prioritize/", views.task_prioritize, name="task_prioritize"),
     path("tasks/<str:task_id>/retry/", views.task_retry, name="task_retry"),
     path("tasks/<str:task_id>/stop-retrying/", views.task_retries_stop, name="task_retries_stop"),

@@ -25,13 +25,13 @@ from tasks.forms import (
     DeleteDoneForm,
     DescriptionForm,
     SummaryForm,
-    TaskForm,
 )
 from tasks.models import Task, TaskStatus
 from tasks.pages import (
-    CREATE_ID,
     DONE_ID,
+    blockers_form,
     board_context,
+    create_form,
     detail_context,
     show_all_from,
 )
@@ -110,7 +110,7 @@ def _page_with(request, workspace: Workspace, **extra):
 @require_POST
 def task_create(request, workspace_id: str):
     workspace = get_object_or_404(Workspace, id=workspace_id)
-    form = TaskForm(request.POST, auto_id=CREATE_ID)
+    form = create_form(workspace, request.POST)
     if form.is_valid():
         try:
             task = services.task_create(workspace=workspace, **form.cleaned_data)
@@ -126,6 +126,14 @@ def task_create(request, workspace_id: str):
     if not request.htmx:
         return _page_with(request, workspace, create_form=form, create_open=True)
     return render(request, f"{BOARD}#create_form", {"workspace": workspace, "create_form": form})
+
+
+@require_GET
+def task_create_blockers(request, workspace_id: str):
+    """The new-task dialog's "Waits for" list, fresh each time the dialog opens."""
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    context = {"workspace": workspace, "create_form": create_form(workspace)}
+    return render(request, f"{BOARD}#create_blockers", context)
 
 
 @require_POST
@@ -386,6 +394,23 @@ def task_retries_stop(request, task_id: str):
         task_id,
         lambda task: services.task_retries_stop(task=task),
         note="Stopped retrying: the task waits in Todo",
+    )
+
+
+@require_POST
+def task_blockers(request, task_id: str):
+    """Set what the task waits for (a cycle or another workspace's task: an error toast)."""
+    task = _task_or_404(task_id)
+    form = blockers_form(task, request.POST)
+    if not form.is_valid():
+        error = ServiceError(" ".join(form.errors.get("blocked_by", ["Pick tasks of the list"])))
+        return _after_action(request, task, task.status, error=error)
+    ids = form.cleaned_data["blocked_by"]
+    return _task_action(
+        request,
+        task_id,
+        lambda task: services.task_blockers_set(task=task, blocker_ids=ids, actor=USER),
+        note="Saved what the task waits for",
     )
 
 

@@ -7,10 +7,11 @@ from agents.models import Agent
 from chats.models import Chat, ChatMessage, ChatQueueItem
 from core.models import Marker, OutboxEvent, Setting
 from runner.models import CliHealth
-from tasks.models import Task, TaskComment, TaskLog, TaskQueueItem
+from tasks.models import Task, TaskComment, TaskDependency, TaskLog, TaskQueueItem
 from workspaces.models import Workspace
 
-MODELS = [Workspace, Agent, Task, TaskComment, TaskLog, TaskQueueItem, Chat, ChatMessage]
+MODELS = [Workspace, Agent, Task, TaskComment, TaskLog, TaskQueueItem, TaskDependency]
+MODELS += [Chat, ChatMessage]
 MODELS += [ChatQueueItem, Setting, OutboxEvent, Marker, CliHealth]
 
 

@@ -1,14 +1,16 @@
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from ninja import Router, Schema, Status
+from django.http import HttpResponse
+from ninja import Body, Router, Schema, Status
 from pydantic import ConfigDict, Field
 
 from core.lookups import get_or_404
-from workspaces import services
+from workspaces import services, transfer
 from workspaces.models import Workspace
 from workspaces.selectors import notify_effective
 from workspaces.services import TITLE_MAX_LENGTH
+from workspaces.transfer_format import parse_document
 
 router = Router(tags=["workspaces"])
 Notify = Annotated[
@@ -100,6 +102,15 @@ def create_workspace(request, payload: WorkspaceCreate):
     return Status(201, services.workspace_create(**_fields(payload)))
 
 
+# Before /workspaces/{workspace_id}: the first matching path wins.
+@router.post("/workspaces/import", response={201: WorkspaceOut})
+def import_workspace(request, document: Annotated[dict[str, Any], Body()]):
+    """Create a workspace anew from an export file (the JSON body): new ids, references
+    remapped. A broken file or one from a newer format version is refused (400), nothing
+    imported."""
+    return Status(201, services.workspace_import(document=parse_document(document)))
+
+
 @router.get("/workspaces/{workspace_id}", response=WorkspaceOut)
 def get_workspace(request, workspace_id: str):
     return get_or_404(Workspace, workspace_id, "Workspace")
@@ -115,3 +126,35 @@ def update_workspace(request, workspace_id: str, payload: WorkspaceUpdate):
 def delete_workspace(request, workspace_id: str):
     services.workspace_delete(workspace=get_or_404(Workspace, workspace_id, "Workspace"))
     return Status(204, None)
+
+
+class CloneIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = Field(None, max_length=TITLE_MAX_LENGTH)
+
+
+def export_response(workspace: Workspace, **options) -> HttpResponse:
+    """The export file as a download (`malamar-<title>-<date>.json`)."""
+    response = HttpResponse(
+        transfer.export_json(workspace, **options), content_type="application/json"
+    )
+    name = transfer.export_file_name(workspace)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@router.get("/workspaces/{workspace_id}/export")
+def export_workspace(request, workspace_id: str, chats: bool = False, attachments: bool = False):
+    """The workspace as one versioned JSON file: settings, agents, tasks with comments, activity
+    logs and dependencies; chats (and their attachment files) when asked."""
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    return export_response(workspace, chats=chats, attachments=attachments)
+
+
+@router.post("/workspaces/{workspace_id}/clone", response={201: WorkspaceOut})
+def clone_workspace(request, workspace_id: str, payload: CloneIn | None = None):
+    """A new workspace with the same settings and agents (no tasks, no chats)."""
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    title = payload.title if payload else None
+    return Status(201, services.workspace_clone(workspace=workspace, title=title))

@@ -11,9 +11,11 @@ from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast
 from workspaces import selectors, services
+from workspaces.api import export_response
 from workspaces.forms import WorkspaceCreateForm, WorkspaceDeleteForm, WorkspaceSettingsForm
 from workspaces.models import Workspace
 from workspaces.pages import DETAIL, INVALID, TABS, detail_context, workspace_page_context
+from workspaces.transfer_format import parse_document
 
 # Fragments with validation errors answer 200 (browsers log every 4xx XHR as a console error);
 # plain form posts without JavaScript get 422 with the whole page.
@@ -175,3 +177,45 @@ def workspace_delete(request, workspace_id: str):
     settings_form = WorkspaceSettingsForm.for_workspace(workspace)
     context = {**_settings_context(workspace, settings_form, form), "delete_open": True}
     return render(request, SETTINGS, context, status=INVALID)
+
+
+# --- export, import, clone ------------------------------------------------------------------
+
+
+@require_GET
+def workspace_export(request, workspace_id: str):
+    """Download the workspace as one JSON file (chats and attachments when ticked)."""
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    attachments = request.GET.get("attachments") == "1"
+    chats = attachments or request.GET.get("chats") == "1"
+    return export_response(workspace, chats=chats, attachments=attachments)
+
+
+@require_POST
+def workspace_clone(request, workspace_id: str):
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    try:
+        clone = services.workspace_clone(
+            workspace=workspace, title=request.POST.get("title", "").strip() or None
+        )
+    except ServiceError as error:
+        messages.error(request, error.message)
+        return redirect("workspace_settings", workspace_id=workspace.id)
+    messages.success(request, f"Cloned into “{clone.title}” (settings and agents)")
+    return redirect("workspace_settings", workspace_id=clone.id)
+
+
+@require_POST
+def workspace_import(request):
+    """Create a workspace from an uploaded export file (a plain multipart form post)."""
+    upload = request.FILES.get("file")
+    if upload is None:
+        messages.error(request, "Choose an export file to import")
+        return redirect("home")
+    try:
+        workspace = services.workspace_import(document=parse_document(upload.read()))
+    except ServiceError as error:
+        messages.error(request, f"Nothing was imported: {error.message}")
+        return redirect("home")
+    messages.success(request, f"Imported “{workspace.title}”")
+    return redirect("workspace_detail", workspace_id=workspace.id)

@@ -2,7 +2,8 @@
 
 Order (spec "Queue Pickup Algorithm"): only Todo / In Progress tasks; a prioritised item; else the
 task with the most recently completed/failed item (finish what you started); else the most
-recently updated item (LIFO, so a comment bumps a task). Tasks in error back-off wait.
+recently updated item (LIFO, so a comment bumps a task). Tasks in error back-off wait, and so do
+Todo tasks with a blocker that is not Done (tasks.models.waiting_for_blockers).
 
 A workspace runs one task at a time, or up to its "parallel tasks" with branch per task
 (`Workspace.parallel_limit`): a task that runs is never picked twice, and the claim refuses once
@@ -20,7 +21,7 @@ from workspaces.models import Workspace
 
 def _candidates(workspace_id: str | None = None, now=None):
     now = now or timezone.now()
-    items = TaskQueueItem.objects.queued().filter(task__status__in=RUNNABLE_STATUSES)
+    items = TaskQueueItem.objects.eligible().filter(task__status__in=RUNNABLE_STATUSES)
     if workspace_id:
         items = items.filter(workspace_id=workspace_id)
     # A task runs one pass at a time (a pass being stopped does not count: it is ending).

@@ -90,6 +90,8 @@
     dialog.returnFocus = opener || document.activeElement;
     dialog.showModal();
     focusInitial(dialog);
+    // Fragments inside may refresh what they show (hx-trigger "... from:closest dialog").
+    dialog.dispatchEvent(new CustomEvent("malamar:dialog-opened"));
   }
 
   function resetDialogForm(dialog) {
@@ -492,6 +494,13 @@
         return {
           level: "success",
           message: "Ready for your review",
+          detail: summary,
+          href: itemLink(data),
+        };
+      case "task.unblocked":
+        return {
+          level: "info",
+          message: "No longer waiting: it can start",
           detail: summary,
           href: itemLink(data),
         };

@@ -16,6 +16,8 @@
     "task.comment_added",
     "task.deleted",
     "task.error_occurred",
+    "task.unblocked",
+    "task.blocked",
     "agent.execution_started",
     "agent.execution_finished",
     "cli.resumed", // waiting cards lose their "waits for" chip
@@ -134,6 +136,64 @@
     else refreshColumns(detail.statuses || []);
     if (detail.task_id && detail.task_id === openTaskId()) refreshPopup();
   });
+
+  /* ------------------------------------------------------------------ dependency chains */
+
+  // Hover or focus on a card lights up its chain: every card it waits for (data-blocked-by,
+  // transitively) and every card that waits for it. Only the cards on the board take part.
+  function chainOf(startId) {
+    const blockers = new Map();
+    const dependents = new Map();
+    $$("#task-board .task-card-item[data-task-id]").forEach((item) => {
+      const ids = (item.dataset.blockedBy || "").split(" ").filter(Boolean);
+      blockers.set(item.dataset.taskId, ids);
+      ids.forEach((id) => {
+        if (!dependents.has(id)) dependents.set(id, []);
+        dependents.get(id).push(item.dataset.taskId);
+      });
+    });
+    const chain = new Set([startId]);
+    [blockers, dependents].forEach((edges) => {
+      const todo = [startId];
+      while (todo.length) {
+        (edges.get(todo.pop()) || []).forEach((next) => {
+          if (!chain.has(next)) {
+            chain.add(next);
+            todo.push(next);
+          }
+        });
+      }
+    });
+    return chain;
+  }
+
+  function clearChain() {
+    $$("#task-board .task-card-item.is-chain").forEach((item) => item.classList.remove("is-chain"));
+  }
+
+  function showChain(event) {
+    const item = event.target.closest && event.target.closest("#task-board .task-card-item");
+    if (!item) return;
+    const chain = chainOf(item.dataset.taskId);
+    clearChain();
+    if (chain.size < 2) return; // a task on its own: nothing to light up
+    chain.forEach((id) => {
+      const card = document.getElementById(`task-card-${id}`);
+      if (card) card.classList.add("is-chain");
+    });
+  }
+
+  function hideChain(event) {
+    const item = event.target.closest && event.target.closest("#task-board .task-card-item");
+    const next = event.relatedTarget;
+    if (item && next && item.contains(next)) return; // still inside the same card
+    clearChain();
+  }
+
+  document.addEventListener("mouseover", showChain);
+  document.addEventListener("focusin", showChain);
+  document.addEventListener("mouseout", hideChain);
+  document.addEventListener("focusout", hideChain);
 
   /* ------------------------------------------------------------------ column jump */
 

@@ -1,0 +1,85 @@
+"""Dependencies on the pages: the new-task dialog, the popup's "Waits for" form, the card chip."""
+
+import pytest
+
+from core.actors import SYSTEM, USER
+from tasks import services
+from tasks.models import TaskStatus
+from tests.pages import elements, html, hx, triggers
+from workspaces.services import workspace_create
+
+pytestmark = pytest.mark.django_db
+
+
+def board(client, workspace) -> str:
+    return html(client.get(f"/workspaces/{workspace.id}/?tab=tasks"))
+
+
+def test_new_task_dialog_offers_tasks_to_wait_for(client, workspace):
+    assert 'name="blocked_by"' not in board(client, workspace)  # nothing to wait for yet
+    plan = services.task_create(workspace=workspace, summary="Plan")
+    page = board(client, workspace)
+    options = elements(page, "option", value=plan.id)
+    assert options and 'name="blocked_by"' in page
+    response = hx(
+        client,
+        "post",
+        f"/workspaces/{workspace.id}/tasks/new/",
+        {"summary": "Build", "blocked_by": [plan.id]},
+    )
+    assert response.status_code == 200
+    build = workspace.tasks.get(summary="Build")
+    assert list(build.blocker_links.values_list("blocker_id", flat=True)) == [plan.id]
+
+
+def test_waiting_card_shows_a_chip_linking_its_blockers(client, workspace):
+    plan = services.task_create(workspace=workspace, summary="Plan")
+    build = services.task_create(workspace=workspace, summary="Build", blocked_by=[plan.id])
+    page = board(client, workspace)
+    [item] = elements(page, "li", id=f"task-card-{build.id}")
+    assert item["data-blocked-by"] == plan.id
+    [chip] = elements(page, "p", **{"data-task-waiting": build.id})
+    assert chip is not None
+    [link] = elements(page, "a", **{"class": "task-card__blocker"})
+    assert link["data-task-open"] == plan.id and f"task={plan.id}" in link["href"]
+    services.task_status_set(task=plan, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
+    services.task_status_set(task=plan, status=TaskStatus.DONE, actor=USER)
+    assert not elements(board(client, workspace), "p", **{"data-task-waiting": build.id})
+
+
+def test_popup_sets_blockers_and_refuses_a_cycle_with_a_toast(client, workspace):
+    plan = services.task_create(workspace=workspace, summary="Plan")
+    build = services.task_create(workspace=workspace, summary="Build")
+    response = hx(client, "post", f"/tasks/{build.id}/blockers/", {"blocked_by": [plan.id]})
+    assert response.status_code == 200
+    assert 'id="task-blockers"' in html(response) and "Waiting for" in html(response)
+    assert triggers(response)["malamar:toast"]["message"] == "Saved what the task waits for"
+    detail = html(hx(client, "get", f"/tasks/{plan.id}/"))
+    assert 'id="task-dependents"' in detail and "Build" in detail
+    response = hx(client, "post", f"/tasks/{plan.id}/blockers/", {"blocked_by": [build.id]})
+    toast = triggers(response)["malamar:toast"]
+    assert toast["level"] == "error" and "cycle" in toast["message"]
+    assert not plan.blocker_links.exists()
+    foreign = services.task_create(workspace=workspace_create(title="Other"), summary="Foreign")
+    response = hx(client, "post", f"/tasks/{build.id}/blockers/", {"blocked_by": [foreign.id]})
+    assert triggers(response)["malamar:toast"]["level"] == "error"
+    response = hx(client, "post", f"/tasks/{build.id}/blockers/", {})
+    assert not build.blocker_links.exists()
+
+
+def test_activity_log_tells_about_blockers(client, workspace):
+    plan = services.task_create(workspace=workspace, summary="Plan")
+    build = services.task_create(workspace=workspace, summary="Build", blocked_by=[plan.id])
+    services.task_delete(task=plan)
+    page = html(hx(client, "get", f"/tasks/{build.id}/activity/", {"part": "log"}))
+    assert "made it wait for “Plan”" in page
+    assert "“Plan”, which it waited for, was deleted" in page
+    assert "No longer waiting for other tasks" in page
+
+
+def test_the_new_task_dialog_refreshes_its_list_of_tasks(client, workspace):
+    url = f"/workspaces/{workspace.id}/tasks/new/blockers/"
+    assert 'hx-get="' + url in board(client, workspace)
+    assert 'name="blocked_by"' not in html(hx(client, "get", url))
+    plan = services.task_create(workspace=workspace, summary="Plan")
+    assert elements(html(hx(client, "get", url)), "option", value=plan.id)
