@@ -26,6 +26,7 @@ from core.wake import socket_path
 from runner.models import CliHealth
 from runner.services import agent_runs_close_interrupted
 from runner.worker import health, jobs, pickup
+from runner.worker.malloc import limit_malloc_arenas
 from runner.worker.pipeline import ChatReply, TaskPass
 from runner.worker.process import kill_tree
 from tasks.models import QueueStatus, TaskQueueItem
@@ -110,6 +111,8 @@ OWNERS = {"task": TaskPass, "chat": ChatReply}
 
 class Worker:
     def __init__(self, *, poll_interval: float):
+        # Before the worker's threads exist (the process's too, with `--with-worker`).
+        limit_malloc_arenas()
         self.poll_interval = poll_interval
         self.shutdown = threading.Event()
         self.lock = threading.Lock()
