@@ -48,6 +48,7 @@ from tests.live import free_port, wait_until  # noqa: E402
 
 BENCH = ROOT / "bench"
 AGENTS_PER_WORKSPACE = 4
+SERVER_AND_WORKER = "server + worker"
 TASK_PROMPT = re.compile(r"malamar_task_(\S+?)\.md")
 
 DEFINITIONS = """\
@@ -202,6 +203,8 @@ class Stack:
                 cmdline = " ".join(child.cmdline())
                 if "runworker" in cmdline:
                     found["worker"] = child
+                elif "--with-worker" in cmdline:  # the worker is a thread of the server
+                    found[SERVER_AND_WORKER] = child
                 elif "python" in Path(child.exe()).name:
                     found.setdefault("server", child)
         return found
@@ -215,7 +218,9 @@ class Stack:
         return result
 
     def worker_cpu(self) -> float:
-        times = self.processes()["worker"].cpu_times()
+        """The worker's CPU time (with `malamar`, the server's in the same process counts too)."""
+        processes = self.processes()
+        times = processes.get("worker", processes.get(SERVER_AND_WORKER)).cpu_times()
         return times.user + times.system
 
     def stop(self) -> None:
