@@ -18,9 +18,7 @@ class ChatQuerySet(models.QuerySet):
         """Annotate the first participant (the chat's agent in a one-agent chat):
         `lead_agent_id` (NULL = Malamar), `lead_agent_name` (NULL = Malamar), `lead_cli_type`
         (its override) and `lead_agent_cli_type` (its agent's CLI)."""
-        lead = ChatParticipant.objects.filter(chat_id=models.OuterRef("pk")).order_by(
-            "position", "created_at"
-        )
+        lead = ChatParticipant.objects.filter(chat_id=models.OuterRef("pk")).in_order()
         return self.annotate(
             lead_agent_id=models.Subquery(lead.values("agent_id")[:1]),
             lead_agent_name=models.Subquery(lead.values("agent__name")[:1]),
