@@ -442,3 +442,49 @@ def test_the_worker_process_keeps_two_malloc_arenas_however_many_threads_allocat
     # its freed pages stay: the worker grew ~20 MB over 10,000 steps in 10 workspaces.
     assert _arenas("bare", threads=8) > 2  # the control: glibc's default behaviour
     assert _arenas("worker", threads=8) <= 2
+
+
+# Four run threads each allocate 32 MB in malloc'd blocks, free half while the rest is live
+# (fragments), and end; then (release) the worker's end-of-thread call. Prints the RSS growth.
+RELEASE_SCRIPT = """
+import os, sys, threading
+from runner.worker.malloc import limit_malloc_arenas, release_free_memory
+limit_malloc_arenas()
+def rss_mb():
+    pages = int(open("/proc/self/statm").read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+base = rss_mb()
+barrier = threading.Barrier(4)
+def run():
+    blocks = [bytearray(64 * 1024) for _ in range(512)]
+    barrier.wait()
+    del blocks[::2]
+    barrier.wait()
+threads = [threading.Thread(target=run) for _ in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+if sys.argv[1] == "release":
+    release_free_memory()
+print(rss_mb() - base)
+"""
+
+
+def _grown_mb(mode: str) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", RELEASE_SCRIPT, mode],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return float(done.stdout.split()[-1])
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc_trim")
+def test_memory_a_run_thread_freed_goes_back_to_the_system_when_it_ends():
+    assert _grown_mb("keep") > 4  # the control: glibc keeps what the threads freed
+    assert _grown_mb("release") < 2

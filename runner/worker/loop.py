@@ -26,7 +26,7 @@ from core.wake import socket_path
 from runner.models import CliHealth
 from runner.services import agent_runs_close_interrupted
 from runner.worker import health, jobs, pickup
-from runner.worker.malloc import limit_malloc_arenas
+from runner.worker.malloc import limit_malloc_arenas, release_free_memory
 from runner.worker.pipeline import ChatReply, TaskPass
 from runner.worker.process import kill_tree
 from tasks.models import QueueStatus, TaskQueueItem
@@ -240,6 +240,7 @@ class Worker:
             with self.lock:
                 self.workspaces.pop(workspace_id, None)
             connection.close()
+            release_free_memory()
             self.kick()  # new work may have arrived while this thread was finishing
 
     def spawn_chats(self) -> None:
@@ -264,6 +265,7 @@ class Worker:
             with self.lock:
                 self.chat_threads.discard(threading.current_thread())
             connection.close()
+            release_free_memory()
 
     def _register(self, kind: str, item) -> threading.Event:
         """A claimed item enters the map of running runs (so stop() and the watcher see it)."""
