@@ -30,9 +30,7 @@ def group(workspace, agents):
 
 
 def test_participants_join_in_order_with_a_note(group, agents):
-    names = [
-        (p.agent.name if p.agent else "Malamar") for p in group.participants.in_order()
-    ]
+    names = [(p.agent.name if p.agent else "Malamar") for p in group.participants.in_order()]
     assert names == ["Planner", "Implementer", "Malamar"]
     notes = list(
         ChatMessage.objects.filter(chat=group, role="system").values_list("message", flat=True)
