@@ -48,6 +48,7 @@ from tests.live import free_port, wait_until  # noqa: E402
 
 BENCH = ROOT / "bench"
 AGENTS_PER_WORKSPACE = 4
+SERVER_AND_WORKER = "server + worker"
 TASK_PROMPT = re.compile(r"malamar_task_(\S+?)\.md")
 
 DEFINITIONS = """\
@@ -62,7 +63,8 @@ definitions (all timestamps CLOCK_REALTIME; the fake CLI logs its own first and 
                   idle rate (by kind, measured over a quiet 2 s before) x elapsed time;
                   BEGIN/COMMIT are not statements here: COMMITs are the write transactions
   cpu/step        worker user+system CPU during the sequential passes / steps, minus idle
-  rss/uss         psutil memory_full_info of each process; idle = after warm-up passes"""
+  rss/uss         psutil memory_full_info of each process; idle = after warm-up passes
+  fds, threads    open file descriptors and threads of each process, idle -> after"""
 
 
 # --- small helpers ---------------------------------------------------------------------------
@@ -201,19 +203,24 @@ class Stack:
                 cmdline = " ".join(child.cmdline())
                 if "runworker" in cmdline:
                     found["worker"] = child
+                elif "--with-worker" in cmdline:  # the worker is a thread of the server
+                    found[SERVER_AND_WORKER] = child
                 elif "python" in Path(child.exe()).name:
                     found.setdefault("server", child)
         return found
 
-    def memory(self) -> dict[str, tuple[float, float]]:
+    def memory(self) -> dict[str, tuple[float, float, int, int]]:
+        """RSS and USS (MB), open files and threads of each process."""
         result = {}
         for name, proc in self.processes().items():
             info = proc.memory_full_info()
-            result[name] = (info.rss / 2**20, info.uss / 2**20)
+            result[name] = (info.rss / 2**20, info.uss / 2**20, proc.num_fds(), proc.num_threads())
         return result
 
     def worker_cpu(self) -> float:
-        times = self.processes()["worker"].cpu_times()
+        """The worker's CPU time (with `malamar`, the server's in the same process counts too)."""
+        processes = self.processes()
+        times = processes.get("worker", processes.get(SERVER_AND_WORKER)).cpu_times()
         return times.user + times.system
 
     def stop(self) -> None:
@@ -311,8 +318,8 @@ class Results:
     per_step: dict[str, float] = field(default_factory=dict)  # net statements by kind
     busy_per_step: dict[str, float] = field(default_factory=dict)
     cpu_per_step_ms: float | None = None
-    memory_idle: dict[str, tuple[float, float]] = field(default_factory=dict)
-    memory_after: dict[str, tuple[float, float]] = field(default_factory=dict)
+    memory_idle: dict[str, tuple[float, float, int, int]] = field(default_factory=dict)
+    memory_after: dict[str, tuple[float, float, int, int]] = field(default_factory=dict)
     total_steps: int = 0
     busy_steps: int = 0
     busy_seconds: float = 0.0
@@ -523,18 +530,19 @@ def report(results: Results) -> str:
     lines += [
         "",
         f"memory (MB)            {'idle RSS':>9} {'idle USS':>9} {'after RSS':>10} "
-        f"{'after USS':>10}   (after = after {r.total_steps} steps)",
+        f"{'after USS':>10}  {'fds':>9}  {'threads':>9}   (after = after {r.total_steps} steps)",
     ]
     names = list(dict.fromkeys([*r.memory_idle, *r.memory_after]))
     for name in [*names, "total"]:
         if name == "total":
-            idle = [sum(v[i] for v in r.memory_idle.values()) for i in (0, 1)]
-            after = [sum(v[i] for v in r.memory_after.values()) for i in (0, 1)]
+            idle = [sum(v[i] for v in r.memory_idle.values()) for i in range(4)]
+            after = [sum(v[i] for v in r.memory_after.values()) for i in range(4)]
         else:
-            idle = r.memory_idle.get(name, (0.0, 0.0))
-            after = r.memory_after.get(name, (0.0, 0.0))
+            idle = r.memory_idle.get(name, (0.0, 0.0, 0, 0))
+            after = r.memory_after.get(name, (0.0, 0.0, 0, 0))
         lines.append(
             f"  {name:<20} {idle[0]:9.1f} {idle[1]:9.1f} {after[0]:10.1f} {after[1]:10.1f}"
+            f"  {idle[2]:>4}→{after[2]:<4}  {idle[3]:>4}→{after[3]:<4}"
         )
     lines += ["", DEFINITIONS]
     return "\n".join(lines)

@@ -1,13 +1,33 @@
 from django.contrib import admin
 
-from chats.models import Chat, ChatMessage, ChatQueueItem
+from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem
+from chats.selectors import MALAMAR_NAME
+
+
+class ChatParticipantInline(admin.TabularInline):
+    model = ChatParticipant
+    fields = ("position", "agent", "cli_type", "enabled")
+    ordering = ("position", "created_at")
+    extra = 0
 
 
 @admin.register(Chat)
 class ChatAdmin(admin.ModelAdmin):
-    list_display = ("title", "workspace", "agent", "cli_type", "updated_at")
-    list_filter = ("cli_type", "workspace")
+    list_display = ("title", "workspace", "lead_agent", "lead_cli_type", "updated_at")
+    list_filter = ("workspace",)
     search_fields = ("title", "id")
+    inlines = (ChatParticipantInline,)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).with_lead()
+
+    @admin.display(description="Agent")
+    def lead_agent(self, chat: Chat) -> str:
+        return chat.lead_agent_name or MALAMAR_NAME
+
+    @admin.display(description="CLI override")
+    def lead_cli_type(self, chat: Chat) -> str:
+        return chat.lead_cli_type or "-"
 
 
 @admin.register(ChatMessage)

@@ -13,20 +13,30 @@ class ChatRole(models.TextChoices):
     SYSTEM = "system", "System"
 
 
+class ChatQuerySet(models.QuerySet):
+    def with_lead(self):
+        """Annotate the first participant (the chat's agent in a one-agent chat):
+        `lead_agent_id` (NULL = Malamar), `lead_agent_name` (NULL = Malamar), `lead_cli_type`
+        (its override) and `lead_agent_cli_type` (its agent's CLI)."""
+        lead = ChatParticipant.objects.filter(chat_id=models.OuterRef("pk")).in_order()
+        return self.annotate(
+            lead_agent_id=models.Subquery(lead.values("agent_id")[:1]),
+            lead_agent_name=models.Subquery(lead.values("agent__name")[:1]),
+            lead_cli_type=models.Subquery(lead.values("cli_type")[:1]),
+            lead_agent_cli_type=models.Subquery(lead.values("agent__cli_type")[:1]),
+        )
+
+
 class Chat(models.Model):
     id = id_field()
     workspace = models.ForeignKey(
         "workspaces.Workspace", on_delete=models.CASCADE, related_name="chats"
     )
-    # NULL = the built-in Malamar agent.
-    agent = models.ForeignKey(
-        "agents.Agent", on_delete=models.SET_NULL, null=True, blank=True, related_name="chats"
-    )
-    # NULL = follow the agent's CLI (or Malamar's default); set = a per-chat override.
-    cli_type = models.CharField(max_length=10, null=True, blank=True)
     title = models.CharField(max_length=200, default=DEFAULT_CHAT_TITLE)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = ChatQuerySet.as_manager()
 
     class Meta:
         db_table = "chats"
@@ -35,9 +45,20 @@ class Chat(models.Model):
         return self.title
 
 
+class ChatParticipantQuerySet(models.QuerySet):
+    def in_order(self):
+        return self.order_by("position", "created_at")
+
+    def lead(self):
+        """The first participant: the one a one-agent chat's agent and CLI are read from (and
+        the one a queue item without a participant falls back to). None for no participant."""
+        return self.in_order().select_related("agent").first()
+
+
 class ChatParticipant(models.Model):
-    """An agent taking part in a chat (agent NULL = Malamar). A one-agent chat has one; the
-    first (position 0) is mirrored on `Chat.agent` / `Chat.cli_type`."""
+    """An agent taking part in a chat (agent NULL = the Malamar agent; cli_type NULL = follow
+    the agent's CLI, or Malamar's default). Every chat has at least one; the first (lowest
+    position) is the chat's agent in a one-agent chat. The only record of a chat's agents."""
 
     id = id_field()
     chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="participants")
@@ -48,6 +69,8 @@ class ChatParticipant(models.Model):
     enabled = models.BooleanField(default=True)
     position = models.IntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ChatParticipantQuerySet.as_manager()
 
     class Meta:
         db_table = "chat_participants"

@@ -70,19 +70,25 @@ def message_preview(role: str | None, text: str | None, actions=None) -> str:
 def _with_summary(chats: QuerySet) -> QuerySet:
     last = ChatMessage.objects.filter(chat_id=OuterRef("pk")).order_by("-created_at", "-id")
     active = ChatQueueItem.objects.filter(chat_id=OuterRef("pk"), status__in=ACTIVE_STATUSES)
-    return chats.annotate(
-        agent_name=Coalesce(F("agent__name"), Value(MALAMAR_NAME)),
-        agent_cli_type=F("agent__cli_type"),
-        last_message_at=Subquery(last.values("created_at")[:1]),
-        last_message_role=Subquery(last.values("role")[:1]),
-        last_message_text=Subquery(last.values("message")[:1]),
-        last_message_actions=Subquery(last.values("actions")[:1], output_field=JSONField()),
-        is_processing=Exists(active),
-    ).annotate(last_activity_at=Coalesce(F("last_message_at"), F("created_at")))
+    return (
+        chats.with_lead()
+        .annotate(
+            agent_name=Coalesce(F("lead_agent_name"), Value(MALAMAR_NAME)),
+            last_message_at=Subquery(last.values("created_at")[:1]),
+            last_message_role=Subquery(last.values("role")[:1]),
+            last_message_text=Subquery(last.values("message")[:1]),
+            last_message_actions=Subquery(last.values("actions")[:1], output_field=JSONField()),
+            is_processing=Exists(active),
+        )
+        .annotate(last_activity_at=Coalesce(F("last_message_at"), F("created_at")))
+    )
 
 
 def _finish(chat: Chat, malamar_cli: str | None) -> Chat:
-    chat.effective_cli_type = chat.cli_type or chat.agent_cli_type or malamar_cli
+    """`with_lead` read: `agent_id` / `cli_type` (the first participant's, as the API shows
+    them) and `effective_cli_type`."""
+    chat.agent_id, chat.cli_type = chat.lead_agent_id, chat.lead_cli_type
+    chat.effective_cli_type = chat.lead_cli_type or chat.lead_agent_cli_type or malamar_cli
     chat.last_message_preview = message_preview(
         chat.last_message_role, chat.last_message_text, chat.last_message_actions
     )
@@ -90,7 +96,7 @@ def _finish(chat: Chat, malamar_cli: str | None) -> Chat:
 
 
 def _malamar_cli_if_needed(chats: list[Chat]) -> str | None:
-    if any(not chat.cli_type and not chat.agent_id for chat in chats):
+    if any(not chat.lead_cli_type and not chat.lead_agent_id for chat in chats):
         return first_available_cli()
     return None
 
@@ -107,7 +113,7 @@ def participant_cli_type(participant) -> str | None:
 
 def chat_participants(chat_id: str) -> list:
     participants = list(
-        ChatParticipant.objects.filter(chat_id=chat_id).select_related("agent").order_by("position")
+        ChatParticipant.objects.filter(chat_id=chat_id).select_related("agent").in_order()
     )
     for participant in participants:
         participant.agent_name = participant.agent.name if participant.agent else MALAMAR_NAME
@@ -230,13 +236,13 @@ def chat_list_items(workspace_id: str, q: str = "") -> list[Chat]:
     names: dict[str, list[str]] = {}
     rows = (
         ChatParticipant.objects.filter(chat_id__in=[chat.id for chat in chats])
-        .order_by("chat_id", "position")
+        .order_by("chat_id", "position", "created_at")
         .values_list("chat_id", "agent__name")
     )
     for chat_id, name in rows:
         names.setdefault(chat_id, []).append(name or MALAMAR_NAME)
     for chat in chats:
-        chat.agent_names = names.get(chat.id) or [chat.agent_name]
+        chat.agent_names = names.get(chat.id, [])
         chat.last_message_preview = plain_preview(chat.last_message_preview)
     return chats
 

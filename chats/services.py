@@ -88,9 +88,7 @@ def chat_create(
     title = _clean_title(title) if title and title.strip() else DEFAULT_CHAT_TITLE
     now = timezone.now()
     with transaction.atomic():
-        chat = Chat.objects.create(
-            workspace=workspace, agent=agent, title=title, created_at=now, updated_at=now
-        )
+        chat = Chat.objects.create(workspace=workspace, title=title, created_at=now, updated_at=now)
         ChatParticipant.objects.create(chat=chat, agent=agent, position=0, created_at=now)
         workspace_touch(workspace.id, now=now)
         events.publish("chat.updated", _chat_payload(chat))
@@ -108,7 +106,7 @@ def chat_start(*, workspace: Workspace, agent: Agent | None = None, message: str
 
 
 def chat_update(*, chat: Chat, title=UNSET, agent_id=UNSET, cli_type=UNSET) -> Chat:
-    """Rename, switch agent, or set/clear the CLI override.
+    """Rename, switch the (first participant's) agent, or set/clear its CLI override.
 
     Switching the agent keeps the history, adds "Switched from A to B" and clears the CLI
     override (the new agent's own CLI applies); `cli_type` given in the same call is applied
@@ -124,26 +122,24 @@ def chat_update(*, chat: Chat, title=UNSET, agent_id=UNSET, cli_type=UNSET) -> C
         cli_type = _clean_cli(cli_type)
     now = timezone.now()
     with transaction.atomic():
-        switched = None
-        if new_agent is not UNSET and getattr(new_agent, "id", None) != chat.agent_id:
-            others = chat.participants.exclude(position=_first_position(chat))
-            if others.filter(agent=new_agent).exists():
+        lead = chat.participants.lead()
+        lead_changes, switched = {}, None
+        if new_agent is not UNSET and getattr(new_agent, "id", None) != lead.agent_id:
+            if chat.participants.exclude(id=lead.id).filter(agent=new_agent).exists():
                 label = _agent_label(new_agent)
                 raise Conflict(f"{label} is already in this chat", field="agent_id")
-            switched = f"Switched from {_agent_label(chat.agent)} to {_agent_label(new_agent)}"
-            changes["agent"] = new_agent
-            changes["cli_type"] = None
+            switched = f"Switched from {_agent_label(lead.agent)} to {_agent_label(new_agent)}"
+            lead_changes = {"agent": new_agent, "cli_type": None}
         if cli_type is not UNSET:
-            changes["cli_type"] = cli_type
-        if not changes:
+            lead_changes["cli_type"] = cli_type
+        if not changes and not lead_changes:
             return chat
         changes["updated_at"] = now
         for field, value in changes.items():
             setattr(chat, field, value)
         Chat.objects.filter(id=chat.id).update(**changes)
-        ChatParticipant.objects.filter(chat=chat, position=_first_position(chat)).update(
-            agent=chat.agent, cli_type=chat.cli_type
-        )
+        if lead_changes:
+            ChatParticipant.objects.filter(id=lead.id).update(**lead_changes)
         if switched:
             chat_message_add_system(chat=chat, message=switched)
         workspace_touch(chat.workspace_id, now=now)
@@ -184,7 +180,7 @@ def chat_message_add_agent(
     """An agent's reply (text may be empty when it only returned actions), attributed to the
     agent that wrote it (None = Malamar; not given = the chat's first participant)."""
     if agent is UNSET:
-        agent = chat.agent
+        agent = chat.participants.lead().agent
     now = timezone.now()
     with transaction.atomic(savepoint=False):  # nothing to roll back alone
         msg = ChatMessage.objects.create(
@@ -242,9 +238,7 @@ def chat_message_send(*, chat: Chat, message: str) -> ChatMessage:
                 "The agents are still answering the previous message: wait, or stop them first.",
                 field="message",
             )
-        enabled = list(
-            chat.participants.filter(enabled=True).select_related("agent").order_by("position")
-        )
+        enabled = list(chat.participants.filter(enabled=True).select_related("agent").in_order())
         ready, notes = _runnable(enabled)
         if enabled and not ready:
             raise Conflict(notes[0], field="cli_type")
@@ -328,33 +322,12 @@ def chats_switch_to_malamar(*, agent) -> None:
             if chat.participants.count() > 1:
                 participant.delete()
                 chat_message_add_system(chat=chat, message=f"{agent.name} left the chat")
-                _sync_first(chat)
             else:
                 ChatParticipant.objects.filter(id=participant.id).update(agent=None, cli_type=None)
-                Chat.objects.filter(id=chat.id).update(agent=None, cli_type=None)
                 chat_message_add_system(
                     chat=chat, message=f"Switched from {agent.name} to {MALAMAR_NAME}"
                 )
             events.publish("chat.updated", _chat_payload(chat))
-        for chat in Chat.objects.filter(agent=agent):  # a chat without participant rows
-            Chat.objects.filter(id=chat.id).update(agent=None, cli_type=None)
-            chat_message_add_system(
-                chat=chat, message=f"Switched from {agent.name} to {MALAMAR_NAME}"
-            )
-            events.publish("chat.updated", _chat_payload(chat))
-
-
-def _first_position(chat: Chat) -> int:
-    first = chat.participants.order_by("position").values_list("position", flat=True).first()
-    return 0 if first is None else first
-
-
-def _sync_first(chat: Chat) -> None:
-    """Chat.agent / Chat.cli_type mirror the first participant (one-agent chat behaviour)."""
-    first = chat.participants.order_by("position").first()
-    if first is not None:
-        Chat.objects.filter(id=chat.id).update(agent=first.agent, cli_type=first.cli_type)
-        chat.agent, chat.cli_type = first.agent, first.cli_type
 
 
 def chat_participant_add(
@@ -391,7 +364,6 @@ def chat_participant_update(
             setattr(participant, field, value)
         ChatParticipant.objects.filter(id=participant.id).update(**changes)
         chat = participant.chat
-        _sync_first(chat)
         events.publish("chat.updated", _chat_payload(chat))
     return participant
 
@@ -403,7 +375,6 @@ def chat_participant_remove(*, participant: ChatParticipant) -> None:
             raise Conflict("A chat needs at least one agent", field="participant")
         name = _agent_label(participant.agent)
         participant.delete()
-        _sync_first(chat)
         chat_message_add_system(chat=chat, message=f"{name} left the chat")
         events.publish("chat.updated", _chat_payload(chat))
 

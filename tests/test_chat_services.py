@@ -18,7 +18,7 @@ from chats.malamar_agent import (
     knowledge_base_dir,
     malamar_instruction,
 )
-from chats.models import Chat, ChatMessage, ChatQueueItem
+from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem
 from core.errors import Conflict, ServiceError, ValidationFailed
 from core.models import OutboxEvent
 from core.settings_store import settings_get, settings_public, settings_update
@@ -66,7 +66,8 @@ def upload(name, content=b"data"):
 def test_create_defaults_to_malamar_and_untitled(workspace):
     before = Workspace.objects.get(id=workspace.id).last_activity_at
     chat = services.chat_create(workspace=workspace)
-    assert (chat.title, chat.agent_id, chat.cli_type) == ("Untitled chat", None, None)
+    lead = chat.participants.lead()
+    assert (chat.title, lead.agent_id, lead.cli_type) == ("Untitled chat", None, None)
     assert Workspace.objects.get(id=workspace.id).last_activity_at > before
     assert events("chat.updated") == [
         {"chat_id": chat.id, "chat_title": "Untitled chat", "workspace_id": workspace.id}
@@ -75,7 +76,7 @@ def test_create_defaults_to_malamar_and_untitled(workspace):
 
 def test_create_with_agent_and_title(workspace, agents):
     chat = services.chat_create(workspace=workspace, agent=agents[1], title="  Ideas ")
-    assert (chat.agent_id, chat.title) == (agents[1].id, "Ideas")
+    assert (chat.participants.lead().agent_id, chat.title) == (agents[1].id, "Ideas")
 
 
 def test_create_refuses_an_agent_of_another_workspace(workspace):
@@ -99,8 +100,8 @@ def test_rename(chat):
 def test_switching_agent_adds_note_and_resets_cli(chat, agents):
     services.chat_update(chat=chat, cli_type="gemini")
     services.chat_update(chat=chat, agent_id=agents[0].id)
-    chat.refresh_from_db()
-    assert (chat.agent_id, chat.cli_type) == (agents[0].id, None)
+    lead = chat.participants.lead()
+    assert (lead.agent_id, lead.cli_type) == (agents[0].id, None)
     services.chat_update(chat=chat, agent_id=agents[2].id)
     services.chat_update(chat=chat, agent_id=None)
     assert texts(chat) == [
@@ -108,26 +109,26 @@ def test_switching_agent_adds_note_and_resets_cli(chat, agents):
         ("system", "Switched from Planner to Reviewer"),
         ("system", "Switched from Reviewer to Malamar"),
     ]
-    assert Chat.objects.get(id=chat.id).agent_id is None
+    assert chat.participants.lead().agent_id is None
     assert [e["author_type"] for e in events("chat.message_added")] == ["system"] * 3
 
 
 def test_switching_to_the_same_agent_changes_nothing(chat, agents):
     services.chat_update(chat=chat, agent_id=agents[0].id, cli_type="codex")
-    assert Chat.objects.get(id=chat.id).cli_type == "codex"  # override applied after switch
+    assert chat.participants.lead().cli_type == "codex"  # override applied after switch
     services.chat_update(chat=chat, agent_id=agents[0].id)
-    assert Chat.objects.get(id=chat.id).cli_type == "codex"
+    assert chat.participants.lead().cli_type == "codex"
     assert len(texts(chat)) == 1
 
 
 def test_cli_override_stored_validated_and_cleared(chat):
     services.chat_update(chat=chat, cli_type="opencode")
-    assert Chat.objects.get(id=chat.id).cli_type == "opencode"
+    assert chat.participants.lead().cli_type == "opencode"
     with pytest.raises(ValidationFailed) as err:
         services.chat_update(chat=chat, cli_type="vim")
     assert err.value.field == "cli_type"
     services.chat_update(chat=chat, cli_type=None)
-    assert Chat.objects.get(id=chat.id).cli_type is None
+    assert chat.participants.lead().cli_type is None
     assert texts(chat) == []  # an override is not a conversation event
 
 
@@ -139,7 +140,7 @@ def test_switching_to_a_foreign_agent_is_refused(chat):
     assert err.value.field == "agent_id"
     with pytest.raises(ValidationFailed):
         services.chat_update(chat=chat, agent_id="nope")
-    assert Chat.objects.get(id=chat.id).agent_id is None
+    assert chat.participants.lead().agent_id is None
 
 
 def test_agent_deletion_switches_chats_to_malamar(workspace, agents):
@@ -154,7 +155,7 @@ def test_agent_deletion_switches_chats_to_malamar(workspace, agents):
 
 
 def _lead_cli(chat) -> str | None:
-    return selectors.participant_cli_type(chat.participants.order_by("position").first())
+    return selectors.participant_cli_type(chat.participants.lead())
 
 
 def test_the_lead_cli_follows_override_then_agent_then_malamar_default(workspace, agents):
@@ -599,3 +600,44 @@ def test_malamar_instruction(db):
     assert "remote knowledge base" not in text
     settings_update(changes={"knowledge_base_url": "https://kb.example/README.md"})
     assert "https://kb.example/README.md" in malamar_instruction()
+
+
+# --- migration -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_gives_every_chat_its_participant_before_the_chat_fields_go():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    old = executor.migrate([("chats", "0005_usage_limits")]).apps
+    workspace = old.get_model("workspaces", "Workspace").objects.create(id="w" * 21, title="W")
+    agent = old.get_model("agents", "Agent").objects.create(
+        id="a" * 21, workspace=workspace, name="Planner", instruction="Plan", order=1
+    )
+    Chat, Participant = old.get_model("chats", "Chat"), old.get_model("chats", "ChatParticipant")
+    only_fields = Chat.objects.create(
+        id="c" * 21, workspace=workspace, agent=agent, cli_type="codex"
+    )
+    malamar = Chat.objects.create(id="m" * 21, workspace=workspace)
+    grouped = Chat.objects.create(id="g" * 21, workspace=workspace, agent=agent)
+    Participant.objects.create(id="p" * 21, chat=grouped, agent=agent, position=0)
+    Participant.objects.create(id="q" * 21, chat=grouped, agent=None, position=1)
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    rows = {
+        chat_id: list(
+            ChatParticipant.objects.filter(chat_id=chat_id)
+            .in_order()
+            .values_list("agent_id", "cli_type", "position")
+        )
+        for chat_id in (only_fields.id, malamar.id, grouped.id)
+    }
+    assert rows == {
+        only_fields.id: [(agent.id, "codex", 0)],
+        malamar.id: [(None, None, 0)],
+        grouped.id: [(agent.id, None, 0), (None, None, 1)],  # already had its rows: untouched
+    }
+    assert selectors.chat_summary(only_fields.id).effective_cli_type == "codex"

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from agents.services import agent_create, agent_delete
+from chats import selectors
 from chats.models import ChatMessage, ChatQueueItem
 from chats.services import (
     chat_create,
@@ -29,9 +30,7 @@ def group(workspace, agents):
 
 
 def test_participants_join_in_order_with_a_note(group, agents):
-    names = [
-        (p.agent.name if p.agent else "Malamar") for p in group.participants.order_by("position")
-    ]
+    names = [(p.agent.name if p.agent else "Malamar") for p in group.participants.in_order()]
     assert names == ["Planner", "Implementer", "Malamar"]
     notes = list(
         ChatMessage.objects.filter(chat=group, role="system").values_list("message", flat=True)
@@ -81,8 +80,8 @@ def test_a_chat_keeps_at_least_one_participant(workspace, agents):
 
 def test_removing_the_first_participant_promotes_the_next(group):
     chat_participant_remove(participant=group.participants.get(position=0))
-    group.refresh_from_db()
-    assert group.agent.name == "Implementer"
+    assert group.participants.lead().agent.name == "Implementer"
+    assert selectors.chat_summary(group.id).agent_name == "Implementer"
     assert (
         ChatMessage.objects.filter(chat=group).order_by("created_at").last().message
         == "Planner left the chat"

@@ -155,7 +155,7 @@ def test_new_chat_from_the_dropdown_opens_its_popup(client, workspace, agents):
     )
     assert response.status_code == 200
     chat = Chat.objects.get()
-    assert chat.agent == agents[1]
+    assert chat.participants.lead().agent == agents[1]
     assert response.headers["HX-Push-Url"] == f"/workspaces/{workspace.id}/?tab=chat&chat={chat.id}"
     assert "chats:list-refresh" in triggers(response)
     page = html(response)
@@ -165,7 +165,7 @@ def test_new_chat_from_the_dropdown_opens_its_popup(client, workspace, agents):
 
 def test_new_chat_with_malamar(client, workspace):
     hx(client, "post", f"/workspaces/{workspace.id}/chats/new/", {"agent_id": ""})
-    assert Chat.objects.get().agent is None
+    assert Chat.objects.get().participants.lead().agent is None
 
 
 def test_new_chat_with_a_foreign_agent_is_refused_with_a_toast(client, workspace):
@@ -317,15 +317,14 @@ def test_rename_without_htmx_redirects_back(client, chat):
 def test_switch_agent_keeps_history_and_resets_the_cli(client, agents, chat):
     chat_update(chat=chat, cli_type="gemini")
     response = hx(client, "post", f"/chats/{chat.id}/agent/", {"agent_id": agents[0].id})
-    chat.refresh_from_db()
-    assert chat.agent == agents[0] and chat.cli_type is None
+    lead = chat.participants.lead()
+    assert lead.agent == agents[0] and lead.cli_type is None
     assert messages_of(chat) == [("system", "Switched from Malamar to Planner")]
     page = html(response)
     assert f'<option value="{agents[0].id}" selected>Planner' in page
     assert '<option value="" selected>Default · Claude Code' in page
     hx(client, "post", f"/chats/{chat.id}/agent/", {"agent_id": ""})
-    chat.refresh_from_db()
-    assert chat.agent is None
+    assert chat.participants.lead().agent is None
 
 
 def test_switch_to_an_unknown_agent_is_a_toast(client, chat):
@@ -337,14 +336,12 @@ def test_switch_to_an_unknown_agent_is_a_toast(client, chat):
 def test_cli_override_and_clear(client, chat):
     CliHealth.objects.create(cli_type="codex", status="unhealthy", error="401")
     response = hx(client, "post", f"/chats/{chat.id}/cli/", {"cli_type": "gemini"})
-    chat.refresh_from_db()
-    assert chat.cli_type == "gemini" and chat.participants.get().cli_type == "gemini"
+    assert chat.participants.get().cli_type == "gemini"
     page = html(response)
     assert '<option value="gemini" selected>Gemini CLI' in page
     assert "Codex CLI (unavailable)" in page  # unhealthy CLIs are marked
     hx(client, "post", f"/chats/{chat.id}/cli/", {"cli_type": ""})
-    chat.refresh_from_db()
-    assert chat.cli_type is None
+    assert chat.participants.get().cli_type is None
 
 
 def test_bad_cli_is_a_toast(client, chat):

@@ -18,7 +18,7 @@ from core.models import OutboxEvent
 from runner.files import temp_dir
 from runner.models import CliHealth, CliHealthStatus
 from runner.recorder import RunRecorder
-from runner.worker import jobs
+from runner.worker import jobs, loop
 from runner.worker.loop import Worker
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
@@ -214,3 +214,16 @@ def test_a_chat_reply_that_completes_clears_its_clis_slow_mark(fake_clis):
     assert CliHealth.objects.get(cli_type="claude").status == CliHealthStatus.HEALTHY
     context = temp_dir() / f"malamar_chat_{chat.id}_{item.id}_context.md"
     assert "Claude Code (claude): slow to answer (slow)" in context.read_text()
+
+
+def test_run_threads_give_their_freed_memory_back_when_they_end(workspace, monkeypatch):
+    released = []
+    monkeypatch.setattr(loop, "release_free_memory", lambda: released.append("released"))
+    worker = Worker(poll_interval=1)
+    monkeypatch.setattr(worker, "_run", lambda kind, item, stop: None)
+
+    worker._workspace_thread(workspace.id)  # nothing queued: ends at once
+    assert released == ["released"]
+    chat = chat_start(workspace=workspace, message="Hi")
+    worker._chat_thread(ChatQueueItem.objects.get(chat=chat), threading.Event())
+    assert released == ["released"] * 2

@@ -4,7 +4,8 @@ import pytest
 
 from agents.models import Agent
 from agents.services import agent_create, agent_delete, agent_reorder, agent_update
-from chats.models import Chat, ChatMessage, ChatQueueItem
+from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem
+from chats.services import chat_create
 from core.actors import USER, agent_actor
 from core.errors import Conflict, ValidationFailed
 from core.models import OutboxEvent
@@ -87,7 +88,7 @@ def test_retention_days_validated(workspace, bad):
 
 def test_workspace_delete_cascades_everything(workspace, agents, task):
     comment_create(task=task, content="hi", actor=USER)
-    chat = Chat.objects.create(workspace=workspace, agent=agents[0])
+    chat = chat_create(workspace=workspace, agent=agents[0])
     ChatMessage.objects.create(chat=chat, role="user", message="hello")
     ChatQueueItem.objects.create(chat=chat, workspace=workspace)
     workspace_delete(workspace=workspace)
@@ -174,10 +175,11 @@ def test_deleted_agent_comments_keep_id_and_show_deleted_agent(agents, task):
 
 
 def test_deleted_agent_chats_switch_to_malamar(workspace, agents):
-    chat = Chat.objects.create(workspace=workspace, agent=agents[0], cli_type="gemini")
+    chat = chat_create(workspace=workspace, agent=agents[0])
+    ChatParticipant.objects.filter(chat=chat).update(cli_type="gemini")
     agent_delete(agent=agents[0])
-    chat.refresh_from_db()
-    assert chat.agent_id is None and chat.cli_type is None
+    lead = chat.participants.lead()
+    assert lead.agent_id is None and lead.cli_type is None
     note = ChatMessage.objects.get(chat=chat)
     assert (note.role, note.message) == ("system", "Switched from Planner to Malamar")
 

@@ -474,8 +474,7 @@ def _import_chat(workspace: Workspace, chat, ids: dict[str, str], written: list[
     row = _checked(
         Chat(
             workspace=workspace,
-            agent_id=ids.get(chat.agent_id) if chat.agent_id else None,
-            **chat.model_dump(include={"cli_type", "title", "created_at", "updated_at"}),
+            **chat.model_dump(include={"title", "created_at", "updated_at"}),
         )
     )
     row.save(force_insert=True)

@@ -77,7 +77,7 @@ COMMENT_FIELDS = (
     "updated_at",
 )
 LOG_FIELDS = ("id", "event_type", "actor_type", "actor_id", "metadata", "created_at")
-CHAT_FIELDS = ("id", "agent_id", "cli_type", "title", "created_at", "updated_at")
+CHAT_FIELDS = ("id", "title", "created_at", "updated_at")  # its agents: the participants
 PARTICIPANT_FIELDS = ("agent_id", "cli_type", "enabled", "position", "created_at")
 MESSAGE_FIELDS = (
     "role",

@@ -110,12 +110,10 @@ class AttachmentIn(Strict):
 
 class ChatIn(Strict):
     id: str = Field(min_length=1)
-    agent_id: str | None
-    cli_type: str | None
     title: str
     created_at: datetime
     updated_at: datetime
-    participants: list[ParticipantIn]
+    participants: list[ParticipantIn] = Field(min_length=1)  # the first one leads
     messages: list[MessageIn]
     attachments_dir: str | None = None
     attachments: list[AttachmentIn] = []
@@ -193,7 +191,7 @@ def _check_references(document: DocumentIn) -> None:
             )
     _check_no_cycle(document.dependencies)
     for chat in document.chats:
-        for agent_id in [chat.agent_id, *(p.agent_id for p in chat.participants)]:
+        for agent_id in (p.agent_id for p in chat.participants):
             if agent_id is not None and agent_id not in set(agent_ids):
                 raise ValidationFailed(
                     f"The file is broken: chat “{chat.title}” names an agent that is not in the "

@@ -28,6 +28,7 @@ from runner.models import CliHealth
 from runner.services import agent_runs_close_interrupted
 from runner.worker import health, jobs, pickup
 from runner.worker.limits import LimitWatch
+from runner.worker.malloc import limit_malloc_arenas, release_free_memory
 from runner.worker.pipeline import ChatReply, TaskPass
 from runner.worker.process import kill_tree
 from tasks.models import QueueStatus, TaskQueueItem
@@ -113,6 +114,8 @@ OWNERS = {"task": TaskPass, "chat": ChatReply}
 
 class Worker:
     def __init__(self, *, poll_interval: float, limits: LimitWatch | None = None):
+        # Before the worker's threads exist (the process's too, with `--with-worker`).
+        limit_malloc_arenas()
         self.poll_interval = poll_interval
         self.limits = limits or LimitWatch()
         self.next_limits = 0.0
@@ -250,6 +253,7 @@ class Worker:
                 if not runners:
                     self.workspaces.pop(workspace_id, None)
             connection.close()
+            release_free_memory()
             self.kick()  # new work may have arrived while this thread was finishing
 
     def spawn_chats(self) -> None:
@@ -274,6 +278,7 @@ class Worker:
             with self.lock:
                 self.chat_threads.discard(threading.current_thread())
             connection.close()
+            release_free_memory()
 
     def _register(self, kind: str, item) -> threading.Event:
         """A claimed item enters the map of running runs (so stop() and the watcher see it)."""

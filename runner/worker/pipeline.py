@@ -621,9 +621,8 @@ def _parse_chat_output(data) -> tuple[str, list]:
 
 def _speaker(chat: Chat, item: ChatQueueItem):
     """(participant, agent) answering this item; older items fall back to the first one."""
-    participant = item.participant or chat.participants.order_by("position").first()
-    agent = participant.agent if participant else chat.agent
-    return participant, agent
+    participant = item.participant or chat.participants.lead()
+    return participant, participant.agent if participant else None
 
 
 class ChatReply:
@@ -643,9 +642,7 @@ class ChatReply:
         self.fallback_for = ""
 
     def run(self) -> None:
-        chat = (
-            Chat.objects.select_related("workspace", "agent").filter(id=self.item.chat_id).first()
-        )
+        chat = Chat.objects.select_related("workspace").filter(id=self.item.chat_id).first()
         if chat is None:
             return
         self.chat = chat
@@ -804,7 +801,7 @@ class ChatReply:
         """Inside a transaction: the item still runs and its chat still exists."""
         wanted = ChatQueueItem.objects.wanted().filter(id=self.item.id, chat_id=OuterRef("pk"))
         chat = (
-            Chat.objects.select_related("workspace", "agent")
+            Chat.objects.select_related("workspace")
             .filter(Exists(wanted), id=self.item.chat_id)
             .first()
         )
