@@ -3,7 +3,6 @@ from django.utils import timezone
 
 from agents.models import CliType
 from core import events
-from core.ids import new_id
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
 from runner.models import HEALTH_MARKS, AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
@@ -66,20 +65,12 @@ def agent_run_event(run: AgentRun, **extra) -> dict:
     }
 
 
-def agent_run_start(
-    *, cli_type: str, workspace_id: str, agent_id, agent_name: str, task_id=None, chat_id=None
-) -> AgentRun:
-    """A run begins: one INSERT, in the caller's transaction (the run step's start)."""
-    return AgentRun.objects.create(
-        id=new_id(),
-        workspace_id=workspace_id,
-        task_id=task_id,
-        chat_id=chat_id,
-        agent_id=agent_id,
-        agent_name=agent_name,
-        cli_type=cli_type,
-        started_at=timezone.now(),
-    )
+def agent_run_start(*, run: AgentRun) -> AgentRun:
+    """A run begins: one INSERT of the run the recorder prepared, in the caller's transaction
+    (the run step's start, written once its CLI runs)."""
+    run.started_at = timezone.now()
+    run.save(force_insert=True)
+    return run
 
 
 def agent_run_progress(*, run_id: str, traces: list, progress: dict, event: dict) -> None:

@@ -113,11 +113,13 @@ def execute(
     include_dirs: tuple[str, ...] = (),
     on_started: Callable[[process.Started], None] | None = None,
     recorder=None,
+    cli_conf: dict | None = None,
 ) -> Execution:
-    """Run the CLI for one agent step and interpret its answer (never raises for CLI trouble)."""
+    """Run the CLI for one agent step and interpret its answer (never raises for CLI trouble).
+    `cli_conf`: the CLI's settings, when the caller read them already (once per pass)."""
     if cli_type not in CliType.values:
         return Execution(error=f"Unknown CLI type {cli_type!r}")
-    conf = cli_settings_for(cli_type)
+    conf = cli_conf if cli_conf is not None else cli_settings_for(cli_type)
     env = cli_env(cli_type, conf)
     binary, problem = resolve_binary(cli_type, env, conf)
     if binary is None:

@@ -5,7 +5,7 @@ task with the most recently completed/failed item (finish what you started); els
 recently updated item (LIFO, so a comment bumps a task). Tasks in error back-off wait.
 """
 
-from django.db.models import Q
+from django.db.models import Case, Q, Subquery, Value, When
 from django.utils import timezone
 
 from chats.models import ChatQueueItem
@@ -25,22 +25,17 @@ def workspaces_with_work() -> set[str]:
 
 
 def next_item(workspace_id: str) -> TaskQueueItem | None:
-    candidates = _candidates(workspace_id)
-    priority = candidates.filter(is_priority=True).order_by("-updated_at").first()
-    if priority:
-        return priority
+    """The order above in one query: prioritised first, then the task whose item finished
+    last, then the most recently updated."""
     last_done = (
         TaskQueueItem.objects.finished()
         .filter(workspace_id=workspace_id)
         .order_by("-updated_at")
-        .values_list("task_id", flat=True)
-        .first()
+        .values("task_id")[:1]
     )
-    if last_done:
-        resumed = candidates.filter(task_id=last_done).first()
-        if resumed:
-            return resumed
-    return candidates.order_by("-updated_at").first()
+    resumed = Case(When(task_id=Subquery(last_done), then=Value(1)), default=Value(0))
+    candidates = _candidates(workspace_id).annotate(resumed=resumed)
+    return candidates.order_by("-is_priority", "-resumed", "-updated_at").first()
 
 
 def claim_next(workspace_id: str) -> TaskQueueItem | None:

@@ -1,10 +1,13 @@
 """One run pipeline: a task pass and a chat reply are the same thing to the worker.
 
-A run step checks that its queue item is still wanted and records the run's start (one
-transaction), builds the input, starts the CLI (`execution.execute`), streams its output through
-the recorder, reads the result, and applies it through the owning app's services together with
-the run's final record (a second transaction). Events of each transaction go to the outbox in
-one insert. A task pass is a loop of steps over the workspace's agents; a chat reply is one step.
+A run step builds the input from what its owner already read, starts the CLI
+(`execution.execute`) and, once the CLI runs, records the run's start in one transaction: the
+process record (which is also the "still wanted" check), the run row, the activity log and the
+events. It streams the output through the recorder, reads the result, and applies it through
+the owning app's services together with the run's final record (a second transaction). Events of
+each transaction go to the outbox in one insert. Settings, agents and the input's comments and
+logs are read once per pass (re-read only when the rows a step reads anyway say they changed).
+A task pass is a loop of steps over the workspace's agents; a chat reply is one step.
 
 A stopped run (cancel, delete, the user moved the task, chat stop, shutdown) is discarded: no
 comment, no action, no error. Every write after a run re-checks that its rows still exist.
@@ -25,7 +28,12 @@ from chats.cli_notes import no_cli_message
 from chats.malamar_agent import knowledge_base_dir, malamar_instruction
 from chats.models import Chat, ChatQueueItem
 from chats.selectors import MALAMAR_NAME, participant_cli_type
-from chats.services import chat_message_add_agent, chat_message_add_system
+from chats.services import (
+    chat_message_add_agent,
+    chat_message_add_system,
+    chat_run_finished,
+    chat_run_started,
+)
 from core import events
 from core.actors import SYSTEM, agent_actor, author_name
 from core.settings_store import mailgun_configured, settings_get
@@ -53,8 +61,14 @@ from runner.services import cli_health_run_succeeded
 from runner.worker import execution
 from tasks import selectors as task_selectors
 from tasks import services as task_services
-from tasks.models import RUNNABLE_STATUSES, Task, TaskComment, TaskQueueItem, TaskStatus
-from workspaces.services import workspace_touch
+from tasks.models import (
+    RUNNABLE_STATUSES,
+    Task,
+    TaskComment,
+    TaskLog,
+    TaskQueueItem,
+    TaskStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +91,30 @@ def internal_error_message(exc: Exception) -> str:
     )
 
 
-def record_process(queue, item_id: str):
-    """The hook `execution.execute` calls once the CLI runs: its process goes on the item."""
+class StartFailed(Exception):
+    """The start transaction failed (a bug or the database): the CLI was stopped."""
+
+
+def _starter(owner, recorder: RunRecorder):
+    """The hook `execution.execute` calls once the CLI runs: the step's start transaction. A
+    run nobody wants any more (or whose start could not be written) is stopped at once."""
 
     def on_started(started) -> None:
-        queue.objects.record_process(
-            item_id, pid=started.pid, pgid=started.pgid, started_at=started.create_time
-        )
+        try:
+            with transaction.atomic(), events.batched():
+                process = {"pid": started.pid, "pgid": started.pgid}
+                recorded = owner.queue.objects.record_process(
+                    owner.item.id, **process, started_at=started.create_time
+                )
+                if not recorded:
+                    raise Stopped
+                owner.start(recorder)
+        except Stopped:
+            owner.stop.set()
+        except Exception as exc:
+            log.exception("Could not record a run's start", extra={"item": owner.item.id})
+            recorder.start_error = exc
+            owner.stop.set()
 
     return on_started
 
@@ -94,8 +125,7 @@ def record_process(queue, item_id: str):
 def run_step(owner):
     """Run one agent for `owner` (a TaskPass or a ChatReply): returns what the owner read from
     the CLI (its outcome or a Failure), already applied. Raises Stopped when discarded."""
-    with transaction.atomic(), events.batched():
-        recorder = owner.begin()
+    recorder = owner.recorder()
     try:
         result = _run_cli(owner, recorder)
     except BaseException:
@@ -103,8 +133,11 @@ def run_step(owner):
         raise
     try:
         with transaction.atomic(), events.batched():
-            recorder.finish_writes()
             wanted = owner.still_wanted()
+            if wanted and not recorder.started:  # the CLI never ran: the run still counts
+                owner.start(recorder)
+            if recorder.started:
+                recorder.finish_writes()
             if wanted:
                 owner.apply(result)
     except Exception:
@@ -119,8 +152,9 @@ def run_step(owner):
 
 def _close(recorder: RunRecorder) -> None:
     """The run ended without a result to apply (stopped, or a bug): save its final record."""
-    with transaction.atomic(), events.batched():
-        recorder.finish_writes()
+    if recorder.started:
+        with transaction.atomic(), events.batched():
+            recorder.finish_writes()
 
 
 def _run_cli(owner, recorder: RunRecorder):
@@ -130,8 +164,9 @@ def _run_cli(owner, recorder: RunRecorder):
         return Failure(problem)
     output_path = fresh_output_path(owner.output_prefix)
     input_path = owner.write_input(output_path)
+    cli_type = recorder.run.cli_type
     run = execution.execute(
-        cli_type=recorder.run.cli_type,
+        cli_type=cli_type,
         input_path=input_path,
         output_path=output_path,
         schema=owner.schema,
@@ -139,9 +174,12 @@ def _run_cli(owner, recorder: RunRecorder):
         cwd=cwd,
         stop=owner.stop,
         include_dirs=owner.include_dirs(input_path),
-        on_started=record_process(owner.queue, owner.item.id),
+        on_started=_starter(owner, recorder),
         recorder=recorder,
+        cli_conf=owner.settings["cli_settings"].get(cli_type),
     )
+    if recorder.start_error is not None:
+        raise StartFailed(str(recorder.start_error)) from recorder.start_error
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
         raise Stopped
@@ -156,29 +194,36 @@ def _run_cli(owner, recorder: RunRecorder):
 # task passes -------------------------------------------------------------------------------
 
 
-def task_input_text(task: Task, agent: Agent, output_path: Path, agents=None) -> str:
-    """The input file of one agent step; `agents` = the workspace's (id, name) in order."""
+def task_history(task: Task) -> tuple[list[TaskComment], list[TaskLog]]:
+    """The comments and activity logs an agent's input shows, oldest first."""
+    return (
+        list(task.comments.order_by("created_at", "id")),
+        list(task.logs.order_by("created_at", "id")),
+    )
+
+
+def task_input_text(task: Task, agent: Agent, output_path: Path, agents=None, history=None) -> str:
+    """The input file of one agent step; `agents` = the workspace's (id, name) in order,
+    `history` = task_history(task) (both read now when not given)."""
     if agents is None:
         agents = list(
             Agent.objects.filter(workspace_id=task.workspace_id)
             .in_order()
             .values_list("id", "name")
         )
+    comments, logs = history if history is not None else task_history(task)
     names = dict(agents)
     comments = [
         prompts.comment_row(c, author_name(c.author_type, c.agent_id, names))
-        for c in task_selectors.collapse_repeated_errors(
-            list(task.comments.order_by("created_at", "id"))
-        )
+        for c in task_selectors.collapse_repeated_errors(comments)
     ]
-    logs = [prompts.log_row(entry) for entry in task.logs.order_by("created_at", "id")]
     return prompts.task_input(
         workspace=task.workspace,
         agent=agent,
         agent_names=[name for _id, name in agents],
         task=task,
         comments=comments,
-        logs=logs,
+        logs=[prompts.log_row(entry) for entry in logs],
         output_path=str(output_path),
     )
 
@@ -194,21 +239,27 @@ def _last_agent_comment(task: Task) -> str:
 
 def _begin_task(item: TaskQueueItem) -> Task | None:
     """Task → In Progress; the workspace's other In Progress tasks go back to Todo (queued).
-    None when the task is gone, or waits for the user (the item is then finished)."""
+    None when the task is gone, or waits for the user (the item is then finished). One read:
+    the task together with the workspace's In Progress tasks."""
     with transaction.atomic(), events.batched():
-        task = Task.objects.select_for_update().select_related("workspace")
-        task = task.filter(id=item.task_id).first()
+        rows = list(
+            Task.objects.select_for_update()
+            .select_related("workspace")
+            .filter(
+                Q(id=item.task_id)
+                | Q(workspace_id=item.workspace_id, status=TaskStatus.IN_PROGRESS)
+            )
+        )
+        task = next((row for row in rows if row.id == item.task_id), None)
         if task is None:
             return None
         if task.status not in RUNNABLE_STATUSES:
             TaskQueueItem.objects.finish(item.id, QueueStatus.COMPLETED)
             return None
-        others = Task.objects.filter(
-            workspace_id=task.workspace_id, status=TaskStatus.IN_PROGRESS
-        ).exclude(id=task.id)
-        for other in others:
-            task_services.task_status_set(task=other, status=TaskStatus.TODO, actor=SYSTEM)
-            task_services.queue_item_ensure(task=other)
+        for other in rows:
+            if other.id != task.id:
+                task_services.task_status_set(task=other, status=TaskStatus.TODO, actor=SYSTEM)
+                task_services.queue_item_ensure(task=other)
         if task.status == TaskStatus.TODO:
             task_services.task_status_set(task=task, status=TaskStatus.IN_PROGRESS, actor=SYSTEM)
     return task
@@ -217,10 +268,17 @@ def _begin_task(item: TaskQueueItem) -> Task | None:
 class TaskPass:
     """One pass of a task through the workspace's agents (one queue item = one pass).
 
-    Each agent is read just before it runs (edits and reorders apply at once; the same read
-    gives the input its agent names). A comment queues the next pass (the comment service does
-    that); "in_review" ends the pass; a pass where nobody commented moves the task to In Review;
-    an error writes an error comment (which queues the retry) and ends the pass."""
+    Read once per pass: the settings, the CLIs' health marks, the agents and the input's
+    comments and logs. Each step's finish reads the task and its workspace anyway (the "still
+    wanted" check); when the workspace's `updated_at` moved (its agents or limits changed) the
+    agents are read again before the next agent, so edits and reorders apply at once; when the
+    task's `updated_at` moved (a comment, a move, an edit: every writer of its comments and
+    logs moves it, see tasks.services) the comments and logs are read again. The pass's own
+    agent_started/agent_finished logs are added to them as they are written.
+
+    A comment queues the next pass (the comment service does that); "in_review" ends the pass;
+    a pass where nobody commented moves the task to In Review (in the last step's finish); an
+    error writes an error comment (which queues the retry) and ends the pass."""
 
     queue = TaskQueueItem
     schema_kind = "task"
@@ -232,7 +290,13 @@ class TaskPass:
         self.task: Task | None = None
         self.agent: Agent | None = None
         self.agents: list[tuple[str, str]] = []
+        self.workspace_agents: list[Agent] = []
+        self.agents_read_at = None  # the workspace's updated_at when its agents were read
+        self.history: tuple[list, list] | None = None
+        self.history_read_at = None  # the task's updated_at when its history was read
         self.schema = task_schema()
+        self.ended = False  # the item is finished (error, In Review, or the pass's end)
+        self.started_log = None  # the next run's agent_started log, shown in its input
 
     # the pass --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -242,17 +306,15 @@ class TaskPass:
             self.task = _begin_task(self.item)
             if self.task is None:
                 return
-            # Read once per pass: the settings (stall limits) and which CLIs carry a health mark.
-            self.stall = stall_limits(self.task.workspace)
-            self.health_marked = cli_health_marked()
-            pass_started = timezone.now()
+            self.settings, self.health_marked = settings_get(), cli_health_marked()
+            self.pass_started = timezone.now()
             order = None
             while (agent := self._next_agent(order)) is not None:
                 order, self.agent = agent.order, agent
-                result = run_step(self)
-                if isinstance(result, Failure) or result.in_review:
-                    return  # apply() finished the item
-            self._end_pass(pass_started)
+                run_step(self)
+                if self.ended:
+                    return
+            self._end_pass()
         except Stopped:
             if not self.shutdown.is_set():
                 TaskQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
@@ -260,10 +322,50 @@ class TaskPass:
             log.exception("Task pass failed", extra={"task_id": self.item.task_id})
             self._internal_error(exc)
 
+    def _agents_changed(self) -> bool:
+        return self.agents_read_at != self.task.workspace.updated_at
+
     def _next_agent(self, order: int | None) -> Agent | None:
-        agents = list(Agent.objects.filter(workspace_id=self.task.workspace_id).in_order())
-        self.agents = [(agent.id, agent.name) for agent in agents]
-        return next((a for a in agents if order is None or a.order > order), None)
+        if self._agents_changed():
+            workspace = self.task.workspace
+            agents = Agent.objects.filter(workspace_id=workspace.id).in_order()
+            self.workspace_agents, self.agents_read_at = list(agents), workspace.updated_at
+            self.agents = [(agent.id, agent.name) for agent in self.workspace_agents]
+            self.stall = stall_limits(workspace, settings=self.settings)
+        return next((a for a in self.workspace_agents if order is None or a.order > order), None)
+
+    def _is_last_step(self) -> bool:
+        """No agent after this one (as far as the agents read are still current)."""
+        return not self._agents_changed() and self._next_agent(self.agent.order) is None
+
+    def _history(self) -> tuple[list, list]:
+        if self.history is None or self.history_read_at != self.task.updated_at:
+            self.history, self.history_read_at = task_history(self.task), self.task.updated_at
+        return self.history
+
+    def _current_history(self) -> tuple[list, list] | None:
+        """The history read, if nothing but this pass's own logs was added since."""
+        if self.history is None or self.history_read_at != self.task.updated_at:
+            return None
+        return self.history
+
+    def _remember(self, entry: TaskLog | None) -> None:
+        """A log row this pass wrote: the input's history stays current without a read."""
+        if entry is not None and self._current_history() is not None:
+            self.history[1].append(entry)
+
+    def _commented_since(self, since) -> bool:
+        history = self._current_history()
+        if history is None:
+            return TaskComment.objects.filter(task=self.task, created_at__gte=since).exists()
+        return any(comment.created_at >= since for comment in history[0])
+
+    def _last_agent_comment(self) -> str:
+        history = self._current_history()
+        if history is None:
+            return _last_agent_comment(self.task)
+        by_agents = [comment for comment in history[0] if comment.agent_id]
+        return max(by_agents, key=lambda c: c.created_at).content if by_agents else ""
 
     def _wanted_task(self) -> Task:
         """Inside a transaction: the item still runs and the task is still In Progress (checked
@@ -279,19 +381,22 @@ class TaskPass:
         self.task = task
         return task
 
-    def _payload(self, **extra) -> dict:
-        return task_services.task_payload(
-            self.task, agent_id=self.agent.id, agent_name=self.agent.name, **extra
-        )
-
-    def _end_pass(self, pass_started) -> None:
+    def _end_pass(self) -> None:
+        """The loop ran out of agents without a finish that saw it coming (no agents, or they
+        changed during the last step)."""
         with transaction.atomic(), events.batched():
-            task = self._wanted_task()
-            commented = TaskComment.objects.filter(task=task, created_at__gte=pass_started).exists()
-            if not commented:
-                task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
-                notify_task_in_review(task=task, last_comment=_last_agent_comment(task))
-            TaskQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
+            self._wanted_task()
+            self._end_pass_writes()
+
+    def _end_pass_writes(self) -> None:
+        """Inside a transaction that checked the task is still wanted."""
+        task = self.task
+        if not self._commented_since(self.pass_started):
+            notify = {"last_comment": self._last_agent_comment(), "settings": self.settings}
+            task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
+            notify_task_in_review(task=task, **notify)
+        TaskQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
+        self.ended = True
 
     def _internal_error(self, exc: Exception) -> None:
         """Same path as a CLI error: an error comment (which queues the retry) and back-off."""
@@ -314,29 +419,37 @@ class TaskPass:
     def include_dirs(self, input_path: Path) -> tuple[str, ...]:
         return (str(input_path.parent),)
 
-    def begin(self) -> RunRecorder:
-        task, agent = self._wanted_task(), self.agent
-        task_services.log_add(
-            task=task,
-            event_type="agent_started",
-            actor=agent_actor(agent),
-            metadata={"agent_name": agent.name},
-        )
-        workspace_touch(task.workspace_id)
-        recorder = RunRecorder(
+    def recorder(self) -> RunRecorder:
+        agent = self.agent
+        return RunRecorder(
             cli_type=agent.cli_type,
-            workspace_id=task.workspace_id,
+            workspace_id=self.task.workspace_id,
             agent_id=agent.id,
             agent_name=agent.name,
-            task_id=task.id,
+            task_id=self.task.id,
+            deferred=True,
             **self.stall,
         )
-        events.publish("agent.execution_started", self._payload(run_id=recorder.run.id))
-        return recorder
 
     def write_input(self, output_path: Path) -> Path:
-        text = task_input_text(self.task, self.agent, output_path, self.agents)
+        """The input shows this run's agent_started log already: it is saved by start()."""
+        self.started_log = task_services.task_agent_started_log(
+            task=self.task, actor=agent_actor(self.agent)
+        )
+        comments, logs = self._history()
+        history = (comments, [*logs, self.started_log])
+        text = task_input_text(self.task, self.agent, output_path, self.agents, history)
         return write_private(task_input_path(self.task.id), text)
+
+    def start(self, recorder: RunRecorder) -> None:
+        """Inside the start transaction (the item is still wanted): the run and its log."""
+        recorder.start_writes()
+        entry, self.started_log = self.started_log, None
+        self._remember(
+            task_services.task_agent_started(
+                task=self.task, actor=agent_actor(self.agent), run_id=recorder.run.id, entry=entry
+            )
+        )
 
     def read(self, data):
         try:
@@ -362,27 +475,34 @@ class TaskPass:
         for content in outcome.comments:
             task_services.comment_create(task=task, content=content, actor=actor)
         if outcome.in_review:
+            notify = {"last_comment": self._last_agent_comment(), "settings": self.settings}
             task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=actor)
-            notify_task_in_review(task=task, last_comment=_last_agent_comment(task))
-        task_services.log_add(
-            task=task,
-            event_type="agent_finished",
-            actor=actor,
-            metadata={"agent_name": self.agent.name, "action_type": outcome.action_type},
-        )
+            notify_task_in_review(task=task, **notify)
         task_services.task_run_succeeded(task=task)
-        events.publish("agent.execution_finished", self._payload(action_type=outcome.action_type))
+        self._remember(
+            task_services.task_agent_finished(
+                task=task, actor=actor, action_type=outcome.action_type
+            )
+        )
         if outcome.in_review:
             TaskQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
+            self.ended = True
+        elif self._is_last_step():
+            self._end_pass_writes()
 
     def _apply_failure(self, message: str) -> None:
         task = self.task
         failures = task_services.task_run_failed(
             task=task, message=message, agent_name=self.agent.name
         )
-        notify_task_error(task=task, message=message, failure_streak=failures)
-        events.publish("agent.execution_finished", self._payload(action_type="error"))
+        notify_task_error(
+            task=task, message=message, failure_streak=failures, settings=self.settings
+        )
+        task_services.task_agent_finished(
+            task=task, actor=agent_actor(self.agent), action_type="error"
+        )
         TaskQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
+        self.ended = True
 
 
 # chat replies ------------------------------------------------------------------------------
@@ -483,24 +603,15 @@ class ChatReply:
 
     def _announce(self) -> None:
         """chat.processing_finished, with how the run ended."""
-        events.publish("chat.processing_finished", self._payload(outcome=self.outcome))
+        chat_run_finished(chat=self.chat, agent_name=self.agent_name, outcome=self.outcome)
         self.announced = True
 
     def _reply_without_cli(self) -> None:
         with transaction.atomic(), events.batched():
-            events.publish("chat.processing_started", self._payload())
+            chat_run_started(chat=self.chat, agent_name=self.agent_name)
             if not self.still_wanted():
                 raise Stopped
             self.apply(Failure(no_cli_message([])))
-
-    def _payload(self, **extra) -> dict:
-        return {
-            "chat_id": self.chat.id,
-            "chat_title": self.chat.title,
-            "agent_name": self.agent_name,
-            "workspace_id": self.chat.workspace_id,
-            **extra,
-        }
 
     # one step (called by run_step) -----------------------------------------------------------
     @property
@@ -514,10 +625,7 @@ class ChatReply:
     def include_dirs(self, _input_path: Path) -> tuple[str, ...]:
         return (str(temp_dir()), str(knowledge_base_dir()))
 
-    def begin(self) -> RunRecorder:
-        events.publish("chat.processing_started", self._payload())
-        if not self.still_wanted():
-            raise Stopped
+    def recorder(self) -> RunRecorder:
         agent = self.agent
         return RunRecorder(
             cli_type=self.cli,
@@ -525,8 +633,15 @@ class ChatReply:
             agent_id=agent.id if agent else None,
             agent_name=self.agent_name,
             chat_id=self.chat.id,
+            deferred=True,
             **stall_limits(self.chat.workspace, settings=self.settings),
         )
+
+    def start(self, recorder: RunRecorder) -> None:
+        """Inside the start transaction (the item is still wanted): the run, and open pages
+        learn that the agent is answering."""
+        recorder.start_writes()
+        chat_run_started(chat=self.chat, agent_name=self.agent_name)
 
     def write_input(self, output_path: Path) -> Path:
         """One input file per run, so parallel answers never share a file."""

@@ -1,0 +1,119 @@
+"""What one agent step and one task pass cost the database, counted (not timed): a regression in
+the run pipeline's statement budget fails here (DESIGN "One run pipeline": a step writes in two
+transactions, outbox rows in bulk, no savepoints, settings and agents read once per pass).
+
+Statements are counted with Django's CaptureQueriesContext on the worker thread's connection;
+BEGIN and COMMIT are counted apart (the write transactions). Live trace flushes while a CLI runs
+depend on its timing, so the flush interval is set beyond any run here: the step's traces are
+written by its finish, as for a short run. The time these cost is measured by bench/runner.py.
+"""
+
+import os
+import threading
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agents.services import agent_create, agent_update
+from core.actors import USER
+from runner import recorder as recorder_module
+from runner.worker import pickup, pipeline
+from runner.worker.pipeline import TaskPass
+from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
+from tasks.services import comment_create, task_create
+from tests.stack import FAKES_BIN
+from workspaces.services import workspace_create
+
+# One step: start (process record = "still wanted", run, activity log, outbox) and finish (task
+# re-read = "still wanted", traces, run, activity log, workspace activity, outbox).
+STEP_STATEMENTS = 10
+STEP_TRANSACTIONS = 2
+# A pass of 4 skipping agents, its claim included: claim (2), Todo → In Progress (5), settings,
+# health marks, agents, comments and logs (5, once), 4 steps, and the end (In Review, its log,
+# the workspace's activity and the item: 4, in the last step's finish).
+PASS_STATEMENTS = 2 + 5 + 5 + 4 * STEP_STATEMENTS + 4
+PASS_TRANSACTIONS = 1 + 4 * STEP_TRANSACTIONS
+
+
+@pytest.fixture
+def quiet_steps(monkeypatch):
+    monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(recorder_module, "FLUSH_SECONDS", 3600.0)
+
+
+def _workspace(agents: int):
+    workspace = workspace_create(title=f"{agents} agents")
+    for n in range(agents):
+        agent_create(workspace=workspace, name=f"Agent {n}", instruction="Skip.", cli_type="claude")
+    return workspace
+
+
+def _counted_pass(agents: int) -> tuple[dict, Task]:
+    """Claim and run one pass of a new task; returns the statements by kind."""
+    workspace = _workspace(agents)
+    task = task_create(workspace=workspace, summary="Count")
+    with CaptureQueriesContext(connection) as queries:
+        item = pickup.claim_next(workspace.id)
+        TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
+    kinds: dict[str, int] = {}
+    for query in queries.captured_queries:
+        kind = query["sql"].split(None, 1)[0].upper()
+        kinds[kind] = kinds.get(kind, 0) + 1
+    task.refresh_from_db()
+    assert task.status == TaskStatus.IN_REVIEW  # every agent skipped: the pass ends in review
+    assert TaskQueueItem.objects.get(id=item.id).status == QueueStatus.COMPLETED
+    assert task.runs.filter(status="completed").count() == agents
+    return kinds, task
+
+
+def _statements(kinds: dict) -> int:
+    return sum(n for kind, n in kinds.items() if kind not in ("BEGIN", "COMMIT"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_agent_step_and_one_pass_stay_within_their_statement_budget(quiet_steps, capsys):
+    four, _ = _counted_pass(4)
+    five, _ = _counted_pass(5)
+    step = _statements(five) - _statements(four)  # what one more agent costs
+    with capsys.disabled():
+        print(f"\none step: {step} statements; a pass of 4 steps: {_statements(four)} {four}")
+    assert step <= STEP_STATEMENTS
+    assert five["COMMIT"] - four["COMMIT"] == STEP_TRANSACTIONS
+    assert _statements(four) <= PASS_STATEMENTS
+    assert four["COMMIT"] <= PASS_TRANSACTIONS
+    assert "SAVEPOINT" not in four
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_input_sees_what_changed_during_the_previous_step(quiet_steps, monkeypatch):
+    """Comments, logs and agents are read once per pass, yet a user's comment and an agent edit
+    made while agent 0 runs reach agent 1's input (the finish's re-read of the task and its
+    workspace tells the pass they changed); the pass's own logs are there too."""
+    workspace = _workspace(2)
+    task = task_create(workspace=workspace, summary="Watch")
+    inputs = []
+    render = pipeline.task_input_text
+    monkeypatch.setattr(
+        pipeline, "task_input_text", lambda *a, **kw: inputs.append(render(*a, **kw)) or inputs[-1]
+    )
+    start = TaskPass.start
+
+    def start_and_meddle(owner, recorder):
+        start(owner, recorder)
+        if owner.agent.name == "Agent 0":
+            comment_create(task=Task.objects.get(id=task.id), content="Mind the tests", actor=USER)
+            second = owner.workspace_agents[1]
+            agent_update(agent=second, instruction="Review carefully.")
+
+    monkeypatch.setattr(TaskPass, "start", start_and_meddle)
+    item = pickup.claim_next(workspace.id)
+    TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
+
+    assert len(inputs) == 2
+    assert "Mind the tests" not in inputs[0] and "Mind the tests" in inputs[1]
+    assert "Review carefully." in inputs[1]
+    assert inputs[1].count('"event_type": "agent_started"') == 2
+    assert inputs[1].count('"event_type": "agent_finished"') == 1
+    task.refresh_from_db()
+    assert task.status == TaskStatus.IN_PROGRESS  # the user's comment queued another pass
