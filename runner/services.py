@@ -1,3 +1,5 @@
+from datetime import datetime
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -36,6 +38,34 @@ def cli_health_run_succeeded(*, cli_type: str) -> None:
         if marked:
             payload = {"cli_type": cli_type, "status": CliHealthStatus.HEALTHY, "error": ""}
             events.publish("cli.health_changed", payload)
+
+
+def cli_health_store(*, cli_type: str, outcome: dict, started_at: datetime, full: bool) -> None:
+    """Save a health check's outcome (the worker's checks). A full check also answers every
+    request (Refresh, Test, saved settings) made before it started; a request made while it ran
+    stays pending."""
+    with transaction.atomic():
+        row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli_type)
+        before = (row.status, row.error, row.answer)
+        row.status = outcome["status"]
+        row.error = outcome.get("error", "")
+        row.binary_path = outcome.get("binary_path", "")
+        row.version = outcome.get("version", row.version if row.binary_path else "")
+        if "answer" in outcome:
+            row.answer = outcome["answer"]
+        elif row.status == CliHealthStatus.UNHEALTHY:
+            row.answer = ""
+        row.checked_at = timezone.now()
+        requested = row.refresh_requested_at
+        answered = full and requested is not None and requested <= started_at
+        if answered:
+            row.refresh_requested_at = None
+        row.save()
+        if answered or before != (row.status, row.error, row.answer):
+            events.publish(
+                "cli.health_changed",
+                {"cli_type": cli_type, "status": row.status, "error": row.error},
+            )
 
 
 def settings_save(*, changes: dict) -> dict:

@@ -9,10 +9,12 @@ import collections
 import contextlib
 import logging
 import os
+import select
 import signal
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -149,10 +151,9 @@ def run(
     ]
     if command.stdin is not None:
         _thread(_feed, proc.stdin, command.stdin)
-    exited = threading.Event()
-    _thread(lambda: (proc.wait(), exited.set()))
+    exited = _exit_watch(proc)
     deadline = None if timeout is None else time.monotonic() + timeout
-    while not exited.wait(STOP_CHECK_SECONDS):
+    while not exited(STOP_CHECK_SECONDS):
         if stop is not None and stop.is_set():
             result.stopped = True
         elif deadline is not None and time.monotonic() > deadline:
@@ -162,7 +163,7 @@ def run(
         else:
             continue
         kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
-        exited.wait(5)
+        exited(5)
         break
     # The CLI is gone. Anything it left in its process group is an orphan: end it too, so no
     # agent keeps editing after its run and nobody holds our pipes open. (A stop or timeout
@@ -176,6 +177,28 @@ def run(
     result.stdout_bytes = out.total
     result.ended_at = time.time()
     return result
+
+
+def _exit_watch(proc: subprocess.Popen) -> Callable[[float], bool]:
+    """`exited(timeout)`: waits up to `timeout` for the process to end (and reaps it). On Linux
+    a pidfd wakes us the moment it exits, without a waiting thread per run."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        done = threading.Event()
+        _thread(lambda: (proc.wait(), done.set()))
+        return done.wait
+
+    def exited(timeout: float) -> bool:
+        if proc.returncode is None:
+            ready, _, _ = select.select([pidfd], [], [], timeout)
+            if not ready:
+                return False
+            proc.wait()
+        return True
+
+    weakref.finalize(exited, os.close, pidfd)  # closed with the watch, whatever happened
+    return exited
 
 
 def _create_time(pid: int) -> float:
