@@ -13,6 +13,7 @@ A stopped run (cancel, delete, the user moved the task, chat stop, shutdown) is 
 comment, no action, no error. Every write after a run re-checks that its rows still exist.
 """
 
+import functools
 import logging
 import threading
 from dataclasses import dataclass
@@ -306,7 +307,7 @@ class TaskPass:
             self.task = _begin_task(self.item)
             if self.task is None:
                 return
-            self.settings, self.health_marked = settings_get(), cli_health_marked()
+            self.settings = settings_get()
             self.pass_started = timezone.now()
             order = None
             while (agent := self._next_agent(order)) is not None:
@@ -321,6 +322,12 @@ class TaskPass:
         except Exception as exc:  # a bug must not leave the task stuck without a word
             log.exception("Task pass failed", extra={"task_id": self.item.task_id})
             self._internal_error(exc)
+
+    @functools.cached_property
+    def health_marked(self) -> set[str]:
+        """The CLIs a health check marked, read once per pass when the first step has ended
+        (not on the way to starting the first CLI)."""
+        return cli_health_marked()
 
     def _agents_changed(self) -> bool:
         return self.agents_read_at != self.task.workspace.updated_at
