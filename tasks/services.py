@@ -312,10 +312,12 @@ def task_agent_started(
     return entry
 
 
-def task_agent_finished(*, task: Task, actor: Actor, action_type: str) -> TaskLog | None:
+def task_agent_finished(
+    *, task: Task, actor: Actor, action_type: str, touch_workspace: bool = True
+) -> TaskLog | None:
     """An agent's run ended with an answer ("error" when it failed: the error comment is
-    task_run_failed's): its activity log, the workspace's activity and
-    `agent.execution_finished`. Returns the log row."""
+    task_run_failed's): its activity log, the workspace's activity (unless the caller bumped
+    it moments ago) and `agent.execution_finished`. Returns the log row."""
     entry = None
     if action_type != "error":  # (a failure's error comment already logged and touched)
         entry = log_add(
@@ -324,7 +326,8 @@ def task_agent_finished(*, task: Task, actor: Actor, action_type: str) -> TaskLo
             actor=actor,
             metadata={"agent_name": actor.name, "action_type": action_type},
         )
-        workspace_touch(task.workspace_id)
+        if touch_workspace:
+            workspace_touch(task.workspace_id)
     events.publish(
         "agent.execution_finished",
         task_payload(task, agent_id=actor.id, agent_name=actor.name, action_type=action_type),

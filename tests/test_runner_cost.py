@@ -26,13 +26,15 @@ from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
 
 # One step: start (process record = "still wanted", run, activity log, outbox) and finish (task
-# re-read = "still wanted", traces, run, activity log, workspace activity, outbox).
-STEP_STATEMENTS = 10
+# re-read = "still wanted", traces, run, activity log, outbox); the workspace's activity is
+# bumped by the first step of a pass and then at most once a minute (ACTIVITY_EVERY).
+STEP_STATEMENTS = 9
 STEP_TRANSACTIONS = 2
 # A pass of 4 skipping agents, its claim included: claim (2), Todo → In Progress (5), settings,
-# health marks, agents, comments and logs (5, once), 4 steps, and the end (In Review, its log,
-# the workspace's activity and the item: 4, in the last step's finish).
-PASS_STATEMENTS = 2 + 5 + 5 + 4 * STEP_STATEMENTS + 4
+# health marks, agents, comments and logs (5, once), 4 steps, the first step's workspace bump,
+# and the end (In Review, its log, the workspace's activity and the item: 4, in the last step's
+# finish).
+PASS_STATEMENTS = 2 + 5 + 5 + 4 * STEP_STATEMENTS + 1 + 4
 PASS_TRANSACTIONS = 1 + 4 * STEP_TRANSACTIONS
 
 
@@ -83,6 +85,17 @@ def test_one_agent_step_and_one_pass_stay_within_their_statement_budget(quiet_st
     assert _statements(four) <= PASS_STATEMENTS
     assert four["COMMIT"] <= PASS_TRANSACTIONS
     assert "SAVEPOINT" not in four
+
+
+@pytest.mark.django_db(transaction=True)
+def test_slow_steps_bump_the_workspace_activity_each(quiet_steps, monkeypatch):
+    monkeypatch.setattr(pipeline, "ACTIVITY_EVERY", 0.0)  # every step is a minute apart
+    four, task = _counted_pass(4)
+    five, _ = _counted_pass(5)
+    assert _statements(five) - _statements(four) == STEP_STATEMENTS + 1
+    workspace = task.workspace
+    workspace.refresh_from_db()
+    assert workspace.last_activity_at >= task.runs.order_by("-ended_at").first().ended_at
 
 
 @pytest.mark.django_db(transaction=True)

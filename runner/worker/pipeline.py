@@ -16,6 +16,7 @@ comment, no action, no error. Every write after a run re-checks that its rows st
 import functools
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +73,7 @@ from tasks.models import (
 )
 
 log = logging.getLogger(__name__)
+ACTIVITY_EVERY = 60.0  # seconds: how often a pass's quiet steps bump the workspace's activity
 
 
 class Stopped(Exception):
@@ -298,6 +300,7 @@ class TaskPass:
         self.schema = task_schema()
         self.ended = False  # the item is finished (error, In Review, or the pass's end)
         self.started_log = None  # the next run's agent_started log, shown in its input
+        self.activity_at: float | None = None  # when this pass last bumped the workspace
 
     # the pass --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -360,6 +363,16 @@ class TaskPass:
         """A log row this pass wrote: the input's history stays current without a read."""
         if entry is not None and self._current_history() is not None:
             self.history[1].append(entry)
+
+    def _activity_due(self, *, wrote: bool) -> bool:
+        """Whether a step's finish bumps the workspace's activity itself: not when the step
+        wrote a comment or a move (they bump it), nor within ACTIVITY_EVERY of the pass's last
+        bump (pages show it in minutes; a pass of quick steps would bump it every few ms)."""
+        now = time.monotonic()
+        if wrote or self.activity_at is None or now - self.activity_at >= ACTIVITY_EVERY:
+            self.activity_at = now
+            return not wrote
+        return False
 
     def _commented_since(self, since) -> bool:
         history = self._current_history()
@@ -486,11 +499,11 @@ class TaskPass:
             task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=actor)
             notify_task_in_review(task=task, **notify)
         task_services.task_run_succeeded(task=task)
-        self._remember(
-            task_services.task_agent_finished(
-                task=task, actor=actor, action_type=outcome.action_type
-            )
+        touch = self._activity_due(wrote=bool(outcome.comments) or outcome.in_review)
+        finished = task_services.task_agent_finished(
+            task=task, actor=actor, action_type=outcome.action_type, touch_workspace=touch
         )
+        self._remember(finished)
         if outcome.in_review:
             TaskQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
             self.ended = True
