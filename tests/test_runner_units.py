@@ -11,6 +11,7 @@ from core.actors import USER
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import Invocation, stderr_message
+from runner.files import write_private
 from runner.recorder import RunRecorder
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
@@ -381,3 +382,18 @@ def test_a_flooding_cli_keeps_the_recorders_backlog_bounded(task, monkeypatch):
     recorder.tick()
     recorder.on_line(event)
     assert len(recorder.lines) == 1  # a flush makes room again
+
+
+def test_private_files_are_rewritten_to_their_new_length_and_never_through_a_symlink(tmp_path):
+    path = tmp_path / "input.md"
+    write_private(path, "a long first version ✓" * 100)
+    write_private(path, "short ✓")
+    assert path.read_text(encoding="utf-8") == "short ✓"
+    assert path.stat().st_mode & 0o777 == 0o600
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    with pytest.raises(OSError):
+        write_private(link, "through the link")
+    assert target.read_text() == "keep"
