@@ -4,8 +4,8 @@ transactions, outbox rows in bulk, no savepoints, settings and agents read once 
 
 Statements are counted with Django's CaptureQueriesContext on the worker thread's connection;
 BEGIN and COMMIT are counted apart (the write transactions). Live trace flushes while a CLI runs
-depend on its timing, so the flush interval is set beyond any run here: the step's traces are
-written by its finish, as for a short run. The time these cost is measured by bench/runner.py.
+depend on its timing, so they are left out here: the step's traces are written by its finish,
+as for a short run. The time these cost is measured by bench/runner.py.
 """
 
 import os
@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agents.services import agent_create, agent_update
 from core.actors import USER
-from runner import recorder as recorder_module
+from runner.recorder import RunRecorder
 from runner.worker import pickup, pipeline
 from runner.worker.pipeline import TaskPass
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
@@ -30,18 +30,18 @@ from workspaces.services import workspace_create
 # bumped by the first step of a pass and then at most once a minute (ACTIVITY_EVERY).
 STEP_STATEMENTS = 9
 STEP_TRANSACTIONS = 2
-# A pass of 4 skipping agents, its claim included: claim (2), Todo → In Progress (5), settings,
-# health marks, agents, comments and logs (5, once), 4 steps, the first step's workspace bump,
-# and the end (In Review, its log, the workspace's activity and the item: 4, in the last step's
-# finish).
-PASS_STATEMENTS = 2 + 5 + 5 + 4 * STEP_STATEMENTS + 1 + 4
+# A pass of 4 skipping agents, its claim included: claim (2), Todo → In Progress (5, which bumps
+# the workspace's activity), settings, health marks, agents, comments and logs (5, once), 4
+# steps, and the end (In Review, its log, the workspace's activity and the item: 4, in the last
+# step's finish).
+PASS_STATEMENTS = 2 + 5 + 5 + 4 * STEP_STATEMENTS + 4
 PASS_TRANSACTIONS = 1 + 4 * STEP_TRANSACTIONS
 
 
 @pytest.fixture
 def quiet_steps(monkeypatch):
     monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(recorder_module, "FLUSH_SECONDS", 3600.0)
+    monkeypatch.setattr(RunRecorder, "flush", lambda recorder: None)  # the finish writes all
 
 
 def _workspace(agents: int):

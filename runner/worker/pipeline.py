@@ -240,10 +240,11 @@ def _last_agent_comment(task: Task) -> str:
     return comment.content if comment else ""
 
 
-def _begin_task(item: TaskQueueItem) -> Task | None:
+def _begin_task(item: TaskQueueItem) -> tuple[Task | None, bool]:
     """Task → In Progress; the workspace's other In Progress tasks go back to Todo (queued).
-    None when the task is gone, or waits for the user (the item is then finished). One read:
-    the task together with the workspace's In Progress tasks."""
+    Returns (task, whether it moved); None when the task is gone, or waits for the user (the
+    item is then finished). One read: the task together with the workspace's In Progress
+    tasks."""
     with transaction.atomic(), events.batched():
         rows = list(
             Task.objects.select_for_update()
@@ -255,17 +256,18 @@ def _begin_task(item: TaskQueueItem) -> Task | None:
         )
         task = next((row for row in rows if row.id == item.task_id), None)
         if task is None:
-            return None
+            return None, False
         if task.status not in RUNNABLE_STATUSES:
             TaskQueueItem.objects.finish(item.id, QueueStatus.COMPLETED)
-            return None
+            return None, False
         for other in rows:
             if other.id != task.id:
                 task_services.task_status_set(task=other, status=TaskStatus.TODO, actor=SYSTEM)
                 task_services.queue_item_ensure(task=other)
-        if task.status == TaskStatus.TODO:
+        moved = task.status == TaskStatus.TODO
+        if moved:
             task_services.task_status_set(task=task, status=TaskStatus.IN_PROGRESS, actor=SYSTEM)
-    return task
+    return task, moved
 
 
 class TaskPass:
@@ -307,9 +309,11 @@ class TaskPass:
         """Never raises for CLI or agent trouble. At shutdown the item stays in progress so that
         startup recovery re-queues it."""
         try:
-            self.task = _begin_task(self.item)
+            self.task, moved = _begin_task(self.item)
             if self.task is None:
                 return
+            if moved:  # the move bumped the workspace's activity
+                self.activity_at = time.monotonic()
             self.settings = settings_get()
             self.pass_started = timezone.now()
             order = None
