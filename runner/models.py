@@ -1,4 +1,5 @@
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 
@@ -55,9 +56,15 @@ class QueueItemQuerySet(models.QuerySet):
         """Housekeeping: finished items last changed before `before` go; returns how many."""
         return self.finished().filter(updated_at__lt=before).delete()[0]
 
+    @staticmethod
+    def unstopped_q(prefix: str = "") -> Q:
+        """Running and nobody asked to stop it (`prefix`: the path from another model, so a
+        query can join the item instead of compiling a subquery)."""
+        return Q(**{f"{prefix}status": QueueStatus.IN_PROGRESS, f"{prefix}stop_requested_at": None})
+
     def unstopped(self):
         """Running items nobody asked to stop."""
-        return self.filter(status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True)
+        return self.filter(self.unstopped_q())
 
     def wanted(self):
         """Running items whose run is still wanted (a kind may add conditions)."""

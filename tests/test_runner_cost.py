@@ -14,6 +14,7 @@ import threading
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from agents.services import agent_create, agent_update
 from core.actors import USER
@@ -130,3 +131,17 @@ def test_the_input_sees_what_changed_during_the_previous_step(quiet_steps, monke
     assert inputs[1].count('"event_type": "agent_finished"') == 1
     task.refresh_from_db()
     assert task.status == TaskStatus.IN_PROGRESS  # the user's comment queued another pass
+
+
+def test_a_step_is_unwanted_once_its_own_item_was_asked_to_stop(workspace):
+    """The finish's re-read joins the pass's own item: another item of the task (the next pass,
+    queued) never makes a stopped pass look wanted."""
+    task = task_create(workspace=workspace, summary="Stop me")
+    item = pickup.claim_next(workspace.id)
+    owner = TaskPass(item, stop=threading.Event(), shutdown=threading.Event())
+    owner.task, _moved = pipeline._begin_task(item)
+    assert owner.still_wanted()
+    comment_create(task=task, content="queues the next pass", actor=USER)
+    TaskQueueItem.objects.filter(id=item.id).update(stop_requested_at=timezone.now())
+    assert TaskQueueItem.objects.queued().filter(task=task).exists()
+    assert not owner.still_wanted()

@@ -1,6 +1,8 @@
 """Runner pieces without processes: schemas, output parsing, CLIs, pickup order, back-off."""
 
+import dataclasses
 import json
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from core.actors import USER
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import Invocation, stderr_message
-from runner.files import write_private
+from runner.files import task_input_path, write_private
 from runner.recorder import RunRecorder
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
@@ -397,3 +399,12 @@ def test_private_files_are_rewritten_to_their_new_length_and_never_through_a_sym
     with pytest.raises(OSError):
         write_private(link, "through the link")
     assert target.read_text() == "keep"
+
+
+def test_a_removed_temp_dir_is_made_again_for_the_next_input(tmp_path, settings):
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, temp_dir=tmp_path / "malamar")
+    first = task_input_path("t1")
+    write_private(first, "one")
+    shutil.rmtree(tmp_path / "malamar")  # e.g. a temp cleaner, while the worker runs
+    write_private(task_input_path("t1"), "two")
+    assert first.read_text() == "two"

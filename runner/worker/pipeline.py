@@ -394,12 +394,12 @@ class TaskPass:
     def _wanted_task(self) -> Task:
         """Inside a transaction: the item still runs and the task is still In Progress (checked
         here, so the item's own check needs no join)."""
-        wanted = TaskQueueItem.objects.unstopped().filter(id=self.item.id, task_id=OuterRef("pk"))
-        task = (
-            Task.objects.select_related("workspace")
-            .filter(Exists(wanted), id=self.item.task_id, status=TaskStatus.IN_PROGRESS)
-            .first()
+        wanted = TaskQueueItem.objects.unstopped_q("queue_items__")
+        rows = Task.objects.select_related("workspace").filter(
+            wanted, queue_items__id=self.item.id, id=self.item.task_id
         )
+        rows = rows.filter(status=TaskStatus.IN_PROGRESS)
+        task = next(iter(rows[:1]), None)  # (a join, not a subquery: cheaper to compile)
         if self.stop.is_set() or task is None:
             raise Stopped
         self.task = task
