@@ -40,10 +40,11 @@ class QueueItemQuerySet(models.QuerySet):
 
     def record_process(self, item_id: str, *, pid: int, pgid: int, started_at: float) -> bool:
         """The CLI that runs this item, so a restarted worker can kill it if we die. One
-        statement that is also the start's "still wanted" check: False (nothing written) when
-        the item was stopped or is gone."""
-        wanted = self.wanted().filter(id=item_id)
-        return bool(wanted.update(pid=pid, pgid=pgid, process_started_at=started_at))
+        statement (no join) that is also the start's "still wanted" check: False, nothing
+        written, when the item was stopped (every move by a user asks that) or is gone (with
+        its task or chat). The finish checks the rest (`wanted()`)."""
+        unstopped = self.unstopped().filter(id=item_id)
+        return bool(unstopped.update(pid=pid, pgid=pgid, process_started_at=started_at))
 
     def requeue(self, item_id: str, *, stopped: bool) -> None:
         """After a crash: an interrupted item runs again, unless it was stopped (then failed)."""

@@ -145,3 +145,19 @@ def test_a_step_is_unwanted_once_its_own_item_was_asked_to_stop(workspace):
     TaskQueueItem.objects.filter(id=item.id).update(stop_requested_at=timezone.now())
     assert TaskQueueItem.objects.queued().filter(task=task).exists()
     assert not owner.still_wanted()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_stopped_before_its_cli_started_leaves_no_trace(quiet_steps):
+    """The start is written once the CLI runs; a stop that came first makes its process record
+    find nothing, the CLI is killed at once and nothing of the run is kept."""
+    workspace = _workspace(1)
+    task = task_create(workspace=workspace, summary="Cancelled early")
+    item = pickup.claim_next(workspace.id)
+    TaskQueueItem.objects.filter(id=item.id).update(stop_requested_at=timezone.now())
+
+    TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
+
+    assert TaskQueueItem.objects.get(id=item.id).status == QueueStatus.FAILED
+    assert not task.runs.exists()
+    assert not task.logs.filter(event_type__startswith="agent_").exists()
