@@ -9,7 +9,6 @@ import collections
 import contextlib
 import logging
 import os
-import selectors
 import signal
 import subprocess
 import threading
@@ -78,6 +77,25 @@ class _Tail:
 LINE_CAP = 1024 * 1024
 
 
+def _drain(stream, tail: _Tail, on_line=None, on_output=None) -> None:
+    """Read to EOF, keeping the tail; hand complete lines to `on_line` as they arrive."""
+    partial = b""
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := stream.read1(READ_CHUNK):
+            tail.add(chunk)
+            if on_output:
+                on_output()
+            if on_line is None:
+                continue
+            *lines, partial = (partial + chunk).split(b"\n")
+            for line in lines:
+                on_line(line.decode("utf-8", errors="replace"))
+            if len(partial) > LINE_CAP:  # a runaway line: not a JSON event anyway
+                partial = b""
+    if on_line and partial.strip():
+        on_line(partial.decode("utf-8", errors="replace"))
+
+
 def _feed(stream, data: bytes) -> None:
     with contextlib.suppress(OSError, ValueError):
         stream.write(data)
@@ -124,111 +142,40 @@ def run(
     create_time = _create_time(proc.pid)
     if on_started:
         on_started(Started(pid=proc.pid, pgid=proc.pid, create_time=create_time))
+    out, err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
+    readers = [
+        _thread(_drain, proc.stdout, out, on_line, on_output),
+        _thread(_drain, proc.stderr, err, None, on_output),
+    ]
     if command.stdin is not None:
         _thread(_feed, proc.stdin, command.stdin)
-    output = _Output(proc, on_line, on_output)
-    try:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while proc.poll() is None:
-            output.read(STOP_CHECK_SECONDS)  # returns as soon as there is output or an exit
-            if proc.poll() is not None:
-                break
-            if stop is not None and stop.is_set():
-                result.stopped = True
-            elif deadline is not None and time.monotonic() > deadline:
-                result.timed_out = True
-            elif on_tick is not None and on_tick():
-                result.stalled = True
-            else:
-                continue
-            kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(5)
-            break
-        # The CLI is gone. Anything it left in its process group is an orphan: end it too, so
-        # no agent keeps editing after its run and nobody holds our pipes open. (A stop or
-        # timeout above also scanned the session for descendants that moved to groups of their
-        # own.)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        output.read_to_end(time.monotonic() + 2)
-    finally:
-        output.close()
+    exited = threading.Event()
+    _thread(lambda: (proc.wait(), exited.set()))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not exited.wait(STOP_CHECK_SECONDS):
+        if stop is not None and stop.is_set():
+            result.stopped = True
+        elif deadline is not None and time.monotonic() > deadline:
+            result.timed_out = True
+        elif on_tick is not None and on_tick():
+            result.stalled = True
+        else:
+            continue
+        kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
+        exited.wait(5)
+        break
+    # The CLI is gone. Anything it left in its process group is an orphan: end it too, so no
+    # agent keeps editing after its run and nobody holds our pipes open. (A stop or timeout
+    # above also scanned the session for descendants that moved to groups of their own.)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for reader in readers:
+        reader.join(timeout=2)
     result.exit_code = proc.returncode
-    result.stdout, result.stderr = output.out.text(), output.err.text()
-    result.stdout_bytes = output.out.total
+    result.stdout, result.stderr = out.text(), err.text()
+    result.stdout_bytes = out.total
     result.ended_at = time.time()
     return result
-
-
-class _Output:
-    """Reads the CLI's stdout and stderr on the run's own thread, as it arrives: no reader
-    threads to start per run. On Linux a pidfd in the same wait wakes it the moment the CLI
-    exits. Complete stdout lines go to `on_line`."""
-
-    def __init__(self, proc: subprocess.Popen, on_line=None, on_output=None):
-        self.proc, self.on_line, self.on_output = proc, on_line, on_output
-        self.out, self.err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
-        self.partial = b""
-        self.selector = selectors.DefaultSelector()
-        self.open = 0
-        for stream, tail in ((proc.stdout, self.out), (proc.stderr, self.err)):
-            os.set_blocking(stream.fileno(), False)
-            self.selector.register(stream.fileno(), selectors.EVENT_READ, tail)
-            self.open += 1
-        self.pidfd = None
-        with contextlib.suppress(AttributeError, OSError):  # without one: polled every wait
-            self.pidfd = os.pidfd_open(proc.pid)
-            self.selector.register(self.pidfd, selectors.EVENT_READ, None)
-
-    def read(self, timeout: float) -> None:
-        """Wait up to `timeout` for output or the exit; take what arrived."""
-        for key, _events in self.selector.select(timeout):
-            if key.data is not None:
-                self._take(key.fd, key.data)
-
-    def read_to_end(self, deadline: float) -> None:
-        """After the exit: the rest of both pipes (until EOF, or `deadline` if a survivor holds
-        them open)."""
-        if self.pidfd is not None:
-            self.selector.unregister(self.pidfd)
-            os.close(self.pidfd)
-            self.pidfd = None
-        while self.open and (left := deadline - time.monotonic()) > 0:
-            self.read(left)
-        if self.on_line and self.partial.strip():
-            self.on_line(self.partial.decode("utf-8", errors="replace"))
-        self.partial = b""
-
-    def _take(self, fd: int, tail: _Tail) -> None:
-        try:
-            chunk = os.read(fd, READ_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:  # EOF
-            self.selector.unregister(fd)
-            self.open -= 1
-            return
-        tail.add(chunk)
-        if self.on_output:
-            self.on_output()
-        if tail is not self.out or self.on_line is None:
-            return
-        *lines, self.partial = (self.partial + chunk).split(b"\n")
-        for line in lines:
-            self.on_line(line.decode("utf-8", errors="replace"))
-        if len(self.partial) > LINE_CAP:  # a runaway line: not a JSON event anyway
-            self.partial = b""
-
-    def close(self) -> None:
-        self.selector.close()
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            with contextlib.suppress(OSError):
-                stream.close()
 
 
 def _create_time(pid: int) -> float:
