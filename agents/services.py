@@ -203,7 +203,7 @@ def _check_name_free(workspace_id: str, name: str, *, exclude_id: str | None = N
 
 
 def _changed(workspace_id: str) -> None:
-    workspace_touch(workspace_id)
+    workspace_touch(workspace_id, configured=True)  # a running pass re-reads its agents
     events.publish("agents.changed", {"workspace_id": workspace_id})
 
 

@@ -5,6 +5,7 @@ path so the agent works offline. A remote knowledge base (setting `knowledge_bas
 optional and only ever an addition.
 """
 
+import functools
 from pathlib import Path
 
 from core.settings_store import settings_get
@@ -151,6 +152,7 @@ do it (Settings page). If email is not configured, notifications are off whateve
 workspace says."""
 
 
+@functools.cache  # resolving it walks the path (a run recorder asks for it at every step)
 def knowledge_base_dir() -> Path:
     """The absolute path of the knowledge base bundled with the app."""
     return (Path(__file__).resolve().parent / "knowledge").resolve()

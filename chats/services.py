@@ -390,3 +390,26 @@ def chat_message_set_included(*, message: ChatMessage, included: bool) -> ChatMe
         message.included = included
         events.publish("chat.updated", _chat_payload(message.chat))
     return message
+
+
+# a reply's run (written by the worker's run pipeline) ---------------------------------------
+
+
+def _run_payload(chat: Chat, agent_name: str, **extra) -> dict:
+    return {
+        "chat_id": chat.id,
+        "chat_title": chat.title,
+        "agent_name": agent_name,
+        "workspace_id": chat.workspace_id,
+        **extra,
+    }
+
+
+def chat_run_started(*, chat: Chat, agent_name: str) -> None:
+    """An agent started answering (in the run step's start transaction)."""
+    events.publish("chat.processing_started", _run_payload(chat, agent_name))
+
+
+def chat_run_finished(*, chat: Chat, agent_name: str, outcome: str) -> None:
+    """The answer ended: "replied", "failed" (a system message says why) or "stopped"."""
+    events.publish("chat.processing_finished", _run_payload(chat, agent_name, outcome=outcome))

@@ -63,13 +63,15 @@ def _webhook_payload(kind: str, task, detail: str) -> dict:
     }
 
 
-def _deliver(kind: str, task, detail: str) -> None:
-    values = settings_get()
+def _deliver(kind: str, task, detail: str, values: dict | None = None) -> None:
+    """`values`: the settings, when the caller read them already (the runner, once per pass)."""
+    values = values or settings_get()
     if mailgun_configured(values):
         message = _message(kind, task, detail)
         _pool.submit(_send_email, values, message, task.id)
-    payload = _webhook_payload(kind, task, detail)
-    for url in values.get("webhook_urls") or []:
+    urls = values.get("webhook_urls") or []
+    payload = _webhook_payload(kind, task, detail) if urls else None
+    for url in urls:
         _pool.submit(_send_webhook, url, payload, task.id)
 
 
@@ -91,18 +93,21 @@ def _send_webhook(url: str, payload: dict, task_id: str) -> None:
         log.exception("Webhook notification failed", extra={"task_id": task_id})
 
 
-def notify_task_error(*, task, message: str, failure_streak: int) -> None:
-    """After the error is committed: notify once per failure streak (the first failure)."""
-    if failure_streak != 1 or not notify_effective(task.workspace, "notify_on_error"):
+def notify_task_error(
+    *, task, message: str, failure_streak: int, settings: dict | None = None
+) -> None:
+    """After the error is committed: notify once per failure streak (the first failure).
+    `settings`: already read by the caller (the runner reads them once per pass)."""
+    if failure_streak != 1 or not notify_effective(task.workspace, "notify_on_error", settings):
         return
-    transaction.on_commit(lambda: _deliver("error", task, message))
+    transaction.on_commit(lambda: _deliver("error", task, message, settings))
 
 
-def notify_task_in_review(*, task, last_comment: str) -> None:
+def notify_task_in_review(*, task, last_comment: str, settings: dict | None = None) -> None:
     """An agent or the runner moved the task to In Review (never the user's own move)."""
-    if not notify_effective(task.workspace, "notify_on_in_review"):
+    if not notify_effective(task.workspace, "notify_on_in_review", settings):
         return
-    transaction.on_commit(lambda: _deliver("in_review", task, last_comment))
+    transaction.on_commit(lambda: _deliver("in_review", task, last_comment, settings))
 
 
 def _deliver_global(payload: dict, message: dict) -> None:

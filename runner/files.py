@@ -11,18 +11,40 @@ from core.ids import new_id
 OUTPUT_READ_CAP = 16 * 1024 * 1024
 
 
+_made: set[Path] = set()  # temp dirs this process created (or found) already
+
+
 def temp_dir() -> Path:
+    """The configured temp dir, created on first use. Not re-created on every call: a mkdir
+    locks its parent, and a step asks for this path five times (write_private re-creates it
+    if it was removed since)."""
     path = Path(settings.CONFIG.temp_dir)
-    path.mkdir(parents=True, exist_ok=True)
+    if path not in _made:
+        path.mkdir(parents=True, exist_ok=True)
+        _made.add(path)
     return path
 
 
 def write_private(path: Path, text: str) -> Path:
-    """Write `text` to `path` readable by this user only (never through a symlink)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        os.fchmod(f.fileno(), 0o600)
-        f.write(text)
+    """Write `text` to `path` readable by this user only (never through a symlink). Written
+    over the old content and then cut to length, not opened with O_TRUNC: on ext4 a file
+    truncated to zero and rewritten is flushed to disk at close (auto_da_alloc), which cost
+    each agent step 1.5-4 ms (p95 16-30 ms) on a busy machine; this costs ~0.01 ms."""
+    data = text.encode("utf-8")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileNotFoundError:  # its folder was removed (e.g. a temp cleaner): make it again
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
     return path
 
 

@@ -1,4 +1,5 @@
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 
@@ -37,9 +38,13 @@ class QueueItemQuerySet(models.QuerySet):
             status=status, pid=None, pgid=None, updated_at=timezone.now()
         )
 
-    def record_process(self, item_id: str, *, pid: int, pgid: int, started_at: float) -> None:
-        """The CLI that runs this item, so a restarted worker can kill it if we die."""
-        self.filter(id=item_id).update(pid=pid, pgid=pgid, process_started_at=started_at)
+    def record_process(self, item_id: str, *, pid: int, pgid: int, started_at: float) -> bool:
+        """The CLI that runs this item, so a restarted worker can kill it if we die. One
+        statement (no join) that is also the start's "still wanted" check: False, nothing
+        written, when the item was stopped (every move by a user asks that) or is gone (with
+        its task or chat). The finish checks the rest (`wanted()`)."""
+        unstopped = self.unstopped().filter(id=item_id)
+        return bool(unstopped.update(pid=pid, pgid=pgid, process_started_at=started_at))
 
     def pause(self, item_id: str, *, cli_type: str, **resume) -> bool:
         """in_progress → queued, waiting for `cli_type` (out of quota); `resume` says where the
@@ -66,9 +71,15 @@ class QueueItemQuerySet(models.QuerySet):
         """Housekeeping: finished items last changed before `before` go; returns how many."""
         return self.finished().filter(updated_at__lt=before).delete()[0]
 
+    @staticmethod
+    def unstopped_q(prefix: str = "") -> Q:
+        """Running and nobody asked to stop it (`prefix`: the path from another model, so a
+        query can join the item instead of compiling a subquery)."""
+        return Q(**{f"{prefix}status": QueueStatus.IN_PROGRESS, f"{prefix}stop_requested_at": None})
+
     def unstopped(self):
         """Running items nobody asked to stop."""
-        return self.filter(status=QueueStatus.IN_PROGRESS, stop_requested_at__isnull=True)
+        return self.filter(self.unstopped_q())
 
     def wanted(self):
         """Running items whose run is still wanted (a kind may add conditions)."""

@@ -14,9 +14,10 @@ import time
 from django.utils import timezone
 
 from chats.malamar_agent import knowledge_base_dir
+from core.ids import new_id
 from core.settings_store import settings_get
 from runner.clis import cli_for
-from runner.models import RunStatus, TraceEvent
+from runner.models import AgentRun, RunStatus, TraceEvent
 from runner.services import (
     agent_run_event,
     agent_run_finish,
@@ -48,7 +49,10 @@ class RunRecorder:
         stall_kill_seconds: float = 0,
         model: str = "",
         fallback_for: str = "",
+        deferred: bool = False,
     ):
+        """`deferred`: the run's row is written later, by `start_writes()` in the run step's
+        start transaction (once its CLI runs); otherwise now."""
         self.parser = cli_for(cli_type).stream_parser()
         self.terms = UserTerms(knowledge_dir=str(knowledge_base_dir()))
         self.lines: collections.deque[str] = collections.deque()
@@ -68,16 +72,26 @@ class RunRecorder:
         self.killed_for_silence = False
         self.model = self.reported_model = model  # saved again once the stream names another
         self.snapshot_fields: dict = {}  # filled by the pipeline's snapshots, saved at the end
-        self.run = agent_run_start(
+        self.run = AgentRun(
+            id=new_id(),
             model=model,
-            cli_type=cli_type,
+            fallback_for=fallback_for,
             workspace_id=workspace_id,
-            agent_id=agent_id,
-            agent_name=agent_name,
             task_id=task_id,
             chat_id=chat_id,
-            fallback_for=fallback_for,
+            agent_id=agent_id,
+            agent_name=agent_name,
+            cli_type=cli_type,
         )
+        self.started = False
+        self.start_error: Exception | None = None  # set when the start transaction failed
+        if not deferred:
+            self.start_writes()
+
+    def start_writes(self) -> None:
+        """Inside the caller's transaction: the run's row."""
+        agent_run_start(run=self.run)
+        self.started = True
 
     def use_working_directory(self, cwd) -> None:
         """Where the CLI runs: its paths are shown relative to it."""
@@ -101,7 +115,8 @@ class RunRecorder:
     def tick(self) -> bool:
         """Flush when due; returns True when the run must be killed for silence."""
         now = time.monotonic()
-        if now - self.last_flush >= FLUSH_SECONDS or len(self.lines) >= FLUSH_ITEMS:
+        due = now - self.last_flush >= FLUSH_SECONDS or len(self.lines) >= FLUSH_ITEMS
+        if due and self.started:  # (a run discarded at its start has no row to add to)
             try:
                 self.flush()
             except Exception:  # e.g. the task was deleted mid-run: never break the run
@@ -242,6 +257,8 @@ class RunRecorder:
         event tells open timelines to collapse this run into its final, grouped form."""
         if self.status == RunStatus.RUNNING:  # ended before the CLI ran (or by an exception)
             self.status = RunStatus.FAILED
+        if not self.started:  # the CLI never ran (no binary, no folder): the run still counts
+            self.start_writes()
         status, exit_code = self.status, self.exit_code
         try:
             rows, _deltas = self._collect(final=True)

@@ -1,10 +1,11 @@
+from datetime import datetime
+
 from django.db import transaction
 from django.utils import timezone
 
 from agents.models import CliType
 from chats.models import ChatQueueItem
 from core import events
-from core.ids import new_id
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
 from notifications.services import notify_cli_limited, notify_cli_resumed
@@ -51,6 +52,39 @@ def cli_health_run_succeeded(*, cli_type: str) -> None:
         if marked:
             payload = {"cli_type": cli_type, "status": CliHealthStatus.HEALTHY, "error": ""}
             events.publish("cli.health_changed", payload)
+
+
+def cli_health_forget(*, cli_type: str) -> None:
+    """A checked CLI is gone (a custom-command agent deleted or switched to another CLI)."""
+    CliHealth.objects.filter(cli_type=cli_type).delete()
+
+
+def cli_health_store(*, cli_type: str, outcome: dict, started_at: datetime, full: bool) -> None:
+    """Save a health check's outcome (the worker's checks). A full check also answers every
+    request (Refresh, Test, saved settings) made before it started; a request made while it ran
+    stays pending."""
+    with transaction.atomic():
+        row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli_type)
+        before = (row.status, row.error, row.answer)
+        row.status = outcome["status"]
+        row.error = outcome.get("error", "")
+        row.binary_path = outcome.get("binary_path", "")
+        row.version = outcome.get("version", row.version if row.binary_path else "")
+        if "answer" in outcome:
+            row.answer = outcome["answer"]
+        elif row.status == CliHealthStatus.UNHEALTHY:
+            row.answer = ""
+        row.checked_at = timezone.now()
+        requested = row.refresh_requested_at
+        answered = full and requested is not None and requested <= started_at
+        if answered:
+            row.refresh_requested_at = None
+        row.save()
+        if answered or before != (row.status, row.error, row.answer):
+            events.publish(
+                "cli.health_changed",
+                {"cli_type": cli_type, "status": row.status, "error": row.error},
+            )
 
 
 # usage limits (DESIGN "Usage limits") -----------------------------------------------------
@@ -163,31 +197,12 @@ def agent_run_event(run: AgentRun, **extra) -> dict:
     }
 
 
-def agent_run_start(
-    *,
-    cli_type: str,
-    workspace_id: str,
-    agent_id,
-    agent_name: str,
-    task_id=None,
-    chat_id=None,
-    model: str = "",
-    fallback_for: str = "",
-) -> AgentRun:
-    """A run begins: one INSERT, in the caller's transaction (the run step's start). `model`:
-    the configured one, until the CLI's stream names the model it really uses."""
-    return AgentRun.objects.create(
-        model=model,
-        id=new_id(),
-        fallback_for=fallback_for,
-        workspace_id=workspace_id,
-        task_id=task_id,
-        chat_id=chat_id,
-        agent_id=agent_id,
-        agent_name=agent_name,
-        cli_type=cli_type,
-        started_at=timezone.now(),
-    )
+def agent_run_start(*, run: AgentRun) -> AgentRun:
+    """A run begins: one INSERT of the run the recorder prepared, in the caller's transaction
+    (the run step's start, written once its CLI runs)."""
+    run.started_at = timezone.now()
+    run.save(force_insert=True)
+    return run
 
 
 def agent_run_progress(*, run_id: str, traces: list, progress: dict, event: dict) -> None:

@@ -56,7 +56,13 @@ def task_payload(task: Task, **extra) -> dict:
 
 
 def log_add(*, task: Task, event_type: str, actor: Actor, metadata: dict | None = None) -> TaskLog:
-    return TaskLog.objects.create(
+    entry = _log_entry(task=task, event_type=event_type, actor=actor, metadata=metadata)
+    entry.save(force_insert=True)
+    return entry
+
+
+def _log_entry(*, task: Task, event_type: str, actor: Actor, metadata: dict | None = None):
+    return TaskLog(
         task=task,
         workspace_id=task.workspace_id,
         event_type=event_type,
@@ -291,6 +297,68 @@ def task_run_succeeded(*, task: Task) -> None:
         task.failure_streak, task.retry_not_before = 0, None
         if cleared:
             events.publish("task.updated", task_payload(task))
+
+
+def task_agent_started_log(*, task: Task, actor: Actor) -> TaskLog:
+    """The agent_started log of a run about to start, not saved yet: the agent's input shows
+    it, and task_agent_started saves this same row once the CLI runs."""
+    return _log_entry(
+        task=task, event_type="agent_started", actor=actor, metadata={"agent_name": actor.name}
+    )
+
+
+def task_agent_started(
+    *, task: Task, actor: Actor, run_id: str, entry: TaskLog | None = None
+) -> TaskLog:
+    """An agent's CLI runs for the task (the run step's start): its activity log (`entry`, from
+    task_agent_started_log, or a new one) and `agent.execution_started`. Returns the log row."""
+    entry = entry or task_agent_started_log(task=task, actor=actor)
+    entry.save(force_insert=True)
+    events.publish(
+        "agent.execution_started",
+        task_payload(task, agent_id=actor.id, agent_name=actor.name, run_id=run_id),
+    )
+    return entry
+
+
+def task_agent_finished(
+    *, task: Task, actor: Actor, action_type: str, touch_workspace: bool = True
+) -> TaskLog | None:
+    """An agent's run ended with an answer ("error" when it failed: the error comment is
+    task_run_failed's): its activity log, the workspace's activity (unless the caller bumped
+    it moments ago) and `agent.execution_finished`. Returns the log row."""
+    entry = None
+    if action_type != "error":  # (a failure's error comment already logged and touched)
+        entry = log_add(
+            task=task,
+            event_type="agent_finished",
+            actor=actor,
+            metadata={"agent_name": actor.name, "action_type": action_type},
+        )
+        if touch_workspace:
+            workspace_touch(task.workspace_id)
+    events.publish(
+        "agent.execution_finished",
+        task_payload(task, agent_id=actor.id, agent_name=actor.name, action_type=action_type),
+    )
+    return entry
+
+
+def task_pass_pause(
+    *, task: Task, item_id: str, actor: Actor, cli_type: str, pass_started, limited: bool
+) -> None:
+    """A pass waits for `cli_type` (out of quota; "" = it runs again at once, on the agent's
+    fallback CLI) and continues at the agent `actor` with the same pass start. A newer item of
+    the same task (queued by a comment during this pass) gives way: the resumed pass queues the
+    next one. `limited`: the agent's run just hit the limit (its run ended, not an error)."""
+    TaskQueueItem.objects.queued().filter(task_id=task.id).delete()
+    TaskQueueItem.objects.pause(
+        item_id, cli_type=cli_type, resume_agent_id=actor.id, pass_started_at=pass_started
+    )
+    payload = task_payload(task, agent_id=actor.id, agent_name=actor.name)
+    events.publish("task.updated", {**payload, "waiting_for_cli": cli_type})
+    if limited:
+        events.publish("agent.execution_finished", {**payload, "action_type": "limited"})
 
 
 def _require_failing(task: Task, what: str) -> None:

@@ -222,7 +222,8 @@ def test_each_agent_run_is_a_commit_on_the_task_branch_and_the_checkout_is_untou
     task = run_pass(task)
 
     assert task.status == TaskStatus.IN_REVIEW
-    assert task.branch_name == f"malamar/{task.id[:8].lower()}-add-the-login-page"
+    assert task.branch_name == branches.branch_name_for(task)
+    assert task.branch_name.endswith("-add-the-login-page")
     assert task.branch_base == "main"
     path = branches.worktree_path(task.id)
     assert path.is_dir() and git_text("branch", "--show-current", cwd=path) == task.branch_name

@@ -15,7 +15,7 @@ from core.settings_store import settings_update
 from runner.models import CliHealth, CliHealthStatus, RunStatus
 from runner.recorder import RunRecorder
 from runner.selectors import cli_available
-from runner.services import cli_health_check_request
+from runner.services import cli_health_check_request, cli_health_store
 from runner.worker import health
 from runner.worker.execution import resolve_binary
 from tests.live import wait_until
@@ -76,11 +76,12 @@ def test_a_request_is_answered_only_by_a_full_check_that_started_after_it():
             "cli_type", flat=True
         )
     ) == ["gemini"]
-    health.store("gemini", ok, started_at=started, full=True)
+    cli_health_store(cli_type="gemini", outcome=ok, started_at=started, full=True)
     assert CliHealth.objects.get(cli_type="gemini").refresh_requested_at is not None
-    health.store("gemini", ok, started_at=timezone.now(), full=False)  # --version only
+    # --version only:
+    cli_health_store(cli_type="gemini", outcome=ok, started_at=timezone.now(), full=False)
     assert CliHealth.objects.get(cli_type="gemini").refresh_requested_at is not None
-    health.store("gemini", ok, started_at=timezone.now(), full=True)
+    cli_health_store(cli_type="gemini", outcome=ok, started_at=timezone.now(), full=True)
     row = CliHealth.objects.get(cli_type="gemini")
     assert row.refresh_requested_at is None and row.answer == "OK"
     assert health_events("gemini")[-1] == {"cli_type": "gemini", "status": "healthy", "error": ""}

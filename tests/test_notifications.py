@@ -138,7 +138,7 @@ def test_the_global_switches_decide_for_workspaces_that_inherit(
     from workspaces.services import workspace_update
 
     sent = []
-    monkeypatch.setattr(services, "_deliver", lambda kind, task, detail: sent.append(kind))
+    monkeypatch.setattr(services, "_deliver", lambda kind, *_args: sent.append(kind))
 
     def notify_both():
         with django_capture_on_commit_callbacks(execute=True):

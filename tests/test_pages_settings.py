@@ -167,7 +167,7 @@ def test_test_button_asks_the_worker_and_shows_the_answer(client):
     assert 'hx-trigger="load delay:2s"' in status  # polls until the worker has answered
     requested = CliHealth.objects.filter(refresh_requested_at__isnull=False)
     assert list(requested.values_list("cli_type", flat=True)) == ["claude"]
-    # The worker answers (runner.worker.health.store): the card shows the CLI's answer.
+    # The worker answers (runner.services.cli_health_store): the card shows the CLI's answer.
     CliHealth.objects.filter(cli_type="claude").update(
         status="healthy",
         error="",

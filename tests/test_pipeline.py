@@ -27,13 +27,11 @@ from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
 
 AGENTS = 4
-# Statements per step, the pass's own share included (COMMIT is not counted: it does not go
-# through execute; nor are live trace flushes, which depend on timing). Before the redesign:
-# 46 (incl. 6 savepoint pairs); now about 23.
-# Per step: agents (mid-pass edits apply), start transaction (wanted check, log, workspace touch,
-# run, outbox), input reads (comments, logs), CLI settings, the process record, finish
-# transaction (traces, run, wanted check, log, outbox in one insert).
-MAX_STATEMENTS_PER_STEP = 25
+# Statements per step, the pass's own share included (BEGIN is counted here, COMMIT is not: it
+# does not go through execute; nor are live trace flushes, which depend on timing). Before the
+# redesign: 46 (incl. 6 savepoint pairs); then about 23; now under 16. tests/test_runner_cost.py
+# holds the exact budget of one step and of one pass.
+MAX_STATEMENTS_PER_STEP = 16
 
 
 class StatementCounter:
@@ -87,6 +85,7 @@ def test_a_task_pass_step_stays_within_its_statement_budget(fake_clis, capsys, m
     assert TaskQueueItem.objects.claim(item.id)
 
     counter = StatementCounter()
+    counter.leave_out_live_flushes(monkeypatch)
     with connection.execute_wrapper(counter):
         _run_pass(item)
 
@@ -222,7 +221,7 @@ def test_run_threads_give_their_freed_memory_back_when_they_end(workspace, monke
     worker = Worker(poll_interval=1)
     monkeypatch.setattr(worker, "_run", lambda kind, item, stop: None)
 
-    worker._workspace_thread(workspace.id)  # nothing queued: ends at once
+    worker._workspace_thread(workspace.id, 1)  # nothing queued: ends at once
     assert released == ["released"]
     chat = chat_start(workspace=workspace, message="Hi")
     worker._chat_thread(ChatQueueItem.objects.get(chat=chat), threading.Event())

@@ -1,8 +1,10 @@
 """Runner pieces without processes: schemas, output parsing, CLIs, pickup order, back-off."""
 
+import dataclasses
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from datetime import timedelta
@@ -15,6 +17,7 @@ from core.actors import USER
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import Invocation, stderr_message
+from runner.files import task_input_path, write_private
 from runner.recorder import RunRecorder
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
@@ -488,3 +491,27 @@ def _grown_mb(mode: str) -> float:
 def test_memory_a_run_thread_freed_goes_back_to_the_system_when_it_ends():
     assert _grown_mb("keep") > 4  # the control: glibc keeps what the threads freed
     assert _grown_mb("release") < 2
+
+
+def test_private_files_are_rewritten_to_their_new_length_and_never_through_a_symlink(tmp_path):
+    path = tmp_path / "input.md"
+    write_private(path, "a long first version ✓" * 100)
+    write_private(path, "short ✓")
+    assert path.read_text(encoding="utf-8") == "short ✓"
+    assert path.stat().st_mode & 0o777 == 0o600
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    with pytest.raises(OSError):
+        write_private(link, "through the link")
+    assert target.read_text() == "keep"
+
+
+def test_a_removed_temp_dir_is_made_again_for_the_next_input(tmp_path, settings):
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, temp_dir=tmp_path / "malamar")
+    first = task_input_path("t1")
+    write_private(first, "one")
+    shutil.rmtree(tmp_path / "malamar")  # e.g. a temp cleaner, while the worker runs
+    write_private(task_input_path("t1"), "two")
+    assert first.read_text() == "two"

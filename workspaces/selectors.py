@@ -200,12 +200,13 @@ def limited_clis(workspace: Workspace) -> list[dict]:
     ]
 
 
-def notify_effective(workspace: Workspace, key: str) -> bool:
+def notify_effective(workspace: Workspace, key: str, settings: dict | None = None) -> bool:
     """Whether the workspace notifies for `key` ("notify_on_error" | "notify_on_in_review"):
-    its own "on"/"off", else ("inherit") the global setting of the same name."""
+    its own "on"/"off", else ("inherit") the global setting of the same name (`settings`:
+    already read, else read now)."""
     value = getattr(workspace, key)
     if value == NotifySetting.INHERIT:
-        return bool(settings_get()[key])
+        return bool((settings or settings_get())[key])
     return value == NotifySetting.ON
 
 

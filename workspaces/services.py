@@ -73,9 +73,13 @@ ISOLATION_FIELDS = {
 NOTIFY_FIELDS = ("notify_on_error", "notify_on_in_review")
 
 
-def workspace_touch(workspace_id: str, *, now=None) -> None:
-    """Bump the workspace's last activity; call inside the transaction of the change."""
-    Workspace.objects.filter(id=workspace_id).update(last_activity_at=now or timezone.now())
+def workspace_touch(workspace_id: str, *, now=None, configured: bool = False) -> None:
+    """Bump the workspace's last activity; call inside the transaction of the change.
+    `configured`: its setup changed (e.g. its agents), so `updated_at` moves too: a running
+    task pass sees that on the workspace row it reads anyway and re-reads its agents."""
+    now = now or timezone.now()
+    changes = {"last_activity_at": now, **({"updated_at": now} if configured else {})}
+    Workspace.objects.filter(id=workspace_id).update(**changes)
 
 
 def _clean(fields: dict) -> dict:

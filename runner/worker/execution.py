@@ -95,10 +95,12 @@ def resolve_custom(command: CustomCommand) -> tuple[str | None, dict[str, str], 
     return None, env, f"Binary not found in PATH ({binary}); check the agent's custom command"
 
 
-def _binary_and_env(cli_type: str, options: RunOptions) -> tuple[str | None, dict, str]:
+def _binary_and_env(
+    cli_type: str, options: RunOptions, conf: dict | None
+) -> tuple[str | None, dict, str]:
     if cli_type == CUSTOM_CLI:
         return resolve_custom(options.custom or CustomCommand())
-    conf = cli_settings_for(cli_type)
+    conf = conf if conf is not None else cli_settings_for(cli_type)
     env = cli_env(cli_type, conf)
     binary, problem = resolve_binary(cli_type, env, conf)
     return binary, env, problem
@@ -189,13 +191,15 @@ def execute(
     on_started: Callable[[process.Started], None] | None = None,
     recorder=None,
     options: RunOptions | None = None,
+    cli_conf: dict | None = None,
 ) -> Execution:
     """Run the CLI for one agent step and interpret its answer (never raises for CLI trouble).
-    `options`: the agent's own CLI settings (model, effort, extra arguments, custom command)."""
+    `options`: the agent's own CLI settings (model, effort, extra arguments, custom command);
+    `cli_conf`: the CLI's settings, when the caller read them already (once per pass)."""
     if cli_type not in CLIS:
         return Execution(error=f"Unknown CLI type {cli_type!r}")
     options = options or RunOptions()
-    binary, env, problem = _binary_and_env(cli_type, options)
+    binary, env, problem = _binary_and_env(cli_type, options, cli_conf)
     if binary is None:
         return Execution(error=f"CLI could not be started: {problem}")
     text = schema_json(schema)

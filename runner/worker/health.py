@@ -15,13 +15,11 @@ again in the next round, becomes unhealthy.
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from agents.models import CUSTOM_CLI, Agent, CliType
-from core import events
 from core.settings_store import cli_settings_for
 from runner.clis import cli_for
 from runner.clis.base import HEALTH_PROMPT, Cli, Command, stderr_message
@@ -29,7 +27,7 @@ from runner.files import private_dir, temp_dir, write_private
 from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
 from runner.selectors import cli_limited
-from runner.services import cli_limit_lift, cli_limit_set
+from runner.services import cli_health_forget, cli_health_store, cli_limit_lift, cli_limit_set
 from runner.worker import process
 from runner.worker.execution import cli_env, options_for, resolve_binary, resolve_custom
 
@@ -163,33 +161,6 @@ def _prompt_outcome(
     return {**found, "status": CliHealthStatus.HEALTHY, "error": "", "answer": text[:ANSWER_CHARS]}
 
 
-def store(cli: str, outcome: dict, *, started_at: datetime, full: bool) -> None:
-    """Save a check's outcome. A full check also answers every request (Refresh, Test, saved
-    settings) made before it started; a request made while it ran stays pending."""
-    with transaction.atomic():
-        row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli)
-        before = (row.status, row.error, row.answer)
-        row.status = outcome["status"]
-        row.error = outcome.get("error", "")
-        row.binary_path = outcome.get("binary_path", "")
-        row.version = outcome.get("version", row.version if row.binary_path else "")
-        if "answer" in outcome:
-            row.answer = outcome["answer"]
-        elif row.status == CliHealthStatus.UNHEALTHY:
-            row.answer = ""
-        row.checked_at = timezone.now()
-        requested = row.refresh_requested_at
-        answered = full and requested is not None and requested <= started_at
-        if answered:
-            row.refresh_requested_at = None
-        row.save()
-        if answered or before != (row.status, row.error, row.answer):
-            events.publish(
-                "cli.health_changed",
-                {"cli_type": cli, "status": row.status, "error": row.error},
-            )
-
-
 def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None) -> None:
     """Check one CLI and save the outcome, unless `stop` (the worker's shutdown) cut it short."""
     started_at = timezone.now()
@@ -202,10 +173,10 @@ def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None
     if stop is not None and stop.is_set():  # its CLI was killed: no result to keep
         return
     if outcome is None:  # a custom-command agent deleted or switched to another CLI meanwhile
-        CliHealth.objects.filter(cli_type=cli).delete()
+        cli_health_forget(cli_type=cli)
         return
     limit = outcome.pop("limit", None)
-    store(cli, outcome, started_at=started_at, full=full)
+    cli_health_store(cli_type=cli, outcome=outcome, started_at=started_at, full=full)
     if limit is not None:
         cli_limit_set(cli_type=cli, limit=limit)
     elif full and outcome["status"] == CliHealthStatus.HEALTHY:

@@ -127,6 +127,7 @@ class Worker:
         self.sock: socket.socket | None = None
         self.kick_r, self.kick_w = os.pipe()
         self.next_cleanup = 0.0
+        self.next_poll = 0.0  # when to look for new work without a wake-up
         self.next_health = 0.0
         self.health = health.HealthChecks()
         self.health_requests: dict = {}  # CLI → the check request already handed to self.health
@@ -172,20 +173,27 @@ class Worker:
 
     # main loop -------------------------------------------------------------------------
     def step(self) -> None:
-        self._wait_for_wake()
+        woken = self._wait_for_wake()
         if self.shutdown.is_set():
             return
         try:
             self.watch_stops()
-            self.spawn_workspaces()
-            self.spawn_chats()
-            self.run_jobs()
+            # New work comes with a wake-up (the server pokes after each commit, a finished
+            # workspace thread kicks) or is found by the poll; the 100 ms ticks while runs are
+            # busy only watch for stops.
+            now = time.monotonic()
+            if woken or now >= self.next_poll:
+                self.next_poll = now + self.poll_interval
+                self.spawn_workspaces()
+                self.spawn_chats()
+                self.run_jobs()
         except Exception:
             log.exception("Worker loop step failed; continuing")
             connection.close()
             time.sleep(0.2)
 
-    def _wait_for_wake(self) -> None:
+    def _wait_for_wake(self) -> bool:
+        """Sleep until a wake-up or the next tick; True when something woke us."""
         with self.lock:
             busy = bool(self.runs)
         timeout = STOP_WATCH_SECONDS if busy else self.poll_interval
@@ -198,6 +206,7 @@ class Worker:
                 else:
                     while source.recv(64):
                         pass
+        return bool(ready)
 
     def kick(self) -> None:
         with contextlib.suppress(OSError):

@@ -1,20 +1,25 @@
 """One run pipeline: a task pass and a chat reply are the same thing to the worker.
 
-A run step checks that its queue item is still wanted and records the run's start (one
-transaction), builds the input, starts the CLI (`execution.execute`), streams its output through
-the recorder, reads the result, and applies it through the owning app's services together with
-the run's final record (a second transaction). Events of each transaction go to the outbox in
-one insert. A task pass is a loop of steps over the workspace's agents; a chat reply is one step.
+A run step builds the input from what its owner already read, starts the CLI
+(`execution.execute`) and, once the CLI runs, records the run's start in one transaction: the
+process record (which is also the "still wanted" check), the run row, the activity log and the
+events. It streams the output through the recorder, reads the result, and applies it through
+the owning app's services together with the run's final record (a second transaction). Events of
+each transaction go to the outbox in one insert. Settings, agents and the input's comments and
+logs are read once per pass (re-read only when the rows a step reads anyway say they changed).
+A task pass is a loop of steps over the workspace's agents; a chat reply is one step.
 
 A stopped run (cancel, delete, the user moved the task, chat stop, shutdown) is discarded: no
 comment, no action, no error. Every write after a run re-checks that its rows still exist.
 """
 
 import contextlib
+import functools
 import logging
 import os
 import shlex
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +33,12 @@ from chats.cli_notes import no_cli_message
 from chats.malamar_agent import knowledge_base_dir, malamar_instruction
 from chats.models import Chat, ChatQueueItem
 from chats.selectors import MALAMAR_NAME, participant_cli_type
-from chats.services import chat_message_add_agent, chat_message_add_system
+from chats.services import (
+    chat_message_add_agent,
+    chat_message_add_system,
+    chat_run_finished,
+    chat_run_started,
+)
 from core import events
 from core.actors import SYSTEM, agent_actor, author_name
 from core.settings_store import mailgun_configured, settings_get
@@ -60,10 +70,17 @@ from runner.worker.snapshotting import RunSnapshots
 from tasks import branches
 from tasks import selectors as task_selectors
 from tasks import services as task_services
-from tasks.models import RUNNABLE_STATUSES, Task, TaskComment, TaskQueueItem, TaskStatus
-from workspaces.services import workspace_touch
+from tasks.models import (
+    RUNNABLE_STATUSES,
+    Task,
+    TaskComment,
+    TaskLog,
+    TaskQueueItem,
+    TaskStatus,
+)
 
 log = logging.getLogger(__name__)
+ACTIVITY_EVERY = 60.0  # seconds: how often a pass's quiet steps bump the workspace's activity
 
 
 SETUP_TIMEOUT_SECONDS = 30 * 60
@@ -103,13 +120,30 @@ def internal_error_message(exc: Exception) -> str:
     )
 
 
-def record_process(queue, item_id: str):
-    """The hook `execution.execute` calls once the CLI runs: its process goes on the item."""
+class StartFailed(Exception):
+    """The start transaction failed (a bug or the database): the CLI was stopped."""
+
+
+def _starter(owner, recorder: RunRecorder):
+    """The hook `execution.execute` calls once the CLI runs: the step's start transaction. A
+    run nobody wants any more (or whose start could not be written) is stopped at once."""
 
     def on_started(started) -> None:
-        queue.objects.record_process(
-            item_id, pid=started.pid, pgid=started.pgid, started_at=started.create_time
-        )
+        try:
+            with transaction.atomic(), events.batched():
+                process = {"pid": started.pid, "pgid": started.pgid}
+                recorded = owner.queue.objects.record_process(
+                    owner.item.id, **process, started_at=started.create_time
+                )
+                if not recorded:
+                    raise Stopped
+                owner.start(recorder)
+        except Stopped:
+            owner.stop.set()
+        except Exception as exc:
+            log.exception("Could not record a run's start", extra={"item": owner.item.id})
+            recorder.start_error = exc
+            owner.stop.set()
 
     return on_started
 
@@ -120,8 +154,7 @@ def record_process(queue, item_id: str):
 def run_step(owner):
     """Run one agent for `owner` (a TaskPass or a ChatReply): returns what the owner read from
     the CLI (its outcome or a Failure), already applied. Raises Stopped when discarded."""
-    with transaction.atomic(), events.batched():
-        recorder = owner.begin()
+    recorder = owner.recorder()
     try:
         result = _run_cli(owner, recorder)
     except BaseException:
@@ -132,8 +165,11 @@ def run_step(owner):
     result = owner.after_run() or result
     try:
         with transaction.atomic(), events.batched():
-            recorder.finish_writes()
             wanted = owner.still_wanted()
+            if wanted and not recorder.started:  # the CLI never ran: the run still counts
+                owner.start(recorder)
+            if recorder.started:
+                recorder.finish_writes()
             if wanted:
                 owner.apply(result)
     except Exception:
@@ -150,8 +186,9 @@ def run_step(owner):
 
 def _close(recorder: RunRecorder) -> None:
     """The run ended without a result to apply (stopped, or a bug): save its final record."""
-    with transaction.atomic(), events.batched():
-        recorder.finish_writes()
+    if recorder.started:
+        with transaction.atomic(), events.batched():
+            recorder.finish_writes()
 
 
 def _run_cli(owner, recorder: RunRecorder):
@@ -161,10 +198,11 @@ def _run_cli(owner, recorder: RunRecorder):
         return Failure(problem)
     output_path = fresh_output_path(owner.output_prefix)
     input_path = owner.write_input(output_path)
-    snapshots = RunSnapshots(recorder, cwd)
+    cli_type = recorder.run.cli_type
+    snapshots = RunSnapshots(recorder, cwd, owner.first_trees)
     snapshots.take_before()
     run = execution.execute(
-        cli_type=recorder.run.cli_type,
+        cli_type=cli_type,
         input_path=input_path,
         output_path=output_path,
         schema=owner.schema,
@@ -172,11 +210,14 @@ def _run_cli(owner, recorder: RunRecorder):
         cwd=cwd,
         stop=owner.stop,
         include_dirs=owner.include_dirs(input_path),
-        on_started=record_process(owner.queue, owner.item.id),
+        on_started=_starter(owner, recorder),
         recorder=recorder,
         options=owner.run_options,
+        cli_conf=owner.settings["cli_settings"].get(cli_type),
     )
     snapshots.take_after()  # a stopped run may have changed files too
+    if recorder.start_error is not None:
+        raise StartFailed(str(recorder.start_error)) from recorder.start_error
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
         raise Stopped
@@ -193,32 +234,45 @@ def _run_cli(owner, recorder: RunRecorder):
 # task passes -------------------------------------------------------------------------------
 
 
+def task_history(task: Task) -> tuple[list[TaskComment], list[TaskLog]]:
+    """The comments and activity logs an agent's input shows, oldest first."""
+    return (
+        list(task.comments.order_by("created_at", "id")),
+        list(task.logs.order_by("created_at", "id")),
+    )
+
+
 def task_input_text(
-    task: Task, agent: Agent, output_path: Path, agents=None, *, isolated: bool = False
+    task: Task,
+    agent: Agent,
+    output_path: Path,
+    agents=None,
+    history=None,
+    *,
+    isolated: bool = False,
 ) -> str:
-    """The input file of one agent step; `agents` = the workspace's (id, name) in order;
-    `isolated`: the task works on its branch (agents are told which)."""
+    """The input file of one agent step; `agents` = the workspace's (id, name) in order,
+    `history` = task_history(task) (both read now when not given); `isolated`: the task works
+    on its branch (agents are told which)."""
     if agents is None:
         agents = list(
             Agent.objects.filter(workspace_id=task.workspace_id)
             .in_order()
             .values_list("id", "name")
         )
+    comments, logs = history if history is not None else task_history(task)
     names = dict(agents)
     comments = [
         prompts.comment_row(c, author_name(c.author_type, c.agent_id, names))
-        for c in task_selectors.collapse_repeated_errors(
-            list(task.comments.order_by("created_at", "id"))
-        )
+        for c in task_selectors.collapse_repeated_errors(comments)
     ]
-    logs = [prompts.log_row(entry) for entry in task.logs.order_by("created_at", "id")]
     return prompts.task_input(
         workspace=task.workspace,
         agent=agent,
         agent_names=[name for _id, name in agents],
         task=task,
         comments=comments,
-        logs=logs,
+        logs=[prompts.log_row(entry) for entry in logs],
         output_path=str(output_path),
         branch=(task.branch_name, task.branch_base) if isolated and task.branch_name else None,
     )
@@ -233,41 +287,59 @@ def _last_agent_comment(task: Task) -> str:
     return comment.content if comment else ""
 
 
-def _begin_task(item: TaskQueueItem) -> Task | None:
+def _begin_task(item: TaskQueueItem) -> tuple[Task | None, bool]:
     """Task → In Progress; the workspace's other In Progress tasks go back to Todo (queued).
-    None when the task is gone, or waits for the user (the item is then finished)."""
+    Returns (task, whether it moved); None when the task is gone, or waits for the user (the
+    item is then finished). One read: the task together with the workspace's In Progress
+    tasks."""
     with transaction.atomic(), events.batched():
-        task = Task.objects.select_for_update().select_related("workspace")
-        task = task.filter(id=item.task_id).first()
+        rows = list(
+            Task.objects.select_for_update()
+            .select_related("workspace")
+            .filter(
+                Q(id=item.task_id)
+                | Q(workspace_id=item.workspace_id, status=TaskStatus.IN_PROGRESS)
+            )
+        )
+        task = next((row for row in rows if row.id == item.task_id), None)
         if task is None:
-            return None
+            return None, False
         if task.status not in RUNNABLE_STATUSES:
             TaskQueueItem.objects.finish(item.id, QueueStatus.COMPLETED)
-            return None
+            return None, False
         # Parallel tasks (branch per task) keep running; a task that waits goes back to Todo.
-        running = TaskQueueItem.objects.filter(
-            task_id=OuterRef("pk"), status=QueueStatus.IN_PROGRESS
-        )
-        others = (
-            Task.objects.filter(workspace_id=task.workspace_id, status=TaskStatus.IN_PROGRESS)
-            .exclude(id=task.id)
-            .exclude(Exists(running))
-        )
+        others = [row for row in rows if row.id != task.id]
+        running = set()
+        if others:
+            running = set(
+                TaskQueueItem.objects.filter(
+                    task_id__in=[other.id for other in others], status=QueueStatus.IN_PROGRESS
+                ).values_list("task_id", flat=True)
+            )
         for other in others:
-            task_services.task_status_set(task=other, status=TaskStatus.TODO, actor=SYSTEM)
-            task_services.queue_item_ensure(task=other)
-        if task.status == TaskStatus.TODO:
+            if other.id not in running:
+                task_services.task_status_set(task=other, status=TaskStatus.TODO, actor=SYSTEM)
+                task_services.queue_item_ensure(task=other)
+        moved = task.status == TaskStatus.TODO
+        if moved:
             task_services.task_status_set(task=task, status=TaskStatus.IN_PROGRESS, actor=SYSTEM)
-    return task
+    return task, moved
 
 
 class TaskPass:
     """One pass of a task through the workspace's agents (one queue item = one pass).
 
-    Each agent is read just before it runs (edits and reorders apply at once; the same read
-    gives the input its agent names). A comment queues the next pass (the comment service does
-    that); "in_review" ends the pass; a pass where nobody commented moves the task to In Review;
-    an error writes an error comment (which queues the retry) and ends the pass."""
+    Read once per pass: the settings, the CLIs' health marks, the agents and the input's
+    comments and logs. Each step's finish reads the task and its workspace anyway (the "still
+    wanted" check); when the workspace's `updated_at` moved (its agents or limits changed) the
+    agents are read again before the next agent, so edits and reorders apply at once; when the
+    task's `updated_at` moved (a comment, a move, an edit: every writer of its comments and
+    logs moves it, see tasks.services) the comments and logs are read again. The pass's own
+    agent_started/agent_finished logs are added to them as they are written.
+
+    A comment queues the next pass (the comment service does that); "in_review" ends the pass;
+    a pass where nobody commented moves the task to In Review (in the last step's finish); an
+    error writes an error comment (which queues the retry) and ends the pass."""
 
     queue = TaskQueueItem
     schema_kind = "task"
@@ -279,21 +351,29 @@ class TaskPass:
         self.task: Task | None = None
         self.agent: Agent | None = None
         self.agents: list[tuple[str, str]] = []
+        self.workspace_agents: list[Agent] = []
+        self.agents_read_at = None  # the workspace's updated_at when its agents were read
+        self.history: tuple[list, list] | None = None
+        self.history_read_at = None  # the task's updated_at when its history was read
         self.schema = task_schema()
         self.worktree: branches.Worktree | None = None
         self.commit: str | None = None
+        self.ended = False  # the item is finished (error, In Review, or the pass's end)
+        self.first_trees: dict[str, str] = {}  # the task's first snapshot per store
+        self.started_log = None  # the next run's agent_started log, shown in its input
+        self.activity_at: float | None = None  # when this pass last bumped the workspace
 
     # the pass --------------------------------------------------------------------------------
     def run(self) -> None:
         """Never raises for CLI or agent trouble. At shutdown the item stays in progress so that
         startup recovery re-queues it."""
         try:
-            self.task = _begin_task(self.item)
+            self.task, moved = _begin_task(self.item)
             if self.task is None or not self._prepare_worktree():
                 return
-            # Read once per pass: the settings (stall limits) and which CLIs carry a health mark.
-            self.stall = stall_limits(self.task.workspace)
-            self.health_marked = cli_health_marked()
+            if moved:  # the move bumped the workspace's activity
+                self.activity_at = time.monotonic()
+            self.settings = settings_get()
             # Read once per pass (a CLI limited meanwhile pauses the pass at its own run).
             self.limited = cli_limited()
             # A pass paused on a usage limit continues where it stopped.
@@ -303,10 +383,10 @@ class TaskPass:
                 order, self.agent = agent.order, agent
                 if not self._choose_cli():
                     return  # its CLI is out of quota: the item waits for it
-                result = run_step(self)
-                if isinstance(result, Failure | Paused) or result.in_review:
+                run_step(self)
+                if self.ended:
                     return  # apply() finished (or paused) the item
-            self._end_pass(self.pass_started)
+            self._end_pass()
         except Stopped:
             if not self.shutdown.is_set():
                 TaskQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
@@ -397,16 +477,72 @@ class TaskPass:
             return Failure(str(exc))
         return None
 
+    @functools.cached_property
+    def health_marked(self) -> set[str]:
+        """The CLIs a health check marked, read once per pass when the first step has ended
+        (not on the way to starting the first CLI)."""
+        return cli_health_marked()
+
+    def _agents_changed(self) -> bool:
+        return self.agents_read_at != self.task.workspace.updated_at
+
     def _next_agent(self, order: int | None) -> Agent | None:
-        agents = list(Agent.objects.filter(workspace_id=self.task.workspace_id).in_order())
-        self.agents = [(agent.id, agent.name) for agent in agents]
+        if self._agents_changed():
+            workspace = self.task.workspace
+            agents = Agent.objects.filter(workspace_id=workspace.id).in_order()
+            self.workspace_agents, self.agents_read_at = list(agents), workspace.updated_at
+            self.agents = [(agent.id, agent.name) for agent in self.workspace_agents]
+            self.stall = stall_limits(workspace, settings=self.settings)
         resume = self.item.resume_agent_id
         if order is None and resume:  # the agent whose run hit the limit (if it still exists)
             self.item.resume_agent_id = None
-            found = next((a for a in agents if a.id == resume), None)
+            found = next((a for a in self.workspace_agents if a.id == resume), None)
             if found is not None:
                 return found
-        return next((a for a in agents if order is None or a.order > order), None)
+        return next((a for a in self.workspace_agents if order is None or a.order > order), None)
+
+    def _is_last_step(self) -> bool:
+        """No agent after this one (as far as the agents read are still current)."""
+        return not self._agents_changed() and self._next_agent(self.agent.order) is None
+
+    def _history(self) -> tuple[list, list]:
+        if self.history is None or self.history_read_at != self.task.updated_at:
+            self.history, self.history_read_at = task_history(self.task), self.task.updated_at
+        return self.history
+
+    def _current_history(self) -> tuple[list, list] | None:
+        """The history read, if nothing but this pass's own logs was added since."""
+        if self.history is None or self.history_read_at != self.task.updated_at:
+            return None
+        return self.history
+
+    def _remember(self, entry: TaskLog | None) -> None:
+        """A log row this pass wrote: the input's history stays current without a read."""
+        if entry is not None and self._current_history() is not None:
+            self.history[1].append(entry)
+
+    def _activity_due(self, *, wrote: bool) -> bool:
+        """Whether a step's finish bumps the workspace's activity itself: not when the step
+        wrote a comment or a move (they bump it), nor within ACTIVITY_EVERY of the pass's last
+        bump (pages show it in minutes; a pass of quick steps would bump it every few ms)."""
+        now = time.monotonic()
+        if wrote or self.activity_at is None or now - self.activity_at >= ACTIVITY_EVERY:
+            self.activity_at = now
+            return not wrote
+        return False
+
+    def _commented_since(self, since) -> bool:
+        history = self._current_history()
+        if history is None:
+            return TaskComment.objects.filter(task=self.task, created_at__gte=since).exists()
+        return any(comment.created_at >= since for comment in history[0])
+
+    def _last_agent_comment(self) -> str:
+        history = self._current_history()
+        if history is None:
+            return _last_agent_comment(self.task)
+        by_agents = [comment for comment in history[0] if comment.agent_id]
+        return max(by_agents, key=lambda c: c.created_at).content if by_agents else ""
 
     def _choose_cli(self) -> bool:
         """The agent's CLI, or its fallback CLI while that one is out of quota; False (and the
@@ -424,49 +560,53 @@ class TaskPass:
             self._pause(agent.cli_type)
         return False
 
-    def _pause(self, cli_type: str) -> None:
+    def _pause(self, cli_type: str, *, limited: bool = False) -> None:
         """Inside a transaction: the item goes back to the queue, waiting for `cli_type`, and
-        continues at this agent with this pass's start. A newer item of the same task (queued by
-        a comment during this pass) gives way: the resumed pass queues the next one."""
-        TaskQueueItem.objects.queued().filter(task_id=self.item.task_id).delete()
-        TaskQueueItem.objects.pause(
-            self.item.id,
+        continues at this agent with this pass's start."""
+        task_services.task_pass_pause(
+            task=self.task,
+            item_id=self.item.id,
+            actor=agent_actor(self.agent),
             cli_type=cli_type,
-            resume_agent_id=self.agent.id,
-            pass_started_at=self.pass_started,
+            pass_started=self.pass_started,
+            limited=limited,
         )
-        events.publish("task.updated", self._payload(waiting_for_cli=cli_type))
+        self.ended = True
 
     def _wanted_task(self) -> Task:
         """Inside a transaction: the item still runs and the task is still In Progress (checked
         here, so the item's own check needs no join)."""
-        wanted = TaskQueueItem.objects.unstopped().filter(id=self.item.id, task_id=OuterRef("pk"))
-        task = (
-            Task.objects.select_related("workspace")
-            .filter(Exists(wanted), id=self.item.task_id, status=TaskStatus.IN_PROGRESS)
-            .first()
+        wanted = TaskQueueItem.objects.unstopped_q("queue_items__")
+        rows = Task.objects.select_related("workspace").filter(
+            wanted, queue_items__id=self.item.id, id=self.item.task_id
         )
+        rows = rows.filter(status=TaskStatus.IN_PROGRESS)
+        task = next(iter(rows[:1]), None)  # (a join, not a subquery: cheaper to compile)
         if self.stop.is_set() or task is None:
             raise Stopped
         self.task = task
         return task
 
-    def _payload(self, **extra) -> dict:
-        return task_services.task_payload(
-            self.task, agent_id=self.agent.id, agent_name=self.agent.name, **extra
-        )
-
-    def _end_pass(self, pass_started) -> None:
+    def _end_pass(self) -> None:
+        """The loop ran out of agents without a finish that saw it coming (no agents, or they
+        changed during the last step)."""
         with transaction.atomic(), events.batched():
-            task = self._wanted_task()
-            commented = TaskComment.objects.filter(task=task, created_at__gte=pass_started).exists()
-            if not commented:
-                task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
-                notify_task_in_review(task=task, last_comment=_last_agent_comment(task))
-            TaskQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
-            if commented and self.item.pass_started_at:
-                # A resumed pass: the next pass its comments asked for gave way at the pause.
-                task_services.queue_item_ensure(task=task)
+            self._wanted_task()
+            self._end_pass_writes()
+
+    def _end_pass_writes(self) -> None:
+        """Inside a transaction that checked the task is still wanted."""
+        task = self.task
+        commented = self._commented_since(self.pass_started)
+        if not commented:
+            notify = {"last_comment": self._last_agent_comment(), "settings": self.settings}
+            task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
+            notify_task_in_review(task=task, **notify)
+        TaskQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
+        if commented and self.item.pass_started_at:
+            # A resumed pass: the next pass its comments asked for gave way at the pause.
+            task_services.queue_item_ensure(task=task)
+        self.ended = True
 
     def _internal_error(self, exc: Exception) -> None:
         """Same path as a CLI error: an error comment (which queues the retry) and back-off."""
@@ -489,34 +629,44 @@ class TaskPass:
     def include_dirs(self, input_path: Path) -> tuple[str, ...]:
         return (str(input_path.parent),)
 
-    def begin(self) -> RunRecorder:
-        task, agent = self._wanted_task(), self.agent
-        task_services.log_add(
-            task=task,
-            event_type="agent_started",
-            actor=agent_actor(agent),
-            metadata={"agent_name": agent.name},
-        )
-        workspace_touch(task.workspace_id)
+    def recorder(self) -> RunRecorder:
+        agent = self.agent
         # A fallback CLI runs without the agent's own model and flags (they are its CLI's).
         self.run_options = RunOptions() if self.fallback_for else execution.options_for(agent)
-        recorder = RunRecorder(
+        return RunRecorder(
             cli_type=self.cli_type,
             model=self.run_options.model,
-            workspace_id=task.workspace_id,
+            workspace_id=self.task.workspace_id,
             agent_id=agent.id,
             agent_name=agent.name,
-            task_id=task.id,
+            task_id=self.task.id,
             fallback_for=self.fallback_for,
+            deferred=True,
             **self.stall,
         )
-        events.publish("agent.execution_started", self._payload(run_id=recorder.run.id))
-        return recorder
 
     def write_input(self, output_path: Path) -> Path:
+        """The input shows this run's agent_started log already: it is saved by start()."""
+        self.started_log = task_services.task_agent_started_log(
+            task=self.task, actor=agent_actor(self.agent)
+        )
+        comments, logs = self._history()
+        history = (comments, [*logs, self.started_log])
         isolated = self.worktree is not None
-        text = task_input_text(self.task, self.agent, output_path, self.agents, isolated=isolated)
+        text = task_input_text(
+            self.task, self.agent, output_path, self.agents, history, isolated=isolated
+        )
         return write_private(task_input_path(self.task.id), text)
+
+    def start(self, recorder: RunRecorder) -> None:
+        """Inside the start transaction (the item is still wanted): the run and its log."""
+        recorder.start_writes()
+        entry, self.started_log = self.started_log, None
+        self._remember(
+            task_services.task_agent_started(
+                task=self.task, actor=agent_actor(self.agent), run_id=recorder.run.id, entry=entry
+            )
+        )
 
     def read(self, data):
         try:
@@ -549,39 +699,46 @@ class TaskPass:
         cli_limit_set(cli_type=paused.cli_type, limit=paused.limit)
         fallback = self.agent.fallback_cli_type
         if self.fallback_for:  # the fallback ran out too: wait for the agent's own CLI
-            self._pause(self.fallback_for)
+            waits_for = self.fallback_for
         elif fallback and fallback != paused.cli_type and fallback not in cli_limited():
-            self._pause("")  # runs again at once, on the fallback CLI (see _choose_cli)
+            waits_for = ""  # runs again at once, on the fallback CLI (see _choose_cli)
         else:
-            self._pause(paused.cli_type)
-        events.publish("agent.execution_finished", self._payload(action_type="limited"))
+            waits_for = paused.cli_type
+        self._pause(waits_for, limited=True)
 
     def _apply_outcome(self, outcome) -> None:
         task, actor = self.task, agent_actor(self.agent)
         for content in outcome.comments:
             task_services.comment_create(task=task, content=content, actor=actor)
         if outcome.in_review:
+            notify = {"last_comment": self._last_agent_comment(), "settings": self.settings}
             task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=actor)
-            notify_task_in_review(task=task, last_comment=_last_agent_comment(task))
-        task_services.log_add(
-            task=task,
-            event_type="agent_finished",
-            actor=actor,
-            metadata={"agent_name": self.agent.name, "action_type": outcome.action_type},
-        )
+            notify_task_in_review(task=task, **notify)
         task_services.task_run_succeeded(task=task)
-        events.publish("agent.execution_finished", self._payload(action_type=outcome.action_type))
+        touch = self._activity_due(wrote=bool(outcome.comments) or outcome.in_review)
+        finished = task_services.task_agent_finished(
+            task=task, actor=actor, action_type=outcome.action_type, touch_workspace=touch
+        )
+        self._remember(finished)
         if outcome.in_review:
             TaskQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
+            self.ended = True
+        elif self._is_last_step():
+            self._end_pass_writes()
 
     def _apply_failure(self, message: str) -> None:
         task = self.task
         failures = task_services.task_run_failed(
             task=task, message=message, agent_name=self.agent.name
         )
-        notify_task_error(task=task, message=message, failure_streak=failures)
-        events.publish("agent.execution_finished", self._payload(action_type="error"))
+        notify_task_error(
+            task=task, message=message, failure_streak=failures, settings=self.settings
+        )
+        task_services.task_agent_finished(
+            task=task, actor=agent_actor(self.agent), action_type="error"
+        )
         TaskQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
+        self.ended = True
 
 
 # chat replies ------------------------------------------------------------------------------
@@ -640,6 +797,7 @@ class ChatReply:
         self.announced = False
         self.health_marked: set[str] = set()
         self.fallback_for = ""
+        self.first_trees: dict[str, str] = {}  # (a chat has no task totals)
 
     def run(self) -> None:
         chat = Chat.objects.select_related("workspace").filter(id=self.item.chat_id).first()
@@ -704,24 +862,15 @@ class ChatReply:
 
     def _announce(self) -> None:
         """chat.processing_finished, with how the run ended."""
-        events.publish("chat.processing_finished", self._payload(outcome=self.outcome))
+        chat_run_finished(chat=self.chat, agent_name=self.agent_name, outcome=self.outcome)
         self.announced = True
 
     def _reply_without_cli(self) -> None:
         with transaction.atomic(), events.batched():
-            events.publish("chat.processing_started", self._payload())
+            chat_run_started(chat=self.chat, agent_name=self.agent_name)
             if not self.still_wanted():
                 raise Stopped
             self.apply(Failure(no_cli_message([])))
-
-    def _payload(self, **extra) -> dict:
-        return {
-            "chat_id": self.chat.id,
-            "chat_title": self.chat.title,
-            "agent_name": self.agent_name,
-            "workspace_id": self.chat.workspace_id,
-            **extra,
-        }
 
     # one step (called by run_step) -----------------------------------------------------------
     @property
@@ -741,10 +890,7 @@ class ChatReply:
     def after_run(self) -> None:
         return None
 
-    def begin(self) -> RunRecorder:
-        events.publish("chat.processing_started", self._payload())
-        if not self.still_wanted():
-            raise Stopped
+    def recorder(self) -> RunRecorder:
         agent = self.agent
         # The agent's model and flags belong to its own CLI: a chat's override runs without them.
         own_cli = agent is not None and self.cli == agent.cli_type
@@ -757,8 +903,15 @@ class ChatReply:
             agent_name=self.agent_name,
             chat_id=self.chat.id,
             fallback_for=self.fallback_for,
+            deferred=True,
             **stall_limits(self.chat.workspace, settings=self.settings),
         )
+
+    def start(self, recorder: RunRecorder) -> None:
+        """Inside the start transaction (the item is still wanted): the run, and open pages
+        learn that the agent is answering."""
+        recorder.start_writes()
+        chat_run_started(chat=self.chat, agent_name=self.agent_name)
 
     def write_input(self, output_path: Path) -> Path:
         """One input file per run, so parallel answers never share a file."""

@@ -14,9 +14,12 @@ log = logging.getLogger(__name__)
 
 
 class RunSnapshots:
-    def __init__(self, recorder, cwd):
+    def __init__(self, recorder, cwd, first_trees: dict[str, str] | None = None):
+        """`first_trees`: the owner's memory of its task's first tree per store (read once a
+        pass, not once a step)."""
         self.recorder, self.cwd = recorder, cwd
         self.before: snapshots.Snapshot | None = None
+        self.first_trees = {} if first_trees is None else first_trees
 
     @property
     def run(self) -> AgentRun:
@@ -59,12 +62,15 @@ class RunSnapshots:
 
     def _task_totals(self, after: snapshots.Snapshot) -> dict:
         """From the task's first snapshot in this store (maybe this run's) to this one."""
-        first = (
-            AgentRun.objects.filter(task_id=self.run.task_id, snapshot_store=after.store)
-            .exclude(tree_before="")
-            .order_by("started_at")
-            .values_list("tree_before", flat=True)
-            .first()
-        ) or self.before.tree
+        first = self.first_trees.get(after.store)
+        if first is None:
+            first = (
+                AgentRun.objects.filter(task_id=self.run.task_id, snapshot_store=after.store)
+                .exclude(tree_before="")
+                .order_by("started_at")
+                .values_list("tree_before", flat=True)
+                .first()
+            ) or self.before.tree
+            self.first_trees[after.store] = first
         files = diffs.changed_files(after.store, first, after.tree)
         return {f"task_{key}": value for key, value in diffs.totals(files).items()}

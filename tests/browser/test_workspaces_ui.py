@@ -129,10 +129,10 @@ def test_first_run_checklist_and_cli_notices_follow_health_checks_live(page, ser
     django_script(
         server.data_dir,
         "from django.utils import timezone\n"
-        "from runner.worker.health import store\n"
+        "from runner.services import cli_health_store as store\n"
         "now = timezone.now()\n"
-        "store('codex', {'status': 'healthy'}, started_at=now, full=False)\n"
-        "store('claude', {'status': 'unhealthy', 'error': 'Binary not found'},"
+        "store(cli_type='codex', outcome={'status': 'healthy'}, started_at=now, full=False)\n"
+        "store(cli_type='claude', outcome={'status': 'unhealthy', 'error': 'Binary not found'},"
         " started_at=now, full=False)\n",
     )
     expect(cli_step).to_have_class(re.compile(r"\bis-done\b"))
