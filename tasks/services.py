@@ -149,7 +149,9 @@ def _move(task: Task, status: str, actor: Actor) -> None:
         )
 
 
-def task_create(*, workspace: Workspace, summary: str, description: str = "") -> Task:
+def task_create(
+    *, workspace: Workspace, summary: str, description: str = "", actor: Actor = USER
+) -> Task:
     summary = _clean_summary(summary)
     now = timezone.now()
     with transaction.atomic():
@@ -161,7 +163,7 @@ def task_create(*, workspace: Workspace, summary: str, description: str = "") ->
             updated_at=now,
         )
         queue_item_ensure(task=task)
-        log_add(task=task, event_type="task_created", actor=USER)
+        log_add(task=task, event_type="task_created", actor=actor)
         workspace_touch(workspace.id, now=now)
         events.publish("task.created", task_payload(task, status=task.status))
     return task
