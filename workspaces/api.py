@@ -39,6 +39,9 @@ class WorkspaceOut(Schema):
         description="Whether In Review notifies now (notify_on_in_review, or the global one)."
     )
     stall_kill_minutes: float
+    mcp_tools_enabled: bool = Field(
+        description="Give agents Malamar's tools: runs get the `malamar mcp` server (MCP)."
+    )
     last_activity_at: datetime
     created_at: datetime
     updated_at: datetime
@@ -64,6 +67,7 @@ class WorkspaceUpdate(Schema):
     notify_on_error: Notify | None = None
     notify_on_in_review: Notify | None = None
     stall_kill_minutes: float | None = None
+    mcp_tools_enabled: bool | None = None
 
 
 class WorkspaceCreate(WorkspaceUpdate):

@@ -28,6 +28,7 @@ EDITABLE_FIELDS = (
     "notify_on_error",
     "notify_on_in_review",
     "stall_kill_minutes",
+    "mcp_tools_enabled",
 )
 NOTIFY_FIELDS = ("notify_on_error", "notify_on_in_review")
 
@@ -80,6 +81,8 @@ def _clean(fields: dict) -> dict:
                 f" from 0 to {STALL_KILL_MINUTES_MAX}",
                 field="stall_kill_minutes",
             )
+    if "mcp_tools_enabled" in clean and not isinstance(clean["mcp_tools_enabled"], bool):
+        raise ValidationFailed("mcp_tools_enabled must be true or false", field="mcp_tools_enabled")
     for key in NOTIFY_FIELDS:
         if key in clean:
             clean[key] = _notify_value(key, clean[key])

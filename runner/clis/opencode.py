@@ -6,6 +6,8 @@ output instruction names.
 """
 
 import json
+from collections.abc import Mapping
+from pathlib import Path
 
 from agents.models import CliType
 from runner.clis.base import (
@@ -13,6 +15,8 @@ from runner.clis.base import (
     Cli,
     Command,
     Invocation,
+    McpServer,
+    McpSetup,
 )
 from runner.streams import (
     TEXT_CHARS,
@@ -24,6 +28,9 @@ from runner.streams import (
     tool_trace,
     trim,
 )
+
+# Inline configuration merged over every config file, the user's global one included.
+CONFIG_CONTENT_ENV = "OPENCODE_CONFIG_CONTENT"
 
 _RUN = ["run", "--auto", "--format", "json"]
 
@@ -66,6 +73,26 @@ class OpenCode(Cli):
     def command(self, invocation: Invocation) -> Command:
         argv = [invocation.binary, *_RUN, *self.option_args(invocation.options)]
         return Command(argv, stdin=invocation.prompt.encode())
+
+    def mcp_setup(
+        self, server: McpServer, *, env: Mapping[str, str], config_path: Path
+    ) -> McpSetup:
+        """OPENCODE_CONFIG_CONTENT with an `mcp` entry (on top of any inline configuration the
+        user gave in the CLI's environment); their config files stay as they are."""
+        try:
+            config = json.loads(env.get(CONFIG_CONTENT_ENV) or "{}")
+        except ValueError:
+            config = {}
+        config = config if isinstance(config, dict) else {}
+        servers = config.get("mcp") if isinstance(config.get("mcp"), dict) else {}
+        entry = {
+            "type": "local",
+            "command": [server.command, *server.args],
+            "environment": dict(server.env),
+            "enabled": True,
+        }
+        config = {**config, "mcp": {**servers, server.name: entry}}
+        return McpSetup(env=((CONFIG_CONTENT_ENV, json.dumps(config)),))
 
     def health_command(self, binary: str) -> Command:
         return Command([binary, *_RUN], stdin=HEALTH_PROMPT.encode())

@@ -145,6 +145,7 @@ def _run_cli(owner, recorder: RunRecorder):
         on_started=record_process(owner.queue, owner.item.id),
         recorder=recorder,
         options=owner.run_options,
+        mcp=execution.mcp_server_for(owner.workspace),
     )
     recorder.note(run)
     if run.stopped or owner.stop.is_set():

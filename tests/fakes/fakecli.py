@@ -21,6 +21,7 @@ import select
 import subprocess
 import sys
 import time
+import tomllib
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -440,6 +441,7 @@ class Parsed:
     opts: dict[str, object] = field(default_factory=dict)
     positionals: list[str] = field(default_factory=list)
     rest: list[str] = field(default_factory=list)  # what follows a subcommand name
+    every: dict[str, list] = field(default_factory=dict)  # each value of a repeated option
 
     def has(self, key: str) -> bool:
         return bool(self.opts.get(key))
@@ -540,6 +542,7 @@ def _take(
     if isinstance(value, str):
         _check_choice(opt, value, flavour)
     parsed.opts[opt.key] = value
+    parsed.every.setdefault(opt.key, []).append(value)  # codex: `-c a=1 -c b=2` sets both
     return i
 
 
@@ -634,13 +637,29 @@ def _jsonl_block(lines: list[str], heading: str) -> list[dict]:
 # Directives: `@fake [Agent:] ACTION ARGS`
 # --------------------------------------------------------------------------------------------
 
-TASK_ACTIONS = {"skip", "comment", "comment-once", "review", "in_review", "unknown-action"}
+TASK_ACTIONS = {
+    "skip",
+    "comment",
+    "comment-once",
+    "review",
+    "in_review",
+    "unknown-action",
+    "mcp-config",
+}
 CHAT_ACTIONS = {"reply", "action"}
 COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested"}
 PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then the rest
 ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS
 NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json"}
-NO_ARGS = {"skip", "in_review", "unknown-action", "invalid-json", "empty-file", "no-file"}
+NO_ARGS = {
+    "skip",
+    "in_review",
+    "unknown-action",
+    "invalid-json",
+    "empty-file",
+    "no-file",
+    "mcp-config",
+}
 
 
 class DirectiveError(Exception):
@@ -799,7 +818,7 @@ def _common_terminal(directive: Directive) -> tuple[Outcome | None, tuple[int, s
     raise AssertionError(directive.action)
 
 
-def task_plan(doc: InputDoc) -> Plan:
+def task_plan(doc: InputDoc, mcp_seen: str = "") -> Plan:
     sources = [
         *directives_in(doc.role, "the agent instruction"),
         *directives_in(doc.description, "the task description"),
@@ -817,11 +836,11 @@ def task_plan(doc: InputDoc) -> Plan:
     if chosen.action in COMMON_ACTIONS:
         plan.outcome, plan.exit = _common_terminal(chosen)
     else:
-        plan.outcome = _task_outcome(chosen, doc)
+        plan.outcome = _task_outcome(chosen, doc, mcp_seen)
     return plan
 
 
-def _task_outcome(directive: Directive, doc: InputDoc) -> Outcome:
+def _task_outcome(directive: Directive, doc: InputDoc, mcp_seen: str = "") -> Outcome:
     text = directive.args
     in_review = {"type": "change_status", "status": "in_review"}
     match directive.action:
@@ -838,6 +857,12 @@ def _task_outcome(directive: Directive, doc: InputDoc) -> Outcome:
             return _actions(in_review)
         case "unknown-action":
             return _actions({"type": "launch_missiles"})
+        case "mcp-config":  # once, as comment-once: a pass that only skips ends the loop
+            text = mcp_seen or "mcp: none"
+            said = any(
+                c.get("author") == doc.agent and c.get("content") == text for c in doc.comments
+            )
+            return _actions({"type": "skip"} if said else {"type": "comment", "content": text})
     return _actions({"type": "skip"})
 
 
@@ -1686,6 +1711,8 @@ class Codex(FakeCli):
         inv.command = "exec"
         inv.parsed = parse_args(top.rest, self.exec_table, flavour)
         inv.parsed.opts = top.opts | inv.parsed.opts
+        for key, values in top.every.items():
+            inv.parsed.every[key] = values + inv.parsed.every.get(key, [])
         if self._special(inv.parsed, inv):
             return inv
         positionals = inv.parsed.positionals
@@ -1840,7 +1867,11 @@ def run_prompt(cli: FakeCli, inv: Invocation) -> int:
         emitter.start()
         emitter.reply(f"I could not read {input_path}: no such file.")
         return 0
-    plan = chat_plan(doc) if doc.chat else task_plan(doc)
+    plan = (
+        chat_plan(doc)
+        if doc.chat
+        else task_plan(doc, describe_mcp(mcp_servers_seen(cli.name, inv)))
+    )
     for step in plan.steps:
         emitter.start()
         run_step(step, emitter)
@@ -1852,6 +1883,52 @@ def run_prompt(cli: FakeCli, inv: Invocation) -> int:
         emitter.say('{"type":"nested","value":' + nested_json(plan.outcome.nested) + "}")
     emitter.deliver(plan.outcome or Outcome("none"), doc.output_path)
     return 0
+
+
+# --------------------------------------------------------------------------------------------
+# MCP servers a run was given, the way each real CLI takes them (directive `mcp-config`)
+# --------------------------------------------------------------------------------------------
+
+
+def _json_file_or_text(value: str) -> dict:
+    text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
+    document = json.loads(text)
+    return document if isinstance(document, dict) else {}
+
+
+def mcp_servers_seen(cli: str, inv: Invocation) -> dict[str, dict]:
+    """{name: {"command": [argv…], "env": {…}}}: claude's `--mcp-config FILE|JSON…`, gemini's
+    `mcpServers` in the system settings file GEMINI_CLI_SYSTEM_SETTINGS_PATH names, codex's
+    `-c mcp_servers.NAME.KEY=TOML` overrides, opencode's `mcp` in OPENCODE_CONFIG_CONTENT."""
+    servers: dict[str, dict] = {}
+    if cli == "claude":
+        for value in inv.parsed.get("mcp-config") or []:
+            servers |= _json_file_or_text(str(value)).get("mcpServers") or {}
+    elif cli == "gemini" and os.environ.get("GEMINI_CLI_SYSTEM_SETTINGS_PATH"):
+        path = os.environ["GEMINI_CLI_SYSTEM_SETTINGS_PATH"]
+        servers = _json_file_or_text(path).get("mcpServers") or {}
+    elif cli == "codex":
+        lines = [str(v) for v in inv.parsed.every.get("config", []) if str(v).startswith("mcp_")]
+        servers = tomllib.loads("\n".join(lines)).get("mcp_servers") or {}
+    elif cli == "opencode" and os.environ.get("OPENCODE_CONFIG_CONTENT"):
+        for name, server in (
+            json.loads(os.environ["OPENCODE_CONFIG_CONTENT"]).get("mcp") or {}
+        ).items():
+            servers[name] = {"command": server["command"], "env": server.get("environment")}
+        return servers
+    return {
+        name: {"command": [server["command"], *server.get("args", [])], "env": server.get("env")}
+        for name, server in servers.items()
+    }
+
+
+def describe_mcp(servers: dict[str, dict]) -> str:
+    """One line per server: `mcp NAME: ARGV… (MALAMAR_DATA_DIR=…)`."""
+    lines = []
+    for name, server in sorted(servers.items()):
+        data_dir = (server.get("env") or {}).get("MALAMAR_DATA_DIR", "?")
+        lines.append(f"mcp {name}: {' '.join(server['command'])} (MALAMAR_DATA_DIR={data_dir})")
+    return "\n".join(lines)
 
 
 def resolve_cli(argv: list[str]) -> tuple[str, list[str]]:
