@@ -5,11 +5,12 @@ import asyncio
 import json
 import shutil
 import subprocess
-import sys
+from types import SimpleNamespace
 
 import pytest
 from mcp import Client, StdioServerParameters
 
+from runner.worker.execution import mcp_server_for
 from tests.live import django_script, process_env
 
 pytestmark = pytest.mark.live
@@ -45,12 +46,15 @@ def seeded(tmp_path_factory, template_db):
 
 
 def server(data_dir, workspace_id: str) -> StdioServerParameters:
-    """`malamar mcp --workspace ID` as a CLI starts it (its environment passed explicitly: the
-    SDK gives a server only a minimal one)."""
+    """`malamar mcp --workspace ID` exactly as Malamar's runs configure it for their CLI, started
+    in a task folder whose own `tasks` package must not shadow Malamar's (its environment passed
+    explicitly: the SDK gives a server only a minimal one)."""
+    folder = data_dir.parent / "task-folder"
+    (folder / "tasks").mkdir(parents=True, exist_ok=True)
+    (folder / "tasks" / "__init__.py").write_text("raise SystemExit('the wrong tasks package')\n")
+    run = mcp_server_for(SimpleNamespace(id=workspace_id, mcp_tools_enabled=True))
     return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "malamar_site.cli", "mcp", "--workspace", workspace_id],
-        env=process_env(data_dir),
+        command=run.command, args=list(run.args), env=process_env(data_dir), cwd=folder
     )
 
 
@@ -214,6 +218,7 @@ def test_an_unknown_workspace_is_refused_at_start(seeded):
     done = subprocess.run(
         [params.command, *params.args],
         env=params.env,
+        cwd=params.cwd,
         capture_output=True,
         text=True,
         timeout=60,
@@ -222,3 +227,19 @@ def test_an_unknown_workspace_is_refused_at_start(seeded):
     assert done.returncode == 1
     assert "no workspace with id 'nosuchworkspace'" in done.stderr
     assert done.stdout == ""
+
+
+def test_a_data_dir_without_malamars_database_is_a_message(tmp_path):
+    params = server(tmp_path / "nothing-here", "anyworkspace")
+    done = subprocess.run(
+        [params.command, *params.args],
+        env=params.env,
+        cwd=params.cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1
+    assert "cannot read Malamar's database in" in done.stderr and "run `malamar`" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""

@@ -68,13 +68,14 @@ MCP_SERVER_NAME = "malamar"
 
 def mcp_server_for(workspace) -> McpServer | None:
     """Malamar's MCP server for a run in `workspace`, if it gives agents Malamar's tools: this
-    Python running `malamar mcp` on the same data directory."""
+    Python running `malamar mcp` on the same data directory. `-P`: the CLI starts it in the
+    task's folder, whose own `tasks/` or `core/` must not shadow Malamar's packages."""
     if not workspace.mcp_tools_enabled:
         return None
     return McpServer(
         name=MCP_SERVER_NAME,
         command=sys.executable,
-        args=("-m", "malamar_site.cli", "mcp", "--workspace", workspace.id),
+        args=("-P", "-m", "malamar_site.cli", "mcp", "--workspace", workspace.id),
         env=(("MALAMAR_DATA_DIR", str(Path(settings.DATA_DIR).resolve())),),
     )
 
