@@ -7,6 +7,8 @@ for one workspace: other workspaces' tasks are refused. Every refusal is a tool 
 message (the model reads it); stdout belongs to the protocol, so nothing else prints there.
 """
 
+import logging
+import sys
 from collections.abc import Callable
 from functools import wraps
 
@@ -196,5 +198,14 @@ def build_server(workspace_id: str) -> MCPServer:
     return server
 
 
+def logs_to_stderr() -> None:
+    """Malamar logs to stdout (settings.LOGGING), which is the protocol's here: every handler
+    writing there writes to stderr instead (the SDK logs each request and tool error)."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+
+
 def serve(workspace_id: str) -> None:
+    logs_to_stderr()
     build_server(workspace_id).run("stdio")

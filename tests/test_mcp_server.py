@@ -243,3 +243,59 @@ def test_a_data_dir_without_malamars_database_is_a_message(tmp_path):
     assert done.returncode == 1
     assert "cannot read Malamar's database in" in done.stderr and "run `malamar`" in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_stdout_carries_only_protocol_messages(seeded):
+    """Logs (Malamar's go to stdout elsewhere; the SDK logs every tool error) never reach
+    stdout, where a CLI would read them as broken protocol messages."""
+    data_dir, ids = seeded
+    params = server(data_dir, ids["home"])
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "get_task", "arguments": {"task_id": "nope"}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "search_tasks", "arguments": {"query": "login"}},
+        },
+    ]
+    process = subprocess.Popen(
+        [params.command, *params.args],
+        env={**params.env, "MALAMAR_LOG_LEVEL": "debug"},
+        cwd=params.cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        process.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+        process.stdin.flush()
+        lines = []
+        while sum("id" in json.loads(line) for line in lines) < 3:  # each line is JSON
+            line = process.stdout.readline()
+            assert line, f"the server ended early, after {lines}"
+            lines.append(line)
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+    answers = {answer["id"]: answer for answer in map(json.loads, lines) if "id" in answer}
+    assert set(answers) == {1, 2, 3}
+    assert answers[2]["result"]["isError"] is True
+    assert answers[3]["result"]["isError"] is False
