@@ -576,3 +576,22 @@ def test_without_the_opt_in_runs_get_no_mcp_configuration(stack):
     for run in stack.task_runs():
         mcp_args = [a for a in run["argv"] if a == "--mcp-config" or a.startswith("mcp_servers")]
         assert mcp_args == [], run["argv"]
+
+
+def test_agents_use_malamars_tools_through_the_configured_server(stack):
+    """Each fake CLI starts the server its run was configured with (in the task's folder, with
+    the environment the real CLI would give it) and creates a task through its tool."""
+    ws = stack.workspace(agents=FOUR, mcp_tools_enabled=True)
+    task = stack.task(ws, "@fake mcp-create-task Follow-up")
+    # Four server starts (Python, Django and the SDK: seconds each on a loaded machine).
+    stack.wait_status(task, "in_review", timeout=120)
+    created = stack.sql(
+        "SELECT t.summary, l.actor_type, l.actor_id FROM tasks t JOIN task_logs l "
+        "ON l.task_id = t.id AND l.event_type = 'task_created' "
+        "WHERE t.workspace_id = ? AND t.id != ? ORDER BY t.summary",
+        ws["id"],
+        task["id"],
+    )
+    assert created == [
+        (f"Follow-up ({cli})", "agent", "mcp") for cli in sorted(cli for _name, cli in FOUR)
+    ]

@@ -645,12 +645,13 @@ TASK_ACTIONS = {
     "in_review",
     "unknown-action",
     "mcp-config",
+    "mcp-create-task",
 }
 CHAT_ACTIONS = {"reply", "action"}
 COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested"}
 PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then the rest
 ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS
-NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json"}
+NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json", "mcp-create-task"}
 NO_ARGS = {
     "skip",
     "in_review",
@@ -818,7 +819,15 @@ def _common_terminal(directive: Directive) -> tuple[Outcome | None, tuple[int, s
     raise AssertionError(directive.action)
 
 
-def task_plan(doc: InputDoc, mcp_seen: str = "") -> Plan:
+@dataclass(frozen=True)
+class McpSeen:
+    """The MCP servers this run of `cli` was given (mcp_servers_seen)."""
+
+    cli: str = ""
+    servers: dict = field(default_factory=dict)
+
+
+def task_plan(doc: InputDoc, mcp: McpSeen | None = None) -> Plan:
     sources = [
         *directives_in(doc.role, "the agent instruction"),
         *directives_in(doc.description, "the task description"),
@@ -836,11 +845,11 @@ def task_plan(doc: InputDoc, mcp_seen: str = "") -> Plan:
     if chosen.action in COMMON_ACTIONS:
         plan.outcome, plan.exit = _common_terminal(chosen)
     else:
-        plan.outcome = _task_outcome(chosen, doc, mcp_seen)
+        plan.outcome = _task_outcome(chosen, doc, mcp or McpSeen())
     return plan
 
 
-def _task_outcome(directive: Directive, doc: InputDoc, mcp_seen: str = "") -> Outcome:
+def _task_outcome(directive: Directive, doc: InputDoc, mcp: McpSeen) -> Outcome:
     text = directive.args
     in_review = {"type": "change_status", "status": "in_review"}
     match directive.action:
@@ -858,11 +867,17 @@ def _task_outcome(directive: Directive, doc: InputDoc, mcp_seen: str = "") -> Ou
         case "unknown-action":
             return _actions({"type": "launch_missiles"})
         case "mcp-config":  # once, as comment-once: a pass that only skips ends the loop
-            text = mcp_seen or "mcp: none"
+            text = describe_mcp(mcp.servers) or "mcp: none"
             said = any(
                 c.get("author") == doc.agent and c.get("content") == text for c in doc.comments
             )
             return _actions({"type": "skip"} if said else {"type": "comment", "content": text})
+        case "mcp-create-task":  # through the run's server, as a model calling its tool
+            server = mcp.servers.get("malamar")
+            if server is None:
+                raise CliExit(1, "fakecli: mcp-create-task: no malamar MCP server configured")
+            summary = f"{text} ({mcp.cli})"
+            call_mcp_tool(server, mcp.cli, "create_task", {"summary": summary})
     return _actions({"type": "skip"})
 
 
@@ -1870,7 +1885,7 @@ def run_prompt(cli: FakeCli, inv: Invocation) -> int:
     plan = (
         chat_plan(doc)
         if doc.chat
-        else task_plan(doc, describe_mcp(mcp_servers_seen(cli.name, inv)))
+        else task_plan(doc, McpSeen(cli.name, mcp_servers_seen(cli.name, inv)))
     )
     for step in plan.steps:
         emitter.start()
@@ -1920,6 +1935,62 @@ def mcp_servers_seen(cli: str, inv: Invocation) -> dict[str, dict]:
         name: {"command": [server["command"], *server.get("args", [])], "env": server.get("env")}
         for name, server in servers.items()
     }
+
+
+def call_mcp_tool(server: dict, cli: str, tool: str, arguments: dict) -> dict:
+    """Start `server` as the real CLI does (Codex: a minimal environment plus the server's;
+    the others: their own plus the server's), call one tool over stdio, return its result."""
+    if cli == "codex":
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "USER", "TMPDIR")}
+    else:
+        env = dict(os.environ)
+    env.update(server.get("env") or {})
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": f"fake-{cli}", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        },
+    ]
+    process = subprocess.Popen(
+        server["command"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+        process.stdin.flush()
+        for line in process.stdout:
+            answer = json.loads(line)
+            if answer.get("id") == 2:
+                break
+        else:
+            error = process.stderr.read() if process.stderr else ""
+            raise CliExit(1, f"fakecli: the MCP server ended without answering: {error[-2000:]}")
+    finally:
+        if process.stdin:
+            process.stdin.close()
+        process.wait(timeout=30)
+    result = answer.get("result") or {}
+    if "error" in answer or result.get("isError"):
+        raise CliExit(1, f"fakecli: MCP tool {tool} failed: {json.dumps(answer)}")
+    return result
 
 
 def describe_mcp(servers: dict[str, dict]) -> str:
