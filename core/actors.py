@@ -22,6 +22,9 @@ class Actor:
 
 USER = Actor("user", MOCK_USER_ID, "User")
 SYSTEM = Actor("system", None, "System")
+# An agent writing through `malamar mcp` (any CLI, Malamar's runs or the user's own): an agent
+# comment with this id (never a real agent's: those are 21-character nanoids).
+MCP_AGENT = Actor("agent", "mcp", "Agent via MCP")
 
 
 DELETED_AGENT_NAME = "(Deleted Agent)"
@@ -33,6 +36,8 @@ def author_name(actor_type: str, agent_id: str | None, agent_names: dict[str, st
     if actor_type == USER.type:
         return USER.name
     if actor_type == "agent":
+        if agent_id == MCP_AGENT.id:
+            return MCP_AGENT.name
         return agent_names.get(agent_id or "", DELETED_AGENT_NAME)
     return SYSTEM.name
 

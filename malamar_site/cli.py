@@ -1,4 +1,4 @@
-"""The `malamar` command: run everything, or `version`, `help`, `config`, `doctor`, and
+"""The `malamar` command: run everything, or `version`, `help`, `config`, `doctor`, `mcp`, and
 `export`, `import`, `backup` (management commands with arguments of their own).
 
 `malamar` (run) only supervises: it migrates in a child (malamar_site.prepare), then starts one
@@ -17,7 +17,7 @@ from core.prompt_exit import exit_now
 from core.version import version_text
 from malamar_site.service import ACTIONS
 
-COMMANDS = ("run", "version", "help", "config", "doctor", "set-password", "service")
+COMMANDS = ("run", "version", "help", "config", "doctor", "set-password", "service", "mcp")
 # `malamar NAME ARGS…` → `manage.py COMMAND ARGS…` (NAME: their own arguments follow).
 DELEGATED = {"export": "export_workspace", "import": "import_workspace", "backup": "backup"}
 STOP_GRACE_SECONDS = 3.0  # daphne and the worker stop in parallel, each in ~1 s at most
@@ -44,12 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
         "service install|uninstall|status (run in the background); "
         "export WORKSPACE [-o FILE] [--chats] [--attachments] (a workspace as a JSON file); "
         "import FILE [--title T] (create a workspace from such a file); "
-        "backup DEST (copy the database and attachment files while Malamar runs). "
+        "backup DEST (copy the database and attachment files while Malamar runs); "
+        "mcp --workspace ID (Malamar's tools for agent CLIs: an MCP server over stdio). "
         "`malamar export --help` etc. describe their options",
     )
     parser.add_argument(
         "action", nargs="?", choices=("install", "uninstall", "status"), help="for `service`"
     )
+    parser.add_argument("--workspace", help="for `mcp`: the workspace its tools act for")
     for option in (option for option in OPTIONS if option.flag):
         kwargs = {"action": "store_const", "const": "1"} if option.switch else {}
         parser.add_argument(
@@ -130,11 +132,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "run":
         return serve(config)
+    if args.command == "mcp":
+        return mcp(args.workspace)
     _django_setup()
     if args.command in ("config", "doctor"):
         return _manage(args.command)
     code = _manage("migrate", "--no-input", "-v", "0")  # set-password
     return code or _manage("set_password")
+
+
+def mcp(workspace: str | None) -> int:
+    """The MCP server on stdin/stdout, without the web server or the worker. It never migrates
+    (stdout is the protocol's): Malamar itself keeps the database up to date."""
+    if not workspace:
+        print("malamar: mcp needs --workspace ID (the id in a workspace's URL)", file=sys.stderr)
+        return 2
+    _django_setup()
+    from django.core.management.base import CommandError
+
+    try:
+        return _manage("mcp", "--workspace", workspace)
+    except CommandError as exc:  # e.g. no such workspace: a message, not a traceback
+        print(f"malamar: {exc}", file=sys.stderr)
+        return 1
 
 
 def _child(config: Config) -> list[str]:

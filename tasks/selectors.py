@@ -1,7 +1,7 @@
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Exists, OuterRef, Subquery
+from django.db.models import Count, Exists, OuterRef, Q, Subquery
 from django.db.models.functions import Substr
 from django.utils import timezone
 
@@ -19,6 +19,7 @@ from tasks.models import (
     TaskStatus,
 )
 from tasks.moves import USER_MOVES
+from tasks.similarity import rank_similar
 
 # Cards rendered per column; the rest sit behind "Show all N" (2,000 tasks stay fast).
 COLUMN_LIMIT = 50
@@ -372,3 +373,52 @@ def activity_entries(task: Task) -> list[dict]:
             entry["output"] = meta.get("output") or "(no output)"
         entries.append(entry)
     return entries
+
+
+# --- agents' look-ups (`malamar mcp`) -------------------------------------------------------
+
+RELATED_DESCRIPTION_CHARS = 4000  # enough words to compare; a huge description costs nothing
+
+
+def tasks_matching(workspace_id: str, *, query: str = "", status: str | None = None):
+    """A workspace's tasks, most recently updated first, whose summary or description contains
+    `query` (case-insensitive; empty: all) and, if given, with that status."""
+    tasks = Task.objects.filter(workspace_id=workspace_id).with_counts().by_recent_update()
+    if status:
+        tasks = tasks.filter(status=status)
+    query = (query or "").strip()
+    if "\x00" in query:  # no stored text holds one (and PostgreSQL refuses it in a pattern)
+        return tasks.none()
+    if query:
+        tasks = tasks.filter(Q(summary__icontains=query) | Q(description__icontains=query))
+    return tasks
+
+
+def task_dependencies(task: Task) -> dict[str, list[dict]]:
+    """The tasks `task` waits for and the ones waiting for it, as {id, summary, status}."""
+
+    def brief(other: Task) -> dict:
+        return {"id": other.id, "summary": other.summary, "status": other.status}
+
+    return {
+        "blocked_by": [brief(blocker) for blocker in attach_blockers([task])[0].blockers],
+        "blocks": [brief(dependent) for dependent in dependents_of(task)],
+    }
+
+
+def related_tasks(task: Task | None, *, workspace_id: str, text: str = "", limit: int = 5):
+    """(task, similarity) pairs of the workspace's tasks closest to `task`'s summary and
+    description (or to `text`), best first, `task` itself left out."""
+    query = f"{task.summary}\n{task.description}" if task else text
+    rows = Task.objects.filter(workspace_id=workspace_id)
+    if task:
+        rows = rows.exclude(id=task.id)
+    documents = [
+        (task_id, f"{summary}\n{description}")
+        for task_id, summary, description in rows.values_list(
+            "id", "summary", Substr("description", 1, RELATED_DESCRIPTION_CHARS)
+        )
+    ]
+    ranked = rank_similar(query, documents, limit=limit)
+    found = Task.objects.in_bulk([task_id for task_id, _score in ranked])
+    return [(found[task_id], score) for task_id, score in ranked if task_id in found]

@@ -163,10 +163,15 @@ def _move(task: Task, status: str, actor: Actor) -> None:
 
 
 def task_create(
-    *, workspace: Workspace, summary: str, description: str = "", blocked_by=()
+    *,
+    workspace: Workspace,
+    summary: str,
+    description: str = "",
+    blocked_by=(),
+    actor: Actor = USER,
 ) -> Task:
     """A new Todo task, queued at once; `blocked_by` (task ids of the same workspace) makes it
-    wait until each of those is Done."""
+    wait until each of those is Done; `actor`: who created it (the user, or an agent via MCP)."""
     summary = _clean_summary(summary)
     now = timezone.now()
     with transaction.atomic():
@@ -175,8 +180,8 @@ def task_create(
         task.created_at = task.updated_at = now
         task.save(force_insert=True)
         queue_item_ensure(task=task)
-        log_add(task=task, event_type="task_created", actor=USER)
-        _links_add(task, blockers, USER, now)
+        log_add(task=task, event_type="task_created", actor=actor)
+        _links_add(task, blockers, actor, now)
         workspace_touch(workspace.id, now=now)
         events.publish("task.created", task_payload(task, status=task.status))
     return task

@@ -367,6 +367,7 @@ def test_testing_one_cli(api):
         ('{"retention_days": 40000}', "retention_days must be"),
         ('{"notify_on_error": true}', "notify_on_error"),
         ('{"notify_on_in_review": "maybe"}', "notify_on_in_review"),
+        ('{"mcp_tools_enabled": "yes please"}', "mcp_tools_enabled"),
     ],
 )
 def test_workspace_api_refuses_bad_numbers_and_switches(api, workspace, raw, message):
@@ -376,6 +377,15 @@ def test_workspace_api_refuses_bad_numbers_and_switches(api, workspace, raw, mes
     assert response.status_code == 400
     assert message in error_of(response)["message"]
     assert api.get(f"/api/workspaces/{workspace.id}").json()["stall_kill_minutes"] == 0
+
+
+def test_giving_agents_malamars_tools_is_a_workspace_setting_off_by_default(api, workspace):
+    url = f"/api/workspaces/{workspace.id}"
+    assert api.get(url).json()["mcp_tools_enabled"] is False
+    assert api.put(url, {"mcp_tools_enabled": True}).json()["mcp_tools_enabled"] is True
+    assert api.get(url).json()["mcp_tools_enabled"] is True
+    created = api.post("/api/workspaces", {"title": "Tools", "mcp_tools_enabled": True})
+    assert created.status_code == 201 and created.json()["mcp_tools_enabled"] is True
 
 
 def test_workspace_notifications_inherit_on_off(api, workspace):

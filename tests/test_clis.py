@@ -1,14 +1,24 @@
 """The CLI contract: one class per CLI, each implementing all of `runner.clis.base.Cli`, and one
 registry that is the only place listing them."""
 
+import json
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from agents.models import AGENT_CLI_CHOICES, CUSTOM_CLI, CliType
 from runner.clis import CLIS, cli_for
-from runner.clis.base import HEALTH_PROMPT, Cli, Command, Invocation, StdoutResult
+from runner.clis.base import (
+    HEALTH_PROMPT,
+    Cli,
+    Command,
+    Invocation,
+    McpServer,
+    McpSetup,
+    StdoutResult,
+)
 from runner.schemas import task_schema
 from runner.worker import health
 from runner.worker.execution import interpret
@@ -196,3 +206,98 @@ def test_health_failures_explain_known_traps():
     stderr = "--dangerously-skip-permissions cannot be used with root/sudo privileges"
     error = health._failure("claude", ProcessResult(exit_code=1, stderr=stderr))
     assert error.startswith("CLI exited with code 1: --dangerously") and "IS_SANDBOX=1" in error
+
+
+# --- MCP servers for one run (runner/clis/*.mcp_setup) -----------------------------------------
+
+SERVER = McpServer(
+    name="malamar",
+    command="/opt/py thon/bin/python",
+    args=("-m", "malamar_site.cli", "mcp", "--workspace", 'ab"c\\d'),
+    env=(("MALAMAR_DATA_DIR", "/data/ma lamar"),),
+)
+
+
+def test_claude_gets_a_mcp_config_file_of_its_own(tmp_path):
+    config = tmp_path / "run_mcp.json"
+    setup = cli_for("claude").mcp_setup(SERVER, env={}, config_path=config)
+    assert setup.args == ("--mcp-config", str(config)) and setup.env == ()
+    [(path, text)] = setup.files
+    assert path == config
+    assert json.loads(text) == {
+        "mcpServers": {
+            "malamar": {
+                "type": "stdio",
+                "command": SERVER.command,
+                "args": list(SERVER.args),
+                "env": {"MALAMAR_DATA_DIR": "/data/ma lamar"},
+            }
+        }
+    }
+
+
+def test_gemini_gets_its_own_system_settings_keeping_the_administrators(tmp_path):
+    admin = tmp_path / "system.json"
+    admin.write_text(json.dumps({"ui": {"theme": "x"}, "mcpServers": {"corp": {"command": "c"}}}))
+    config = tmp_path / "run_mcp.json"
+    env = {"GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(admin)}
+    setup = cli_for("gemini").mcp_setup(SERVER, env=env, config_path=config)
+    assert setup.args == ()
+    assert setup.env == (("GEMINI_CLI_SYSTEM_SETTINGS_PATH", str(config)),)
+    settings = json.loads(dict(setup.files)[config])
+    assert settings["ui"] == {"theme": "x"}
+    assert settings["mcpServers"]["corp"] == {"command": "c"}
+    assert settings["mcpServers"]["malamar"]["args"] == list(SERVER.args)
+    # No readable system settings (the usual case): only the server.
+    alone = cli_for("gemini").mcp_setup(
+        SERVER, env={"GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(tmp_path / "none")}, config_path=config
+    )
+    assert list(json.loads(dict(alone.files)[config])) == ["mcpServers"]
+
+
+def test_codex_gets_config_overrides_in_toml(tmp_path):
+    setup = cli_for("codex").mcp_setup(SERVER, env={}, config_path=tmp_path / "unused")
+    assert setup.env == () and setup.files == ()
+    flags, values = setup.args[0::2], setup.args[1::2]
+    assert set(flags) == {"-c"}
+    parsed = tomllib.loads("\n".join(values))["mcp_servers"]["malamar"]
+    assert parsed == {
+        "command": SERVER.command,
+        "args": list(SERVER.args),
+        "env": {"MALAMAR_DATA_DIR": "/data/ma lamar"},
+    }
+    # Before the prompt (the last argument), after Malamar's own options.
+    argv = cli_for("codex").command(_invocation(tmp_path, mcp_args=setup.args)).argv
+    assert argv[-1] == "PROMPT" and argv[-1 - len(setup.args) : -1] == list(setup.args)
+
+
+def test_opencode_gets_inline_config_on_top_of_the_users(tmp_path):
+    env = {"OPENCODE_CONFIG_CONTENT": json.dumps({"model": "a/b", "mcp": {"mine": {"x": 1}}})}
+    setup = cli_for("opencode").mcp_setup(SERVER, env=env, config_path=tmp_path / "unused")
+    assert setup.args == () and setup.files == ()
+    [(name, value)] = setup.env
+    config = json.loads(value)
+    assert name == "OPENCODE_CONFIG_CONTENT" and config["model"] == "a/b"
+    assert config["mcp"]["mine"] == {"x": 1}
+    assert config["mcp"]["malamar"] == {
+        "type": "local",
+        "command": [SERVER.command, *SERVER.args],
+        "environment": {"MALAMAR_DATA_DIR": "/data/ma lamar"},
+        "enabled": True,
+    }
+
+
+def test_a_custom_command_gets_no_mcp_server(tmp_path):
+    setup = cli_for(CUSTOM_CLI).mcp_setup(SERVER, env={}, config_path=tmp_path / "x")
+    assert setup == McpSetup()
+
+
+def _invocation(tmp_path: Path, **fields) -> Invocation:
+    return Invocation(
+        binary="codex",
+        prompt="PROMPT",
+        output_path=tmp_path / "out.json",
+        schema=task_schema(),
+        schema_path=tmp_path / "schema.json",
+        **fields,
+    )

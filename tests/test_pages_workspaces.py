@@ -194,6 +194,9 @@ def test_settings_page_shows_current_values(client, workspace):
     assert 'value="Project X"' in page and "Build things</textarea>" in page
     assert re.search(r'value="temp"[^>]*checked', page)
     assert re.search(r'name="auto_delete_done_tasks"[^>]*role="switch"[^>]*checked', page)
+    assert re.search(r'name="mcp_tools_enabled"[^>]*role="switch"', page)
+    assert not re.search(r'name="mcp_tools_enabled"[^>]*checked', page)  # off by default
+    assert "Give agents Malamar&#x27;s tools" in page
     assert 'value="7"' in page
     assert "Delete workspace" in page
 
@@ -209,6 +212,7 @@ def test_save_settings(client, workspace, tmp_path):
         stall_kill_minutes="30",
         notify_on_error="off",
         notify_on_in_review="inherit",
+        mcp_tools_enabled="on",
     )
     response = hx(client, "post", url, data)
     assert triggers(response)["malamar:toast"] == {"level": "success", "message": "Settings saved"}
@@ -217,6 +221,7 @@ def test_save_settings(client, workspace, tmp_path):
     assert ws.working_directory_path == str(tmp_path)
     assert (ws.auto_delete_done_tasks, ws.retention_days, ws.notify_on_error) == (False, 0, "off")
     assert ws.notify_on_in_review == "inherit" and ws.stall_kill_minutes == 30
+    assert ws.mcp_tools_enabled is True
     assert "does not exist" not in html(response)
 
 

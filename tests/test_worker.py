@@ -2,6 +2,7 @@
 
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -544,3 +545,53 @@ def test_saving_a_cli_rechecks_it_and_test_shows_its_answer(stack):
     assert now["gemini"]["answer"] == "OK" and now["gemini"]["checked_at"] > tested["checked_at"]
     for cli in ("claude", "opencode"):
         assert now[cli]["checked_at"] == first[cli]["checked_at"]  # not re-checked
+
+
+def _mcp_line(stack, ws: dict) -> str:
+    data_dir = stack.data_dir.resolve()
+    command = f"{sys.executable} -P -m malamar_site.cli mcp --workspace {ws['id']}"
+    return f"mcp malamar: {command} (MALAMAR_DATA_DIR={data_dir})"
+
+
+def test_giving_agents_malamars_tools_configures_the_mcp_server_on_each_cli(stack):
+    ws = stack.workspace(agents=FOUR, mcp_tools_enabled=True)
+    task = stack.task(ws, "@fake mcp-config")
+    stack.wait_status(task, "in_review")
+    # Each fake read the server the way its real CLI takes it (see tests/fakes/README.md).
+    assert [(c["author_name"], c["content"]) for c in stack.comments(task)] == [
+        (name, _mcp_line(stack, ws)) for name, _cli in FOUR
+    ]
+    runs = {run["cli"]: run for run in stack.task_runs()}
+    assert runs["claude"]["argv"][6] == "--mcp-config"  # before --json-schema: it is greedy
+    assert sum(arg.startswith("mcp_servers.malamar.") for arg in runs["codex"]["argv"]) == 3
+    assert list(stack.temp_dir.glob("*_mcp.json")) == []  # a run's own config ends with it
+
+
+def test_without_the_opt_in_runs_get_no_mcp_configuration(stack):
+    ws = stack.workspace(agents=FOUR)
+    task = stack.task(ws, "@fake mcp-config")
+    stack.wait_status(task, "in_review")
+    # No --mcp-config, no -c mcp_servers…, no Gemini or OpenCode configuration in the env.
+    assert {c["content"] for c in stack.comments(task)} == {"mcp: none"}
+    for run in stack.task_runs():
+        mcp_args = [a for a in run["argv"] if a == "--mcp-config" or a.startswith("mcp_servers")]
+        assert mcp_args == [], run["argv"]
+
+
+def test_agents_use_malamars_tools_through_the_configured_server(stack):
+    """Each fake CLI starts the server its run was configured with (in the task's folder, with
+    the environment the real CLI would give it) and creates a task through its tool."""
+    ws = stack.workspace(agents=FOUR, mcp_tools_enabled=True)
+    task = stack.task(ws, "@fake mcp-create-task Follow-up")
+    # Four server starts (Python, Django and the SDK: seconds each on a loaded machine).
+    stack.wait_status(task, "in_review", timeout=120)
+    created = stack.sql(
+        "SELECT t.summary, l.actor_type, l.actor_id FROM tasks t JOIN task_logs l "
+        "ON l.task_id = t.id AND l.event_type = 'task_created' "
+        "WHERE t.workspace_id = ? AND t.id != ? ORDER BY t.summary",
+        ws["id"],
+        task["id"],
+    )
+    assert created == [
+        (f"Follow-up ({cli})", "agent", "mcp") for cli in sorted(cli for _name, cli in FOUR)
+    ]

@@ -47,6 +47,9 @@ class WorkspaceOut(Schema):
     base_branch: str = Field(description="Branch tasks start from ('' = the current one).")
     setup_command: str = Field(description="Run once in each new worktree (no shell).")
     parallel_tasks: int = Field(description="Tasks that may run at once (>1 needs branch).")
+    mcp_tools_enabled: bool = Field(
+        description="Give agents Malamar's tools: runs get the `malamar mcp` server (MCP)."
+    )
     last_activity_at: datetime
     created_at: datetime
     updated_at: datetime
@@ -76,6 +79,7 @@ class WorkspaceUpdate(Schema):
     base_branch: str | None = None
     setup_command: str | None = None
     parallel_tasks: int | None = None
+    mcp_tools_enabled: bool | None = None
 
 
 class WorkspaceCreate(WorkspaceUpdate):

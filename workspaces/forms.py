@@ -148,6 +148,15 @@ class WorkspaceSettingsForm(forms.Form):
         },
         widget=forms.NumberInput(attrs={"min": 0, "step": "any", "inputmode": "decimal"}),
     )
+    mcp_tools_enabled = forms.BooleanField(
+        label="Give agents Malamar's tools",
+        required=False,
+        help_text=(
+            "Runs get Malamar's MCP server: agents can search this workspace's tasks, read "
+            "them, find related ones, create tasks and comment."
+        ),
+        widget=SWITCH,
+    )
     notify_on_error = forms.ChoiceField(
         label="When an error occurs",
         choices=NotifySetting.choices,

@@ -70,6 +70,8 @@ class Workspace(models.Model):
     )
     # Kill a run that printed nothing for this long (minutes; 0 = never, only warn).
     stall_kill_minutes = models.FloatField(default=0)
+    # "Give agents Malamar's tools": runs get the `malamar mcp` server for this workspace.
+    mcp_tools_enabled = models.BooleanField(default=False)
     last_activity_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

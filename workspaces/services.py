@@ -61,6 +61,7 @@ EDITABLE_FIELDS = (
     "base_branch",
     "setup_command",
     "parallel_tasks",
+    "mcp_tools_enabled",
 )
 # A change to one of these checks the branch-per-task rules again.
 ISOLATION_FIELDS = {
@@ -125,6 +126,8 @@ def _clean(fields: dict) -> dict:
                 f" from 0 to {STALL_KILL_MINUTES_MAX}",
                 field="stall_kill_minutes",
             )
+    if "mcp_tools_enabled" in clean and not isinstance(clean["mcp_tools_enabled"], bool):
+        raise ValidationFailed("mcp_tools_enabled must be true or false", field="mcp_tools_enabled")
     for key in NOTIFY_FIELDS:
         if key in clean:
             clean[key] = _notify_value(key, clean[key])

@@ -7,6 +7,7 @@ Only runner/worker/process.py starts processes.
 import shlex
 import string
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -45,6 +46,33 @@ class RunOptions:
 
 
 @dataclass(frozen=True)
+class McpServer:
+    """An MCP server for one run (Malamar's own: `malamar mcp --workspace ID`, see
+    tasks/mcp_server.py): its name, the command that starts it over stdio, and the environment
+    it needs besides the CLI's (values may land in argv: never a secret)."""
+
+    name: str
+    command: str
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+    def stdio_entry(self) -> dict:
+        """The `{"command", "args", "env"}` entry Claude's and Gemini's configs share."""
+        return {"command": self.command, "args": list(self.args), "env": dict(self.env)}
+
+
+@dataclass(frozen=True)
+class McpSetup:
+    """How a run hands its CLI an MCP server: arguments, environment variables and private
+    files (path, text) that live as long as the run, in its temp folder; never the user's own
+    CLI configuration."""
+
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    files: tuple[tuple[Path, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Invocation:
     binary: str
     prompt: str
@@ -55,6 +83,7 @@ class Invocation:
     options: RunOptions = field(default_factory=RunOptions)
     input_path: Path | None = None
     cwd: str = ""
+    mcp_args: tuple[str, ...] = ()  # McpSetup.args: where they go is the CLI's business
 
 
 @dataclass(frozen=True)
@@ -122,6 +151,14 @@ class Cli(ABC):
     def explain(self, stderr: str) -> str:
         """A hint appended to a failed run's error when stderr shows a known trap, else ""."""
         return ""
+
+    def mcp_setup(
+        self, server: McpServer, *, env: Mapping[str, str], config_path: Path
+    ) -> McpSetup:
+        """How this CLI gets `server` for one run, in the way the CLI supports (`env`: the
+        run's environment, to build on what the user set; `config_path`: a private file name
+        in the run's temp folder, if a file is needed). By default none: no MCP support."""
+        return McpSetup()
 
     def configured(self, options: RunOptions) -> "Cli":
         """The CLI as this run's agent set it up (the custom command carries its own)."""

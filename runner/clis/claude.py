@@ -2,8 +2,11 @@
 --verbose --json-schema SCHEMA`. The schema-conforming object comes back on stdout as
 `structured_output`; `is_error` (not `subtype`) says whether the run failed."""
 
+import json
 import re
+from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 
 from agents.models import CliType
 from runner.clis.base import (
@@ -11,6 +14,8 @@ from runner.clis.base import (
     Cli,
     Command,
     Invocation,
+    McpServer,
+    McpSetup,
     StdoutResult,
     last_json_object,
 )
@@ -84,10 +89,22 @@ class Claude(Cli):
                 "--output-format",
                 "stream-json",
                 "--verbose",
+                # Before another option: --mcp-config takes every value up to the next one.
+                *invocation.mcp_args,
                 "--json-schema",
                 schema_json(invocation.schema),
                 *self.option_args(invocation.options),
             ]
+        )
+
+    def mcp_setup(
+        self, server: McpServer, *, env: Mapping[str, str], config_path: Path
+    ) -> McpSetup:
+        """`--mcp-config FILE`: added to the user's own servers (no --strict-mcp-config)."""
+        config = {"mcpServers": {server.name: {"type": "stdio", **server.stdio_entry()}}}
+        return McpSetup(
+            args=("--mcp-config", str(config_path)),
+            files=((config_path, json.dumps(config, indent=2)),),
         )
 
     def health_command(self, binary: str) -> Command:

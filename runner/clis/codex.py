@@ -2,8 +2,11 @@
 --output-schema SCHEMA_FILE -o OUTPUT_FILE PROMPT`; Codex writes its final, schema-constrained
 message to OUTPUT_FILE itself. Standard input must be closed (an open pipe hangs it)."""
 
+import json
 import re
+from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 
 from agents.models import CliType
 from runner.clis.base import (
@@ -11,6 +14,8 @@ from runner.clis.base import (
     Cli,
     Command,
     Invocation,
+    McpServer,
+    McpSetup,
     json_lines,
 )
 from runner.limits import Limit, first_limit
@@ -89,10 +94,28 @@ class Codex(Cli):
                 str(invocation.schema_path),
                 "-o",
                 str(invocation.output_path),
+                *invocation.mcp_args,
                 *self.option_args(invocation.options),
                 invocation.prompt,
             ]
         )
+
+    def mcp_setup(
+        self, server: McpServer, *, env: Mapping[str, str], config_path: Path
+    ) -> McpSetup:
+        """`-c mcp_servers.NAME.KEY=VALUE` overrides (values in TOML): Codex has no flag for a
+        server file, and the overrides leave $CODEX_HOME/config.toml alone. Codex starts MCP
+        servers with a minimal environment, so theirs is given in full."""
+        key = f"mcp_servers.{server.name}"
+        settings = {
+            "command": toml_value(server.command),
+            "args": toml_value(list(server.args)),
+            "env": toml_table(dict(server.env)),
+        }
+        args: list[str] = []
+        for name, value in settings.items():
+            args += ["-c", f"{key}.{name}={value}"]
+        return McpSetup(args=tuple(args))
 
     def health_command(self, binary: str) -> Command:
         return Command([binary, *_EXEC, HEALTH_PROMPT])
@@ -115,6 +138,16 @@ class Codex(Cli):
     def health_answer(self, stdout: str) -> str:
         # Without --json, codex prints only its final message on stdout (the banner: stderr).
         return stdout.strip()
+
+
+def toml_value(value: str | list[str]) -> str:
+    """A string or a list of strings in TOML: JSON's escaped strings are TOML basic strings."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def toml_table(values: dict[str, str]) -> str:
+    """An inline TOML table of strings: `{"KEY" = "value", …}`."""
+    return "{" + ", ".join(f"{toml_value(k)} = {toml_value(v)}" for k, v in values.items()) + "}"
 
 
 class CodexStream:

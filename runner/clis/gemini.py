@@ -4,8 +4,12 @@ No schema flag: the input file's output instruction carries the schema. Its file
 reach the working directory and `--include-directories`, so the temp folder is included.
 """
 
+import json
 import re
+import sys
+from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 
 from agents.models import CliType
 from runner.clis.base import (
@@ -13,6 +17,8 @@ from runner.clis.base import (
     Cli,
     Command,
     Invocation,
+    McpServer,
+    McpSetup,
     json_document,
     json_lines,
 )
@@ -39,6 +45,27 @@ LIMIT_TEXT = re.compile(
     r"\b429\b",
     re.I,
 )
+# Gemini reads a "system" settings file that overrides the user's and the project's settings,
+# at a path this variable can change (its objects, such as mcpServers, are merged with theirs).
+SYSTEM_SETTINGS_ENV = "GEMINI_CLI_SYSTEM_SETTINGS_PATH"
+SYSTEM_SETTINGS_PATHS = {
+    "darwin": "/Library/Application Support/GeminiCli/settings.json",
+    "win32": "C:\\ProgramData\\gemini-cli\\settings.json",
+}
+LINUX_SYSTEM_SETTINGS = "/etc/gemini-cli/settings.json"
+
+
+def system_settings(env: Mapping[str, str]) -> dict:
+    """The system settings the run would have read (an administrator's, rarely any), so that a
+    run's own file keeps them. Unreadable or not a JSON object: none."""
+    path = env.get(SYSTEM_SETTINGS_ENV) or SYSTEM_SETTINGS_PATHS.get(
+        sys.platform, LINUX_SYSTEM_SETTINGS
+    )
+    try:
+        settings = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return settings if isinstance(settings, dict) else {}
 
 
 class Gemini(Cli):
@@ -79,6 +106,21 @@ class Gemini(Cli):
             # One comma-separated value: the option is an array that swallows following words.
             argv += ["--include-directories", ",".join(invocation.include_dirs)]
         return Command([*argv, "-o", "stream-json", *self.option_args(invocation.options)])
+
+    def mcp_setup(
+        self, server: McpServer, *, env: Mapping[str, str], config_path: Path
+    ) -> McpSetup:
+        """A run's own system settings file (GEMINI_CLI_SYSTEM_SETTINGS_PATH) holding the
+        server; never a `.gemini/settings.json` in the user's folders."""
+        settings = system_settings(env)
+        servers = settings.get("mcpServers")
+        servers = dict(servers) if isinstance(servers, dict) else {}
+        servers[server.name] = server.stdio_entry()
+        settings = {**settings, "mcpServers": servers}
+        return McpSetup(
+            env=((SYSTEM_SETTINGS_ENV, str(config_path)),),
+            files=((config_path, json.dumps(settings, indent=2)),),
+        )
 
     def health_command(self, binary: str) -> Command:
         return Command([binary, "-p", HEALTH_PROMPT, "--yolo", "--skip-trust", "-o", "json"])

@@ -7,7 +7,9 @@ output instruction names.
 
 import json
 import re
+from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 
 from agents.models import CliType
 from runner.clis.base import (
@@ -15,6 +17,8 @@ from runner.clis.base import (
     Cli,
     Command,
     Invocation,
+    McpServer,
+    McpSetup,
     json_lines,
 )
 from runner.limits import Limit, first_limit, seconds_after
@@ -35,6 +39,8 @@ from runner.streams import (
 LIMIT_TEXT = re.compile(
     r"\b429\b|rate.?limit|insufficient_quota|exceeded your current quota|usage limit", re.I
 )
+# Inline configuration merged over every config file, the user's global one included.
+CONFIG_CONTENT_ENV = "OPENCODE_CONFIG_CONTENT"
 
 _RUN = ["run", "--auto", "--format", "json"]
 
@@ -77,6 +83,26 @@ class OpenCode(Cli):
     def command(self, invocation: Invocation) -> Command:
         argv = [invocation.binary, *_RUN, *self.option_args(invocation.options)]
         return Command(argv, stdin=invocation.prompt.encode())
+
+    def mcp_setup(
+        self, server: McpServer, *, env: Mapping[str, str], config_path: Path
+    ) -> McpSetup:
+        """OPENCODE_CONFIG_CONTENT with an `mcp` entry (on top of any inline configuration the
+        user gave in the CLI's environment); their config files stay as they are."""
+        try:
+            config = json.loads(env.get(CONFIG_CONTENT_ENV) or "{}")
+        except ValueError:
+            config = {}
+        config = config if isinstance(config, dict) else {}
+        servers = config.get("mcp") if isinstance(config.get("mcp"), dict) else {}
+        entry = {
+            "type": "local",
+            "command": [server.command, *server.args],
+            "environment": dict(server.env),
+            "enabled": True,
+        }
+        config = {**config, "mcp": {**servers, server.name: entry}}
+        return McpSetup(env=((CONFIG_CONTENT_ENV, json.dumps(config)),))
 
     def health_command(self, binary: str) -> Command:
         return Command([binary, *_RUN], stdin=HEALTH_PROMPT.encode())

@@ -7,19 +7,29 @@ checks the structure. Messages are the ones users see as system comments.
 import logging
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
 from django.utils import timezone
 
 from agents.models import CUSTOM_CLI
 from core.settings_store import binary_problem, cli_settings_for
 from core.storable import loads_storable
 from runner.clis import CLIS, cli_for
-from runner.clis.base import Cli, CustomCommand, Invocation, RunOptions, stderr_message
-from runner.files import read_output, remove_quietly, schema_path
+from runner.clis.base import (
+    Cli,
+    CustomCommand,
+    Invocation,
+    McpServer,
+    McpSetup,
+    RunOptions,
+    stderr_message,
+)
+from runner.files import read_output, remove_quietly, schema_path, write_private
 from runner.limits import Limit
 from runner.prompts import PROMPT_TEMPLATE
 from runner.schemas import schema_json
@@ -54,6 +64,34 @@ def options_for(agent) -> RunOptions:
         extra_args=tuple(agent.extra_args or ()),
         custom=custom,
     )
+
+
+MCP_SERVER_NAME = "malamar"
+
+
+def mcp_server_for(workspace) -> McpServer | None:
+    """Malamar's MCP server for a run in `workspace`, if it gives agents Malamar's tools: this
+    Python running `malamar mcp` on the same data directory. `-P`: the CLI starts it in the
+    task's folder, whose own `tasks/` or `core/` must not shadow Malamar's packages."""
+    if not workspace.mcp_tools_enabled:
+        return None
+    return McpServer(
+        name=MCP_SERVER_NAME,
+        command=sys.executable,
+        args=("-P", "-m", "malamar_site.cli", "mcp", "--workspace", workspace.id),
+        env=(("MALAMAR_DATA_DIR", str(Path(settings.DATA_DIR).resolve())),),
+    )
+
+
+def _mcp_setup(cli: Cli, server: McpServer | None, env: dict, output_path: Path) -> McpSetup:
+    """The run's MCP configuration, its files written (private, next to the output file)."""
+    if server is None:
+        return McpSetup()
+    config_path = output_path.with_name(f"{output_path.stem}_mcp.json")
+    setup = cli.mcp_setup(server, env=env, config_path=config_path)
+    for path, text in setup.files:
+        write_private(path, text)
+    return setup
 
 
 def cli_env(cli_type: str, conf: dict | None = None) -> dict[str, str]:
@@ -192,10 +230,12 @@ def execute(
     recorder=None,
     options: RunOptions | None = None,
     cli_conf: dict | None = None,
+    mcp: McpServer | None = None,
 ) -> Execution:
     """Run the CLI for one agent step and interpret its answer (never raises for CLI trouble).
     `options`: the agent's own CLI settings (model, effort, extra arguments, custom command);
-    `cli_conf`: the CLI's settings, when the caller read them already (once per pass)."""
+    `cli_conf`: the CLI's settings, when the caller read them already (once per pass); `mcp`:
+    an MCP server to give the CLI for this run (mcp_server_for)."""
     if cli_type not in CLIS:
         return Execution(error=f"Unknown CLI type {cli_type!r}")
     options = options or RunOptions()
@@ -203,6 +243,12 @@ def execute(
     if binary is None:
         return Execution(error=f"CLI could not be started: {problem}")
     text = schema_json(schema)
+    cli = cli_for(cli_type).configured(options)
+    try:
+        setup = _mcp_setup(cli, mcp, env, output_path)
+    except OSError as exc:
+        return Execution(error=f"CLI could not be started: the MCP configuration: {exc}")
+    env = {**env, **dict(setup.env)}
     invocation = Invocation(
         binary=binary,
         prompt=PROMPT_TEMPLATE.format(path=input_path),
@@ -213,8 +259,8 @@ def execute(
         options=options,
         input_path=input_path,
         cwd=str(cwd),
+        mcp_args=setup.args,
     )
-    cli = cli_for(cli_type).configured(options)
     command = cli.command(invocation)
     try:
         hooks = {}
@@ -237,3 +283,5 @@ def execute(
         return _blame_extra_args(interpret(cli, result, output_path), options)
     finally:
         remove_quietly(output_path)
+        for path, _text in setup.files:
+            remove_quietly(path)

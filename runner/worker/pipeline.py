@@ -214,6 +214,7 @@ def _run_cli(owner, recorder: RunRecorder):
         recorder=recorder,
         options=owner.run_options,
         cli_conf=owner.settings["cli_settings"].get(cli_type),
+        mcp=execution.mcp_server_for(owner.workspace),
     )
     snapshots.take_after()  # a stopped run may have changed files too
     if recorder.start_error is not None:

@@ -67,6 +67,9 @@ def test_edit_settings_and_delete_the_workspace(page, server, tmp_path):
     expect(page.get_by_text("This folder does not exist yet")).to_be_hidden()
     path.fill(str(tmp_path / "not-there-yet"))
     page.get_by_role("switch", name="Delete done tasks automatically").uncheck()
+    tools = page.get_by_role("switch", name="Give agents Malamar's tools")
+    expect(tools).not_to_be_checked()
+    tools.check()
     page.get_by_label("Keep done tasks for (days)").fill("30")
     error_switch = page.get_by_label("When an error occurs")
     expect(error_switch.locator("option:checked")).to_have_text("Inherit (currently on)")
@@ -83,12 +86,14 @@ def test_edit_settings_and_delete_the_workspace(page, server, tmp_path):
     expect(page.get_by_label("Static directory")).to_be_checked()
     expect(page.get_by_label("Directory path")).to_have_value(str(tmp_path / "not-there-yet"))
     expect(page.get_by_role("switch", name="Delete done tasks automatically")).not_to_be_checked()
+    expect(page.get_by_role("switch", name="Give agents Malamar's tools")).to_be_checked()
     expect(page.get_by_label("Keep done tasks for (days)")).to_have_value("30")
     expect(page.get_by_label("When an error occurs")).to_have_value("off")
     expect(page.get_by_label("When a task moves to In Review")).to_have_value("inherit")
     stored = server.api("GET", f"/workspaces/{workspace['id']}")
     assert stored["retention_days"] == 30 and stored["working_directory_mode"] == "static"
     assert (stored["notify_on_error"], stored["notify_on_in_review"]) == ("off", "inherit")
+    assert stored["mcp_tools_enabled"] is True
 
     # Validation: a blank title stays in the page with the error tied to the field.
     page.get_by_label("Title").fill("")

@@ -21,6 +21,7 @@ import select
 import subprocess
 import sys
 import time
+import tomllib
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -440,6 +441,7 @@ class Parsed:
     opts: dict[str, object] = field(default_factory=dict)
     positionals: list[str] = field(default_factory=list)
     rest: list[str] = field(default_factory=list)  # what follows a subcommand name
+    every: dict[str, list] = field(default_factory=dict)  # each value of a repeated option
 
     def has(self, key: str) -> bool:
         return bool(self.opts.get(key))
@@ -540,6 +542,7 @@ def _take(
     if isinstance(value, str):
         _check_choice(opt, value, flavour)
     parsed.opts[opt.key] = value
+    parsed.every.setdefault(opt.key, []).append(value)  # codex: `-c a=1 -c b=2` sets both
     return i
 
 
@@ -634,7 +637,16 @@ def _jsonl_block(lines: list[str], heading: str) -> list[dict]:
 # Directives: `@fake [Agent:] ACTION ARGS`
 # --------------------------------------------------------------------------------------------
 
-TASK_ACTIONS = {"skip", "comment", "comment-once", "review", "in_review", "unknown-action"}
+TASK_ACTIONS = {
+    "skip",
+    "comment",
+    "comment-once",
+    "review",
+    "in_review",
+    "unknown-action",
+    "mcp-config",
+    "mcp-create-task",
+}
 CHAT_ACTIONS = {"reply", "action"}
 COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested", "limit"}
 PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then the rest
@@ -642,8 +654,16 @@ PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then 
 # Each argument is one word; in TEXT `\\n` is a line break and `\\s` a space.
 FILE_STEPS = {"write": 2, "append": 2, "lines": 2, "rename": 2, "delete": 1, "binary": 1}
 ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS | set(FILE_STEPS)
-NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json"}
-NO_ARGS = {"skip", "in_review", "unknown-action", "invalid-json", "empty-file", "no-file"}
+NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json", "mcp-create-task"}
+NO_ARGS = {
+    "skip",
+    "in_review",
+    "unknown-action",
+    "invalid-json",
+    "empty-file",
+    "no-file",
+    "mcp-config",
+}
 
 
 class DirectiveError(Exception):
@@ -885,7 +905,15 @@ def _common_terminal(directive: Directive) -> tuple[Outcome | None, tuple[int, s
     raise AssertionError(directive.action)
 
 
-def task_plan(doc: InputDoc) -> Plan:
+@dataclass(frozen=True)
+class McpSeen:
+    """The MCP servers this run of `cli` was given (mcp_servers_seen)."""
+
+    cli: str = ""
+    servers: dict = field(default_factory=dict)
+
+
+def task_plan(doc: InputDoc, mcp: McpSeen | None = None) -> Plan:
     sources = [
         *directives_in(doc.role, "the agent instruction"),
         *directives_in(doc.description, "the task description"),
@@ -905,11 +933,11 @@ def task_plan(doc: InputDoc) -> Plan:
     elif chosen.action in COMMON_ACTIONS:
         plan.outcome, plan.exit = _common_terminal(chosen)
     else:
-        plan.outcome = _task_outcome(chosen, doc)
+        plan.outcome = _task_outcome(chosen, doc, mcp or McpSeen())
     return plan
 
 
-def _task_outcome(directive: Directive, doc: InputDoc) -> Outcome:
+def _task_outcome(directive: Directive, doc: InputDoc, mcp: McpSeen) -> Outcome:
     text = directive.args
     in_review = {"type": "change_status", "status": "in_review"}
     match directive.action:
@@ -926,6 +954,18 @@ def _task_outcome(directive: Directive, doc: InputDoc) -> Outcome:
             return _actions(in_review)
         case "unknown-action":
             return _actions({"type": "launch_missiles"})
+        case "mcp-config":  # once, as comment-once: a pass that only skips ends the loop
+            text = describe_mcp(mcp.servers) or "mcp: none"
+            said = any(
+                c.get("author") == doc.agent and c.get("content") == text for c in doc.comments
+            )
+            return _actions({"type": "skip"} if said else {"type": "comment", "content": text})
+        case "mcp-create-task":  # through the run's server, as a model calling its tool
+            server = mcp.servers.get("malamar")
+            if server is None:
+                raise CliExit(1, "fakecli: mcp-create-task: no malamar MCP server configured")
+            summary = f"{text} ({mcp.cli})"
+            call_mcp_tool(server, mcp.cli, "create_task", {"summary": summary})
     return _actions({"type": "skip"})
 
 
@@ -1778,6 +1818,8 @@ class Codex(FakeCli):
         inv.command = "exec"
         inv.parsed = parse_args(top.rest, self.exec_table, flavour)
         inv.parsed.opts = top.opts | inv.parsed.opts
+        for key, values in top.every.items():
+            inv.parsed.every[key] = values + inv.parsed.every.get(key, [])
         if self._special(inv.parsed, inv):
             return inv
         positionals = inv.parsed.positionals
@@ -1937,7 +1979,11 @@ def run_prompt(cli: FakeCli, inv: Invocation) -> int:
         emitter.start()
         emitter.reply(f"I could not read {input_path}: no such file.")
         return 0
-    plan = chat_plan(doc) if doc.chat else task_plan(doc)
+    plan = (
+        chat_plan(doc)
+        if doc.chat
+        else task_plan(doc, McpSeen(cli.name, mcp_servers_seen(cli.name, inv)))
+    )
     for step in plan.steps:
         emitter.start()
         run_step(step, emitter)
@@ -1954,6 +2000,108 @@ def run_prompt(cli: FakeCli, inv: Invocation) -> int:
         emitter.say('{"type":"nested","value":' + nested_json(plan.outcome.nested) + "}")
     emitter.deliver(plan.outcome or Outcome("none"), doc.output_path)
     return 0
+
+
+# --------------------------------------------------------------------------------------------
+# MCP servers a run was given, the way each real CLI takes them (directive `mcp-config`)
+# --------------------------------------------------------------------------------------------
+
+
+def _json_file_or_text(value: str) -> dict:
+    text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
+    document = json.loads(text)
+    return document if isinstance(document, dict) else {}
+
+
+def mcp_servers_seen(cli: str, inv: Invocation) -> dict[str, dict]:
+    """{name: {"command": [argv…], "env": {…}}}: claude's `--mcp-config FILE|JSON…`, gemini's
+    `mcpServers` in the system settings file GEMINI_CLI_SYSTEM_SETTINGS_PATH names, codex's
+    `-c mcp_servers.NAME.KEY=TOML` overrides, opencode's `mcp` in OPENCODE_CONFIG_CONTENT."""
+    servers: dict[str, dict] = {}
+    if cli == "claude":
+        for value in inv.parsed.get("mcp-config") or []:
+            servers |= _json_file_or_text(str(value)).get("mcpServers") or {}
+    elif cli == "gemini" and os.environ.get("GEMINI_CLI_SYSTEM_SETTINGS_PATH"):
+        path = os.environ["GEMINI_CLI_SYSTEM_SETTINGS_PATH"]
+        servers = _json_file_or_text(path).get("mcpServers") or {}
+    elif cli == "codex":
+        lines = [str(v) for v in inv.parsed.every.get("config", []) if str(v).startswith("mcp_")]
+        servers = tomllib.loads("\n".join(lines)).get("mcp_servers") or {}
+    elif cli == "opencode" and os.environ.get("OPENCODE_CONFIG_CONTENT"):
+        for name, server in (
+            json.loads(os.environ["OPENCODE_CONFIG_CONTENT"]).get("mcp") or {}
+        ).items():
+            servers[name] = {"command": server["command"], "env": server.get("environment")}
+        return servers
+    return {
+        name: {"command": [server["command"], *server.get("args", [])], "env": server.get("env")}
+        for name, server in servers.items()
+    }
+
+
+def call_mcp_tool(server: dict, cli: str, tool: str, arguments: dict) -> dict:
+    """Start `server` as the real CLI does (Codex: a minimal environment plus the server's;
+    the others: their own plus the server's), call one tool over stdio, return its result."""
+    if cli == "codex":
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "USER", "TMPDIR")}
+    else:
+        env = dict(os.environ)
+    env.update(server.get("env") or {})
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": f"fake-{cli}", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        },
+    ]
+    process = subprocess.Popen(
+        server["command"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+        process.stdin.flush()
+        for line in process.stdout:
+            answer = json.loads(line)
+            if answer.get("id") == 2:
+                break
+        else:
+            error = process.stderr.read() if process.stderr else ""
+            raise CliExit(1, f"fakecli: the MCP server ended without answering: {error[-2000:]}")
+    finally:
+        if process.stdin:
+            process.stdin.close()
+        process.wait(timeout=30)
+    result = answer.get("result") or {}
+    if "error" in answer or result.get("isError"):
+        raise CliExit(1, f"fakecli: MCP tool {tool} failed: {json.dumps(answer)}")
+    return result
+
+
+def describe_mcp(servers: dict[str, dict]) -> str:
+    """One line per server: `mcp NAME: ARGV… (MALAMAR_DATA_DIR=…)`."""
+    lines = []
+    for name, server in sorted(servers.items()):
+        data_dir = (server.get("env") or {}).get("MALAMAR_DATA_DIR", "?")
+        lines.append(f"mcp {name}: {' '.join(server['command'])} (MALAMAR_DATA_DIR={data_dir})")
+    return "\n".join(lines)
 
 
 def resolve_cli(argv: list[str]) -> tuple[str, list[str]]:

@@ -1,0 +1,211 @@
+"""`malamar mcp --workspace ID`: a Model Context Protocol server over stdio for agents.
+
+Read tools look up the workspace's tasks (list, search, read one with its comments and
+dependencies, related ones by text similarity); write tools create a task and comment, through
+the same services as the web app, as "Agent via MCP" (core.actors.MCP_AGENT). The server acts
+for one workspace: other workspaces' tasks are refused. Every refusal is a tool error with a
+message (the model reads it); stdout belongs to the protocol, so nothing else prints there.
+"""
+
+import logging
+import sys
+from collections.abc import Callable
+from functools import wraps
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+from core.actors import MCP_AGENT, author_name
+from core.errors import ServiceError
+from tasks import services
+from tasks.models import Task, TaskStatus
+from tasks.selectors import (
+    agent_names,
+    related_tasks,
+    task_dependencies,
+    tasks_matching,
+)
+from workspaces.models import Workspace
+
+LIST_LIMIT_MAX = 200
+RELATED_LIMIT_MAX = 50
+READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+WRITES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
+STATUS_HELP = "todo, in_progress, in_review or done"
+
+
+def iso(value) -> str:
+    return value.isoformat() if value else ""
+
+
+def task_brief(task: Task) -> dict:
+    return {
+        "id": task.id,
+        "summary": task.summary,
+        "status": task.status,
+        "updated_at": iso(task.updated_at),
+    }
+
+
+def status_value(status: str) -> str:
+    """A status as stored ("todo"), from its value or its label ("In Progress")."""
+    wanted = (status or "").strip().casefold().replace(" ", "_")
+    for value, label in TaskStatus.choices:
+        if wanted in (value, label.casefold().replace(" ", "_")):
+            return value
+    raise ToolError(f"Unknown status {status!r}: use {STATUS_HELP}")
+
+
+def limit_value(limit: int, most: int) -> int:
+    if not 1 <= limit <= most:
+        raise ToolError(f"limit must be from 1 to {most}")
+    return limit
+
+
+def tool_errors(fn: Callable) -> Callable:
+    """A service's refusal (validation, conflict…) as a tool error with its message."""
+
+    @wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ServiceError as exc:
+            raise ToolError(exc.message) from None
+
+    return call
+
+
+class WorkspaceTools:
+    """The tools, bound to the workspace the server was started for."""
+
+    def __init__(self, workspace_id: str):
+        self.workspace_id = workspace_id
+
+    def workspace(self) -> Workspace:
+        workspace = Workspace.objects.filter(id=self.workspace_id).first()
+        if workspace is None:
+            raise ToolError(f"Workspace {self.workspace_id} no longer exists")
+        return workspace
+
+    def task(self, task_id: str) -> Task:
+        task = Task.objects.filter(id=(task_id or "").strip()).first()
+        if task is None:
+            raise ToolError(f"No task with id {task_id!r}")
+        if task.workspace_id != self.workspace_id:
+            raise ToolError(
+                f"Task {task_id} belongs to another workspace: this server acts for workspace "
+                f"{self.workspace_id} only"
+            )
+        return task
+
+    # read tools ----------------------------------------------------------------------------
+    def list_workspaces(self) -> dict:
+        """Every workspace (id, title, instruction), the one this server acts for marked
+        `current`. Task tools work on the current workspace only."""
+        workspaces = [
+            {
+                "id": workspace.id,
+                "title": workspace.title,
+                "description": workspace.description,
+                "current": workspace.id == self.workspace_id,
+            }
+            for workspace in Workspace.objects.by_activity()
+        ]
+        return {"workspaces": workspaces}
+
+    def search_tasks(self, query: str = "", status: str = "", limit: int = 50) -> dict:
+        """The workspace's tasks, most recently updated first. `query`: text the summary or
+        description contains (case-insensitive; empty: every task); `status`: todo,
+        in_progress, in_review or done (empty: any)."""
+        self.workspace()
+        tasks = tasks_matching(
+            self.workspace_id, query=query, status=status_value(status) if status else None
+        )
+        limit = limit_value(limit, LIST_LIMIT_MAX)
+        found = list(tasks[: limit + 1])
+        rows = [{**task_brief(task), "comment_count": task.comment_count} for task in found]
+        return {"tasks": rows[:limit], "more": len(found) > limit}
+
+    def get_task(self, task_id: str) -> dict:
+        """One task: summary, description, status, its comments oldest first (author, kind,
+        content, time) and its dependencies (the tasks it waits for, and those waiting for
+        it)."""
+        task = self.task(task_id)
+        names = agent_names(task.workspace_id)
+        comments = [
+            {
+                "author": author_name(comment.author_type, comment.agent_id, names),
+                "kind": comment.kind,
+                "content": comment.content,
+                "created_at": iso(comment.created_at),
+            }
+            for comment in task.comments.order_by("created_at", "id")
+        ]
+        return {
+            **task_brief(task),
+            "description": task.description,
+            "created_at": iso(task.created_at),
+            "comments": comments,
+            "dependencies": task_dependencies(task),
+        }
+
+    def related_tasks(self, task_id: str = "", text: str = "", limit: int = 5) -> dict:
+        """The workspace's tasks most similar in wording to a task (`task_id`) or to `text`,
+        best first, each with a similarity from 0 to 1. Give one of the two."""
+        if bool(task_id) == bool(text and text.strip()):
+            raise ToolError("Give either task_id or text")
+        task = self.task(task_id) if task_id else None
+        ranked = related_tasks(
+            task,
+            workspace_id=self.workspace_id,
+            text=text,
+            limit=limit_value(limit, RELATED_LIMIT_MAX),
+        )
+        return {"tasks": [{**task_brief(found), "similarity": score} for found, score in ranked]}
+
+    # write tools ---------------------------------------------------------------------------
+    @tool_errors
+    def create_task(self, summary: str, description: str = "") -> dict:
+        """Create a task in this workspace's Todo column (the agents pick it up in turn)."""
+        task = services.task_create(
+            workspace=self.workspace(), summary=summary, description=description, actor=MCP_AGENT
+        )
+        return task_brief(task)
+
+    @tool_errors
+    def comment_on_task(self, task_id: str, content: str) -> dict:
+        """Add a comment (markdown) to one of this workspace's tasks, as "Agent via MCP". Like
+        any comment, it sends a task that is not Done through the agents again."""
+        comment = services.comment_create(task=self.task(task_id), content=content, actor=MCP_AGENT)
+        return {"id": comment.id, "task_id": comment.task_id, "created_at": iso(comment.created_at)}
+
+
+def build_server(workspace_id: str) -> MCPServer:
+    tools = WorkspaceTools(workspace_id)
+    server = MCPServer(
+        "malamar",
+        instructions=(
+            "Malamar's task board for one workspace: look up its tasks (search, read one with "
+            "its comments, find related ones) before duplicating work, create follow-up tasks, "
+            "and comment on tasks."
+        ),
+    )
+    for method in (tools.list_workspaces, tools.search_tasks, tools.get_task, tools.related_tasks):
+        server.add_tool(method, annotations=READ_ONLY)
+    for method in (tools.create_task, tools.comment_on_task):
+        server.add_tool(method, annotations=WRITES)
+    return server
+
+
+def logs_to_stderr() -> None:
+    """Malamar logs to stdout (settings.LOGGING), which is the protocol's here: every handler
+    writing there writes to stderr instead (the SDK logs each request and tool error)."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+
+
+def serve(workspace_id: str) -> None:
+    logs_to_stderr()
+    build_server(workspace_id).run("stdio")
