@@ -8,6 +8,7 @@ from django.test import Client
 
 from agents.services import agent_create
 from tasks.services import task_create
+from tests.stack import InProcessStack, Stack, migrated_template
 from workspaces.services import workspace_create
 
 # The fake CLIs start with `#!/usr/bin/env python3`: resolve that to this interpreter directly
@@ -69,15 +70,33 @@ def error_of(response) -> dict:
 
 @pytest.fixture(scope="session")
 def template_db(tmp_path_factory):
-    from tests.stack import migrated_template
-
     return migrated_template(tmp_path_factory.mktemp("malamar-template"))
 
 
 @pytest.fixture
-def stack(tmp_path, template_db):
-    from tests.stack import Stack
+def start_stack(transactional_db, tmp_path, settings, monkeypatch):
+    """`start_stack(**env)`: the worker in-process (tests.stack.InProcessStack) on the test
+    database, with extra environment variables (read by the fake CLIs, say)."""
+    started = []
 
+    def start(**env) -> InProcessStack:
+        running = InProcessStack(tmp_path, settings=settings, monkeypatch=monkeypatch, **env)
+        started.append(running)
+        return running.start()
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+@pytest.fixture
+def stack(start_stack):
+    return start_stack()
+
+
+@pytest.fixture
+def live_stack(tmp_path, template_db):
+    """Real server and worker processes (tests.stack.Stack): only for what needs them."""
     running = Stack(tmp_path, template_db).start()
     yield running
     running.stop()

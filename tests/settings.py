@@ -10,3 +10,8 @@ os.environ.setdefault("MALAMAR_DATA_DIR", tempfile.mkdtemp(prefix="malamar-test-
 os.environ["MALAMAR_TESTING"] = "1"
 
 from malamar_site.settings import *  # noqa: E402, F403
+
+# A database file rather than SQLite's shared in-memory one: in-process worker tests write from
+# several threads, which a shared-cache memory database refuses at once ("database table is
+# locked") where a file in WAL mode waits (busy_timeout), as the real server and worker do.
+DATABASES["default"]["TEST"] = {"NAME": str(Path(os.environ["MALAMAR_DATA_DIR"]) / "test.db")}  # noqa: F405

@@ -1,14 +1,13 @@
-"""Chat processing in a real worker with the fake CLIs (chat mode: `@fake reply`/`action`)."""
+"""Chat processing in the worker (in-process) with the fake CLIs (chat mode: `@fake reply` /
+`action`)."""
 
 import json
 from pathlib import Path
 
-import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.live import wait_until
 from tests.stack import alive
-
-pytestmark = pytest.mark.live
 
 
 def chat(stack, ws, agent_id=None, **fields):
@@ -230,9 +229,7 @@ def test_second_send_is_refused_and_cancel_kills_the_run(stack):
     send(stack, c, "slow", "@fake grandchild 60 reply never")
     wait_until(lambda: chat_runs(stack), timeout=20, what="chat run")
     run = chat_runs(stack)[0]
-    refused = stack.session.post(
-        f"{stack.server.url}/api/chats/{c['id']}/messages", json={"message": "again"}, timeout=5
-    )
+    refused = stack.request("POST", f"/api/chats/{c['id']}/messages", {"message": "again"})
     assert refused.status_code == 409
     stack.api("POST", f"/chats/{c['id']}/cancel", expect=200)
     wait_until(lambda: not alive(run["pid"]), timeout=5, what="chat CLI to die")
@@ -285,7 +282,7 @@ def test_deeply_nested_chat_output_is_a_system_message_not_a_crash(stack):
     send(stack, c, "y", "@fake reply still here")
     d = wait_reply(stack, c, count=2)
     assert (d["messages"][-1]["role"], d["messages"][-1]["message"]) == ("agent", "still here")
-    assert stack.worker.poll() is None
+    assert stack.worker_alive()
 
 
 def test_chat_input_and_context_files(stack):
@@ -297,11 +294,9 @@ def test_chat_input_and_context_files(stack):
     ws = stack.workspace(agents=[("Planner", "claude")], description="Ship small changes")
     planner = stack.api("GET", f"/workspaces/{ws['id']}/agents")["agents"][0]
     c = chat(stack, ws)
-    stack.session.post(
-        f"{stack.server.url}/api/chats/{c['id']}/attachments",
-        files={"files": ("notes.txt", b"hello")},
-        timeout=5,
-    )
+    notes = SimpleUploadedFile("notes.txt", b"hello")
+    uploaded = stack.client.post(f"/api/chats/{c['id']}/attachments", {"files": [notes]})
+    assert uploaded.status_code < 400, uploaded.content
     send(stack, c, "What do my agents do?", "@fake reply They plan.")
     wait_reply(stack, c, count=2)
     run = chat_runs(stack)[0]

@@ -160,7 +160,6 @@ def chat_runs(stack):
     return [r for r in stack.fake_runs() if "malamar_chat_" in (r.get("input_path") or "")]
 
 
-@pytest.mark.live
 def test_three_participants_answer_one_message_concurrently(stack):
     chat = live_group(stack, ("Ann", "claude"), ("Bob", "gemini"), ("Cy", "codex"))
     stack.api(
@@ -180,7 +179,6 @@ def test_three_participants_answer_one_message_concurrently(stack):
     assert len({r["input_path"] for r in chat_runs(stack)}) == 3, "one input file per run"
 
 
-@pytest.mark.live
 def test_disabled_participant_is_left_out_and_exclusion_reaches_the_input_file(stack):
     chat = live_group(stack, ("Ann", "claude"), ("Bob", "opencode"))
     detail = stack.api("GET", f"/chats/{chat['id']}")
@@ -218,7 +216,6 @@ def test_disabled_participant_is_left_out_and_exclusion_reaches_the_input_file(s
     assert "SECRET-ONE" in Path(chat_runs(stack)[-1]["input_path"]).read_text()
 
 
-@pytest.mark.live
 def test_stop_cancels_every_run_of_the_group(stack):
     chat = live_group(stack, ("Ann", "claude"), ("Bob", "gemini"))
     stack.api(

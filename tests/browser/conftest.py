@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.live import Server, blank_database, manage
+from tests.live import Server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -54,13 +54,10 @@ def browser():
 
 
 @pytest.fixture(scope="session")
-def migrated_db(tmp_path_factory) -> Path:
-    """One migrated database, copied into each test's data dir (migrating takes seconds)."""
-    data_dir = tmp_path_factory.mktemp("malamar-browser-template")
-    blank_database(data_dir)  # no sample workspace
-    result = manage(data_dir, "migrate", "--noinput")
-    assert result.returncode == 0, result.stderr
-    return data_dir / "malamar.db"
+def migrated_db(template_db) -> Path:
+    """The session's migrated database (no sample workspace), copied into each test's data dir
+    (migrating takes seconds)."""
+    return template_db
 
 
 class LiveServer(Server):
