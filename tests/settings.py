@@ -6,6 +6,9 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("MALAMAR_DATA_DIR", tempfile.mkdtemp(prefix="malamar-test-"))
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two: a dir for each
+    os.environ["MALAMAR_DATA_DIR"] = str(Path(os.environ["MALAMAR_DATA_DIR"]) / worker)
+    Path(os.environ["MALAMAR_DATA_DIR"]).mkdir(exist_ok=True)
 (Path(os.environ["MALAMAR_DATA_DIR"]) / "malamar.db").touch()
 os.environ["MALAMAR_TESTING"] = "1"
 

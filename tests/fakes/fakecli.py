@@ -637,7 +637,7 @@ def _jsonl_block(lines: list[str], heading: str) -> list[dict]:
 TASK_ACTIONS = {"skip", "comment", "comment-once", "review", "in_review", "unknown-action"}
 CHAT_ACTIONS = {"reply", "action"}
 COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested"}
-PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then the rest
+PREFIX_ACTIONS = {"sleep", "hold", "grandchild", "flood", "work"}  # do something, then the rest
 ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS
 NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json"}
 NO_ARGS = {"skip", "in_review", "unknown-action", "invalid-json", "empty-file", "no-file"}
@@ -650,7 +650,7 @@ class DirectiveError(Exception):
 @dataclass(frozen=True)
 class Directive:
     agent: str | None
-    steps: tuple[tuple[str, float], ...]  # ("sleep" | "grandchild" | "flood" | "work", number)
+    steps: tuple[tuple[str, float], ...]  # (a PREFIX_ACTIONS name, number)
     action: str | None  # None: nothing after the steps
     args: str
 
@@ -874,6 +874,8 @@ def run_step(step: tuple[str, float], emitter: Emitter) -> None:
             emitter.work()
     elif kind == "sleep":
         time.sleep(number)
+    elif kind == "hold":
+        hold(Path(os.getcwd(), RELEASE_FILE), number)
     elif kind == "grandchild":
         child = subprocess.Popen(
             [sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))", str(number)],
@@ -883,6 +885,21 @@ def run_step(step: tuple[str, float], emitter: Emitter) -> None:
         time.sleep(number)
     elif kind == "flood":
         flood_stdout(int(number * 1024 * 1024))
+
+
+RELEASE_FILE = "release"
+
+
+def hold(release: Path, limit: float) -> None:
+    """Wait until the test creates `release` (then take it, so the next hold waits for a new
+    one), at most `limit` seconds: a test lets the CLI go on when it has seen what it wanted."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            release.unlink()
+            return
+        except FileNotFoundError:
+            time.sleep(0.05)
 
 
 def flood_stdout(size: int) -> None:
