@@ -18,3 +18,7 @@ from malamar_site.settings import *  # noqa: E402, F403
 # several threads, which a shared-cache memory database refuses at once ("database table is
 # locked") where a file in WAL mode waits (busy_timeout), as the real server and worker do.
 DATABASES["default"]["TEST"] = {"NAME": str(Path(os.environ["MALAMAR_DATA_DIR"]) / "test.db")}  # noqa: F405
+
+# In the test process only (real servers started by tests keep Django's default): a fast hasher,
+# as Django advises for tests; PBKDF2's million rounds made each login in a test cost ~0.3 s.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
