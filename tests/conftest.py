@@ -8,7 +8,7 @@ from django.test import Client
 
 from agents.services import agent_create
 from tasks.services import task_create
-from tests.stack import InProcessStack, Stack, migrated_template
+from tests.stack import InProcessStack, Stack, copy_database
 from workspaces.services import workspace_create
 
 # The fake CLIs start with `#!/usr/bin/env python3`: resolve that to this interpreter directly
@@ -69,8 +69,20 @@ def error_of(response) -> dict:
 
 
 @pytest.fixture(scope="session")
-def template_db(tmp_path_factory):
-    return migrated_template(tmp_path_factory.mktemp("malamar-template"))
+def django_db_setup(django_db_setup, django_db_blocker, tmp_path_factory):
+    """pytest-django's test database, and a copy of it as it is right after its migrations: the
+    template every real server of the session starts from (`template_db`)."""
+    with django_db_blocker.unblock():
+        _TEMPLATE["db"] = copy_database(tmp_path_factory.mktemp("malamar-template"))
+
+
+_TEMPLATE: dict = {}
+
+
+@pytest.fixture(scope="session")
+def template_db(django_db_setup) -> Path:
+    """A migrated database file without data (no sample workspace): real servers copy it."""
+    return _TEMPLATE["db"]
 
 
 @pytest.fixture

@@ -25,22 +25,18 @@ from django.db import connection
 from django.test import Client
 
 from runner.worker.loop import Worker
-from tests.live import ROOT, Server, blank_database, manage, process_env, wait_until
+from tests.live import ROOT, Server, process_env, wait_until
 
 FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
-_TEMPLATE: dict[str, Path] = {}
 
 
-def migrated_template(base: Path) -> Path:
-    """Migrate once per test session (a blank database file up front: no sample workspace);
-    each real server copies the database (`data_dir_from`)."""
-    if "db" not in _TEMPLATE:
-        template = base / "template"
-        blank_database(template)
-        result = manage(template, "migrate", "--no-input")
-        assert result.returncode == 0, result.stderr
-        _TEMPLATE["db"] = template / "malamar.db"
-    return _TEMPLATE["db"]
+def copy_database(folder: Path) -> Path:
+    """`folder/malamar.db`: a consistent copy of the test database (SQLite's backup)."""
+    target = folder / "malamar.db"
+    source = connection.settings_dict["NAME"]
+    with sqlite3.connect(source) as src, contextlib.closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
+    return target
 
 
 def data_dir_from(template_db: Path, data_dir: Path) -> Path:

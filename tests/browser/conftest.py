@@ -40,9 +40,10 @@ def require_chromium() -> None:
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(migrated_db):
     # Module scope: Playwright's sync API keeps an event loop around, which Django's database
-    # tests in later modules must not see.
+    # tests in later modules must not see. The test database (the servers' template) is made
+    # first, outside that loop.
     require_chromium()
     from playwright.sync_api import expect, sync_playwright
 
