@@ -5,7 +5,7 @@ from pydantic import ConfigDict, Field
 
 from agents import services
 from agents.models import Agent
-from agents.services import NAME_MAX_LENGTH
+from agents.services import MODEL_MAX_LENGTH, NAME_MAX_LENGTH, masked_env
 from core.lookups import get_or_404
 from workspaces.models import Workspace
 
@@ -18,17 +18,38 @@ class AgentOut(Schema):
     name: str
     instruction: str
     cli_type: str
+    model: str
+    reasoning_effort: str
+    extra_args: list[str]
+    custom_binary: str
+    custom_args: str
+    custom_env: dict[str, str]  # values masked, as the CLI settings' env
+    custom_output: str
     order: int
     created_at: datetime
     updated_at: datetime
 
+    @staticmethod
+    def resolve_custom_env(agent) -> dict[str, str]:
+        return masked_env(agent.custom_env)
+
 
 class AgentUpdate(Schema):
+    """Omitted (or null) fields stay; a new cli_type resets model, reasoning_effort and
+    extra_args unless given (they belonged to the old CLI)."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, max_length=NAME_MAX_LENGTH)
     instruction: str | None = None
     cli_type: str | None = None
+    model: str | None = Field(None, max_length=MODEL_MAX_LENGTH)
+    reasoning_effort: str | None = None
+    extra_args: list[str] | None = None
+    custom_binary: str | None = None
+    custom_args: str | None = None
+    custom_env: dict[str, str] | None = None
+    custom_output: str | None = None
 
 
 class AgentCreate(Schema):
@@ -37,6 +58,15 @@ class AgentCreate(Schema):
     name: str = Field(max_length=NAME_MAX_LENGTH)
     instruction: str
     cli_type: str = "claude"
+    model: str = Field("", max_length=MODEL_MAX_LENGTH, description="empty: the CLI's default")
+    reasoning_effort: str = Field("", description="only for CLIs that have one")
+    extra_args: list[str] = Field(default_factory=list, description="arguments, no shell")
+    custom_binary: str = Field("", description='cli_type "custom": the command to run')
+    custom_args: str = Field(
+        "", description="argument template: {prompt} {input_file} {output_file} {cwd} {model}"
+    )
+    custom_env: dict[str, str] = Field(default_factory=dict)
+    custom_output: str = Field("file", description='"file" or "stdout"')
 
 
 class AgentReorder(Schema):

@@ -11,6 +11,19 @@ class CliType(models.TextChoices):
     OPENCODE = "opencode", "OpenCode"
 
 
+# A fifth kind of agent CLI, set up per agent (binary, argument template, env, output mode)
+# rather than installed once: not a CliType, so nothing that lists the installed CLIs (settings,
+# health rounds, chat overrides, doctor) grows a "custom" entry.
+CUSTOM_CLI = "custom"
+CUSTOM_CLI_LABEL = "Custom command"
+AGENT_CLI_CHOICES = [*CliType.choices, (CUSTOM_CLI, CUSTOM_CLI_LABEL)]
+
+
+class CustomOutput(models.TextChoices):
+    FILE = "file", "Writes the output file"
+    STDOUT = "stdout", "Prints the JSON result on stdout"
+
+
 # Spec: the first healthy CLI in this order is the default for new agents and for Malamar.
 CLI_PREFERENCE = (CliType.CLAUDE, CliType.CODEX, CliType.GEMINI, CliType.OPENCODE)
 
@@ -34,7 +47,18 @@ class Agent(models.Model):
     )
     name = models.CharField(max_length=100)
     instruction = models.TextField()
-    cli_type = models.CharField(max_length=10, choices=CliType.choices, default=CliType.CLAUDE)
+    cli_type = models.CharField(max_length=10, choices=AGENT_CLI_CHOICES, default=CliType.CLAUDE)
+    # The agent's own CLI settings (used when a run uses this agent's CLI, not a chat override).
+    model = models.CharField(max_length=200, blank=True, default="")  # "" = the CLI's default
+    reasoning_effort = models.CharField(max_length=20, blank=True, default="")
+    extra_args = models.JSONField(default=list, blank=True)  # list of strings, no shell
+    # cli_type "custom": the command to run (the custom CLI class in runner.clis).
+    custom_binary = models.TextField(blank=True, default="")
+    custom_args = models.TextField(blank=True, default="")  # the argument template
+    custom_env = models.JSONField(default=dict, blank=True)
+    custom_output = models.CharField(
+        max_length=10, choices=CustomOutput.choices, default=CustomOutput.FILE
+    )
     order = models.IntegerField()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -46,8 +70,22 @@ class Agent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["workspace", "name"], name="agent_name_unique"),
             models.UniqueConstraint(fields=["workspace", "order"], name="agent_order_unique"),
-            choices_check("cli_type", CliType.choices),
+            choices_check("cli_type", AGENT_CLI_CHOICES),
+            choices_check("custom_output", CustomOutput.choices),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_custom(self) -> bool:
+        return self.cli_type == CUSTOM_CLI
+
+    @property
+    def health_key(self) -> str:
+        """Its row in the CLI health table: the CLI's, or its own for a custom command."""
+        return custom_health_key(self.id) if self.is_custom else self.cli_type
+
+
+def custom_health_key(agent_id: str) -> str:
+    return f"{CUSTOM_CLI}:{agent_id}"

@@ -1,7 +1,8 @@
 """Reads for the agent pages."""
 
-from agents.models import CLI_PREFERENCE, Agent
-from runner.selectors import cli_health_all, first_available_cli
+from agents.models import CLI_PREFERENCE, CUSTOM_CLI, CUSTOM_CLI_LABEL, Agent
+from runner.clis import cli_for
+from runner.selectors import cli_health_all, custom_cli_health, first_available_cli
 from workspaces.models import Workspace
 
 
@@ -9,6 +10,29 @@ def cli_options() -> list[dict]:
     """The four CLIs in the spec's preference order, each with its health for the picker."""
     health = {c["cli_type"]: c for c in cli_health_all()}
     return [health[cli.value] for cli in CLI_PREFERENCE]
+
+
+def agent_cli_options() -> list[dict]:
+    """The agent dialog's CLIs: the four, then the custom command (checked per agent)."""
+    custom = {"cli_type": CUSTOM_CLI, "name": CUSTOM_CLI_LABEL, "status": "", "available": True}
+    return [*cli_options(), custom]
+
+
+def cli_setting_panels() -> list[dict]:
+    """What the agent dialog offers per CLI: model suggestions and hint, reasoning efforts."""
+    panels = []
+    for option in agent_cli_options():
+        cli = cli_for(option["cli_type"])
+        panels.append(
+            {
+                "cli_type": cli.name,
+                "name": cli.label,
+                "model_hint": cli.model_hint,
+                "model_suggestions": cli.model_suggestions,
+                "efforts": cli.efforts,
+            }
+        )
+    return panels
 
 
 def default_cli() -> str:
@@ -21,9 +45,10 @@ def agents_for_workspace(workspace: Workspace) -> list[Agent]:
     and `is_last`."""
     health = {c["cli_type"]: c for c in cli_health_all()}
     agents = list(Agent.objects.filter(workspace=workspace).in_order())
+    custom = custom_cli_health([agent.id for agent in agents if agent.is_custom])
     for position, agent in enumerate(agents, start=1):
         agent.position = position
-        agent.cli = health[agent.cli_type]
+        agent.cli = custom[agent.id] if agent.is_custom else health[agent.cli_type]
         agent.is_first = position == 1
         agent.is_last = position == len(agents)
     return agents

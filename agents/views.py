@@ -44,7 +44,8 @@ def _agent_form_context(workspace: Workspace, form: AgentForm, agent=None) -> di
         "workspace": workspace,
         "agent": agent,
         "agent_form": form,
-        "cli_options": selectors.cli_options(),
+        "cli_options": selectors.agent_cli_options(),
+        "cli_panels": selectors.cli_setting_panels(),
     }
 
 
@@ -92,8 +93,8 @@ def agent_edit(request, agent_id: str):
     agent = get_object_or_404(Agent.objects.select_related("workspace"), id=agent_id)
     workspace = agent.workspace
     if request.method == "GET":
-        initial = {"name": agent.name, "instruction": agent.instruction, "cli_type": agent.cli_type}
-        return _form_page(request, workspace, AgentForm(initial=initial), agent)
+        form = AgentForm(initial=AgentForm.initial_for(agent))
+        return _form_page(request, workspace, form, agent)
     form = AgentForm(request.POST)
     if form.is_valid():
         try:

@@ -58,19 +58,35 @@ def _agent(chat: Chat, action: dict) -> Agent:
     return agent
 
 
+# The agent's CLI settings an action may carry (null: not given); custom_env is set in the UI.
+CLI_SETTING_KEYS = (
+    "model",
+    "reasoning_effort",
+    "extra_args",
+    "custom_binary",
+    "custom_args",
+    "custom_output",
+)
+
+
+def _cli_settings(action: dict) -> dict:
+    return {k: action[k] for k in CLI_SETTING_KEYS if action.get(k) is not None}
+
+
 def _create_agent(chat: Chat, action: dict) -> None:
     agent = agent_create(
         workspace=chat.workspace,
         name=_text(action, "name"),
         instruction=_text(action, "instruction"),
         cli_type=action.get("cli_type") or first_available_cli() or "claude",
+        **_cli_settings(action),
     )
     action["agent_id"] = agent.id
 
 
 def _update_agent(chat: Chat, action: dict) -> None:
     fields = {k: action.get(k) for k in ("name", "instruction", "cli_type")}
-    agent_update(agent=_agent(chat, action), **fields)
+    agent_update(agent=_agent(chat, action), **fields, **_cli_settings(action))
 
 
 def _delete_agent(chat: Chat, action: dict) -> None:

@@ -111,10 +111,17 @@ Also:
 
 - Use agent ids exactly as the context file shows them ("Planner (id: ...)"). Never guess an
   id and never put a name where an id is expected.
-- create_agent: name, instruction, cli_type (claude, gemini, codex or opencode). New agents are
-  added after the existing ones, in the order of your actions. To place a new agent elsewhere,
-  reorder on a later turn, once the context file shows its id.
-- update_agent: agent_id plus only the fields that change (name, instruction, cli_type).
+- create_agent: name, instruction, cli_type (claude, gemini, codex, opencode, or custom for a
+  custom command), and optionally model (empty: the CLI's default), reasoning_effort (claude:
+  low/medium/high/xhigh/max; codex: minimal/low/medium/high; opencode: minimal/low/medium/high/
+  max; gemini and custom have none) and extra_args (a list of arguments; never output, format,
+  permission, sandbox or prompt flags). New agents are added after the existing ones, in the
+  order of your actions. To place a new agent elsewhere, reorder on a later turn, once the
+  context file shows its id. See agent-cli-settings.md before setting models or a custom
+  command.
+- update_agent: agent_id plus only the fields that change (name, instruction, cli_type, model,
+  reasoning_effort, extra_args, custom_*). A new cli_type clears model, effort and extra_args
+  unless you give them again.
 - delete_agent: agent_id. Only with the user's agreement. The agent's task comments stay;
   chats with it switch to you.
 - reorder_agents: agent_ids, every agent of the workspace exactly once, in the new order.

@@ -9,12 +9,18 @@ import re
 from django.db.models import Exists, F, JSONField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
+from agents.models import CUSTOM_CLI
 from agents.selectors import agents_for_workspace, cli_options
 from chats.cli_notes import no_cli_reason
 from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem, ChatRole
 from core.fields import icontains_search
 from runner.models import QueueStatus
-from runner.selectors import cli_health_all, first_available_cli, run_timelines
+from runner.selectors import (
+    cli_health_all,
+    custom_cli_health,
+    first_available_cli,
+    run_timelines,
+)
 from workspaces.links import workspace_tab_url
 from workspaces.models import Workspace
 
@@ -259,10 +265,15 @@ def chat_popup(chat_id: str) -> Chat | None:
     chat.is_stopping = chat.is_busy and all(item["stop_requested_at"] for item in active)
     answering_ids = {item["participant_id"] for item in active if not item["stop_requested_at"]}
     malamar_cli = first_available_cli()
+    custom = custom_cli_health(
+        [p.agent_id for p in chat.participant_list if p.agent_id and p.agent.is_custom]
+    )
     for participant in chat.participant_list:
-        participant.cli = health.get(participant.effective_cli_type)
+        own = custom.get(participant.agent_id)  # a custom-command agent's own check
+        effective = participant.effective_cli_type
+        participant.cli = own if effective == CUSTOM_CLI else health.get(effective)
         default_cli = participant.agent.cli_type if participant.agent_id else malamar_cli
-        participant.default_cli = health.get(default_cli)
+        participant.default_cli = own if default_cli == CUSTOM_CLI else health.get(default_cli)
         participant.cli_ok = bool(participant.cli and participant.cli["available"])
         participant.is_answering = participant.id in answering_ids
     enabled = [p for p in chat.participant_list if p.enabled]

@@ -10,7 +10,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from agents.models import Agent, CliType
+from agents.models import CUSTOM_CLI, Agent, CliType
 from chats import attachments
 from chats.cli_notes import no_cli_message
 from chats.models import (
@@ -26,6 +26,7 @@ from core import events
 from core.errors import Conflict, NotFound, ServiceError, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
+from runner.clis import cli_label
 from runner.models import QueueStatus
 from runner.selectors import cli_available
 from workspaces.models import Workspace
@@ -205,7 +206,7 @@ def _no_cli_message(participant: ChatParticipant, cli: str | None) -> str:
     source = (
         "the CLI override" if participant.cli_type else f"{_agent_label(participant.agent)}'s CLI"
     )
-    return no_cli_message([f"{CliType(cli).label} ({source})"])
+    return no_cli_message([f"{cli_label(cli)} ({source})"])
 
 
 def _runnable(participants: list[ChatParticipant]) -> tuple[list, list[str]]:
@@ -213,7 +214,9 @@ def _runnable(participants: list[ChatParticipant]) -> tuple[list, list[str]]:
     ready, notes = [], []
     for participant in participants:
         cli = participant_cli_type(participant)
-        if cli is not None and cli_available(cli):
+        # A custom-command agent has a health check of its own.
+        key = participant.agent.health_key if cli == CUSTOM_CLI else cli
+        if cli is not None and cli_available(key):
             ready.append(participant)
         else:
             notes.append(_no_cli_message(participant, cli))

@@ -33,6 +33,7 @@ class RunOut(Schema):
     agent_id: str | None
     agent_name: str
     cli_type: str
+    model: str  # reported by the CLI's stream, else the agent's setting ("": CLI default)
     status: str
     started_at: datetime
     ended_at: datetime | None

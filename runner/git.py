@@ -82,3 +82,153 @@ def is_repository(path: str | Path) -> bool:
     except GitError:
         return False
     return done.returncode == 0 and done.stdout.strip() == b"true"
+
+
+# branch per task (worktrees) ---------------------------------------------------------------
+# Each task of an isolated workspace works in `git worktree` of its own on a branch of its own;
+# these helpers are the only git commands that flow uses. The user's checkout is only written
+# by `merge_into_checkout`, and only when it is on the base branch and clean.
+
+
+def current_branch(repo: str | Path) -> str:
+    """The branch checked out in `repo` ("" on a detached HEAD)."""
+    done = git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=repo, check=False)
+    return done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else ""
+
+
+def branch_exists(repo: str | Path, branch: str) -> bool:
+    done = git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", cwd=repo, check=False)
+    return done.returncode == 0
+
+
+def worktree_add(repo: str | Path, path: Path, *, branch: str, base: str) -> None:
+    """A new worktree at `path` on a new `branch` made from `base`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    git("worktree", "add", "-q", "-b", branch, str(path), base, cwd=repo)
+
+
+def worktree_attach(repo: str | Path, path: Path, *, branch: str) -> None:
+    """A worktree at `path` for an existing `branch` (its folder had vanished)."""
+    git("worktree", "prune", cwd=repo)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    git("worktree", "add", "-q", str(path), branch, cwd=repo)
+
+
+def worktree_remove(repo: str | Path, path: Path) -> None:
+    """Remove the worktree at `path` (its files too, even uncommitted ones); a worktree that is
+    already gone is only pruned."""
+    if path.exists():
+        git("worktree", "remove", "--force", "--force", str(path), cwd=repo, check=False)
+    git("worktree", "prune", cwd=repo, check=False)
+
+
+def branch_delete(repo: str | Path, branch: str) -> None:
+    git("branch", "-D", branch, cwd=repo, check=False)
+
+
+def is_merged(repo: str | Path, branch: str, into: str) -> bool:
+    """True when every commit of `branch` is already on `into`."""
+    done = git("merge-base", "--is-ancestor", branch, into, cwd=repo, check=False)
+    return done.returncode == 0
+
+
+def dirty_files(path: str | Path) -> list[str]:
+    """Changed, added and untracked files of a work tree (ignored files not counted)."""
+    out = git("status", "--porcelain", "-z", "--untracked-files=all", cwd=path).stdout
+    entries = out.decode("utf-8", "replace").split("\0")
+    files, skip_next = [], False
+    for entry in entries:
+        if skip_next or not entry:
+            skip_next = False
+            continue
+        files.append(entry[3:])
+        skip_next = entry[0] in "RC"  # a rename's old name follows as its own entry
+    return files
+
+
+def commit_all(path: str | Path, *, author: str, email: str, message: str) -> str | None:
+    """Commit every change of the work tree at `path` (`git add -A`); the new commit's id, or
+    None when nothing changed."""
+    git("add", "-A", cwd=path)
+    if git("diff", "--cached", "--quiet", cwd=path, check=False).returncode == 0:
+        return None
+    who = {
+        "GIT_AUTHOR_NAME": author,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": "Malamar",
+        "GIT_COMMITTER_EMAIL": "malamar@malamar.local",
+    }
+    git("commit", "-q", "--no-verify", "-m", message, cwd=path, env=who)
+    return git_text("rev-parse", "HEAD", cwd=path)
+
+
+MERGER = {
+    "GIT_AUTHOR_NAME": "Malamar",
+    "GIT_AUTHOR_EMAIL": "malamar@malamar.local",
+    "GIT_COMMITTER_NAME": "Malamar",
+    "GIT_COMMITTER_EMAIL": "malamar@malamar.local",
+}
+
+
+def merge_conflicts(repo: str | Path, *, branch: str, into: str) -> list[str]:
+    """Files that conflict when merging `branch` into `into`, worked out in git's object store
+    only (`merge-tree`): no work tree, index or ref changes."""
+    done = git(
+        "merge-tree", "--write-tree", "--name-only", "--no-messages", into, branch,
+        cwd=repo, check=False,
+    )  # fmt: skip
+    lines = done.stdout.decode("utf-8", "replace").splitlines()
+    if done.returncode == 0:
+        return []
+    if done.returncode != 1 or not lines:  # 1 without a tree: a branch git cannot merge
+        message = done.stderr.decode("utf-8", "replace").strip()
+        raise GitError(f"git merge-tree: {message or f'exit code {done.returncode}'}")
+    return [line for line in lines[1:] if line]  # the first line is the tree id
+
+
+def merge_into_checkout(repo: str | Path, *, branch: str, message: str) -> str:
+    """Merge `branch` into the branch checked out in `repo`: "fast-forward" or "merge commit".
+    The caller checked that the checkout is clean and that nothing conflicts; a merge that fails
+    anyway is aborted, so nothing is left half-merged."""
+    if is_merged(repo, "HEAD", branch):
+        git("merge", "-q", "--ff-only", branch, cwd=repo, env=MERGER)
+        return "fast-forward"
+    done = git("merge", "-q", "--no-ff", "--no-edit", "-m", message, branch,
+               cwd=repo, env=MERGER, check=False)  # fmt: skip
+    if done.returncode != 0:
+        git("merge", "--abort", cwd=repo, check=False)
+        text = done.stderr.decode("utf-8", "replace").strip() or done.stdout.decode().strip()
+        raise GitError(f"git merge: {text or f'exit code {done.returncode}'}")
+    return "merge commit"
+
+
+def merge_into_branch(repo: str | Path, *, branch: str, into: str, message: str) -> str:
+    """Merge `branch` into `into` when `into` is not checked out anywhere: only its ref moves
+    (a fast-forward, or a merge commit built with `merge-tree`)."""
+    if is_merged(repo, into, branch):
+        git("update-ref", f"refs/heads/{into}", branch, cwd=repo)
+        return "fast-forward"
+    tree = git_text("merge-tree", "--write-tree", into, branch, cwd=repo).splitlines()[0]
+    commit = git_text(
+        "commit-tree", tree, "-p", into, "-p", branch, "-m", message, cwd=repo, env=MERGER
+    )
+    git("update-ref", f"refs/heads/{into}", commit, cwd=repo)
+    return "merge commit"
+
+
+def checkout_of(repo: str | Path, branch: str) -> Path | None:
+    """The work tree (the main checkout or a linked worktree) that has `branch` checked out."""
+    out = git_text("worktree", "list", "--porcelain", cwd=repo)
+    path = None
+    for line in out.splitlines():
+        if line.startswith("worktree "):
+            path = Path(line.removeprefix("worktree "))
+        elif line == f"branch refs/heads/{branch}":
+            return path
+    return None
+
+
+def toplevel(path: str | Path) -> Path:
+    """The root of the main work tree `path` belongs to."""
+    common = Path(git_text("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=path))
+    return common.parent if common.name == ".git" else common

@@ -103,7 +103,8 @@ HEALTH_MARKS = (CliHealthStatus.UNHEALTHY, CliHealthStatus.SLOW)
 class CliHealth(models.Model):
     """The worker's latest health check per CLI, stored for the server to read."""
 
-    cli_type = models.CharField(primary_key=True, max_length=10)
+    # One of the four CLIs, or "custom:<agent id>" for a custom-command agent's own check.
+    cli_type = models.CharField(primary_key=True, max_length=40)
     status = models.CharField(
         max_length=12, choices=CliHealthStatus.choices, default=CliHealthStatus.NOT_CHECKED
     )
@@ -153,6 +154,9 @@ class AgentRun(models.Model):
     agent_id = models.CharField(max_length=21, null=True, blank=True)
     agent_name = models.CharField(max_length=200)
     cli_type = models.CharField(max_length=10)
+    # The model used: what the CLI's stream reported, else the agent's setting ("" = the CLI's
+    # default, not reported).
+    model = models.CharField(max_length=200, blank=True, default="")
     status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.RUNNING)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)

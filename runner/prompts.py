@@ -72,8 +72,10 @@ def task_input(
     comments: list[dict],
     logs: list[dict],
     output_path: str,
+    branch: tuple[str, str] | None = None,
 ) -> str:
-    """The task input file, in the spec's structure (comments and logs as JSONL, oldest first)."""
+    """The task input file, in the spec's structure (comments and logs as JSONL, oldest first).
+    `branch` = (the task's branch, its base) when the task works in a worktree of its own."""
     others = "\n".join(
         f"- {name} (you)" if name == agent.name else f"- {name}" for name in agent_names
     )
@@ -82,6 +84,7 @@ def task_input(
         "You are being orchestrated by Malamar, a multi-agent workflow system.",
         workspace.description.strip(),
         "",
+        *(branch_section(*branch) if branch else []),
         "# Your Role",
         f'You are the agent "{agent.name}" in this workflow.',
         "",
@@ -116,6 +119,17 @@ def task_input(
         "",
     ]
     return "\n".join(parts)
+
+
+def branch_section(branch: str, base: str) -> list[str]:
+    return [
+        "## Git Branch",
+        f"You work in a git worktree of this task's own, on the branch `{branch}`, made from "
+        f"`{base}`. Malamar commits your changes on this branch after your run, in your name. "
+        f"Do not switch branches, rewrite history or merge into `{base}`: the user reviews the "
+        "branch and merges it.",
+        "",
+    ]
 
 
 CHAT_OUTPUT_GUIDE = """\
@@ -196,6 +210,23 @@ def _notify(workspace, key: str) -> str:
     return f"inherit (the global setting, currently {state})"
 
 
+def _agent_cli_settings(agent) -> list[str]:
+    """The agent's model, effort, extra arguments and custom command, where set."""
+    lines = [
+        f"{label}: {value}"
+        for label, value in (
+            ("Model", agent.model),
+            ("Reasoning effort", agent.reasoning_effort),
+            ("Extra arguments", json.dumps(agent.extra_args) if agent.extra_args else ""),
+            ("Custom binary", agent.custom_binary),
+            ("Argument template", agent.custom_args),
+            ("Output", agent.custom_output if agent.cli_type == "custom" else ""),
+        )
+        if value
+    ]
+    return lines
+
+
 def chat_context(
     *, workspace, agents: list, clis: list[dict], mailgun_configured: bool, temp_dir: str
 ) -> str:
@@ -229,6 +260,7 @@ def chat_context(
             f"## {position}. {agent.name} (id: {agent.id})",
             "",
             f"CLI: {agent.cli_type}",
+            *_agent_cli_settings(agent),
             "",
             agent.instruction.strip(),
             "",

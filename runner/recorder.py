@@ -25,7 +25,7 @@ from runner.services import (
     agent_run_start,
     cli_health_run_succeeded,
 )
-from runner.streams import Delta, Trace, Usage, UserTerms, parse_line
+from runner.streams import Delta, ModelUsed, Trace, Usage, UserTerms, parse_line
 
 log = logging.getLogger(__name__)
 FLUSH_SECONDS = 0.25  # at most ~4 trace events per second per run
@@ -46,6 +46,7 @@ class RunRecorder:
         chat_id=None,
         stall_warn_seconds: float = 900,
         stall_kill_seconds: float = 0,
+        model: str = "",
     ):
         self.parser = cli_for(cli_type).stream_parser()
         self.terms = UserTerms(knowledge_dir=str(knowledge_base_dir()))
@@ -64,7 +65,9 @@ class RunRecorder:
         self.status = RunStatus.RUNNING
         self.exit_code: int | None = None
         self.killed_for_silence = False
+        self.model = self.reported_model = model  # saved again once the stream names another
         self.run = agent_run_start(
+            model=model,
             cli_type=cli_type,
             workspace_id=workspace_id,
             agent_id=agent_id,
@@ -127,6 +130,8 @@ class RunRecorder:
                 deltas.append(item.text)
             elif isinstance(item, Usage):
                 self._add_usage(item)
+            elif isinstance(item, ModelUsed):
+                self.reported_model = item.name[:200]
             elif isinstance(item, Trace):
                 item = self.terms.apply(item)  # every CLI's traces in the user's terms
                 if item is None:
@@ -172,9 +177,11 @@ class RunRecorder:
         return rows, deltas
 
     def _progress(self) -> dict:
+        model = {"model": self.reported_model} if self.reported_model != self.model else {}
         return {
             "trace_count": self.seq,
             "current_action": self.current[:500],
+            **model,
             **{k: v for k, v in self.totals.items() if v is not None},
         }
 

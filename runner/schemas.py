@@ -29,6 +29,12 @@ CHAT_ACTION_FIELDS = {
     "name": "string",
     "instruction": "string",
     "cli_type": "string",
+    "model": "string",  # "" = the CLI's default
+    "reasoning_effort": "string",
+    "extra_args": "array",
+    "custom_binary": "string",  # cli_type "custom"
+    "custom_args": "string",
+    "custom_output": "string",  # "file" | "stdout"
     "agent_ids": "array",
     "working_directory_mode": "string",
     "working_directory_path": "string",

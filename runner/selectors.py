@@ -3,33 +3,45 @@ from datetime import timedelta
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from agents.models import CLI_PREFERENCE, CliType
+from agents.models import CLI_PREFERENCE, CUSTOM_CLI, CUSTOM_CLI_LABEL, CliType, custom_health_key
 from core.settings_store import settings_public
+from runner.clis import cli_label
 from runner.models import HEALTH_MARKS, AgentRun, CliHealth, RunStatus, TraceEvent
 from runner.timeline import group_traces
 
 
+def _health(row: CliHealth, cli_type: str, name: str) -> dict:
+    return {
+        "cli_type": cli_type,
+        "name": name,
+        "status": row.status,
+        "available": row.is_available,
+        "error": row.error,
+        "version": row.version,
+        "binary_path": row.binary_path,
+        "answer": row.answer,
+        "checked_at": row.checked_at,
+        "refresh_requested_at": row.refresh_requested_at,
+    }
+
+
 def cli_health_all() -> list[dict]:
     """Each CLI's stored health, "not_checked" until the worker has checked it."""
-    rows = {row.cli_type: row for row in CliHealth.objects.all()}
-    result = []
-    for cli in CliType:
-        row = rows.get(cli.value) or CliHealth(cli_type=cli.value)
-        result.append(
-            {
-                "cli_type": cli.value,
-                "name": cli.label,
-                "status": row.status,
-                "available": row.is_available,
-                "error": row.error,
-                "version": row.version,
-                "binary_path": row.binary_path,
-                "answer": row.answer,
-                "checked_at": row.checked_at,
-                "refresh_requested_at": row.refresh_requested_at,
-            }
-        )
-    return result
+    rows = {row.cli_type: row for row in CliHealth.objects.filter(cli_type__in=CliType.values)}
+    return [
+        _health(rows.get(cli.value) or CliHealth(cli_type=cli.value), cli.value, cli.label)
+        for cli in CliType
+    ]
+
+
+def custom_cli_health(agent_ids) -> dict[str, dict]:
+    """{agent id: health} of custom-command agents (each checks its own command)."""
+    keys = {custom_health_key(agent_id): agent_id for agent_id in agent_ids}
+    rows = {row.cli_type: row for row in CliHealth.objects.filter(cli_type__in=list(keys))}
+    return {
+        agent_id: _health(rows.get(key) or CliHealth(cli_type=key), CUSTOM_CLI, CUSTOM_CLI_LABEL)
+        for key, agent_id in keys.items()
+    }
 
 
 def cli_health_marked() -> set[str]:
@@ -116,7 +128,7 @@ def _with_groups(runs: list) -> list:
         run.last_seq = traces[-1].seq if traces else 0
         run.hidden_traces = max(0, run.trace_count - len(traces))
         run.is_running = run.status == RunStatus.RUNNING
-        run.cli_label = CliType(run.cli_type).label if run.cli_type in CliType else run.cli_type
+        run.cli_label = cli_label(run.cli_type)
     return runs
 
 

@@ -21,6 +21,15 @@ def cli_health_check_request(*, cli_types) -> None:
         wake_worker_on_commit()
 
 
+def custom_health_check_request(*, key: str) -> None:
+    """Ask the worker to check a custom-command agent's CLI (`key`: its health row, see
+    agents.models.custom_health_key) with the real prompt, as for the four CLIs."""
+    with transaction.atomic():
+        CliHealth.objects.get_or_create(cli_type=key)
+        CliHealth.objects.filter(cli_type=key).update(refresh_requested_at=timezone.now())
+        wake_worker_on_commit()
+
+
 def cli_health_refresh_request() -> None:
     """ "Refresh": re-check every CLI now."""
     cli_health_check_request(cli_types=CliType.values)
@@ -67,10 +76,19 @@ def agent_run_event(run: AgentRun, **extra) -> dict:
 
 
 def agent_run_start(
-    *, cli_type: str, workspace_id: str, agent_id, agent_name: str, task_id=None, chat_id=None
+    *,
+    cli_type: str,
+    workspace_id: str,
+    agent_id,
+    agent_name: str,
+    task_id=None,
+    chat_id=None,
+    model: str = "",
 ) -> AgentRun:
-    """A run begins: one INSERT, in the caller's transaction (the run step's start)."""
+    """A run begins: one INSERT, in the caller's transaction (the run step's start). `model`:
+    the configured one, until the CLI's stream names the model it really uses."""
     return AgentRun.objects.create(
+        model=model,
         id=new_id(),
         workspace_id=workspace_id,
         task_id=task_id,

@@ -45,7 +45,14 @@ class Usage:
     total: bool = False  # True: replaces the running totals; False: adds to them
 
 
-StreamItem = Trace | Delta | Usage
+@dataclass
+class ModelUsed:
+    """The model the CLI says it runs (recorded on the run instead of the configured one)."""
+
+    name: str
+
+
+StreamItem = Trace | Delta | Usage | ModelUsed
 
 
 class StreamParser(Protocol):

@@ -1,5 +1,5 @@
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from ninja import Router, Schema, Status
 from pydantic import ConfigDict, Field
@@ -27,8 +27,29 @@ class TaskOut(Schema):
     # Error back-off: consecutive failed runs, and when the next try may start.
     failure_streak: int
     retry_not_before: datetime | None
+    branch_name: str = Field(
+        description="Branch per task: the task's branch (malamar/…); '' when it has none."
+    )
+    branch_base: str = Field(description="The branch it started from and merges into.")
     created_at: datetime
     updated_at: datetime
+
+
+class MergeOut(Schema):
+    how: str = Field(description='"fast-forward" or "merge commit".')
+    message: str
+    task: TaskOut
+
+
+class MergeRefusal(Schema):
+    code: Literal["CONFLICT"]
+    message: str
+    conflicts: list[str] = Field(description="Files that conflict.")
+    dirty: list[str] = Field(description="Uncommitted files in the checkout of the base.")
+
+
+class MergeRefused(Schema):
+    error: MergeRefusal
 
 
 class TaskCreate(Schema):
@@ -166,6 +187,31 @@ def retry_task(request, task_id: str):
 def stop_retrying_task(request, task_id: str):
     """Stop retrying a failing task: it waits in Todo until a comment or a retry."""
     return _act(task_id, services.task_retries_stop)
+
+
+@router.post("/tasks/{task_id}/merge", response={200: MergeOut, 409: MergeRefused})
+def merge_task_branch(request, task_id: str):
+    """Merge an In Review or Done task's branch into its base (fast-forward when possible); the
+    task moves to Done. 409 when files conflict or the checkout of the base has uncommitted
+    changes (listed): nothing is changed, and the task gets a system comment with the files."""
+    task = get_or_404(Task, task_id, "Task")
+    result = services.task_branch_merge(task=task)
+    message = services.merge_message(task, result)
+    if not result.merged:
+        refusal = {
+            "code": "CONFLICT",
+            "message": message,
+            "conflicts": list(result.conflicts),
+            "dirty": list(result.dirty),
+        }
+        return Status(409, {"error": refusal})
+    return {"how": result.how, "message": message, "task": _task(task_id)}
+
+
+@router.post("/tasks/{task_id}/discard", response=TaskOut)
+def discard_task_branch(request, task_id: str):
+    """Remove an In Review or Done task's worktree and branch (its work is thrown away)."""
+    return _act(task_id, services.task_branch_discard)
 
 
 @router.get("/tasks/{task_id}/comments", response=CommentList)

@@ -65,3 +65,21 @@ class DeleteDoneForm(forms.Form):
         if value.strip() != self.workspace.title:
             raise forms.ValidationError("The name does not match")
         return value
+
+
+class BranchDiscardForm(forms.Form):
+    confirm_branch = forms.CharField(
+        label="Type the branch name to confirm",
+        error_messages={"required": "Type the branch name to confirm"},
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+
+    def __init__(self, *args, task, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.task = task
+
+    def clean_confirm_branch(self):
+        value = self.cleaned_data["confirm_branch"]
+        if value.strip() != self.task.branch_name:
+            raise forms.ValidationError("The branch name does not match")
+        return value

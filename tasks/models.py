@@ -71,6 +71,9 @@ class Task(models.Model):
     # Retry back-off (DESIGN "Retries"): consecutive failed runs and when the next may start.
     failure_streak = models.PositiveIntegerField(default=0)
     retry_not_before = models.DateTimeField(null=True, blank=True)
+    # Branch per task: the task's branch and the branch it started from ("" = none yet).
+    branch_name = models.CharField(max_length=250, blank=True, default="")
+    branch_base = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

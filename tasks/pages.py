@@ -3,7 +3,7 @@
 from django.contrib import messages
 
 from tasks import selectors
-from tasks.forms import CommentForm, DeleteDoneForm, TaskForm
+from tasks.forms import BranchDiscardForm, CommentForm, DeleteDoneForm, TaskForm
 from tasks.models import Task, TaskStatus
 from workspaces.models import Workspace
 
@@ -36,6 +36,7 @@ def detail_context(task: Task) -> dict:
         "error_state": selectors.error_state(task),
         "comments": selectors.comments_for_detail(task),
         "comment_form": CommentForm(auto_id="task_comment_%s"),
+        "discard_form": BranchDiscardForm(task=task, auto_id="task_discard_%s"),
     }
 
 

@@ -231,6 +231,8 @@ def task_actions(task: Task) -> dict:
         "to_done": TaskStatus.DONE in moves,
         # Same rule as task_prioritize_toggle: only runnable tasks gain a priority.
         "prioritize": task.status in RUNNABLE_STATUSES or task.is_priority,
+        # Branch per task: merge or discard the task's branch once it waits for the user.
+        "branch": bool(task.branch_name) and task.status in (TaskStatus.IN_REVIEW, TaskStatus.DONE),
     }
 
 
@@ -239,6 +241,22 @@ def _status_label(value: str) -> str:
         return TaskStatus(value).label
     except ValueError:
         return value or "?"
+
+
+def _branch_texts(actor: str, meta: dict) -> dict[str, str]:
+    """Branch per task's activity entries, by event type."""
+    branch, base = meta.get("branch", ""), meta.get("base", "")
+    code = meta.get("exit_code")
+    return {
+        "branch_created": f"{actor} made branch {branch} from {base}",
+        "branch_committed": f"{actor} committed {str(meta.get('commit', ''))[:8]} on {branch}",
+        "branch_merged": f"{actor} merged {branch} into {base} ({meta.get('how', '')})",
+        "branch_discarded": f"{actor} discarded branch {branch}",
+        "setup_ran": (
+            f"Setup command `{meta.get('command', '')}` "
+            + ("succeeded" if code == 0 else f"failed (exit code {code})")
+        ),
+    }
 
 
 def activity_entries(task: Task) -> list[dict]:
@@ -263,6 +281,10 @@ def activity_entries(task: Task) -> list[dict]:
             "task_deprioritized": f"{actor} removed the priority",
             "retry_requested": f"{actor} retried the failing task now",
             "retries_stopped": f"{actor} stopped the retries",
+            **_branch_texts(actor, meta),
         }.get(log.event_type, f"{actor}: {log.event_type.replace('_', ' ')}")
-        entries.append({"log": log, "text": text, "actor_type": log.actor_type})
+        entry = {"log": log, "text": text, "actor_type": log.actor_type}
+        if log.event_type == "setup_ran":
+            entry["output"] = meta.get("output") or "(no output)"
+        entries.append(entry)
     return entries

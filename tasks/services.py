@@ -5,6 +5,7 @@ workspace `last_activity_at` bump and events, so a rule lives in exactly one pla
 API, the pages, the runner and chat actions.
 """
 
+import functools
 from datetime import timedelta
 
 from django.db import transaction
@@ -16,6 +17,7 @@ from core.actors import SYSTEM, USER, Actor
 from core.errors import Conflict, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
+from tasks import branches
 from tasks.models import (
     RUNNABLE_STATUSES,
     CommentKind,
@@ -365,9 +367,11 @@ def task_cancel(*, task: Task) -> Task:
 
 
 def task_delete(*, task: Task) -> None:
-    """Delete a task in any status; a running CLI is killed by the worker (its rows vanish)."""
+    """Delete a task in any status; a running CLI is killed by the worker (its rows vanish).
+    Its worktree goes too, and its branch unless merged (once the delete is committed)."""
     with transaction.atomic():
         payload = task_payload(task)
+        _remove_branch_on_commit(task, keep_merged=True)
         task.delete()
         workspace_touch(payload["workspace_id"])
         events.publish("task.deleted", payload)
@@ -396,3 +400,150 @@ def tasks_delete_expired(*, now=None) -> int:
             task_delete(task=task)
             deleted += 1
     return deleted
+
+
+# --- branch per task ------------------------------------------------------------------------
+
+
+def _remove_branch_on_commit(task: Task, *, keep_merged: bool) -> None:
+    if not task.branch_name and not branches.worktree_path(task.id).exists():
+        return
+    remove = functools.partial(
+        branches.remove,
+        repo_path=task.workspace.working_directory_path or "",
+        task_id=task.id,
+        branch=task.branch_name,
+        base=task.branch_base,
+        keep_merged=keep_merged,
+    )  # the values of now: the caller may clear the task's branch next
+    transaction.on_commit(remove)
+
+
+def task_note_add(*, task: Task, content: str) -> TaskComment:
+    """A system comment that informs without sending the task around again (unlike
+    comment_create): branch notes, merge refusals."""
+    now = timezone.now()
+    with transaction.atomic(savepoint=False):
+        comment = TaskComment.objects.create(
+            task=task,
+            workspace_id=task.workspace_id,
+            content=content,
+            kind=CommentKind.SYSTEM,
+            created_at=now,
+            updated_at=now,
+        )
+        log_add(task=task, event_type="comment_added", actor=SYSTEM)
+        _touch(task, now)
+        events.publish(
+            "task.comment_added",
+            task_payload(
+                task, comment_id=comment.id, author_name=SYSTEM.name, author_type="system"
+            ),
+        )
+    return comment
+
+
+def task_branch_record(*, task: Task, worktree: branches.Worktree) -> None:
+    """The worker made the task's worktree: remember its branch and base (and say why, when
+    it had to make it again)."""
+    with transaction.atomic():
+        task.branch_name, task.branch_base = worktree.branch, worktree.base
+        Task.objects.filter(id=task.id).update(
+            branch_name=worktree.branch, branch_base=worktree.base
+        )
+        log_add(
+            task=task,
+            event_type="branch_created",
+            actor=SYSTEM,
+            metadata={"branch": worktree.branch, "base": worktree.base},
+        )
+        if worktree.note:
+            task_note_add(task=task, content=worktree.note)
+
+
+def task_branch_commit_log(*, task: Task, actor: Actor, commit: str) -> None:
+    log_add(
+        task=task,
+        event_type="branch_committed",
+        actor=actor,
+        metadata={"agent_name": actor.name, "commit": commit, "branch": task.branch_name},
+    )
+
+
+def task_setup_log(*, task: Task, command: str, exit_code: int | None, output: str) -> None:
+    log_add(
+        task=task,
+        event_type="setup_ran",
+        actor=SYSTEM,
+        metadata={"command": command, "exit_code": exit_code, "output": output},
+    )
+
+
+BRANCH_ACTION_STATUSES = (TaskStatus.IN_REVIEW, TaskStatus.DONE)
+
+
+def _require_branch(task: Task, what: str) -> None:
+    if not task.branch_name:
+        raise Conflict(f"This task has no branch to {what}", field="branch")
+    if task.status not in BRANCH_ACTION_STATUSES:
+        raise Conflict(
+            f"Only an In Review or Done task's branch can be {what}d (wait for the agents)",
+            field="status",
+        )
+
+
+def task_branch_merge(*, task: Task) -> branches.MergeResult:
+    """Merge the task's branch into its base ("Merge into <base>"). Merged: the task moves to
+    Done. Refused (conflicts, a dirty checkout of the base): nothing changes in git, the task
+    stays where it is and a system comment lists the files. Raises Conflict when git cannot."""
+    _require_branch(task, "merge")
+    try:
+        result = branches.merge(task, task.workspace)
+    except branches.BranchProblem as exc:
+        with transaction.atomic():
+            task_note_add(task=task, content=str(exc))
+        raise Conflict(str(exc), field="branch") from exc
+    with transaction.atomic():
+        if result.merged:
+            log_add(
+                task=task,
+                event_type="branch_merged",
+                actor=USER,
+                metadata={"branch": task.branch_name, "base": task.branch_base, "how": result.how},
+            )
+            task_note_add(task=task, content=merge_message(task, result))
+            if task.status != TaskStatus.DONE:
+                task_status_set(task=task, status=TaskStatus.DONE, actor=USER)
+        else:
+            task_note_add(task=task, content=merge_message(task, result))
+    return result
+
+
+def merge_message(task: Task, result: branches.MergeResult) -> str:
+    branch, base = task.branch_name, task.branch_base
+    if result.merged:
+        return f"Merged `{branch}` into `{base}` ({result.how})."
+    if result.conflicts:
+        files = "\n".join(f"- `{name}`" for name in result.conflicts)
+        return (
+            f"`{branch}` cannot be merged into `{base}`: these files conflict. Nothing was "
+            f"changed; resolve the conflicts (or ask the agents to), then merge again.\n\n{files}"
+        )
+    files = "\n".join(f"- `{name}`" for name in result.dirty)
+    return (
+        f"`{branch}` was not merged: the checkout of `{base}` has uncommitted changes, which a "
+        f"merge could overwrite. Commit or stash them, then merge again.\n\n{files}"
+    )
+
+
+def task_branch_discard(*, task: Task) -> Task:
+    """Throw the task's work away: its worktree and branch are removed."""
+    _require_branch(task, "discard")
+    branch = task.branch_name
+    with transaction.atomic():
+        _remove_branch_on_commit(task, keep_merged=False)
+        task.branch_name, task.branch_base = "", ""
+        Task.objects.filter(id=task.id).update(branch_name="", branch_base="")
+        log_add(task=task, event_type="branch_discarded", actor=USER, metadata={"branch": branch})
+        task_note_add(task=task, content=f"Discarded branch `{branch}` and its worktree.")
+    return task

@@ -34,4 +34,6 @@ urlpatterns = [
     path("tasks/<str:task_id>/retry/", views.task_retry, name="task_retry"),
     path("tasks/<str:task_id>/stop-retrying/", views.task_retries_stop, name="task_retries_stop"),
     path("tasks/<str:task_id>/delete/", views.task_delete, name="task_delete"),
+    path("tasks/<str:task_id>/merge/", views.task_branch_merge, name="task_branch_merge"),
+    path("tasks/<str:task_id>/discard/", views.task_branch_discard, name="task_branch_discard"),
 ]

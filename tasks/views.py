@@ -18,7 +18,14 @@ from core.forms import apply_service_error
 from core.htmx import toast
 from runner.selectors import run_timelines
 from tasks import selectors, services
-from tasks.forms import CommentForm, DeleteDoneForm, DescriptionForm, SummaryForm, TaskForm
+from tasks.forms import (
+    BranchDiscardForm,
+    CommentForm,
+    DeleteDoneForm,
+    DescriptionForm,
+    SummaryForm,
+    TaskForm,
+)
 from tasks.models import Task, TaskStatus
 from tasks.pages import (
     CREATE_ID,
@@ -352,3 +359,47 @@ def task_delete(request, task_id: str):
         response, "tasks:changed", {"task_id": task_id, "statuses": [status], "board": True}
     )
     return response
+
+
+# --- branch per task ----------------------------------------------------------------------
+
+
+@require_POST
+def task_branch_merge(request, task_id: str):
+    """ "Merge into <base>": merged → Done; refused (conflicts, a dirty checkout) → the task
+    stays, a system comment lists the files and a toast says so."""
+    task = _task_or_404(task_id)
+    old_status = task.status
+    try:
+        result = services.task_branch_merge(task=task)
+    except ServiceError as error:
+        return _after_action(request, task, old_status, error=error)
+    if result.merged:
+        return _after_action(request, task, old_status, note=f"Merged into {task.branch_base}")
+    why = "files conflict" if result.conflicts else f"{task.branch_base} has uncommitted changes"
+    response = _after_action(request, task, old_status)
+    if request.htmx:
+        toast(response, f"Not merged: {why}. The comment lists the files.", "error")
+    else:
+        messages.error(request, f"Not merged: {why}.")
+    return response
+
+
+@require_POST
+def task_branch_discard(request, task_id: str):
+    """ "Discard": after the branch name is typed, the worktree and branch go."""
+    task = _task_or_404(task_id)
+    form = BranchDiscardForm(request.POST, task=task, auto_id="task_discard_%s")
+    if not form.is_valid():
+        if not request.htmx:
+            messages.error(request, "The branch name does not match")
+            return _not_htmx_back(request, task)
+        context = {"task": task, "discard_form": form}
+        response = render(request, "tasks/branch.html#discard_form", context)
+        return reswap(retarget(response, "#task-discard-form"), "outerHTML")
+    return _task_action(
+        request,
+        task_id,
+        lambda task: services.task_branch_discard(task=task),
+        note="Branch discarded",
+    )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.models import CliType
+from agents.models import AGENT_CLI_CHOICES, CUSTOM_CLI, CliType
 from runner.clis import CLIS, cli_for
 from runner.clis.base import HEALTH_PROMPT, Cli, Command, Invocation, StdoutResult
 from runner.schemas import task_schema
@@ -74,11 +74,12 @@ def test_a_cli_missing_a_class_attribute_cannot_exist():
 
 
 def test_the_registry_holds_one_of_each_cli_type():
-    assert list(CLIS) == [CliType.CLAUDE, CliType.GEMINI, CliType.CODEX, CliType.OPENCODE]
-    assert set(CLIS) == set(CliType.values)
+    installed = [CliType.CLAUDE, CliType.GEMINI, CliType.CODEX, CliType.OPENCODE]
+    assert list(CLIS) == [*installed, CUSTOM_CLI]  # the four installed CLIs + custom command
+    assert set(CLIS) == {value for value, _label in AGENT_CLI_CHOICES}
     for cli_type, cli in CLIS.items():
         assert cli_for(cli_type) is cli and cli.name == cli_type
-        assert cli.label == CliType(cli_type).label
+        assert cli.label == dict(AGENT_CLI_CHOICES)[cli_type]
     with pytest.raises(KeyError):
         cli_for("bash")
 

@@ -2,7 +2,15 @@
 
 import pytest
 
-from runner.git import GitError, git, git_text, is_repository
+from runner.git import (
+    GitError,
+    commit_all,
+    dirty_files,
+    git,
+    git_text,
+    is_repository,
+    merge_conflicts,
+)
 
 
 def test_is_repository_tells_a_work_tree_from_a_plain_folder(tmp_path):
@@ -30,3 +38,60 @@ def test_the_users_global_config_does_not_reach_git(tmp_path, monkeypatch):
     git("init", "-q", cwd=repo)
     assert (repo / ".git").is_dir()  # GIT_DIR from our environment was not used
     assert git("hi", cwd=repo, check=False).returncode != 0  # no user aliases
+
+
+# --- branch per task helpers -----------------------------------------------------------------
+
+WHO = {
+    "GIT_AUTHOR_NAME": "Me",
+    "GIT_AUTHOR_EMAIL": "me@example.com",
+    "GIT_COMMITTER_NAME": "Me",
+    "GIT_COMMITTER_EMAIL": "me@example.com",
+}
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "repo"
+    path.mkdir()
+    git("init", "-q", "-b", "main", cwd=path)
+    (path / "a.txt").write_text("a\n")
+    git("add", "-A", cwd=path)
+    git("commit", "-q", "-m", "first", cwd=path, env=WHO)
+    return path
+
+
+def test_dirty_files_lists_changes_untracked_files_and_renames_once(repo):
+    assert dirty_files(repo) == []
+    git("mv", "a.txt", "b c.txt", cwd=repo)
+    (repo / "new dir").mkdir()
+    (repo / "new dir" / "n.txt").write_text("n\n")
+    assert sorted(dirty_files(repo)) == ["b c.txt", "new dir/n.txt"]
+
+
+def test_commit_all_commits_everything_as_the_author_or_nothing(repo):
+    assert commit_all(repo, author="Planner", email="planner@malamar.local", message="m") is None
+    (repo / "a.txt").unlink()
+    (repo / "plan.md").write_text("plan\n")
+    sha = commit_all(repo, author="Planner", email="planner@malamar.local", message="Plan it")
+    assert git_text("log", "-1", "--format=%H|%an|%ae|%cn|%s", cwd=repo) == (
+        f"{sha}|Planner|planner@malamar.local|Malamar|Plan it"
+    )
+    assert git_text("ls-files", cwd=repo) == "plan.md"
+
+
+def test_merge_conflicts_are_found_without_touching_anything(repo):
+    git("branch", "topic", cwd=repo)
+    (repo / "a.txt").write_text("main\n")
+    git("commit", "-q", "-am", "main", cwd=repo, env=WHO)
+    git("checkout", "-q", "topic", cwd=repo)
+    (repo / "a.txt").write_text("topic\n")
+    git("commit", "-q", "-am", "topic", cwd=repo, env=WHO)
+    git("checkout", "-q", "main", cwd=repo)
+    before = git_text("for-each-ref", cwd=repo), git_text("status", "--porcelain", cwd=repo)
+    assert merge_conflicts(repo, branch="topic", into="main") == ["a.txt"]
+    assert (git_text("for-each-ref", cwd=repo), git_text("status", "--porcelain", cwd=repo)) == (
+        before
+    )
+    with pytest.raises(GitError):
+        merge_conflicts(repo, branch="nope", into="main")

@@ -67,6 +67,7 @@ def test_cli_options_follow_the_preference_order(client, workspace):
         "codex",
         "gemini",
         "opencode",
+        "custom",  # the custom command comes last
     ]
 
 

@@ -39,6 +39,12 @@ class WorkspaceOut(Schema):
         description="Whether In Review notifies now (notify_on_in_review, or the global one)."
     )
     stall_kill_minutes: float
+    isolation: Literal["none", "branch"] = Field(
+        description='"branch": each task works in a git worktree on a branch of its own.'
+    )
+    base_branch: str = Field(description="Branch tasks start from ('' = the current one).")
+    setup_command: str = Field(description="Run once in each new worktree (no shell).")
+    parallel_tasks: int = Field(description="Tasks that may run at once (>1 needs branch).")
     last_activity_at: datetime
     created_at: datetime
     updated_at: datetime
@@ -64,6 +70,10 @@ class WorkspaceUpdate(Schema):
     notify_on_error: Notify | None = None
     notify_on_in_review: Notify | None = None
     stall_kill_minutes: float | None = None
+    isolation: Literal["none", "branch"] | None = None
+    base_branch: str | None = None
+    setup_command: str | None = None
+    parallel_tasks: int | None = None
 
 
 class WorkspaceCreate(WorkspaceUpdate):

@@ -3,8 +3,10 @@
 from django import forms
 
 from workspaces.models import (
+    PARALLEL_TASKS_MAX,
     RETENTION_DAYS_MAX,
     STALL_KILL_MINUTES_MAX,
+    Isolation,
     NotifySetting,
     WorkingDirectoryMode,
     Workspace,
@@ -73,6 +75,44 @@ class WorkspaceSettingsForm(forms.Form):
             }
         ),
     )
+    isolation = forms.ChoiceField(
+        label="Isolation",
+        choices=Isolation.choices,
+        required=False,  # not sent: none
+        help_text=(
+            "Branch per task: each task works in a git worktree of its own, on a branch "
+            "malamar/…, and your checkout is left alone until you merge. Needs a git repository."
+        ),
+    )
+    base_branch = forms.CharField(
+        label="Base branch",
+        required=False,
+        max_length=200,
+        help_text="Task branches start from it and merge into it. Empty: the current branch.",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
+    )
+    setup_command = forms.CharField(
+        label="Setup command",
+        required=False,
+        help_text="Run once in each new worktree, without a shell (e.g. npm ci).",
+        widget=forms.TextInput(
+            attrs={"placeholder": "npm ci", "spellcheck": "false", "autocomplete": "off"}
+        ),
+    )
+    parallel_tasks = forms.IntegerField(
+        label="Parallel tasks",
+        required=False,  # not sent: 1
+        min_value=1,
+        max_value=PARALLEL_TASKS_MAX,
+        help_text="Tasks that run at once. More than 1 needs branch per task.",
+        error_messages={
+            "required": "Enter a number of tasks (1 or more)",
+            "invalid": "Enter a whole number",
+            "min_value": "Enter 1 or more",
+            "max_value": f"Enter at most {PARALLEL_TASKS_MAX}",
+        },
+        widget=forms.NumberInput(attrs={"min": 1, "inputmode": "numeric"}),
+    )
     auto_delete_done_tasks = forms.BooleanField(
         label="Delete done tasks automatically",
         required=False,
@@ -124,6 +164,13 @@ class WorkspaceSettingsForm(forms.Form):
         # "Inherit (currently on)": which value is in effect with the global settings of now.
         for key, choices in notify_choices().items():
             self.fields[key].choices = choices
+
+    def clean_isolation(self):
+        return self.cleaned_data["isolation"] or Isolation.NONE
+
+    def clean_parallel_tasks(self):
+        value = self.cleaned_data["parallel_tasks"]
+        return 1 if value is None else value
 
     @classmethod
     def for_workspace(cls, workspace: Workspace) -> "WorkspaceSettingsForm":

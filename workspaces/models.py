@@ -16,6 +16,17 @@ class WorkingDirectoryMode(models.TextChoices):
     TEMP = "temp", "Temp folder"
 
 
+class Isolation(models.TextChoices):
+    """Where a task's agents work in a static repository: in it (none), or each task in a git
+    worktree of its own on a branch of its own (branch)."""
+
+    NONE = "none", "None"
+    BRANCH = "branch", "Branch per task"
+
+
+PARALLEL_TASKS_MAX = 16
+
+
 class NotifySetting(models.TextChoices):
     """A workspace's email/webhook switch: follow the global setting, or its own on/off."""
 
@@ -40,6 +51,14 @@ class Workspace(models.Model):
         max_length=10, choices=WorkingDirectoryMode.choices, default=WorkingDirectoryMode.TEMP
     )
     working_directory_path = models.TextField(null=True, blank=True)
+    isolation = models.CharField(max_length=10, choices=Isolation.choices, default=Isolation.NONE)
+    # Branch per task: the branch new task branches start from and merge into ("" = the
+    # repository's current branch, read when a task starts).
+    base_branch = models.CharField(max_length=200, blank=True, default="")
+    # Run once in each new worktree (argv by shlex.split, no shell), e.g. "npm ci".
+    setup_command = models.TextField(blank=True, default="")
+    # How many tasks run at once (more than 1 only with isolation).
+    parallel_tasks = models.PositiveIntegerField(default=1)
     auto_delete_done_tasks = models.BooleanField(default=True)
     retention_days = models.PositiveIntegerField(default=7)
     # "inherit" follows the global setting of the same name (workspaces.selectors.notify_effective).
@@ -61,9 +80,22 @@ class Workspace(models.Model):
         db_table = "workspaces"
         constraints = [
             choices_check("working_directory_mode", WorkingDirectoryMode.choices),
+            choices_check("isolation", Isolation.choices),
             choices_check("notify_on_error", NotifySetting.choices),
             choices_check("notify_on_in_review", NotifySetting.choices),
         ]
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def isolated(self) -> bool:
+        return (
+            self.isolation == Isolation.BRANCH
+            and self.working_directory_mode == WorkingDirectoryMode.STATIC
+        )
+
+    @property
+    def parallel_limit(self) -> int:
+        """Tasks that may run at once: the setting with isolation, else one (the spec's rule)."""
+        return max(1, self.parallel_tasks) if self.isolated else 1

@@ -1,3 +1,6 @@
+import shlex
+from pathlib import Path
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -7,10 +10,14 @@ from core.errors import ValidationFailed, require_text
 from core.fields import max_length_of
 from core.models import Marker
 from core.wake import wake_worker_on_commit
+from runner.git import GitError, branch_exists, git_binary, git_text
+from tasks import branches
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
+    PARALLEL_TASKS_MAX,
     RETENTION_DAYS_MAX,
     STALL_KILL_MINUTES_MAX,
+    Isolation,
     NotifySetting,
     WorkingDirectoryMode,
     Workspace,
@@ -28,7 +35,19 @@ EDITABLE_FIELDS = (
     "notify_on_error",
     "notify_on_in_review",
     "stall_kill_minutes",
+    "isolation",
+    "base_branch",
+    "setup_command",
+    "parallel_tasks",
 )
+# A change to one of these checks the branch-per-task rules again.
+ISOLATION_FIELDS = {
+    "working_directory_mode",
+    "working_directory_path",
+    "isolation",
+    "base_branch",
+    "parallel_tasks",
+}
 NOTIFY_FIELDS = ("notify_on_error", "notify_on_in_review")
 
 
@@ -83,7 +102,32 @@ def _clean(fields: dict) -> dict:
     for key in NOTIFY_FIELDS:
         if key in clean:
             clean[key] = _notify_value(key, clean[key])
+    _clean_isolation(clean)
     return clean
+
+
+def _clean_isolation(clean: dict) -> None:
+    if "isolation" in clean and clean["isolation"] not in Isolation.values:
+        raise ValidationFailed("isolation must be 'none' or 'branch'", field="isolation")
+    if "base_branch" in clean:
+        clean["base_branch"] = (clean["base_branch"] or "").strip()
+    if "setup_command" in clean:
+        clean["setup_command"] = (clean["setup_command"] or "").strip()
+        try:
+            shlex.split(clean["setup_command"])
+        except ValueError as exc:
+            raise ValidationFailed(
+                f"setup_command cannot be read: {exc}", field="setup_command"
+            ) from None
+    if "parallel_tasks" in clean:
+        count = clean["parallel_tasks"]
+        if isinstance(count, bool) or not isinstance(count, int):
+            count = -1
+        if not 1 <= count <= PARALLEL_TASKS_MAX:
+            raise ValidationFailed(
+                f"parallel_tasks must be a whole number from 1 to {PARALLEL_TASKS_MAX}",
+                field="parallel_tasks",
+            )
 
 
 def _notify_value(key: str, value) -> str:
@@ -105,6 +149,51 @@ def _check_directory(workspace: Workspace) -> None:
         )
 
 
+def _check_isolation(workspace: Workspace) -> None:
+    """Branch per task needs a static directory at the top of a git repository (and a base
+    branch that exists there); several tasks at once need branch per task."""
+    if workspace.isolation != Isolation.BRANCH:
+        if workspace.parallel_tasks > 1:
+            raise ValidationFailed(
+                "parallel_tasks above 1 needs isolation 'branch' (branch per task): tasks "
+                "running at once in one folder would edit each other's files",
+                field="parallel_tasks",
+            )
+        return
+    if workspace.working_directory_mode != WorkingDirectoryMode.STATIC:
+        raise ValidationFailed(
+            "Branch per task needs a static working directory that is a git repository",
+            field="isolation",
+        )
+    path = Path(workspace.working_directory_path or "").expanduser()
+    if git_binary() is None:
+        raise ValidationFailed(
+            "Branch per task needs git: install the git package", field="isolation"
+        )
+    if not _is_repository_top(path):
+        raise ValidationFailed(
+            f"Branch per task needs a git repository: {path} is not the top folder of one "
+            "(run `git init` there, or pick the repository's top folder)",
+            field="isolation",
+        )
+    if workspace.base_branch and not branch_exists(path, workspace.base_branch):
+        raise ValidationFailed(
+            f"Base branch {workspace.base_branch} does not exist in {path}",
+            field="base_branch",
+        )
+
+
+def _is_repository_top(path: Path) -> bool:
+    if not path.is_dir():
+        return False
+    try:
+        return git_text("rev-parse", "--show-prefix", cwd=path) == "" and (
+            git_text("rev-parse", "--is-bare-repository", cwd=path) == "false"
+        )
+    except GitError:
+        return False
+
+
 def _payload(workspace: Workspace) -> dict:
     return {"workspace_id": workspace.id, "title": workspace.title}
 
@@ -114,6 +203,7 @@ def workspace_create(*, title: str, **fields) -> Workspace:
     now = timezone.now()
     workspace = Workspace(**clean, created_at=now, updated_at=now, last_activity_at=now)
     _check_directory(workspace)
+    _check_isolation(workspace)
     with transaction.atomic():
         workspace.save(force_insert=True)
         events.publish("workspace.created", _payload(workspace))
@@ -125,6 +215,8 @@ def workspace_update(*, workspace: Workspace, **fields) -> Workspace:
     for name, value in clean.items():
         setattr(workspace, name, value)
     _check_directory(workspace)
+    if ISOLATION_FIELDS & set(clean):
+        _check_isolation(workspace)
     now = timezone.now()
     workspace.updated_at = now
     workspace.last_activity_at = now
@@ -146,10 +238,25 @@ def workspace_delete(*, workspace: Workspace) -> None:
     with transaction.atomic():
         payload = _payload(workspace)
         chat_ids = list(workspace.chats.values_list("id", flat=True))
+        task_branches = list(
+            workspace.tasks.values_list("id", "branch_name", "branch_base").exclude(branch_name="")
+        )
         workspace.delete()
+        transaction.on_commit(lambda: _remove_task_branches(workspace, task_branches))
         chat_attachment_folders_remove(chat_ids=chat_ids)
         events.publish("workspace.deleted", payload)
         wake_worker_on_commit()
+
+
+def _remove_task_branches(workspace: Workspace, task_branches: list[tuple]) -> None:
+    for task_id, branch, base in task_branches:
+        branches.remove(
+            repo_path=workspace.working_directory_path or "",
+            task_id=task_id,
+            branch=branch,
+            base=base,
+            keep_merged=True,
+        )
 
 
 def first_run_checklist_dismiss() -> None:

@@ -4,8 +4,10 @@ A CLI class is pure: it builds argv lists (never a shell string) and reads CLI o
 Only runner/worker/process.py starts processes.
 """
 
+import shlex
+import string
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,6 +18,31 @@ HEALTH_PROMPT = "Reply with the single word OK."
 
 
 @dataclass(frozen=True)
+class CustomCommand:
+    """A "Custom command" agent's CLI (runner/clis/custom.py): its binary, its argument
+    template (shlex syntax with placeholders, no shell), extra environment, and where its answer
+    comes from: "file" (it writes {output_file}) or "stdout" (it prints the JSON result)."""
+
+    binary: str = ""
+    args: str = "{prompt}"
+    env: tuple[tuple[str, str], ...] = ()
+    output: str = "file"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """An agent's own settings for its CLI: model (empty = the CLI's default), reasoning effort
+    (only for CLIs that have one) and extra arguments (validated by agents.services). They
+    apply only when the run uses the agent's own CLI (a chat's CLI override runs without them:
+    another CLI's flags would break it)."""
+
+    model: str = ""
+    effort: str = ""
+    extra_args: tuple[str, ...] = ()
+    custom: CustomCommand | None = None
+
+
+@dataclass(frozen=True)
 class Invocation:
     binary: str
     prompt: str
@@ -23,6 +50,9 @@ class Invocation:
     schema: dict
     schema_path: Path
     include_dirs: tuple[str, ...] = ()
+    options: RunOptions = field(default_factory=RunOptions)
+    input_path: Path | None = None
+    cwd: str = ""
 
 
 @dataclass(frozen=True)
@@ -49,6 +79,16 @@ class Cli(ABC):
     label: ClassVar[str]  # how the user knows it
     # Prefixes of routine stderr lines, never an error.
     stderr_noise: ClassVar[tuple[str, ...]] = ()
+
+    # What an agent may set for this CLI (from its --help in shared/cli-samples/help/); the
+    # defaults say "nothing": no model flag, no reasoning effort, every argument allowed.
+    model_flag = ""  # the option taking the agent's model
+    model_hint = ""  # how the model is written, for the agent dialog
+    model_suggestions = ()  # type: tuple[str, ...]
+    efforts = ()  # the reasoning efforts it accepts (empty: it has none)
+    # Options that would break Malamar's contract (prompt, output, format, schema, permissions,
+    # sandbox, working directory) or that have a field of their own (model, effort).
+    reserved_options = ()  # type: tuple[str, ...]
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -80,6 +120,30 @@ class Cli(ABC):
     def explain(self, stderr: str) -> str:
         """A hint appended to a failed run's error when stderr shows a known trap, else ""."""
         return ""
+
+    def configured(self, options: RunOptions) -> "Cli":
+        """The CLI as this run's agent set it up (the custom command carries its own)."""
+        return self
+
+    def effort_args(self, effort: str) -> list[str]:
+        """The arguments that set `effort` (only called for one of `efforts`)."""
+        return []
+
+    def option_args(self, options: RunOptions) -> list[str]:
+        """The agent's model, effort and extra arguments as arguments of this CLI."""
+        args = [self.model_flag, options.model] if options.model and self.model_flag else []
+        if options.effort in self.efforts:
+            args += self.effort_args(options.effort)
+        return args + list(options.extra_args)
+
+    def reserved_option(self, arg: str) -> str | None:
+        """The reserved option `arg` is (or sets, as `--opt=value` or a glued `-ovalue`)."""
+        for option in self.reserved_options:
+            if arg == option or arg.startswith(option + "="):
+                return option
+            if len(option) == 2 and option.startswith("-") and arg.startswith(option):
+                return option  # a short option with its value glued on
+        return None
 
 
 def last_json_object(text: str) -> dict | None:
@@ -124,3 +188,47 @@ def json_document(text: str) -> dict | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+# Custom commands' argument templates (runner/clis/custom.py; agents.services validates them).
+# {temp_dir}: the folder holding the input and output files (outside {cwd}; CLIs that limit
+# their file tools to a workspace need it included).
+PLACEHOLDERS = ("prompt", "input_file", "output_file", "cwd", "model", "temp_dir")
+
+
+class TemplateError(ValueError):
+    """An argument template that cannot be used (the message names what is wrong)."""
+
+
+def template_args(template: str) -> list[str]:
+    """The template's arguments, each checked: only known placeholders, written plainly
+    (`{prompt}`, not `{prompt!r}` or `{prompt.x}`); `{{` and `}}` are literal braces."""
+    try:
+        args = shlex.split(template)
+    except ValueError as exc:  # e.g. an unclosed quote
+        raise TemplateError(f"the argument template cannot be split: {exc}") from None
+    for arg in args:
+        try:
+            fields = list(string.Formatter().parse(arg))
+        except ValueError as exc:
+            raise TemplateError(f"argument {arg!r}: {exc} (write {{{{ for a brace)") from None
+        for _text, name, spec, conversion in fields:
+            if name is None:
+                continue
+            if name not in PLACEHOLDERS or spec or conversion:
+                known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+                raise TemplateError(
+                    f"argument {arg!r}: unknown placeholder {{{name}}} (known: {known})"
+                )
+    return args
+
+
+def fill(template: str, values: dict[str, str]) -> list[str]:
+    """The template's arguments with the placeholders replaced (one argv element each, so a
+    prompt with spaces or quotes stays one argument). An argument holding {model} is left out
+    when no model is set, so `--model={model}` means "the CLI's default" then."""
+    return [
+        arg.format_map(values)
+        for arg in template_args(template)
+        if values.get("model") or "{model}" not in arg
+    ]

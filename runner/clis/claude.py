@@ -15,6 +15,7 @@ from runner.schemas import schema_json
 from runner.streams import (
     TEXT_CHARS,
     Delta,
+    ModelUsed,
     StreamItem,
     StreamParser,
     Trace,
@@ -33,6 +34,33 @@ ROOT_HINT = (
 class Claude(Cli):
     name = CliType.CLAUDE.value
     label = str(CliType.CLAUDE.label)
+    model_flag = "--model"
+    model_hint = "an alias (opus, sonnet) or a full model name"
+    model_suggestions = ("opus", "sonnet", "haiku")
+    efforts = ("low", "medium", "high", "xhigh", "max")
+    reserved_options = (
+        "-p",
+        "--print",
+        "--output-format",
+        "--input-format",
+        "--json-schema",
+        "--dangerously-skip-permissions",
+        "--allow-dangerously-skip-permissions",
+        "--permission-mode",
+        "--model",
+        "--effort",
+        "-c",
+        "--continue",
+        "-r",
+        "--resume",
+        "-w",
+        "--worktree",
+        "--bg",
+        "--background",
+    )
+
+    def effort_args(self, effort: str) -> list[str]:
+        return ["--effort", effort]
 
     def command(self, invocation: Invocation) -> Command:
         return Command(
@@ -47,6 +75,7 @@ class Claude(Cli):
                 "--verbose",
                 "--json-schema",
                 schema_json(invocation.schema),
+                *self.option_args(invocation.options),
             ]
         )
 
@@ -130,7 +159,9 @@ class ClaudeStream:
     def _system(self, event: dict) -> list[StreamItem]:
         if event.get("subtype") == "init":
             self.cwd = event.get("cwd") or ""
-            return [Trace("status", f"Started ({event.get('model') or 'Claude'})")]
+            model = event.get("model")
+            started = Trace("status", f"Started ({model or 'Claude'})")
+            return [started, ModelUsed(str(model))] if model else [started]
         if event.get("subtype") == "api_retry":
             attempt, most = event.get("attempt"), event.get("max_retries")
             return [Trace("status", f"Model API unavailable, retry {attempt}/{most}")]

@@ -22,14 +22,50 @@ from runner.streams import (
 )
 
 _EXEC = ["exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
+# Config keys (`-c key=value`) that have a field of their own or would undo the contract.
+_RESERVED_CONFIG = ("model", "model_reasoning_effort", "sandbox_mode", "approval_policy")
 
 
 class Codex(Cli):
     name = CliType.CODEX.value
     label = str(CliType.CODEX.label)
+    model_flag = "-m"
+    model_hint = "an OpenAI model name (or one of your config's providers)"
+    model_suggestions = ("gpt-5-codex", "gpt-5", "o3")
+    efforts = ("minimal", "low", "medium", "high")
+    reserved_options = (
+        "--json",
+        "-o",
+        "--output-last-message",
+        "--output-schema",
+        "-s",
+        "--sandbox",
+        "-a",
+        "--ask-for-approval",
+        "--approve-for-me",
+        "--full-auto",
+        "-m",
+        "--model",
+        "-C",
+        "--cd",
+        "--worktree",
+    )
+
+    def effort_args(self, effort: str) -> list[str]:
+        return ["-c", f"model_reasoning_effort={effort}"]
+
+    def reserved_option(self, arg: str) -> str | None:
+        # `-c key=value` may set any config key: the keys with a meaning here are reserved,
+        # whether the value comes as the next argument or glued on (`-ckey=…`, `--config=…`).
+        setting = arg.removeprefix("--config=").removeprefix("-c")
+        key = setting.split("=", 1)[0].strip()
+        if "=" in setting and key in _RESERVED_CONFIG:
+            return f"-c {key}=…"
+        return super().reserved_option(arg)
 
     def command(self, invocation: Invocation) -> Command:
         # -o and --output-schema go together: -o alone overwrites the file with plain chat text.
+        # The agent's options come before the prompt (a positional argument).
         return Command(
             [
                 invocation.binary,
@@ -39,6 +75,7 @@ class Codex(Cli):
                 str(invocation.schema_path),
                 "-o",
                 str(invocation.output_path),
+                *self.option_args(invocation.options),
                 invocation.prompt,
             ]
         )

@@ -15,6 +15,7 @@ from runner.clis.base import (
 from runner.streams import (
     TEXT_CHARS,
     Delta,
+    ModelUsed,
     StreamItem,
     StreamParser,
     Trace,
@@ -30,13 +31,39 @@ class Gemini(Cli):
     label = str(CliType.GEMINI.label)
     # Printed on stderr by every --yolo run; not part of any error.
     stderr_noise = ("YOLO mode is enabled",)
+    model_flag = "-m"
+    model_hint = "a Gemini model name"
+    model_suggestions = ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite")
+    # No reasoning effort option in 0.61's --help: the model choice is all there is.
+    reserved_options = (
+        "-p",
+        "--prompt",
+        "-i",
+        "--prompt-interactive",
+        "-o",
+        "--output-format",
+        "-y",
+        "--yolo",
+        "--approval-mode",
+        "-s",
+        "--sandbox",
+        "--include-directories",
+        "-m",
+        "--model",
+        "--acp",
+        "--experimental-acp",
+        "-r",
+        "--resume",
+        "-w",
+        "--worktree",
+    )
 
     def command(self, invocation: Invocation) -> Command:
         argv = [invocation.binary, "-p", invocation.prompt, "--yolo", "--skip-trust"]
         if invocation.include_dirs:
             # One comma-separated value: the option is an array that swallows following words.
             argv += ["--include-directories", ",".join(invocation.include_dirs)]
-        return Command([*argv, "-o", "stream-json"])
+        return Command([*argv, "-o", "stream-json", *self.option_args(invocation.options)])
 
     def health_command(self, binary: str) -> Command:
         return Command([binary, "-p", HEALTH_PROMPT, "--yolo", "--skip-trust", "-o", "json"])
@@ -61,7 +88,10 @@ class GeminiStream:
     def parse(self, event: dict) -> list[StreamItem]:
         kind = event.get("type")
         if kind == "init":
-            return [Trace("status", f"Started ({event.get('model') or 'Gemini'})")]
+            model = event.get("model")
+            started = Trace("status", f"Started ({model or 'Gemini'})")
+            # "auto" is Gemini's router, not a model: the result's stats name the real one.
+            return [started, ModelUsed(str(model))] if model and model != "auto" else [started]
         if kind == "message" and event.get("role") == "assistant":
             text = event.get("content") or ""
             if event.get("delta"):
@@ -92,6 +122,9 @@ class GeminiStream:
                     total=True,
                 )
             ]
+            models = stats.get("models")
+            if isinstance(models, dict) and models:
+                items.append(ModelUsed(", ".join(str(name) for name in models)))
             if event.get("status") == "error":
                 message = (event.get("error") or {}).get("message") or "Gemini reported an error"
                 items.append(Trace("error", trim(message)))

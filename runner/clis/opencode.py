@@ -31,9 +31,41 @@ _RUN = ["run", "--auto", "--format", "json"]
 class OpenCode(Cli):
     name = CliType.OPENCODE.value
     label = str(CliType.OPENCODE.label)
+    model_flag = "-m"
+    model_hint = "provider/model, as `opencode models` lists them"
+    model_suggestions = (
+        "anthropic/claude-sonnet-4-5",
+        "openai/gpt-5",
+        "google/gemini-2.5-pro",
+        "opencode/grok-code",
+    )
+    # `--variant`: "model variant (provider-specific reasoning effort, e.g., high, max,
+    # minimal)" in 1.18.33's `run --help`.
+    efforts = ("minimal", "low", "medium", "high", "max")
+    reserved_options = (
+        "--format",
+        "--auto",
+        "-m",
+        "--model",
+        "--variant",
+        "-i",
+        "--interactive",
+        "-c",
+        "--continue",
+        "-s",
+        "--session",
+        "--fork",
+        "--command",
+        "--attach",
+        "--dir",
+    )
+
+    def effort_args(self, effort: str) -> list[str]:
+        return ["--variant", effort]
 
     def command(self, invocation: Invocation) -> Command:
-        return Command([invocation.binary, *_RUN], stdin=invocation.prompt.encode())
+        argv = [invocation.binary, *_RUN, *self.option_args(invocation.options)]
+        return Command(argv, stdin=invocation.prompt.encode())
 
     def health_command(self, binary: str) -> Command:
         return Command([binary, *_RUN], stdin=HEALTH_PROMPT.encode())

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.models import CliType
+from agents.models import CUSTOM_CLI
 from core.settings_store import binary_problem, cli_settings_for
 from core.storable import loads_storable
-from runner.clis import cli_for
-from runner.clis.base import Invocation, stderr_message
+from runner.clis import CLIS, cli_for
+from runner.clis.base import Cli, CustomCommand, Invocation, RunOptions, stderr_message
 from runner.files import read_output, remove_quietly, schema_path
 from runner.prompts import PROMPT_TEMPLATE
 from runner.schemas import schema_json
@@ -32,6 +32,24 @@ class Execution:
     error: str | None = None
     stopped: bool = False
     result: process.ProcessResult | None = None
+
+
+def options_for(agent) -> RunOptions:
+    """An agent's own CLI settings, as a run of its CLI uses them."""
+    custom = None
+    if agent.cli_type == CUSTOM_CLI:
+        custom = CustomCommand(
+            binary=agent.custom_binary,
+            args=agent.custom_args,
+            env=tuple(sorted((agent.custom_env or {}).items())),
+            output=agent.custom_output,
+        )
+    return RunOptions(
+        model=agent.model,
+        effort=agent.reasoning_effort,
+        extra_args=tuple(agent.extra_args or ()),
+        custom=custom,
+    )
 
 
 def cli_env(cli_type: str, conf: dict | None = None) -> dict[str, str]:
@@ -57,6 +75,31 @@ def resolve_binary(
     return None, f"Binary not found in PATH ({cli_type}); install it or set its path in Settings"
 
 
+def resolve_custom(command: CustomCommand) -> tuple[str | None, dict[str, str], str]:
+    """(path, env, error) of a custom command: its binary as a path or looked up in PATH, and
+    the inherited environment with the agent's variables."""
+    env = {**os.environ, **dict(command.env)}
+    binary = command.binary.strip()
+    if "/" in binary or binary.startswith("~"):
+        problem = binary_problem(binary)
+        if problem:
+            return None, env, f"Binary {problem} (check the agent's custom command)"
+        return str(Path(binary).expanduser()), env, ""
+    found = shutil.which(binary, path=env.get("PATH")) if binary else None
+    if found:
+        return found, env, ""
+    return None, env, f"Binary not found in PATH ({binary}); check the agent's custom command"
+
+
+def _binary_and_env(cli_type: str, options: RunOptions) -> tuple[str | None, dict, str]:
+    if cli_type == CUSTOM_CLI:
+        return resolve_custom(options.custom or CustomCommand())
+    conf = cli_settings_for(cli_type)
+    env = cli_env(cli_type, conf)
+    binary, problem = resolve_binary(cli_type, env, conf)
+    return binary, env, problem
+
+
 def _trim(text: str) -> str:
     text = text.strip()
     return text if len(text) <= ERROR_DETAIL_CHARS else "…" + text[-ERROR_DETAIL_CHARS:]
@@ -73,8 +116,8 @@ def _strip_fences(text: str) -> str:
     return stripped
 
 
-def interpret(cli_type: str, result: process.ProcessResult, output_path: Path) -> Execution:
-    cli = cli_for(cli_type)
+def interpret(cli_type: str | Cli, result: process.ProcessResult, output_path: Path) -> Execution:
+    cli = cli_for(cli_type) if isinstance(cli_type, str) else cli_type
     if result.start_error:
         return Execution(error=f"CLI could not be started: {result.start_error}", result=result)
     reported = cli.read_stdout(result.stdout)
@@ -101,6 +144,23 @@ def interpret(cli_type: str, result: process.ProcessResult, output_path: Path) -
         return Execution(error=f"CLI output was not valid JSON: {exc}", result=result)
 
 
+def _blame_extra_args(run: Execution, options: RunOptions) -> Execution:
+    """A CLI refusing one of the agent's extra arguments (an unknown option, e.g. after an
+    update of the CLI) says so on stderr: name the argument and where to change it."""
+    if not run.error or not run.result or run.result.exit_code in (0, None):
+        return run
+    stderr = run.result.stderr
+    for arg in options.extra_args:
+        bare = arg.split("=", 1)[0]
+        if bare.startswith("-") and (bare in stderr or f"argument: {bare.lstrip('-')}" in stderr):
+            run.error += (
+                f" The agent's extra argument {arg!r} may be the cause: check it in the agent's "
+                "settings."
+            )
+            break
+    return run
+
+
 def execute(
     *,
     cli_type: str,
@@ -113,13 +173,14 @@ def execute(
     include_dirs: tuple[str, ...] = (),
     on_started: Callable[[process.Started], None] | None = None,
     recorder=None,
+    options: RunOptions | None = None,
 ) -> Execution:
-    """Run the CLI for one agent step and interpret its answer (never raises for CLI trouble)."""
-    if cli_type not in CliType.values:
+    """Run the CLI for one agent step and interpret its answer (never raises for CLI trouble).
+    `options`: the agent's own CLI settings (model, effort, extra arguments, custom command)."""
+    if cli_type not in CLIS:
         return Execution(error=f"Unknown CLI type {cli_type!r}")
-    conf = cli_settings_for(cli_type)
-    env = cli_env(cli_type, conf)
-    binary, problem = resolve_binary(cli_type, env, conf)
+    options = options or RunOptions()
+    binary, env, problem = _binary_and_env(cli_type, options)
     if binary is None:
         return Execution(error=f"CLI could not be started: {problem}")
     text = schema_json(schema)
@@ -130,8 +191,12 @@ def execute(
         schema=schema,
         schema_path=schema_path(schema_kind, text),
         include_dirs=include_dirs,
+        options=options,
+        input_path=input_path,
+        cwd=str(cwd),
     )
-    command = cli_for(cli_type).command(invocation)
+    cli = cli_for(cli_type).configured(options)
+    command = cli.command(invocation)
     try:
         hooks = {}
         if recorder is not None:
@@ -150,6 +215,6 @@ def execute(
             minutes = recorder.stall_kill_seconds / 60
             message = f"CLI produced no output for {minutes:g} minutes and was stopped"
             return Execution(error=message, result=result)
-        return interpret(cli_type, result, output_path)
+        return _blame_extra_args(interpret(cli, result, output_path), options)
     finally:
         remove_quietly(output_path)

@@ -20,15 +20,15 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agents.models import CliType
+from agents.models import CUSTOM_CLI, Agent, CliType
 from core import events
 from core.settings_store import cli_settings_for
 from runner.clis import cli_for
-from runner.clis.base import Command, stderr_message
-from runner.files import private_dir, temp_dir
+from runner.clis.base import HEALTH_PROMPT, Command, stderr_message
+from runner.files import private_dir, temp_dir, write_private
 from runner.models import CliHealth, CliHealthStatus
 from runner.worker import process
-from runner.worker.execution import cli_env, resolve_binary
+from runner.worker.execution import cli_env, options_for, resolve_binary, resolve_custom
 
 log = logging.getLogger(__name__)
 PROMPT_TIMEOUT = 30
@@ -75,12 +75,39 @@ def _timed_out(found: dict, *, was_healthy: bool, timeout: float) -> dict:
     return {**found, "status": CliHealthStatus.UNHEALTHY, "error": error}
 
 
+def _custom_agent(key: str) -> Agent | None:
+    return Agent.objects.filter(id=key.removeprefix(f"{CUSTOM_CLI}:"), cli_type=CUSTOM_CLI).first()
+
+
+def check_custom(
+    key: str, *, was_healthy: bool = False, stop: threading.Event | None = None
+) -> dict | None:
+    """A custom-command agent's check: its template with the health prompt must exit 0 and
+    print something (it has no --version to ask). None when the agent is gone or changed."""
+    agent = _custom_agent(key)
+    if agent is None:
+        return None
+    options = options_for(agent)
+    binary, env, problem = resolve_custom(options.custom)
+    if binary is None:
+        return {"status": CliHealthStatus.UNHEALTHY, "error": problem, "binary_path": ""}
+    found = {"binary_path": binary, "answer": "", "version": ""}
+    cli = cli_for(CUSTOM_CLI).configured(options)
+    folder = private_dir(temp_dir() / "malamar_health")
+    input_path = write_private(folder / "malamar_health_input.md", HEALTH_PROMPT + "\n")
+    command = cli.health_command_in(binary, input_path)
+    answer = _patient_run(key, command, env, PROMPT_TIMEOUT, stop)
+    return _prompt_outcome(CUSTOM_CLI, cli, found, answer, was_healthy)
+
+
 def check(
     cli: str, *, full: bool, was_healthy: bool = False, stop: threading.Event | None = None
-) -> dict:
+) -> dict | None:
     """Check one CLI. `full` also sends the minimal prompt; `was_healthy` (its last stored
     status) decides whether two timeouts make it "slow" or "unhealthy"; setting `stop` kills
-    the check's CLI."""
+    the check's CLI. A custom-command agent's key (`custom:<agent id>`) checks its command."""
+    if cli.startswith(f"{CUSTOM_CLI}:"):
+        return check_custom(cli, was_healthy=was_healthy, stop=stop)
     conf = cli_settings_for(cli)
     env = cli_env(cli, conf)
     binary, problem = resolve_binary(cli, env, conf)
@@ -97,15 +124,22 @@ def check(
         return {**found, "status": CliHealthStatus.HEALTHY, "error": ""}
     prompt = cli_for(cli).health_command(binary)
     answer = _patient_run(cli, prompt, env, PROMPT_TIMEOUT, stop)
+    return _prompt_outcome(cli, cli_for(cli), found, answer, was_healthy)
+
+
+def _prompt_outcome(
+    cli_type: str, cli, found: dict, answer: process.ProcessResult, was_healthy: bool
+) -> dict:
+    """What the answer to the health prompt says about the CLI."""
     if answer.timed_out:
         return _timed_out(found, was_healthy=was_healthy, timeout=PROMPT_TIMEOUT)
     if answer.exit_code != 0 or answer.start_error:
-        return {**found, "status": CliHealthStatus.UNHEALTHY, "error": _failure(cli, answer)}
-    reported = cli_for(cli).read_stdout(answer.stdout).error
+        return {**found, "status": CliHealthStatus.UNHEALTHY, "error": _failure(cli_type, answer)}
+    reported = None if cli_type == CUSTOM_CLI else cli.read_stdout(answer.stdout).error
     if reported:
         error = f"CLI reported an error: {reported[-500:]}"
         return {**found, "status": CliHealthStatus.UNHEALTHY, "error": error}
-    text = cli_for(cli).health_answer(answer.stdout)
+    text = cli.health_answer(answer.stdout)
     if not text:
         return {
             **found,
@@ -152,6 +186,9 @@ def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None
         log.exception("CLI health check failed", extra={"cli": cli})
         outcome = {"status": CliHealthStatus.UNHEALTHY, "error": f"Health check error: {exc}"}
     if stop is not None and stop.is_set():  # its CLI was killed: no result to keep
+        return
+    if outcome is None:  # a custom-command agent deleted or switched to another CLI meanwhile
+        CliHealth.objects.filter(cli_type=cli).delete()
         return
     store(cli, outcome, started_at=started_at, full=full)
 
@@ -204,7 +241,9 @@ class HealthChecks:
 
 def run_round(jobs: dict[str, bool], *, stop: threading.Event | None = None) -> None:
     """Check the CLIs of `jobs` (CLI → full), CONCURRENCY at a time, and wait for all."""
+    # The four CLIs first (preference of the table), then custom-command agents' own checks.
     order = [cli for cli in CliType.values if cli in jobs]
+    order += sorted(cli for cli in jobs if cli not in order)
     with ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="malamar-health") as pool:
         list(pool.map(lambda cli: _checked_in_thread(cli, jobs[cli], stop), order))
 
@@ -216,9 +255,15 @@ def _checked_in_thread(cli: str, full: bool, stop: threading.Event | None) -> No
         connection.close()
 
 
+def custom_keys() -> set[str]:
+    """The health rows of custom-command agents (each checks its own command)."""
+    custom = CliHealth.objects.filter(cli_type__startswith=f"{CUSTOM_CLI}:")
+    return set(custom.values_list("cli_type", flat=True))
+
+
 def needs_full_check() -> set[str]:
     """CLIs whose last check failed (or never ran) get the real prompt again."""
     healthy = set(
         CliHealth.objects.filter(status=CliHealthStatus.HEALTHY).values_list("cli_type", flat=True)
     )
-    return set(CliType.values) - healthy
+    return (set(CliType.values) | custom_keys()) - healthy

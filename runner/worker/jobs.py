@@ -1,4 +1,5 @@
-"""Scheduled housekeeping: old queue items, expired Done tasks, old events."""
+"""Scheduled housekeeping: old queue items, expired Done tasks, old events, worktrees of
+deleted tasks."""
 
 import logging
 from datetime import timedelta
@@ -8,7 +9,8 @@ from django_eventstream.models import Event
 
 from chats.models import ChatQueueItem
 from core.models import OutboxEvent
-from tasks.models import TaskQueueItem
+from tasks import branches
+from tasks.models import Task, TaskQueueItem
 from tasks.services import tasks_delete_expired
 
 log = logging.getLogger(__name__)
@@ -26,5 +28,14 @@ def cleanup(*, now=None) -> dict:
         "outbox_events": OutboxEvent.objects.filter(created_at__lt=now - KEEP_EVENTS).delete()[0],
         "stream_events": Event.objects.filter(created__lt=now - KEEP_EVENTS, eid__gt=0).delete()[0],
     }
+    counts["orphan_worktrees"] = _orphan_worktrees_remove()
     log.info("Cleanup finished", extra=counts)
     return counts
+
+
+def _orphan_worktrees_remove() -> int:
+    """Worktree folders whose task is gone (a removal that failed, a crash in between)."""
+    found = branches.leftover_task_ids()
+    known = set(Task.objects.filter(id__in=found).values_list("id", flat=True)) if found else set()
+    branches.leftovers_remove(found - known)
+    return len(found - known)

@@ -1,7 +1,8 @@
 """The worker process: task runner, chat replies, stop watcher, startup recovery and jobs.
 
-One thread per busy workspace runs that workspace's tasks one at a time; any number of
-workspaces run in parallel; every chat reply gets a thread of its own. Every running run (a
+One thread per busy workspace runs that workspace's tasks one at a time (or up to its
+"parallel tasks" threads with branch per task); any number of workspaces run in parallel;
+every chat reply gets a thread of its own. Every running run (a
 task pass or a chat reply) is in one map, watched by one stop watcher. The main loop sleeps on
 a Unix socket the server pokes after each commit (new work starts in milliseconds) with the
 poll interval as the fallback, and checks the running items every 100 ms for stop requests.
@@ -113,7 +114,7 @@ class Worker:
         self.poll_interval = poll_interval
         self.shutdown = threading.Event()
         self.lock = threading.Lock()
-        self.workspaces: dict[str, threading.Thread] = {}
+        self.workspaces: dict[str, set[threading.Thread]] = {}  # workspace id → its runners
         self.runs: dict[tuple[str, str], threading.Event] = {}  # (kind, item id) → stop event
         self.chat_threads: set[threading.Thread] = set()
         self.sock: socket.socket | None = None
@@ -133,7 +134,7 @@ class Worker:
             "Worker started",
             extra={"data_dir": str(settings.DATA_DIR), "recovered_items": recovered},
         )
-        self.health.request(full_for=set(CliType.values))
+        self.health.request(full_for=set(CliType.values) | health.custom_keys())
         self.next_health = time.monotonic() + HEALTH_EVERY
 
     def stop(self) -> None:
@@ -141,7 +142,8 @@ class Worker:
         self.shutdown.set()
         with self.lock:
             stops = list(self.runs.values())
-            threads = list(self.workspaces.values()) + list(self.chat_threads)
+            threads = [t for runners in self.workspaces.values() for t in runners]
+            threads += list(self.chat_threads)
         for stop in stops:
             stop.set()
         deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS
@@ -211,23 +213,27 @@ class Worker:
                     stop.set()
 
     def spawn_workspaces(self) -> None:
+        """A runner thread per task that may start, up to the workspace's parallel limit."""
         waiting = pickup.workspaces_with_work()
+        limits = pickup.parallel_limits(waiting) if waiting else {}
         with self.lock:
-            idle = waiting - set(self.workspaces)
-            for workspace_id in idle:
-                thread = threading.Thread(
-                    target=self._workspace_thread,
-                    args=(workspace_id,),
-                    name=f"malamar-ws-{workspace_id}",
-                    daemon=True,
-                )
-                self.workspaces[workspace_id] = thread
-                thread.start()
+            for workspace_id, startable in waiting.items():
+                runners = self.workspaces.setdefault(workspace_id, set())
+                limit = limits.get(workspace_id, 1)
+                for _ in range(min(startable, limit - len(runners))):
+                    thread = threading.Thread(
+                        target=self._workspace_thread,
+                        args=(workspace_id, limit),
+                        name=f"malamar-ws-{workspace_id}",
+                        daemon=True,
+                    )
+                    runners.add(thread)
+                    thread.start()
 
-    def _workspace_thread(self, workspace_id: str) -> None:
+    def _workspace_thread(self, workspace_id: str, limit: int) -> None:
         try:
             while not self.shutdown.is_set():
-                item = pickup.claim_next(workspace_id)
+                item = pickup.claim_next(workspace_id, limit=limit)
                 if item is None:
                     break
                 self._run("task", item, self._register("task", item))
@@ -235,7 +241,10 @@ class Worker:
             log.exception("Workspace runner failed", extra={"workspace_id": workspace_id})
         finally:
             with self.lock:
-                self.workspaces.pop(workspace_id, None)
+                runners = self.workspaces.get(workspace_id, set())
+                runners.discard(threading.current_thread())
+                if not runners:
+                    self.workspaces.pop(workspace_id, None)
             connection.close()
             self.kick()  # new work may have arrived while this thread was finishing
 

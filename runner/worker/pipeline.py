@@ -10,7 +10,10 @@ A stopped run (cancel, delete, the user moved the task, chat stop, shutdown) is 
 comment, no action, no error. Every write after a run re-checks that its rows still exist.
 """
 
+import contextlib
 import logging
+import os
+import shlex
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +22,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from agents.models import Agent
+from agents.models import CUSTOM_CLI, Agent, custom_health_key
 from chats.actions import execute_actions, failure_summary
 from chats.cli_notes import no_cli_message
 from chats.malamar_agent import knowledge_base_dir, malamar_instruction
@@ -31,6 +34,7 @@ from core.actors import SYSTEM, agent_actor, author_name
 from core.settings_store import mailgun_configured, settings_get
 from notifications.services import notify_task_error, notify_task_in_review
 from runner import prompts
+from runner.clis.base import Command, RunOptions
 from runner.files import (
     fresh_output_path,
     task_input_path,
@@ -50,13 +54,24 @@ from runner.schemas import (
 )
 from runner.selectors import cli_health_all, cli_health_marked
 from runner.services import cli_health_run_succeeded
-from runner.worker import execution
+from runner.worker import execution, process
+from tasks import branches
 from tasks import selectors as task_selectors
 from tasks import services as task_services
 from tasks.models import RUNNABLE_STATUSES, Task, TaskComment, TaskQueueItem, TaskStatus
 from workspaces.services import workspace_touch
 
 log = logging.getLogger(__name__)
+
+
+SETUP_TIMEOUT_SECONDS = 30 * 60
+SETUP_OUTPUT_CHARS = 20_000
+
+
+def _setup_output(done) -> str:
+    """The end of what a setup command printed (stdout, then stderr)."""
+    text = "\n".join(part.rstrip() for part in (done.stdout, done.stderr) if part.strip())
+    return text[-SETUP_OUTPUT_CHARS:]
 
 
 class Stopped(Exception):
@@ -99,8 +114,11 @@ def run_step(owner):
     try:
         result = _run_cli(owner, recorder)
     except BaseException:
+        with contextlib.suppress(Exception):  # stopped: keep what the agent did so far
+            owner.after_run()
         _close(recorder)
         raise
+    result = owner.after_run() or result
     try:
         with transaction.atomic(), events.batched():
             recorder.finish_writes()
@@ -110,8 +128,10 @@ def run_step(owner):
     except Exception:
         _close(recorder)  # the run's record must end even when applying its result failed
         raise
-    if recorder.status == RunStatus.COMPLETED and recorder.run.cli_type in owner.health_marked:
-        cli_health_run_succeeded(cli_type=recorder.run.cli_type)  # the CLI works after all
+    run = recorder.run
+    key = custom_health_key(run.agent_id) if run.cli_type == CUSTOM_CLI else run.cli_type
+    if recorder.status == RunStatus.COMPLETED and key in owner.health_marked:
+        cli_health_run_succeeded(cli_type=key)  # the CLI works after all
     if not wanted:
         raise Stopped
     return result
@@ -124,7 +144,7 @@ def _close(recorder: RunRecorder) -> None:
 
 
 def _run_cli(owner, recorder: RunRecorder):
-    cwd, problem = working_directory(owner.workspace, owner.working_folder)
+    cwd, problem = owner.run_directory()
     if cwd is None:
         recorder.status = RunStatus.FAILED
         return Failure(problem)
@@ -141,6 +161,7 @@ def _run_cli(owner, recorder: RunRecorder):
         include_dirs=owner.include_dirs(input_path),
         on_started=record_process(owner.queue, owner.item.id),
         recorder=recorder,
+        options=owner.run_options,
     )
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
@@ -156,8 +177,11 @@ def _run_cli(owner, recorder: RunRecorder):
 # task passes -------------------------------------------------------------------------------
 
 
-def task_input_text(task: Task, agent: Agent, output_path: Path, agents=None) -> str:
-    """The input file of one agent step; `agents` = the workspace's (id, name) in order."""
+def task_input_text(
+    task: Task, agent: Agent, output_path: Path, agents=None, *, isolated: bool = False
+) -> str:
+    """The input file of one agent step; `agents` = the workspace's (id, name) in order;
+    `isolated`: the task works on its branch (agents are told which)."""
     if agents is None:
         agents = list(
             Agent.objects.filter(workspace_id=task.workspace_id)
@@ -180,6 +204,7 @@ def task_input_text(task: Task, agent: Agent, output_path: Path, agents=None) ->
         comments=comments,
         logs=logs,
         output_path=str(output_path),
+        branch=(task.branch_name, task.branch_base) if isolated and task.branch_name else None,
     )
 
 
@@ -203,9 +228,15 @@ def _begin_task(item: TaskQueueItem) -> Task | None:
         if task.status not in RUNNABLE_STATUSES:
             TaskQueueItem.objects.finish(item.id, QueueStatus.COMPLETED)
             return None
-        others = Task.objects.filter(
-            workspace_id=task.workspace_id, status=TaskStatus.IN_PROGRESS
-        ).exclude(id=task.id)
+        # Parallel tasks (branch per task) keep running; a task that waits goes back to Todo.
+        running = TaskQueueItem.objects.filter(
+            task_id=OuterRef("pk"), status=QueueStatus.IN_PROGRESS
+        )
+        others = (
+            Task.objects.filter(workspace_id=task.workspace_id, status=TaskStatus.IN_PROGRESS)
+            .exclude(id=task.id)
+            .exclude(Exists(running))
+        )
         for other in others:
             task_services.task_status_set(task=other, status=TaskStatus.TODO, actor=SYSTEM)
             task_services.queue_item_ensure(task=other)
@@ -233,6 +264,8 @@ class TaskPass:
         self.agent: Agent | None = None
         self.agents: list[tuple[str, str]] = []
         self.schema = task_schema()
+        self.worktree: branches.Worktree | None = None
+        self.commit: str | None = None
 
     # the pass --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -240,7 +273,7 @@ class TaskPass:
         startup recovery re-queues it."""
         try:
             self.task = _begin_task(self.item)
-            if self.task is None:
+            if self.task is None or not self._prepare_worktree():
                 return
             # Read once per pass: the settings (stall limits) and which CLIs carry a health mark.
             self.stall = stall_limits(self.task.workspace)
@@ -259,6 +292,89 @@ class TaskPass:
         except Exception as exc:  # a bug must not leave the task stuck without a word
             log.exception("Task pass failed", extra={"task_id": self.item.task_id})
             self._internal_error(exc)
+
+    # branch per task ---------------------------------------------------------------------------
+    def _prepare_worktree(self) -> bool:
+        """Branch per task: the task's worktree (made on first use, its setup command run until
+        it succeeds once). False when there is none to be had: the pass ended with an error
+        comment saying why (and the usual retry)."""
+        workspace = self.task.workspace
+        if not workspace.isolated:
+            return True
+        try:
+            worktree = branches.prepare(self.task, workspace)
+        except branches.BranchProblem as exc:
+            self._fail_pass(str(exc))
+            return False
+        if worktree.created:
+            with transaction.atomic(), events.batched():
+                task_services.task_branch_record(task=self.task, worktree=worktree)
+        problem = self._setup(worktree, workspace.setup_command)
+        if problem:
+            self._fail_pass(problem)
+            return False
+        self.worktree = worktree
+        return True
+
+    def _setup(self, worktree: branches.Worktree, command: str) -> str:
+        """Run the workspace's setup command in a new worktree; its output goes to the Activity
+        tab. Returns the error message when it failed ("" when it worked or had nothing to do)."""
+        if not command.strip() or branches.setup_done(self.task.id):
+            return ""
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            return f"The setup command cannot be read: {exc}"
+        done = process.run(
+            Command(argv),
+            cwd=str(worktree.path),
+            env=dict(os.environ),
+            stop=self.stop,
+            timeout=SETUP_TIMEOUT_SECONDS,
+        )
+        if done.stopped:
+            raise Stopped
+        output = _setup_output(done)
+        with transaction.atomic(), events.batched():
+            task_services.task_setup_log(
+                task=self.task, command=command, exit_code=done.exit_code, output=output
+            )
+        if done.start_error or done.timed_out or done.exit_code != 0:
+            why = done.start_error or (
+                "timed out" if done.timed_out else f"exit code {done.exit_code}"
+            )
+            return f"The setup command `{command}` failed ({why}):\n\n```\n{output}\n```"
+        branches.setup_mark_done(self.task.id)
+        return ""
+
+    def _fail_pass(self, message: str) -> None:
+        """The pass cannot run (no worktree, a failed setup): an error comment, the usual
+        back-off, and the item ends."""
+        with transaction.atomic(), events.batched():
+            task = Task.objects.filter(id=self.item.task_id).first()
+            if task is None:
+                return
+            failures = task_services.task_run_failed(task=task, message=message)
+            notify_task_error(task=task, message=message, failure_streak=failures)
+            TaskQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
+
+    def run_directory(self) -> tuple[Path | None, str]:
+        if self.worktree is not None:
+            return self.worktree.path, ""
+        return working_directory(self.workspace, self.working_folder)
+
+    def after_run(self) -> Failure | None:
+        """Commit what the agent changed on the task branch (a Failure if git refused)."""
+        self.commit = None
+        if self.worktree is None:
+            return None
+        try:
+            self.commit = branches.commit_run(
+                self.worktree.path, agent_name=self.agent.name, task=self.task
+            )
+        except branches.BranchProblem as exc:
+            return Failure(str(exc))
+        return None
 
     def _next_agent(self, order: int | None) -> Agent | None:
         agents = list(Agent.objects.filter(workspace_id=self.task.workspace_id).in_order())
@@ -323,8 +439,10 @@ class TaskPass:
             metadata={"agent_name": agent.name},
         )
         workspace_touch(task.workspace_id)
+        self.run_options = execution.options_for(agent)
         recorder = RunRecorder(
             cli_type=agent.cli_type,
+            model=self.run_options.model,
             workspace_id=task.workspace_id,
             agent_id=agent.id,
             agent_name=agent.name,
@@ -335,7 +453,8 @@ class TaskPass:
         return recorder
 
     def write_input(self, output_path: Path) -> Path:
-        text = task_input_text(self.task, self.agent, output_path, self.agents)
+        isolated = self.worktree is not None
+        text = task_input_text(self.task, self.agent, output_path, self.agents, isolated=isolated)
         return write_private(task_input_path(self.task.id), text)
 
     def read(self, data):
@@ -352,6 +471,10 @@ class TaskPass:
         return True
 
     def apply(self, result) -> None:
+        if self.commit:
+            task_services.task_branch_commit_log(
+                task=self.task, actor=agent_actor(self.agent), commit=self.commit
+            )
         if isinstance(result, Failure):
             self._apply_failure(result.message)
         else:
@@ -514,13 +637,23 @@ class ChatReply:
     def include_dirs(self, _input_path: Path) -> tuple[str, ...]:
         return (str(temp_dir()), str(knowledge_base_dir()))
 
+    def run_directory(self) -> tuple[Path | None, str]:
+        return working_directory(self.workspace, self.working_folder)
+
+    def after_run(self) -> None:
+        return None
+
     def begin(self) -> RunRecorder:
         events.publish("chat.processing_started", self._payload())
         if not self.still_wanted():
             raise Stopped
         agent = self.agent
+        # The agent's model and flags belong to its own CLI: a chat's override runs without them.
+        own_cli = agent is not None and self.cli == agent.cli_type
+        self.run_options = execution.options_for(agent) if own_cli else RunOptions()
         return RunRecorder(
             cli_type=self.cli,
+            model=self.run_options.model,
             workspace_id=self.chat.workspace_id,
             agent_id=agent.id if agent else None,
             agent_name=self.agent_name,

@@ -119,3 +119,56 @@ def test_agent_changes_from_elsewhere_appear_live(page, server):
     server.agent(workspace["id"], "Later")
     expect_order(page, ["Remote", "Later"])
     assert names(page) == ["Remote", "Later"]
+
+
+def test_the_agent_dialog_follows_the_chosen_cli(page, server):
+    workspace = server.workspace("Models")
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=agents")
+    page.locator("#add-agent").click()
+    dialog = page.locator("#agent-dialog")
+    dialog.get_by_label("Name").fill("Coder")
+    dialog.get_by_label("Instruction").fill("Code.")
+    dialog.get_by_label("Codex CLI").check()
+    model = dialog.get_by_label("Model")
+    expect(model).to_have_attribute("list", "agent-models-codex")
+    effort = dialog.get_by_label("Reasoning effort")
+    expect(effort).to_be_visible()
+    expect(effort.locator("option")).to_have_text(
+        ["CLI default", "minimal", "low", "medium", "high"]
+    )
+    dialog.get_by_label("Gemini CLI").check()
+    expect(dialog.get_by_text("Gemini CLI has no reasoning effort setting")).to_be_visible()
+    expect(dialog.get_by_label("Argument template")).to_be_hidden()
+    dialog.get_by_label("Claude Code").check()
+    model.fill("sonnet")
+    dialog.get_by_label("Reasoning effort").select_option("high")
+    dialog.get_by_label("Extra arguments").fill("--verbose\n--output-format=json")
+    dialog.get_by_role("button", name="Add agent").click()
+    expect(dialog.locator(".field__error")).to_contain_text(
+        "Extra argument '--output-format=json' is not allowed for Claude Code"
+    )
+    dialog.get_by_label("Extra arguments").fill("--verbose")
+    dialog.get_by_role("button", name="Add agent").click()
+    expect(dialog).to_be_hidden()
+    expect(page.locator(".agent-row", has_text="Coder")).to_contain_text(
+        "Claude Code · sonnet · high"
+    )
+
+    page.locator("#add-agent").click()
+    dialog.get_by_label("Name").fill("Scripted")
+    dialog.get_by_label("Instruction").fill("Script.")
+    dialog.get_by_label("Custom command").check()
+    expect(dialog.get_by_text("Custom command has no reasoning effort setting")).to_be_visible()
+    dialog.get_by_label("Binary").fill("qwen")
+    dialog.get_by_label("Argument template").fill("{prompt} --yolo --out {output}")
+    dialog.get_by_role("button", name="Add agent").click()
+    expect(dialog.locator(".field__error")).to_contain_text("unknown placeholder {output}")
+    dialog.get_by_label("Argument template").fill("{prompt} --yolo --model={model}")
+    dialog.get_by_role("button", name="Add agent").click()
+    expect(dialog).to_be_hidden()
+    expect(page.locator(".agent-row", has_text="Scripted")).to_contain_text("Custom command")
+    agents = server.api("GET", f"/workspaces/{workspace['id']}/agents")["agents"]
+    assert [(a["cli_type"], a["model"], a["custom_args"]) for a in agents] == [
+        ("claude", "sonnet", ""),
+        ("custom", "", "{prompt} --yolo --model={model}"),
+    ]

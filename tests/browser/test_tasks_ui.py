@@ -114,7 +114,7 @@ def test_create_watch_it_run_comment_and_restart(browser, stack):
     # Inline edit of the summary and the description.
     dialog.locator("#task-dialog-title").hover()
     dialog.get_by_role("button", name="Edit summary").click()
-    summary = dialog.get_by_label("Summary")
+    summary = dialog.get_by_role("textbox", name="Summary")  # not the "Edit summary" button
     expect(summary).to_be_focused()
     summary.fill("Add a shopping cart")
     dialog.get_by_role("button", name="Save").click()

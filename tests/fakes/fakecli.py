@@ -638,7 +638,10 @@ TASK_ACTIONS = {"skip", "comment", "comment-once", "review", "in_review", "unkno
 CHAT_ACTIONS = {"reply", "action"}
 COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested"}
 PREFIX_ACTIONS = {"sleep", "hold", "grandchild", "flood", "work"}  # do something, then the rest
-ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS
+# Steps that change files in the cwd: `write PATH TEXT` (TEXT is the rest of the line, `\n` a
+# line break), `rename OLD NEW`, `delete PATH`, `binary PATH` (bytes with a NUL).
+FILE_STEPS = {"write": 1, "rename": 2, "delete": 1, "binary": 1}  # → how many path arguments
+ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS | set(FILE_STEPS)
 NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json"}
 NO_ARGS = {"skip", "in_review", "unknown-action", "invalid-json", "empty-file", "no-file"}
 
@@ -650,7 +653,8 @@ class DirectiveError(Exception):
 @dataclass(frozen=True)
 class Directive:
     agent: str | None
-    steps: tuple[tuple[str, float], ...]  # (a PREFIX_ACTIONS name, number)
+    # (a PREFIX_ACTIONS name, number) or (file step, (path, ...))
+    steps: tuple[tuple[str, object], ...]
     action: str | None  # None: nothing after the steps
     args: str
 
@@ -682,11 +686,15 @@ def _first_word(text: str) -> tuple[str, str]:
 
 def _unchain(body: str) -> tuple[list[tuple[str, float]], str | None, str]:
     """`sleep 1 grandchild 2 comment hi` -> steps [(sleep, 1), (grandchild, 2)], comment, hi."""
-    steps: list[tuple[str, float]] = []
+    steps: list[tuple[str, object]] = []
     action, args = _first_word(body)
-    while action in PREFIX_ACTIONS:
-        number, rest = _first_word(args)
-        steps.append((action, _number(action, number)))
+    while action in PREFIX_ACTIONS or action in FILE_STEPS:
+        if action in FILE_STEPS:
+            step, rest = _file_step(action, args)
+            steps.append(step)
+        else:
+            number, rest = _first_word(args)
+            steps.append((action, _number(action, number)))
         action, args = _first_word(rest)
     if not action:
         return steps, None, ""
@@ -694,6 +702,35 @@ def _unchain(body: str) -> tuple[list[tuple[str, float]], str | None, str]:
         raise DirectiveError(f"unknown action {action!r}")
     _check_args(action, args)
     return steps, action, args
+
+
+def _file_step(action: str, args: str) -> tuple[tuple[str, tuple[str, ...]], str]:
+    """One file step and what follows it (`write` takes the rest of the line as its text)."""
+    words_needed = FILE_STEPS[action]
+    parts = args.split(maxsplit=words_needed)
+    paths = parts[:words_needed]
+    if len(paths) < words_needed or any(p.startswith("/") or ".." in p for p in paths):
+        raise DirectiveError(f"{action} needs {words_needed} relative path(s), got {args!r}")
+    rest = parts[words_needed] if len(parts) > words_needed else ""
+    if action == "write":
+        return (action, (*paths, rest.replace("\\n", "\n"))), ""
+    return (action, tuple(paths)), rest
+
+
+def change_files(kind: str, args: tuple[str, ...]) -> None:
+    """A file step, in the cwd; a file that is not there is no error (runs repeat)."""
+    first = Path(args[0])
+    if kind in ("write", "binary"):
+        first.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "write":
+        first.write_text(args[1] + "\n", encoding="utf-8")
+    elif kind == "binary":
+        first.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x01\x02" + bytes(range(256)))
+    elif kind == "delete":
+        first.unlink(missing_ok=True)
+    elif kind == "rename" and first.exists():
+        Path(args[1]).parent.mkdir(parents=True, exist_ok=True)
+        first.rename(args[1])
 
 
 def _number(action: str, text: str) -> float:
@@ -867,9 +904,11 @@ def chat_plan(doc: InputDoc) -> Plan:
     return plan
 
 
-def run_step(step: tuple[str, float], emitter: Emitter) -> None:
+def run_step(step: tuple[str, object], emitter: Emitter) -> None:
     kind, number = step
-    if kind == "work":
+    if kind in FILE_STEPS:
+        change_files(kind, number)
+    elif kind == "work":
         for _ in range(int(number)):
             emitter.work()
     elif kind == "sleep":
@@ -992,12 +1031,23 @@ class Emitter:
         sys.stdout.flush()
 
 
+# How the real claude resolves a --model alias (a full name is used as given).
+CLAUDE_ALIASES = {
+    "opus": "claude-opus-4-8",
+    "sonnet": "claude-sonnet-4-6",
+    "haiku": "claude-haiku-4-5",
+}
+
+
 class ClaudeEmitter(Emitter):
     model = "claude-opus-4-8"
 
     def __init__(self, inv: Invocation) -> None:
         super().__init__(inv)
         opts = inv.parsed
+        chosen = opts.get("model")
+        if chosen:
+            self.model = CLAUDE_ALIASES.get(chosen, chosen)
         self.format = opts.get("output-format", "text")
         self.streaming = self.format == "stream-json"
         self.bypass = opts.has("dangerously-skip-permissions") or (
@@ -1163,6 +1213,7 @@ class GeminiEmitter(Emitter):
     def __init__(self, inv: Invocation) -> None:
         super().__init__(inv)
         opts = inv.parsed
+        self.model = opts.get("model") or self.model
         self.format = opts.get("output-format") or "text"
         self.streaming = self.format == "stream-json"
         self.yolo = opts.has("yolo") or opts.get("approval-mode") == "yolo"

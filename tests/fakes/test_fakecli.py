@@ -1014,3 +1014,29 @@ def test_work_streams_tool_activity_that_the_parsers_understand(box, cli):
     kinds = [trace.action_kind for trace in traces]
     assert "command" in kinds and "command-result" in kinds and "file-edit" in kinds
     assert any("pytest" in trace.text for trace in traces)
+
+
+def test_file_steps_change_the_cwd_then_the_action_applies(box):
+    (box.work / "old.txt").write_text("old\n")
+    (box.work / "gone.txt").write_text("gone\n")
+    box.task(
+        role="@fake write src/a.txt line one\\nline two",
+        description="@fake Implementer: rename old.txt new/old.txt delete gone.txt binary b.bin"
+        " comment Done",
+    )
+    result = box.result("claude", box.run("claude"))
+    assert result["actions"][0]["content"] == "Done"  # the last directive wins, as always
+    assert not (box.work / "src").exists()  # the role's write was not the last directive
+    assert (box.work / "new/old.txt").read_text() == "old\n"
+    assert not (box.work / "gone.txt").exists()
+    assert b"\0" in (box.work / "b.bin").read_bytes()
+    box.task(description="@fake sleep 0 write src/a.txt line one\\nline two")
+    assert box.result("claude", box.run("claude")) == SKIP
+    assert (box.work / "src/a.txt").read_text() == "line one\nline two\n"
+
+
+@pytest.mark.parametrize("directive", ["write", "write /etc/x hi", "rename a", "delete ../x"])
+def test_bad_file_steps_fail_loudly(box, directive):
+    box.task(description=f"@fake {directive}")
+    proc = box.run("claude")
+    assert proc.returncode == 99 and "bad directive" in proc.stderr

@@ -214,7 +214,9 @@
   document.addEventListener("htmx:beforeSwap", (event) => {
     const { target, requestConfig: config } = event.detail;
     if (!target || !event.detail.shouldSwap || !isLiveRefresh(config)) return;
-    if (target.matches("[data-editing]") || $("[data-editing]", target)) {
+    // A dialog with data-editing counts while it is open (the task head's "Discard" dialog).
+    const editing = "[data-editing]:not(dialog), dialog[data-editing][open]";
+    if (target.matches(editing) || $(editing, target)) {
       event.detail.shouldSwap = false;
     }
   });
@@ -725,6 +727,26 @@
     }
   });
 
+  // Agent dialog: the model suggestions, effort choices and custom command fields follow the
+  // chosen CLI (a hidden effort select is disabled so only the chosen CLI's one is posted).
+  document.addEventListener("change", (event) => {
+    if (event.target.name !== "cli_type") return;
+    const form = event.target.form;
+    const settings = form && $("[data-cli-settings]", form);
+    if (!settings) return;
+    const cli = event.target.value;
+    $$("[data-cli-only]", settings).forEach((el) => {
+      el.hidden = el.getAttribute("data-cli-only") !== cli;
+      $$("select[data-effort]", el).forEach((select) => {
+        select.disabled = el.hidden;
+        if (el.hidden) select.removeAttribute("id");
+        else select.id = "id_reasoning_effort";
+      });
+    });
+    const model = $("input[name=model]", settings);
+    if (model) model.setAttribute("list", `agent-models-${cli}`);
+  });
+
   // Environment variables: add and remove rows.
   document.addEventListener("click", (event) => {
     const add = event.target.closest("[data-env-add]");
@@ -881,6 +903,16 @@
           button.setAttribute("aria-label", "Copy code");
         }, 1500);
       },
+      () => toast({ level: "error", message: "Could not copy to the clipboard" }),
+    );
+  });
+
+  // A button with `data-copy-text` copies that text (a branch name, a path).
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("[data-copy-text]");
+    if (!button) return;
+    copyText(button.dataset.copyText).then(
+      () => toast({ level: "success", message: "Copied" }),
       () => toast({ level: "error", message: "Could not copy to the clipboard" }),
     );
   });

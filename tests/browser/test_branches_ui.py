@@ -1,0 +1,103 @@
+"""Branch per task in a real browser: the isolation setting, and the task popup's branch with
+its copy button, "Merge into <base>" and the type-to-confirm "Discard"."""
+
+import pytest
+from playwright.sync_api import expect
+
+from runner.git import git, git_text
+from tests.browser.conftest import PHONE, new_page
+
+pytestmark = pytest.mark.browser
+
+RUN_TIMEOUT = 30_000
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "Me",
+    "GIT_AUTHOR_EMAIL": "me@example.com",
+    "GIT_COMMITTER_NAME": "Me",
+    "GIT_COMMITTER_EMAIL": "me@example.com",
+}
+
+
+def make_repo(path):
+    path.mkdir()
+    git("init", "-q", "-b", "main", cwd=path)
+    (path / "README.md").write_text("hello\n")
+    git("add", "-A", cwd=path)
+    git("commit", "-q", "-m", "first", cwd=path, env=IDENTITY)
+    return path
+
+
+def open_task(page, stack, workspace, task):
+    page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    return page.locator("#task-dialog")
+
+
+def test_the_setting_refuses_a_folder_that_is_no_repository(browser, stack):
+    workspace = stack.workspace("Plain")
+    page = new_page(browser)
+    page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/settings/")
+    page.get_by_label("Isolation").select_option("branch")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator("#settings-form")).to_contain_text(
+        "Branch per task needs a static working directory that is a git repository"
+    )
+    expect(page.get_by_label("Isolation")).to_have_attribute("aria-invalid", "true")
+    page.console_errors.check()
+    page.context.close()
+
+
+def test_copy_discard_and_merge_a_task_branch(browser, stack, tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    workspace = stack.workspace(
+        "Repo",
+        agents=[("Implementer", "claude", "@fake write feature.txt from the agent")],
+        working_directory_mode="static",
+        working_directory_path=str(repo),
+        isolation="branch",
+    )
+    first = stack.task(workspace, "Throw me away", summary="Experiment")
+    second = stack.task(workspace, "Keep me", summary="Feature")
+    for task in (first, second):
+        stack.wait_status(task, "in_review", timeout=RUN_TIMEOUT / 1000)
+    branch = stack.api("GET", f"/tasks/{first['id']}")["branch_name"]
+
+    page = new_page(browser)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    dialog = open_task(page, stack, workspace, first)
+    expect(dialog.locator("#task-branch-name")).to_have_text(branch)
+    dialog.get_by_role("button", name="Copy branch name").click()
+    expect(page.locator(".toast").last).to_contain_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == branch
+
+    # Discard waits for the exact branch name.
+    dialog.get_by_role("button", name="Discard").click()
+    discard = page.locator("#task-discard-dialog")
+    submit = discard.get_by_role("button", name="Discard branch")
+    expect(submit).to_be_disabled()
+    discard.get_by_label(f"Type {branch} to confirm").fill("malamar/nope")
+    expect(submit).to_be_disabled()
+    discard.get_by_label(f"Type {branch} to confirm").fill(branch)
+    submit.click()
+    expect(page.locator(".toast").last).to_contain_text("Branch discarded")
+    expect(dialog.locator("#task-branch")).to_have_count(0)
+    expect(dialog.locator(".comment--system").last).to_contain_text(f"Discarded branch {branch}")
+    assert not git_text("branch", "--list", branch, cwd=repo)
+
+    # Merge asks first, then fast-forwards main: the task is Done.
+    dialog = open_task(page, stack, workspace, second)
+    dialog.get_by_role("button", name="Merge into main").click()
+    page.locator("#confirm-dialog").get_by_role("button", name="Merge").click()
+    expect(dialog.locator("#task-status")).to_have_text("Done")
+    expect(page.locator(".toast").last).to_contain_text("Merged into main")
+    assert (repo / "feature.txt").read_text() == "from the agent\n"
+    page.console_errors.check()
+    page.context.close()
+
+    phone = new_page(browser, viewport=PHONE)
+    dialog = open_task(phone, stack, workspace, second)
+    expect(dialog.locator("#task-branch-name")).to_be_visible()
+    width = phone.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], "the branch row fits a phone"
+    phone.console_errors.check()
+    phone.context.close()

@@ -1,0 +1,586 @@
+"""Branch per task (issue 18): worktrees under the data directory, a commit per agent run,
+merge, discard and delete, parallel tasks; real git repositories made in each test, the fake
+CLIs as agents, task passes in-process."""
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from agents.services import agent_create
+from core.actors import USER
+from core.errors import Conflict, ValidationFailed
+from runner.git import git, git_text
+from runner.models import AgentRun
+from runner.worker import jobs, pickup
+from runner.worker.loop import Worker
+from runner.worker.pipeline import TaskPass
+from tasks import branches
+from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
+from tasks.services import (
+    comment_create,
+    task_branch_merge,
+    task_create,
+    task_delete,
+)
+from tests.conftest import error_of
+from tests.pages import element_text, elements, html, hx, triggers
+from tests.stack import FAKES_BIN
+from workspaces.services import workspace_create, workspace_delete, workspace_update
+
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "Me",
+    "GIT_AUTHOR_EMAIL": "me@example.com",
+    "GIT_COMMITTER_NAME": "Me",
+    "GIT_COMMITTER_EMAIL": "me@example.com",
+}
+pass_db = pytest.mark.django_db(transaction=True)  # on_commit hooks run (worktree removal)
+
+
+def commit(repo: Path, files: dict[str, str], message: str = "change") -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", message, cwd=repo, env=IDENTITY)
+    return git_text("rev-parse", "HEAD", cwd=repo)
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    path = tmp_path / "repo"
+    path.mkdir()
+    git("init", "-q", "-b", "main", cwd=path)
+    commit(path, {"README.md": "hello\n", "app.py": "print(1)\n"}, "first")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, settings, monkeypatch):
+    settings.DATA_DIR = tmp_path / "malamar-data"
+    settings.DATA_DIR.mkdir()
+    monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("MALAMAR_FAKE_LOG", str(tmp_path / "fake.log"))
+    return settings.DATA_DIR
+
+
+def isolated(repo: Path, agents=(("Implementer", "Work."),), **fields):
+    workspace = workspace_create(
+        title="Repo",
+        working_directory_mode="static",
+        working_directory_path=str(repo),
+        isolation="branch",
+        **fields,
+    )
+    for name, instruction in agents:
+        agent_create(workspace=workspace, name=name, instruction=instruction, cli_type="claude")
+    return workspace
+
+
+def run_pass(task) -> Task:
+    item = TaskQueueItem.objects.queued().get(task_id=task.id)
+    assert TaskQueueItem.objects.claim(item.id)
+    TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
+    return Task.objects.select_related("workspace").get(id=task.id)
+
+
+def user_state(repo: Path) -> tuple:
+    """What the user sees of their checkout."""
+    return (
+        git_text("status", "--porcelain", "--untracked-files=all", cwd=repo),
+        git_text("rev-parse", "HEAD", cwd=repo),
+        git_text("symbolic-ref", "HEAD", cwd=repo),
+        sorted(p.name for p in repo.iterdir()),
+    )
+
+
+def log_of(task, event_type: str) -> list[dict]:
+    return [log.metadata for log in task.logs.filter(event_type=event_type).order_by("created_at")]
+
+
+def system_comments(task) -> list[str]:
+    return list(
+        TaskComment.objects.filter(task_id=task.id, kind__in=["system", "error"])
+        .order_by("created_at")
+        .values_list("content", flat=True)
+    )
+
+
+def branch_files(repo: Path, branch: str) -> set[str]:
+    return set(git_text("ls-tree", "-r", "--name-only", branch, cwd=repo).splitlines())
+
+
+# --- settings --------------------------------------------------------------------------------
+
+
+def test_branch_per_task_needs_a_static_git_repository(db, repo, tmp_path):
+    with pytest.raises(ValidationFailed, match="static working directory") as error:
+        workspace_create(title="T", isolation="branch")
+    assert error.value.field == "isolation"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for path in (plain, repo / "sub", tmp_path / "missing"):
+        (repo / "sub").mkdir(exist_ok=True)
+        with pytest.raises(ValidationFailed, match="not the top folder of one"):
+            workspace_create(
+                title="T",
+                working_directory_mode="static",
+                working_directory_path=str(path),
+                isolation="branch",
+            )
+    with pytest.raises(ValidationFailed, match="Base branch nope does not exist") as error:
+        isolated(repo, base_branch="nope")
+    assert error.value.field == "base_branch"
+    workspace = isolated(repo, base_branch="main", parallel_tasks=3)
+    assert (workspace.isolated, workspace.parallel_limit) == (True, 3)
+    with pytest.raises(ValidationFailed, match="static working directory"):
+        workspace_update(workspace=workspace, working_directory_mode="temp")
+
+
+def test_branch_per_task_without_git_says_so(db, repo, monkeypatch):
+    monkeypatch.setattr("runner.git.shutil.which", lambda name: None)
+    with pytest.raises(ValidationFailed, match="needs git: install the git package"):
+        isolated(repo)
+
+
+def test_parallel_tasks_need_branch_per_task(db, repo):
+    with pytest.raises(ValidationFailed, match="parallel_tasks above 1 needs isolation"):
+        workspace_create(title="T", parallel_tasks=2)
+    for bad in (0, 17, "2", True):
+        with pytest.raises(ValidationFailed, match="parallel_tasks must be"):
+            isolated(repo, parallel_tasks=bad)
+    with pytest.raises(ValidationFailed, match="setup_command cannot be read"):
+        isolated(repo, setup_command="echo 'unclosed")
+    workspace = workspace_create(title="Plain")
+    assert (workspace.isolation, workspace.parallel_limit, workspace.base_branch) == (
+        "none",
+        1,
+        "",
+    )
+
+
+def test_the_api_sets_and_refuses_isolation(api, repo, tmp_path):
+    created = api.post(
+        "/api/workspaces",
+        {"title": "A", "working_directory_mode": "static", "working_directory_path": str(repo)},
+    ).json()
+    url = f"/api/workspaces/{created['id']}"
+    assert created["isolation"] == "none" and created["parallel_tasks"] == 1
+    response = api.put(url, {"isolation": "branch", "parallel_tasks": 2, "setup_command": "true"})
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["isolation"], body["parallel_tasks"], body["setup_command"]) == (
+        "branch",
+        2,
+        "true",
+    )
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    response = api.put(url, {"working_directory_path": str(plain)})
+    assert response.status_code == 400
+    assert "git repository" in error_of(response)["message"]
+
+
+def test_the_settings_page_shows_the_isolation_error(client, db, tmp_path):
+    workspace = workspace_create(title="Page")
+    form = {
+        "title": "Page",
+        "working_directory_mode": "temp",
+        "retention_days": 7,
+        "stall_kill_minutes": 0,
+        "notify_on_error": "inherit",
+        "notify_on_in_review": "inherit",
+        "isolation": "branch",
+        "parallel_tasks": 1,
+    }
+    response = client.post(f"/workspaces/{workspace.id}/settings/", form)
+    assert response.status_code == 422
+    assert "Branch per task needs a static working directory" in response.content.decode()
+    page = client.get(f"/workspaces/{workspace.id}/settings/").content.decode()
+    for name in ("isolation", "base_branch", "setup_command", "parallel_tasks"):
+        assert f'name="{name}"' in page
+
+
+# --- a task on its branch --------------------------------------------------------------------
+
+
+@pass_db
+def test_each_agent_run_is_a_commit_on_the_task_branch_and_the_checkout_is_untouched(repo):
+    before = user_state(repo)
+    workspace = isolated(
+        repo,
+        agents=[
+            ("Planner", "@fake write PLAN.md the plan"),
+            ("Implementer", "@fake write app.py print(2)"),
+            ("Reviewer", "@fake skip"),
+        ],
+    )
+    task = task_create(workspace=workspace, summary="Add the login page!")
+    task = run_pass(task)
+
+    assert task.status == TaskStatus.IN_REVIEW
+    assert task.branch_name == f"malamar/{task.id[:8].lower()}-add-the-login-page"
+    assert task.branch_base == "main"
+    path = branches.worktree_path(task.id)
+    assert path.is_dir() and git_text("branch", "--show-current", cwd=path) == task.branch_name
+    history = git_text("log", "--format=%an <%ae>|%s", f"main..{task.branch_name}", cwd=repo)
+    assert history.splitlines() == [
+        "Implementer <implementer@malamar.local>|Implementer: work on task “Add the login page!”",
+        "Planner <planner@malamar.local>|Planner: work on task “Add the login page!”",
+    ]
+    assert git_text("show", f"{task.branch_name}:app.py", cwd=repo) == "print(2)"
+    assert user_state(repo) == before  # the user's checkout: same files, HEAD, status
+    assert [m["agent_name"] for m in log_of(task, "branch_committed")] == [
+        "Planner",
+        "Implementer",
+    ]
+    log_lines = Path(os.environ["MALAMAR_FAKE_LOG"]).read_text().splitlines()
+    runs = [json.loads(line) for line in log_lines]
+    assert {run["cwd"] for run in runs} == {str(path)}
+    text = Path(runs[0]["input_path"]).read_text()
+    assert "## Git Branch" in text and f"`{task.branch_name}`, made from `main`" in text
+
+
+@pass_db
+def test_a_second_pass_continues_on_the_same_branch(repo):
+    workspace = isolated(repo, agents=[("Implementer", "@fake write notes.txt one")])
+    task = run_pass(task_create(workspace=workspace, summary="Notes"))
+    first = task.branch_name
+    git("checkout", "-q", "-b", "elsewhere", cwd=repo)  # the user moves on: the base stays main
+    comment_create(task=task, content="@fake write notes.txt two", actor=USER)  # → Todo
+    task = run_pass(task)
+    assert (task.branch_name, task.branch_base) == (first, "main")
+    assert git_text("show", f"{first}:notes.txt", cwd=repo) == "two"
+    assert len(git_text("log", "--format=%H", f"main..{first}", cwd=repo).splitlines()) == 2
+
+
+# --- setup command ---------------------------------------------------------------------------
+
+
+@pass_db
+def test_the_setup_command_runs_once_in_a_new_worktree_and_shows_in_the_activity(repo):
+    script = "import os; print('installed in', os.path.basename(os.getcwd()))"
+    workspace = isolated(repo, setup_command=f'python3 -c "{script}"')
+    task = run_pass(task_create(workspace=workspace, summary="Setup"))
+    [setup] = log_of(task, "setup_ran")
+    assert setup["exit_code"] == 0 and setup["output"] == f"installed in {task.id}"
+    comment_create(task=task, content="again", actor=USER)
+    task = run_pass(task)
+    assert len(log_of(task, "setup_ran")) == 1  # once per worktree
+
+
+@pass_db
+def test_a_failing_setup_is_a_task_error_with_its_output_and_no_agent_runs(repo):
+    script = "import sys; print('npm ERR! missing package.json'); sys.exit(3)"
+    workspace = isolated(repo, setup_command=f'python3 -c "{script}"')
+    task = run_pass(task_create(workspace=workspace, summary="Setup fails"))
+    [error] = system_comments(task)
+    assert "The setup command" in error and "exit code 3" in error
+    assert "npm ERR! missing package.json" in error
+    assert task.failure_streak == 1 and not task.runs.exists()
+    assert log_of(task, "setup_ran")[0]["exit_code"] == 3
+
+
+# --- merge, discard, delete ------------------------------------------------------------------
+
+
+def reviewed(repo, agents=(("Implementer", "@fake write feature.txt done"),), **fields):
+    workspace = isolated(repo, agents=agents, **fields)
+    task = run_pass(task_create(workspace=workspace, summary="Feature"))
+    assert task.status == TaskStatus.IN_REVIEW
+    return task
+
+
+@pass_db
+def test_merge_fast_forwards_the_checked_out_base_and_moves_the_task_to_done(repo, api):
+    task = reviewed(repo)
+    response = api.post(f"/api/tasks/{task.id}/merge")
+    assert response.status_code == 200, response.content
+    assert response.json()["how"] == "fast-forward"
+    assert response.json()["task"]["status"] == "done"
+    assert (repo / "feature.txt").read_text() == "done\n"
+    assert git_text("rev-parse", "main", cwd=repo) == git_text(
+        "rev-parse", task.branch_name, cwd=repo
+    )
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DONE
+    assert "Merged `malamar/" in system_comments(task)[-1]
+    assert git_text("status", "--porcelain", cwd=repo) == ""
+
+
+@pass_db
+def test_merge_makes_a_merge_commit_when_the_base_moved_on(repo):
+    task = reviewed(repo)
+    commit(repo, {"other.txt": "user work\n"}, "user work")
+    result = task_branch_merge(task=task)
+    assert result.how == "merge commit"
+    parents = git_text("log", "-1", "--format=%P", "main", cwd=repo).split()
+    assert len(parents) == 2
+    assert (repo / "feature.txt").exists() and (repo / "other.txt").exists()
+    assert git_text("status", "--porcelain", cwd=repo) == ""
+
+
+@pass_db
+def test_merge_into_a_base_that_is_not_checked_out_moves_only_its_ref(repo):
+    git("branch", "develop", cwd=repo)
+    task = reviewed(repo, base_branch="develop")
+    commit(repo, {"main-only.txt": "x\n"}, "on main")
+    before = user_state(repo)
+    commit_on_develop = git_text("rev-parse", "develop", cwd=repo)
+    assert task_branch_merge(task=task).how == "fast-forward"
+    assert git_text("rev-parse", "develop", cwd=repo) != commit_on_develop
+    assert "feature.txt" in branch_files(repo, "develop")
+    assert user_state(repo) == before
+
+
+@pass_db
+def test_a_conflict_changes_nothing_and_lists_the_files(repo, api):
+    task = reviewed(repo, agents=[("Implementer", "@fake write app.py print('agent')")])
+    commit(repo, {"app.py": "print('user')\n"}, "user edit")
+    before = (user_state(repo), git_text("rev-parse", task.branch_name, cwd=repo))
+    response = api.post(f"/api/tasks/{task.id}/merge")
+    assert response.status_code == 409, response.content
+    refusal = error_of(response)
+    assert (refusal["conflicts"], refusal["dirty"]) == (["app.py"], [])
+    assert "these files conflict" in refusal["message"]
+    assert api.get(f"/api/tasks/{task.id}").json()["status"] == "in_review"
+    assert (user_state(repo), git_text("rev-parse", task.branch_name, cwd=repo)) == before
+    assert not (repo / ".git" / "MERGE_HEAD").exists()
+    assert "these files conflict" in system_comments(task)[-1]
+    assert "- `app.py`" in system_comments(task)[-1]
+
+
+@pass_db
+def test_a_dirty_checkout_of_the_base_is_never_overwritten(repo):
+    task = reviewed(repo)
+    (repo / "README.md").write_text("my unsaved edit\n")
+    (repo / "scratch.txt").write_text("new\n")
+    result = task_branch_merge(task=task)
+    assert not result.merged and set(result.dirty) == {"README.md", "scratch.txt"}
+    assert (repo / "README.md").read_text() == "my unsaved edit\n"
+    assert not (repo / "feature.txt").exists()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.IN_REVIEW
+    assert "uncommitted changes" in system_comments(task)[-1]
+
+
+@pass_db
+def test_merge_and_discard_only_for_a_task_that_waits_for_the_user(repo, api):
+    workspace = isolated(repo)
+    task = task_create(workspace=workspace, summary="No branch yet")
+    response = api.post(f"/api/tasks/{task.id}/merge")
+    assert response.status_code == 409
+    assert "no branch" in error_of(response)["message"]
+    task = reviewed(repo)
+    Task.objects.filter(id=task.id).update(status=TaskStatus.IN_PROGRESS)
+    response = api.post(f"/api/tasks/{task.id}/discard")
+    assert response.status_code == 409
+    assert "In Review or Done" in error_of(response)["message"]
+
+
+@pass_db
+def test_discard_removes_the_worktree_and_the_branch(repo, api):
+    task = reviewed(repo)
+    branch = task.branch_name
+    response = api.post(f"/api/tasks/{task.id}/discard")
+    assert response.status_code == 200 and response.json()["branch_name"] == ""
+    assert not branches.worktree_path(task.id).exists()
+    assert not git_text("branch", "--list", branch, cwd=repo)
+    assert git_text("worktree", "list", "--porcelain", cwd=repo).count("worktree ") == 1
+    assert f"Discarded branch `{branch}`" in system_comments(task)[-1]
+
+
+@pass_db
+def test_deleting_a_task_removes_its_worktree_and_its_unmerged_branch(repo):
+    task = reviewed(repo)
+    task_id = task.id
+    task_delete(task=task)
+    assert not branches.worktree_path(task_id).exists()
+    assert not git_text("branch", "--list", "malamar/*", cwd=repo)
+
+
+@pass_db
+def test_deleting_a_merged_task_keeps_its_branch(repo):
+    task = reviewed(repo)
+    task_id = task.id
+    task_branch_merge(task=task)
+    task_delete(task=Task.objects.select_related("workspace").get(id=task_id))
+    assert not branches.worktree_path(task_id).exists()
+    assert git_text("branch", "--list", task.branch_name, cwd=repo)
+
+
+@pass_db
+def test_deleting_the_workspace_removes_the_worktrees(repo):
+    task = reviewed(repo)
+    workspace_delete(workspace=task.workspace)
+    assert not branches.worktree_path(task.id).exists()
+    assert not git_text("branch", "--list", "malamar/*", cwd=repo)
+
+
+# --- trouble ---------------------------------------------------------------------------------
+
+
+@pass_db
+def test_a_vanished_worktree_is_made_again_from_its_branch(repo):
+    task = reviewed(repo)
+    shutil.rmtree(branches.worktree_path(task.id))
+    comment_create(task=task, content="@fake write second.txt more", actor=USER)
+    task = run_pass(task)
+    assert task.status == TaskStatus.IN_REVIEW
+    assert any("had vanished" in text for text in system_comments(task))
+    assert {"feature.txt", "second.txt"} <= branch_files(repo, task.branch_name)
+
+
+@pass_db
+def test_a_branch_deleted_by_hand_starts_again_from_the_base(repo):
+    task = reviewed(repo)
+    old = task.branch_name
+    git("worktree", "remove", "--force", str(branches.worktree_path(task.id)), cwd=repo)
+    git("branch", "-D", old, cwd=repo)
+    comment_create(task=task, content="@fake write again.txt x", actor=USER)
+    task = run_pass(task)
+    assert task.status == TaskStatus.IN_REVIEW
+    assert any("was deleted outside Malamar" in text for text in system_comments(task))
+    assert branch_files(repo, task.branch_name) >= {"again.txt"}
+    assert "feature.txt" not in branch_files(repo, task.branch_name)
+
+
+@pass_db
+def test_a_repository_moved_away_is_a_task_error_not_a_crash(repo, tmp_path):
+    task = reviewed(repo)
+    repo.rename(tmp_path / "moved")
+    comment_create(task=task, content="go on", actor=USER)
+    task = run_pass(task)
+    assert "is gone (moved, deleted or no longer a git repository)" in system_comments(task)[-1]
+    assert task.failure_streak == 1
+    assert TaskQueueItem.objects.filter(task=task, status=QueueStatus.FAILED).exists()
+    Task.objects.filter(id=task.id).update(status=TaskStatus.IN_REVIEW)
+    with pytest.raises(Conflict, match="is gone"):  # merging says the same, and changes nothing
+        task_branch_merge(task=Task.objects.select_related("workspace").get(id=task.id))
+
+
+# --- parallel tasks --------------------------------------------------------------------------
+
+
+def test_the_claim_honours_the_parallel_limit_and_the_pickup_order(repo, db):
+    workspace = isolated(repo, parallel_tasks=2)
+    old, new, urgent = (task_create(workspace=workspace, summary=s) for s in ("o", "n", "u"))
+    Task.objects.filter(id=urgent.id).update(is_priority=True)
+    TaskQueueItem.objects.filter(task=urgent).update(is_priority=True)
+    assert pickup.workspaces_with_work() == {workspace.id: 3}
+    assert pickup.parallel_limits([workspace.id]) == {workspace.id: 2}
+    first = pickup.claim_next(workspace.id, limit=2)
+    second = pickup.claim_next(workspace.id, limit=2)
+    assert (first.task_id, second.task_id) == (urgent.id, new.id)  # priority, then LIFO
+    assert pickup.claim_next(workspace.id, limit=2) is None  # two run: the limit
+    assert pickup.workspaces_with_work() == {workspace.id: 1}
+    comment_create(task=urgent, content="more", actor=USER)  # queued again while it runs
+    TaskQueueItem.objects.filter(id=first.id).update(status=QueueStatus.COMPLETED)
+    third = pickup.claim_next(workspace.id, limit=2)
+    assert third.task_id == urgent.id
+    TaskQueueItem.objects.filter(id=second.id).update(status=QueueStatus.COMPLETED)
+    comment_create(task=urgent, content="even more", actor=USER)
+    assert pickup.claim_next(workspace.id, limit=2).task_id == old.id  # urgent still runs
+
+
+@pytest.mark.live
+def test_parallel_tasks_run_at_once_in_their_own_worktrees(stack, repo):
+    """A real worker (threads need a real database file): two of three tasks run at once."""
+    before = user_state(repo)
+    workspace = stack.workspace(
+        agents=[("Implementer", "claude", "Work.")],
+        working_directory_mode="static",
+        working_directory_path=str(repo),
+        isolation="branch",
+        parallel_tasks=2,
+    )
+    files = {"A": "@fake sleep 1.5 write a.txt from A", "B": "@fake sleep 1.5 write b.txt B"}
+    files["C"] = "@fake write c.txt from C"
+    tasks = {name: stack.task(workspace, text, summary=name) for name, text in files.items()}
+    for task in tasks.values():
+        stack.wait_status(task, "in_review", timeout=60)
+    for name, task in tasks.items():
+        branch = stack.api("GET", f"/tasks/{task['id']}")["branch_name"]
+        assert branch_files(repo, branch) == {"README.md", "app.py", f"{name.lower()}.txt"}
+    spans = sorted(stack.sql("SELECT started_at, ended_at FROM agent_runs"))
+    assert len(spans) == 3
+    assert spans[1][0] < spans[0][1], "two tasks ran at the same time"
+    assert spans[2][0] >= min(spans[0][1], spans[1][1]), "the third waited for a free slot"
+    assert user_state(repo) == before
+
+
+@pass_db
+def test_a_plain_workspace_still_runs_one_task_at_a_time(tmp_path):
+    workspace = workspace_create(title="Plain")
+    agent_create(workspace=workspace, name="Solo", instruction="Work.", cli_type="claude")
+    for name in "AB":
+        task_create(workspace=workspace, summary=name, description="@fake sleep 0.2")
+    worker = Worker(poll_interval=0.1)
+    worker.spawn_workspaces()
+    worker.spawn_workspaces()  # asking twice starts no second runner
+    runners = set(worker.workspaces[workspace.id])
+    assert len(runners) == 1
+    for thread in runners:
+        thread.join(timeout=60)
+    runs = sorted((r.started_at, r.ended_at) for r in AgentRun.objects.all())
+    assert len(runs) == 2 and runs[1][0] >= runs[0][1]
+
+
+# --- the task popup --------------------------------------------------------------------------
+
+
+@pass_db
+def test_the_popup_shows_the_branch_with_merge_and_discard_once_in_review(repo, client):
+    task = reviewed(repo)
+    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    assert element_text(page, "task-branch-name") == task.branch_name
+    assert elements(page, "button", id="task-branch-copy")[0]["data-copy-text"] == task.branch_name
+    assert "Merge into main" in element_text(page, "task-merge")
+    assert elements(page, "input", **{"data-confirm-match": task.branch_name})
+    Task.objects.filter(id=task.id).update(status=TaskStatus.IN_PROGRESS)
+    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    assert element_text(page, "task-branch-name") == task.branch_name
+    assert element_text(page, "task-merge") is None and "task-discard" not in page
+    activity = html(hx(client, "get", f"/tasks/{task.id}/activity/?part=log"))
+    assert "Implementer committed" in activity and f"made branch {task.branch_name}" in activity
+
+
+@pass_db
+def test_merge_from_the_popup_toasts_and_refreshes_the_head(repo, client):
+    task = reviewed(repo)
+    commit(repo, {"feature.txt": "the user's own\n"}, "user")
+    response = hx(client, "post", f"/tasks/{task.id}/merge/")
+    assert triggers(response)["malamar:toast"]["level"] == "error"
+    assert "files conflict" in triggers(response)["malamar:toast"]["message"]
+    git("reset", "-q", "--hard", "HEAD~1", cwd=repo)
+    response = hx(client, "post", f"/tasks/{task.id}/merge/")
+    toast = triggers(response)["malamar:toast"]
+    assert toast == {"level": "success", "message": "Merged into main"}
+    assert 'data-status="done"' in html(response)
+
+
+@pass_db
+def test_discard_from_the_popup_needs_the_branch_name(repo, client):
+    task = reviewed(repo)
+    url = f"/tasks/{task.id}/discard/"
+    response = hx(client, "post", url, {"confirm_branch": "malamar/wrong"})
+    assert "The branch name does not match" in html(response)
+    assert response["HX-Retarget"] == "#task-discard-form"
+    assert branches.worktree_path(task.id).exists()
+    response = hx(client, "post", url, {"confirm_branch": task.branch_name})
+    assert triggers(response)["malamar:toast"]["message"] == "Branch discarded"
+    assert not branches.worktree_path(task.id).exists()
+    assert "task-branch" not in html(response)
+
+
+@pass_db
+def test_the_daily_cleanup_removes_worktrees_of_tasks_that_are_gone(repo):
+    task = reviewed(repo)
+    orphan = branches.worktree_path("gone-task-id")
+    (orphan / "src").mkdir(parents=True)
+    counts = jobs.cleanup()
+    assert counts["orphan_worktrees"] == 1
+    assert not orphan.exists() and branches.worktree_path(task.id).is_dir()
