@@ -244,7 +244,9 @@ class InProcessStack(StackBase):
         self.worker.kick()
         self.thread.join(timeout=30)
         with self.worker.lock:
-            threads = [*self.worker.workspaces.values(), *self.worker.chat_threads]
+            threads = list(self.worker.chat_threads)
+            for runners in self.worker.workspaces.values():  # a thread, or a set of them
+                threads += runners if isinstance(runners, set | list) else [runners]
         if self.worker.health.thread is not None:
             threads.append(self.worker.health.thread)
         for thread in threads:
