@@ -253,8 +253,12 @@ def test_two_chats_of_one_workspace_answer_at_the_same_time(stack):
         send(stack, c, "go", "@fake sleep 2 reply done")
     for c in chats:
         wait_reply(stack, c)
-    starts = sorted(r["time"] for r in chat_runs(stack))
-    assert len(starts) == 2 and starts[1] - starts[0] < 1.5, "the second did not wait for the first"
+    spans = stack.sql("SELECT started_at, ended_at FROM agent_runs")
+    assert len(spans) == len(chat_runs(stack)) == 2
+    # Each CLI sleeps 2 s: had the second waited for the first, it would start after it ended.
+    assert max(start for start, _ in spans) < min(end for _, end in spans), (
+        "the second did not wait for the first"
+    )
 
 
 def test_chat_errors_become_system_messages(stack):
