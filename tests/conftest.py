@@ -4,11 +4,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from agents.services import agent_create
 from tasks.services import task_create
-from tests.stack import InProcessStack, Stack, copy_database
+from tests.stack import InProcessStack, Stack, copy_database, migrated_template
 from workspaces.services import workspace_create
 
 # The fake CLIs start with `#!/usr/bin/env python3`: resolve that to this interpreter directly
@@ -72,8 +73,12 @@ def error_of(response) -> dict:
 def django_db_setup(django_db_setup, django_db_blocker, tmp_path_factory):
     """pytest-django's test database, and a copy of it as it is right after its migrations: the
     template every real server of the session starts from (`template_db`)."""
+    folder = tmp_path_factory.mktemp("malamar-template")
     with django_db_blocker.unblock():
-        _TEMPLATE["db"] = copy_database(tmp_path_factory.mktemp("malamar-template"))
+        if connection.introspection.table_names():
+            _TEMPLATE["db"] = copy_database(folder)
+        else:  # no test of this session uses the database, so pytest-django made none
+            _TEMPLATE["db"] = migrated_template(folder)
 
 
 _TEMPLATE: dict = {}

@@ -25,7 +25,7 @@ from django.db import connection
 from django.test import Client
 
 from runner.worker.loop import Worker
-from tests.live import ROOT, Server, process_env, wait_until
+from tests.live import ROOT, Server, blank_database, manage, process_env, wait_until
 
 FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
 
@@ -37,6 +37,14 @@ def copy_database(folder: Path) -> Path:
     with sqlite3.connect(source) as src, contextlib.closing(sqlite3.connect(target)) as dst:
         src.backup(dst)
     return target
+
+
+def migrated_template(folder: Path) -> Path:
+    """`folder/malamar.db` migrated by `manage.py migrate` (a blank file up front: no sample)."""
+    blank_database(folder)
+    result = manage(folder, "migrate", "--no-input")
+    assert result.returncode == 0, result.stderr
+    return folder / "malamar.db"
 
 
 def data_dir_from(template_db: Path, data_dir: Path) -> Path:
