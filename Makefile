@@ -1,4 +1,6 @@
 # Two commands for a fresh machine: `make run` and `make test`.
+# `make test` runs the tests in two processes (pytest-xdist), a test file in one of them (module
+# fixtures such as the browser or the installed package are set up once).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -27,7 +29,7 @@ run: install
 test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 lint: install-dev
 	$(BIN)/ruff check --fix .

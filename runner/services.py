@@ -227,11 +227,13 @@ def agent_run_finish(
     collapse it into its final, grouped form. Part of the caller's transaction when there is
     one (the run step's finish), without a savepoint."""
     with transaction.atomic(savepoint=False):
-        if traces:
-            TraceEvent.objects.bulk_create(traces)
-        AgentRun.objects.filter(id=run_id).update(
+        ended = AgentRun.objects.filter(id=run_id).update(
             status=status, exit_code=exit_code, ended_at=timezone.now(), **progress
         )
+        if not ended:  # deleted with its task or chat while it ran: nothing left to record
+            return
+        if traces:
+            TraceEvent.objects.bulk_create(traces)
         events.publish("run.trace", event)
         if event.get("task_id") and "working_directory" in progress:
             events.publish("task.changes_updated", _changes_payload(event, progress))

@@ -4,10 +4,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from agents.services import agent_create
 from tasks.services import task_create
+from tests.stack import InProcessStack, Stack, copy_database, migrated_template
 from workspaces.services import workspace_create
 
 # The fake CLIs start with `#!/usr/bin/env python3`: resolve that to this interpreter directly
@@ -68,16 +70,50 @@ def error_of(response) -> dict:
 
 
 @pytest.fixture(scope="session")
-def template_db(tmp_path_factory):
-    from tests.stack import migrated_template
+def django_db_setup(django_db_setup, django_db_blocker, tmp_path_factory):
+    """pytest-django's test database, and a copy of it as it is right after its migrations: the
+    template every real server of the session starts from (`template_db`)."""
+    folder = tmp_path_factory.mktemp("malamar-template")
+    with django_db_blocker.unblock():
+        if connection.introspection.table_names():
+            _TEMPLATE["db"] = copy_database(folder)
+        else:  # no test of this session uses the database, so pytest-django made none
+            _TEMPLATE["db"] = migrated_template(folder)
 
-    return migrated_template(tmp_path_factory.mktemp("malamar-template"))
+
+_TEMPLATE: dict = {}
+
+
+@pytest.fixture(scope="session")
+def template_db(django_db_setup) -> Path:
+    """A migrated database file without data (no sample workspace): real servers copy it."""
+    return _TEMPLATE["db"]
 
 
 @pytest.fixture
-def stack(tmp_path, template_db):
-    from tests.stack import Stack
+def start_stack(transactional_db, tmp_path, settings, monkeypatch):
+    """`start_stack(**env)`: the worker in-process (tests.stack.InProcessStack) on the test
+    database, with extra environment variables (read by the fake CLIs, say)."""
+    started = []
 
+    def start(**env) -> InProcessStack:
+        running = InProcessStack(tmp_path, settings=settings, monkeypatch=monkeypatch, **env)
+        started.append(running)
+        return running.start()
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+@pytest.fixture
+def stack(start_stack):
+    return start_stack()
+
+
+@pytest.fixture
+def live_stack(tmp_path, template_db):
+    """Real server and worker processes (tests.stack.Stack): only for what needs them."""
     running = Stack(tmp_path, template_db).start()
     yield running
     running.stop()

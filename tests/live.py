@@ -133,7 +133,7 @@ class Server:
                 self.proc.wait()
 
 
-def wait_until(check, *, timeout: float, what: str, interval: float = 0.02):
+def wait_until(check, *, timeout: float, what: str, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = check()

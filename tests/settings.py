@@ -6,7 +6,19 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("MALAMAR_DATA_DIR", tempfile.mkdtemp(prefix="malamar-test-"))
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two: a dir for each
+    os.environ["MALAMAR_DATA_DIR"] = str(Path(os.environ["MALAMAR_DATA_DIR"]) / worker)
+    Path(os.environ["MALAMAR_DATA_DIR"]).mkdir(exist_ok=True)
 (Path(os.environ["MALAMAR_DATA_DIR"]) / "malamar.db").touch()
 os.environ["MALAMAR_TESTING"] = "1"
 
 from malamar_site.settings import *  # noqa: E402, F403
+
+# A database file rather than SQLite's shared in-memory one: in-process worker tests write from
+# several threads, which a shared-cache memory database refuses at once ("database table is
+# locked") where a file in WAL mode waits (busy_timeout), as the real server and worker do.
+DATABASES["default"]["TEST"] = {"NAME": str(Path(os.environ["MALAMAR_DATA_DIR"]) / "test.db")}  # noqa: F405
+
+# In the test process only (real servers started by tests keep Django's default): a fast hasher,
+# as Django advises for tests; PBKDF2's million rounds made each login in a test cost ~0.3 s.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

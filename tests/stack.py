@@ -1,31 +1,57 @@
-"""A real Malamar for tests: server + worker processes, fake CLIs first on PATH."""
+"""Malamar with a worker for tests, the fake CLIs first on PATH, in two forms with one API:
 
+- `InProcessStack` (the `stack` fixture): the worker's loop in a thread of the test process
+  against the test database, the API through Django's test client. Behaviour tests use it.
+- `Stack` (the `live_stack` fixture): real server and `runworker` processes, for what only real
+  processes show (kill -9 recovery, SIGTERM, process groups, a second worker refused).
+"""
+
+import contextlib
+import dataclasses
 import json
+import logging
 import os
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psutil
 import requests
+from django.db import connection
+from django.test import Client
 
-from tests.live import ROOT, Server, manage, process_env, wait_until
+from runner.worker.loop import Worker
+from tests.live import ROOT, Server, blank_database, manage, process_env, wait_until
 
 FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
-_TEMPLATE: dict[str, Path] = {}
 
 
-def migrated_template(base: Path) -> Path:
-    """Migrate once per test session; each stack copies the database."""
-    if "db" not in _TEMPLATE:
-        template = base / "template"
-        result = manage(template, "migrate", "--no-input")
-        assert result.returncode == 0, result.stderr
-        _TEMPLATE["db"] = template / "malamar.db"
-    return _TEMPLATE["db"]
+def copy_database(folder: Path) -> Path:
+    """`folder/malamar.db`: a consistent copy of the test database (SQLite's backup)."""
+    target = folder / "malamar.db"
+    source = connection.settings_dict["NAME"]
+    with sqlite3.connect(source) as src, contextlib.closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
+    return target
+
+
+def migrated_template(folder: Path) -> Path:
+    """`folder/malamar.db` migrated by `manage.py migrate` (a blank file up front: no sample)."""
+    blank_database(folder)
+    result = manage(folder, "migrate", "--no-input")
+    assert result.returncode == 0, result.stderr
+    return folder / "malamar.db"
+
+
+def data_dir_from(template_db: Path, data_dir: Path) -> Path:
+    """`data_dir` with a copy of the migrated template database: a server ready in a moment."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(template_db, data_dir / "malamar.db")
+    return data_dir
 
 
 def alive(pid: int) -> bool:
@@ -36,13 +62,14 @@ def alive(pid: int) -> bool:
         return False
 
 
-class Stack:
-    def __init__(self, root: Path, template_db: Path, **env):
+class StackBase:
+    """What both forms share: a data dir, a temp dir, the fake CLIs' log, API helpers."""
+
+    def __init__(self, root: Path, **env):
         self.data_dir = root / "data"
         self.temp_dir = root / "tmp"
         self.data_dir.mkdir(parents=True)
         self.temp_dir.mkdir()
-        shutil.copy(template_db, self.data_dir / "malamar.db")
         self.fake_log = root / "fake.jsonl"
         self.env = {
             "PATH": f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}",
@@ -51,48 +78,12 @@ class Stack:
             "MALAMAR_RUNNER_POLL_INTERVAL": "200",
             **env,
         }
-        self.server = Server(self.data_dir, **self.env)
-        self.worker: subprocess.Popen | None = None
-        self.session = requests.Session()
 
-    # processes ---------------------------------------------------------------------------
-    def start(self, worker: bool = True) -> "Stack":
-        self.server.start()
-        if worker:
-            self.start_worker()
-        return self
-
-    def start_worker(self) -> subprocess.Popen:
-        self.worker = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "runworker"],
-            env=process_env(self.data_dir, **self.env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        wait_until(
-            lambda: (self.data_dir / "worker.sock").exists() or self.worker.poll() is not None,
-            timeout=20,
-            what="worker start",
-        )
-        return self.worker
-
-    def stop(self) -> None:
-        if self.worker and self.worker.poll() is None:
-            self.worker.send_signal(signal.SIGTERM)
-            try:
-                self.worker.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.worker.kill()
-        self.server.stop()
-
-    # API ---------------------------------------------------------------------------------
+    # API (through `request`, which each form defines) ---------------------------------
     def api(self, method: str, path: str, body=None, expect: int | None = None):
-        response = self.session.request(
-            method, f"{self.server.url}/api{path}", json=body, timeout=10
-        )
+        response = self.request(method, f"/api{path}", body)
         if expect is not None:
-            assert response.status_code == expect, response.text
+            assert response.status_code == expect, response.content.decode()
         return response.json() if response.content else None
 
     def workspace(self, title="W", agents=(), **fields) -> dict:
@@ -130,10 +121,6 @@ class Stack:
         return self.comments(task)
 
     # inspection ----------------------------------------------------------------------------
-    def sql(self, query: str, *params) -> list[tuple]:
-        with sqlite3.connect(self.data_dir / "malamar.db", timeout=5) as db:
-            return db.execute(query, params).fetchall()
-
     def fake_runs(self) -> list[dict]:
         if not self.fake_log.exists():
             return []
@@ -145,3 +132,159 @@ class Stack:
     def wait_run(self, count: int = 1, timeout: float = 20) -> list[dict]:
         wait_until(lambda: len(self.task_runs()) >= count, timeout=timeout, what="CLI runs")
         return self.task_runs()
+
+
+class Stack(StackBase):
+    """Real server and worker processes on a copy of the migrated template database."""
+
+    def __init__(self, root: Path, template_db: Path, **env):
+        super().__init__(root, **env)
+        shutil.copy(template_db, self.data_dir / "malamar.db")
+        self.server = Server(self.data_dir, **self.env)
+        self.worker: subprocess.Popen | None = None
+        self.session = requests.Session()
+
+    # processes ---------------------------------------------------------------------------
+    def start(self, worker: bool = True) -> "Stack":
+        self.server.start()
+        if worker:
+            self.start_worker()
+        return self
+
+    def start_worker(self) -> subprocess.Popen:
+        self.worker = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runworker"],
+            env=process_env(self.data_dir, **self.env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        wait_until(
+            lambda: (self.data_dir / "worker.sock").exists() or self.worker.poll() is not None,
+            timeout=20,
+            what="worker start",
+        )
+        return self.worker
+
+    def stop(self) -> None:
+        if self.worker and self.worker.poll() is None:
+            self.worker.send_signal(signal.SIGTERM)
+            try:
+                self.worker.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.worker.kill()
+        self.server.stop()
+
+    def request(self, method: str, path: str, body=None, **kwargs):
+        url = f"{self.server.url}{path}"
+        return self.session.request(method, url, json=body, timeout=10, **kwargs)
+
+    def worker_alive(self) -> bool:
+        return self.worker is not None and self.worker.poll() is None
+
+    def sql(self, query: str, *params) -> list[tuple]:
+        with sqlite3.connect(self.data_dir / "malamar.db", timeout=5) as db:
+            return db.execute(query, params).fetchall()
+
+
+class _UnexpectedErrors(logging.Handler):
+    """Collects what the worker logs with a traceback (a run or loop step that crashed)."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.records.append(record)
+
+
+class InProcessStack(StackBase):
+    """The worker's loop in a thread of the test process, on the test database (which must be
+    a file: see tests/settings.py) and the data dir `root/data`; the API and pages through
+    Django's test client. Needs a `transactional_db` test (the worker's threads see only
+    committed rows), pytest-django's `settings` and `monkeypatch` (both undone afterwards)."""
+
+    def __init__(self, root: Path, *, settings, monkeypatch, **env):
+        super().__init__(root, **env)
+        for name, value in self.env.items():
+            monkeypatch.setenv(name, value)
+        settings.DATA_DIR = self.data_dir
+        settings.CONFIG = dataclasses.replace(
+            settings.CONFIG, temp_dir=self.temp_dir, runner_poll_interval=200
+        )
+        self.client = Client()
+        self.worker: Worker | None = None
+        self.thread: threading.Thread | None = None
+        self.errors = _UnexpectedErrors()
+
+    # the worker --------------------------------------------------------------------------
+    def start(self, worker: bool = True) -> "InProcessStack":
+        if worker:
+            self.start_worker()
+        return self
+
+    def start_worker(self) -> Worker:
+        logging.getLogger("runner").addHandler(self.errors)
+        self.worker = Worker(poll_interval=0.2)
+        self.thread = threading.Thread(target=self._serve, name="test-worker", daemon=True)
+        self.thread.start()
+        wait_until(
+            lambda: (self.data_dir / "worker.sock").exists() or not self.thread.is_alive(),
+            timeout=20,
+            what="worker start",
+        )
+        return self.worker
+
+    def _serve(self) -> None:
+        try:
+            self.worker.serve_forever()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        """Stop the loop and wait for every thread it started (runs, health checks): nothing
+        may touch the database once the test's tables are flushed."""
+        logging.getLogger("runner").removeHandler(self.errors)
+        if self.worker is None:
+            return
+        self.worker.shutdown.set()
+        self.worker.kick()
+        self.thread.join(timeout=30)
+        with self.worker.lock:
+            threads = list(self.worker.chat_threads)
+            for runners in self.worker.workspaces.values():  # a thread, or a set of them
+                threads += runners if isinstance(runners, set | list) else [runners]
+        if self.worker.health.thread is not None:
+            threads.append(self.worker.health.thread)
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not self.thread.is_alive() and not any(t.is_alive() for t in threads), (
+            "the in-process worker did not stop"
+        )
+        for fd in (self.worker.kick_r, self.worker.kick_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def wait_idle(self, timeout: float = 20) -> None:
+        """Until no run is running: a run leaves the worker's map of runs last, after its
+        final transaction and what that transaction triggers on commit."""
+        wait_until(lambda: not self.worker.runs, timeout=timeout, what="the worker to be idle")
+
+    def worker_alive(self) -> bool:
+        """The loop runs and nothing in it crashed (logged a traceback)."""
+        crashed = [record.getMessage() for record in self.errors.records]
+        assert not crashed, f"the worker logged unexpected errors: {crashed}"
+        return self.thread is not None and self.thread.is_alive()
+
+    # API ---------------------------------------------------------------------------------
+    def request(self, method: str, path: str, body=None, **kwargs):
+        if body is not None:
+            kwargs.update(data=json.dumps(body), content_type="application/json")
+        return self.client.generic(method, path, **kwargs)
+
+    def sql(self, query: str, *params) -> list[tuple]:
+        """`?` placeholders, as in sqlite3."""
+        with connection.cursor() as cursor:
+            cursor.execute(query.replace("?", "%s"), params)
+            return cursor.fetchall()

@@ -1,5 +1,9 @@
 """Live agent activity: stream parsing over the real samples, traces while runs are running,
-tokens and cost, interrupted runs, and stalls."""
+tokens and cost, interrupted runs, and stalls.
+
+The worker runs in-process (`stack`) except for a run killed with its worker (kill -9), which
+needs a real worker process (`live_stack`).
+"""
 
 import json
 import signal
@@ -109,7 +113,6 @@ def test_odd_lines_are_ignored(cli, line):
     assert all(not isinstance(i, Trace) or i.text for i in parse_line(parser, line))
 
 
-@pytest.mark.live
 def test_traces_appear_while_the_run_is_still_running(stack):
     ws = stack.workspace(agents=[("Planner", "claude")])
     task = stack.task(ws, "@fake sleep 3 review finished")
@@ -133,7 +136,8 @@ def test_traces_appear_while_the_run_is_still_running(stack):
 
 
 @pytest.mark.live
-def test_restart_marks_a_killed_run_interrupted(stack):
+def test_restart_marks_a_killed_run_interrupted(live_stack):
+    stack = live_stack
     ws = stack.workspace(agents=[("Planner", "codex")])
     task = stack.task(ws, "@fake sleep 30")
     run = stack.wait_run()[0]
@@ -150,23 +154,23 @@ def test_restart_marks_a_killed_run_interrupted(stack):
     wait_until(lambda: not alive(run["pid"]), timeout=10, what="orphan killed")
 
 
-@pytest.mark.live
 def test_a_silent_run_raises_a_stall_warning_and_the_hard_limit_kills_it(stack):
-    from tests.live import SseClient
-
     stack.api("PUT", "/settings", {"stall_warning_minutes": 0.02}, expect=200)  # 1.2 s
     ws = stack.workspace(agents=[("Planner", "gemini")], stall_kill_minutes=0.05)  # 3 s
-    client = SseClient(stack.server.url)
     task = stack.task(ws, "@fake sleep 60 comment never")
     run = stack.wait_run()[0]
-    wait_until(lambda: client.of_type("run.stalled"), timeout=20, what="run.stalled event")
-    stalled = client.of_type("run.stalled")[0][2]
+    # The event as published (the outbox): its way to a browser is tests/test_events.py's.
+    stalled = wait_until(
+        lambda: stack.sql("SELECT payload FROM event_outbox WHERE type = 'run.stalled'"),
+        timeout=20,
+        what="run.stalled event",
+    )
+    stalled = json.loads(stalled[0][0])
     assert stalled["task_id"] == task["id"] and stalled["agent_name"] == "Planner"
     comment = stack.wait_comments(task, 1, timeout=20)[0]
     assert comment["content"].startswith("CLI produced no output for 0.05 minutes")
     assert not alive(run["pid"])
     assert stack.api("GET", f"/tasks/{task['id']}/runs")["runs"][0]["stalled_at"]
-    client.close()
 
 
 def test_trace_events_are_batched(db, workspace):
@@ -374,7 +378,6 @@ def test_the_recorder_stores_and_shows_the_users_terms(db, workspace):
     assert texts == ["Reading the task", "Editing app/views.py", "Writing the answer"]
 
 
-@pytest.mark.live
 def test_a_live_run_never_shows_malamars_plumbing(stack):
     ws = stack.workspace(agents=[("Planner", "claude")])
     task = stack.task(ws, "@fake work 1 comment done")

@@ -487,9 +487,8 @@ def test_the_claim_honours_the_parallel_limit_and_the_pickup_order(repo, db):
     assert pickup.claim_next(workspace.id, limit=2).task_id == old.id  # urgent still runs
 
 
-@pytest.mark.live
 def test_parallel_tasks_run_at_once_in_their_own_worktrees(stack, repo):
-    """A real worker (threads need a real database file): two of three tasks run at once."""
+    """The worker's loop (in-process): two of three tasks run at once."""
     before = user_state(repo)
     workspace = stack.workspace(
         agents=[("Implementer", "claude", "Work.")],

@@ -1,14 +1,13 @@
-"""Chat processing in a real worker with the fake CLIs (chat mode: `@fake reply`/`action`)."""
+"""Chat processing in the worker (in-process) with the fake CLIs (chat mode: `@fake reply` /
+`action`)."""
 
 import json
 from pathlib import Path
 
-import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.live import wait_until
 from tests.stack import alive
-
-pytestmark = pytest.mark.live
 
 
 def chat(stack, ws, agent_id=None, **fields):
@@ -230,9 +229,7 @@ def test_second_send_is_refused_and_cancel_kills_the_run(stack):
     send(stack, c, "slow", "@fake grandchild 60 reply never")
     wait_until(lambda: chat_runs(stack), timeout=20, what="chat run")
     run = chat_runs(stack)[0]
-    refused = stack.session.post(
-        f"{stack.server.url}/api/chats/{c['id']}/messages", json={"message": "again"}, timeout=5
-    )
+    refused = stack.request("POST", f"/api/chats/{c['id']}/messages", {"message": "again"})
     assert refused.status_code == 409
     stack.api("POST", f"/chats/{c['id']}/cancel", expect=200)
     wait_until(lambda: not alive(run["pid"]), timeout=5, what="chat CLI to die")
@@ -256,8 +253,12 @@ def test_two_chats_of_one_workspace_answer_at_the_same_time(stack):
         send(stack, c, "go", "@fake sleep 2 reply done")
     for c in chats:
         wait_reply(stack, c)
-    starts = sorted(r["time"] for r in chat_runs(stack))
-    assert len(starts) == 2 and starts[1] - starts[0] < 1.5, "the second did not wait for the first"
+    spans = stack.sql("SELECT started_at, ended_at FROM agent_runs")
+    assert len(spans) == len(chat_runs(stack)) == 2
+    # Each CLI sleeps 2 s: had the second waited for the first, it would start after it ended.
+    assert max(start for start, _ in spans) < min(end for _, end in spans), (
+        "the second did not wait for the first"
+    )
 
 
 def test_chat_errors_become_system_messages(stack):
@@ -285,7 +286,7 @@ def test_deeply_nested_chat_output_is_a_system_message_not_a_crash(stack):
     send(stack, c, "y", "@fake reply still here")
     d = wait_reply(stack, c, count=2)
     assert (d["messages"][-1]["role"], d["messages"][-1]["message"]) == ("agent", "still here")
-    assert stack.worker.poll() is None
+    assert stack.worker_alive()
 
 
 def test_chat_input_and_context_files(stack):
@@ -297,11 +298,9 @@ def test_chat_input_and_context_files(stack):
     ws = stack.workspace(agents=[("Planner", "claude")], description="Ship small changes")
     planner = stack.api("GET", f"/workspaces/{ws['id']}/agents")["agents"][0]
     c = chat(stack, ws)
-    stack.session.post(
-        f"{stack.server.url}/api/chats/{c['id']}/attachments",
-        files={"files": ("notes.txt", b"hello")},
-        timeout=5,
-    )
+    notes = SimpleUploadedFile("notes.txt", b"hello")
+    uploaded = stack.client.post(f"/api/chats/{c['id']}/attachments", {"files": [notes]})
+    assert uploaded.status_code < 400, uploaded.content
     send(stack, c, "What do my agents do?", "@fake reply They plan.")
     wait_reply(stack, c, count=2)
     run = chat_runs(stack)[0]

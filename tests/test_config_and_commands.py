@@ -10,6 +10,7 @@ import pytest
 
 from core import config
 from tests.live import ROOT, blank_database, django_script, manage, process_env
+from tests.stack import data_dir_from
 
 OPTION_ENVS = [o.env for o in config.OPTIONS]
 
@@ -166,8 +167,10 @@ CliHealth.objects.create(
 """
 
 
-def test_doctor_uses_the_configured_path_and_says_how_old_the_workers_check_is(tmp_path):
-    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+def test_doctor_uses_the_configured_path_and_says_how_old_the_workers_check_is(
+    tmp_path, template_db
+):
+    data_dir_from(template_db, tmp_path)  # migrated (the session's template)
     hangs = tmp_path / "gemini-that-hangs"
     hangs.write_text(HANGS)
     hangs.chmod(0o755)

@@ -7,7 +7,8 @@ from core import events
 from core.models import OutboxEvent
 from core.relay import Relay
 from core.sse import dedupe_blocks
-from tests.live import Server, SseClient, django_script, manage, wait_until
+from tests.live import Server, SseClient, django_script, wait_until
+from tests.stack import data_dir_from
 
 PUBLISH = """
 from core.events import publish
@@ -60,8 +61,8 @@ def _seqs(client):
 
 
 @pytest.mark.live
-def test_events_cross_processes_in_order_and_survive_server_restart(tmp_path):
-    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+def test_events_cross_processes_in_order_and_survive_server_restart(tmp_path, template_db):
+    data_dir_from(template_db, tmp_path)  # migrated (the session's template)
     server = Server(tmp_path).start()
     try:
         client = SseClient(server.url)

@@ -21,7 +21,8 @@ from chats.services import chat_create, chat_message_add_system
 from core.config import ConfigError, load
 from malamar_site.api import api
 from tests.conftest import error_of
-from tests.live import Server, django_script, manage
+from tests.live import Server, django_script
+from tests.stack import data_dir_from
 from tests.test_chats_api import multipart
 from workspaces.models import Workspace
 
@@ -359,9 +360,8 @@ def test_huge_and_nul_query_parameters(client, ids, workspace):
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("hostile-live")
-    assert manage(data_dir, "migrate", "--no-input").returncode == 0
+def live(tmp_path_factory, template_db):
+    data_dir = data_dir_from(template_db, tmp_path_factory.mktemp("hostile-live"))
     server = Server(data_dir, MALAMAR_MAX_JSON_BYTES=64 * 1024).start()
     yield server
     server.stop()
@@ -502,7 +502,6 @@ def test_with_a_password_credentials_are_checked_before_the_body_is_read(live):
         django_script(live.data_dir, "from core.auth import password_set; password_set(raw=None)")
 
 
-@pytest.mark.live
 def test_a_malamar_reply_with_over_long_names_becomes_a_clear_system_message(stack):
     from tests.test_chat_worker import action, chat, send, wait_reply
 
@@ -547,7 +546,6 @@ def test_cli_output_strings_are_made_storable_and_deep_nesting_is_invalid_json()
     assert parse_line(parser, '{"type": ' + "[" * 100_000 + "]" * 100_000 + "}") == []
 
 
-@pytest.mark.live
 def test_an_agent_comment_with_a_lone_surrogate_is_stored_not_a_crashed_run(stack):
     ws = stack.workspace(agents=[("Planner", "gemini")])
     escaped = (

@@ -1,17 +1,18 @@
-"""Email (Mailgun) and webhook notifications, against local fake endpoints."""
+"""Email (Mailgun) and webhook notifications, against local fake endpoints; the worker runs
+in-process (`notified`)."""
 
 import base64
 import logging
-import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from core.settings_store import settings_update
+from notifications import services as notification_services
 from notifications.senders import mailgun_base_url
 from tests.conftest import error_of
 from tests.http_fakes import Receiver
 from tests.live import wait_until
-from tests.stack import Stack
 
 KEY = "key-0123456789abcdef-secret"
 MAILGUN = {
@@ -86,9 +87,10 @@ def test_settings_validation(api):
 
 
 @pytest.fixture
-def notified(tmp_path, template_db):
+def notified(start_stack, monkeypatch):
     mail, hook = Receiver(), Receiver()
-    stack = Stack(tmp_path, template_db, MALAMAR_MAILGUN_BASE_URL=mail.url).start()
+    monkeypatch.setattr(notification_services, "_pool", new_sending_pool())
+    stack = start_stack(MALAMAR_MAILGUN_BASE_URL=mail.url)
     stack.api("PUT", "/settings", {**MAILGUN, "webhook_urls": [f"{hook.url}/hook"]}, expect=200)
     yield stack, mail, hook
     stack.stop()
@@ -96,7 +98,19 @@ def notified(tmp_path, template_db):
     hook.close()
 
 
-@pytest.mark.live
+def new_sending_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="malamar-notify")
+
+
+def all_sent(stack) -> None:
+    """Wait until the worker runs nothing (its runs hand their notifications to the sending
+    pool before they end), then until the pool has sent everything handed to it."""
+    stack.wait_idle()
+    pool = notification_services._pool
+    notification_services._pool = new_sending_pool()  # undone by the fixture's monkeypatch
+    pool.shutdown(wait=True)
+
+
 def test_error_and_in_review_notifications(notified):
     stack, mail, hook = notified
     ws = stack.workspace(agents=[("Planner", "gemini")])
@@ -112,7 +126,7 @@ def test_error_and_in_review_notifications(notified):
     assert payload["link"].endswith(f"/?tab=tasks&task={task['id']}")
     # The retry fails again: same streak, no second notification.
     stack.wait_comments(task, 2, timeout=20)
-    time.sleep(0.5)
+    all_sent(stack)
     assert len(mail.requests) == 1 and len(hook.requests) == 1
     stack.api(
         "POST",
@@ -156,7 +170,6 @@ def test_the_global_switches_decide_for_workspaces_that_inherit(
     assert sent == ["error"]
 
 
-@pytest.mark.live
 def test_no_notifications_when_toggled_off_for_user_moves_or_chats(notified):
     stack, mail, hook = notified
     ws = stack.workspace(
@@ -179,11 +192,10 @@ def test_no_notifications_when_toggled_off_for_user_moves_or_chats(notified):
         timeout=20,
         what="chat error",
     )
-    time.sleep(1)
+    all_sent(stack)
     assert mail.requests == [] and hook.requests == []
 
 
-@pytest.mark.live
 def test_a_slow_webhook_does_not_delay_the_next_agent_step(notified):
     stack, _mail, hook = notified
     hook.delay = 4

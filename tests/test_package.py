@@ -40,9 +40,22 @@ def installed(tmp_path_factory):
     )
     wheel = next(dist.glob("malamar-*.whl"))
     venv = base / "venv"
-    run(sys.executable, "-m", "venv", str(venv))
+    # This pip installs into the new venv (`--python`): bootstrapping a pip of its own there
+    # took a third of the time; byte-compiling every dependency (--no-compile) another third.
+    run(sys.executable, "-m", "venv", "--without-pip", str(venv))
     # Dependencies come from the registry (or pip's cache); the project itself from the wheel.
-    run(str(venv / "bin" / "pip"), "install", "--quiet", str(wheel))
+    python = str(venv / "bin" / "python")
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--quiet",
+        "--no-compile",
+        str(wheel),
+    )
     return venv
 
 

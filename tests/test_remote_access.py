@@ -13,6 +13,7 @@ from django.test import Client
 
 from core.auth import login_limiter, password_set, token_create, token_revoke
 from tests.live import ROOT, django_script, free_port, manage, process_env, wait_until
+from tests.stack import data_dir_from
 
 PASSWORD = "correct horse battery"
 
@@ -134,8 +135,8 @@ def test_allowed_hosts_come_from_the_setting(tmp_path):
     assert "https://box.tail1234.ts.net" in after and "https://*.example.net" in after
 
 
-def test_config_and_doctor_show_the_hosts_and_the_access_mode(tmp_path):
-    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+def test_config_and_doctor_show_the_hosts_and_the_access_mode(tmp_path, template_db):
+    data_dir_from(template_db, tmp_path)  # migrated (the session's template)
     env = {"MALAMAR_ALLOWED_HOSTS": "box.tail1234.ts.net"}
     assert "box.tail1234.ts.net" in manage(tmp_path, "config", **env).stdout
     doctor = manage(tmp_path, "doctor", **env).stdout
@@ -294,8 +295,10 @@ APP = "malamar_site.asgi:application"
     ],
     ids=["runserver-0.0.0.0", "runserver-ipv6-any", "daphne-bind", "daphne-endpoint"],
 )
-def test_every_way_of_starting_refuses_a_remote_address_without_password(tmp_path, argv):
-    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+def test_every_way_of_starting_refuses_a_remote_address_without_password(
+    tmp_path, template_db, argv
+):
+    data_dir_from(template_db, tmp_path)  # migrated (the session's template)
     port = free_port()
     proc = _start(tmp_path, [part.format(port=port) for part in argv])
     _refused(proc)
@@ -309,9 +312,9 @@ def test_every_way_of_starting_refuses_a_remote_address_without_password(tmp_pat
     [[*RUNSERVER, "127.0.0.1:{port}", "--noreload"], [*DAPHNE, "-p", "{port}", APP]],
     ids=["runserver", "daphne"],
 )
-def test_every_way_of_starting_honours_no_auth_and_allowed_hosts(tmp_path, argv):
+def test_every_way_of_starting_honours_no_auth_and_allowed_hosts(tmp_path, template_db, argv):
     """A Tailscale name makes even a loopback bind remote: refused, unless MALAMAR_NO_AUTH=1."""
-    assert manage(tmp_path, "migrate", "--no-input").returncode == 0
+    data_dir_from(template_db, tmp_path)  # migrated (the session's template)
     port = free_port()
     argv = [part.format(port=port) for part in argv]
     remote = {"MALAMAR_ALLOWED_HOSTS": "box.tail1234.ts.net"}

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from core.actors import USER
@@ -18,6 +19,7 @@ from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import Invocation, stderr_message
 from runner.files import task_input_path, write_private
+from runner.models import TraceEvent
 from runner.recorder import RunRecorder
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
@@ -515,3 +517,20 @@ def test_a_removed_temp_dir_is_made_again_for_the_next_input(tmp_path, settings)
     shutil.rmtree(tmp_path / "malamar")  # e.g. a temp cleaner, while the worker runs
     write_private(task_input_path("t1"), "two")
     assert first.read_text() == "two"
+
+
+def test_a_run_deleted_with_its_task_ends_without_a_trace(task):
+    """The task was deleted while its CLI ran: the run's final record finds nothing to update
+    and writes no traces (they would point at a run that is gone: a FOREIGN KEY failure)."""
+    recorder = RunRecorder(
+        cli_type="claude",
+        workspace_id=task.workspace_id,
+        agent_id=None,
+        agent_name="Planner",
+        task_id=task.id,
+    )
+    recorder.on_line('{"type": "system", "subtype": "init", "model": "m"}')
+    task.delete()
+    with transaction.atomic():
+        recorder.finish(status="completed", exit_code=0)
+    assert not TraceEvent.objects.exists()

@@ -6,16 +6,15 @@ import socket
 import pytest
 import requests
 
-from tests.live import Server, blank_database, manage, wait_until
+from tests.live import Server, wait_until
+from tests.stack import data_dir_from
 
 pytestmark = pytest.mark.live
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("edge")
-    blank_database(data_dir)
-    assert manage(data_dir, "migrate", "--no-input").returncode == 0
+def server(tmp_path_factory, template_db):
+    data_dir = data_dir_from(template_db, tmp_path_factory.mktemp("edge"))
     running = Server(data_dir, log=data_dir / "server.log").start()
     yield running
     running.stop()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.live import Server, blank_database, manage
+from tests.live import Server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -40,9 +40,10 @@ def require_chromium() -> None:
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(migrated_db):
     # Module scope: Playwright's sync API keeps an event loop around, which Django's database
-    # tests in later modules must not see.
+    # tests in later modules must not see. The test database (the servers' template) is made
+    # first, outside that loop.
     require_chromium()
     from playwright.sync_api import expect, sync_playwright
 
@@ -54,13 +55,10 @@ def browser():
 
 
 @pytest.fixture(scope="session")
-def migrated_db(tmp_path_factory) -> Path:
-    """One migrated database, copied into each test's data dir (migrating takes seconds)."""
-    data_dir = tmp_path_factory.mktemp("malamar-browser-template")
-    blank_database(data_dir)  # no sample workspace
-    result = manage(data_dir, "migrate", "--noinput")
-    assert result.returncode == 0, result.stderr
-    return data_dir / "malamar.db"
+def migrated_db(template_db) -> Path:
+    """The session's migrated database (no sample workspace), copied into each test's data dir
+    (migrating takes seconds)."""
+    return template_db
 
 
 class LiveServer(Server):

@@ -16,8 +16,9 @@ RUN_TIMEOUT = 20_000
 
 def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     workspace = stack.workspace("Live", agents=["Builder"])
-    # The run starts (status line), waits, streams tool activity, then waits again.
-    task = stack.task(workspace, "@fake sleep 12 work 1 sleep 6 review Done", summary="Watch me")
+    # The run starts (status line), holds, streams tool activity, then holds again: each hold
+    # lasts until the test has seen what it wanted and releases the fake CLI.
+    task = stack.task(workspace, "@fake hold 60 work 1 hold 60 review Done", summary="Watch me")
     page = new_page(browser)
     page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
@@ -30,16 +31,18 @@ def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     expect(run).to_be_visible(timeout=RUN_TIMEOUT)
     expect(run.locator(".run__agent")).to_have_text("Builder")
     expect(run).not_to_contain_text("pytest")  # rendered before the tool activity happened
+    release_the_cli(stack, task)
 
     # Then a trace line is appended live, and the card and "Now" line name the action.
     live_line = run.locator("[data-run-live] .trace--live", has_text="pytest -q")
     expect(live_line.first).to_be_visible(timeout=RUN_TIMEOUT)
-    assert stack.status(task) == "in_progress"  # the CLI is still running (sleeps 6 s more)
+    assert stack.status(task) == "in_progress"  # the CLI is still running (it holds)
     runs = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
     assert runs[-1]["status"] == "running" and runs[-1]["ended_at"] is None
     expect(run.locator("[data-run-current]")).to_contain_text("app/models.py")
     card_action = page.locator(f"#task-card-{task['id']} [data-task-current]")
     expect(card_action).to_contain_text("app/models.py")
+    release_the_cli(stack, task)
 
     # When the run ends it is re-rendered grouped and collapsed: a command with its result and
     # an edit, with usage; the task moved to In Review.
@@ -53,6 +56,11 @@ def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     expect(finished.locator(".run__meta")).to_contain_text("in ·")  # tokens reported
     assert stack.status(task) == "in_review"
     page.console_errors.check()
+
+
+def release_the_cli(stack, task) -> None:
+    """Let the fake CLI's current `hold` end (tests/fakes/README.md)."""
+    (stack.temp_dir / f"malamar_task_{task['id']}" / "release").touch()
 
 
 def test_a_silent_run_raises_a_visible_warning(browser, stack):

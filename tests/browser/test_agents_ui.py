@@ -114,8 +114,11 @@ def test_agent_changes_from_elsewhere_appear_live(page, server):
     expect(page.get_by_text("This workspace has no agents")).to_be_hidden()
     other = server.workspace("Other")
     server.agent(other["id"], "Elsewhere")
-    page.wait_for_timeout(500)
-    assert names(page) == ["Remote"]
+    # Events arrive in order: once this workspace's next change shows, the other workspace's
+    # change has had its turn (and must not have shown).
+    server.agent(workspace["id"], "Later")
+    expect_order(page, ["Remote", "Later"])
+    assert names(page) == ["Remote", "Later"]
 
 
 def test_the_agent_dialog_follows_the_chosen_cli(page, server):

@@ -649,7 +649,7 @@ TASK_ACTIONS = {
 }
 CHAT_ACTIONS = {"reply", "action"}
 COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested", "limit"}
-PREFIX_ACTIONS = {"sleep", "grandchild", "flood", "work"}  # do something, then the rest
+PREFIX_ACTIONS = {"sleep", "hold", "grandchild", "flood", "work"}  # do something, then the rest
 # File steps, chainable like the prefix actions: they change the working directory (cwd).
 # Each argument is one word; in TEXT `\\n` is a line break and `\\s` a space.
 FILE_STEPS = {"write": 2, "append": 2, "lines": 2, "rename": 2, "delete": 1, "binary": 1}
@@ -673,7 +673,7 @@ class DirectiveError(Exception):
 @dataclass(frozen=True)
 class Directive:
     agent: str | None
-    # ("sleep" | "grandchild" | "flood" | "work", number) or (file step, (word, ...))
+    # (a PREFIX_ACTIONS name, number) or (file step, (word, ...))
     steps: tuple[tuple[str, object], ...]
     action: str | None  # None: nothing after the steps
     args: str
@@ -1006,6 +1006,8 @@ def run_step(step: tuple[str, object], emitter: Emitter) -> None:
             emitter.work()
     elif kind == "sleep":
         time.sleep(number)
+    elif kind == "hold":
+        hold(Path(os.getcwd(), RELEASE_FILE), number)
     elif kind == "grandchild":
         child = subprocess.Popen(
             [sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))", str(number)],
@@ -1015,6 +1017,21 @@ def run_step(step: tuple[str, object], emitter: Emitter) -> None:
         time.sleep(number)
     elif kind == "flood":
         flood_stdout(int(number * 1024 * 1024))
+
+
+RELEASE_FILE = "release"
+
+
+def hold(release: Path, limit: float) -> None:
+    """Wait until the test creates `release` (then take it, so the next hold waits for a new
+    one), at most `limit` seconds: a test lets the CLI go on when it has seen what it wanted."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            release.unlink()
+            return
+        except FileNotFoundError:
+            time.sleep(0.05)
 
 
 def flood_stdout(size: int) -> None:

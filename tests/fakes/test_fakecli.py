@@ -486,12 +486,15 @@ def test_sleep_streams_opening_before_sleeping(box, cli):
     proc.stdin.write(box.prompt if cli == "opencode" else "")
     proc.stdin.close()
     first = proc.stdout.readline()
-    assert time.monotonic() - start < 1.2
+    first_at = time.monotonic()
     assert proc.poll() is None
     assert json.loads(first)["type"] in ("system", "init", "thread.started", "step_start")
     rest = proc.stdout.read()
     assert proc.wait(timeout=10) == 0
     assert time.monotonic() - start >= 1.5
+    # The sleep came after the opening line (measured from the line, not from the start: a
+    # loaded machine may take longer than the sleep to start Python).
+    assert time.monotonic() - first_at >= 1.4
     done = subprocess.CompletedProcess(argv, 0, first + rest, "")
     assert box.result(cli, done) == {"actions": [{"type": "comment", "content": "done"}]}
 
@@ -510,6 +513,46 @@ def test_sleep_chain_and_exit(box):
     proc = box.run("codex")
     assert (proc.returncode, proc.stderr.strip()) == (3, "late")
     assert time.monotonic() - start >= 0.4
+
+
+def test_hold_waits_for_each_release_file_of_the_test(box):
+    box.task(description="@fake hold 30 hold 30 comment released")
+    proc = subprocess.Popen(
+        box.argv("codex"),
+        cwd=box.work,
+        env=fake_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    release = box.work / "release"
+    try:
+        for _ in range(2):  # each hold takes its release file: the second waits for a new one
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.3)
+            release.touch()
+            wait_for(lambda: not release.exists(), "the fake to take the release file")
+        out, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert box.result("codex", done) == {"actions": [{"type": "comment", "content": "released"}]}
+
+
+def test_hold_gives_up_after_its_limit(box):
+    box.task(description="@fake hold 0.3 exit 4 nobody released me")
+    start = time.monotonic()
+    proc = box.run("codex")
+    assert (proc.returncode, proc.stderr.strip()) == (4, "nobody released me")
+    assert time.monotonic() - start >= 0.3
+
+
+def wait_for(check, what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
 
 
 def test_grandchild_shares_the_process_group(box):
