@@ -163,7 +163,9 @@ def _gone(request, task_id: str):
     return trigger_client_event(response, "tasks:gone", {"task_id": task_id})
 
 
-def _popup_fragment(request, task_id: str, partial: str, context_for) -> HttpResponse:
+def _popup_fragment(
+    request, task_id: str, partial: str, context_for, template: str = DETAIL
+) -> HttpResponse:
     """A read-only piece of the task popup. Without htmx: back to the board with the popup open
     (404 when the task is gone); with htmx and the task gone: the "gone" fragment."""
     task = selectors.task_for_detail(task_id)
@@ -173,7 +175,7 @@ def _popup_fragment(request, task_id: str, partial: str, context_for) -> HttpRes
         return _gone(request, task_id)
     if not request.htmx:
         return redirect(_board_url(task.workspace_id, task.id))
-    return render(request, f"{DETAIL}#{partial}", context_for(task))
+    return render(request, f"{template}#{partial}", context_for(task))
 
 
 @require_GET
@@ -230,14 +232,7 @@ def task_changes(request, task_id: str):
         changes = _change_set(request, task)
         return {"task": task, "changes": changes, "views": change_reads.file_views(changes)}
 
-    task = selectors.task_for_detail(task_id)
-    if task is None:
-        if not request.htmx:
-            raise Http404("Task not found")
-        return _gone(request, task_id)
-    if not request.htmx:
-        return redirect(_board_url(task.workspace_id, task.id))
-    return render(request, f"{CHANGES}#changes", context(task))
+    return _popup_fragment(request, task_id, "changes", context, template=CHANGES)
 
 
 @require_GET

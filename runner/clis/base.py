@@ -205,16 +205,7 @@ def json_lines(text: str):
 
 def last_json_object(text: str) -> dict | None:
     """The last line of `text` that parses as a JSON object (CLIs print one result line)."""
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = loads_storable(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                return value
-    return None
+    return next(json_lines("\n".join(reversed(text.splitlines()))), None)
 
 
 def stderr_message(stderr: str, noise: tuple[str, ...] = ()) -> str:
