@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from agents.services import agent_create
+from core.ids import new_id
 from runner.limits import Limit
 from runner.models import AgentRun
 from runner.services import agent_run_start, cli_limit_lift, cli_limit_set
@@ -44,7 +45,8 @@ def test_the_board_shows_the_limited_cli_and_its_waiting_tasks(client, workspace
 
     cli_limit_lift(cli_type="claude")
     assert "out of quota" not in html(client.get(f"/workspaces/{workspace.id}/banners/"))
-    assert "Waits for" not in html(client.get(f"/workspaces/{workspace.id}/"))
+    # (the new-task dialog's "Waits for" field is about dependencies: count the CLI's chips)
+    assert "Waits for Claude Code" not in html(client.get(f"/workspaces/{workspace.id}/"))
 
 
 def test_the_banner_without_a_reset_time_says_when_it_checks_again(client, workspace, agents):
@@ -104,12 +106,15 @@ def test_the_agent_dialog_offers_a_fallback_cli(client, workspace):
 def test_a_run_on_the_fallback_cli_says_so_in_the_activity(client, workspace):
     task = task_create(workspace=workspace, summary="Fell back")
     run = agent_run_start(
-        cli_type="claude",
-        workspace_id=workspace.id,
-        agent_id=None,
-        agent_name="Coder",
-        task_id=task.id,
-        fallback_for="codex",
+        run=AgentRun(
+            id=new_id(),
+            cli_type="claude",
+            workspace_id=workspace.id,
+            agent_id=None,
+            agent_name="Coder",
+            task_id=task.id,
+            fallback_for="codex",
+        )
     )
     AgentRun.objects.filter(id=run.id).update(status="completed", ended_at=timezone.now())
     page = html(client.get(f"/tasks/{task.id}/activity/", HTTP_HX_REQUEST="true"))

@@ -221,8 +221,13 @@ def test_run_threads_give_their_freed_memory_back_when_they_end(workspace, monke
     worker = Worker(poll_interval=1)
     monkeypatch.setattr(worker, "_run", lambda kind, item, stop: None)
 
-    worker._workspace_thread(workspace.id, 1)  # nothing queued: ends at once
+    def in_a_thread(target, *args):  # as the worker runs them (they close their connection)
+        thread = threading.Thread(target=target, args=args)
+        thread.start()
+        thread.join()
+
+    in_a_thread(worker._workspace_thread, workspace.id, 1)  # nothing queued: ends at once
     assert released == ["released"]
     chat = chat_start(workspace=workspace, message="Hi")
-    worker._chat_thread(ChatQueueItem.objects.get(chat=chat), threading.Event())
+    in_a_thread(worker._chat_thread, ChatQueueItem.objects.get(chat=chat), threading.Event())
     assert released == ["released"] * 2

@@ -62,12 +62,18 @@ def source(tmp_path):
         "chats": [
             {
                 "id": "c1",
-                "agent_id": "a1",
-                "cli_type": None,
                 "title": "Talk",
                 "created_at": "2026-01-01T00:00:00+00:00",
                 "updated_at": "2026-01-01T00:00:00+00:00",
-                "participants": [],
+                "participants": [
+                    {
+                        "agent_id": "a1",
+                        "cli_type": None,
+                        "enabled": True,
+                        "position": 0,
+                        "created_at": "2026-01-01T00:00:00+00:00",
+                    }
+                ],
                 "messages": [],
                 "attachments": [{"name": "notes.txt", "content_base64": "aGVsbG8="}],
             }

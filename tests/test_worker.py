@@ -584,9 +584,12 @@ def test_without_the_opt_in_runs_get_no_mcp_configuration(stack):
         assert mcp_args == [], run["argv"]
 
 
-def test_agents_use_malamars_tools_through_the_configured_server(stack):
+def test_agents_use_malamars_tools_through_the_configured_server(live_stack):
     """Each fake CLI starts the server its run was configured with (in the task's folder, with
-    the environment the real CLI would give it) and creates a task through its tool."""
+    the environment the real CLI would give it) and creates a task through its tool. Real
+    processes: the server a CLI starts opens the data dir's database, which the in-process
+    stack does not use."""
+    stack = live_stack
     ws = stack.workspace(agents=FOUR, mcp_tools_enabled=True)
     task = stack.task(ws, "@fake mcp-create-task Follow-up")
     # Four server starts (Python, Django and the SDK: seconds each on a loaded machine).

@@ -10,6 +10,18 @@ def names(page):
     return page.locator(".agent-row__name").all_inner_texts()
 
 
+# Resolves once the agents panel settled after the next agents.changed event.
+AGENTS_REFRESHED = """() => {
+  window.agentsRefreshed = new Promise((resolve) => {
+    document.body.addEventListener("malamar:agents.changed", () => {
+      document.body.addEventListener("htmx:afterSettle", (event) => {
+        if (event.target.id === "agents-panel") resolve(true);
+      });
+    }, { once: true });
+  });
+}"""
+
+
 def expect_order(page, expected):
     expect(page.locator(".agent-row__name")).to_have_text(expected)
     expect(page.locator(".agent-row [data-position]")).to_have_text(
@@ -65,9 +77,13 @@ def test_add_edit_reorder_and_delete_agents(page, server):
     expect(dialog.get_by_label("Codex CLI")).to_be_checked()
     dialog.get_by_label("Name").fill("Builder")
     dialog.get_by_label("Gemini CLI").check()
+    # The save announces agents.changed, which re-renders the list a moment later: a drag
+    # started while that swap lands is lost. Wait for it (a positive signal, no sleep).
+    page.evaluate(AGENTS_REFRESHED)
     dialog.get_by_role("button", name="Save changes").click()
     expect(dialog).to_be_hidden()
     expect_order(page, ["Planner", "Builder", "Reviewer"])
+    page.evaluate("() => window.agentsRefreshed")
     expect(page.locator(".agent-row", has_text="Builder")).to_contain_text("Gemini CLI")
     expect(page.get_by_role("button", name="Edit Builder")).to_be_focused()
 
