@@ -1013,7 +1013,10 @@ def run_step(step: tuple[str, object], emitter: Emitter) -> None:
             [sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))", str(number)],
             stdin=subprocess.DEVNULL,
         )
-        Path(os.getcwd(), "grandchild.pid").write_text(f"{child.pid}\n")
+        # Written whole, then renamed: a test that sees the file can read the pid.
+        partial = Path(os.getcwd(), "grandchild.pid.partial")
+        partial.write_text(f"{child.pid}\n")
+        os.replace(partial, Path(os.getcwd(), "grandchild.pid"))
         time.sleep(number)
     elif kind == "flood":
         flood_stdout(int(number * 1024 * 1024))
