@@ -9,7 +9,7 @@ error in the fragment or a toast (browsers log 4xx XHRs as console errors).
 from functools import partial
 
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -141,22 +141,31 @@ def chat_popup(request, chat_id: str):
     return render(request, POPUP, popup_context(chat.id))
 
 
+def _popup_refresh(request, chat_id: str, partial: str) -> HttpResponse:
+    """A live refresh of an open popup. The chat may have been deleted a moment ago (its
+    refresh was already on its way): nothing to swap, 200 so the browser logs no error, and
+    `chats:gone` closes the popup."""
+    chat = Chat.objects.filter(id=chat_id).first()
+    if chat is None and request.htmx:
+        response = reswap(HttpResponse(), "none")
+        return trigger_client_event(response, "chats:gone", {"chat_id": chat_id})
+    if chat is None:
+        raise Http404("Chat not found")
+    if not request.htmx:
+        return redirect(chat_url(chat))
+    return render(request, f"{POPUP}#{partial}", popup_context(chat.id))
+
+
 @require_GET
 @vary_on_headers("HX-Request")
 def chat_head(request, chat_id: str):
-    chat = _chat(chat_id)
-    if not request.htmx:
-        return redirect(chat_url(chat))
-    return render(request, f"{POPUP}#head", popup_context(chat.id))
+    return _popup_refresh(request, chat_id, "head")
 
 
 @require_GET
 @vary_on_headers("HX-Request")
 def chat_live(request, chat_id: str):
-    chat = _chat(chat_id)
-    if not request.htmx:
-        return redirect(chat_url(chat))
-    return render(request, f"{POPUP}#live", popup_context(chat.id))
+    return _popup_refresh(request, chat_id, "live")
 
 
 def _head(request, chat: Chat, **extra):

@@ -2,6 +2,7 @@
 group chat (participants, include toggle), and bad input answered with a clear message."""
 
 import dataclasses
+import json
 import re
 from html import unescape
 from urllib.parse import parse_qs, urlsplit
@@ -272,7 +273,19 @@ def test_popup_without_htmx_redirects_to_the_tab(client, workspace, chat):
 
 @pytest.mark.parametrize("path", ["", "head/", "live/"])
 def test_unknown_chat_is_404(client, path):
-    assert hx(client, "get", f"/chats/nope/{path}").status_code == 404
+    assert client.get(f"/chats/nope/{path}").status_code == 404
+    if not path:
+        assert hx(client, "get", "/chats/nope/").status_code == 404
+
+
+@pytest.mark.parametrize("path", ["head/", "live/"])
+def test_a_refresh_of_a_chat_deleted_meanwhile_swaps_nothing_and_closes_it(client, path):
+    """The popup's refresh was on its way when the chat was deleted: no 404 (a console error
+    in the browser), nothing swapped, and the page learns the chat is gone."""
+    response = hx(client, "get", f"/chats/nope/{path}")
+    assert response.status_code == 200
+    assert response["HX-Reswap"] == "none"
+    assert json.loads(response["HX-Trigger"]) == {"chats:gone": {"chat_id": "nope"}}
 
 
 @pytest.mark.parametrize(

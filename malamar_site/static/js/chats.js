@@ -61,6 +61,13 @@
         if (openChatId()) refreshPopup(200);
       }),
     );
+    // A refresh that found the open chat deleted (its chat.deleted event may come later).
+    onBody("chats:gone", (event) => {
+      const data = event.detail || {};
+      if (!data.chat_id || data.chat_id !== openChatId() || data.chat_id === deleting) return;
+      const dialog = chatDialog();
+      if (dialog && dialog.open) dialog.close("deleted");
+    });
     onBody("malamar:chat.deleted", (event) => {
       const data = event.detail || {};
       if (!data.chat_id || data.chat_id !== openChatId() || data.chat_id === deleting) return;
