@@ -3,6 +3,7 @@ that hits its CLI's quota pauses the task (no error comment, no failure streak),
 running, and the task resumes at the same agent at the reset time or after a probe answers.
 The clock is injected: no test sleeps until a reset."""
 
+import json
 import os
 import threading
 import time
@@ -231,6 +232,22 @@ def test_the_fallback_cli_runs_while_the_agents_cli_is_limited():
     run = AgentRun.objects.get(task=task)
     assert (run.cli_type, run.fallback_for, run.status) == ("claude", "codex", "completed")
     assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
+
+
+def test_the_fallback_cli_runs_without_the_agents_own_model(tmp_path, monkeypatch):
+    """The model belongs to the agent's own CLI: a Codex model name must not reach Claude."""
+    fake_log = tmp_path / "fake.log"
+    monkeypatch.setenv("MALAMAR_FAKE_LOG", str(fake_log))
+    workspace, (solo,) = _team("Own model", ("Solo", "codex"))
+    agent_update(agent=solo, fallback_cli_type="claude", model="gpt-5-codex")
+    cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
+    task = task_create(workspace=workspace, summary="Now", description="@fake skip")
+    _run_workspace(workspace)
+    run = AgentRun.objects.get(task=task)
+    assert (run.cli_type, run.fallback_for, run.status) == ("claude", "codex", "completed")
+    assert run.model != "gpt-5-codex"
+    (claude,) = [json.loads(line) for line in fake_log.read_text().splitlines()]
+    assert claude["cli"] == "claude" and "gpt-5-codex" not in claude["argv"]
 
 
 def test_a_limited_run_switches_to_the_fallback_cli_at_once():
