@@ -1,7 +1,7 @@
 """Idle memory of `malamar`: start it on a temp data dir, wait until it serves and settles, print
 each process's RSS and USS (psutil) and the total; with `--steps N`, run N agent steps (tasks of
-4 agents whose stub CLI, bench/bin/codex, skips at once) and print them again once idle; then
-stop it with SIGTERM.
+4 agents whose stand-in CLI, bench/fakecli.c compiled as `codex`, answers at once) and print
+them again once idle; then stop it with SIGTERM.
 
     .venv/bin/python bench/memory.py [--settle 5] [--steps 10000] [--root PATH]
 
@@ -21,6 +21,10 @@ import psutil
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.runner import compile_fake_cli  # noqa: E402
+
 MB = 1024 * 1024
 
 
@@ -114,7 +118,8 @@ def main() -> None:
     env.pop("MALAMAR_TESTING", None)
     log = Path(data_dir) / "cli.log"
     env["BENCH_CLI_LOG"] = str(log)
-    env["PATH"] = f"{ROOT / 'bench' / 'bin'}{os.pathsep}{env['PATH']}"
+    bin_dir = compile_fake_cli(Path(data_dir) / "bin").parent  # the C stand-in for codex
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "malamar_site.cli"],
         cwd=args.root,
