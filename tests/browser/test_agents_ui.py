@@ -90,7 +90,11 @@ def test_add_edit_reorder_and_delete_agents(page, server):
     # Drag Reviewer above Planner (desktop), saved at once.
     reviewer = page.locator(".agent-row", has_text="Reviewer")
     planner = page.locator(".agent-row", has_text="Planner")
-    reviewer.drag_to(planner, target_position={"x": 200, "y": 4})
+    # The list reorders at once; the save is a request in flight: wait for its answer before
+    # reloading, or the reload can cancel it.
+    with page.expect_response(lambda r: r.url.endswith("/agents/reorder/")) as saved:
+        reviewer.drag_to(planner, target_position={"x": 200, "y": 4})
+    assert saved.value.ok
     expect_order(page, ["Reviewer", "Planner", "Builder"])
     page.reload()
     expect_order(page, ["Reviewer", "Planner", "Builder"])

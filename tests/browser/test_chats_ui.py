@@ -124,7 +124,10 @@ def test_rename_switch_agent_and_cli_upload_and_delete(browser, stack):
     page.locator("#chat-agent").select_option(label="Coder")
     expect(dialog.locator(".chat-msg--info")).to_contain_text("Switched from Planner to Coder")
     expect(page.locator("#chat-cli option:checked")).to_have_text("Default · Codex CLI")
-    page.locator("#chat-cli").select_option("gemini")
+    # The select changes at once; wait for the save's answer before reloading.
+    with page.expect_response(lambda r: r.url.endswith("/cli/")) as saved:
+        page.locator("#chat-cli").select_option("gemini")
+    assert saved.value.ok
     expect(page.locator("#chat-cli option:checked")).to_have_text(re.compile("^Gemini CLI"))
     page.reload()
     expect(page.locator("#chat-agent")).to_have_value(coder["id"])
