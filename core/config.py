@@ -172,6 +172,27 @@ OPTIONS = (
         "0",
         "`set-password` reads the password from standard input (no prompt)",
     ),
+    Option(
+        "database_url",
+        "DATABASE_URL",
+        None,
+        "url",
+        "",
+        "PostgreSQL for several workers and servers, postgres://USER:PASS@HOST:PORT/NAME"
+        " (default: SQLite in the data directory)",
+        choices=("postgres", "postgresql"),
+        secret=True,
+    ),
+    Option(
+        "redis_url",
+        "REDIS_URL",
+        None,
+        "url",
+        "",
+        "Redis for live events across several servers, redis://HOST:PORT/DB (default: none)",
+        choices=("redis", "rediss", "unix"),
+        secret=True,
+    ),
     Option("testing", "MALAMAR_TESTING", None, "bool", "0", "Test runs: answer the test client"),
 )
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
@@ -209,6 +230,8 @@ class Config:
     trust_proxy: bool = False
     debug: bool = False
     event_relay_poll: float = 0.025
+    database_url: str = ""
+    redis_url: str = ""
     testing: bool = False
 
     @property
@@ -219,6 +242,10 @@ class Config:
     def is_remote_on(self, bind: str) -> bool:
         """The same, for a server actually bound to `bind` (which may differ from `host`)."""
         return not is_loopback(bind) or bool(self.allowed_hosts)
+
+    @property
+    def uses_postgres(self) -> bool:
+        return bool(self.database_url)
 
     @property
     def database_path(self) -> Path:
@@ -302,8 +329,21 @@ def _path(option: Option, raw: str) -> Path:
     return Path(raw).expanduser().resolve()
 
 
+def _url(option: Option, raw: str) -> str:
+    """Empty, or an address whose scheme is one of the option's (never echoed: it may hold a
+    password)."""
+    if not raw:
+        return ""
+    scheme = raw.split("://", 1)[0].lower() if "://" in raw else ""
+    if scheme not in option.choices:
+        allowed = ", ".join(f"{c}://" for c in option.choices)
+        raise ConfigError(f"{option.env} must start with one of {allowed}")
+    return raw
+
+
 PARSERS = {
     "text": lambda option, raw: raw,
+    "url": _url,
     "int": _number,
     "float": _number,
     "bool": parse_bool,
@@ -332,7 +372,9 @@ def load() -> Config:
 
 def shown_value(option: Option, config: Config) -> str:
     if option.secret:
-        return "(set)" if _env(option) else "(the data directory's secret_key file)"
+        if option.name == "secret_key":
+            return "(set)" if _env(option) else "(the data directory's secret_key file)"
+        return "(set)" if _env(option) else "(none)"
     value = getattr(config, option.name, None)
     if value is None:
         value = read(option.name)
@@ -348,7 +390,8 @@ def shown_value(option: Option, config: Config) -> str:
 def report(config: Config) -> str:
     """`malamar config`: every option, its value, where the value comes from, its variable."""
     rows = [(o.name, shown_value(o, config), source(o), o.env) for o in OPTIONS]
-    rows.insert(3, ("database", str(config.database_path), "data_dir", ""))
+    database = "PostgreSQL (DATABASE_URL)" if config.uses_postgres else str(config.database_path)
+    rows.insert(3, ("database", database, "data_dir", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["Malamar configuration (defaults < flags < environment variables)", ""]
     for row in rows:

@@ -125,6 +125,15 @@ DATABASES = {
         },
     }
 }
+if CONFIG.uses_postgres:
+    # Several workers and servers share one PostgreSQL (docs/scale-out.md). Connections are
+    # kept for a minute and checked before reuse, so a restarted database costs one error-free
+    # reconnect rather than a failed request.
+    import dj_database_url
+
+    DATABASES["default"] = dj_database_url.parse(
+        CONFIG.database_url, conn_max_age=60, conn_health_checks=True
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"

@@ -12,12 +12,23 @@ if worker := os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two: a d
 (Path(os.environ["MALAMAR_DATA_DIR"]) / "malamar.db").touch()
 os.environ["MALAMAR_TESTING"] = "1"
 
+# `MALAMAR_TEST_DATABASE=postgres` runs the suite on a real PostgreSQL that this session starts
+# (tests.services; `make test` runs the suite on both). The process that starts pytest starts
+# it; the xdist workers inherit its address and each gets its own test database.
+if os.environ.get("MALAMAR_TEST_DATABASE") == "postgres":
+    if not os.environ.get("MALAMAR_TEST_POSTGRES_URL"):
+        from tests.services import Postgres
+
+        os.environ["MALAMAR_TEST_POSTGRES_URL"] = Postgres().start().url("malamar")
+    os.environ["DATABASE_URL"] = os.environ["MALAMAR_TEST_POSTGRES_URL"]
+
 from malamar_site.settings import *  # noqa: E402, F403
 
 # A database file rather than SQLite's shared in-memory one: in-process worker tests write from
 # several threads, which a shared-cache memory database refuses at once ("database table is
 # locked") where a file in WAL mode waits (busy_timeout), as the real server and worker do.
-DATABASES["default"]["TEST"] = {"NAME": str(Path(os.environ["MALAMAR_DATA_DIR"]) / "test.db")}  # noqa: F405
+if not CONFIG.uses_postgres:  # noqa: F405
+    DATABASES["default"]["TEST"] = {"NAME": str(Path(os.environ["MALAMAR_DATA_DIR"]) / "test.db")}  # noqa: F405
 
 # In the test process only (real servers started by tests keep Django's default): a fast hasher,
 # as Django advises for tests; PBKDF2's million rounds made each login in a test cost ~0.3 s.
