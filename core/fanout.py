@@ -19,6 +19,7 @@ import concurrent.futures
 import json
 import logging
 import threading
+import time
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -31,7 +32,8 @@ from django_eventstream.views import get_listener_manager
 log = logging.getLogger(__name__)
 GROUP = "malamar-events"
 TICK_SECONDS = 5.0
-SEND_TIMEOUT = 5.0
+SEND_TIMEOUT = 2.0
+PAUSE_AFTER_FAILURE = 5.0  # while Redis is down the relay does not wait on it for every batch
 FILL_BATCH = 500
 
 _listener = None
@@ -75,6 +77,8 @@ class Listener:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.layer = None
         self.channel_name = None
+        self.send_paused_until = 0.0
+        self.failing: set[str] = set()  # what is failing now: logged once, not every second
         # One thread for the database work of the loop (Django refuses it inside a loop).
         self.db = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="malamar-fanout-db")
 
@@ -116,7 +120,7 @@ class Listener:
     def broadcast(self, events: list[Event]) -> None:
         """Send events (already stored) to every server; a failure only delays them: each
         listener reads what it missed from the storage."""
-        if self.loop is None:
+        if self.loop is None or time.monotonic() < self.send_paused_until:
             return
         message = {
             "type": "malamar.events",
@@ -126,7 +130,21 @@ class Listener:
         try:
             future.result(SEND_TIMEOUT)
         except Exception:
-            log.warning("Could not send %d live events to the other servers", len(events))
+            future.cancel()
+            self.send_paused_until = time.monotonic() + PAUSE_AFTER_FAILURE
+            self._failed("send", "the other servers get the events from the storage meanwhile")
+        else:
+            self._recovered("send")
+
+    def _failed(self, what: str, consequence: str) -> None:
+        if what not in self.failing:
+            self.failing.add(what)
+            log.warning("Live events: the channel layer failed (%s); %s", what, consequence)
+
+    def _recovered(self, what: str) -> None:
+        if what in self.failing:
+            self.failing.discard(what)
+            log.info("Live events: the channel layer works again (%s)", what)
 
     def run(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -142,17 +160,24 @@ class Listener:
 
     async def _serve(self) -> None:
         self.channel_name = await self.layer.new_channel()
-        await self._join()
-        current = await self._in_db(get_storage().get_current_id, settings.EVENTS_CHANNEL)
-        self.start_at(current)
+        await self._join()  # before reading where the storage stands: nothing falls between
+        while self.last is None:
+            try:
+                current = await self._in_db(get_storage().get_current_id, settings.EVENTS_CHANNEL)
+            except Exception:
+                log.warning("Live events: reading the event storage failed", exc_info=True)
+                await asyncio.sleep(1)
+                continue
+            self.start_at(current)
         self.loop.create_task(self._tick())
         while True:
             try:
                 message = await self.layer.receive(self.channel_name)
             except Exception:
-                log.warning("Live events: the channel layer failed; reconnecting", exc_info=True)
+                self._failed("receive", "reading the events from the storage meanwhile")
                 await asyncio.sleep(1)
                 continue
+            self._recovered("receive")
             events = [Event(settings.EVENTS_CHANNEL, t, d, id=i) for i, t, d in message["events"]]
             await self._in_db(self._deliver_all, events)
 
@@ -164,7 +189,9 @@ class Listener:
         try:
             await self.layer.group_add(GROUP, self.channel_name)
         except Exception:
-            log.warning("Live events: could not join the channel layer group", exc_info=True)
+            self._failed("join", "retrying")
+        else:
+            self._recovered("join")
 
     async def _tick(self) -> None:
         while True:

@@ -48,6 +48,7 @@ LOCK_RETRY_SECONDS = 1.0
 
 _started = False
 _start_lock = threading.Lock()
+_current: dict = {}  # the running relay, whose cursor is saved at exit (SIGTERM)
 
 
 def _cursor_path() -> Path:
@@ -128,7 +129,6 @@ class Relay:
         self.cursor = max(_read_cursor(), _newest_relayed_outbox_id())
         self.saved = self.cursor
         self._recover_recent()
-        atexit.register(self.save)
 
     def _recover_recent(self) -> None:
         """Ids at or below the cursor in the recent window that no stored event carries."""
@@ -252,7 +252,7 @@ def _run() -> None:
                     time.sleep(LOCK_RETRY_SECONDS)
                     continue
                 log.info("Event relay started in this process")
-                relay = Relay()
+                relay = _current["relay"] = Relay()
                 relay.start()
             if not relay.step():
                 time.sleep(pause)
@@ -265,10 +265,16 @@ def _run() -> None:
             time.sleep(1)
 
 
+def _save_at_exit() -> None:
+    if relay := _current.get("relay"):
+        relay.save()
+
+
 def ensure_started() -> None:
     global _started
     with _start_lock:
         if _started:
             return
         _started = True
+    atexit.register(_save_at_exit)
     threading.Thread(target=_run, name="malamar-event-relay", daemon=True).start()

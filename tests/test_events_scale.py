@@ -1,0 +1,68 @@
+"""Live events across two real servers sharing a real PostgreSQL and a real Redis (issue 21):
+every client on every server sees every event once, in id order; the relay fails over when its
+server is killed; a client reconnecting to the other server with Last-Event-ID gets what it
+missed."""
+
+import pytest
+
+from tests.deployment import Deployment
+from tests.live import SseClient, wait_until
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture
+def deployment(tmp_path):
+    running = Deployment(tmp_path)
+    yield running
+    running.stop()
+
+
+def _numeric(event_id: str) -> int:
+    return int(event_id.rsplit(":", 1)[1])
+
+
+def _received(client: SseClient) -> list[tuple[int, str, int]]:
+    return [
+        (_numeric(event_id), data["publisher"], data["seq"])
+        for event_id, _type, data, _at in client.of_type("task.updated")
+    ]
+
+
+def _assert_once_in_order(received, expected_counts: dict[str, int]) -> None:
+    ids = [event_id for event_id, _, _ in received]
+    assert ids == sorted(set(ids)), "event ids repeated or out of order"
+    for name, count in expected_counts.items():
+        seqs = [seq for _, publisher, seq in received if publisher == name]
+        assert seqs == list(range(count)), f"{name}: not every event once, in order"
+
+
+def test_every_server_streams_every_event_once_in_order_and_the_relay_fails_over(deployment):
+    first, second = deployment.server("a"), deployment.server("b")
+    on_first, on_second = SseClient(first.url), SseClient(second.url)
+
+    deployment.publish(p1=150, p2=150)
+    for client in (on_first, on_second):
+        wait_until(lambda c=client: len(_received(c)) >= 300, timeout=60, what="300 events")
+        _assert_once_in_order(_received(client), {"p1": 150, "p2": 150})
+    assert _received(on_first) == _received(on_second), "the servers streamed different ids"
+
+    holder = deployment.relay_holder()
+    survivor, lost_client = (second, on_first) if holder is first else (first, on_second)
+    survivor_client = on_second if survivor is second else on_first
+    last_seen_on_lost = client_last_id = lost_client.of_type("task.updated")[-1][0]
+    holder.proc.kill()  # kill -9: its database session, and the relay lock, go with it
+    holder.proc.wait()
+
+    deployment.publish(p3=50)
+    wait_until(lambda: len(_received(survivor_client)) >= 350, timeout=60, what="failover")
+    _assert_once_in_order(_received(survivor_client), {"p1": 150, "p2": 150, "p3": 50})
+    assert deployment.relay_holder() is survivor
+
+    # The killed server's client reconnects to the survivor and replays what it missed.
+    replay = SseClient(survivor.url, last_event_id=client_last_id)
+    wait_until(lambda: len(_received(replay)) >= 50, timeout=30, what="50 replayed events")
+    missed = [e for e in _received(survivor_client) if e[0] > _numeric(last_seen_on_lost)]
+    assert _received(replay) == missed
+    for client in (on_first, on_second, replay):
+        client.close()
