@@ -247,7 +247,9 @@ def _run() -> None:
     while True:
         try:
             if not lock.held():
-                relay = None
+                if relay is not None:
+                    log.warning("Event relay: lost the relay lock (database connection gone)")
+                    relay = None
                 if not lock.acquire():
                     time.sleep(LOCK_RETRY_SECONDS)
                     continue

@@ -42,9 +42,17 @@ class Deployment:
         return folder
 
     def server(self, name: str) -> Server:
-        server = Server(self.data_dir(name), **self.env).start()
+        server = Server(self.data_dir(name), log=self.root / f"{name}.log", **self.env).start()
         self.servers.append(server)
         return server
+
+    def restart_redis(self) -> None:
+        """Redis (stopped) comes back empty on its port: groups and queued messages lost."""
+        port = self.redis.port
+        self.redis.stop()
+        self.redis = Redis()
+        self.redis.port = port
+        self.redis.start()
 
     def script(self, code: str) -> None:
         """Python code in a separate process (like the worker) on the shared database."""

@@ -66,3 +66,24 @@ def test_every_server_streams_every_event_once_in_order_and_the_relay_fails_over
     assert _received(replay) == missed
     for client in (on_first, on_second, replay):
         client.close()
+
+
+def test_events_keep_flowing_to_every_server_while_redis_restarts(deployment):
+    first, second = deployment.server("a"), deployment.server("b")
+    clients = [SseClient(first.url), SseClient(second.url)]
+    deployment.publish(before=40)
+    for client in clients:
+        wait_until(lambda c=client: len(_received(c)) >= 40, timeout=60, what="40 events")
+
+    port = deployment.redis.port
+    deployment.redis.stop()
+    deployment.publish(during=40)  # the relay cannot reach Redis: the storage carries them
+    for client in clients:
+        wait_until(lambda c=client: len(_received(c)) >= 80, timeout=60, what="events, no Redis")
+    deployment.restart_redis()
+    assert deployment.redis.port == port
+    deployment.publish(after=40)  # Redis is back, empty: the listeners join again
+    for client in clients:
+        wait_until(lambda c=client: len(_received(c)) >= 120, timeout=60, what="120 events")
+        _assert_once_in_order(_received(client), {"before": 40, "during": 40, "after": 40})
+        client.close()
