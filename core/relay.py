@@ -3,7 +3,9 @@
 One relay for the whole deployment, started lazily by the SSE view (never in `migrate` or the
 worker): on SQLite a file lock in the data dir (one machine), on PostgreSQL a session advisory
 lock on the relay thread's own connection, so when the holding server dies its connection
-closes, the lock frees and another server's relay takes over within a second.
+closes, the lock frees and another server's relay takes over within a second. SQLite's relay
+polls every EVENT_RELAY_POLL_SECONDS; PostgreSQL's sleeps until an outbox insert commits
+(LISTEN/NOTIFY from a trigger), with a slow poll as a fallback.
 
 The cursor is the highest outbox id relayed. It resumes from the larger of the local cursor
 file and the outbox id carried by the newest stored event (the shared storage), so a kill -9
@@ -45,6 +47,8 @@ BATCH = 500
 MAX_GAPS = 10_000  # bounded: a flood of rolled-back ids must not make each poll heavy
 ADVISORY_LOCK_KEY = 0x6D616C616D6172  # "malamar": one relay per PostgreSQL database
 LOCK_RETRY_SECONDS = 1.0
+NOTIFY_CHANNEL = "malamar_events"  # an outbox insert notifies it on commit (core migration 0003)
+FALLBACK_POLL_SECONDS = 1.0  # PostgreSQL: a poll between notifications, for expiring gaps
 
 _started = False
 _start_lock = threading.Lock()
@@ -208,13 +212,18 @@ class FileLock:
     def release(self) -> None:
         """Nothing to do: the file lock cannot be lost while the process lives."""
 
+    def wait(self, pause: float) -> bool:
+        time.sleep(pause)
+        return False
+
 
 class AdvisoryLock:
     """PostgreSQL: one relay per database. The session lock lives on this thread's connection;
     it is gone the moment that connection is (server killed, connection closed)."""
 
-    def __init__(self):
+    def __init__(self, fallback_poll: float = FALLBACK_POLL_SECONDS):
         self.backend_pid = None
+        self.fallback_poll = fallback_poll
 
     def _backend_pid(self):
         raw = connection.connection
@@ -225,8 +234,16 @@ class AdvisoryLock:
             c.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
             if not c.fetchone()[0]:
                 return False
+            c.execute(f"LISTEN {NOTIFY_CHANNEL}")
         self.backend_pid = self._backend_pid()
         return True
+
+    def wait(self, pause: float) -> bool:
+        """Until an outbox insert commits (True) or the fallback poll is due (False)."""
+        woken = False
+        for _ in connection.connection.notifies(timeout=self.fallback_poll, stop_after=1):
+            woken = True
+        return woken
 
     def held(self) -> bool:
         return self.backend_pid is not None and self._backend_pid() == self.backend_pid
@@ -257,7 +274,7 @@ def _run() -> None:
                 relay = _current["relay"] = Relay()
                 relay.start()
             if not relay.step():
-                time.sleep(pause)
+                lock.wait(pause)
         except Exception:
             log.exception("Event relay step failed; retrying")
             if relay is not None:

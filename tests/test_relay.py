@@ -17,7 +17,8 @@ from core.models import OutboxEvent
 from core.relay import AdvisoryLock, Relay, stored_outbox_id
 
 on_postgres = pytest.mark.skipif(
-    "connection.vendor != 'postgresql'", reason="ids and commit order differ on PostgreSQL only"
+    "connection.vendor != 'postgresql'",
+    reason="PostgreSQL only (commit order, advisory lock, NOTIFY)",
 )
 
 
@@ -179,6 +180,35 @@ def test_postgres_one_relay_holds_the_lock_until_its_connection_goes():
     connection.close()  # the holding server's connection is gone (killed, network)
     assert not holder.held()
     assert attempt() is True
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_postgres_relay_sleeps_until_an_outbox_insert_commits():
+    lock = AdvisoryLock(fallback_poll=0.2)
+    assert lock.acquire()
+    while lock.wait(0):  # notifications of earlier inserts
+        pass
+    inserted, commit = threading.Event(), threading.Event()
+
+    def publisher():
+        try:
+            with transaction.atomic():
+                events.publish("task.updated", {})
+                inserted.set()
+                commit.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    assert inserted.wait(10)
+    assert lock.wait(0) is False  # not committed: no notification yet
+    commit.set()
+    thread.join(10)
+    lock.fallback_poll = 10
+    assert lock.wait(0) is True
+    lock.release()
 
 
 def _store(count: int) -> None:
