@@ -152,7 +152,7 @@ OPTIONS = (
         None,
         "float",
         "0.025",
-        "Seconds between the server's checks for the worker's events",
+        "Seconds between the server's checks for new events (SQLite; PostgreSQL notifies it)",
         low=0.001,
         high=60,
     ),

@@ -1,7 +1,19 @@
 """The one way anything emits a live event.
 
 `publish()` inserts an outbox row inside the caller's transaction. Nothing here talks to
-clients: the server's relay (core.relay) forwards committed rows to the SSE stream.
+clients: the deployment's one relay (core.relay, in a server process) forwards committed rows
+to the SSE streams. The transport behind it is chosen by configuration, never by the caller:
+- no `REDIS_URL` (one server): the relay's `send_event()` stores the event (Last-Event-ID
+  replay) and wakes the streams of its own process;
+- `REDIS_URL` (several servers): the relay stores the event and sends it through the Redis
+  channel layer to a listener in every server process (core.fanout), which feeds that server's
+  streams in id order and reads anything it missed from the shared storage.
+
+The outbox row stays with Redis, on purpose: sending to Redis from inside the caller's
+transaction would announce changes that may still roll back, and sending after commit would
+lose the event when the process dies in between. The row makes an event exist exactly when its
+change commits, from any process (the worker too), and gives the relay a durable queue to
+resume from; the stored events give every server the same replay log.
 """
 
 import contextlib

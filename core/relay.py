@@ -1,8 +1,24 @@
-"""Forward committed outbox rows to django-eventstream, in id order, from the server process.
+"""Forward committed outbox rows to django-eventstream, from the server process.
 
-One relay per data dir (a file lock), started lazily by the SSE view. It resumes from the larger
-of its saved cursor and the outbox id carried by the newest stored event, so a kill -9 between
-sending and saving the cursor never re-sends events under new ids.
+One relay for the whole deployment, started lazily by the SSE view (never in `migrate` or the
+worker): on SQLite a file lock in the data dir (one machine), on PostgreSQL a session advisory
+lock on the relay thread's own connection, so when the holding server dies its connection
+closes, the lock frees and another server's relay takes over within a second. SQLite's relay
+polls every EVENT_RELAY_POLL_SECONDS; PostgreSQL's sleeps until an outbox insert commits
+(LISTEN/NOTIFY from a trigger), with a slow poll as a fallback.
+
+The cursor is the highest outbox id relayed. It resumes from the larger of the local cursor
+file and the outbox id carried by the newest stored event (the shared storage), so a kill -9
+between sending and saving, or a takeover by a server on another machine, never re-sends events
+under new ids.
+
+Ids are not commit order on PostgreSQL: a transaction can take id 7, another id 8 and commit
+first. Reading `id > cursor` alone would skip 7 for ever, so every id the cursor jumps over is
+remembered as a gap for `EVENT_RELAY_GAP_SECONDS` and relayed when its row appears (under a
+fresh event id, so each client still sees ids increase). Gaps that never fill (a rolled-back
+transaction) expire. On start, the ids of the recent window that no stored event carries are
+gaps too: rows committed while no relay ran, or ids below a dead relay's cursor not yet
+committed when it died.
 """
 
 import atexit
@@ -12,19 +28,31 @@ import logging
 import os
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import django_eventstream
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
+from django.utils import timezone
+from django_eventstream.models import Event as StoredEvent
+from django_eventstream.utils import get_storage
 
+from core import fanout
 from core.models import OutboxEvent
 
 log = logging.getLogger(__name__)
 BATCH = 500
+MAX_GAPS = 10_000  # bounded: a flood of rolled-back ids must not make each poll heavy
+ADVISORY_LOCK_KEY = 0x6D616C616D6172  # "malamar": one relay per PostgreSQL database
+LOCK_RETRY_SECONDS = 1.0
+NOTIFY_CHANNEL = "malamar_events"  # an outbox insert notifies it on commit (core migration 0003)
+FALLBACK_POLL_SECONDS = 1.0  # PostgreSQL: a poll between notifications, for expiring gaps
 
 _started = False
 _start_lock = threading.Lock()
+_current: dict = {}  # the running relay, whose cursor is saved at exit (SIGTERM)
 
 
 def _cursor_path() -> Path:
@@ -45,79 +73,221 @@ def _save_cursor(value: int) -> None:
     os.replace(tmp, path)
 
 
-def _newest_relayed_outbox_id() -> int:
-    from django_eventstream.models import Event
-
-    newest = (
-        Event.objects.filter(channel=settings.EVENTS_CHANNEL, eid__gt=0).order_by("-eid").first()
-    )
-    if not newest:
-        return 0
+def stored_outbox_id(stored_data: str) -> int:
+    """The outbox id in a stored event's data. django-eventstream's database storage encodes
+    the (already JSON) data once more, so decode until a dict appears."""
     try:
-        return int(json.loads(newest.data).get("outbox_id", 0))
-    except (ValueError, AttributeError):
+        data = json.loads(stored_data)
+        if isinstance(data, str):
+            data = json.loads(data)
+        return int(data.get("outbox_id", 0))
+    except (ValueError, TypeError, AttributeError):
         return 0
 
 
-def _has_new_rows(cursor: int) -> bool:
-    # A raw, tiny query: the relay polls ~40 times a second and must cost next to nothing idle.
+def _stored_events():
+    return StoredEvent.objects.filter(channel=settings.EVENTS_CHANNEL, eid__gt=0)
+
+
+def _newest_relayed_outbox_id() -> int:
+    newest = _stored_events().order_by("-eid").only("data").first()
+    return stored_outbox_id(newest.data) if newest else 0
+
+
+def _relayed_since(when) -> set[int]:
+    datas = _stored_events().filter(created__gte=when).values_list("data", flat=True)
+    return {stored_outbox_id(data) for data in datas.iterator()}
+
+
+def _has_new_rows(cursor: int, gaps) -> bool:
+    # A raw, tiny query: on SQLite the relay polls ~40 times a second and must cost next to
+    # nothing idle.
+    late = list(gaps)
+    where = "id > %s" + (f" OR id IN ({', '.join(['%s'] * len(late))})" if late else "")
     with connection.cursor() as c:
-        c.execute("SELECT 1 FROM event_outbox WHERE id > %s LIMIT 1", [cursor])
+        c.execute(f"SELECT 1 FROM event_outbox WHERE {where} LIMIT 1", [cursor, *late])
         return c.fetchone() is not None
 
 
+def _send(row: OutboxEvent, relayed: list) -> None:
+    data = {**row.payload, "type": row.type, "outbox_id": row.id}
+    if not fanout.enabled():
+        django_eventstream.send_event(settings.EVENTS_CHANNEL, row.type, data)
+        return
+    # With Redis: store it (the replay log every server reads), hand it to this server's
+    # streams, and (after the batch) to the other servers through the channel layer.
+    encoded = json.dumps(data, cls=DjangoJSONEncoder)
+    event = get_storage().append_event(settings.EVENTS_CHANNEL, row.type, encoded)
+    fanout.listener().deliver(event)
+    relayed.append(event)
+
+
 class Relay:
-    def __init__(self):
+    def __init__(self, gap_seconds: float | None = None, clock=time.monotonic):
         self.cursor = 0
         self.saved = 0
+        self.gap_seconds = settings.EVENT_RELAY_GAP_SECONDS if gap_seconds is None else gap_seconds
+        self.clock = clock
+        self.gaps: dict[int, float] = {}  # outbox id → when to stop waiting for it (in order)
 
     def start(self) -> None:
         self.cursor = max(_read_cursor(), _newest_relayed_outbox_id())
         self.saved = self.cursor
-        atexit.register(self.save)
+        self._recover_recent()
+
+    def _recover_recent(self) -> None:
+        """Ids at or below the cursor in the recent window that no stored event carries."""
+        since = timezone.now() - timedelta(seconds=self.gap_seconds)
+        recent = set(
+            OutboxEvent.objects.filter(id__lte=self.cursor, created_at__gte=since).values_list(
+                "id", flat=True
+            )
+        )
+        # Stored events are written after their rows: look back twice as far for them.
+        relayed = _relayed_since(since - timedelta(seconds=self.gap_seconds))
+        known = recent | (relayed - {0})
+        if not known:
+            return
+        for missing in range(max(min(known), self.cursor - MAX_GAPS + 1), self.cursor + 1):
+            if missing not in relayed:
+                self._add_gap(missing)
 
     def save(self) -> None:
         if self.cursor != self.saved:
             _save_cursor(self.cursor)
             self.saved = self.cursor
 
+    def _add_gap(self, outbox_id: int) -> None:
+        self.gaps[outbox_id] = self.clock() + self.gap_seconds
+        while len(self.gaps) > MAX_GAPS:
+            self.gaps.pop(next(iter(self.gaps)))
+
+    def _expire_gaps(self) -> None:
+        now = self.clock()
+        for outbox_id, deadline in list(self.gaps.items()):
+            if deadline > now:
+                break  # added in deadline order
+            del self.gaps[outbox_id]
+
     def step(self) -> int:
-        """Relay every committed row after the cursor; returns how many were sent."""
-        if not _has_new_rows(self.cursor):
+        """Relay the rows committed since the last step; returns how many were sent."""
+        self._expire_gaps()
+        if not _has_new_rows(self.cursor, self.gaps):
             return 0
+        relayed = []
+        late = list(OutboxEvent.objects.filter(id__in=list(self.gaps)).order_by("id"))
+        for row in late:
+            _send(row, relayed)
+            del self.gaps[row.id]
         rows = list(OutboxEvent.objects.filter(id__gt=self.cursor).order_by("id")[:BATCH])
         for row in rows:
-            data = {**row.payload, "type": row.type, "outbox_id": row.id}
-            django_eventstream.send_event(settings.EVENTS_CHANNEL, row.type, data)
+            for skipped in range(max(self.cursor + 1, row.id - MAX_GAPS), row.id):
+                self._add_gap(skipped)
+            _send(row, relayed)
             self.cursor = row.id
         self.save()
-        return len(rows)
+        if relayed:
+            fanout.listener().broadcast(relayed)
+        return len(late) + len(rows)
 
 
-def _lock_or_wait() -> object:
-    """Hold the data dir's relay lock for the life of the process (one relay per data dir)."""
-    handle = open(Path(settings.DATA_DIR) / "event-relay.lock", "a")  # noqa: SIM115
-    while True:
+class FileLock:
+    """SQLite: one relay per data dir (the database lives there), held for the process's life."""
+
+    def __init__(self):
+        self.handle = None
+
+    def acquire(self) -> bool:
+        handle = open(Path(settings.DATA_DIR) / "event-relay.lock", "a")  # noqa: SIM115
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return handle
         except BlockingIOError:
-            time.sleep(1)
+            handle.close()
+            return False
+        self.handle = handle  # kept referenced: closing it would drop the lock
+        return True
+
+    def held(self) -> bool:
+        return self.handle is not None
+
+    def release(self) -> None:
+        """Nothing to do: the file lock cannot be lost while the process lives."""
+
+    def wait(self, pause: float) -> bool:
+        time.sleep(pause)
+        return False
+
+
+class AdvisoryLock:
+    """PostgreSQL: one relay per database. The session lock lives on this thread's connection;
+    it is gone the moment that connection is (server killed, connection closed)."""
+
+    def __init__(self, fallback_poll: float = FALLBACK_POLL_SECONDS):
+        self.backend_pid = None
+        self.fallback_poll = fallback_poll
+
+    def _backend_pid(self):
+        raw = connection.connection
+        return None if raw is None or raw.closed else raw.info.backend_pid
+
+    def acquire(self) -> bool:
+        with connection.cursor() as c:
+            c.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
+            if not c.fetchone()[0]:
+                return False
+            c.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        self.backend_pid = self._backend_pid()
+        return True
+
+    def wait(self, pause: float) -> bool:
+        """Until an outbox insert commits (True) or the fallback poll is due (False)."""
+        woken = False
+        for _ in connection.connection.notifies(timeout=self.fallback_poll, stop_after=1):
+            woken = True
+        return woken
+
+    def held(self) -> bool:
+        return self.backend_pid is not None and self._backend_pid() == self.backend_pid
+
+    def release(self) -> None:
+        self.backend_pid = None
+        connection.close()  # ends the session, and with it the lock
+
+
+def relay_lock() -> FileLock | AdvisoryLock:
+    return AdvisoryLock() if connection.vendor == "postgresql" else FileLock()
 
 
 def _run() -> None:
-    _lock_handle = _lock_or_wait()  # kept referenced: closing it would drop the lock
-    relay = Relay()
-    relay.start()
+    lock = relay_lock()
+    relay = None
     pause = settings.EVENT_RELAY_POLL_SECONDS
     while True:
         try:
+            if not lock.held():
+                if relay is not None:
+                    log.warning("Event relay: lost the relay lock (database connection gone)")
+                    relay = None
+                if not lock.acquire():
+                    time.sleep(LOCK_RETRY_SECONDS)
+                    continue
+                log.info("Event relay started in this process")
+                relay = _current["relay"] = Relay()
+                relay.start()
             if not relay.step():
-                time.sleep(pause)
+                lock.wait(pause)
         except Exception:
             log.exception("Event relay step failed; retrying")
+            if relay is not None:
+                relay.save()
+            lock.release()
             connection.close()
             time.sleep(1)
+
+
+def _save_at_exit() -> None:
+    if relay := _current.get("relay"):
+        relay.save()
 
 
 def ensure_started() -> None:
@@ -126,4 +296,5 @@ def ensure_started() -> None:
         if _started:
             return
         _started = True
+    atexit.register(_save_at_exit)
     threading.Thread(target=_run, name="malamar-event-relay", daemon=True).start()

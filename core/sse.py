@@ -1,5 +1,9 @@
 """`GET /api/events`: django-eventstream's SSE stream, fed by the relay, with de-duplication.
 
+The first request starts this process's relay (which waits for the deployment's relay lock) and,
+with a channel layer (REDIS_URL), its listener (core.fanout), which feeds the streams of this
+server with the events the relay (on whichever server) stored.
+
 django-eventstream can re-read its storage from a stale id under load and resend older events;
 each connection drops any event whose id is not above the highest id it already sent.
 """
@@ -10,7 +14,7 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 from django_eventstream.views import events as eventstream_events
 
-from core import relay
+from core import fanout, relay
 
 _EVENT_ID = re.compile(r"^id: (?:[^:\n]*:)?(\d+)$", re.MULTILINE)
 
@@ -39,6 +43,8 @@ async def _deduped(stream):
 
 
 def events(request):
+    if fanout.enabled():
+        fanout.ensure_started()
     relay.ensure_started()
     response = eventstream_events(request, channels=[settings.EVENTS_CHANNEL])
     if isinstance(response, StreamingHttpResponse) and response.is_async:

@@ -164,6 +164,19 @@ CSRF_COOKIE_SAMESITE = "Lax"
 EVENTSTREAM_STORAGE_CLASS = "django_eventstream.storage.DjangoModelStorage"
 EVENTS_CHANNEL = "malamar"
 EVENT_RELAY_POLL_SECONDS = CONFIG.event_relay_poll
+# On PostgreSQL ids are taken at INSERT and commits land in any order: the relay waits this long
+# for a skipped id's row to commit before giving up on it (a rolled-back transaction).
+EVENT_RELAY_GAP_SECONDS = 60
+if CONFIG.redis_url:
+    # Several servers: the relay sends each stored event through this layer to every server's
+    # listener (core.fanout). A batch of events is one message; the capacity is far above what
+    # a listener can fall behind by, and whatever it still misses it reads from the storage.
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [CONFIG.redis_url], "capacity": 10_000, "expiry": 60},
+        }
+    }
 
 _LEVELS = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING", "error": "ERROR"}
 LOGGING = {

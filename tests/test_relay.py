@@ -1,0 +1,248 @@
+"""The relay on any database: ids skipped by the cursor (commits out of id order on PostgreSQL)
+are relayed when they appear, the cursor and the recent window survive a takeover through the
+shared storage, one relay holds the lock; and a server's listener hands stored events to its
+streams once each, in id order (core.fanout)."""
+
+import threading
+
+import django_eventstream
+import pytest
+from django.db import connection, transaction
+from django_eventstream.event import Event
+from django_eventstream.models import Event as StoredEvent
+
+from core import events, relay
+from core.fanout import Listener
+from core.models import OutboxEvent
+from core.relay import AdvisoryLock, Relay, stored_outbox_id
+
+on_postgres = pytest.mark.skipif(
+    "connection.vendor != 'postgresql'",
+    reason="PostgreSQL only (commit order, advisory lock, NOTIFY)",
+)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def sent(settings, tmp_path, monkeypatch):
+    """Outbox ids the relay sends, in order (storage and streams left out)."""
+    settings.DATA_DIR = tmp_path
+    ids = []
+    monkeypatch.setattr(
+        "django_eventstream.send_event", lambda ch, t, data: ids.append(data["outbox_id"])
+    )
+    return ids
+
+
+def _row(outbox_id: int) -> OutboxEvent:
+    return OutboxEvent.objects.create(id=outbox_id, type="task.updated", payload={})
+
+
+def _relay_from(first: int, **kwargs) -> Relay:
+    """A relay that sent everything before `first` (PostgreSQL's sequence outlives the rolled
+    back rows of earlier tests: ids below `first` would be gaps otherwise)."""
+    started = Relay(**kwargs)
+    started.start()
+    started.cursor = first - 1
+    return started
+
+
+def test_a_skipped_id_is_relayed_when_its_row_appears(db, sent):
+    first = events.publish("task.updated", {}).id
+    _row(first + 2)
+    relay = _relay_from(first, clock=Clock())
+    assert relay.step() == 2
+    assert list(relay.gaps) == [first + 1]
+    assert relay.step() == 0  # still waiting: nothing sent twice
+
+    _row(first + 1)  # the slower transaction commits
+    assert relay.step() == 1
+    assert sent == [first, first + 2, first + 1]
+    assert relay.gaps == {}
+    assert relay.step() == 0
+
+
+def test_a_gap_that_never_fills_expires(db, sent):
+    first = events.publish("task.updated", {}).id
+    _row(first + 3)
+    clock = Clock()
+    relay = _relay_from(first, gap_seconds=60, clock=clock)
+    relay.step()
+    assert sorted(relay.gaps) == [first + 1, first + 2]
+    clock.now += 61  # rolled back: the ids never commit
+    assert relay.step() == 0
+    assert relay.gaps == {}
+    _row(first + 1)  # too late to be told apart from an old row: left alone
+    assert relay.step() == 0
+
+
+def test_the_gaps_are_bounded(db, sent, monkeypatch):
+    monkeypatch.setattr(relay, "MAX_GAPS", 3)
+    first = events.publish("task.updated", {}).id
+    _row(first + 10)
+    tracker = _relay_from(first, clock=Clock())
+    tracker.step()
+    assert list(tracker.gaps) == [first + 7, first + 8, first + 9]
+
+
+def test_stored_events_carry_the_outbox_id_through_the_double_encoding(db):
+    django_eventstream.send_event("malamar", "task.updated", {"outbox_id": 42})
+    stored = StoredEvent.objects.filter(eid__gt=0).get()
+    assert stored_outbox_id(stored.data) == 42
+    assert stored_outbox_id("not json") == 0
+
+
+def test_a_new_relay_resumes_from_the_shared_storage_and_recovers_the_window(
+    db, settings, tmp_path
+):
+    """Another machine takes over: no cursor file there, the cursor comes from the stored
+    events; a row below it that no stored event carries is relayed, the others are not."""
+    settings.DATA_DIR = tmp_path / "first"
+    settings.DATA_DIR.mkdir()
+    rows = [events.publish("task.updated", {"n": n}).id for n in range(3)]
+    first = Relay()
+    first.start()
+    first.step()
+    # The middle row committed after the dead relay had moved past it.
+    middle = StoredEvent.objects.filter(eid__gt=0).order_by("eid")[1]
+    assert stored_outbox_id(middle.data) == rows[1]
+    middle.delete()
+
+    settings.DATA_DIR = tmp_path / "second"
+    settings.DATA_DIR.mkdir()
+    second = Relay()
+    second.start()
+    assert second.cursor == rows[-1]
+    assert list(second.gaps) == [rows[1]]
+    assert second.step() == 1
+    relayed = [stored_outbox_id(e.data) for e in StoredEvent.objects.filter(eid__gt=0)]
+    assert sorted(relayed) == rows
+    assert second.step() == 0
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_postgres_lower_id_committed_last_is_relayed_once(sent):
+    relay = _relay_from(events.publish("task.updated", {}).id + 1)
+    inserted, commit, slow_ids = threading.Event(), threading.Event(), []
+
+    def slow_transaction():
+        try:
+            with transaction.atomic():
+                slow_ids.append(events.publish("task.updated", {"who": "slow"}).id)
+                inserted.set()
+                commit.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=slow_transaction)
+    thread.start()
+    assert inserted.wait(10)
+    fast = events.publish("task.updated", {"who": "fast"}).id
+    assert slow_ids[0] < fast
+    assert relay.step() == 1  # only the committed one
+    assert slow_ids[0] in relay.gaps
+
+    commit.set()
+    thread.join(10)
+    assert relay.step() == 1
+    assert relay.step() == 0
+    assert sent == [fast, slow_ids[0]]
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_postgres_one_relay_holds_the_lock_until_its_connection_goes():
+    holder, other = AdvisoryLock(), AdvisoryLock()
+    assert holder.acquire() and holder.held()
+    results = []
+
+    def in_another_session(action):
+        try:
+            results.append(action())
+        finally:
+            connection.close()
+
+    def attempt():
+        thread = threading.Thread(target=in_another_session, args=(other.acquire,))
+        thread.start()
+        thread.join(10)
+        return results.pop()
+
+    assert attempt() is False
+    connection.close()  # the holding server's connection is gone (killed, network)
+    assert not holder.held()
+    assert attempt() is True
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_postgres_relay_sleeps_until_an_outbox_insert_commits():
+    lock = AdvisoryLock(fallback_poll=0.2)
+    assert lock.acquire()
+    while lock.wait(0):  # notifications of earlier inserts
+        pass
+    inserted, commit = threading.Event(), threading.Event()
+
+    def publisher():
+        try:
+            with transaction.atomic():
+                events.publish("task.updated", {})
+                inserted.set()
+                commit.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    assert inserted.wait(10)
+    assert lock.wait(0) is False  # not committed: no notification yet
+    commit.set()
+    thread.join(10)
+    lock.fallback_poll = 10
+    assert lock.wait(0) is True
+    lock.release()
+
+
+def _store(count: int) -> None:
+    for n in range(count):
+        django_eventstream.send_event("malamar", "task.updated", {"n": n})
+
+
+def _stored(eid: int) -> Event:
+    return Event("malamar", "task.updated", "{}", id=eid)
+
+
+def test_the_listener_hands_each_event_once_in_order_filling_gaps_from_storage(db):
+    _store(6)
+    handed = []
+    listener = Listener(hand=lambda event: handed.append(event.id))
+    listener.start_at(1)
+    listener.deliver(_stored(4))  # 2 and 3 were missed: read from the storage first
+    listener.deliver(_stored(3))  # late duplicate
+    listener.deliver(_stored(4))
+    listener.deliver(_stored(5))
+    assert handed == [2, 3, 4, 5]
+    listener.catch_up()  # the message for 6 was lost: the tick reads it
+    assert handed == [2, 3, 4, 5, 6]
+    first_filled = listener.last
+    assert first_filled == 6
+
+
+def test_the_listener_hands_stored_data_as_the_streams_expect_it(db):
+    _store(2)
+    handed = []
+    listener = Listener(hand=handed.append)
+    listener.start_at(0)
+    listener.catch_up()
+    assert [(e.id, e.type, e.data) for e in handed] == [
+        (1, "task.updated", '{"n": 0}'),
+        (2, "task.updated", '{"n": 1}'),
+    ]
