@@ -28,11 +28,19 @@ class QueueItemQuerySet(models.QuerySet):
     def finished(self):
         return self.filter(status__in=[QueueStatus.COMPLETED, QueueStatus.FAILED])
 
+    def claimable(self, item_id: str, worker_id: str | None):
+        """The item while queued; with `worker_id`, only while that worker's row is live (a
+        worker that was taken over and has not noticed yet claims nothing)."""
+        items = self.filter(id=item_id, status=QueueStatus.QUEUED)
+        if worker_id is None:
+            return items
+        return items.filter(Exists(Worker.objects.live_rows().filter(id=worker_id)))
+
     def claim(self, item_id: str, *, worker_id: str | None = None) -> bool:
         """queued → in_progress in one statement, owned by `worker_id`; False if another claim
         (or a cancel) won."""
         return bool(
-            self.filter(id=item_id, status=QueueStatus.QUEUED).update(
+            self.claimable(item_id, worker_id).update(
                 status=QueueStatus.IN_PROGRESS, worker_id=worker_id, updated_at=timezone.now()
             )
         )

@@ -197,7 +197,7 @@ class TaskQueueQuerySet(QueueItemQuerySet):
         """As QueueItemQuerySet.claim, and refused while the task waits for its blockers (a
         blocker re-opened between the pickup's read and this UPDATE)."""
         return bool(
-            self.filter(id=item_id, status=QueueStatus.QUEUED)
+            self.claimable(item_id, worker_id)
             .exclude(waiting_for_blockers())
             .update(status=QueueStatus.IN_PROGRESS, worker_id=worker_id, updated_at=timezone.now())
         )

@@ -24,6 +24,8 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.services import agent_create
+from chats.models import ChatQueueItem
+from chats.services import chat_start
 from runner.models import AgentRun, RunStatus, Worker
 from runner.services import worker_register, worker_take_over
 from runner.worker import pickup
@@ -36,7 +38,8 @@ from tests.stack import FAKES_BIN, alive
 from tests.workers_support import WorkerThread, postgres_only
 from workspaces.services import workspace_create
 
-FAST = {"heartbeat": 0.2, "stale_after": 1.5}
+FAST = {"heartbeat": 0.2, "stale_after": 5}  # never stale under load, unless a test says so
+QUICK_TO_JUDGE = {"heartbeat": 0.2, "stale_after": 1.5}  # a worker that takes others over
 
 
 @pytest.fixture
@@ -77,6 +80,13 @@ def _overlaps(spans) -> int:
         open_now += step
         peak = max(peak, open_now)
     return peak
+
+
+def _beating_for_an_hour(**row) -> Worker:
+    """A worker row of another machine that stays live through the test."""
+    worker = worker_register(**row)
+    Worker.objects.filter(id=worker.id).update(heartbeat_at=timezone.now() + timedelta(hours=1))
+    return worker
 
 
 def _running_item(task) -> TaskQueueItem:
@@ -163,7 +173,7 @@ def test_a_stale_worker_is_taken_over_and_its_run_recovered_once(workers):
     first.worker.beat = lambda: None  # it stops beating (a pause, a partition) but keeps going
     Task.objects.filter(id=task.id).update(description="@fake comment-once done")
 
-    second = workers(**FAST)
+    second = workers(**QUICK_TO_JUDGE)
     wait_until(lambda: _all_in_review([task]), timeout=60, what="the recovered pass")
 
     assert not alive(orphan), "the dead worker's CLI was left running"
@@ -213,7 +223,7 @@ def test_a_worker_that_finds_itself_taken_over_kills_its_runs_and_comes_back(wor
 
 @postgres_only
 def test_a_worker_without_a_healthy_cli_leaves_its_work_to_one_that_has_it(workers, monkeypatch):
-    able = worker_register(hostname="h", pid=2, capacity=1, clis=["claude"], version="t")
+    able = _beating_for_an_hour(hostname="h", pid=2, capacity=1, clis=["claude"], version="t")
     lacking = workers(poll_interval=0.05, **FAST)
     monkeypatch.setattr(lacking.worker, "healthy_clis", lambda: frozenset({"codex"}))
     declined = threading.Event()
@@ -238,6 +248,29 @@ def test_a_worker_without_a_healthy_cli_leaves_its_work_to_one_that_has_it(worke
     Worker.objects.filter(id=able.id).delete()  # no live worker has claude: run it anyway
     wait_until(lambda: _all_in_review([task]), timeout=30, what="the fallback claim")
     assert AgentRun.objects.get(task=task).worker_id == lacking.id
+
+
+@postgres_only
+def test_a_chat_reply_on_a_cli_unusable_here_is_left_to_a_worker_that_has_it(workers, monkeypatch):
+    able = _beating_for_an_hour(hostname="h", pid=2, capacity=1, clis=["claude"], version="t")
+    lacking = workers(poll_interval=0.05, **FAST)
+    monkeypatch.setattr(lacking.worker, "healthy_clis", lambda: frozenset({"codex"}))
+    wait_until(
+        lambda: any(peer["id"] == able.id for peer in lacking.worker.peers),
+        timeout=10,
+        what="the peer to be seen",
+    )
+    workspace = workspace_create(title="Chats")
+    agent = agent_create(workspace=workspace, name="Claude", instruction="Hi.", cli_type="claude")
+    on_claude = chat_start(workspace=workspace, agent=agent, message="@fake reply one")
+    on_malamar = chat_start(workspace=workspace, message="@fake reply two")  # any CLI
+
+    wait_until(
+        lambda: ChatQueueItem.objects.get(chat=on_malamar).status == QueueStatus.COMPLETED,
+        timeout=30,
+        what="the reply any worker may give",
+    )
+    assert ChatQueueItem.objects.get(chat=on_claude).status == QueueStatus.QUEUED
 
 
 @postgres_only
@@ -275,11 +308,14 @@ def test_claims_of_one_workspace_from_many_threads_stay_within_its_limit(transac
     for n in range(6):
         task_create(workspace=workspace, summary=f"T{n}")
     claimed, barrier = [], threading.Barrier(6)
+    ids = [
+        worker_register(hostname="h", pid=n, capacity=1, clis=[], version="t").id for n in range(6)
+    ]
 
     def claim(n: int) -> None:
         barrier.wait()
         try:
-            if item := pickup.claim_next(workspace.id, limit=2, worker_id=f"w{n}"):
+            if item := pickup.claim_next(workspace.id, limit=2, worker_id=ids[n]):
                 claimed.append(item.id)
         finally:
             connection.close()
@@ -312,7 +348,7 @@ def test_a_killed_runworker_process_is_recovered_by_another_worker(workers, tmp_
     )
     (tmp_path / "data").mkdir()
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "runworker"],
+        [sys.executable, str(ROOT / "manage.py"), "runworker", "--capacity", "1"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -320,11 +356,12 @@ def test_a_killed_runworker_process_is_recovered_by_another_worker(workers, tmp_
     try:
         wait_until(lambda: _process_recorded(task), timeout=60, what="the process's run")
         orphan = _running_item(task).pid
+        assert Worker.objects.get(pid=proc.pid).capacity == 1
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         assert psutil.pid_exists(orphan)
         Task.objects.filter(id=task.id).update(description="@fake comment-once done")
-        workers(**FAST)
+        workers(**QUICK_TO_JUDGE)
         wait_until(lambda: _all_in_review([task]), timeout=60, what="the recovery")
     finally:
         if proc.poll() is None:

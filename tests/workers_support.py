@@ -57,6 +57,8 @@ class WorkerThread:
                 threads += list(runners)
         if worker.health.thread is not None:
             threads.append(worker.health.thread)
+        if worker.beats is not None:
+            threads.append(worker.beats)
         for thread in threads:
             thread.join(timeout=30)
         assert not self.thread.is_alive(), "the worker did not stop"

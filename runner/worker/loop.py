@@ -165,12 +165,12 @@ class Worker:
         self.worker_id: str | None = None  # our Worker row, once registered
         self.hostname = socket.gethostname()
         self.reserved = 0  # runs claimed or being claimed (capacity)
-        self.next_beat = 0.0
         self.next_orphans = 0.0
         self.last_beat = time.monotonic()
         self.advertised: frozenset[str] | None = None
         self.peers: list[dict] = []  # the other live workers, as of our last heartbeat
         self.listener: WorkListener | None = None
+        self.beats: threading.Thread | None = None
         self.limits = limits or LimitWatch()
         self.next_limits = 0.0
         self.shutdown = threading.Event()
@@ -198,6 +198,10 @@ class Worker:
         seed_sample_workspace_if_first_launch()
         self.register()
         recovered = self.recover_dead_workers() if shared else recover(worker_id=self.worker_id)
+        self.beats = threading.Thread(
+            target=self._beat_forever, name="malamar-heartbeat", daemon=True
+        )
+        self.beats.start()
         log.info(
             "Worker started",
             extra={
@@ -223,6 +227,8 @@ class Worker:
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self.health.stop(timeout=max(0.0, deadline - time.monotonic()))
+        if self.beats is not None:
+            self.beats.join(timeout=max(0.0, deadline - time.monotonic()))
         self.retire()
         if self.listener is not None:
             self.listener.close()
@@ -246,8 +252,6 @@ class Worker:
             return
         try:
             self.watch_stops()
-            if self.worker_id and time.monotonic() >= self.next_beat:
-                self.beat()
             # New work comes with a wake-up (the server pokes after each commit, a finished
             # workspace thread kicks) or is found by the poll; the 100 ms ticks while runs are
             # busy only watch for stops.
@@ -267,8 +271,6 @@ class Worker:
         with self.lock:
             busy = bool(self.runs)
         timeout = STOP_WATCH_SECONDS if busy else self.poll_interval
-        if self.worker_id:
-            timeout = max(0.0, min(timeout, self.next_beat - time.monotonic()))
         sources = [self.kick_r] + ([self.sock] if self.sock else [])
         if self.listener is not None and self.listener.fileno() is not None:
             sources.append(self.listener)
@@ -296,7 +298,6 @@ class Worker:
         )
         self.worker_id = row.id
         self.last_beat = time.monotonic()
-        self.next_beat = self.last_beat + self.heartbeat
 
     def retire(self) -> None:
         """A clean stop: our runs were stopped; recover them now rather than after a timeout
@@ -316,13 +317,25 @@ class Worker:
         unusable = {CliHealthStatus.UNHEALTHY}
         return frozenset(cli for cli in CliType.values if found.get(cli) not in unusable)
 
+    def _beat_forever(self) -> None:
+        """The heartbeat has a thread of its own: a slow job in the main loop (a cleanup, a
+        big snapshot prune) must never make this worker look dead."""
+        try:
+            while not self.shutdown.wait(self.heartbeat):
+                try:
+                    self.beat()
+                except Exception:
+                    log.exception("Heartbeat step failed; continuing")
+                    connection.close()
+        finally:
+            connection.close()
+
     def beat(self) -> None:
         """The heartbeat, off the run path (every `heartbeat` seconds from the main loop):
         we are alive, with these CLIs; other workers that stopped beating are taken over. A
         worker that finds it was taken over (it paused, or lost the database for longer than
         `stale_after`) drops its runs and comes back under a new id."""
         now = time.monotonic()
-        self.next_beat = now + self.heartbeat
         clis = self.healthy_clis()
         changed = clis if clis != self.advertised else None
         try:
@@ -441,6 +454,12 @@ class Worker:
                 ours[workspace_id] = min(startable, room)
         return ours
 
+    def _left_to_others(self) -> frozenset[str]:
+        """CLIs unusable here that another live worker advertises: their work is theirs."""
+        mine = self.healthy_clis()
+        others = set().union(*(peer["clis"] or () for peer in self.peers)) if self.peers else set()
+        return frozenset(others - mine)
+
     def _room(self) -> int:
         """How many more runs this worker may start (inside self.lock)."""
         if not self.capacity:
@@ -488,8 +507,9 @@ class Worker:
         (up to this worker's capacity)."""
         if not pickup.chats_queued():
             return
+        avoid = self._left_to_others() if pickup.shared_database() else frozenset()
         while not self.shutdown.is_set() and self._reserve():
-            item = pickup.claim_next_chat(worker_id=self.worker_id)
+            item = pickup.claim_next_chat(worker_id=self.worker_id, avoid=avoid)
             if item is None:
                 self._release()
                 return

@@ -12,6 +12,7 @@ the workspace runs as many as its limit.
 
 from django.db import connection, transaction
 from django.db.models import Case, Count, Exists, OuterRef, Q, Subquery, Value, When
+from django.db.models.functions import Coalesce, NullIf
 from django.utils import timezone
 
 from agents.models import Agent, CliType
@@ -147,13 +148,23 @@ def chats_queued() -> bool:
     return _chat_candidates().exists()
 
 
-def claim_next_chat(*, worker_id: str | None = None) -> ChatQueueItem | None:
+def _chat_cli_not_in(items, clis):
+    """Replies whose participant's CLI (its override, else its agent's) is not one of `clis`;
+    Malamar without an override answers on any available CLI, so it stays."""
+    cli = Coalesce(NullIf("participant__cli_type", Value("")), "participant__agent__cli_type")
+    return items.alias(cli=cli).filter(Q(cli__isnull=True) | ~Q(cli__in=list(clis)))
+
+
+def claim_next_chat(*, worker_id: str | None = None, avoid=()) -> ChatQueueItem | None:
     """The oldest queued chat item, claimed (queued → in_progress) for `worker_id`; replies
-    waiting for a CLI that is out of quota stay queued."""
+    waiting for a CLI that is out of quota stay queued, and so do those on a CLI in `avoid`
+    (unusable on this worker, usable on another)."""
     if shared_database():  # SKIP LOCKED: workers claiming at once take different items
         with transaction.atomic():
             candidates = _chat_candidates().order_by("created_at")
-            item = candidates.select_for_update(skip_locked=True).first()
+            if avoid:
+                candidates = _chat_cli_not_in(candidates, avoid)
+            item = candidates.select_for_update(skip_locked=True, of=("self",)).first()
             if item is None or not ChatQueueItem.objects.claim(item.id, worker_id=worker_id):
                 return None
             return _claimed(item, worker_id)
