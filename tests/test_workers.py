@@ -135,6 +135,36 @@ def test_claims_record_the_claiming_worker_on_the_item_and_the_run(workers):
     assert AgentRun.objects.get(task=task).worker_id == running.id
 
 
+def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
+    live = _beating_for_an_hour(hostname="a", pid=1, capacity=1, clis=[], version="t")
+    me = _beating_for_an_hour(hostname="b", pid=2, capacity=1, clis=[], version="t")
+    workspace = _workspace("Mixed")
+    tasks = [task_create(workspace=workspace, summary=name) for name in ("live", "dead")]
+    owners = {tasks[0].id: live.id, tasks[1].id: "gone-worker-id-000000"}
+    for task in tasks:
+        item = TaskQueueItem.objects.get(task=task)
+        TaskQueueItem.objects.filter(id=item.id).update(
+            status=QueueStatus.IN_PROGRESS, worker_id=owners[task.id]
+        )
+        AgentRun.objects.create(
+            id=item.id,
+            workspace=workspace,
+            task=task,
+            agent_name="A",
+            cli_type="claude",
+            worker_id=owners[task.id],
+            started_at=timezone.now(),
+        )
+
+    assert recover(hostname="b", worker_id=me.id) == 1
+
+    kept, requeued = (TaskQueueItem.objects.get(task=task) for task in tasks)
+    assert (kept.status, kept.worker_id) == (QueueStatus.IN_PROGRESS, live.id)
+    assert (requeued.status, requeued.worker_id) == (QueueStatus.QUEUED, None)
+    runs = dict(AgentRun.objects.values_list("task_id", "status"))
+    assert runs == {tasks[0].id: RunStatus.RUNNING, tasks[1].id: RunStatus.INTERRUPTED}
+
+
 # several workers on PostgreSQL ---------------------------------------------------------------
 
 

@@ -6,6 +6,13 @@ every chat reply gets a thread of its own. Every running run (a
 task pass or a chat reply) is in one map, watched by one stop watcher. The main loop sleeps on
 a Unix socket the server pokes after each commit (new work starts in milliseconds) with the
 poll interval as the fallback, and checks the running items every 100 ms for stop requests.
+
+Several workers (DESIGN "Scale-out", PostgreSQL only; SQLite keeps its one worker per data dir,
+held by a file lock): each has a `Worker` row, beats from a thread of its own, runs at most its
+capacity, claims under its id (a workspace's claims lock its row, SKIP LOCKED) and only work
+whose CLIs are healthy here unless no live worker has them; it takes over workers whose
+heartbeat is stale and recovers their runs as a restart does, and drops its own runs when it
+finds that it was taken over. Wake-ups come by LISTEN/NOTIFY.
 """
 
 import contextlib
