@@ -20,6 +20,8 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 SEED_MARKER_NAME = ".seed-sample-workspace"
 SECRET_KEY_NAME = "secret_key"
+# A worker's default capacity when several share PostgreSQL (each run is a few hundred MB).
+POSTGRES_CAPACITY = 4
 
 
 class ConfigError(ValueError):
@@ -193,6 +195,37 @@ OPTIONS = (
         choices=("redis", "rediss", "unix"),
         secret=True,
     ),
+    Option(
+        "worker_capacity",
+        "MALAMAR_WORKER_CAPACITY",
+        None,
+        "int",
+        "0",
+        "Most runs (task passes and chat replies) one worker runs at once; 0: no limit with"
+        f" SQLite (one worker owns the machine), {POSTGRES_CAPACITY} with PostgreSQL",
+        low=0,
+        high=10_000,
+    ),
+    Option(
+        "worker_heartbeat",
+        "MALAMAR_WORKER_HEARTBEAT",
+        None,
+        "float",
+        "5",
+        "Seconds between a worker's heartbeats (and its look for workers that stopped beating)",
+        low=0.05,
+        high=300,
+    ),
+    Option(
+        "worker_stale_after",
+        "MALAMAR_WORKER_STALE_AFTER",
+        None,
+        "float",
+        "30",
+        "Seconds without a heartbeat after which another worker takes a worker's runs over",
+        low=0.2,
+        high=3600,
+    ),
     Option("testing", "MALAMAR_TESTING", None, "bool", "0", "Test runs: answer the test client"),
 )
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
@@ -232,6 +265,9 @@ class Config:
     event_relay_poll: float = 0.025
     database_url: str = ""
     redis_url: str = ""
+    worker_capacity: int = 0
+    worker_heartbeat: float = 5.0
+    worker_stale_after: float = 30.0
     testing: bool = False
 
     @property
@@ -246,6 +282,13 @@ class Config:
     @property
     def uses_postgres(self) -> bool:
         return bool(self.database_url)
+
+    @property
+    def capacity(self) -> int:
+        """Most runs a worker runs at once (0: no limit)."""
+        if self.worker_capacity or not self.uses_postgres:
+            return self.worker_capacity
+        return POSTGRES_CAPACITY
 
     @property
     def database_path(self) -> Path:

@@ -1,21 +1,31 @@
-"""Poke the worker after a commit so new work starts in milliseconds, not at the next poll.
+"""Wake the workers after a commit so new work starts in milliseconds, not at the next poll.
 
-The worker listens on a Unix datagram socket in the data dir; a poke is fire-and-forget.
-If the worker is not running (or the path is too long for a socket), nothing happens and the
-worker's regular poll picks the work up.
+With SQLite (one worker per data dir) the worker listens on a Unix datagram socket in the data
+dir and a poke is fire-and-forget. With PostgreSQL (workers on any machines) every worker
+LISTENs on `malamar_work` and the commit sends a NOTIFY. If no worker listens, nothing happens
+and the workers' regular poll picks the work up.
 """
 
+import logging
 import socket
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 
 SOCKET_NAME = "worker.sock"
+NOTIFY_CHANNEL = "malamar_work"
+
+log = logging.getLogger(__name__)
 
 
 def socket_path() -> Path:
     return Path(settings.DATA_DIR) / SOCKET_NAME
+
+
+def uses_notify() -> bool:
+    """PostgreSQL: wake-ups are NOTIFYs, which reach workers on every machine."""
+    return connection.vendor == "postgresql"
 
 
 def _poke() -> None:
@@ -28,5 +38,13 @@ def _poke() -> None:
         pass
 
 
+def _notify() -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+    except DatabaseError:  # a wake-up is a courtesy: the workers' poll finds the work anyway
+        log.warning("Could not notify the workers", exc_info=True)
+
+
 def wake_worker_on_commit() -> None:
-    transaction.on_commit(_poke)
+    transaction.on_commit(_notify if uses_notify() else _poke)

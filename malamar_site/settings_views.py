@@ -1,5 +1,6 @@
 """The global settings page: CLIs, notifications and API tokens (it spans several apps)."""
 
+from django.conf import settings
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -41,6 +42,8 @@ def global_settings(request):
             settings_store.settings_public()
         ),
         **_access_context(),
+        "workers": runner_selectors.workers_live(),
+        "several_workers": settings.CONFIG.uses_postgres,
     }
     return render(request, SETTINGS, context)
 

@@ -1,6 +1,10 @@
+from datetime import timedelta
+
 from django.db import models
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
+
+from core.fields import id_field
 
 
 class QueueStatus(models.TextChoices):
@@ -24,33 +28,49 @@ class QueueItemQuerySet(models.QuerySet):
     def finished(self):
         return self.filter(status__in=[QueueStatus.COMPLETED, QueueStatus.FAILED])
 
-    def claim(self, item_id: str) -> bool:
-        """queued → in_progress in one statement; False if another claim (or a cancel) won."""
+    def claimable(self, item_id: str, worker_id: str | None):
+        """The item while queued; with `worker_id`, only while that worker's row is live (a
+        worker that was taken over and has not noticed yet claims nothing)."""
+        items = self.filter(id=item_id, status=QueueStatus.QUEUED)
+        if worker_id is None:
+            return items
+        return items.filter(Exists(Worker.objects.live_rows().filter(id=worker_id)))
+
+    def claim(self, item_id: str, *, worker_id: str | None = None) -> bool:
+        """queued → in_progress in one statement, owned by `worker_id`; False if another claim
+        (or a cancel) won."""
         return bool(
-            self.filter(id=item_id, status=QueueStatus.QUEUED).update(
-                status=QueueStatus.IN_PROGRESS, updated_at=timezone.now()
+            self.claimable(item_id, worker_id).update(
+                status=QueueStatus.IN_PROGRESS, worker_id=worker_id, updated_at=timezone.now()
             )
         )
 
-    def finish(self, item_id: str, status: str) -> None:
+    def owned(self, item):
+        """`item` (a claimed item) while it is still the claim of the worker that holds it: a
+        worker whose runs another worker took over writes nothing."""
+        return self.filter(id=item.id, worker_id=item.worker_id)
+
+    def finish(self, item, status: str) -> None:
         """in_progress → completed/failed, forgetting the process (it has ended)."""
-        self.filter(id=item_id, status=QueueStatus.IN_PROGRESS).update(
+        self.owned(item).filter(status=QueueStatus.IN_PROGRESS).update(
             status=status, pid=None, pgid=None, updated_at=timezone.now()
         )
 
-    def record_process(self, item_id: str, *, pid: int, pgid: int, started_at: float) -> bool:
+    def record_process(self, item, *, pid: int, pgid: int, started_at: float) -> bool:
         """The CLI that runs this item, so a restarted worker can kill it if we die. One
         statement (no join) that is also the start's "still wanted" check: False, nothing
-        written, when the item was stopped (every move by a user asks that) or is gone (with
-        its task or chat). The finish checks the rest (`wanted()`)."""
-        unstopped = self.unstopped().filter(id=item_id)
+        written, when the item was stopped (every move by a user asks that), is gone (with
+        its task or chat) or is no longer ours. The finish checks the rest (`wanted()`)."""
+        unstopped = self.unstopped().filter(id=item.id, worker_id=item.worker_id)
         return bool(unstopped.update(pid=pid, pgid=pgid, process_started_at=started_at))
 
-    def pause(self, item_id: str, *, cli_type: str, **resume) -> bool:
+    def pause(self, item, *, cli_type: str, **resume) -> bool:
         """in_progress → queued, waiting for `cli_type` (out of quota); `resume` says where the
         run continues (DESIGN "Usage limits")."""
         return bool(
-            self.filter(id=item_id, status=QueueStatus.IN_PROGRESS).update(
+            self.owned(item)
+            .filter(status=QueueStatus.IN_PROGRESS)
+            .update(
                 status=QueueStatus.QUEUED,
                 waiting_for_cli=cli_type,
                 pid=None,
@@ -60,12 +80,21 @@ class QueueItemQuerySet(models.QuerySet):
             )
         )
 
-    def requeue(self, item_id: str, *, stopped: bool) -> None:
-        """After a crash: an interrupted item runs again, unless it was stopped (then failed)."""
+    def requeue(self, item, *, stopped: bool) -> bool:
+        """After a crash: an interrupted item runs again, unless it was stopped (then failed).
+        Only while it is still the claim that was read (one recoverer wins; a claim made since
+        by another worker stays)."""
         status = QueueStatus.FAILED if stopped else QueueStatus.QUEUED
-        self.filter(id=item_id).update(
-            status=status, pid=None, pgid=None, updated_at=timezone.now()
+        return bool(
+            self.owned(item)
+            .filter(status=QueueStatus.IN_PROGRESS)
+            .update(status=status, pid=None, pgid=None, worker_id=None, updated_at=timezone.now())
         )
+
+    def orphaned(self):
+        """Running items whose worker is gone: no live worker row claims them."""
+        live = Worker.objects.live_rows().filter(id=OuterRef("worker_id"))
+        return self.running().exclude(Exists(live))
 
     def prune_finished(self, *, before) -> int:
         """Housekeeping: finished items last changed before `before` go; returns how many."""
@@ -85,9 +114,11 @@ class QueueItemQuerySet(models.QuerySet):
         """Running items whose run is still wanted (a kind may add conditions)."""
         return self.unstopped()
 
-    def still_wanted(self, item_ids) -> set[str]:
-        """Of these running items, the ones still wanted (and that still exist)."""
-        return set(self.wanted().filter(id__in=list(item_ids)).values_list("id", flat=True))
+    def still_wanted(self, item_ids, *, worker_id: str | None = None) -> set[str]:
+        """Of these running items of `worker_id`, the ones still wanted (and that still exist,
+        and that no other worker took over)."""
+        wanted = self.wanted().filter(id__in=list(item_ids), worker_id=worker_id)
+        return set(wanted.values_list("id", flat=True))
 
 
 class QueueItem(models.Model):
@@ -108,11 +139,59 @@ class QueueItem(models.Model):
     # The CLI this queued item waits for (it ran out of quota): pickup skips the item while
     # that CLI is limited (DESIGN "Usage limits").
     waiting_for_cli = models.CharField(max_length=10, blank=True, default="")
+    # The worker that claimed it (a Worker id; not a foreign key: the row of a worker that was
+    # taken over goes, its items' ids stay until they are recovered). Every write after the
+    # claim is guarded by it, so a worker that lost its runs to another can write nothing.
+    worker_id = models.CharField(max_length=21, null=True, blank=True, db_index=True)
 
     objects = QueueItemQuerySet.as_manager()
 
     class Meta:
         abstract = True
+
+
+class WorkerQuerySet(models.QuerySet):
+    def live_rows(self):
+        """Workers nobody took over (one may still be stale: nobody noticed yet)."""
+        return self.filter(taken_over_at=None)
+
+    def alive(self, *, stale_after: float, now=None):
+        """Workers that beat within `stale_after` seconds."""
+        since = (now or timezone.now()) - timedelta(seconds=stale_after)
+        return self.live_rows().filter(heartbeat_at__gte=since)
+
+    def stale(self, *, stale_after: float, now=None):
+        """Workers that stopped beating and that nobody took over yet."""
+        since = (now or timezone.now()) - timedelta(seconds=stale_after)
+        return self.live_rows().filter(heartbeat_at__lt=since)
+
+
+class Worker(models.Model):
+    """One running worker process (`manage.py runworker`), on any machine sharing the database:
+    what it can run, and its heartbeat. A worker whose heartbeat is stale is taken over by
+    another (`taken_over_at`, one conditional UPDATE: one recoverer wins), which recovers its
+    runs as a restart would; the row goes with the recovery."""
+
+    id = id_field()
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+    # Most runs at once (0: no limit), and the CLI types its own health checks found usable.
+    capacity = models.IntegerField(default=0)
+    clis = models.JSONField(default=list, blank=True)
+    version = models.CharField(max_length=50, blank=True, default="")
+    taken_over_at = models.DateTimeField(null=True, blank=True)
+    taken_over_by = models.CharField(max_length=21, blank=True, default="")
+
+    objects = WorkerQuerySet.as_manager()
+
+    class Meta:
+        db_table = "workers"
+        indexes = [models.Index(fields=["taken_over_at", "heartbeat_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid}"
 
 
 class CliHealthStatus(models.TextChoices):
@@ -200,6 +279,8 @@ class AgentRun(models.Model):
     # The agent's own CLI when this run used its fallback CLI (that one was out of quota).
     fallback_for = models.CharField(max_length=10, blank=True, default="")
     status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    # The worker that runs it (its queue item's): a recovery closes only a dead worker's runs.
+    worker_id = models.CharField(max_length=21, null=True, blank=True)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     last_output_at = models.DateTimeField(null=True, blank=True)

@@ -50,6 +50,7 @@ class RunRecorder:
         model: str = "",
         fallback_for: str = "",
         deferred: bool = False,
+        worker_id: str | None = None,
     ):
         """`deferred`: the run's row is written later, by `start_writes()` in the run step's
         start transaction (once its CLI runs); otherwise now."""
@@ -82,6 +83,7 @@ class RunRecorder:
             agent_id=agent_id,
             agent_name=agent_name,
             cli_type=cli_type,
+            worker_id=worker_id,
         )
         self.started = False
         self.start_error: Exception | None = None  # set when the start transaction failed

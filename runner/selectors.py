@@ -1,5 +1,6 @@
 from datetime import timedelta
 
+from django.conf import settings
 from django.db.models import Count, Sum
 from django.utils import timezone
 
@@ -7,7 +8,7 @@ from agents.models import CLI_PREFERENCE, CUSTOM_CLI, CUSTOM_CLI_LABEL, CliType,
 from chats.models import ChatQueueItem
 from core.settings_store import settings_public
 from runner.clis import cli_label
-from runner.models import HEALTH_MARKS, AgentRun, CliHealth, RunStatus, TraceEvent
+from runner.models import HEALTH_MARKS, AgentRun, CliHealth, RunStatus, TraceEvent, Worker
 from runner.timeline import group_traces
 from tasks.models import TaskQueueItem
 
@@ -218,3 +219,32 @@ def usage_totals(runs) -> dict:
         "output_tokens": totals["o"] or 0,
         "cost_usd": round(totals["c"] or 0.0, 6),
     }
+
+
+def workers_live(*, stale_after: float | None = None, now=None) -> list[dict]:
+    """The workers beating now (DESIGN "Scale-out"), oldest first: where each runs, what it
+    may run, what it runs now and how long ago it last beat (the Settings page, `doctor`)."""
+    now = now or timezone.now()
+    stale_after = stale_after or settings.CONFIG.worker_stale_after
+    rows = list(Worker.objects.alive(stale_after=stale_after, now=now).order_by("started_at"))
+    running: dict[str, int] = {}
+    for queue in (TaskQueueItem, ChatQueueItem):
+        counts = queue.objects.running().filter(worker_id__in=[row.id for row in rows])
+        for row in counts.order_by().values("worker_id").annotate(n=Count("id")):
+            running[row["worker_id"]] = running.get(row["worker_id"], 0) + row["n"]
+    return [
+        {
+            "id": row.id,
+            "hostname": row.hostname,
+            "pid": row.pid,
+            "capacity": row.capacity,
+            "running": running.get(row.id, 0),
+            "clis": [cli_label(cli) for cli in row.clis if cli in CliType.values],
+            "cli_types": list(row.clis),
+            "version": row.version,
+            "started_at": row.started_at,
+            "heartbeat_at": row.heartbeat_at,
+            "heartbeat_age": max(0.0, (now - row.heartbeat_at).total_seconds()),
+        }
+        for row in rows
+    ]

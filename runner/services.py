@@ -1,6 +1,7 @@
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents.models import CliType
@@ -11,7 +12,15 @@ from core.wake import wake_worker_on_commit
 from notifications.services import notify_cli_limited, notify_cli_resumed
 from runner import snapshots
 from runner.limits import Limit, probe_delay
-from runner.models import HEALTH_MARKS, AgentRun, CliHealth, CliHealthStatus, RunStatus, TraceEvent
+from runner.models import (
+    HEALTH_MARKS,
+    AgentRun,
+    CliHealth,
+    CliHealthStatus,
+    RunStatus,
+    TraceEvent,
+    Worker,
+)
 from tasks.models import TaskQueueItem
 
 
@@ -208,9 +217,11 @@ def agent_run_start(*, run: AgentRun) -> AgentRun:
 def agent_run_progress(*, run_id: str, traces: list, progress: dict, event: dict) -> None:
     """Live activity of a running run: new trace rows, its totals and one `run.trace`."""
     with transaction.atomic():
+        running = AgentRun.objects.filter(id=run_id, status=RunStatus.RUNNING)
+        if not running.update(last_output_at=timezone.now(), **progress):
+            return  # closed by the worker that took this one's runs over (or deleted)
         if traces:
             TraceEvent.objects.bulk_create(traces)
-        AgentRun.objects.filter(id=run_id).update(last_output_at=timezone.now(), **progress)
         events.publish("run.trace", event)
 
 
@@ -227,10 +238,12 @@ def agent_run_finish(
     collapse it into its final, grouped form. Part of the caller's transaction when there is
     one (the run step's finish), without a savepoint."""
     with transaction.atomic(savepoint=False):
-        ended = AgentRun.objects.filter(id=run_id).update(
+        ended = AgentRun.objects.filter(id=run_id, status=RunStatus.RUNNING).update(
             status=status, exit_code=exit_code, ended_at=timezone.now(), **progress
         )
-        if not ended:  # deleted with its task or chat while it ran: nothing left to record
+        # Deleted with its task or chat while it ran, or closed as interrupted by the worker
+        # that took this worker's runs over: nothing left to record.
+        if not ended:
             return
         if traces:
             TraceEvent.objects.bulk_create(traces)
@@ -260,10 +273,12 @@ def agent_runs_forget_snapshots(*, runs) -> None:
 
 
 def agent_runs_close_interrupted() -> int:
-    """At worker start: runs a dead worker left open are closed as interrupted, and open pages
-    are told (the same final event as a normal end), so no timeline keeps showing "Working"."""
+    """At worker start (and when a worker takes a dead one over): runs a dead worker left open
+    are closed as interrupted, and open pages are told (the same final event as a normal end),
+    so no timeline keeps showing "Working". Runs of live workers are theirs."""
+    live = Worker.objects.live_rows().filter(id=OuterRef("worker_id"))
     with transaction.atomic():
-        runs = list(AgentRun.objects.filter(status=RunStatus.RUNNING))
+        runs = list(AgentRun.objects.filter(status=RunStatus.RUNNING).exclude(Exists(live)))
         AgentRun.objects.filter(id__in=[run.id for run in runs]).update(
             status=RunStatus.INTERRUPTED, ended_at=timezone.now()
         )
@@ -271,3 +286,52 @@ def agent_runs_close_interrupted() -> int:
             final = {"items": [], "text_delta": "", "current_action": ""}
             events.publish("run.trace", agent_run_event(run, status=RunStatus.INTERRUPTED, **final))
     return len(runs)
+
+
+# workers (DESIGN "Scale-out") -------------------------------------------------------------
+
+
+def worker_register(*, hostname: str, pid: int, capacity: int, clis, version: str) -> Worker:
+    """A worker process starts: its row, beating from now on."""
+    now = timezone.now()
+    return Worker.objects.create(
+        hostname=hostname[:255],
+        pid=pid,
+        capacity=capacity,
+        clis=sorted(clis),
+        version=version[:50],
+        started_at=now,
+        heartbeat_at=now,
+    )
+
+
+def worker_heartbeat(*, worker_id: str, clis=None) -> bool:
+    """The worker is alive (and, with `clis`, now advertises those CLIs). False when its row is
+    gone or taken over: another worker recovered its runs, so it must drop them."""
+    changes = {"heartbeat_at": timezone.now()}
+    if clis is not None:
+        changes["clis"] = sorted(clis)
+    return bool(Worker.objects.live_rows().filter(id=worker_id).update(**changes))
+
+
+def worker_take_over(*, worker_id: str, by: str, stale_after: float) -> bool:
+    """Claim a stale worker's runs for recovery: one conditional UPDATE, so of several workers
+    noticing the same silence exactly one wins (True)."""
+    stale = Worker.objects.stale(stale_after=stale_after).filter(id=worker_id)
+    return bool(stale.update(taken_over_at=timezone.now(), taken_over_by=by))
+
+
+def workers_forget(*, worker_ids) -> int:
+    """The rows of workers whose runs were recovered (taken over, or dead at a start)."""
+    return Worker.objects.filter(id__in=list(worker_ids)).delete()[0]
+
+
+def workers_forget_taken_over() -> int:
+    """Once their runs are recovered, taken-over workers' rows go (their items are requeued,
+    so nothing refers to them any more)."""
+    return Worker.objects.filter(taken_over_at__isnull=False).delete()[0]
+
+
+def worker_retire(*, worker_id: str) -> None:
+    """A worker stops cleanly (its runs were stopped and recovered already): its row goes."""
+    Worker.objects.filter(id=worker_id).delete()

@@ -193,13 +193,13 @@ class TaskQueueQuerySet(QueueItemQuerySet):
         """Queued passes that may start now as far as dependencies go."""
         return self.queued().exclude(waiting_for_blockers())
 
-    def claim(self, item_id: str) -> bool:
+    def claim(self, item_id: str, *, worker_id: str | None = None) -> bool:
         """As QueueItemQuerySet.claim, and refused while the task waits for its blockers (a
         blocker re-opened between the pickup's read and this UPDATE)."""
         return bool(
-            self.filter(id=item_id, status=QueueStatus.QUEUED)
+            self.claimable(item_id, worker_id)
             .exclude(waiting_for_blockers())
-            .update(status=QueueStatus.IN_PROGRESS, updated_at=timezone.now())
+            .update(status=QueueStatus.IN_PROGRESS, worker_id=worker_id, updated_at=timezone.now())
         )
 
     def wanted(self):

@@ -350,7 +350,7 @@ def task_agent_finished(
 
 
 def task_pass_pause(
-    *, task: Task, item_id: str, actor: Actor, cli_type: str, pass_started, limited: bool
+    *, task: Task, item, actor: Actor, cli_type: str, pass_started, limited: bool
 ) -> None:
     """A pass waits for `cli_type` (out of quota; "" = it runs again at once, on the agent's
     fallback CLI) and continues at the agent `actor` with the same pass start. A newer item of
@@ -358,7 +358,7 @@ def task_pass_pause(
     next one. `limited`: the agent's run just hit the limit (its run ended, not an error)."""
     TaskQueueItem.objects.queued().filter(task_id=task.id).delete()
     TaskQueueItem.objects.pause(
-        item_id, cli_type=cli_type, resume_agent_id=actor.id, pass_started_at=pass_started
+        item, cli_type=cli_type, resume_agent_id=actor.id, pass_started_at=pass_started
     )
     payload = task_payload(task, agent_id=actor.id, agent_name=actor.name)
     events.publish("task.updated", {**payload, "waiting_for_cli": cli_type})

@@ -161,7 +161,7 @@ def _prompt_outcome(
     return {**found, "status": CliHealthStatus.HEALTHY, "error": "", "answer": text[:ANSWER_CHARS]}
 
 
-def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None) -> None:
+def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None) -> str | None:
     """Check one CLI and save the outcome, unless `stop` (the worker's shutdown) cut it short."""
     started_at = timezone.now()
     was_healthy = CliHealth.objects.filter(cli_type=cli, status=CliHealthStatus.HEALTHY).exists()
@@ -171,10 +171,10 @@ def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None
         log.exception("CLI health check failed", extra={"cli": cli})
         outcome = {"status": CliHealthStatus.UNHEALTHY, "error": f"Health check error: {exc}"}
     if stop is not None and stop.is_set():  # its CLI was killed: no result to keep
-        return
+        return None
     if outcome is None:  # a custom-command agent deleted or switched to another CLI meanwhile
         cli_health_forget(cli_type=cli)
-        return
+        return None
     limit = outcome.pop("limit", None)
     cli_health_store(cli_type=cli, outcome=outcome, started_at=started_at, full=full)
     if limit is not None:
@@ -183,6 +183,7 @@ def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None
         # The prompt answered: its quota is back (a probe, too), unless a run hit the limit
         # while this check ran.
         cli_limit_lift(cli_type=cli, answered_since=started_at)
+    return outcome["status"]
 
 
 class HealthChecks:
@@ -199,6 +200,9 @@ class HealthChecks:
         self.pending: dict[str, bool] = {}  # CLI → full check
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
+        # CLI → the status this worker's own last check found (the database's row is shared
+        # by every worker; this is what the worker advertises, DESIGN "Scale-out").
+        self.results: dict[str, str] = {}
 
     def request(self, *, full_for: set[str], clis=None) -> None:
         """Check `clis` (default: every CLI), with the real prompt for those in `full_for`."""
@@ -226,23 +230,25 @@ class HealthChecks:
                     return
                 jobs, self.pending = self.pending, {}
             try:
-                run_round(jobs, stop=self.stopping)
+                self.results.update(run_round(jobs, stop=self.stopping) or {})
             except Exception:  # never leave `running` set with nobody running
                 log.exception("CLI health round failed")
 
 
-def run_round(jobs: dict[str, bool], *, stop: threading.Event | None = None) -> None:
-    """Check the CLIs of `jobs` (CLI → full), CONCURRENCY at a time, and wait for all."""
+def run_round(jobs: dict[str, bool], *, stop: threading.Event | None = None) -> dict[str, str]:
+    """Check the CLIs of `jobs` (CLI → full), CONCURRENCY at a time, and wait for all; returns
+    CLI → the status found (for the CLIs a check answered)."""
     # The four CLIs first (preference of the table), then custom-command agents' own checks.
     order = [cli for cli in CliType.values if cli in jobs]
     order += sorted(cli for cli in jobs if cli not in order)
     with ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="malamar-health") as pool:
-        list(pool.map(lambda cli: _checked_in_thread(cli, jobs[cli], stop), order))
+        found = list(pool.map(lambda cli: _checked_in_thread(cli, jobs[cli], stop), order))
+    return {cli: status for cli, status in zip(order, found, strict=True) if status}
 
 
-def _checked_in_thread(cli: str, full: bool, stop: threading.Event | None) -> None:
+def _checked_in_thread(cli: str, full: bool, stop: threading.Event | None) -> str | None:
     try:
-        check_and_store(cli, full=full, stop=stop)
+        return check_and_store(cli, full=full, stop=stop)
     finally:
         connection.close()
 

@@ -6,6 +6,13 @@ every chat reply gets a thread of its own. Every running run (a
 task pass or a chat reply) is in one map, watched by one stop watcher. The main loop sleeps on
 a Unix socket the server pokes after each commit (new work starts in milliseconds) with the
 poll interval as the fallback, and checks the running items every 100 ms for stop requests.
+
+Several workers (DESIGN "Scale-out", PostgreSQL only; SQLite keeps its one worker per data dir,
+held by a file lock): each has a `Worker` row, beats from a thread of its own, runs at most its
+capacity, claims under its id (a workspace's claims lock its row, SKIP LOCKED) and only work
+whose CLIs are healthy here unless no live worker has them; it takes over workers whose
+heartbeat is stale and recovers their runs as a restart does, and drops its own runs when it
+finds that it was taken over. Wake-ups come by LISTEN/NOTIFY.
 """
 
 import contextlib
@@ -16,18 +23,31 @@ import select
 import socket
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 from agents.models import CliType
 from chats.models import ChatQueueItem
-from core.wake import socket_path
-from runner.models import CliHealth
-from runner.services import agent_runs_close_interrupted
+from core.version import VERSION
+from core.wake import socket_path, uses_notify
+from runner.models import CliHealth, CliHealthStatus
+from runner.models import Worker as WorkerRow
+from runner.services import (
+    agent_runs_close_interrupted,
+    worker_heartbeat,
+    worker_register,
+    worker_retire,
+    worker_take_over,
+    workers_forget,
+    workers_forget_taken_over,
+)
 from runner.worker import health, jobs, pickup
 from runner.worker.limits import LimitWatch
+from runner.worker.listener import WorkListener
 from runner.worker.malloc import limit_malloc_arenas, release_free_memory
 from runner.worker.pipeline import ChatReply, TaskPass
 from runner.worker.process import kill_tree
@@ -84,17 +104,37 @@ def _bind_wake_socket() -> socket.socket | None:
     return sock
 
 
-def recover() -> int:
-    """Kill CLIs a crashed worker left behind, then re-queue what was in progress."""
+def recover(*, hostname: str | None = None, worker_id: str | None = None) -> int:
+    """Kill CLIs a dead worker left behind, then re-queue what it was running: every run no
+    live worker owns (at a start with SQLite, where the file lock makes us the only worker:
+    every run in progress). Each item first becomes ours (`worker_id`, one conditional
+    UPDATE: of several recoverers one wins, and a worker that was only paused can write
+    nothing for it any more), then its CLI is killed, then it is re-queued. `hostname`: ours;
+    a dead worker's CLIs on another machine are not ours to kill (that machine's worker kills
+    them if it comes back)."""
     agent_runs_close_interrupted()
+    orphans = [
+        (model, item)
+        for model in (TaskQueueItem, ChatQueueItem)
+        for item in model.objects.orphaned()
+    ]
+    owners = {item.worker_id for _model, item in orphans if item.worker_id}
+    hosts = dict(WorkerRow.objects.filter(id__in=owners).values_list("id", "hostname"))
     recovered = 0
-    for model in (TaskQueueItem, ChatQueueItem):
-        for item in model.objects.filter(status=QueueStatus.IN_PROGRESS):
-            if item.pid and item.pgid and item.process_started_at:
-                killed = kill_tree(item.pid, pgid=item.pgid, create_time=item.process_started_at)
-                if killed:
-                    log.warning("Killed a leftover CLI", extra={"pid": item.pid, "item": item.id})
-            recovered += _requeue(model, item)
+    for model, item in orphans:
+        local = hostname is None or hosts.get(item.worker_id, hostname) == hostname
+        if (
+            not model.objects.running()
+            .filter(id=item.id, worker_id=item.worker_id)
+            .update(worker_id=worker_id)
+        ):
+            continue  # another worker recovers it (or it ended meanwhile)
+        item.worker_id = worker_id
+        if local and item.pid and item.pgid and item.process_started_at:
+            killed = kill_tree(item.pid, pgid=item.pgid, create_time=item.process_started_at)
+            if killed:
+                log.warning("Killed a leftover CLI", extra={"pid": item.pid, "item": item.id})
+        recovered += _requeue(model, item)
     return recovered
 
 
@@ -103,8 +143,8 @@ def _requeue(model, item) -> int:
     superseded = model is TaskQueueItem and (
         TaskQueueItem.objects.queued().filter(task_id=item.task_id).exists()
     )
-    model.objects.requeue(item.id, stopped=item.stop_requested_at is not None or superseded)
-    return 1
+    stopped = item.stop_requested_at is not None or superseded
+    return int(model.objects.requeue(item, stopped=stopped))
 
 
 # A run's kind → its queue and the pipeline owner that runs one of its items.
@@ -113,10 +153,31 @@ OWNERS = {"task": TaskPass, "chat": ChatReply}
 
 
 class Worker:
-    def __init__(self, *, poll_interval: float, limits: LimitWatch | None = None):
+    def __init__(
+        self,
+        *,
+        poll_interval: float,
+        limits: LimitWatch | None = None,
+        capacity: int | None = None,
+        heartbeat: float | None = None,
+        stale_after: float | None = None,
+    ):
         # Before the worker's threads exist (the process's too, with `--with-worker`).
         limit_malloc_arenas()
+        config = settings.CONFIG
         self.poll_interval = poll_interval
+        self.capacity = config.capacity if capacity is None else capacity  # 0: no limit
+        self.heartbeat = heartbeat or config.worker_heartbeat
+        self.stale_after = stale_after or config.worker_stale_after
+        self.worker_id: str | None = None  # our Worker row, once registered
+        self.hostname = socket.gethostname()
+        self.reserved = 0  # runs claimed or being claimed (capacity)
+        self.next_orphans = 0.0
+        self.last_beat = time.monotonic()
+        self.advertised: frozenset[str] | None = None
+        self.peers: list[dict] = []  # the other live workers, as of our last heartbeat
+        self.listener: WorkListener | None = None
+        self.beats: threading.Thread | None = None
         self.limits = limits or LimitWatch()
         self.next_limits = 0.0
         self.shutdown = threading.Event()
@@ -134,13 +195,28 @@ class Worker:
 
     # lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        self.lock_handle = acquire_lock()
+        shared = pickup.shared_database()
+        if not shared:  # SQLite: one worker per data directory; older rows are dead workers
+            self.lock_handle = acquire_lock()
+            workers_forget(worker_ids=WorkerRow.objects.values_list("id", flat=True))
         self.sock = _bind_wake_socket()
+        if uses_notify():
+            self.listener = WorkListener.connect()
         seed_sample_workspace_if_first_launch()
-        recovered = recover()
+        self.register()
+        recovered = self.recover_dead_workers() if shared else recover(worker_id=self.worker_id)
+        self.beats = threading.Thread(
+            target=self._beat_forever, name="malamar-heartbeat", daemon=True
+        )
+        self.beats.start()
         log.info(
             "Worker started",
-            extra={"data_dir": str(settings.DATA_DIR), "recovered_items": recovered},
+            extra={
+                "data_dir": str(settings.DATA_DIR),
+                "recovered_items": recovered,
+                "worker_id": self.worker_id,
+                "capacity": self.capacity,
+            },
         )
         self.health.request(full_for=set(CliType.values) | health.custom_keys())
         self.next_health = time.monotonic() + HEALTH_EVERY
@@ -158,6 +234,11 @@ class Worker:
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self.health.stop(timeout=max(0.0, deadline - time.monotonic()))
+        if self.beats is not None:
+            self.beats.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.retire()
+        if self.listener is not None:
+            self.listener.close()
         if self.sock:
             self.sock.close()
             with contextlib.suppress(OSError):
@@ -198,15 +279,126 @@ class Worker:
             busy = bool(self.runs)
         timeout = STOP_WATCH_SECONDS if busy else self.poll_interval
         sources = [self.kick_r] + ([self.sock] if self.sock else [])
+        if self.listener is not None and self.listener.fileno() is not None:
+            sources.append(self.listener)
         ready, _, _ = select.select(sources, [], [], timeout)
         for source in ready:
             with contextlib.suppress(OSError):
                 if source is self.kick_r:
                     os.read(self.kick_r, 4096)
+                elif source is self.listener:
+                    self.listener.drain()
                 else:
                     while source.recv(64):
                         pass
         return bool(ready)
+
+    # identity and heartbeat (DESIGN "Scale-out") ---------------------------------------
+    def register(self) -> None:
+        self.advertised = self.healthy_clis()
+        row = worker_register(
+            hostname=self.hostname,
+            pid=os.getpid(),
+            capacity=self.capacity,
+            clis=self.advertised,
+            version=VERSION,
+        )
+        self.worker_id = row.id
+        self.last_beat = time.monotonic()
+
+    def retire(self) -> None:
+        """A clean stop: our runs were stopped; recover them now rather than after a timeout
+        (they run again on another worker, or on us at the next start)."""
+        if not self.worker_id:
+            return
+        try:
+            worker_retire(worker_id=self.worker_id)
+            if pickup.shared_database():
+                recover(hostname=self.hostname, worker_id=self.worker_id)
+        except Exception:
+            log.exception("Could not retire the worker's row")
+
+    def healthy_clis(self) -> frozenset[str]:
+        """The CLIs this worker's own health checks found usable ("not checked yet" counts)."""
+        found = self.health.results
+        unusable = {CliHealthStatus.UNHEALTHY}
+        return frozenset(cli for cli in CliType.values if found.get(cli) not in unusable)
+
+    def _beat_forever(self) -> None:
+        """The heartbeat has a thread of its own: a slow job in the main loop (a cleanup, a
+        big snapshot prune) must never make this worker look dead."""
+        try:
+            while not self.shutdown.wait(self.heartbeat):
+                try:
+                    self.beat()
+                except Exception:
+                    log.exception("Heartbeat step failed; continuing")
+                    connection.close()
+        finally:
+            connection.close()
+
+    def beat(self) -> None:
+        """The heartbeat, off the run path (every `heartbeat` seconds from the main loop):
+        we are alive, with these CLIs; other workers that stopped beating are taken over. A
+        worker that finds it was taken over (it paused, or lost the database for longer than
+        `stale_after`) drops its runs and comes back under a new id."""
+        now = time.monotonic()
+        clis = self.healthy_clis()
+        changed = clis if clis != self.advertised else None
+        try:
+            alive = worker_heartbeat(worker_id=self.worker_id, clis=changed)
+        except Exception:
+            log.exception("Heartbeat failed")
+            connection.close()
+            if now - self.last_beat > self.stale_after:
+                self.drop_runs("no heartbeat for longer than the stale limit")
+            return
+        self.last_beat = now
+        self.advertised = clis
+        if not alive:
+            self.drop_runs("another worker took this worker's runs over")
+            self.register()
+            return
+        if pickup.shared_database():
+            self.recover_dead_workers()
+
+    def drop_runs(self, why: str) -> None:
+        """Kill every run we have (their items are another worker's now): the pipeline's
+        ownership checks make sure none of them writes anything more."""
+        with self.lock:
+            stops = list(self.runs.values())
+        if stops:
+            log.warning("Dropping this worker's runs", extra={"why": why, "runs": len(stops)})
+        for stop in stops:
+            stop.set()
+
+    def recover_dead_workers(self) -> int:
+        """Take over workers whose heartbeat is stale (one conditional UPDATE each: one of the
+        workers noticing wins) and recover every run no live worker owns, as a restart would."""
+        live = list(WorkerRow.objects.live_rows().values("id", "heartbeat_at", "clis", "hostname"))
+        cutoff = timezone.now() - timedelta(seconds=self.stale_after)
+        self.peers = [row for row in live if row["id"] != self.worker_id]
+        took = [
+            row["id"]
+            for row in self.peers
+            if row["heartbeat_at"] < cutoff and self._take_over(row["id"])
+        ]
+        self.peers = [row for row in self.peers if row["id"] not in took]
+        now = time.monotonic()
+        if not took and now < self.next_orphans:
+            return 0
+        self.next_orphans = now + self.stale_after
+        if took:
+            log.warning("Taking over stale workers", extra={"workers": took})
+        recovered = recover(hostname=self.hostname, worker_id=self.worker_id)
+        workers_forget_taken_over()
+        if recovered:
+            self.kick()
+        return recovered
+
+    def _take_over(self, worker_id: str) -> bool:
+        stale_after = self.stale_after
+        return worker_take_over(worker_id=worker_id, by=self.worker_id, stale_after=stale_after)
 
     def kick(self) -> None:
         with contextlib.suppress(OSError):
@@ -221,7 +413,7 @@ class Worker:
             ids = [item_id for run_kind, item_id in running if run_kind == kind]
             if not ids:
                 continue
-            wanted = queue.objects.still_wanted(ids)
+            wanted = queue.objects.still_wanted(ids, worker_id=self.worker_id)
             for item_id in ids:
                 stop = running[(kind, item_id)]
                 if item_id not in wanted and not stop.is_set():
@@ -229,14 +421,17 @@ class Worker:
                     stop.set()
 
     def spawn_workspaces(self) -> None:
-        """A runner thread per task that may start, up to the workspace's parallel limit."""
+        """A runner thread per task that may start, up to the workspace's parallel limit (and
+        this worker's capacity)."""
         waiting = pickup.workspaces_with_work()
         limits = pickup.parallel_limits(waiting) if waiting else {}
+        if waiting and pickup.shared_database():
+            waiting = self._ours_to_run(waiting, limits)
         with self.lock:
             for workspace_id, startable in waiting.items():
                 runners = self.workspaces.setdefault(workspace_id, set())
                 limit = limits.get(workspace_id, 1)
-                for _ in range(min(startable, limit - len(runners))):
+                for _ in range(min(startable, limit - len(runners), self._room())):
                     thread = threading.Thread(
                         target=self._workspace_thread,
                         args=(workspace_id, limit),
@@ -245,14 +440,63 @@ class Worker:
                     )
                     runners.add(thread)
                     thread.start()
+                if not runners:
+                    self.workspaces.pop(workspace_id, None)
+
+    def _ours_to_run(self, waiting: dict[str, int], limits: dict[str, int]) -> dict[str, int]:
+        """Workers sharing PostgreSQL: leave a workspace that runs as many tasks as it may (on
+        any worker), and one whose agents need a CLI that is unusable here but usable on
+        another live worker (with no such worker, we run it, as a single worker would)."""
+        running = pickup.running_counts(waiting)
+        needs = pickup.workspace_clis(waiting)
+        mine = self.healthy_clis()
+        others = [frozenset(peer["clis"] or ()) for peer in self.peers]
+        ours = {}
+        for workspace_id, startable in waiting.items():
+            room = limits.get(workspace_id, 1) - running.get(workspace_id, 0)
+            need = needs.get(workspace_id, set())
+            if need - mine and any(need <= clis for clis in others):
+                continue
+            if room > 0:
+                ours[workspace_id] = min(startable, room)
+        return ours
+
+    def _left_to_others(self) -> frozenset[str]:
+        """CLIs unusable here that another live worker advertises: their work is theirs."""
+        mine = self.healthy_clis()
+        others = set().union(*(peer["clis"] or () for peer in self.peers)) if self.peers else set()
+        return frozenset(others - mine)
+
+    def _room(self) -> int:
+        """How many more runs this worker may start (inside self.lock)."""
+        if not self.capacity:
+            return 1 << 30
+        threads = sum(len(runners) for runners in self.workspaces.values())
+        return max(0, self.capacity - threads - len(self.chat_threads))
+
+    def _reserve(self) -> bool:
+        """A slot of this worker's capacity for one claim (released when its run ends)."""
+        with self.lock:
+            if self.capacity and self.reserved >= self.capacity:
+                return False
+            self.reserved += 1
+            return True
+
+    def _release(self) -> None:
+        with self.lock:
+            self.reserved -= 1
 
     def _workspace_thread(self, workspace_id: str, limit: int) -> None:
         try:
-            while not self.shutdown.is_set():
-                item = pickup.claim_next(workspace_id, limit=limit)
+            while not self.shutdown.is_set() and self._reserve():
+                try:
+                    item = pickup.claim_next(workspace_id, limit=limit, worker_id=self.worker_id)
+                    if item is not None:
+                        self._run("task", item, self._register("task", item))
+                finally:
+                    self._release()
                 if item is None:
                     break
-                self._run("task", item, self._register("task", item))
         except Exception:
             log.exception("Workspace runner failed", extra={"workspace_id": workspace_id})
         finally:
@@ -266,10 +510,16 @@ class Worker:
             self.kick()  # new work may have arrived while this thread was finishing
 
     def spawn_chats(self) -> None:
-        """Every queued chat message gets its own thread: chats never wait for each other."""
+        """Every queued chat message gets its own thread: chats never wait for each other
+        (up to this worker's capacity)."""
         if not pickup.chats_queued():
             return
-        while not self.shutdown.is_set() and (item := pickup.claim_next_chat()):
+        avoid = self._left_to_others() if pickup.shared_database() else frozenset()
+        while not self.shutdown.is_set() and self._reserve():
+            item = pickup.claim_next_chat(worker_id=self.worker_id, avoid=avoid)
+            if item is None:
+                self._release()
+                return
             thread = threading.Thread(
                 target=self._chat_thread,
                 args=(item, self._register("chat", item)),
@@ -286,8 +536,11 @@ class Worker:
         finally:
             with self.lock:
                 self.chat_threads.discard(threading.current_thread())
+            self._release()
             connection.close()
             release_free_memory()
+            if self.capacity:
+                self.kick()  # a slot is free: look for waiting work now
 
     def _register(self, kind: str, item) -> threading.Event:
         """A claimed item enters the map of running runs (so stop() and the watcher see it)."""
@@ -303,7 +556,7 @@ class Worker:
         except Exception:
             log.exception("Run failed unexpectedly", extra={"item": item.id, "kind": kind})
             if not self.shutdown.is_set():
-                QUEUES[kind].objects.finish(item.id, QueueStatus.FAILED)
+                QUEUES[kind].objects.finish(item, QueueStatus.FAILED)
         finally:
             with self.lock:
                 self.runs.pop((kind, item.id), None)

@@ -10,9 +10,12 @@ A workspace runs one task at a time, or up to its "parallel tasks" with branch p
 the workspace runs as many as its limit.
 """
 
+from django.db import connection, transaction
 from django.db.models import Case, Count, Exists, OuterRef, Q, Subquery, Value, When
+from django.db.models.functions import Coalesce, NullIf
 from django.utils import timezone
 
+from agents.models import Agent, CliType
 from chats.models import ChatQueueItem
 from runner.selectors import cli_limited
 from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
@@ -67,9 +70,23 @@ def next_item(workspace_id: str) -> TaskQueueItem | None:
     return candidates.order_by("-is_priority", "-resumed", "-updated_at").first()
 
 
-def claim_next(workspace_id: str, *, limit: int = 1) -> TaskQueueItem | None:
-    """Claim the workspace's next item (queued → in_progress), retrying if another claim won;
-    None when nothing waits or `limit` tasks of the workspace already run."""
+def shared_database() -> bool:
+    """Several workers may claim from this database (PostgreSQL): claims lock what they count."""
+    return connection.vendor == "postgresql"
+
+
+def _claimed(item, worker_id: str | None):
+    item.status, item.worker_id = QueueStatus.IN_PROGRESS, worker_id
+    return item
+
+
+def claim_next(
+    workspace_id: str, *, limit: int = 1, worker_id: str | None = None
+) -> TaskQueueItem | None:
+    """Claim the workspace's next item (queued → in_progress) for `worker_id`, retrying if
+    another claim won; None when nothing waits or `limit` tasks of the workspace already run."""
+    if shared_database():
+        return _claim_next_locked(workspace_id, limit=limit, worker_id=worker_id)
     for _attempt in range(5):
         # (One task at a time needs no count: the workspace's one runner thread claims.)
         if limit > 1 and running_count(workspace_id) >= limit:
@@ -77,10 +94,48 @@ def claim_next(workspace_id: str, *, limit: int = 1) -> TaskQueueItem | None:
         item = next_item(workspace_id)
         if item is None:
             return None
-        if TaskQueueItem.objects.claim(item.id):
-            item.status = QueueStatus.IN_PROGRESS
-            return item
+        if TaskQueueItem.objects.claim(item.id, worker_id=worker_id):
+            return _claimed(item, worker_id)
     return None
+
+
+def _claim_next_locked(workspace_id: str, *, limit: int, worker_id: str | None):
+    """Workers on several machines: the claim locks the workspace's row (SKIP LOCKED: a worker
+    that finds it locked leaves the workspace to the worker claiming there), counts what the
+    workspace runs, and claims, in one short transaction. So the workspace never runs more
+    than `limit` tasks, whichever workers run them."""
+    with transaction.atomic():
+        locked = Workspace.objects.select_for_update(skip_locked=True).filter(id=workspace_id)
+        if not locked.values_list("id", flat=True):
+            return None
+        if running_count(workspace_id) >= limit:
+            return None
+        item = next_item(workspace_id)
+        if item is None or not TaskQueueItem.objects.claim(item.id, worker_id=worker_id):
+            return None
+        return _claimed(item, worker_id)
+
+
+def running_counts(workspace_ids) -> dict[str, int]:
+    """Workspace id → its tasks running now (on any worker)."""
+    rows = (
+        TaskQueueItem.objects.running()
+        .filter(workspace_id__in=list(workspace_ids))
+        .order_by()
+        .values("workspace_id")
+        .annotate(n=Count("id"))
+    )
+    return {row["workspace_id"]: row["n"] for row in rows}
+
+
+def workspace_clis(workspace_ids) -> dict[str, set[str]]:
+    """Workspace id → the CLI types its agents run (a pass needs them all)."""
+    found: dict[str, set[str]] = {}
+    rows = Agent.objects.filter(workspace_id__in=list(workspace_ids))
+    for workspace_id, cli in rows.values_list("workspace_id", "cli_type"):
+        if cli in CliType.values:
+            found.setdefault(workspace_id, set()).add(cli)
+    return found
 
 
 def _chat_candidates():
@@ -93,11 +148,27 @@ def chats_queued() -> bool:
     return _chat_candidates().exists()
 
 
-def claim_next_chat() -> ChatQueueItem | None:
-    """The oldest queued chat item, claimed (queued → in_progress); replies waiting for a CLI
-    that is out of quota stay queued."""
+def _chat_cli_not_in(items, clis):
+    """Replies whose participant's CLI (its override, else its agent's) is not one of `clis`;
+    Malamar without an override answers on any available CLI, so it stays."""
+    cli = Coalesce(NullIf("participant__cli_type", Value("")), "participant__agent__cli_type")
+    return items.alias(cli=cli).filter(Q(cli__isnull=True) | ~Q(cli__in=list(clis)))
+
+
+def claim_next_chat(*, worker_id: str | None = None, avoid=()) -> ChatQueueItem | None:
+    """The oldest queued chat item, claimed (queued → in_progress) for `worker_id`; replies
+    waiting for a CLI that is out of quota stay queued, and so do those on a CLI in `avoid`
+    (unusable on this worker, usable on another)."""
+    if shared_database():  # SKIP LOCKED: workers claiming at once take different items
+        with transaction.atomic():
+            candidates = _chat_candidates().order_by("created_at")
+            if avoid:
+                candidates = _chat_cli_not_in(candidates, avoid)
+            item = candidates.select_for_update(skip_locked=True, of=("self",)).first()
+            if item is None or not ChatQueueItem.objects.claim(item.id, worker_id=worker_id):
+                return None
+            return _claimed(item, worker_id)
     for item in _chat_candidates().order_by("created_at")[:20]:
-        if ChatQueueItem.objects.claim(item.id):
-            item.status = QueueStatus.IN_PROGRESS
-            return item
+        if ChatQueueItem.objects.claim(item.id, worker_id=worker_id):
+            return _claimed(item, worker_id)
     return None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import CUSTOM_CLI, Agent, custom_health_key
@@ -133,7 +133,7 @@ def _starter(owner, recorder: RunRecorder):
             with transaction.atomic(), events.batched():
                 process = {"pid": started.pid, "pgid": started.pgid}
                 recorded = owner.queue.objects.record_process(
-                    owner.item.id, **process, started_at=started.create_time
+                    owner.item, **process, started_at=started.create_time
                 )
                 if not recorded:
                     raise Stopped
@@ -306,7 +306,7 @@ def _begin_task(item: TaskQueueItem) -> tuple[Task | None, bool]:
         if task is None:
             return None, False
         if task.status not in RUNNABLE_STATUSES:
-            TaskQueueItem.objects.finish(item.id, QueueStatus.COMPLETED)
+            TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
             return None, False
         # Parallel tasks (branch per task) keep running; a task that waits goes back to Todo.
         others = [row for row in rows if row.id != task.id]
@@ -390,7 +390,7 @@ class TaskPass:
             self._end_pass()
         except Stopped:
             if not self.shutdown.is_set():
-                TaskQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
+                TaskQueueItem.objects.finish(self.item, QueueStatus.FAILED)
         except Exception as exc:  # a bug must not leave the task stuck without a word
             log.exception("Task pass failed", extra={"task_id": self.item.task_id})
             self._internal_error(exc)
@@ -458,7 +458,7 @@ class TaskPass:
                 return
             failures = task_services.task_run_failed(task=task, message=message)
             notify_task_error(task=task, message=message, failure_streak=failures)
-            TaskQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
+            TaskQueueItem.objects.finish(self.item, QueueStatus.FAILED)
 
     def run_directory(self) -> tuple[Path | None, str]:
         if self.worktree is not None:
@@ -566,7 +566,7 @@ class TaskPass:
         continues at this agent with this pass's start."""
         task_services.task_pass_pause(
             task=self.task,
-            item_id=self.item.id,
+            item=self.item,
             actor=agent_actor(self.agent),
             cli_type=cli_type,
             pass_started=self.pass_started,
@@ -579,9 +579,14 @@ class TaskPass:
         here, so the item's own check needs no join)."""
         wanted = TaskQueueItem.objects.unstopped_q("queue_items__")
         rows = Task.objects.select_related("workspace").filter(
-            wanted, queue_items__id=self.item.id, id=self.item.task_id
+            wanted,
+            queue_items__id=self.item.id,
+            queue_items__worker_id=self.item.worker_id,  # still ours (DESIGN "Scale-out")
+            id=self.item.task_id,
         )
-        rows = rows.filter(status=TaskStatus.IN_PROGRESS)
+        # Locks the item (and its task and workspace) with PostgreSQL until this transaction
+        # ends: a recovery's requeue of the item waits, then finds it as this finish left it.
+        rows = rows.filter(status=TaskStatus.IN_PROGRESS).select_for_update(no_key=True)
         task = next(iter(rows[:1]), None)  # (a join, not a subquery: cheaper to compile)
         if self.stop.is_set() or task is None:
             raise Stopped
@@ -603,7 +608,7 @@ class TaskPass:
             notify = {"last_comment": self._last_agent_comment(), "settings": self.settings}
             task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
             notify_task_in_review(task=task, **notify)
-        TaskQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
+        TaskQueueItem.objects.finish(self.item, QueueStatus.COMPLETED)
         if commented and self.item.pass_started_at:
             # A resumed pass: the next pass its comments asked for gave way at the pause.
             task_services.queue_item_ensure(task=task)
@@ -616,7 +621,7 @@ class TaskPass:
             if task is None:
                 return
             task_services.task_run_failed(task=task, message=internal_error_message(exc))
-            TaskQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
+            TaskQueueItem.objects.finish(self.item, QueueStatus.FAILED)
 
     # one step (called by run_step) -----------------------------------------------------------
     @property
@@ -643,6 +648,7 @@ class TaskPass:
             task_id=self.task.id,
             fallback_for=self.fallback_for,
             deferred=True,
+            worker_id=self.item.worker_id,
             **self.stall,
         )
 
@@ -722,7 +728,7 @@ class TaskPass:
         )
         self._remember(finished)
         if outcome.in_review:
-            TaskQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
+            TaskQueueItem.objects.finish(self.item, QueueStatus.COMPLETED)
             self.ended = True
         elif self._is_last_step():
             self._end_pass_writes()
@@ -738,7 +744,7 @@ class TaskPass:
         task_services.task_agent_finished(
             task=task, actor=agent_actor(self.agent), action_type="error"
         )
-        TaskQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
+        TaskQueueItem.objects.finish(self.item, QueueStatus.FAILED)
         self.ended = True
 
 
@@ -825,14 +831,14 @@ class ChatReply:
         except Stopped:
             self.outcome = Outcome.STOPPED
             if not self.shutdown.is_set():
-                ChatQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
+                ChatQueueItem.objects.finish(self.item, QueueStatus.FAILED)
         except Exception as exc:  # a bug must not leave the user waiting for a reply forever
             log.exception("Chat processing failed", extra={"chat_id": chat.id})
             self.outcome = Outcome.FAILED
             with transaction.atomic(), events.batched():
                 if Chat.objects.filter(id=chat.id).exists():
                     chat_message_add_system(chat=chat, message=internal_error_message(exc))
-                ChatQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
+                ChatQueueItem.objects.finish(self.item, QueueStatus.FAILED)
         finally:
             if not self.announced:  # apply() announces in its own transaction
                 with transaction.atomic():
@@ -857,7 +863,7 @@ class ChatReply:
         return False
 
     def _pause(self, cli_type: str) -> None:
-        ChatQueueItem.objects.pause(self.item.id, cli_type=cli_type)
+        ChatQueueItem.objects.pause(self.item, cli_type=cli_type)
         self.outcome = Outcome.WAITING
         self._announce()
 
@@ -905,6 +911,7 @@ class ChatReply:
             chat_id=self.chat.id,
             fallback_for=self.fallback_for,
             deferred=True,
+            worker_id=self.item.worker_id,
             **stall_limits(self.chat.workspace, settings=self.settings),
         )
 
@@ -953,15 +960,17 @@ class ChatReply:
 
     def still_wanted(self) -> bool:
         """Inside a transaction: the item still runs and its chat still exists."""
-        wanted = ChatQueueItem.objects.wanted().filter(id=self.item.id, chat_id=OuterRef("pk"))
-        chat = (
-            Chat.objects.select_related("workspace")
-            .filter(Exists(wanted), id=self.item.chat_id)
+        item = (
+            ChatQueueItem.objects.wanted()
+            .filter(id=self.item.id, worker_id=self.item.worker_id)  # still ours
+            .select_related("chat__workspace")
+            # PostgreSQL: a recovery's requeue of the item waits for this transaction's end.
+            .select_for_update(no_key=True, of=("self",))
             .first()
         )
-        if self.stop.is_set() or chat is None:
+        if self.stop.is_set() or item is None:
             return False
-        self.chat = chat
+        self.chat = item.chat
         return True
 
     def apply(self, result) -> None:
@@ -972,7 +981,7 @@ class ChatReply:
             return
         if isinstance(result, Failure):
             chat_message_add_system(chat=chat, message=result.message)
-            ChatQueueItem.objects.finish(self.item.id, QueueStatus.FAILED)
+            ChatQueueItem.objects.finish(self.item, QueueStatus.FAILED)
             self._announce()
             return
         message, actions = result
@@ -983,6 +992,6 @@ class ChatReply:
         summary = failure_summary(results)
         if summary:
             chat_message_add_system(chat=chat, message=summary)
-        ChatQueueItem.objects.finish(self.item.id, QueueStatus.COMPLETED)
+        ChatQueueItem.objects.finish(self.item, QueueStatus.COMPLETED)
         self.outcome = Outcome.REPLIED
         self._announce()

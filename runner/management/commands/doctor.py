@@ -3,7 +3,9 @@
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
 
+import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError, connection
@@ -15,7 +17,7 @@ from core.auth import access_mode, remote_access_refusal
 from core.config import ConfigError, ensure_data_dir, load
 from core.settings_store import cli_settings_for
 from runner.git import GitError, git_binary, git_text
-from runner.selectors import cli_health_all
+from runner.selectors import cli_health_all, workers_live
 from runner.worker.probe import NO_SETTINGS, cli_probe
 
 
@@ -29,18 +31,79 @@ def _check_data_dir(path) -> tuple[bool, str]:
     return True, f"{path} (exists, writable)"
 
 
+def _database_name() -> str:
+    """The SQLite file, or PostgreSQL's address without its password."""
+    db = connection.settings_dict
+    if connection.vendor != "postgresql":
+        return str(db["NAME"])
+    user = f"{db['USER']}@" if db.get("USER") else ""
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"PostgreSQL {user}{db.get('HOST') or 'localhost'}{port}/{db['NAME']}"
+
+
+def _server_version() -> str:
+    if connection.vendor != "postgresql":
+        return ""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        return f"server {cursor.fetchone()[0].split()[0]}, "
+
+
 def _check_database() -> tuple[bool, str]:
-    name = settings.DATABASES["default"]["NAME"]
+    name = _database_name()
     try:
         connection.ensure_connection()
+        name += f" ({_server_version()}" if connection.vendor == "postgresql" else " ("
         pending = MigrationExecutor(connection).migration_plan(
             MigrationExecutor(connection).loader.graph.leaf_nodes()
         )
     except Exception as exc:
-        return False, f"{name} (not accessible: {exc})"
+        return False, f"{_database_name()} (not accessible: {_without_password(str(exc))})"
     if pending:
-        return True, f"{name} (accessible, {len(pending)} migrations pending: run `malamar`)"
-    return True, f"{name} (accessible, migrations current)"
+        return True, f"{name}accessible, {len(pending)} migrations pending: run `malamar`)"
+    return True, f"{name}accessible, migrations current)"
+
+
+def _without_password(text: str) -> str:
+    password = connection.settings_dict.get("PASSWORD")
+    return text.replace(password, "***") if password else text
+
+
+def _check_redis() -> tuple[bool, str] | None:
+    """With REDIS_URL: does Redis answer a PING (the URL's password is never shown)."""
+    url = settings.CONFIG.redis_url
+    if not url:
+        return None
+    parts = urlsplit(url)
+    where = f"{parts.hostname or parts.path}{f':{parts.port}' if parts.port else ''}"
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3)
+        client.ping()
+        version = client.info("server").get("redis_version", "?")
+    except Exception as exc:
+        return False, f"{where} (no answer: {type(exc).__name__})"
+    return True, f"{where} (answers, version {version})"
+
+
+def _worker_lines(db_ok: bool) -> list[str]:
+    """The live workers: where, how busy, which CLIs, how long since their last heartbeat."""
+    if not db_ok:
+        return ["• Workers: unknown (database)"]
+    try:
+        workers = workers_live()
+    except DatabaseError:
+        return ["• Workers: unknown until migrated"]
+    if not workers:
+        return ["• Workers: none running (`malamar` or `manage.py runworker` starts one)"]
+    lines = [f"✓ Workers: {len(workers)} live"]
+    for worker in workers:
+        capacity = worker["capacity"] or "any"
+        clis = ", ".join(worker["cli_types"]) or "no healthy CLI"
+        lines.append(
+            f"    {worker['hostname']} pid {worker['pid']}: {worker['running']} of {capacity}"
+            f" running; CLIs: {clis}; last heartbeat {worker['heartbeat_age']:.1f} s ago"
+        )
+    return lines
 
 
 def _check_git() -> tuple[bool, str]:
@@ -75,6 +138,13 @@ def _cli_settings(db_ok: bool) -> dict | None:
     return NO_SETTINGS
 
 
+def _probe(cli: str, conf):
+    try:
+        return cli_probe(cli, conf=conf)
+    finally:
+        connection.close()  # the pool's thread may have read the settings: no idle session left
+
+
 def _worker_line(stored: dict | None) -> str:
     if not stored or not stored.get("checked_at") or stored["status"] == "not_checked":
         return "    worker's check (a test prompt): none yet (it runs when `malamar` starts)"
@@ -88,7 +158,7 @@ def _cli_lines(db_ok: bool) -> tuple[list[tuple[bool, str]], int]:
     conf = _cli_settings(db_ok)
     stored = _stored_health(db_ok)
     with ThreadPoolExecutor(max_workers=len(CliType.values)) as pool:
-        probes = list(pool.map(lambda cli: cli_probe(cli, conf=conf), CliType.values))
+        probes = list(pool.map(lambda cli: _probe(cli, conf), CliType.values))
     lines: list[tuple[bool | None, str]] = []
     for cli, probe in zip(CliType, probes, strict=True):
         if probe.ok:
@@ -130,6 +200,10 @@ class Command(BaseCommand):
             out.append(f"{marks[True]} Configuration: valid")
         except ConfigError as exc:
             out.append(f"{marks[False]} Configuration: {exc}")
+        redis_check = _check_redis()
+        if redis_check is not None:
+            out.append(f"{marks[redis_check[0]]} Redis (live events): {redis_check[1]}")
+        out += _worker_lines(db_ok)
         out.append(_access_line(db_ok))
         git_ok, git_text_ = _check_git()
         out.append(f"{marks[git_ok]} Git (snapshots, Changes tab): {git_text_}")

@@ -1,0 +1,468 @@
+"""Several workers sharing one database (DESIGN "Scale-out"): a row and a heartbeat per worker,
+claims that keep a workspace's limit across every worker and each worker's capacity, a stale
+worker's runs recovered by another, a worker that was taken over writing nothing, claims by
+healthy CLI, stop requests reaching the owning worker, and LISTEN/NOTIFY wake-ups.
+
+Worker loops run in threads of the test process (tests.workers_support); on PostgreSQL each
+thread has its own connection, so the claims race as they would from several machines. One test
+runs a real `runworker` process and kills it with SIGKILL."""
+
+import contextlib
+import dataclasses
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+
+import psutil
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from agents.services import agent_create
+from chats.models import ChatQueueItem
+from chats.services import chat_start
+from runner.models import AgentRun, RunStatus, Worker
+from runner.services import worker_register, worker_take_over
+from runner.worker import pickup
+from runner.worker.loop import recover
+from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
+from tasks.services import task_cancel, task_create
+from tests.live import ROOT, process_env, wait_until
+from tests.services import Redis, free_port
+from tests.stack import FAKES_BIN, alive
+from tests.workers_support import WorkerThread, postgres_only
+from workspaces.services import workspace_create
+
+FAST = {"heartbeat": 0.2, "stale_after": 5}  # never stale under load, unless a test says so
+QUICK_TO_JUDGE = {"heartbeat": 0.2, "stale_after": 1.5}  # a worker that takes others over
+
+
+@pytest.fixture
+def fake_clis(monkeypatch):
+    monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.fixture
+def workers(transactional_db, fake_clis):
+    """`workers(**options)` starts a worker loop; all are stopped at the end of the test."""
+    started: list[WorkerThread] = []
+
+    def start(**options) -> WorkerThread:
+        started.append(WorkerThread(**options).start())
+        return started[-1]
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def _workspace(name: str, cli: str = "claude"):
+    workspace = workspace_create(title=name)
+    agent_create(workspace=workspace, name="Solo", instruction="Work.", cli_type=cli)
+    return workspace
+
+
+def _all_in_review(tasks) -> bool:
+    ids = [task.id for task in tasks]
+    return Task.objects.filter(id__in=ids, status=TaskStatus.IN_REVIEW).count() == len(ids)
+
+
+def _overlaps(spans) -> int:
+    """The most spans (start, end) that are open at one moment."""
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    open_now = peak = 0
+    for _, step in edges:
+        open_now += step
+        peak = max(peak, open_now)
+    return peak
+
+
+def _beating_for_an_hour(**row) -> Worker:
+    """A worker row of another machine that stays live through the test."""
+    worker = worker_register(**row)
+    Worker.objects.filter(id=worker.id).update(heartbeat_at=timezone.now() + timedelta(hours=1))
+    return worker
+
+
+def _running_item(task) -> TaskQueueItem:
+    return TaskQueueItem.objects.filter(task=task, status=QueueStatus.IN_PROGRESS).first()
+
+
+def _process_recorded(task) -> bool:
+    item = _running_item(task)
+    return item is not None and item.pid is not None
+
+
+# rows and capacity (both databases) ----------------------------------------------------------
+
+
+def test_a_worker_registers_beats_and_retires(workers):
+    running = workers(capacity=3, **FAST)
+    row = Worker.objects.get(id=running.id)
+    assert (row.pid, row.capacity) == (os.getpid(), 3)
+    first = row.heartbeat_at
+    wait_until(
+        lambda: Worker.objects.get(id=running.id).heartbeat_at > first,
+        timeout=10,
+        what="a heartbeat",
+    )
+    running.stop()
+    assert not Worker.objects.filter(id=running.id).exists()
+
+
+def test_a_worker_never_runs_more_than_its_capacity(workers):
+    tasks = [
+        task_create(workspace=_workspace(f"W{n}"), summary="T", description="@fake sleep 0.4")
+        for n in range(4)
+    ]
+    workers(capacity=2, **FAST)
+    wait_until(lambda: _all_in_review(tasks), timeout=60, what="every task to run")
+    spans = list(AgentRun.objects.values_list("started_at", "ended_at"))
+    assert len(spans) == 4
+    assert _overlaps(spans) == 2  # two at once (four workspaces could run four)
+
+
+def test_claims_record_the_claiming_worker_on_the_item_and_the_run(workers):
+    task = task_create(workspace=_workspace("Owned"), summary="T", description="@fake skip")
+    running = workers(**FAST)
+    wait_until(lambda: _all_in_review([task]), timeout=30, what="the pass")
+    assert TaskQueueItem.objects.get(task=task).worker_id == running.id
+    assert AgentRun.objects.get(task=task).worker_id == running.id
+
+
+def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
+    live = _beating_for_an_hour(hostname="a", pid=1, capacity=1, clis=[], version="t")
+    me = _beating_for_an_hour(hostname="b", pid=2, capacity=1, clis=[], version="t")
+    workspace = _workspace("Mixed")
+    tasks = [task_create(workspace=workspace, summary=name) for name in ("live", "dead")]
+    owners = {tasks[0].id: live.id, tasks[1].id: "gone-worker-id-000000"}
+    for task in tasks:
+        item = TaskQueueItem.objects.get(task=task)
+        TaskQueueItem.objects.filter(id=item.id).update(
+            status=QueueStatus.IN_PROGRESS, worker_id=owners[task.id]
+        )
+        AgentRun.objects.create(
+            id=item.id,
+            workspace=workspace,
+            task=task,
+            agent_name="A",
+            cli_type="claude",
+            worker_id=owners[task.id],
+            started_at=timezone.now(),
+        )
+
+    assert recover(hostname="b", worker_id=me.id) == 1
+
+    kept, requeued = (TaskQueueItem.objects.get(task=task) for task in tasks)
+    assert (kept.status, kept.worker_id) == (QueueStatus.IN_PROGRESS, live.id)
+    assert (requeued.status, requeued.worker_id) == (QueueStatus.QUEUED, None)
+    runs = dict(AgentRun.objects.values_list("task_id", "status"))
+    assert runs == {tasks[0].id: RunStatus.RUNNING, tasks[1].id: RunStatus.INTERRUPTED}
+
+
+# several workers on PostgreSQL ---------------------------------------------------------------
+
+
+@postgres_only
+def test_three_workers_keep_one_task_per_workspace_and_their_capacity(workers):
+    spaces = [_workspace(f"Space {n}") for n in range(6)]
+    tasks = [
+        task_create(
+            workspace=space, summary=f"T{n}", description="@fake sleep 0.3 comment-once done"
+        )
+        for space in spaces
+        for n in range(3)
+    ]
+    group = [workers(capacity=2, **FAST) for _ in range(3)]
+    wait_until(lambda: _all_in_review(tasks), timeout=120, what="18 tasks on 3 workers")
+
+    runs = list(AgentRun.objects.values("workspace_id", "worker_id", "started_at", "ended_at"))
+    assert len(runs) == 36  # a pass that comments, then one that skips: each exactly once
+    assert TaskComment.objects.filter(agent_id__isnull=False).count() == 18
+    for space in spaces:
+        spans = [(r["started_at"], r["ended_at"]) for r in runs if r["workspace_id"] == space.id]
+        assert _overlaps(spans) == 1, "two tasks of one workspace ran at once"
+    for worker in group:
+        spans = [(r["started_at"], r["ended_at"]) for r in runs if r["worker_id"] == worker.id]
+        assert spans, "a worker got no work"
+        assert _overlaps(spans) <= 2, "a worker ran more than its capacity"
+
+
+@postgres_only
+def test_a_stale_worker_is_taken_over_and_its_run_recovered_once(workers):
+    workspace = _workspace("Stale")
+    task = task_create(workspace=workspace, summary="T", description="@fake sleep 60 comment late")
+    first = workers(**FAST)
+    wait_until(lambda: _process_recorded(task), timeout=30, what="the first run")
+    orphan = _running_item(task).pid
+    first.worker.beat = lambda: None  # it stops beating (a pause, a partition) but keeps going
+    Task.objects.filter(id=task.id).update(description="@fake comment-once done")
+
+    second = workers(**QUICK_TO_JUDGE)
+    wait_until(lambda: _all_in_review([task]), timeout=60, what="the recovered pass")
+
+    assert not alive(orphan), "the dead worker's CLI was left running"
+    assert not Worker.objects.filter(id=first.id).exists()
+    runs = dict(AgentRun.objects.filter(task=task).values_list("worker_id", "status"))
+    assert runs == {first.id: RunStatus.INTERRUPTED, second.id: RunStatus.COMPLETED}
+    comments = TaskComment.objects.filter(task=task, agent_id__isnull=False)
+    assert list(comments.values_list("content", flat=True)) == ["done"]
+
+
+@postgres_only
+def test_a_worker_that_was_taken_over_writes_nothing_for_its_runs(workers):
+    workspace = _workspace("Came back")
+    task = task_create(workspace=workspace, summary="T", description="@fake sleep 1.5 comment late")
+    paused = workers(**FAST)
+    # It notices nothing: no heartbeat, no stop watcher; only the finish's own check is left.
+    paused.worker.beat = lambda: None
+    paused.worker.watch_stops = lambda: None
+    wait_until(lambda: _process_recorded(task), timeout=30, what="the run")
+    item = _running_item(task)
+    Worker.objects.filter(id=paused.id).update(heartbeat_at=timezone.now() - timedelta(days=1))
+    other = worker_register(hostname="elsewhere", pid=1, capacity=1, clis=[], version="t")
+    assert worker_take_over(worker_id=paused.id, by=other.id, stale_after=1)
+    # The recoverer is on another machine: the CLI runs on, and its run ends normally.
+    assert recover(hostname="elsewhere", worker_id=other.id) == 1
+    assert TaskQueueItem.objects.claim(item.id, worker_id=other.id)  # and claims it again
+
+    wait_until(lambda: not paused.worker.runs, timeout=30, what="the paused worker's run to end")
+    assert not TaskComment.objects.filter(task=task, agent_id__isnull=False).exists()
+    assert AgentRun.objects.get(task=task).status == RunStatus.INTERRUPTED
+    reclaimed = TaskQueueItem.objects.get(id=item.id)
+    assert (reclaimed.status, reclaimed.worker_id) == (QueueStatus.IN_PROGRESS, other.id)
+
+
+def test_a_worker_that_finds_itself_taken_over_kills_its_runs_and_comes_back(workers):
+    running = workers(**FAST)
+    old_id = running.id
+    stop = running.worker._register("task", TaskQueueItem(id="x" * 21))
+    Worker.objects.filter(id=old_id).delete()  # taken over and recovered meanwhile
+
+    wait_until(lambda: running.id != old_id, timeout=10, what="a new registration")
+    assert stop.is_set()
+    assert Worker.objects.filter(id=running.id, taken_over_at=None).exists()
+    with running.worker.lock:
+        running.worker.runs.clear()
+
+
+@postgres_only
+def test_a_worker_without_a_healthy_cli_leaves_its_work_to_one_that_has_it(workers, monkeypatch):
+    able = _beating_for_an_hour(hostname="h", pid=2, capacity=1, clis=["claude"], version="t")
+    lacking = workers(poll_interval=0.05, **FAST)
+    monkeypatch.setattr(lacking.worker, "healthy_clis", lambda: frozenset({"codex"}))
+    declined = threading.Event()
+    ours_to_run = lacking.worker._ours_to_run
+
+    def watched(waiting, limits):
+        ours = ours_to_run(waiting, limits)
+        if waiting and not ours:
+            declined.set()
+        return ours
+
+    monkeypatch.setattr(lacking.worker, "_ours_to_run", watched)
+    wait_until(
+        lambda: any(peer["id"] == able.id for peer in lacking.worker.peers),
+        timeout=10,
+        what="the peer to be seen",
+    )
+    task = task_create(workspace=_workspace("Needs claude"), summary="T", description="@fake skip")
+    assert declined.wait(10), "the worker never looked at the waiting task"
+    assert TaskQueueItem.objects.get(task=task).status == QueueStatus.QUEUED
+
+    Worker.objects.filter(id=able.id).delete()  # no live worker has claude: run it anyway
+    wait_until(lambda: _all_in_review([task]), timeout=30, what="the fallback claim")
+    assert AgentRun.objects.get(task=task).worker_id == lacking.id
+
+
+@postgres_only
+def test_a_chat_reply_on_a_cli_unusable_here_is_left_to_a_worker_that_has_it(workers, monkeypatch):
+    able = _beating_for_an_hour(hostname="h", pid=2, capacity=1, clis=["claude"], version="t")
+    lacking = workers(poll_interval=0.05, **FAST)
+    monkeypatch.setattr(lacking.worker, "healthy_clis", lambda: frozenset({"codex"}))
+    wait_until(
+        lambda: any(peer["id"] == able.id for peer in lacking.worker.peers),
+        timeout=10,
+        what="the peer to be seen",
+    )
+    workspace = workspace_create(title="Chats")
+    agent = agent_create(workspace=workspace, name="Claude", instruction="Hi.", cli_type="claude")
+    on_claude = chat_start(workspace=workspace, agent=agent, message="@fake reply one")
+    on_malamar = chat_start(workspace=workspace, message="@fake reply two")  # any CLI
+
+    wait_until(
+        lambda: ChatQueueItem.objects.get(chat=on_malamar).status == QueueStatus.COMPLETED,
+        timeout=30,
+        what="the reply any worker may give",
+    )
+    assert ChatQueueItem.objects.get(chat=on_claude).status == QueueStatus.QUEUED
+
+
+@postgres_only
+def test_a_stop_request_reaches_the_worker_that_runs_the_task(workers):
+    group = [workers(**FAST) for _ in range(2)]
+    task = task_create(workspace=_workspace("Stop"), summary="T", description="@fake sleep 60")
+    wait_until(lambda: _process_recorded(task), timeout=30, what="the run")
+    item = _running_item(task)
+    owner = next(w for w in group if w.id == item.worker_id)
+    pid = item.pid
+
+    task_cancel(task=Task.objects.get(id=task.id))
+
+    wait_until(lambda: not alive(pid), timeout=10, what="the owning worker to kill the CLI")
+    wait_until(lambda: not owner.worker.runs, timeout=10, what="the run to end")
+    assert AgentRun.objects.get(task=task).status == RunStatus.STOPPED
+    assert not TaskComment.objects.filter(task=task, agent_id__isnull=False).exists()
+
+
+@postgres_only
+def test_notify_wakes_an_idle_worker_before_its_poll(workers):
+    idle = workers(poll_interval=3600, **FAST)
+    listener = idle.worker.listener
+    assert listener is not None
+    seen = listener.received
+    task = task_create(workspace=_workspace("Wake"), summary="T", description="@fake skip")
+    # Only a wake-up can start it: the next poll is an hour away.
+    wait_until(lambda: _all_in_review([task]), timeout=30, what="the woken worker")
+    assert listener.received > seen
+
+
+@postgres_only
+def test_claims_of_one_workspace_from_many_threads_stay_within_its_limit(transactional_db):
+    workspace = _workspace("Contended")
+    for n in range(6):
+        task_create(workspace=workspace, summary=f"T{n}")
+    claimed, barrier = [], threading.Barrier(6)
+    ids = [
+        worker_register(hostname="h", pid=n, capacity=1, clis=[], version="t").id for n in range(6)
+    ]
+
+    def claim(n: int) -> None:
+        barrier.wait()
+        try:
+            if item := pickup.claim_next(workspace.id, limit=2, worker_id=ids[n]):
+                claimed.append(item.id)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claim, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(claimed) <= 2
+    assert TaskQueueItem.objects.filter(status=QueueStatus.IN_PROGRESS).count() == len(claimed)
+
+
+# a real worker process, killed ---------------------------------------------------------------
+
+
+@postgres_only
+def test_a_killed_runworker_process_is_recovered_by_another_worker(workers, tmp_path):
+    task = task_create(
+        workspace=_workspace("Killed"), summary="T", description="@fake sleep 60 comment late"
+    )
+    database = connection.settings_dict
+    url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
+    env = process_env(
+        tmp_path / "data",
+        DATABASE_URL=url,
+        PATH=f"{FAKES_BIN}:{process_env(tmp_path)['PATH']}",
+        MALAMAR_WORKER_HEARTBEAT="0.2",
+        MALAMAR_RUNNER_POLL_INTERVAL="200",
+    )
+    (tmp_path / "data").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "runworker", "--capacity", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: _process_recorded(task), timeout=60, what="the process's run")
+        orphan = _running_item(task).pid
+        assert Worker.objects.get(pid=proc.pid).capacity == 1
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert psutil.pid_exists(orphan)
+        Task.objects.filter(id=task.id).update(description="@fake comment-once done")
+        workers(**QUICK_TO_JUDGE)
+        wait_until(lambda: _all_in_review([task]), timeout=60, what="the recovery")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not alive(orphan)
+    comments = TaskComment.objects.filter(task=task, agent_id__isnull=False)
+    assert list(comments.values_list("content", flat=True)) == ["done"]
+    assert Worker.objects.count() == 1
+
+
+# what users see: `malamar doctor` and the Settings page -------------------------------------
+
+
+def _doctor(settings, **config) -> str:
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, **config)
+    out = io.StringIO()
+    with contextlib.suppress(SystemExit):
+        call_command("doctor", stdout=out)
+    return out.getvalue()
+
+
+def _two_workers():
+    busy = worker_register(hostname="box-a", pid=101, capacity=2, clis=["claude"], version="t")
+    idle = worker_register(hostname="box-b", pid=202, capacity=4, clis=[], version="t")
+    task = task_create(workspace=_workspace("Busy"), summary="T")
+    assert TaskQueueItem.objects.claim(TaskQueueItem.objects.get(task=task).id, worker_id=busy.id)
+    gone = worker_register(hostname="box-c", pid=303, capacity=1, clis=["codex"], version="t")
+    Worker.objects.filter(id=gone.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    return busy, idle
+
+
+def test_doctor_lists_the_live_workers_and_the_database(db, settings, monkeypatch):
+    _two_workers()
+    password = "s3cret-Pa55"
+    monkeypatch.setitem(connection.settings_dict, "PASSWORD", password)
+    text = _doctor(settings)
+    assert "✓ Workers: 2 live" in text
+    assert "box-a pid 101: 1 of 2 running; CLIs: claude; last heartbeat" in text
+    assert "box-b pid 202: 0 of 4 running; CLIs: no healthy CLI" in text
+    assert "box-c" not in text  # its heartbeat is an hour old
+    assert password not in text
+    if connection.vendor == "postgresql":
+        version = connection.cursor().connection.info.server_version // 10000
+        assert f"✓ Database: PostgreSQL {connection.settings_dict['USER']}@" in text
+        assert f"(server {version}." in text and "migrations current)" in text
+    else:
+        assert f"✓ Database: {connection.settings_dict['NAME']} (accessible" in text
+    assert "Redis" not in text  # no REDIS_URL, no Redis line
+
+
+def test_doctor_pings_redis_when_it_is_configured(db, settings):
+    server = Redis().start()
+    assert "✓ Redis (live events): 127.0.0.1:" in _doctor(settings, redis_url=server.url)
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    assert "✗ Redis (live events): 127.0.0.1:" in _doctor(settings, redis_url=down)
+
+
+def test_the_settings_page_lists_the_workers(db, client, settings):
+    busy, idle = _two_workers()
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, database_url="postgres://x/y")
+    page = client.get("/settings/").content.decode()
+    assert f'data-worker="{busy.id}"' in page and f'data-worker="{idle.id}"' in page
+    assert "1 of 2 running" in page and "0 of 4 running" in page
+    assert "box-c" not in page
+    assert "No healthy CLI" in page
+
+
+def test_the_settings_page_says_one_line_about_a_single_sqlite_worker(db, client, settings):
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, database_url="")
+    page = client.get("/settings/").content.decode()
+    assert "No worker is running" in page
+    worker_register(hostname="here", pid=77, capacity=0, clis=["claude"], version="t")
+    page = client.get("/settings/").content.decode()
+    assert "One worker on this machine (pid" in page and "data-worker=" not in page
