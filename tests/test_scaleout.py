@@ -1,0 +1,153 @@
+"""Malamar scaled out, end to end (issue 21's "Done when"): a real PostgreSQL and Redis, 2 server
+processes and 3 workers (tests/scaleout.py), 200 tasks over 40 workspaces with a fake CLI that
+takes ~1 s, one worker killed with SIGKILL mid-run.
+
+One test function (~1 minute on 2 busy cores). Parts that need work not merged yet are not
+silently dropped: each says why in a warning (shown in pytest's summary) and turns on by
+itself once the feature exists:
+- several workers: only when `manage.py runworker` accepts `--capacity` (before that one worker
+  runs everything, and its kill -9 is recovered by restarting it, as today);
+- every SSE client sees every event once, in order: only when REDIS_URL gives a channel layer.
+"""
+
+import re
+import time
+import warnings
+
+import pytest
+
+from tests.live import wait_until
+from tests.scaleout import (
+    Cluster,
+    Databases,
+    channel_layer_configured,
+    overlapping_runs,
+    worker_capacity_supported,
+)
+from tests.services import Postgres, Redis
+
+pytestmark = [pytest.mark.live, pytest.mark.scaleout]
+
+SERVERS = 2
+WORKERS = 3
+CAPACITY = 8  # concurrent runs per worker: 24 in all, ~9 rounds of 1 s for 200 tasks
+WORKSPACES = 40
+TASKS_PER_WORKSPACE = 5
+FINISH_TIMEOUT = 240
+TASK_FOLDER = re.compile(r"malamar_task_([A-Za-z0-9_-]+)")
+
+
+def done_text(ws: int, n: int) -> str:
+    return f"done-{ws}-{n}"
+
+
+def create_tasks(cluster: Cluster) -> tuple[list[dict], dict[str, str]]:
+    """40 workspaces of one agent, 5 tasks each (through both servers, alternately); every task
+    sleeps 1 s in the fake CLI, then comments its own text and asks for review."""
+    tasks, expected = [], {}
+    for ws in range(WORKSPACES):
+        api = cluster.api(ws % SERVERS)
+        workspace = api.workspace(f"Scale {ws}")
+        for n in range(TASKS_PER_WORKSPACE):
+            text = done_text(ws, n)
+            task = api.task(workspace, f"@fake sleep 1 review {text}", summary=text)
+            tasks.append(task)
+            expected[task["id"]] = text
+    return tasks, expected
+
+
+def kill_a_busy_worker(cluster: Cluster) -> tuple[str, str]:
+    """kill -9 a worker while it runs a CLI; (its name, the task that CLI was working on)."""
+    busy = wait_until(
+        lambda: next((w for w in cluster.workers if w.alive and w.cli_children()), None),
+        timeout=60,
+        what="a worker running a CLI",
+        interval=0.02,
+    )
+    child = busy.cli_children()[0]
+    match = TASK_FOLDER.search(child.cwd())
+    cluster.kill9(busy)
+    return busy.name, match.group(1) if match else ""
+
+
+def check_sse(clients, expected: dict[str, str], comment_ids: set[str]) -> None:
+    """Every server's stream: each event once (no repeated id), ids in increasing order, every
+    agent comment announced exactly once, and the same events in the same order everywhere."""
+    sequences = []
+    for index, client in enumerate(clients):
+        ids = [int(e[0]) for e in client.events if e[0] is not None]
+        assert len(ids) == len(set(ids)), f"server {index}: an event arrived twice"
+        assert ids == sorted(ids), f"server {index}: events out of order"
+        announced = [
+            e[2]["comment_id"] for e in client.of_type("task.comment_added") if e[2] is not None
+        ]
+        seen = [c for c in announced if c in comment_ids]
+        assert sorted(seen) == sorted(comment_ids), f"server {index}: comment events lost/doubled"
+        sequences.append([(e[1], e[2].get("task_id") if e[2] else None) for e in client.events])
+    assert all(seq == sequences[0] for seq in sequences), "servers streamed different events"
+
+
+def test_scaled_out_malamar_runs_every_task_exactly_once(tmp_path):
+    not_checked = []
+    multi = worker_capacity_supported()
+    if not multi:
+        not_checked.append(
+            "several workers (runworker has no --capacity yet): 1 worker ran everything and its"
+            " kill -9 was recovered by a restart"
+        )
+    pg, redis = Postgres().start(), Redis().start()
+    databases = Databases(pg.url())
+    url = databases.create("scaleout", template=databases.migrated_template(tmp_path))
+    cluster = Cluster(tmp_path, url, redis_url=redis.url)
+    try:
+        cluster.start(servers=SERVERS, workers=WORKERS if multi else 1, capacity=CAPACITY)
+        clients = [cluster.sse(i) for i in range(SERVERS)]
+        started = time.monotonic()
+        tasks, expected = create_tasks(cluster)
+        killed, killed_task = kill_a_busy_worker(cluster)
+        if not multi:
+            cluster.start_worker(name=killed)  # the same machine's worker comes back
+        cluster.api(0).wait_finished(tasks, timeout=FINISH_TIMEOUT)
+        elapsed = time.monotonic() - started
+        comment_ids = check_tasks(cluster, tasks, expected, killed_task)
+        if channel_layer_configured(redis.url):
+            wait_until(
+                lambda: all(
+                    len(c.of_type("task.comment_added")) >= len(comment_ids) for c in clients
+                ),
+                timeout=30,
+                what="every comment event on every stream",
+            )
+            check_sse(clients, expected, comment_ids)
+        else:
+            not_checked.append("SSE on each server (no channel layer from REDIS_URL yet)")
+        for client in clients:
+            client.close()
+        print(f"\n{len(tasks)} tasks on {len(cluster.workers)} worker processes in {elapsed:.1f} s")
+    finally:
+        cluster.stop()
+        pg.stop()
+        redis.stop()
+    for reason in not_checked:
+        warnings.warn(f"scale-out: not checked yet: {reason}", stacklevel=1)
+
+
+def check_tasks(cluster: Cluster, tasks, expected, killed_task: str) -> set[str]:
+    """Every task in review with exactly one agent comment, its own; one completed run each; no
+    two runs of a workspace overlapping; the killed run's task finished after a re-run."""
+    api = cluster.api(1)
+    comment_ids, runs_by_workspace = set(), {}
+    for task in tasks:
+        assert api.get_task(task["id"])["status"] == "in_review"
+        agent_comments = [c for c in api.comments(task["id"]) if c["author_type"] == "agent"]
+        assert [c["content"] for c in agent_comments] == [expected[task["id"]]], task["summary"]
+        comment_ids.add(agent_comments[0]["id"])
+        runs = api.runs(task["id"])
+        assert [r["status"] for r in runs].count("completed") == 1, (task["summary"], runs)
+        runs_by_workspace.setdefault(task["workspace_id"], []).extend(runs)
+    for workspace_id, runs in runs_by_workspace.items():
+        assert not overlapping_runs(runs), f"two runs at once in workspace {workspace_id}"
+    if killed_task:
+        statuses = [r["status"] for r in api.runs(killed_task)]
+        assert len(statuses) >= 2 and statuses[-1] == "completed", statuses
+    return comment_ids
