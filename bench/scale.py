@@ -24,8 +24,9 @@ Measured (definitions printed with the results):
                statements of their own; Django's default client-side binding does not
                pipeline). The idle rate (polling) is measured first and reported apart.
 
-Runs today with 1 worker. With more, each worker needs `runworker --capacity` (several workers
-on one database): until that exists the 2- and 4-worker rows say so, and 1 worker is uncapped.
+Runs today with 1 worker. Several workers on one database need a worker capacity
+(`runworker --capacity` or MALAMAR_WORKER_CAPACITY): until that exists the 2- and 4-worker rows
+say so, and the 1 worker is uncapped.
 """
 
 import argparse
@@ -191,7 +192,7 @@ def print_table(args, results: list[dict], skipped: list[int], load: str) -> Non
         f"capacity {CAPACITY} per worker, poll interval {args.poll_ms} ms, PostgreSQL, load {load}"
     )
     if not worker_capacity_supported():
-        print("runworker has no --capacity yet: 1 worker runs every workspace at once (uncapped)")
+        print("no worker capacity yet: 1 worker runs every workspace at once (uncapped)")
     base = results[0]["tasks_per_min"] if results else 0
     header = f"{'workers':>7}  {'tasks/min':>9}  {'ideal':>7}  {'speed-up':>8}  {'seconds':>7}"
     print(header + f"  {'stmts/step':>10}  {'idle/s':>6}  worker statements by kind")
@@ -203,7 +204,7 @@ def print_table(args, results: list[dict], skipped: list[int], load: str) -> Non
             f"  {r['per_step']:>10.1f}  {r['idle_per_s']:>6.1f}  {r['kinds']}"
         )
     for workers in skipped:
-        print(f"{workers:>7}  needs `runworker --capacity` (several workers on one database)")
+        print(f"{workers:>7}  needs a worker capacity (several workers on one database)")
     pickup = results[0].get("pickup") if results else None
     if pickup:
         print(

@@ -33,18 +33,21 @@ import psutil
 import psycopg
 import requests
 
+from core import config as malamar_config
 from tests.live import ROOT, Server, SseClient, free_port, process_env, wait_until
 
 FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
 MANAGE = [sys.executable, str(ROOT / "manage.py")]
 WORKER_READY = "Worker started"  # what runworker logs once it has recovered and polls
+CAPACITY_OPTION = "worker_capacity"  # core.config's option, once workers have a capacity
 FINISHED = ("in_review", "done")  # where a task's pass ends (agents skip or ask for review)
 
 
 # --- what the installed Malamar can do -------------------------------------------------------
 @cache
-def worker_capacity_supported() -> bool:
-    """`manage.py runworker` takes `--capacity` (several workers sharing one database)."""
+def worker_capacity_supported() -> str:
+    """How a worker is told its capacity (several workers sharing one database): "flag"
+    (`runworker --capacity`), "env" (MALAMAR_WORKER_CAPACITY only), or "" (not yet)."""
     result = subprocess.run(
         [*MANAGE, "runworker", "--help"],
         env=process_env(Path(os.devnull)),
@@ -52,7 +55,9 @@ def worker_capacity_supported() -> bool:
         text=True,
         timeout=120,
     )
-    return "--capacity" in result.stdout
+    if "--capacity" in result.stdout:
+        return "flag"
+    return "env" if CAPACITY_OPTION in malamar_config.OPTIONS_BY_NAME else ""
 
 
 @cache
@@ -256,13 +261,15 @@ class Cluster:
         worker = Worker(
             name, data_dir, self.root / name / "worker.log", self.root / name / "fake.jsonl"
         )
-        argv = [*MANAGE, "runworker"]
-        if capacity and worker_capacity_supported():
+        argv, env = [*MANAGE, "runworker"], self.process_env(name)
+        if capacity and worker_capacity_supported() == "flag":
             argv += ["--capacity", str(capacity)]
+        elif capacity and worker_capacity_supported() == "env":
+            env[malamar_config.OPTIONS_BY_NAME[CAPACITY_OPTION].env] = str(capacity)
         with worker.log.open("ab") as log:
             worker.proc = subprocess.Popen(
                 argv,
-                env=process_env(data_dir, **self.process_env(name)),
+                env=process_env(data_dir, **env),
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
