@@ -119,8 +119,11 @@ class Databases:
 
 
 # --- the JSON API of one server ---------------------------------------------------------------
-def parse_time(value: str | None) -> float | None:
-    return datetime.fromisoformat(value).timestamp() if value else None
+def parse_time(value: str | datetime | None) -> float | None:
+    """An API timestamp (ISO text) or a database one (datetime) in seconds; None stays."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.timestamp() if value else None
 
 
 class Api:
