@@ -315,6 +315,22 @@ class Cluster:
         """An event-stream client on server `index`: `.events` holds (id, type, data, at)."""
         return SseClient(self.servers[index].url)
 
+    def django(self, code: str) -> str:
+        """Run Python `code` with Django set up on the cluster's database (a process of its
+        own, as a management script would); its standard output."""
+        env = process_env(self._folder("script"), **self.process_env("script"))
+        result = subprocess.run(
+            [sys.executable, "-c", "import django; django.setup()\n" + code],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"script failed: {result.stderr[-3000:]}")
+        return result.stdout
+
     def sql(self, query: str, *params) -> list[tuple]:
         with psycopg.connect(self.database_url) as conn:
             return conn.execute(query, params).fetchall()
