@@ -7,6 +7,8 @@
  * `--version` prints a version; a run without an output file (a health check) prints "OK".
  * A task run writes $BENCH_FAKE_OUTPUT (default: one skip action) to the output file.
  * Standard input is drained to EOF, as the real Codex does.
+ * $BENCH_FAKE_SLEEP_MS (task runs only) sleeps that long before answering: a CPU-light stand-in
+ * for a model that takes time (bench/scale.py).
  *
  * Its own lifetime goes to $BENCH_CLI_LOG, one line per run, appended in a single write:
  *   KIND START END PID PROMPT
@@ -48,6 +50,14 @@ static void write_all(int fd, const char *text, size_t size) {
     }
 }
 
+static void sleep_ms(const char *text) {
+    long ms = text ? strtol(text, NULL, 10) : 0;
+    if (ms <= 0) return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
 static void drain_stdin(void) {
     char buffer[4096];
     while (read(0, buffer, sizeof buffer) > 0) {
@@ -63,6 +73,7 @@ int main(int argc, char **argv) {
     const char *output_path = output_option(argc, argv);
     drain_stdin();
     if (output_path) {
+        sleep_ms(getenv("BENCH_FAKE_SLEEP_MS"));
         const char *text = getenv("BENCH_FAKE_OUTPUT");
         if (!text || !*text) text = DEFAULT_OUTPUT;
         int fd = open(output_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
