@@ -76,7 +76,7 @@ def django_db_setup(django_db_setup, django_db_blocker, tmp_path_factory):
     template every real server of the session starts from (`template_db`)."""
     folder = tmp_path_factory.mktemp("malamar-template")
     with django_db_blocker.unblock():
-        if connection.introspection.table_names():
+        if connection.settings_dict["NAME"] == connection.creation._get_test_db_name():
             _TEMPLATE["db"] = session_template(folder)
         else:  # no test of this session uses the database, so pytest-django made none
             _TEMPLATE["db"] = migrated_template(folder)
