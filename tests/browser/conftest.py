@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.databases import Template
+from tests.databases import Template, release
 from tests.live import Server
 from tests.stack import data_dir_from
 
@@ -84,6 +84,7 @@ def server(browser, tmp_path, migrated_db):
     running = LiveServer(data_dir).start()
     yield running
     running.stop()
+    release(data_dir)
 
 
 class ConsoleErrors(list):

@@ -5,6 +5,7 @@ import requests
 from playwright.sync_api import expect
 
 from tests.browser.conftest import LiveServer, new_page
+from tests.databases import release
 from tests.stack import data_dir_from
 
 pytestmark = pytest.mark.browser
@@ -16,6 +17,7 @@ def small_server(browser, tmp_path, migrated_db):
     running = LiveServer(data_dir, MALAMAR_MAX_JSON_BYTES="2048").start()
     yield running
     running.stop()
+    release(data_dir)
 
 
 def test_a_form_post_over_the_limit_shows_one_clear_toast(browser, small_server):
