@@ -34,6 +34,8 @@ def require_text(
     text = (value or "").strip()
     if not text:
         raise ValidationFailed(f"{label} is required", field=field)
+    if "\x00" in text:  # PostgreSQL cannot store it (forms and the API refuse it too)
+        raise ValidationFailed(f"{label} contains a NUL character", field=field)
     check_length(text, field=field, label=label, max_length=max_length)
     return text
 

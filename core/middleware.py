@@ -17,7 +17,7 @@ from core import limits
 from core.auth import SESSION_FLAG, bearer_valid, password_is_set
 from core.config import is_loopback
 from core.http import error_response, is_api_path
-from core.views import too_large_response
+from core.views import bad_request_response, too_large_response
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # The one endpoint that takes files (DESIGN "Files"); the origin check still applies.
@@ -109,6 +109,29 @@ class RequestSizeMiddleware:
         if isinstance(exception, RequestDataTooBig):
             return too_large_response(request, limits.fields_too_large_message())
         return None
+
+
+class NulCharacterMiddleware:
+    """Refuse an address holding a NUL character (`%00` in the path or the query) with a 400:
+    no id, name or search can hold one, and PostgreSQL refuses NUL even in a lookup (a 500)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest):
+        problem = _nul_in_address(request)
+        if problem:
+            return bad_request_response(request, problem)
+        return self.get_response(request)
+
+
+def _nul_in_address(request: HttpRequest) -> str | None:
+    if "\x00" in request.path:
+        return "The address contains a NUL character"
+    for name, values in request.GET.lists():
+        if "\x00" in name or any("\x00" in value for value in values):
+            return f"{name.replace(chr(0), '')}: contains a NUL character"
+    return None
 
 
 # Paths reachable without signing in when a password is set. Not the admin: it sits behind

@@ -28,6 +28,12 @@ def scrub(value):
     return value
 
 
+def storable_text(data: bytes) -> str:
+    """Bytes a CLI printed as text the database can hold: invalid UTF-8 becomes U+FFFD and NUL
+    characters are dropped (PostgreSQL refuses them in text; SQLite would keep them)."""
+    return _scrub_text(data.decode("utf-8", errors="replace"))
+
+
 # Deeper than any real answer or stream event, shallow enough that whatever reads the value
 # next (scrub, validation, json.dumps into the database) stays far from the recursion limit.
 MAX_JSON_DEPTH = 200

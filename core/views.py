@@ -85,3 +85,12 @@ def too_large_response(request: HttpRequest, message: str | None = None) -> Http
     if request.headers.get("HX-Request"):
         return htmx_error(limits.TOO_LARGE, message)
     return error_page(request, limits.TOO_LARGE, "Too large", message)
+
+
+def bad_request_response(request: HttpRequest, message: str) -> HttpResponse:
+    """400 in the caller's language: JSON for the API, the error toast for htmx, a page else."""
+    if is_api_path(request.path):
+        return error_response(400, message)
+    if request.headers.get("HX-Request"):
+        return htmx_error(400, message)
+    return error_page(request, 400, "Bad request", message)

@@ -9,7 +9,8 @@ from django.test import Client
 
 from agents.services import agent_create
 from tasks.services import task_create
-from tests.stack import InProcessStack, Stack, copy_database, migrated_template
+from tests import databases
+from tests.stack import InProcessStack, Stack, migrated_template, session_template
 from workspaces.services import workspace_create
 
 # The fake CLIs start with `#!/usr/bin/env python3`: resolve that to this interpreter directly
@@ -75,8 +76,8 @@ def django_db_setup(django_db_setup, django_db_blocker, tmp_path_factory):
     template every real server of the session starts from (`template_db`)."""
     folder = tmp_path_factory.mktemp("malamar-template")
     with django_db_blocker.unblock():
-        if connection.introspection.table_names():
-            _TEMPLATE["db"] = copy_database(folder)
+        if connection.settings_dict["NAME"] == connection.creation._get_test_db_name():
+            _TEMPLATE["db"] = session_template(folder)
         else:  # no test of this session uses the database, so pytest-django made none
             _TEMPLATE["db"] = migrated_template(folder)
 
@@ -85,9 +86,16 @@ _TEMPLATE: dict = {}
 
 
 @pytest.fixture(scope="session")
-def template_db(django_db_setup) -> Path:
-    """A migrated database file without data (no sample workspace): real servers copy it."""
+def template_db(django_db_setup) -> databases.Template:
+    """A migrated database without data (no sample workspace): real servers start from a copy
+    (`tests.stack.data_dir_from`)."""
     return _TEMPLATE["db"]
+
+
+def pytest_sessionfinish(session):
+    """On PostgreSQL: drop the databases of the session's real processes (tests.databases)."""
+    if databases.ON_POSTGRES:
+        databases.release_all()
 
 
 @pytest.fixture

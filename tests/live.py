@@ -14,6 +14,8 @@ from pathlib import Path
 
 import requests
 
+from tests import databases
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -24,8 +26,13 @@ def free_port() -> int:
 
 
 def process_env(data_dir: Path, **extra) -> dict:
+    """The environment of a Malamar process on `data_dir`: its SQLite file, or on PostgreSQL
+    runs its own database (tests.databases), never the test process's."""
     env = dict(os.environ)
     env.pop("MALAMAR_TESTING", None)
+    env.pop("DATABASE_URL", None)
+    if databases.ON_POSTGRES:
+        env["DATABASE_URL"] = databases.url_for(data_dir)
     env.update(
         {
             "DJANGO_SETTINGS_MODULE": "malamar_site.settings",

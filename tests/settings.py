@@ -17,9 +17,12 @@ os.environ["MALAMAR_TESTING"] = "1"
 # it; the xdist workers inherit its address and each gets its own test database.
 if os.environ.get("MALAMAR_TEST_DATABASE") == "postgres":
     if not os.environ.get("MALAMAR_TEST_POSTGRES_URL"):
-        from tests.services import Postgres
+        from tests.services import Postgres, ServiceError
 
-        os.environ["MALAMAR_TEST_POSTGRES_URL"] = Postgres().start().url("malamar")
+        try:
+            os.environ["MALAMAR_TEST_POSTGRES_URL"] = Postgres().start().url("malamar")
+        except ServiceError as exc:  # one clear line rather than a traceback through pytest
+            raise SystemExit(f"MALAMAR_TEST_DATABASE=postgres: {exc}") from None
     os.environ["DATABASE_URL"] = os.environ["MALAMAR_TEST_POSTGRES_URL"]
 
 from malamar_site.settings import *  # noqa: E402, F403

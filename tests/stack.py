@@ -11,7 +11,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -25,32 +24,39 @@ from django.db import connection
 from django.test import Client
 
 from runner.worker.loop import Worker
+from tests import databases
 from tests.live import ROOT, Server, blank_database, manage, process_env, wait_until
 
 FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
 
 
-def copy_database(folder: Path) -> Path:
-    """`folder/malamar.db`: a consistent copy of the test database (SQLite's backup)."""
+def session_template(folder: Path) -> databases.Template:
+    """The session's template (tests.databases): the test database as it is right after its
+    migrations, copied (SQLite's backup into `folder`, or a PostgreSQL template database)."""
+    if databases.ON_POSTGRES:
+        source = connection.settings_dict["NAME"]
+        connection.close()  # CREATE DATABASE … TEMPLATE needs the source without connections
+        return databases.Template(database=databases.create_database(source).rsplit("/", 1)[1])
     target = folder / "malamar.db"
     source = connection.settings_dict["NAME"]
     with sqlite3.connect(source) as src, contextlib.closing(sqlite3.connect(target)) as dst:
         src.backup(dst)
-    return target
+    return databases.Template(path=target)
 
 
-def migrated_template(folder: Path) -> Path:
-    """`folder/malamar.db` migrated by `manage.py migrate` (a blank file up front: no sample)."""
+def migrated_template(folder: Path) -> databases.Template:
+    """A database migrated by `manage.py migrate` (a blank one up front: no sample)."""
     blank_database(folder)
     result = manage(folder, "migrate", "--no-input")
     assert result.returncode == 0, result.stderr
-    return folder / "malamar.db"
+    if databases.ON_POSTGRES:
+        return databases.Template(database=databases.url_for(folder).rsplit("/", 1)[1])
+    return databases.Template(path=folder / "malamar.db")
 
 
-def data_dir_from(template_db: Path, data_dir: Path) -> Path:
+def data_dir_from(template: databases.Template, data_dir: Path) -> Path:
     """`data_dir` with a copy of the migrated template database: a server ready in a moment."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(template_db, data_dir / "malamar.db")
+    template.install(data_dir)
     return data_dir
 
 
@@ -137,9 +143,9 @@ class StackBase:
 class Stack(StackBase):
     """Real server and worker processes on a copy of the migrated template database."""
 
-    def __init__(self, root: Path, template_db: Path, **env):
+    def __init__(self, root: Path, template_db: databases.Template, **env):
         super().__init__(root, **env)
-        shutil.copy(template_db, self.data_dir / "malamar.db")
+        template_db.install(self.data_dir)
         self.server = Server(self.data_dir, **self.env)
         self.worker: subprocess.Popen | None = None
         self.session = requests.Session()
@@ -174,6 +180,7 @@ class Stack(StackBase):
             except subprocess.TimeoutExpired:
                 self.worker.kill()
         self.server.stop()
+        databases.release(self.data_dir)
 
     def request(self, method: str, path: str, body=None, **kwargs):
         url = f"{self.server.url}{path}"
@@ -183,8 +190,8 @@ class Stack(StackBase):
         return self.worker is not None and self.worker.poll() is None
 
     def sql(self, query: str, *params) -> list[tuple]:
-        with sqlite3.connect(self.data_dir / "malamar.db", timeout=5) as db:
-            return db.execute(query, params).fetchall()
+        """`?` placeholders, as in sqlite3."""
+        return databases.query(self.data_dir, query, *params)
 
 
 class _UnexpectedErrors(logging.Handler):

@@ -124,6 +124,21 @@ def test_per_run_and_whole_task_diffs_in_a_users_repository(tmp_path):
     assert updated.last().payload["task_files_changed"] == 5
 
 
+def test_a_branch_name_longer_than_the_column_is_cut_not_a_failed_run(tmp_path):
+    # git allows long branch names (folders of refs); PostgreSQL refuses to store more than
+    # the column holds where SQLite kept everything.
+    repo = make_repo(tmp_path / "repo")
+    branch = "feature/" + "a" * 200 + "/" + "b" * 100
+    sh(repo, "checkout", "-q", "-b", branch)
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    task = run_task(workspace, "@fake Builder: write app.py x")
+    (run,) = task.runs.all()
+    limit = AgentRun._meta.get_field("git_branch").max_length
+    assert run.git_branch == branch[:limit] and run.files_changed == 1
+
+
 def test_per_run_and_whole_task_diffs_in_the_tasks_temp_folder(tmp_path):
     workspace = workspace_create(title="Temp")
     task = run_task(workspace, "@fake Builder: write a.txt one\\n write b.txt two\\n")

@@ -563,3 +563,17 @@ def test_an_agent_comment_with_a_lone_surrogate_is_stored_not_a_crashed_run(stac
     assert comment["content"].startswith(
         "CLI output was not valid JSON: nested more than 200 levels deep"
     )
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex"])
+def test_nul_bytes_a_cli_prints_are_dropped_where_they_are_kept(stack, cli):
+    # PostgreSQL refuses NUL in text: a CLI printing one must not crash the run's recording.
+    ws = stack.workspace(agents=[("Planner", cli)])
+    task = stack.task(ws, "@fake Planner: nul 3 exit 1 gave up")
+    comment = stack.wait_comments(task, 1)[0]
+    assert comment["author_type"] == "system"
+    assert "\x00" not in json.dumps(stack.comments(task) + stack.logs(task))
+    stack.wait_idle()
+    assert stack.worker_alive()
+    task = stack.task(ws, "@fake Planner: nul 2 comment fine", summary="Then")
+    assert stack.wait_comments(task, 1)[0]["content"] == "fine"

@@ -3,7 +3,6 @@
 
 import asyncio
 import json
-import shutil
 import subprocess
 from types import SimpleNamespace
 
@@ -12,6 +11,7 @@ from mcp import Client, StdioServerParameters
 
 from runner.worker.execution import mcp_server_for
 from tests.live import django_script, process_env
+from tests.stack import data_dir_from
 
 pytestmark = pytest.mark.live
 
@@ -39,9 +39,7 @@ print(json.dumps({"home": home.id, "other": other.id, "login": login.id, "theme"
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory, template_db):
-    data_dir = tmp_path_factory.mktemp("mcp") / "data"
-    data_dir.mkdir()
-    shutil.copy(template_db, data_dir / "malamar.db")
+    data_dir = data_dir_from(template_db, tmp_path_factory.mktemp("mcp") / "data")
     ids = json.loads(django_script(data_dir, SEED).stdout.strip().splitlines()[-1])
     return data_dir, ids
 

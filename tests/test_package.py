@@ -11,6 +11,7 @@ import psutil
 import pytest
 import requests
 
+from tests import databases
 from tests.live import ROOT, free_port, serving, wait_until
 from tests.stack import FAKES_BIN, alive
 
@@ -80,8 +81,11 @@ def test_installed_malamar_serves_runs_tasks_and_stops(installed, tmp_path):
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("MALAMAR_", "DJANGO_", "PYTHONPATH"))
+        if not key.startswith(("MALAMAR_", "DJANGO_", "PYTHONPATH", "DATABASE_URL"))
     }
+    data_dir = tmp_path / "home" / ".malamar"  # the default
+    if databases.ON_POSTGRES:  # a database of its own (tests.databases)
+        env["DATABASE_URL"] = databases.url_for(data_dir)
     env.update(
         {
             "HOME": str(tmp_path / "home"),  # the default data dir: ~/.malamar
@@ -105,7 +109,7 @@ def test_installed_malamar_serves_runs_tasks_and_stops(installed, tmp_path):
         assert home.status_code == 200 and "Malamar" in home.text
         css = requests.get(f"{base}/static/css/app.css", timeout=5)
         assert css.status_code == 200 and css.headers["Content-Type"].startswith("text/css")
-        assert (tmp_path / "home" / ".malamar" / "malamar.db").exists()
+        assert data_dir.is_dir() and (databases.ON_POSTGRES or (data_dir / "malamar.db").exists())
         api = f"{base}/api"
         ws = requests.post(f"{api}/workspaces", json={"title": "Pkg"}, timeout=5).json()
         requests.post(

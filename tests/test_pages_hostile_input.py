@@ -5,6 +5,7 @@ touching this file.
 """
 
 import dataclasses
+import json
 import re
 from urllib.parse import quote_from_bytes
 
@@ -137,6 +138,26 @@ def test_hostile_query_strings_are_never_a_500(client, ids, route):
         for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
             response = client.get(f"{url}?{query}", **headers)
             assert response.status_code < 500, (url, value[:10], response.content[:300])
+
+
+def test_a_nul_character_in_the_address_is_a_400_with_a_message(client, workspace, task):
+    # PostgreSQL refuses NUL even in a lookup: without this, a 500 there (a 404 on SQLite).
+    page = client.get(f"/workspaces/{workspace.id}/?task=a%00b")
+    assert page.status_code == 400 and "task: contains a NUL character" in html(page)
+    toast = client.get("/workspaces/a%00b/", HTTP_HX_REQUEST="true")
+    assert (toast.status_code, html(toast)) == (400, "The address contains a NUL character")
+    api = client.get(f"/api/tasks/{task.id[:-1]}%00")
+    assert api.status_code == 400
+    assert api.json()["error"]["message"] == "The address contains a NUL character"
+
+
+def test_names_and_titles_posted_with_a_nul_character_are_refused_with_a_message(client, ids):
+    response = hx(client, "post", "/settings/tokens/", {"name": "to\x00ken"})
+    assert "Name contains a NUL character" in json.dumps(triggers(response))
+    clone = f"/workspaces/{ids['workspace_id']}/clone/"
+    response = client.post(clone, {"title": "co\x00py"}, follow=True)
+    assert "Title contains a NUL character" in html(response)
+    assert Workspace.objects.count() == 1
 
 
 def _card_titles(response) -> list[str]:

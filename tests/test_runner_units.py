@@ -24,7 +24,7 @@ from runner.recorder import RunRecorder
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
 from runner.worker import pickup
-from runner.worker.execution import interpret
+from runner.worker.execution import interpret, mcp_server_for
 from runner.worker.pipeline import task_input_text
 from runner.worker.process import ProcessResult
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
@@ -534,3 +534,20 @@ def test_a_run_deleted_with_its_task_ends_without_a_trace(task):
     with transaction.atomic():
         recorder.finish(status="completed", exit_code=0)
     assert not TraceEvent.objects.exists()
+
+
+def test_the_mcp_server_reaches_the_shared_database_and_redis(settings, tmp_path):
+    # A CLI starts `malamar mcp` with a minimal environment plus the server's own: without
+    # DATABASE_URL it would open an empty SQLite file in the data dir instead of PostgreSQL.
+    workspace = type("W", (), {"id": "w1", "mcp_tools_enabled": True})()
+    settings.DATA_DIR = tmp_path
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, database_url="", redis_url="")
+    assert dict(mcp_server_for(workspace).env) == {"MALAMAR_DATA_DIR": str(tmp_path)}
+    settings.CONFIG = dataclasses.replace(
+        settings.CONFIG, database_url="postgres://u@db/malamar", redis_url="redis://r:6379/0"
+    )
+    assert dict(mcp_server_for(workspace).env) == {
+        "MALAMAR_DATA_DIR": str(tmp_path),
+        "DATABASE_URL": "postgres://u@db/malamar",
+        "REDIS_URL": "redis://r:6379/0",
+    }

@@ -227,6 +227,16 @@ def broken_variants(document):
         "retention_days",
     )
     yield (
+        "NUL in a text (PostgreSQL cannot store it)",
+        json.dumps(edit(lambda d: d["tasks"][0].update(description="a\x00b"))),
+        "tasks.0.description: contains a NUL character",
+    )
+    yield (
+        "a lone surrogate in a text",
+        json.dumps(edit(lambda d: d["agents"][0].update(instruction="a\ud800b"))),
+        "agents.0.instruction: contains an invalid character",
+    )
+    yield (
         "bad base64 in an attachment",
         edit(
             lambda d: (

@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from core.backup import BackupError, sqlite_backup
+from tests import databases
 from tests.live import ROOT, process_env
 
 pytestmark = pytest.mark.live
@@ -115,10 +116,9 @@ def test_export_then_import_into_another_instance(source, tmp_path):
     other_temp.mkdir()
     result = malamar("import", str(out), "--title", "Shop 2", data_dir=other, temp_dir=other_temp)
     assert result.returncode == 0, result.stderr
-    with sqlite3.connect(other / "malamar.db") as db:
-        titles = {t for (t,) in db.execute("SELECT title FROM workspaces")}
-        assert "Shop 2" in titles
-        assert db.execute("SELECT COUNT(*) FROM task_dependencies").fetchone() == (1,)
+    titles = {t for (t,) in databases.query(other, "SELECT title FROM workspaces")}
+    assert "Shop 2" in titles
+    assert databases.query(other, "SELECT COUNT(*) FROM task_dependencies") == [(1,)]
     [folder] = [p for p in other_temp.iterdir() if p.name.endswith("_attachments")]
     assert (folder / "notes.txt").read_text() == "hello"
     # A file from a newer Malamar: refused, exit 1, a message, nothing imported.
@@ -126,12 +126,12 @@ def test_export_then_import_into_another_instance(source, tmp_path):
     result = malamar("import", str(out), data_dir=other, temp_dir=other_temp)
     assert result.returncode == 1
     assert "Nothing was imported: The file is from a newer Malamar" in result.stderr
-    with sqlite3.connect(other / "malamar.db") as db:
-        assert db.execute("SELECT COUNT(*) FROM task_dependencies").fetchone() == (1,)
+    assert databases.query(other, "SELECT COUNT(*) FROM task_dependencies") == [(1,)]
     result = malamar("export", "Nope", data_dir=other, temp_dir=other_temp)
     assert result.returncode == 1 and "No workspace with the id or title" in result.stderr
 
 
+@pytest.mark.skipif(databases.ON_POSTGRES, reason="SQLite's backup (PostgreSQL: pg_dump)")
 def test_backup_while_another_process_writes_opens_and_matches(source, tmp_path):
     data, temp = source
     database = data / "malamar.db"
@@ -203,3 +203,12 @@ def test_sqlite_backup_refuses_an_existing_file(tmp_path):
     with pytest.raises(BackupError, match="already exists"):
         sqlite_backup(source, tmp_path / "b.db")
     assert (tmp_path / "b.db").read_text() == "keep"
+
+
+@pytest.mark.skipif(not databases.ON_POSTGRES, reason="PostgreSQL only")
+def test_backup_on_postgresql_says_to_use_pg_dump(source, tmp_path):
+    data, temp = source
+    result = malamar("backup", str(tmp_path / "backup"), data_dir=data, temp_dir=temp)
+    assert result.returncode == 1
+    assert "With PostgreSQL, back up with pg_dump" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "backup").exists()

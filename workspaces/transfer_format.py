@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from chats.models import ChatRole
 from core.errors import ValidationFailed
+from core.json_input import BodyRefused, check_text
 from tasks.models import ActorType, CommentKind, TaskStatus
 from workspaces.transfer import FORMAT, FORMAT_VERSION
 
@@ -155,6 +156,10 @@ def parse_document(raw) -> DocumentIn:
             data = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValidationFailed(f"The file is not valid JSON ({exc})", field="file") from exc
+    try:  # what the database cannot store (PostgreSQL refuses NUL): refused, as by the API
+        check_text(data)
+    except BodyRefused as exc:
+        raise ValidationFailed(f"The file is broken: {exc}", field="file") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValidationFailed("The file is not a Malamar workspace export", field="file")
     version = data.get("version")

@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+from core.migration_steps import cut_longer_values
+
 
 class Migration(migrations.Migration):
 
@@ -10,6 +12,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        cut_longer_values('agents', 'agent', 'name', 100),
         migrations.AlterField(
             model_name='agent',
             name='name',

@@ -79,7 +79,18 @@ def mcp_server_for(workspace) -> McpServer | None:
         name=MCP_SERVER_NAME,
         command=sys.executable,
         args=("-P", "-m", "malamar_site.cli", "mcp", "--workspace", workspace.id),
-        env=(("MALAMAR_DATA_DIR", str(Path(settings.DATA_DIR).resolve())),),
+        env=_mcp_server_env(),
+    )
+
+
+def _mcp_server_env() -> tuple[tuple[str, str], ...]:
+    """What `malamar mcp` needs to reach this Malamar: the data dir and, when set, the shared
+    database and Redis (a CLI gives its servers only a minimal environment plus this)."""
+    config = settings.CONFIG
+    shared = (("DATABASE_URL", config.database_url), ("REDIS_URL", config.redis_url))
+    return (
+        ("MALAMAR_DATA_DIR", str(Path(settings.DATA_DIR).resolve())),
+        *((name, value) for name, value in shared if value),
     )
 
 

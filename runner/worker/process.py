@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from core.storable import storable_text
 from runner.clis.base import Command
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class _Tail:
 
     def text(self) -> str:
         data = b"".join(self.chunks)[-self.cap :]
-        return data.decode("utf-8", errors="replace")
+        return storable_text(data)
 
 
 LINE_CAP = 1024 * 1024
@@ -89,11 +90,11 @@ def _drain(stream, tail: _Tail, on_line=None, on_output=None) -> None:
                 continue
             *lines, partial = (partial + chunk).split(b"\n")
             for line in lines:
-                on_line(line.decode("utf-8", errors="replace"))
+                on_line(storable_text(line))
             if len(partial) > LINE_CAP:  # a runaway line: not a JSON event anyway
                 partial = b""
     if on_line and partial.strip():
-        on_line(partial.decode("utf-8", errors="replace"))
+        on_line(storable_text(partial))
 
 
 def _feed(stream, data: bytes) -> None:

@@ -6,6 +6,7 @@ run goes on. The fields reach the database with the run's final record (RunRecor
 
 import logging
 
+from core.fields import max_length_of
 from runner import diffs, snapshots
 from runner.git import GitError
 from runner.models import AgentRun
@@ -41,7 +42,8 @@ class RunSnapshots:
         self.recorder.snapshot_fields.update(
             snapshot_store=self.before.store,
             tree_before=self.before.tree,
-            git_branch=self.before.branch,
+            # git allows names longer than the column (PostgreSQL would refuse the run's row)
+            git_branch=self.before.branch[: max_length_of(AgentRun, "git_branch")],
         )
 
     def take_after(self) -> None:

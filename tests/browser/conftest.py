@@ -5,13 +5,14 @@ Without /usr/bin/chromium they skip with a printed reason, unless MALAMAR_REQUIR
 """
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 import requests
 
+from tests.databases import Template, release
 from tests.live import Server
+from tests.stack import data_dir_from
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -55,7 +56,7 @@ def browser(migrated_db):
 
 
 @pytest.fixture(scope="session")
-def migrated_db(template_db) -> Path:
+def migrated_db(template_db) -> Template:
     """The session's migrated database (no sample workspace), copied into each test's data dir
     (migrating takes seconds)."""
     return template_db
@@ -79,12 +80,11 @@ class LiveServer(Server):
 
 @pytest.fixture
 def server(browser, tmp_path, migrated_db):
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    shutil.copy(migrated_db, data_dir / "malamar.db")
+    data_dir = data_dir_from(migrated_db, tmp_path / "data")
     running = LiveServer(data_dir).start()
     yield running
     running.stop()
+    release(data_dir)
 
 
 class ConsoleErrors(list):

@@ -1,24 +1,23 @@
 """Too-large form posts in a real browser: the server's own error toast, nothing else."""
 
-import shutil
-
 import pytest
 import requests
 from playwright.sync_api import expect
 
 from tests.browser.conftest import LiveServer, new_page
+from tests.databases import release
+from tests.stack import data_dir_from
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture
 def small_server(browser, tmp_path, migrated_db):
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    shutil.copy(migrated_db, data_dir / "malamar.db")
+    data_dir = data_dir_from(migrated_db, tmp_path / "data")
     running = LiveServer(data_dir, MALAMAR_MAX_JSON_BYTES="2048").start()
     yield running
     running.stop()
+    release(data_dir)
 
 
 def test_a_form_post_over_the_limit_shows_one_clear_toast(browser, small_server):

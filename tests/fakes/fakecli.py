@@ -649,7 +649,8 @@ TASK_ACTIONS = {
 }
 CHAT_ACTIONS = {"reply", "action"}
 COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nested", "limit"}
-PREFIX_ACTIONS = {"sleep", "hold", "grandchild", "flood", "work"}  # do something, then the rest
+# Do something, then the rest of the directive.
+PREFIX_ACTIONS = {"sleep", "hold", "grandchild", "flood", "work", "nul"}
 # File steps, chainable like the prefix actions: they change the working directory (cwd).
 # Each argument is one word; in TEXT `\\n` is a line break and `\\s` a space.
 FILE_STEPS = {"write": 2, "append": 2, "lines": 2, "rename": 2, "delete": 1, "binary": 1}
@@ -1020,6 +1021,8 @@ def run_step(step: tuple[str, object], emitter: Emitter) -> None:
         time.sleep(number)
     elif kind == "flood":
         flood_stdout(int(number * 1024 * 1024))
+    elif kind == "nul":
+        print_nul_lines(int(number))
 
 
 RELEASE_FILE = "release"
@@ -1035,6 +1038,18 @@ def hold(release: Path, limit: float) -> None:
             return
         except FileNotFoundError:
             time.sleep(0.05)
+
+
+def print_nul_lines(count: int) -> None:
+    """`count` lines holding NUL bytes on stdout and on stderr (PostgreSQL refuses NUL in text:
+    Malamar must drop them wherever it keeps what a CLI printed)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for n in range(1, count + 1):
+        sys.stdout.buffer.write(b"out\x00put " + str(n).encode() + b"\n")
+        sys.stderr.buffer.write(b"err\x00or " + str(n).encode() + b"\n")
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.flush()
 
 
 def flood_stdout(size: int) -> None:

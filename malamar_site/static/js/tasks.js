@@ -462,6 +462,9 @@
     if (status) refreshColumns([status]);
     const changes = document.getElementById("task-changes");
     if (data.task_id !== openTaskId() || !changes || changes.hasAttribute("data-lazy")) return;
+    // A load under way (a run picked in the Activity tab) shows the new state anyway; a second
+    // one would abort it, or with the select not there yet, load the whole task instead.
+    if (changes.dataset.pendingRun !== undefined) return;
     const select = $("#task-changes-run", changes);
     loadChanges(changes, select ? select.value : "");
   });
@@ -470,7 +473,13 @@
     if (!window.htmx) return;
     const base = changes.getAttribute("hx-get");
     const url = runId ? `${base}?run=${encodeURIComponent(runId)}` : base;
-    window.htmx.ajax("GET", url, { source: changes, target: changes, swap: "innerHTML" });
+    changes.dataset.pendingRun = runId || "";
+    const loaded = () => {
+      if (changes.dataset.pendingRun === (runId || "")) delete changes.dataset.pendingRun;
+    };
+    window.htmx
+      .ajax("GET", url, { source: changes, target: changes, swap: "innerHTML" })
+      .then(loaded, loaded);
   }
 
   // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes.
