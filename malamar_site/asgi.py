@@ -18,3 +18,12 @@ from malamar_site.startup import refuse_unprotected_server  # noqa: E402
 refuse_unprotected_server()
 # Refuse oversize and unauthenticated bodies before daphne reads them.
 body_guard.install()
+
+# The event relay (and, with Redis, the listener) start with the server rather than with its
+# first event stream: events committed before the first page opened are relayed at once, not
+# delivered as a late burst into that page (which then refreshed what it had just rendered).
+from core import fanout, relay  # noqa: E402
+
+if fanout.enabled():
+    fanout.listener()  # started, not waited for (the first stream waits for it to be ready)
+relay.ensure_started()

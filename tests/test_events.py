@@ -86,3 +86,27 @@ def test_events_cross_processes_in_order_and_survive_server_restart(tmp_path, te
         client.close()
     finally:
         server.stop()
+
+
+COUNT_RELAYED = """
+from django_eventstream.models import Event
+print(Event.objects.filter(eid__gt=0).count())
+"""
+
+
+@pytest.mark.live
+def test_the_relay_starts_with_the_server_not_with_its_first_stream(tmp_path, template_db):
+    """Events committed before any page opened are relayed at once, so the first page does not
+    receive them late (as a burst that refreshes what it has just rendered)."""
+    data_dir_from(template_db, tmp_path)
+    server = Server(tmp_path).start()
+    try:
+        django_script(tmp_path, PUBLISH.format(start=0, stop=5))
+
+        def relayed():
+            return int(django_script(tmp_path, COUNT_RELAYED).stdout.strip() or 0) >= 5
+
+        # No client ever connects to /api/events here.
+        wait_until(relayed, timeout=30, what="5 events relayed without a stream", interval=0.2)
+    finally:
+        server.stop()
