@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponseForbidden
 from django.shortcuts import redirect
+from django_eventstream.utils import get_storage
 
 from core import limits
 from core.auth import SESSION_FLAG, bearer_valid, password_is_set
@@ -215,3 +216,31 @@ class SecurityHeadersMiddleware:
         )
         response.headers.setdefault("Cross-Origin-Opener-Policy", "same-origin")
         return response
+
+
+class LivePositionMiddleware:
+    """A full page remembers where the event stream stood before its data was read, and its
+    EventSource resumes from there (base.html `data-live-from`): an event committed between
+    the render and the stream's connection is replayed instead of missed."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest):
+        if _is_full_page(request):
+            request.live_from = live_position()
+        return self.get_response(request)
+
+
+def _is_full_page(request: HttpRequest) -> bool:
+    return (
+        request.method == "GET"
+        and "HX-Request" not in request.headers
+        and not request.path.startswith(("/api/", "/static/"))
+    )
+
+
+def live_position() -> str:
+    """The stream's newest event id as an SSE Last-Event-ID (`channel:id`)."""
+    channel = settings.EVENTS_CHANNEL
+    return f"{channel}:{get_storage().get_current_id(channel)}"

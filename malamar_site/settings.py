@@ -85,6 +85,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "core.middleware.LoginRequiredMiddleware",
+    "core.middleware.LivePositionMiddleware",
     "core.middleware.SecurityHeadersMiddleware",
 ]
 

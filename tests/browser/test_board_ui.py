@@ -403,3 +403,32 @@ def test_keyboard_hints_show_with_a_keyboard_and_hide_on_touch_screens(browser, 
                 expect(hint).to_be_hidden()
         page.console_errors.check()
         page.context.close()
+
+
+def test_an_event_committed_before_the_stream_connects_still_reaches_the_page(browser, server):
+    """The page's stream resumes from where it stood at render time: a change committed
+    between the render and the connection is replayed, not missed."""
+    workspace = server.workspace("Late stream")
+    task = server.api(
+        "POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Watch", "description": "x"}
+    )
+    page = new_page(browser)
+    held = []
+    page.route("**/api/events**", lambda route: held.append(route))
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator(".task-description__body")).to_have_text("x")
+    expect(page.locator("body")).not_to_have_attribute("data-live-state", "open")
+    assert held, "the stream waits"
+    page.evaluate(
+        """() => document.body.addEventListener("malamar:task.comment_added",
+             () => { document.body.dataset.commentEvent = "seen"; })"""
+    )
+    server.api("POST", f"/tasks/{task['id']}/comments", {"content": "While you connected"})
+    page.unroute("**/api/events**")
+    for route in held:
+        route.fallback()
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    expect(page.locator("body")).to_have_attribute("data-comment-event", "seen")
+    expect(dialog.locator("#task-comments .comment")).to_contain_text("While you connected")
+    page.context.close()

@@ -583,7 +583,9 @@
     const workspaceId = body.dataset.workspaceId || "";
     const status = document.getElementById("live-status");
     let source = null;
-    let lastRaw = readLastEvent();
+    // Resume where the stream stood when this page was rendered (events committed since are
+    // replayed, none missed); else where the previous page of this tab left it.
+    let lastRaw = body.dataset.liveFrom || readLastEvent();
     let lastSeen = numericId(lastRaw);
     let retryMs = 1000;
     let reopenTimer = null;
