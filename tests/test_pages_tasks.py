@@ -89,14 +89,15 @@ def test_card_shows_badges_and_processing_agent(client, workspace):
     task = make_task(workspace, "Busy", status="in_progress", is_priority=True)
     services.comment_create(task=task, content="hello", actor=USER)
     services.comment_create(task=task, content="again", actor=USER)
-    start_run(task, "Reviewer", "Running pytest")
+    run = start_run(task, "Reviewer", "Running pytest")
     page = html(client.get(board_url(workspace)))
     card = re.search(rf'<li class="task-card-item" id="task-card-{task.id}".*?</li>', page, re.S)[0]
     assert "is-working" in card
     assert "Priority" in card
     assert re.search(r"badge--count[^>]*>.*?2<span", card, re.S)
     assert "Reviewer" in card
-    assert f'data-task-current="{task.id}">Running pytest<' in card
+    # The run's id lets a live action newer than this render win over it (activity.js).
+    assert f'data-task-current="{task.id}" data-current-run="{run.id}">Running pytest<' in card
     assert "<time" in card
 
 
@@ -318,11 +319,11 @@ def test_working_row_while_an_agent_runs(client, workspace):
     task = make_task(workspace, "Busy", status="in_progress")
     page = html(hx(client, "get", f"/tasks/{task.id}/comments/"))
     assert "data-working" not in page
-    start_run(task, "Implementer", "Editing app.py")
+    run = start_run(task, "Implementer", "Editing app.py")
     page = html(hx(client, "get", f"/tasks/{task.id}/comments/"))
     working = re.search(r"<li class=\"comment comment--working\".*?</li>", page, re.S)[0]
     assert "<strong>Implementer</strong> is working…" in working
-    assert f'data-task-current="{task.id}">Editing app.py<' in working
+    assert f'data-task-current="{task.id}" data-current-run="{run.id}">Editing app.py<' in working
 
 
 def test_task_usage_in_popup(client, workspace):

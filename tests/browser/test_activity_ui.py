@@ -42,6 +42,14 @@ def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     expect(run.locator("[data-run-current]")).to_contain_text("app/models.py")
     card_action = page.locator(f"#task-card-{task['id']} [data-task-current]")
     expect(card_action).to_contain_text("app/models.py")
+
+    # A column rendered before the newest trace committed lands after it: the card keeps the
+    # newest action this page has seen, not the older one the fragment was rendered with.
+    page.evaluate(NEWER_TRACE, [task["id"], runs[-1]["id"]])
+    expect(card_action).to_have_text("Newer than the fragment")
+    page.evaluate(REFRESH_COLUMN, task["id"])
+    expect(page.locator(f"#task-card-{task['id']}:not([data-before-refresh])")).to_be_attached()
+    expect(card_action).to_have_text("Newer than the fragment")
     release_the_cli(stack, task)
 
     # When the run ends it is re-rendered grouped and collapsed: a command with its result and
@@ -56,6 +64,20 @@ def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     expect(finished.locator(".run__meta")).to_contain_text("in ·")  # tokens reported
     assert stack.status(task) == "in_review"
     page.console_errors.check()
+
+
+NEWER_TRACE = """([task, run]) => document.body.dispatchEvent(new CustomEvent("malamar:run.trace", {
+  detail: {
+    run_id: run, task_id: task, status: "running", current_action: "Newer than the fragment",
+  },
+}))"""
+
+# Marks the card, then re-renders its column from the server (a new card replaces the marked one).
+REFRESH_COLUMN = """(task) => {
+  const card = document.getElementById(`task-card-${task}`);
+  card.setAttribute("data-before-refresh", "");
+  window.htmx.trigger(card.closest(".kanban-col"), "tasks:refresh");
+}"""
 
 
 def release_the_cli(stack, task) -> None:

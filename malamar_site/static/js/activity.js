@@ -109,9 +109,14 @@
     });
   }
 
+  // The latest action of each running task's run: a board or popup fragment rendered before
+  // that trace committed can land after it and would show an older action.
+  const latestAction = new Map(); // task id → { run, text }
+
   function setCurrent(data) {
     const text = data.current_action;
     if (!text) return;
+    if (data.task_id) latestAction.set(data.task_id, { run: data.run_id, text });
     const targets = all(attr("data-run-current", data.run_id));
     if (data.task_id) targets.push(...all(attr("data-task-current", data.task_id)));
     if (data.chat_id) targets.push(...all(attr("data-chat-current", data.chat_id)));
@@ -140,6 +145,19 @@
     });
     if (!complete) replaceRun(data.run_id);
     showTyping(data);
+  });
+
+  // A swapped-in card or popup of the same run keeps the newest action this page has seen.
+  document.body.addEventListener("htmx:afterSettle", (event) => {
+    const root = event.target;
+    if (!root || !root.querySelectorAll) return;
+    root.querySelectorAll("[data-task-current][data-current-run]").forEach((el) => {
+      const latest = latestAction.get(el.getAttribute("data-task-current"));
+      if (latest && latest.run === el.getAttribute("data-current-run") && el.textContent !== latest.text) {
+        el.textContent = latest.text;
+        el.title = latest.text;
+      }
+    });
   });
 
   document.body.addEventListener("malamar:run.stalled", (event) => {
