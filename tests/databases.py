@@ -14,7 +14,14 @@ import threading
 import uuid
 from pathlib import Path
 
+import pytest
+
 ON_POSTGRES = os.environ.get("MALAMAR_TEST_DATABASE") == "postgres"
+# The one-worker-per-data-dir lock is SQLite's: on PostgreSQL several workers share the database
+# by design (tests/test_workers.py covers them there).
+SQLITE_ONE_WORKER = pytest.mark.skipif(
+    ON_POSTGRES, reason="SQLite's one worker per data dir: PostgreSQL allows several workers"
+)
 
 _urls: dict[Path, str] = {}  # data dir → its PostgreSQL database
 _lock = threading.Lock()
@@ -87,7 +94,8 @@ def query(data_dir: Path, sql: str, *params) -> list[tuple]:
     import psycopg
 
     with psycopg.connect(url_for(data_dir), autocommit=True) as conn:
-        return conn.execute(sql.replace("?", "%s"), params).fetchall()
+        cursor = conn.execute(sql.replace("?", "%s"), params)
+        return cursor.fetchall() if cursor.description else []  # a write returns no rows
 
 
 class Template:

@@ -8,6 +8,7 @@ import psutil
 import pytest
 import requests
 
+from tests.databases import SQLITE_ONE_WORKER
 from tests.live import SseClient, free_port, serving, start_malamar, wait_until
 from tests.stack import FAKES_BIN, alive
 
@@ -134,6 +135,7 @@ def test_json_logs_stay_json_lines_including_each_request(tmp_path):
     assert long_one["message"].endswith("… 404") and len(long_one["message"]) < 300
 
 
+@SQLITE_ONE_WORKER
 def test_a_failing_worker_stops_the_server_and_malamar_exits_1(tmp_path):
     """The worker runs in the server's process: when it fails (here: a second `malamar` on the
     same data dir, whose worker finds the first one's lock), the server stops too."""

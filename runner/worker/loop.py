@@ -26,6 +26,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import psutil
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -375,13 +376,15 @@ class Worker:
     def recover_dead_workers(self) -> int:
         """Take over workers whose heartbeat is stale (one conditional UPDATE each: one of the
         workers noticing wins) and recover every run no live worker owns, as a restart would."""
-        live = list(WorkerRow.objects.live_rows().values("id", "heartbeat_at", "clis", "hostname"))
+        fields = ("id", "heartbeat_at", "clis", "hostname", "pid")
+        live = list(WorkerRow.objects.live_rows().values(*fields))
         cutoff = timezone.now() - timedelta(seconds=self.stale_after)
         self.peers = [row for row in live if row["id"] != self.worker_id]
         took = [
             row["id"]
             for row in self.peers
-            if row["heartbeat_at"] < cutoff and self._take_over(row["id"])
+            if (row["heartbeat_at"] < cutoff and self._take_over(row["id"]))
+            or (self._died_here(row) and self._take_over(row["id"], now=True))
         ]
         self.peers = [row for row in self.peers if row["id"] not in took]
         now = time.monotonic()
@@ -396,8 +399,13 @@ class Worker:
             self.kick()
         return recovered
 
-    def _take_over(self, worker_id: str) -> bool:
-        stale_after = self.stale_after
+    def _died_here(self, row: dict) -> bool:
+        """A worker of this machine whose process is gone (killed, crashed, then restarted):
+        no need to wait for its heartbeat to go stale."""
+        return row["hostname"] == self.hostname and not psutil.pid_exists(row["pid"])
+
+    def _take_over(self, worker_id: str, *, now: bool = False) -> bool:
+        stale_after = 0 if now else self.stale_after
         return worker_take_over(worker_id=worker_id, by=self.worker_id, stale_after=stale_after)
 
     def kick(self) -> None:

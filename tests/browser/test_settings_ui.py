@@ -1,12 +1,12 @@
 """Global settings in a real browser: CLI binary path, environment variables, refresh."""
 
 import json
-import sqlite3
 from datetime import UTC, datetime
 
 import pytest
 from playwright.sync_api import expect
 
+from tests import databases
 from tests.browser.conftest import DESKTOP, PHONE, new_page
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
@@ -111,21 +111,33 @@ def test_test_button_shows_the_cli_answer_or_error_live(browser, stack, tmp_path
 
 
 def test_the_workers_section_on_a_phone_and_a_desktop(browser, server):
-    """With SQLite, one line about the one worker (DESIGN "Scale-out"), fitting a phone."""
-    with sqlite3.connect(server.data_dir / "malamar.db") as db:
-        now = datetime.now(UTC).isoformat(sep=" ")
-        db.execute(
-            "INSERT INTO workers (id, hostname, pid, started_at, heartbeat_at, capacity, clis,"
-            " version, taken_over_at, taken_over_by) VALUES (?, ?, ?, ?, ?, 0, ?, 't', NULL, '')",
-            ("w" * 21, "laptop", 4242, now, now, json.dumps(["claude"])),
-        )
+    """With SQLite, one line about the one worker (DESIGN "Scale-out"); with PostgreSQL, the
+    list of the workers sharing it. Both fit a phone."""
+    now = datetime.now(UTC).isoformat(sep=" ")
+    databases.query(
+        server.data_dir,
+        "INSERT INTO workers (id, hostname, pid, started_at, heartbeat_at, capacity, clis,"
+        " version, taken_over_at, taken_over_by) VALUES (?, ?, ?, ?, ?, 0, ?, 't', NULL, '')",
+        "w" * 21,
+        "laptop",
+        4242,
+        now,
+        now,
+        json.dumps(["claude"]),
+    )
     for viewport in (PHONE, DESKTOP):
         page = new_page(browser, viewport=viewport)
         page.goto(f"{server.url}/settings/")
         section = page.locator("#workers")
         expect(section.get_by_role("heading", name="Workers")).to_be_visible()
-        expect(section).to_contain_text("One worker on this machine (pid 4242), running 0")
-        expect(section.locator("time")).to_have_attribute("data-prefix", "last heartbeat ")
+        if databases.ON_POSTGRES:
+            row = section.locator(f"[data-worker='{'w' * 21}']")
+            expect(row).to_contain_text("laptop")
+            expect(row).to_contain_text("pid 4242")
+            expect(row.locator("time")).to_have_attribute("data-prefix", "beat ")
+        else:
+            expect(section).to_contain_text("One worker on this machine (pid 4242), running 0")
+            expect(section.locator("time")).to_have_attribute("data-prefix", "last heartbeat ")
         overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
         assert overflow <= 0, f"the page scrolls sideways at {viewport['width']} px"
         page.console_errors.check()
