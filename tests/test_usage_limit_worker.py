@@ -336,6 +336,14 @@ def test_the_malamar_agent_prefers_a_cli_that_is_not_out_of_quota():
 def test_the_real_worker_pauses_a_limited_task_and_runs_the_others(stack):
     """End to end (runworker and server): the limited run leaves no error comment and the task
     waits In Progress, while a task of another workspace reaches In Review."""
+
+    def codex_checked():
+        clis = stack.api("GET", "/health/cli")["clis"]
+        return all(c["status"] != "not_checked" for c in clis if c["cli_type"] == "codex")
+
+    # The worker's start-up check of codex answers healthy (the fake is not limited there): a
+    # check that started after the limit would rightly lift it, so let that one finish first.
+    wait_until(codex_checked, timeout=60, what="the start-up check of codex")
     limited_ws = stack.workspace("Limited", agents=[("Solo", "codex")])
     waiting = stack.task(limited_ws, f"@fake Solo: limit {_whole_minute(3 * 3600)}")
     wait_until(

@@ -339,6 +339,16 @@
 
   /* ---------------------------------------------------------------- renaming */
 
+  // A live refresh of the chat's head must not end a rename the user is typing (the rename's
+  // own answer still swaps).
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    const target = event.detail.target;
+    if (!target || target.id !== "chat-head" || !target.hasAttribute("data-editing")) return;
+    const elt = event.detail.requestConfig && event.detail.requestConfig.elt;
+    if (elt && elt.closest && elt.closest(".chat-title-form")) return;
+    event.detail.shouldSwap = false;
+  });
+
   function startEditing(head) {
     const heading = $(".chat-title__heading", head);
     const form = $(".chat-title-form", head);
