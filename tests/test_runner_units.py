@@ -20,7 +20,6 @@ from runner.clis import CLIS, cli_for
 from runner.clis.base import Invocation, stderr_message
 from runner.files import task_input_path, write_private
 from runner.models import TraceEvent
-from runner.recorder import RunRecorder
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
 from runner.worker import pickup
@@ -338,17 +337,10 @@ def test_the_input_file_carries_repeated_errors_once(workspace, agents):
     assert rows[1]["created_at"] == last.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def test_a_runs_events_all_name_the_run_and_where_it_runs(task):
+def test_a_runs_events_all_name_the_run_and_where_it_runs(task, task_recorder):
     """Live trace batches, the stall warning and the final record carry the same identity, so
     open pages place each event on the right timeline."""
-    recorder = RunRecorder(
-        cli_type="claude",
-        workspace_id=task.workspace_id,
-        agent_id=None,
-        agent_name="Planner",
-        task_id=task.id,
-        stall_warn_seconds=0.001,
-    )
+    recorder = task_recorder(stall_warn_seconds=0.001)
     recorder.on_line('{"type": "system", "subtype": "init", "model": "m"}')
     recorder.last_output -= 1  # silent for a second
     recorder.tick()
@@ -368,20 +360,14 @@ def test_a_runs_events_all_name_the_run_and_where_it_runs(task):
     assert [e.payload["status"] for e in events[::2]] == ["running", "completed"]
 
 
-def test_a_flooding_cli_keeps_the_recorders_backlog_bounded(task, monkeypatch):
+def test_a_flooding_cli_keeps_the_recorders_backlog_bounded(task_recorder, monkeypatch):
     """Lines wait on the reader thread until the run thread flushes: banners are never queued
     and a flood of events beyond the backlog limit is dropped, so 100 MB of output costs no
     more memory than the limit."""
     import runner.recorder
 
     monkeypatch.setattr(runner.recorder, "BACKLOG_CHARS", 1000)
-    recorder = RunRecorder(
-        cli_type="claude",
-        workspace_id=task.workspace_id,
-        agent_id=None,
-        agent_name="Planner",
-        task_id=task.id,
-    )
+    recorder = task_recorder()
     for _ in range(100):
         recorder.on_line("x" * 1023)
     assert not recorder.lines
@@ -519,16 +505,10 @@ def test_a_removed_temp_dir_is_made_again_for_the_next_input(tmp_path, settings)
     assert first.read_text() == "two"
 
 
-def test_a_run_deleted_with_its_task_ends_without_a_trace(task):
+def test_a_run_deleted_with_its_task_ends_without_a_trace(task, task_recorder):
     """The task was deleted while its CLI ran: the run's final record finds nothing to update
     and writes no traces (they would point at a run that is gone: a FOREIGN KEY failure)."""
-    recorder = RunRecorder(
-        cli_type="claude",
-        workspace_id=task.workspace_id,
-        agent_id=None,
-        agent_name="Planner",
-        task_id=task.id,
-    )
+    recorder = task_recorder()
     recorder.on_line('{"type": "system", "subtype": "init", "model": "m"}')
     task.delete()
     with transaction.atomic():
