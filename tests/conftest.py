@@ -8,7 +8,9 @@ from django.db import connection
 from django.test import Client
 
 from agents.services import agent_create
+from runner.clis.base import Invocation
 from runner.recorder import RunRecorder
+from runner.schemas import task_schema
 from tasks.services import task_create
 from tests import databases
 from tests.stack import InProcessStack, Stack, migrated_template, session_template
@@ -80,6 +82,18 @@ def task_recorder(task):
         )
 
     return make
+
+
+def cli_invocation(tmp_path: Path, **fields) -> Invocation:
+    """A task run's invocation for the CLI adapters' argv tests (`fields` override)."""
+    defaults = {
+        "binary": "/bin/cli",
+        "prompt": "Read the file at /t/in.md and follow the instruction autonomously.",
+        "output_path": tmp_path / "out.json",
+        "schema": task_schema(),
+        "schema_path": tmp_path / "schema.json",
+    }
+    return Invocation(**defaults | fields)
 
 
 def error_of(response) -> dict:

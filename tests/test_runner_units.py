@@ -17,7 +17,7 @@ from django.utils import timezone
 from core.actors import USER
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
-from runner.clis.base import Invocation, stderr_message
+from runner.clis.base import stderr_message
 from runner.files import task_input_path, write_private
 from runner.models import TraceEvent
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
@@ -34,6 +34,7 @@ from tasks.services import (
     task_prioritize_toggle,
     task_run_failed,
 )
+from tests.conftest import cli_invocation
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,19 +114,8 @@ def test_invalid_task_output(data):
         parse_task_output(data)
 
 
-def invocation(tmp_path: Path) -> Invocation:
-    return Invocation(
-        binary="/bin/cli",
-        prompt="Read the file at /t/in.md and follow the instruction autonomously.",
-        output_path=tmp_path / "out.json",
-        schema=task_schema(),
-        schema_path=tmp_path / "schema.json",
-        include_dirs=("/t", "/kb"),
-    )
-
-
 def test_clis_build_the_measured_argv(tmp_path):
-    inv = invocation(tmp_path)
+    inv = cli_invocation(tmp_path, include_dirs=("/t", "/kb"))
     claude = CLIS["claude"].command(inv)
     assert claude.argv[:8] == [
         "/bin/cli",
