@@ -490,7 +490,7 @@ class TaskPass:
         return not self._agents_changed() and self._next_agent(self.agent.order) is None
 
     def _history(self) -> tuple[list, list]:
-        if self.history is None or self.history_read_at != self.task.updated_at:
+        if self._current_history() is None:
             self.history = task_selectors.task_history(self.task)
             self.history_read_at = self.task.updated_at
         return self.history
