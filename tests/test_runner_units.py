@@ -7,8 +7,10 @@ import platform
 import shutil
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.db import transaction
@@ -23,7 +25,7 @@ from runner.models import TraceEvent
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
 from runner.worker import pickup
-from runner.worker.execution import interpret, mcp_server_for
+from runner.worker.execution import execute, interpret, mcp_server_for
 from runner.worker.pipeline import task_input_text
 from runner.worker.process import ProcessResult
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
@@ -35,6 +37,7 @@ from tasks.services import (
     task_run_failed,
 )
 from tests.conftest import cli_invocation
+from tests.stack import FAKES_BIN
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -205,6 +208,27 @@ def test_root_claude_error_explains_the_fix():
     stderr = "--dangerously-skip-permissions cannot be used with root/sudo privileges"
     execution = interpret("claude", result(exit_code=1, stderr=stderr), Path("/nonexistent"))
     assert "IS_SANDBOX=1" in execution.error
+
+
+def test_an_mcp_configuration_that_cannot_be_written_is_a_run_error(tmp_path):
+    """The run's MCP config file cannot be written (here a folder is in the way): the run
+    ends with an error the user sees, the CLI is not started without its tools."""
+    output = tmp_path / "malamar_output_ab12.json"
+    (tmp_path / "malamar_output_ab12_mcp.json").mkdir()
+    server = mcp_server_for(SimpleNamespace(id="w1", mcp_tools_enabled=True))
+    run = execute(
+        cli_type="claude",
+        input_path=tmp_path / "in.md",
+        output_path=output,
+        schema=task_schema(),
+        schema_kind="task",
+        cwd=tmp_path,
+        stop=threading.Event(),
+        cli_conf={"binary_path": str(FAKES_BIN / "claude")},
+        mcp=server,
+    )
+    assert run.error.startswith("CLI could not be started: the MCP configuration: ")
+    assert run.result is None  # never started
 
 
 def test_stderr_message_prefers_json_error_and_drops_noise():
