@@ -17,6 +17,7 @@ from runner.clis.base import (
     McpServer,
     McpSetup,
     StdoutResult,
+    config_with_server,
 )
 from runner.worker import health
 from runner.worker.execution import interpret
@@ -281,6 +282,20 @@ def test_opencode_gets_inline_config_on_top_of_the_users(tmp_path):
         "environment": {"MALAMAR_DATA_DIR": "/data/ma lamar"},
         "enabled": True,
     }
+
+
+@pytest.mark.parametrize(
+    ("users", "expected"),
+    [
+        (None, {"mcp": {"malamar": {"x": 1}}}),
+        ([1, 2], {"mcp": {"malamar": {"x": 1}}}),
+        ({"mcp": "broken", "model": "m"}, {"mcp": {"malamar": {"x": 1}}, "model": "m"}),
+        ({"mcp": {"mine": {}, "malamar": "old"}}, {"mcp": {"mine": {}, "malamar": {"x": 1}}}),
+    ],
+)
+def test_a_users_configuration_of_any_shape_gets_the_server(users, expected):
+    """Not an object (or its servers not one): replaced; the user's own servers are kept."""
+    assert config_with_server(users, "mcp", "malamar", {"x": 1}) == expected
 
 
 def test_a_custom_command_gets_no_mcp_server(tmp_path):
