@@ -208,6 +208,12 @@ def run_timeline(run_id: str):
     return _with_groups([run])[0] if run else None
 
 
+def task_first_tree(task_id: str, store: str) -> str | None:
+    """The tree the task's first snapshotted run in `store` started from (None: no run yet)."""
+    runs = AgentRun.objects.filter(task_id=task_id, snapshot_store=store).exclude(tree_before="")
+    return runs.order_by("started_at").values_list("tree_before", flat=True).first()
+
+
 def usage_totals(runs) -> dict:
     """Sum of tokens and cost over an AgentRun queryset (None where no run reported any)."""
     totals = runs.aggregate(

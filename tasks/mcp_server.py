@@ -16,12 +16,12 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-from core.actors import MCP_AGENT, author_name
+from core.actors import MCP_AGENT
 from core.errors import ServiceError
 from tasks import services
 from tasks.models import Task, TaskStatus
 from tasks.selectors import (
-    agent_names,
+    comments_for_task,
     related_tasks,
     task_dependencies,
     tasks_matching,
@@ -132,15 +132,14 @@ class WorkspaceTools:
         content, time) and its dependencies (the tasks it waits for, and those waiting for
         it)."""
         task = self.task(task_id)
-        names = agent_names(task.workspace_id)
         comments = [
             {
-                "author": author_name(comment.author_type, comment.agent_id, names),
+                "author": comment.author_name,
                 "kind": comment.kind,
                 "content": comment.content,
                 "created_at": iso(comment.created_at),
             }
-            for comment in task.comments.order_by("created_at", "id")
+            for comment in comments_for_task(task)
         ]
         return {
             **task_brief(task),

@@ -69,6 +69,17 @@ def logs_for_task(task: Task) -> list[TaskLog]:
     return list(task.logs.order_by("created_at", "id"))
 
 
+def task_history(task: Task) -> tuple[list[TaskComment], list[TaskLog]]:
+    """The comments and activity logs an agent's input shows, oldest first."""
+    return list(task.comments.order_by("created_at", "id")), logs_for_task(task)
+
+
+def last_agent_comment(task: Task) -> str:
+    """What the agents said last on the task ("" when none spoke): an In Review mail quotes it."""
+    comment = task.comments.filter(agent_id__isnull=False).order_by("-created_at").first()
+    return comment.content if comment else ""
+
+
 # --- dependencies ---------------------------------------------------------------------------
 
 

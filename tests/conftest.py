@@ -8,6 +8,9 @@ from django.db import connection
 from django.test import Client
 
 from agents.services import agent_create
+from runner.clis.base import Invocation
+from runner.recorder import RunRecorder
+from runner.schemas import task_schema
 from tasks.services import task_create
 from tests import databases
 from tests.stack import InProcessStack, Stack, migrated_template, session_template
@@ -62,6 +65,35 @@ def agents(workspace):
 @pytest.fixture
 def task(workspace):
     return task_create(workspace=workspace, summary="Add a login page", description="With tests")
+
+
+@pytest.fixture
+def task_recorder(task):
+    """Makes the recorder of a claude run on `task` (options such as stall_warn_seconds)."""
+
+    def make(**options) -> RunRecorder:
+        return RunRecorder(
+            cli_type="claude",
+            workspace_id=task.workspace_id,
+            agent_id=None,
+            agent_name="Planner",
+            task_id=task.id,
+            **options,
+        )
+
+    return make
+
+
+def cli_invocation(tmp_path: Path, **fields) -> Invocation:
+    """A task run's invocation for the CLI adapters' argv tests (`fields` override)."""
+    defaults = {
+        "binary": "/bin/cli",
+        "prompt": "Read the file at /t/in.md and follow the instruction autonomously.",
+        "output_path": tmp_path / "out.json",
+        "schema": task_schema(),
+        "schema_path": tmp_path / "schema.json",
+    }
+    return Invocation(**defaults | fields)
 
 
 def error_of(response) -> dict:

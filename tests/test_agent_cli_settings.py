@@ -18,12 +18,12 @@ from core.errors import ValidationFailed
 from runner.clis import cli_for
 from runner.clis.base import CustomCommand, Invocation, RunOptions, TemplateError, fill
 from runner.models import AgentRun, CliHealth, CliHealthStatus
-from runner.schemas import chat_schema, task_schema
+from runner.schemas import chat_schema
 from runner.worker import health
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import Task, TaskQueueItem, TaskStatus
 from tasks.services import task_create
-from tests.conftest import error_of
+from tests.conftest import cli_invocation, error_of
 from tests.pages import html, hx
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
@@ -32,12 +32,9 @@ PROMPT = "Read the file at /t/in.md and follow the instruction autonomously."
 
 
 def invocation(tmp_path: Path, **options) -> Invocation:
-    return Invocation(
-        binary="/bin/cli",
+    return cli_invocation(
+        tmp_path,
         prompt=PROMPT,
-        output_path=tmp_path / "out.json",
-        schema=task_schema(),
-        schema_path=tmp_path / "schema.json",
         options=RunOptions(**options),
         input_path=tmp_path / "in.md",
         cwd="/work/project",
@@ -92,13 +89,7 @@ def test_opencode_gets_provider_model_and_variant(tmp_path):
 
 @pytest.mark.parametrize("cli", ["claude", "gemini", "codex", "opencode"])
 def test_no_settings_leave_the_measured_invocation_alone(cli, tmp_path):
-    plain = Invocation(
-        binary="/bin/cli",
-        prompt=PROMPT,
-        output_path=tmp_path / "out.json",
-        schema=task_schema(),
-        schema_path=tmp_path / "schema.json",
-    )
+    plain = cli_invocation(tmp_path, prompt=PROMPT)
     assert cli_for(cli).command(plain) == cli_for(cli).command(invocation(tmp_path))
 
 

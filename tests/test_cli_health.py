@@ -13,7 +13,6 @@ from agents.models import CliType
 from core.models import OutboxEvent
 from core.settings_store import settings_update
 from runner.models import CliHealth, CliHealthStatus, RunStatus
-from runner.recorder import RunRecorder
 from runner.selectors import cli_available
 from runner.services import cli_health_check_request, cli_health_store
 from runner.worker import health
@@ -169,17 +168,11 @@ def test_two_timeouts_make_a_healthy_cli_slow_not_unavailable(
 # --- a CLI that just answered a real run is healthy -----------------------------------------
 
 
-def test_a_successful_run_clears_an_unhealthy_mark(task):
+def test_a_successful_run_clears_an_unhealthy_mark(task_recorder):
     CliHealth.objects.create(cli_type="claude", status="unhealthy", error="timed out")
 
     def run(status):
-        recorder = RunRecorder(
-            cli_type="claude",
-            workspace_id=task.workspace_id,
-            agent_id=None,
-            agent_name="Planner",
-            task_id=task.id,
-        )
+        recorder = task_recorder()
         recorder.finish(status=status, exit_code=0 if status == RunStatus.COMPLETED else 1)
 
     run(RunStatus.FAILED)

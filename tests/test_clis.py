@@ -14,15 +14,15 @@ from runner.clis.base import (
     HEALTH_PROMPT,
     Cli,
     Command,
-    Invocation,
     McpServer,
     McpSetup,
     StdoutResult,
+    config_with_server,
 )
-from runner.schemas import task_schema
 from runner.worker import health
 from runner.worker.execution import interpret
 from runner.worker.process import ProcessResult
+from tests.conftest import cli_invocation
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = next(
@@ -120,21 +120,11 @@ def test_only_the_registry_imports_a_cli_module():
     assert found == []
 
 
-def invocation(tmp_path: Path) -> Invocation:
-    return Invocation(
-        binary="/bin/cli",
-        prompt="Read the file at /t/in.md and follow the instruction autonomously.",
-        output_path=tmp_path / "out.json",
-        schema=task_schema(),
-        schema_path=tmp_path / "schema.json",
-    )
-
-
 @pytest.mark.parametrize("cli", CLIS.values(), ids=list(CLIS))
 def test_every_cli_implements_the_whole_contract(cli, tmp_path):
     assert isinstance(cli.stderr_noise, tuple)
     assert all(isinstance(prefix, str) for prefix in cli.stderr_noise)
-    run = cli.command(invocation(tmp_path))
+    run = cli.command(cli_invocation(tmp_path))
     assert isinstance(run, Command) and run.argv[0] == "/bin/cli"
     assert all(isinstance(arg, str) for arg in run.argv)
     check = cli.health_command("/bin/cli")
@@ -273,7 +263,8 @@ def test_codex_gets_config_overrides_in_toml(tmp_path):
         "env": {"MALAMAR_DATA_DIR": "/data/ma lamar"},
     }
     # Before the prompt (the last argument), after Malamar's own options.
-    argv = cli_for("codex").command(_invocation(tmp_path, mcp_args=setup.args)).argv
+    codex = cli_invocation(tmp_path, binary="codex", prompt="PROMPT", mcp_args=setup.args)
+    argv = cli_for("codex").command(codex).argv
     assert argv[-1] == "PROMPT" and argv[-1 - len(setup.args) : -1] == list(setup.args)
 
 
@@ -293,17 +284,20 @@ def test_opencode_gets_inline_config_on_top_of_the_users(tmp_path):
     }
 
 
+@pytest.mark.parametrize(
+    ("users", "expected"),
+    [
+        (None, {"mcp": {"malamar": {"x": 1}}}),
+        ([1, 2], {"mcp": {"malamar": {"x": 1}}}),
+        ({"mcp": "broken", "model": "m"}, {"mcp": {"malamar": {"x": 1}}, "model": "m"}),
+        ({"mcp": {"mine": {}, "malamar": "old"}}, {"mcp": {"mine": {}, "malamar": {"x": 1}}}),
+    ],
+)
+def test_a_users_configuration_of_any_shape_gets_the_server(users, expected):
+    """Not an object (or its servers not one): replaced; the user's own servers are kept."""
+    assert config_with_server(users, "mcp", "malamar", {"x": 1}) == expected
+
+
 def test_a_custom_command_gets_no_mcp_server(tmp_path):
     setup = cli_for(CUSTOM_CLI).mcp_setup(SERVER, env={}, config_path=tmp_path / "x")
     assert setup == McpSetup()
-
-
-def _invocation(tmp_path: Path, **fields) -> Invocation:
-    return Invocation(
-        binary="codex",
-        prompt="PROMPT",
-        output_path=tmp_path / "out.json",
-        schema=task_schema(),
-        schema_path=tmp_path / "schema.json",
-        **fields,
-    )

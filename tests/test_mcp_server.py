@@ -57,6 +57,19 @@ def server(data_dir, workspace_id: str) -> StdioServerParameters:
     )
 
 
+def run_without_client(params: StdioServerParameters) -> subprocess.CompletedProcess:
+    """The server started with nothing on its stdin, for the refusals at start-up."""
+    return subprocess.run(
+        [params.command, *params.args],
+        env=params.env,
+        cwd=params.cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def session(data_dir, workspace_id: str, calls: list[tuple[str, dict]]) -> dict:
     """The tool list and each call's result, in order, over one connection."""
 
@@ -218,32 +231,14 @@ print("ok")
 
 def test_an_unknown_workspace_is_refused_at_start(seeded):
     data_dir, _ids = seeded
-    params = server(data_dir, "nosuchworkspace")
-    done = subprocess.run(
-        [params.command, *params.args],
-        env=params.env,
-        cwd=params.cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    done = run_without_client(server(data_dir, "nosuchworkspace"))
     assert done.returncode == 1
     assert "no workspace with id 'nosuchworkspace'" in done.stderr
     assert done.stdout == ""
 
 
 def test_a_data_dir_without_malamars_database_is_a_message(tmp_path):
-    params = server(tmp_path / "nothing-here", "anyworkspace")
-    done = subprocess.run(
-        [params.command, *params.args],
-        env=params.env,
-        cwd=params.cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    done = run_without_client(server(tmp_path / "nothing-here", "anyworkspace"))
     assert done.returncode == 1
     assert "cannot read Malamar's database in" in done.stderr and "run `malamar`" in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""

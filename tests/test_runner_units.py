@@ -7,8 +7,10 @@ import platform
 import shutil
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.db import transaction
@@ -17,14 +19,13 @@ from django.utils import timezone
 from core.actors import USER
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
-from runner.clis.base import Invocation, stderr_message
+from runner.clis.base import stderr_message
 from runner.files import task_input_path, write_private
 from runner.models import TraceEvent
-from runner.recorder import RunRecorder
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
 from runner.worker import pickup
-from runner.worker.execution import interpret, mcp_server_for
+from runner.worker.execution import execute, interpret, mcp_server_for
 from runner.worker.pipeline import task_input_text
 from runner.worker.process import ProcessResult
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
@@ -35,6 +36,8 @@ from tasks.services import (
     task_prioritize_toggle,
     task_run_failed,
 )
+from tests.conftest import cli_invocation
+from tests.stack import FAKES_BIN
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,19 +117,8 @@ def test_invalid_task_output(data):
         parse_task_output(data)
 
 
-def invocation(tmp_path: Path) -> Invocation:
-    return Invocation(
-        binary="/bin/cli",
-        prompt="Read the file at /t/in.md and follow the instruction autonomously.",
-        output_path=tmp_path / "out.json",
-        schema=task_schema(),
-        schema_path=tmp_path / "schema.json",
-        include_dirs=("/t", "/kb"),
-    )
-
-
 def test_clis_build_the_measured_argv(tmp_path):
-    inv = invocation(tmp_path)
+    inv = cli_invocation(tmp_path, include_dirs=("/t", "/kb"))
     claude = CLIS["claude"].command(inv)
     assert claude.argv[:8] == [
         "/bin/cli",
@@ -216,6 +208,27 @@ def test_root_claude_error_explains_the_fix():
     stderr = "--dangerously-skip-permissions cannot be used with root/sudo privileges"
     execution = interpret("claude", result(exit_code=1, stderr=stderr), Path("/nonexistent"))
     assert "IS_SANDBOX=1" in execution.error
+
+
+def test_an_mcp_configuration_that_cannot_be_written_is_a_run_error(tmp_path):
+    """The run's MCP config file cannot be written (here a folder is in the way): the run
+    ends with an error the user sees, the CLI is not started without its tools."""
+    output = tmp_path / "malamar_output_ab12.json"
+    (tmp_path / "malamar_output_ab12_mcp.json").mkdir()
+    server = mcp_server_for(SimpleNamespace(id="w1", mcp_tools_enabled=True))
+    run = execute(
+        cli_type="claude",
+        input_path=tmp_path / "in.md",
+        output_path=output,
+        schema=task_schema(),
+        schema_kind="task",
+        cwd=tmp_path,
+        stop=threading.Event(),
+        cli_conf={"binary_path": str(FAKES_BIN / "claude")},
+        mcp=server,
+    )
+    assert run.error.startswith("CLI could not be started: the MCP configuration: ")
+    assert run.result is None  # never started
 
 
 def test_stderr_message_prefers_json_error_and_drops_noise():
@@ -338,17 +351,10 @@ def test_the_input_file_carries_repeated_errors_once(workspace, agents):
     assert rows[1]["created_at"] == last.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def test_a_runs_events_all_name_the_run_and_where_it_runs(task):
+def test_a_runs_events_all_name_the_run_and_where_it_runs(task, task_recorder):
     """Live trace batches, the stall warning and the final record carry the same identity, so
     open pages place each event on the right timeline."""
-    recorder = RunRecorder(
-        cli_type="claude",
-        workspace_id=task.workspace_id,
-        agent_id=None,
-        agent_name="Planner",
-        task_id=task.id,
-        stall_warn_seconds=0.001,
-    )
+    recorder = task_recorder(stall_warn_seconds=0.001)
     recorder.on_line('{"type": "system", "subtype": "init", "model": "m"}')
     recorder.last_output -= 1  # silent for a second
     recorder.tick()
@@ -368,20 +374,14 @@ def test_a_runs_events_all_name_the_run_and_where_it_runs(task):
     assert [e.payload["status"] for e in events[::2]] == ["running", "completed"]
 
 
-def test_a_flooding_cli_keeps_the_recorders_backlog_bounded(task, monkeypatch):
+def test_a_flooding_cli_keeps_the_recorders_backlog_bounded(task_recorder, monkeypatch):
     """Lines wait on the reader thread until the run thread flushes: banners are never queued
     and a flood of events beyond the backlog limit is dropped, so 100 MB of output costs no
     more memory than the limit."""
     import runner.recorder
 
     monkeypatch.setattr(runner.recorder, "BACKLOG_CHARS", 1000)
-    recorder = RunRecorder(
-        cli_type="claude",
-        workspace_id=task.workspace_id,
-        agent_id=None,
-        agent_name="Planner",
-        task_id=task.id,
-    )
+    recorder = task_recorder()
     for _ in range(100):
         recorder.on_line("x" * 1023)
     assert not recorder.lines
@@ -519,16 +519,10 @@ def test_a_removed_temp_dir_is_made_again_for_the_next_input(tmp_path, settings)
     assert first.read_text() == "two"
 
 
-def test_a_run_deleted_with_its_task_ends_without_a_trace(task):
+def test_a_run_deleted_with_its_task_ends_without_a_trace(task, task_recorder):
     """The task was deleted while its CLI ran: the run's final record finds nothing to update
     and writes no traces (they would point at a run that is gone: a FOREIGN KEY failure)."""
-    recorder = RunRecorder(
-        cli_type="claude",
-        workspace_id=task.workspace_id,
-        agent_id=None,
-        agent_name="Planner",
-        task_id=task.id,
-    )
+    recorder = task_recorder()
     recorder.on_line('{"type": "system", "subtype": "init", "model": "m"}')
     task.delete()
     with transaction.atomic():

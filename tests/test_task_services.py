@@ -2,10 +2,10 @@
 
 import pytest
 
-from core.actors import SYSTEM, USER, Actor
+from core.actors import SYSTEM, USER, Actor, agent_actor
 from core.errors import Conflict, ValidationFailed
 from core.models import OutboxEvent
-from tasks import services
+from tasks import selectors, services
 from tasks.models import QueueStatus, Task, TaskComment, TaskLog, TaskQueueItem, TaskStatus
 from workspaces.models import Workspace
 
@@ -444,3 +444,21 @@ def test_migration_stores_kinds_for_existing_comments():
         "folder": "error",
         "other": "system",
     }
+
+
+def test_the_last_agent_comment_is_what_an_agent_said_last(task, agents):
+    """An In Review mail quotes it: the user's and the system's comments do not count."""
+    assert selectors.last_agent_comment(task) == ""
+    planner, implementer = (agent_actor(agent) for agent in agents[:2])
+    services.comment_create(task=task, content="Plan: two steps.", actor=planner)
+    services.comment_create(task=task, content="Both done.", actor=implementer)
+    services.comment_create(task=task, content="Thanks!", actor=USER)
+    assert selectors.last_agent_comment(task) == "Both done."
+
+
+def test_an_agents_input_history_is_oldest_first(task):
+    services.comment_create(task=task, content="first", actor=USER)
+    services.comment_create(task=task, content="second", actor=USER)
+    comments, logs = selectors.task_history(task)
+    assert [comment.content for comment in comments] == ["first", "second"]
+    assert logs == selectors.logs_for_task(task) and logs[0].event_type == "task_created"

@@ -13,7 +13,6 @@ from django.utils import timezone
 
 from core.models import OutboxEvent
 from runner.models import AgentRun, TraceEvent
-from runner.recorder import RunRecorder
 from runner.selectors import TIMELINE_RUNS, run_timelines
 from runner.timeline import group_traces
 
@@ -176,10 +175,8 @@ def test_run_fragment_view(client, db, workspace, task):
     assert client.get("/runs/nope/").status_code == 404
 
 
-def test_finishing_a_run_publishes_its_final_status(db, workspace, task):
-    recorder = RunRecorder(
-        cli_type="claude", workspace_id=workspace.id, agent_id=None, agent_name="A", task_id=task.id
-    )
+def test_finishing_a_run_publishes_its_final_status(task, task_recorder):
+    recorder = task_recorder()
     recorder.finish(status="completed", exit_code=0)
     event = OutboxEvent.objects.filter(type="run.trace").order_by("-id").first()
     payload = event.payload if isinstance(event.payload, dict) else json.loads(event.payload)

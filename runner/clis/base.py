@@ -190,6 +190,14 @@ class Cli(ABC):
         return None
 
 
+def config_with_server(config: object, key: str, name: str, entry: dict) -> dict:
+    """A CLI's JSON configuration (anything but an object counts as none) with the MCP server
+    `entry` as `name` under `key`, the servers already there kept."""
+    config = config if isinstance(config, dict) else {}
+    servers = config.get(key) if isinstance(config.get(key), dict) else {}
+    return {**config, key: {**servers, name: entry}}
+
+
 def json_lines(text: str):
     """Every line of `text` that parses as a JSON object (a CLI's event stream)."""
     for line in text.splitlines():

@@ -19,6 +19,7 @@ from runner.clis.base import (
     Invocation,
     McpServer,
     McpSetup,
+    config_with_server,
     json_document,
     json_lines,
 )
@@ -112,11 +113,8 @@ class Gemini(Cli):
     ) -> McpSetup:
         """A run's own system settings file (GEMINI_CLI_SYSTEM_SETTINGS_PATH) holding the
         server; never a `.gemini/settings.json` in the user's folders."""
-        settings = system_settings(env)
-        servers = settings.get("mcpServers")
-        servers = dict(servers) if isinstance(servers, dict) else {}
-        servers[server.name] = server.stdio_entry()
-        settings = {**settings, "mcpServers": servers}
+        entry = server.stdio_entry()
+        settings = config_with_server(system_settings(env), "mcpServers", server.name, entry)
         return McpSetup(
             env=((SYSTEM_SETTINGS_ENV, str(config_path)),),
             files=((config_path, json.dumps(settings, indent=2)),),

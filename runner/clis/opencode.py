@@ -19,6 +19,7 @@ from runner.clis.base import (
     Invocation,
     McpServer,
     McpSetup,
+    config_with_server,
     json_lines,
 )
 from runner.limits import Limit, first_limit, seconds_after
@@ -93,15 +94,13 @@ class OpenCode(Cli):
             config = json.loads(env.get(CONFIG_CONTENT_ENV) or "{}")
         except ValueError:
             config = {}
-        config = config if isinstance(config, dict) else {}
-        servers = config.get("mcp") if isinstance(config.get("mcp"), dict) else {}
         entry = {
             "type": "local",
             "command": [server.command, *server.args],
             "environment": dict(server.env),
             "enabled": True,
         }
-        config = {**config, "mcp": {**servers, server.name: entry}}
+        config = config_with_server(config, "mcp", server.name, entry)
         return McpSetup(env=((CONFIG_CONTENT_ENV, json.dumps(config)),))
 
     def health_command(self, binary: str) -> Command:

@@ -235,14 +235,6 @@ def _run_cli(owner, recorder: RunRecorder):
 # task passes -------------------------------------------------------------------------------
 
 
-def task_history(task: Task) -> tuple[list[TaskComment], list[TaskLog]]:
-    """The comments and activity logs an agent's input shows, oldest first."""
-    return (
-        list(task.comments.order_by("created_at", "id")),
-        list(task.logs.order_by("created_at", "id")),
-    )
-
-
 def task_input_text(
     task: Task,
     agent: Agent,
@@ -253,15 +245,15 @@ def task_input_text(
     isolated: bool = False,
 ) -> str:
     """The input file of one agent step; `agents` = the workspace's (id, name) in order,
-    `history` = task_history(task) (both read now when not given); `isolated`: the task works
-    on its branch (agents are told which)."""
+    `history` = tasks.selectors.task_history(task) (both read now when not given);
+    `isolated`: the task works on its branch (agents are told which)."""
     if agents is None:
         agents = list(
             Agent.objects.filter(workspace_id=task.workspace_id)
             .in_order()
             .values_list("id", "name")
         )
-    comments, logs = history if history is not None else task_history(task)
+    comments, logs = history if history is not None else task_selectors.task_history(task)
     names = dict(agents)
     comments = [
         prompts.comment_row(c, author_name(c.author_type, c.agent_id, names))
@@ -277,15 +269,6 @@ def task_input_text(
         output_path=str(output_path),
         branch=(task.branch_name, task.branch_base) if isolated and task.branch_name else None,
     )
-
-
-def _last_agent_comment(task: Task) -> str:
-    comment = (
-        TaskComment.objects.filter(task=task, agent_id__isnull=False)
-        .order_by("-created_at")
-        .first()
-    )
-    return comment.content if comment else ""
 
 
 def _begin_task(item: TaskQueueItem) -> tuple[Task | None, bool]:
@@ -507,8 +490,9 @@ class TaskPass:
         return not self._agents_changed() and self._next_agent(self.agent.order) is None
 
     def _history(self) -> tuple[list, list]:
-        if self.history is None or self.history_read_at != self.task.updated_at:
-            self.history, self.history_read_at = task_history(self.task), self.task.updated_at
+        if self._current_history() is None:
+            self.history = task_selectors.task_history(self.task)
+            self.history_read_at = self.task.updated_at
         return self.history
 
     def _current_history(self) -> tuple[list, list] | None:
@@ -541,7 +525,7 @@ class TaskPass:
     def _last_agent_comment(self) -> str:
         history = self._current_history()
         if history is None:
-            return _last_agent_comment(self.task)
+            return task_selectors.last_agent_comment(self.task)
         by_agents = [comment for comment in history[0] if comment.agent_id]
         return max(by_agents, key=lambda c: c.created_at).content if by_agents else ""
 

@@ -10,6 +10,7 @@ from core.fields import max_length_of
 from runner import diffs, snapshots
 from runner.git import GitError
 from runner.models import AgentRun
+from runner.selectors import task_first_tree
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +67,7 @@ class RunSnapshots:
         """From the task's first snapshot in this store (maybe this run's) to this one."""
         first = self.first_trees.get(after.store)
         if first is None:
-            first = (
-                AgentRun.objects.filter(task_id=self.run.task_id, snapshot_store=after.store)
-                .exclude(tree_before="")
-                .order_by("started_at")
-                .values_list("tree_before", flat=True)
-                .first()
-            ) or self.before.tree
+            first = task_first_tree(self.run.task_id, after.store) or self.before.tree
             self.first_trees[after.store] = first
         files = diffs.changed_files(after.store, first, after.tree)
         return {f"task_{key}": value for key, value in diffs.totals(files).items()}

@@ -169,6 +169,13 @@ class Box:
         stdin = self.prompt if cli == "opencode" and argv[-1] == "json" else None
         return run(argv, self.work, env=env, stdin=stdin, timeout=timeout)
 
+    def start(self, argv: list[str], **popen) -> subprocess.Popen:
+        """Start the fake without waiting, for tests that act while it runs (pipes and text
+        unless `popen` says otherwise)."""
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        options = {"stdin": subprocess.DEVNULL, **pipes, "text": True} | popen
+        return subprocess.Popen(argv, cwd=self.work, env=fake_env(), **options)
+
     def result(self, cli: str, proc: subprocess.CompletedProcess) -> object:
         """What Malamar reads: claude's structured_output, else the output file (parsed when
         it is JSON, raw text otherwise); MISSING when there is neither."""
@@ -474,15 +481,7 @@ def test_sleep_streams_opening_before_sleeping(box, cli):
     box.task(description="@fake sleep 1.5 comment done")
     argv = box.argv(cli, stream=True)
     start = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        cwd=box.work,
-        env=fake_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = box.start(argv, stdin=subprocess.PIPE)
     proc.stdin.write(box.prompt if cli == "opencode" else "")
     proc.stdin.close()
     first = proc.stdout.readline()
@@ -517,15 +516,7 @@ def test_sleep_chain_and_exit(box):
 
 def test_hold_waits_for_each_release_file_of_the_test(box):
     box.task(description="@fake hold 30 hold 30 comment released")
-    proc = subprocess.Popen(
-        box.argv("codex"),
-        cwd=box.work,
-        env=fake_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = box.start(box.argv("codex"))
     release = box.work / "release"
     try:
         for _ in range(2):  # each hold takes its release file: the second waits for a new one
@@ -557,21 +548,12 @@ def wait_for(check, what: str, timeout: float = 10) -> None:
 
 def test_grandchild_shares_the_process_group(box):
     box.task(description="@fake grandchild 2 comment after")
-    proc = subprocess.Popen(
-        box.argv("claude"),
-        cwd=box.work,
-        env=fake_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    proc = box.start(
+        box.argv("claude"), stderr=subprocess.DEVNULL, text=False, start_new_session=True
     )
     pid_file = box.work / "grandchild.pid"
     try:
-        deadline = time.monotonic() + 10
-        while not pid_file.exists() or not pid_file.read_text().strip():
-            assert time.monotonic() < deadline, "grandchild.pid never appeared"
-            time.sleep(0.05)
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "grandchild.pid")
         grandchild = int(pid_file.read_text())
         assert grandchild != proc.pid
         assert os.getpgid(grandchild) == proc.pid  # the fake leads its own new group
