@@ -12,6 +12,7 @@ import dataclasses
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ from chats.services import chat_start
 from runner.models import AgentRun, RunStatus, Worker
 from runner.services import worker_register, worker_take_over
 from runner.worker import pickup
+from runner.worker.loop import Worker as WorkerLoop
 from runner.worker.loop import recover
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import task_cancel, task_create
@@ -93,6 +95,30 @@ def _running_item(task) -> TaskQueueItem:
     return TaskQueueItem.objects.filter(task=task, status=QueueStatus.IN_PROGRESS).first()
 
 
+def _running_on(task, worker_id: str) -> None:
+    """The task's queued item as if `worker_id` were running it (no CLI behind it)."""
+    item = TaskQueueItem.objects.get(task=task)
+    TaskQueueItem.objects.filter(id=item.id).update(
+        status=QueueStatus.IN_PROGRESS, worker_id=worker_id
+    )
+    AgentRun.objects.create(
+        id=item.id,
+        workspace=task.workspace,
+        task=task,
+        agent_name="A",
+        cli_type="claude",
+        worker_id=worker_id,
+        started_at=timezone.now(),
+    )
+
+
+def _pid_gone() -> int:
+    """The pid of a process that has ended."""
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
 def _process_recorded(task) -> bool:
     item = _running_item(task)
     return item is not None and item.pid is not None
@@ -142,19 +168,7 @@ def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
     tasks = [task_create(workspace=workspace, summary=name) for name in ("live", "dead")]
     owners = {tasks[0].id: live.id, tasks[1].id: "gone-worker-id-000000"}
     for task in tasks:
-        item = TaskQueueItem.objects.get(task=task)
-        TaskQueueItem.objects.filter(id=item.id).update(
-            status=QueueStatus.IN_PROGRESS, worker_id=owners[task.id]
-        )
-        AgentRun.objects.create(
-            id=item.id,
-            workspace=workspace,
-            task=task,
-            agent_name="A",
-            cli_type="claude",
-            worker_id=owners[task.id],
-            started_at=timezone.now(),
-        )
+        _running_on(task, owners[task.id])
 
     assert recover(hostname="b", worker_id=me.id) == 1
 
@@ -163,6 +177,34 @@ def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
     assert (requeued.status, requeued.worker_id) == (QueueStatus.QUEUED, None)
     runs = dict(AgentRun.objects.values_list("task_id", "status"))
     assert runs == {tasks[0].id: RunStatus.RUNNING, tasks[1].id: RunStatus.INTERRUPTED}
+
+
+def test_a_worker_of_this_machine_whose_process_is_gone_is_taken_over_at_once(db):
+    """Killed, then restarted on the same machine: its runs need not wait for its heartbeat to
+    go stale. Another machine's worker with the same pid still beats: it is left alone."""
+    here = socket.gethostname()
+    row = {"capacity": 1, "clis": [], "version": "t"}
+    me = worker_register(hostname=here, pid=os.getpid(), **row)
+    pid = _pid_gone()
+    died = worker_register(hostname=here, pid=pid, **row)
+    elsewhere = worker_register(hostname=f"not-{here}", pid=pid, **row)
+    workspace = _workspace("Restarted")
+    tasks = [task_create(workspace=workspace, summary=name) for name in ("died", "elsewhere")]
+    _running_on(tasks[0], died.id)
+    _running_on(tasks[1], elsewhere.id)
+    loop = WorkerLoop(poll_interval=1, heartbeat=1, stale_after=3600)
+    loop.worker_id = me.id
+    try:
+        assert loop.recover_dead_workers() == 1
+    finally:
+        os.close(loop.kick_r)
+        os.close(loop.kick_w)
+
+    assert set(Worker.objects.values_list("id", flat=True)) == {me.id, elsewhere.id}
+    assert [peer["id"] for peer in loop.peers] == [elsewhere.id]
+    requeued, kept = (TaskQueueItem.objects.get(task=task) for task in tasks)
+    assert (requeued.status, requeued.worker_id) == (QueueStatus.QUEUED, None)
+    assert (kept.status, kept.worker_id) == (QueueStatus.IN_PROGRESS, elsewhere.id)
 
 
 # several workers on PostgreSQL ---------------------------------------------------------------
