@@ -124,11 +124,7 @@ def recover(*, hostname: str | None = None, worker_id: str | None = None) -> int
     recovered = 0
     for model, item in orphans:
         local = hostname is None or hosts.get(item.worker_id, hostname) == hostname
-        if (
-            not model.objects.running()
-            .filter(id=item.id, worker_id=item.worker_id)
-            .update(worker_id=worker_id)
-        ):
+        if not model.objects.adopt(item, worker_id=worker_id):
             continue  # another worker recovers it (or it ended meanwhile)
         item.worker_id = worker_id
         if local and item.pid and item.pgid and item.process_started_at:
