@@ -207,6 +207,14 @@ def test_a_worker_of_this_machine_whose_process_is_gone_is_taken_over_at_once(db
     assert (kept.status, kept.worker_id) == (QueueStatus.IN_PROGRESS, elsewhere.id)
 
 
+def test_runworker_refuses_a_negative_capacity():
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("runworker", "--capacity", "-1", stderr=err)
+    assert exited.value.code == 2
+    assert "--capacity must be 0 (no limit) or more" in err.getvalue()
+
+
 # several workers on PostgreSQL ---------------------------------------------------------------
 
 
