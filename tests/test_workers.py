@@ -119,6 +119,18 @@ def _pid_gone() -> int:
     return process.pid
 
 
+def _loop(worker_id: str | None = None, **options) -> WorkerLoop:
+    """A worker's loop that is not started (its methods called one at a time)."""
+    loop = WorkerLoop(poll_interval=1, **options)
+    loop.worker_id = worker_id
+    return loop
+
+
+def _close(loop: WorkerLoop) -> None:
+    os.close(loop.kick_r)
+    os.close(loop.kick_w)
+
+
 def _process_recorded(task) -> bool:
     item = _running_item(task)
     return item is not None and item.pid is not None
@@ -192,19 +204,53 @@ def test_a_worker_of_this_machine_whose_process_is_gone_is_taken_over_at_once(db
     tasks = [task_create(workspace=workspace, summary=name) for name in ("died", "elsewhere")]
     _running_on(tasks[0], died.id)
     _running_on(tasks[1], elsewhere.id)
-    loop = WorkerLoop(poll_interval=1, heartbeat=1, stale_after=3600)
-    loop.worker_id = me.id
+    loop = _loop(me.id, heartbeat=1, stale_after=3600)
     try:
         assert loop.recover_dead_workers() == 1
     finally:
-        os.close(loop.kick_r)
-        os.close(loop.kick_w)
+        _close(loop)
 
     assert set(Worker.objects.values_list("id", flat=True)) == {me.id, elsewhere.id}
     assert [peer["id"] for peer in loop.peers] == [elsewhere.id]
     requeued, kept = (TaskQueueItem.objects.get(task=task) for task in tasks)
     assert (requeued.status, requeued.worker_id) == (QueueStatus.QUEUED, None)
     assert (kept.status, kept.worker_id) == (QueueStatus.IN_PROGRESS, elsewhere.id)
+
+
+def test_a_worker_that_cannot_beat_for_longer_than_the_stale_limit_drops_its_runs(monkeypatch):
+    """Another worker may have taken its runs over by then: it must not finish them."""
+
+    def database_gone(**_):
+        raise ConnectionError("database unreachable")
+
+    monkeypatch.setattr("runner.worker.loop.worker_heartbeat", database_gone)
+    loop = _loop("w" * 21, heartbeat=1, stale_after=30)
+    stop = loop._register("task", TaskQueueItem(id="x" * 21))
+    try:
+        loop.beat()  # the last beat was just now: the runs go on
+        assert not stop.is_set()
+        loop.last_beat -= 31
+        loop.beat()
+        assert stop.is_set()
+    finally:
+        _close(loop)
+
+
+@postgres_only
+def test_a_clean_stop_requeues_the_workers_runs_at_once(db):
+    me = worker_register(
+        hostname=socket.gethostname(), pid=os.getpid(), capacity=1, clis=[], version="t"
+    )
+    task = task_create(workspace=_workspace("Stopped"), summary="T")
+    _running_on(task, me.id)
+    loop = _loop(me.id)
+    try:
+        loop.retire()
+    finally:
+        _close(loop)
+    assert not Worker.objects.filter(id=me.id).exists()
+    item = TaskQueueItem.objects.get(task=task)
+    assert (item.status, item.worker_id) == (QueueStatus.QUEUED, None)
 
 
 def test_runworker_refuses_a_negative_capacity():
