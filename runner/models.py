@@ -80,6 +80,14 @@ class QueueItemQuerySet(models.QuerySet):
             )
         )
 
+    def adopt(self, item, *, worker_id: str | None) -> bool:
+        """A recoverer makes a dead worker's running item its own before it kills the CLI and
+        requeues it: one conditional UPDATE, so of several recoverers one wins (True), and the
+        worker that held it (only paused, perhaps) can write nothing for it any more."""
+        return bool(
+            self.owned(item).filter(status=QueueStatus.IN_PROGRESS).update(worker_id=worker_id)
+        )
+
     def requeue(self, item, *, stopped: bool) -> bool:
         """After a crash: an interrupted item runs again, unless it was stopped (then failed).
         Only while it is still the claim that was read (one recoverer wins; a claim made since

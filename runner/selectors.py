@@ -1,6 +1,10 @@
 from datetime import timedelta
+from urllib.parse import urlsplit
 
+import redis
 from django.conf import settings
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count, Sum
 from django.utils import timezone
 
@@ -254,3 +258,58 @@ def workers_live(*, stale_after: float | None = None, now=None) -> list[dict]:
         }
         for row in rows
     ]
+
+
+# the deployment, as `malamar doctor` reports it ----------------------------------------------
+
+
+def database_status() -> dict:
+    """Where the database is (PostgreSQL's address, never its password), its server's version
+    (PostgreSQL), how many migrations are pending, or why it does not answer (`error`)."""
+    status = {"name": _database_name(), "server": "", "pending": 0, "error": ""}
+    try:
+        connection.ensure_connection()
+        status["server"] = _server_version()
+        executor = MigrationExecutor(connection)
+        status["pending"] = len(executor.migration_plan(executor.loader.graph.leaf_nodes()))
+    except Exception as exc:
+        status["error"] = _without_password(str(exc))
+    return status
+
+
+def _database_name() -> str:
+    """The SQLite file, or PostgreSQL's address without its password."""
+    db = connection.settings_dict
+    if connection.vendor != "postgresql":
+        return str(db["NAME"])
+    user = f"{db['USER']}@" if db.get("USER") else ""
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"PostgreSQL {user}{db.get('HOST') or 'localhost'}{port}/{db['NAME']}"
+
+
+def _server_version() -> str:
+    if connection.vendor != "postgresql":
+        return ""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        return cursor.fetchone()[0].split()[0]
+
+
+def _without_password(text: str) -> str:
+    password = connection.settings_dict.get("PASSWORD")
+    return text.replace(password, "***") if password else text
+
+
+def redis_status(url: str) -> dict:
+    """Does the Redis at `url` answer a PING: its address (never the URL's password), and its
+    version, or the kind of error it gave (`error`)."""
+    parts = urlsplit(url)
+    where = f"{parts.hostname or parts.path}{f':{parts.port}' if parts.port else ''}"
+    status = {"where": where, "version": "", "error": ""}
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3)
+        client.ping()
+        status["version"] = client.info("server").get("redis_version", "?")
+    except Exception as exc:
+        status["error"] = type(exc).__name__
+    return status

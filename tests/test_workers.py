@@ -12,6 +12,7 @@ import dataclasses
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ from chats.services import chat_start
 from runner.models import AgentRun, RunStatus, Worker
 from runner.services import worker_register, worker_take_over
 from runner.worker import pickup
+from runner.worker.loop import Worker as WorkerLoop
 from runner.worker.loop import recover
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import task_cancel, task_create
@@ -93,6 +95,42 @@ def _running_item(task) -> TaskQueueItem:
     return TaskQueueItem.objects.filter(task=task, status=QueueStatus.IN_PROGRESS).first()
 
 
+def _running_on(task, worker_id: str) -> None:
+    """The task's queued item as if `worker_id` were running it (no CLI behind it)."""
+    item = TaskQueueItem.objects.get(task=task)
+    TaskQueueItem.objects.filter(id=item.id).update(
+        status=QueueStatus.IN_PROGRESS, worker_id=worker_id
+    )
+    AgentRun.objects.create(
+        id=item.id,
+        workspace=task.workspace,
+        task=task,
+        agent_name="A",
+        cli_type="claude",
+        worker_id=worker_id,
+        started_at=timezone.now(),
+    )
+
+
+def _pid_gone() -> int:
+    """The pid of a process that has ended."""
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def _loop(worker_id: str | None = None, **options) -> WorkerLoop:
+    """A worker's loop that is not started (its methods called one at a time)."""
+    loop = WorkerLoop(poll_interval=1, **options)
+    loop.worker_id = worker_id
+    return loop
+
+
+def _close(loop: WorkerLoop) -> None:
+    os.close(loop.kick_r)
+    os.close(loop.kick_w)
+
+
 def _process_recorded(task) -> bool:
     item = _running_item(task)
     return item is not None and item.pid is not None
@@ -142,19 +180,7 @@ def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
     tasks = [task_create(workspace=workspace, summary=name) for name in ("live", "dead")]
     owners = {tasks[0].id: live.id, tasks[1].id: "gone-worker-id-000000"}
     for task in tasks:
-        item = TaskQueueItem.objects.get(task=task)
-        TaskQueueItem.objects.filter(id=item.id).update(
-            status=QueueStatus.IN_PROGRESS, worker_id=owners[task.id]
-        )
-        AgentRun.objects.create(
-            id=item.id,
-            workspace=workspace,
-            task=task,
-            agent_name="A",
-            cli_type="claude",
-            worker_id=owners[task.id],
-            started_at=timezone.now(),
-        )
+        _running_on(task, owners[task.id])
 
     assert recover(hostname="b", worker_id=me.id) == 1
 
@@ -163,6 +189,76 @@ def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
     assert (requeued.status, requeued.worker_id) == (QueueStatus.QUEUED, None)
     runs = dict(AgentRun.objects.values_list("task_id", "status"))
     assert runs == {tasks[0].id: RunStatus.RUNNING, tasks[1].id: RunStatus.INTERRUPTED}
+
+
+def test_a_worker_of_this_machine_whose_process_is_gone_is_taken_over_at_once(db):
+    """Killed, then restarted on the same machine: its runs need not wait for its heartbeat to
+    go stale. Another machine's worker with the same pid still beats: it is left alone."""
+    here = socket.gethostname()
+    row = {"capacity": 1, "clis": [], "version": "t"}
+    me = worker_register(hostname=here, pid=os.getpid(), **row)
+    pid = _pid_gone()
+    died = worker_register(hostname=here, pid=pid, **row)
+    elsewhere = worker_register(hostname=f"not-{here}", pid=pid, **row)
+    workspace = _workspace("Restarted")
+    tasks = [task_create(workspace=workspace, summary=name) for name in ("died", "elsewhere")]
+    _running_on(tasks[0], died.id)
+    _running_on(tasks[1], elsewhere.id)
+    loop = _loop(me.id, heartbeat=1, stale_after=3600)
+    try:
+        assert loop.recover_dead_workers() == 1
+    finally:
+        _close(loop)
+
+    assert set(Worker.objects.values_list("id", flat=True)) == {me.id, elsewhere.id}
+    assert [peer["id"] for peer in loop.peers] == [elsewhere.id]
+    requeued, kept = (TaskQueueItem.objects.get(task=task) for task in tasks)
+    assert (requeued.status, requeued.worker_id) == (QueueStatus.QUEUED, None)
+    assert (kept.status, kept.worker_id) == (QueueStatus.IN_PROGRESS, elsewhere.id)
+
+
+def test_a_worker_that_cannot_beat_for_longer_than_the_stale_limit_drops_its_runs(monkeypatch):
+    """Another worker may have taken its runs over by then: it must not finish them."""
+
+    def database_gone(**_):
+        raise ConnectionError("database unreachable")
+
+    monkeypatch.setattr("runner.worker.loop.worker_heartbeat", database_gone)
+    loop = _loop("w" * 21, heartbeat=1, stale_after=30)
+    stop = loop._register("task", TaskQueueItem(id="x" * 21))
+    try:
+        loop.beat()  # the last beat was just now: the runs go on
+        assert not stop.is_set()
+        loop.last_beat -= 31
+        loop.beat()
+        assert stop.is_set()
+    finally:
+        _close(loop)
+
+
+@postgres_only
+def test_a_clean_stop_requeues_the_workers_runs_at_once(db):
+    me = worker_register(
+        hostname=socket.gethostname(), pid=os.getpid(), capacity=1, clis=[], version="t"
+    )
+    task = task_create(workspace=_workspace("Stopped"), summary="T")
+    _running_on(task, me.id)
+    loop = _loop(me.id)
+    try:
+        loop.retire()
+    finally:
+        _close(loop)
+    assert not Worker.objects.filter(id=me.id).exists()
+    item = TaskQueueItem.objects.get(task=task)
+    assert (item.status, item.worker_id) == (QueueStatus.QUEUED, None)
+
+
+def test_runworker_refuses_a_negative_capacity():
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("runworker", "--capacity", "-1", stderr=err)
+    assert exited.value.code == 2
+    assert "--capacity must be 0 (no limit) or more" in err.getvalue()
 
 
 # several workers on PostgreSQL ---------------------------------------------------------------

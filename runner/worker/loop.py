@@ -105,7 +105,7 @@ def _bind_wake_socket() -> socket.socket | None:
     return sock
 
 
-def recover(*, hostname: str | None = None, worker_id: str | None = None) -> int:
+def recover(*, hostname: str, worker_id: str | None) -> int:
     """Kill CLIs a dead worker left behind, then re-queue what it was running: every run no
     live worker owns (at a start with SQLite, where the file lock makes us the only worker:
     every run in progress). Each item first becomes ours (`worker_id`, one conditional
@@ -123,12 +123,8 @@ def recover(*, hostname: str | None = None, worker_id: str | None = None) -> int
     hosts = dict(WorkerRow.objects.filter(id__in=owners).values_list("id", "hostname"))
     recovered = 0
     for model, item in orphans:
-        local = hostname is None or hosts.get(item.worker_id, hostname) == hostname
-        if (
-            not model.objects.running()
-            .filter(id=item.id, worker_id=item.worker_id)
-            .update(worker_id=worker_id)
-        ):
+        local = hosts.get(item.worker_id, hostname) == hostname
+        if not model.objects.adopt(item, worker_id=worker_id):
             continue  # another worker recovers it (or it ended meanwhile)
         item.worker_id = worker_id
         if local and item.pid and item.pgid and item.process_started_at:
@@ -205,7 +201,7 @@ class Worker:
             self.listener = WorkListener.connect()
         seed_sample_workspace_if_first_launch()
         self.register()
-        recovered = self.recover_dead_workers() if shared else recover(worker_id=self.worker_id)
+        recovered = self.recover_dead_workers()
         self.beats = threading.Thread(
             target=self._beat_forever, name="malamar-heartbeat", daemon=True
         )
@@ -375,7 +371,8 @@ class Worker:
 
     def recover_dead_workers(self) -> int:
         """Take over workers whose heartbeat is stale (one conditional UPDATE each: one of the
-        workers noticing wins) and recover every run no live worker owns, as a restart would."""
+        workers noticing wins) and recover every run no live worker owns, as a restart would
+        (at a start with SQLite no other row is left: every run in progress)."""
         fields = ("id", "heartbeat_at", "clis", "hostname", "pid")
         live = list(WorkerRow.objects.live_rows().values(*fields))
         cutoff = timezone.now() - timedelta(seconds=self.stale_after)

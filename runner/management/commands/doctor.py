@@ -3,13 +3,10 @@
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlsplit
 
-import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError, connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils.timesince import timesince
 
 from agents.models import CliType
@@ -17,7 +14,7 @@ from core.auth import access_mode, remote_access_refusal
 from core.config import ConfigError, ensure_data_dir, load
 from core.settings_store import cli_settings_for
 from runner.git import GitError, git_binary, git_text
-from runner.selectors import cli_health_all, workers_live
+from runner.selectors import cli_health_all, database_status, redis_status, workers_live
 from runner.worker.probe import NO_SETTINGS, cli_probe
 
 
@@ -31,58 +28,25 @@ def _check_data_dir(path) -> tuple[bool, str]:
     return True, f"{path} (exists, writable)"
 
 
-def _database_name() -> str:
-    """The SQLite file, or PostgreSQL's address without its password."""
-    db = connection.settings_dict
-    if connection.vendor != "postgresql":
-        return str(db["NAME"])
-    user = f"{db['USER']}@" if db.get("USER") else ""
-    port = f":{db['PORT']}" if db.get("PORT") else ""
-    return f"PostgreSQL {user}{db.get('HOST') or 'localhost'}{port}/{db['NAME']}"
-
-
-def _server_version() -> str:
-    if connection.vendor != "postgresql":
-        return ""
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        return f"server {cursor.fetchone()[0].split()[0]}, "
-
-
 def _check_database() -> tuple[bool, str]:
-    name = _database_name()
-    try:
-        connection.ensure_connection()
-        name += f" ({_server_version()}" if connection.vendor == "postgresql" else " ("
-        pending = MigrationExecutor(connection).migration_plan(
-            MigrationExecutor(connection).loader.graph.leaf_nodes()
-        )
-    except Exception as exc:
-        return False, f"{_database_name()} (not accessible: {_without_password(str(exc))})"
-    if pending:
-        return True, f"{name}accessible, {len(pending)} migrations pending: run `malamar`)"
-    return True, f"{name}accessible, migrations current)"
-
-
-def _without_password(text: str) -> str:
-    password = connection.settings_dict.get("PASSWORD")
-    return text.replace(password, "***") if password else text
+    db = database_status()
+    if db["error"]:
+        return False, f"{db['name']} (not accessible: {db['error']})"
+    server = f"server {db['server']}, " if db["server"] else ""
+    if db["pending"]:
+        pending = f"{db['pending']} migrations pending: run `malamar`"
+        return True, f"{db['name']} ({server}accessible, {pending})"
+    return True, f"{db['name']} ({server}accessible, migrations current)"
 
 
 def _check_redis() -> tuple[bool, str] | None:
-    """With REDIS_URL: does Redis answer a PING (the URL's password is never shown)."""
-    url = settings.CONFIG.redis_url
-    if not url:
+    """With REDIS_URL: does Redis answer a PING."""
+    if not settings.CONFIG.redis_url:
         return None
-    parts = urlsplit(url)
-    where = f"{parts.hostname or parts.path}{f':{parts.port}' if parts.port else ''}"
-    try:
-        client = redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3)
-        client.ping()
-        version = client.info("server").get("redis_version", "?")
-    except Exception as exc:
-        return False, f"{where} (no answer: {type(exc).__name__})"
-    return True, f"{where} (answers, version {version})"
+    status = redis_status(settings.CONFIG.redis_url)
+    if status["error"]:
+        return False, f"{status['where']} (no answer: {status['error']})"
+    return True, f"{status['where']} (answers, version {status['version']})"
 
 
 def _worker_lines(db_ok: bool) -> list[str]:
