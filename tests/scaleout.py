@@ -248,8 +248,8 @@ class Cluster:
             self.start_worker(capacity=capacity)
         return self
 
-    def start_server(self) -> Server:
-        name = f"server{len(self.servers)}"
+    def start_server(self, name: str | None = None) -> Server:
+        name = name or f"server{len(self.servers)}"
         data_dir = self._folder(name)
         server = Server(data_dir, port=free_port(), log=self.root / name / "server.log")
         server.env = self.process_env(name)
@@ -315,10 +315,10 @@ class Cluster:
         """An event-stream client on server `index`: `.events` holds (id, type, data, at)."""
         return SseClient(self.servers[index].url)
 
-    def django(self, code: str) -> str:
+    def django(self, code: str, name: str = "script") -> str:
         """Run Python `code` with Django set up on the cluster's database (a process of its
-        own, as a management script would); its standard output."""
-        env = process_env(self._folder("script"), **self.process_env("script"))
+        own, as a management script would, in folder `name`); its standard output."""
+        env = process_env(self._folder(name), **self.process_env(name))
         result = subprocess.run(
             [sys.executable, "-c", "import django; django.setup()\n" + code],
             env=env,
