@@ -17,6 +17,7 @@ import requests
 from tests import databases
 
 ROOT = Path(__file__).resolve().parent.parent
+FAKES_BIN = ROOT / "tests" / "fakes" / "bin"  # the fake CLIs (tests/fakes/fakecli.py)
 
 
 def free_port() -> int:

@@ -34,9 +34,8 @@ import psycopg
 import requests
 
 from core import config as malamar_config
-from tests.live import ROOT, Server, SseClient, free_port, process_env, wait_until
+from tests.live import FAKES_BIN, ROOT, Server, SseClient, free_port, process_env, wait_until
 
-FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
 MANAGE = [sys.executable, str(ROOT / "manage.py")]
 WORKER_READY = "Worker started"  # what runworker logs once it has recovered and polls
 CAPACITY_OPTION = "worker_capacity"  # core.config's option, once workers have a capacity
