@@ -74,13 +74,9 @@ def _save_cursor(value: int) -> None:
 
 
 def stored_outbox_id(stored_data: str) -> int:
-    """The outbox id in a stored event's data. django-eventstream's database storage encodes
-    the (already JSON) data once more, so decode until a dict appears."""
+    """The outbox id in a stored event's data (0 when it carries none)."""
     try:
-        data = json.loads(stored_data)
-        if isinstance(data, str):
-            data = json.loads(data)
-        return int(data.get("outbox_id", 0))
+        return int(json.loads(fanout.decoded(stored_data)).get("outbox_id", 0))
     except (ValueError, TypeError, AttributeError):
         return 0
 
