@@ -3,7 +3,7 @@
 The one relay of the deployment (core.relay) stores each event in django-eventstream's database
 storage (the replay log every server reads for `Last-Event-ID`) and sends the batch to a
 channel-layer group. Every server process runs one listener (a daemon thread with its own event
-loop, started lazily by the SSE view like the relay) that hands each event to its local SSE
+loop, started with the server like the relay) that hands each event to its local SSE
 streams, exactly once and in storage-id order: an event at or below the last one handed over
 is a duplicate and dropped; one further ahead means messages were missed (a restart, a Redis
 hiccup, a takeover), so the missing ones are read from the shared storage first. A slow tick
