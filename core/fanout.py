@@ -3,7 +3,7 @@
 The one relay of the deployment (core.relay) stores each event in django-eventstream's database
 storage (the replay log every server reads for `Last-Event-ID`) and sends the batch to a
 channel-layer group. Every server process runs one listener (a daemon thread with its own event
-loop, started lazily by the SSE view like the relay) that hands each event to its local SSE
+loop, started with the server like the relay) that hands each event to its local SSE
 streams, exactly once and in storage-id order: an event at or below the last one handed over
 is a duplicate and dropped; one further ahead means messages were missed (a restart, a Redis
 hiccup, a takeover), so the missing ones are read from the shared storage first. A slow tick
@@ -44,9 +44,9 @@ def enabled() -> bool:
     return bool(getattr(settings, "CHANNEL_LAYERS", None))
 
 
-def _decoded(stored_data: str) -> str:
-    """The event data as `send_event` hands it to streams (JSON text): the database storage
-    encodes it once more."""
+def decoded(stored_data: str) -> str:
+    """A stored event's data as `send_event` hands it to streams (JSON text): django-eventstream's
+    database storage encodes the (already JSON) data once more."""
     data = json.loads(stored_data)
     return data if isinstance(data, str) else json.dumps(data)
 
@@ -57,7 +57,7 @@ def stored_events_between(after: int, before: int | None) -> list[Event]:
     if before is not None:
         rows = rows.filter(eid__lt=before)
     return [
-        Event(row.channel, row.type, _decoded(row.data), id=row.eid)
+        Event(row.channel, row.type, decoded(row.data), id=row.eid)
         for row in rows.order_by("eid")[:FILL_BATCH]
     ]
 

@@ -1,11 +1,11 @@
 """Forward committed outbox rows to django-eventstream, from the server process.
 
-One relay for the whole deployment, started lazily by the SSE view (never in `migrate` or the
-worker): on SQLite a file lock in the data dir (one machine), on PostgreSQL a session advisory
-lock on the relay thread's own connection, so when the holding server dies its connection
-closes, the lock frees and another server's relay takes over within a second. SQLite's relay
-polls every EVENT_RELAY_POLL_SECONDS; PostgreSQL's sleeps until an outbox insert commits
-(LISTEN/NOTIFY from a trigger), with a slow poll as a fallback.
+One relay for the whole deployment, started with the server (malamar_site/asgi.py; never in
+`migrate` or the worker): on SQLite a file lock in the data dir (one machine), on PostgreSQL a
+session advisory lock on the relay thread's own connection, so when the holding server dies its
+connection closes, the lock frees and another server's relay takes over within a second.
+SQLite's relay polls every EVENT_RELAY_POLL_SECONDS; PostgreSQL's sleeps until an outbox insert
+commits (LISTEN/NOTIFY from a trigger), with a slow poll as a fallback.
 
 The cursor is the highest outbox id relayed. It resumes from the larger of the local cursor
 file and the outbox id carried by the newest stored event (the shared storage), so a kill -9
@@ -74,13 +74,9 @@ def _save_cursor(value: int) -> None:
 
 
 def stored_outbox_id(stored_data: str) -> int:
-    """The outbox id in a stored event's data. django-eventstream's database storage encodes
-    the (already JSON) data once more, so decode until a dict appears."""
+    """The outbox id in a stored event's data (0 when it carries none)."""
     try:
-        data = json.loads(stored_data)
-        if isinstance(data, str):
-            data = json.loads(data)
-        return int(data.get("outbox_id", 0))
+        return int(json.loads(fanout.decoded(stored_data)).get("outbox_id", 0))
     except (ValueError, TypeError, AttributeError):
         return 0
 

@@ -1,6 +1,8 @@
 """Several servers sharing one PostgreSQL and one Redis, started for real (issue 21): for the
-scale-out tests of live events and bench/events.py --redis. Each server gets its own data dir,
-as if on another machine."""
+scale-out tests of live events and bench/events.py --redis. The servers are a
+tests/scaleout.py Cluster (each with its own data dir, as if on another machine); this adds the
+services it runs on and what the event tests need (publishers, Redis restarts, the relay's
+lock holder)."""
 
 import threading
 from pathlib import Path
@@ -8,7 +10,8 @@ from pathlib import Path
 import psutil
 import psycopg
 
-from tests.live import Server, django_script, manage
+from tests.live import Server
+from tests.scaleout import Cluster, Databases
 from tests.services import Postgres, Redis
 
 PUBLISH = """
@@ -21,30 +24,19 @@ for seq in range({count}):
 
 
 class Deployment:
-    """PostgreSQL + Redis + servers, each server with its own data dir (another machine)."""
+    """PostgreSQL + Redis + a Cluster of servers on them."""
 
     def __init__(self, root: Path, redis: bool = True):
-        self.root = root
         self.postgres = Postgres().start()
-        with psycopg.connect(self.postgres.url("postgres"), autocommit=True) as db:
-            db.execute("CREATE DATABASE malamar")
         self.redis = Redis().start() if redis else None
-        self.env = {"DATABASE_URL": self.postgres.url("malamar")}
-        if self.redis:
-            self.env["REDIS_URL"] = self.redis.url
-        self.servers: list[Server] = []
-        migrated = manage(self.data_dir("migrate"), "migrate", "--no-input", **self.env)
-        assert migrated.returncode == 0, migrated.stderr
-
-    def data_dir(self, name: str) -> Path:
-        folder = self.root / name
-        folder.mkdir(exist_ok=True)
-        return folder
+        databases = Databases(self.postgres.url())
+        database_url = databases.create("malamar", template=databases.migrated_template(root))
+        redis_url = self.redis.url if self.redis else ""
+        self.cluster = Cluster(root, database_url, redis_url=redis_url)
+        self.servers: list[Server] = self.cluster.servers
 
     def server(self, name: str) -> Server:
-        server = Server(self.data_dir(name), log=self.root / f"{name}.log", **self.env).start()
-        self.servers.append(server)
-        return server
+        return self.cluster.start_server(name)
 
     def restart_redis(self) -> None:
         """Redis (stopped) comes back empty on its port: groups and queued messages lost."""
@@ -56,15 +48,13 @@ class Deployment:
 
     def script(self, code: str) -> None:
         """Python code in a separate process (like the worker) on the shared database."""
-        django_script(self.data_dir("script"), code, **self.env)
+        self.cluster.django(code)
 
     def publish(self, **counts: int) -> None:
         """Publishers in separate processes at once: ids and commit order interleave."""
         threads = [
             threading.Thread(
-                target=django_script,
-                args=(self.data_dir(name), PUBLISH.format(name=name, count=count)),
-                kwargs=self.env,
+                target=self.cluster.django, args=(PUBLISH.format(name=name, count=count), name)
             )
             for name, count in counts.items()
         ]
@@ -75,7 +65,7 @@ class Deployment:
 
     def relay_holder(self) -> Server:
         """The server whose database session holds the relay's advisory lock."""
-        with psycopg.connect(self.postgres.url("malamar")) as db:
+        with psycopg.connect(self.cluster.database_url) as db:
             ports = {
                 port
                 for (port,) in db.execute(
@@ -95,8 +85,7 @@ class Deployment:
         return holders[0]
 
     def stop(self) -> None:
-        for server in self.servers:
-            server.stop()
+        self.cluster.stop()
         if self.redis:
             self.redis.stop()
         self.postgres.stop()

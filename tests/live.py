@@ -17,6 +17,7 @@ import requests
 from tests import databases
 
 ROOT = Path(__file__).resolve().parent.parent
+FAKES_BIN = ROOT / "tests" / "fakes" / "bin"  # the fake CLIs (tests/fakes/fakecli.py)
 
 
 def free_port() -> int:
@@ -27,11 +28,12 @@ def free_port() -> int:
 
 def process_env(data_dir: Path, **extra) -> dict:
     """The environment of a Malamar process on `data_dir`: its SQLite file, or on PostgreSQL
-    runs its own database (tests.databases), never the test process's."""
+    runs its own database (tests.databases), never the test process's; a DATABASE_URL in
+    `extra` (a scaled-out cluster's shared database) is used as given, no other is created."""
     env = dict(os.environ)
     env.pop("MALAMAR_TESTING", None)
     env.pop("DATABASE_URL", None)
-    if databases.ON_POSTGRES:
+    if databases.ON_POSTGRES and "DATABASE_URL" not in extra:
         env["DATABASE_URL"] = databases.url_for(data_dir)
     env.update(
         {

@@ -34,9 +34,8 @@ import psycopg
 import requests
 
 from core import config as malamar_config
-from tests.live import ROOT, Server, SseClient, free_port, process_env, wait_until
+from tests.live import FAKES_BIN, ROOT, Server, SseClient, free_port, process_env, wait_until
 
-FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
 MANAGE = [sys.executable, str(ROOT / "manage.py")]
 WORKER_READY = "Worker started"  # what runworker logs once it has recovered and polls
 CAPACITY_OPTION = "worker_capacity"  # core.config's option, once workers have a capacity
@@ -248,8 +247,8 @@ class Cluster:
             self.start_worker(capacity=capacity)
         return self
 
-    def start_server(self) -> Server:
-        name = f"server{len(self.servers)}"
+    def start_server(self, name: str | None = None) -> Server:
+        name = name or f"server{len(self.servers)}"
         data_dir = self._folder(name)
         server = Server(data_dir, port=free_port(), log=self.root / name / "server.log")
         server.env = self.process_env(name)
@@ -315,10 +314,10 @@ class Cluster:
         """An event-stream client on server `index`: `.events` holds (id, type, data, at)."""
         return SseClient(self.servers[index].url)
 
-    def django(self, code: str) -> str:
+    def django(self, code: str, name: str = "script") -> str:
         """Run Python `code` with Django set up on the cluster's database (a process of its
-        own, as a management script would); its standard output."""
-        env = process_env(self._folder("script"), **self.process_env("script"))
+        own, as a management script would, in folder `name`); its standard output."""
+        env = process_env(self._folder(name), **self.process_env(name))
         result = subprocess.run(
             [sys.executable, "-c", "import django; django.setup()\n" + code],
             env=env,

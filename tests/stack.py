@@ -25,9 +25,15 @@ from django.test import Client
 
 from runner.worker.loop import Worker
 from tests import databases
-from tests.live import ROOT, Server, blank_database, manage, process_env, wait_until
-
-FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
+from tests.live import (
+    FAKES_BIN,
+    ROOT,
+    Server,
+    blank_database,
+    manage,
+    process_env,
+    wait_until,
+)
 
 
 def session_template(folder: Path) -> databases.Template:

@@ -62,6 +62,47 @@ def test_invalid_values_are_clear_errors(clean_env, env, value):
     assert value in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "env,value,allowed",
+    [
+        ("DATABASE_URL", "mysql://me:hunter2@db/malamar", "postgres://, postgresql://"),
+        ("DATABASE_URL", "me:hunter2@db/malamar", "postgres://, postgresql://"),
+        ("REDIS_URL", "http://:hunter2@cache:6379/0", "redis://, rediss://, unix://"),
+    ],
+)
+def test_a_url_with_a_wrong_scheme_names_the_schemes_and_hides_the_password(
+    clean_env, env, value, allowed
+):
+    clean_env.setenv(env, value)
+    with pytest.raises(config.ConfigError) as err:
+        config.load()
+    assert str(err.value) == f"{env} must start with one of {allowed}"
+    assert "hunter2" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "env,value",
+    [
+        ("MALAMAR_WORKER_CAPACITY", "-1"),
+        ("MALAMAR_WORKER_HEARTBEAT", "0"),
+        ("MALAMAR_WORKER_STALE_AFTER", "soon"),
+    ],
+)
+def test_invalid_worker_options_are_clear_errors(clean_env, env, value):
+    clean_env.setenv(env, value)
+    with pytest.raises(config.ConfigError) as err:
+        config.load()
+    assert env in str(err.value) and value in str(err.value)
+
+
+def test_worker_capacity_defaults_to_unlimited_on_sqlite_and_bounded_on_postgres(clean_env):
+    assert config.load().capacity == 0
+    clean_env.setenv("DATABASE_URL", "postgres://me:pw@db/malamar")
+    assert config.load().capacity == config.POSTGRES_CAPACITY
+    clean_env.setenv("MALAMAR_WORKER_CAPACITY", "2")
+    assert config.load().capacity == 2
+
+
 def run_malamar(*args, data_dir, **env):
     return subprocess.run(
         [sys.executable, "-m", "malamar_site.cli", *args],
@@ -358,6 +399,21 @@ def test_malamar_config_lists_every_option_with_its_source(tmp_path):
     assert rows["host"][1:3] == ["127.0.0.1", "default"]
     assert "do-not-print-me" not in result.stdout
     assert not (tmp_path / "secret_key").exists()
+
+
+def test_malamar_config_never_prints_the_database_or_redis_address(tmp_path):
+    result = run_malamar(
+        "config",
+        data_dir=tmp_path,
+        DATABASE_URL="postgres://me:db-secret@db.example:5432/malamar",
+        REDIS_URL="redis://:redis-secret@cache.example:6379/0",
+    )
+    assert result.returncode == 0, result.stderr
+    rows = _config_rows(result.stdout)
+    assert rows["database_url"][1:3] == ["(set)", "env"]
+    assert rows["redis_url"][1:3] == ["(set)", "env"]
+    for secret in ("db-secret", "redis-secret", "db.example", "cache.example"):
+        assert secret not in result.stdout + result.stderr
 
 
 WORKER_IMPORTS = """

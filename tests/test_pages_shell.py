@@ -4,12 +4,15 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
+from django_eventstream import send_event
+from django_eventstream.storage import DjangoModelStorage
 
 from core.events import EVENT_TYPES
 from core.templatetags.malamar import first_paragraph, relative_time, reltime
 from runner.models import CliHealth
-from tests.pages import html
+from tests.pages import html, hx
 
 pytestmark = pytest.mark.django_db
 
@@ -148,3 +151,22 @@ def test_pages_vary_on_htmx_headers(client, workspace):
 def test_first_paragraph_makes_the_agent_snippet():
     assert first_paragraph("\n\nRole line.\nMore.\n\n- rule one\n- rule two") == "Role line.\nMore."
     assert first_paragraph("") == ""
+
+
+def test_full_page_remembers_the_stream_position_fragments_and_api_do_not_ask(client, monkeypatch):
+    send_event(settings.EVENTS_CHANNEL, "task.updated", {"task_id": "t"})
+    newest = DjangoModelStorage().get_current_id(settings.EVENTS_CHANNEL)
+    asked = []
+    original = DjangoModelStorage.get_current_id
+
+    def counting(self, channel):
+        asked.append(channel)
+        return original(self, channel)
+
+    monkeypatch.setattr(DjangoModelStorage, "get_current_id", counting)
+    body = re.search(r"<body[^>]*>", html(client.get("/")), re.S).group(0)
+    assert f'data-live-from="{settings.EVENTS_CHANNEL}:{newest}"' in body
+    assert len(asked) == 1
+    assert hx(client, "get", "/").status_code == 200
+    assert client.get("/api/workspaces").status_code == 200
+    assert len(asked) == 1, "an htmx fragment or an API call read the stream position"

@@ -4,6 +4,7 @@ shared storage, one relay holds the lock; and a server's listener hands stored e
 streams once each, in id order (core.fanout)."""
 
 import threading
+from contextlib import contextmanager
 
 import django_eventstream
 import pytest
@@ -127,34 +128,43 @@ def test_a_new_relay_resumes_from_the_shared_storage_and_recovers_the_window(
     assert second.step() == 0
 
 
-@on_postgres
-@pytest.mark.django_db(transaction=True)
-def test_postgres_lower_id_committed_last_is_relayed_once(sent):
-    relay = _relay_from(events.publish("task.updated", {}).id + 1)
-    inserted, commit, slow_ids = threading.Event(), threading.Event(), []
+@contextmanager
+def publish_held_open(payload: dict):
+    """Publish an event in another session whose transaction stays open for the block, and
+    commits when it ends; yields the event's (already taken) outbox id."""
+    inserted, commit, ids = threading.Event(), threading.Event(), []
 
-    def slow_transaction():
+    def held_open():
         try:
             with transaction.atomic():
-                slow_ids.append(events.publish("task.updated", {"who": "slow"}).id)
+                ids.append(events.publish("task.updated", payload).id)
                 inserted.set()
                 commit.wait(10)
         finally:
             connection.close()
 
-    thread = threading.Thread(target=slow_transaction)
+    thread = threading.Thread(target=held_open)
     thread.start()
-    assert inserted.wait(10)
-    fast = events.publish("task.updated", {"who": "fast"}).id
-    assert slow_ids[0] < fast
-    assert relay.step() == 1  # only the committed one
-    assert slow_ids[0] in relay.gaps
+    try:
+        assert inserted.wait(10), "the other session never inserted its event"
+        yield ids[0]
+    finally:
+        commit.set()
+        thread.join(10)
 
-    commit.set()
-    thread.join(10)
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_postgres_lower_id_committed_last_is_relayed_once(sent):
+    relay = _relay_from(events.publish("task.updated", {}).id + 1)
+    with publish_held_open({"who": "slow"}) as slow_id:
+        fast = events.publish("task.updated", {"who": "fast"}).id
+        assert slow_id < fast
+        assert relay.step() == 1  # only the committed one
+        assert slow_id in relay.gaps
     assert relay.step() == 1
     assert relay.step() == 0
-    assert sent == [fast, slow_ids[0]]
+    assert sent == [fast, slow_id]
 
 
 @on_postgres
@@ -189,23 +199,8 @@ def test_postgres_relay_sleeps_until_an_outbox_insert_commits():
     assert lock.acquire()
     while lock.wait(0):  # notifications of earlier inserts
         pass
-    inserted, commit = threading.Event(), threading.Event()
-
-    def publisher():
-        try:
-            with transaction.atomic():
-                events.publish("task.updated", {})
-                inserted.set()
-                commit.wait(10)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=publisher)
-    thread.start()
-    assert inserted.wait(10)
-    assert lock.wait(0) is False  # not committed: no notification yet
-    commit.set()
-    thread.join(10)
+    with publish_held_open({}):
+        assert lock.wait(0) is False  # not committed: no notification yet
     lock.fallback_poll = 10
     assert lock.wait(0) is True
     lock.release()

@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.live import wait_until
+from tests import databases
+from tests.live import process_env, wait_until
 from tests.scaleout import (
     Api,
     Cluster,
@@ -165,6 +166,13 @@ def test_overlap_check_finds_runs_at_once():
         (span(0, 9), span(4, 5)),
     ]
     assert overlapping_runs([span(0, 3), span(1, None)])
+
+
+def test_a_process_given_the_clusters_database_gets_no_database_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(databases, "ON_POSTGRES", True)  # as in a PostgreSQL run of the suite
+    monkeypatch.setattr(databases, "url_for", lambda data_dir: pytest.fail("created a database"))
+    env = process_env(tmp_path, DATABASE_URL="postgres://malamar@db/shared")
+    assert env["DATABASE_URL"] == "postgres://malamar@db/shared"
 
 
 def test_scaled_out_malamar_runs_every_task_exactly_once(tmp_path):
