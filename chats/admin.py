@@ -2,6 +2,7 @@ from django.contrib import admin
 
 from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem
 from chats.selectors import MALAMAR_NAME
+from core.admin_site import SearchLimitedAdmin
 
 
 class ChatParticipantInline(admin.TabularInline):
@@ -12,7 +13,7 @@ class ChatParticipantInline(admin.TabularInline):
 
 
 @admin.register(Chat)
-class ChatAdmin(admin.ModelAdmin):
+class ChatAdmin(SearchLimitedAdmin):
     list_display = ("title", "workspace", "lead_agent", "lead_cli_type", "updated_at")
     list_filter = ("workspace",)
     search_fields = ("title", "id")
@@ -31,13 +32,13 @@ class ChatAdmin(admin.ModelAdmin):
 
 
 @admin.register(ChatMessage)
-class ChatMessageAdmin(admin.ModelAdmin):
+class ChatMessageAdmin(SearchLimitedAdmin):
     list_display = ("chat", "role", "created_at")
     list_filter = ("role",)
     search_fields = ("message", "chat__title")
 
 
 @admin.register(ChatQueueItem)
-class ChatQueueItemAdmin(admin.ModelAdmin):
+class ChatQueueItemAdmin(SearchLimitedAdmin):
     list_display = ("chat", "status", "pid", "stop_requested_at", "updated_at")
     list_filter = ("status",)

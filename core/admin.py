@@ -1,10 +1,11 @@
 from django.contrib import admin
 
+from core.admin_site import SearchLimitedAdmin
 from core.models import Marker, OutboxEvent, Setting
 
 
 @admin.register(Setting)
-class SettingAdmin(admin.ModelAdmin):
+class SettingAdmin(SearchLimitedAdmin):
     list_display = ("key",)
     search_fields = ("key",)
     # Values can hold secrets (Mailgun key, CLI env): edit them on the settings page instead.
@@ -12,7 +13,7 @@ class SettingAdmin(admin.ModelAdmin):
 
 
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(admin.ModelAdmin):
+class OutboxEventAdmin(SearchLimitedAdmin):
     list_display = ("id", "type", "created_at")
     list_filter = ("type",)
     search_fields = ("type",)
@@ -20,5 +21,5 @@ class OutboxEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(Marker)
-class MarkerAdmin(admin.ModelAdmin):
+class MarkerAdmin(SearchLimitedAdmin):
     list_display = ("name", "created_at")

@@ -5,11 +5,28 @@ Malamar's login, before the admin's own user login.)"""
 
 import logging
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.apps import AdminConfig
 from django.http import HttpRequest, HttpResponse
 
 log = logging.getLogger(__name__)
+
+
+MAX_SEARCH_WORDS = 20
+MAX_SEARCH_CHARS = 1000
+
+
+class SearchLimitedAdmin(admin.ModelAdmin):
+    """An admin list whose search box cannot build a query the database refuses: every word
+    is a LIKE over every search field, and thousands of words are an expression SQLite will
+    not parse (a 500). A longer search finds nothing and says why."""
+
+    def get_search_results(self, request, queryset, search_term):
+        if len(search_term) > MAX_SEARCH_CHARS or len(search_term.split()) > MAX_SEARCH_WORDS:
+            limit = f"at most {MAX_SEARCH_WORDS} words and {MAX_SEARCH_CHARS} characters"
+            self.message_user(request, f"Search for {limit}.", messages.WARNING)
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
 
 
 class MalamarAdminSite(admin.AdminSite):

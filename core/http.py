@@ -20,5 +20,9 @@ def error_response(status: int, message: str, code: str | None = None) -> JsonRe
     return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
+API_DOCS_PATH = "/api/docs"  # a page people open in a browser, though under /api/
+
+
 def is_api_path(path: str) -> bool:
-    return path == "/api" or path.startswith("/api/")
+    """Answered as JSON (errors, sign-in refusals); the docs page is answered like a page."""
+    return (path == "/api" or path.startswith("/api/")) and path != API_DOCS_PATH

@@ -66,6 +66,15 @@ def test_every_page_api_route_and_the_event_stream_need_a_login(protected, works
     )
 
 
+def test_the_api_docs_page_sends_a_browser_to_the_login_page(protected):
+    response = protected.get("/api/docs")
+    assert response.status_code == 302
+    assert response["Location"] == "/login/?next=/api/docs"
+    assert signed_in(protected).get("/api/docs").status_code == 200
+    # its schema stays an API route: a JSON refusal without a session
+    assert Client().get("/api/openapi.json").status_code == 401
+
+
 def test_signing_in_opens_everything(protected, workspace):
     client = signed_in(protected)
     assert client.get("/").status_code == 200

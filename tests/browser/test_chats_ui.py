@@ -329,9 +329,11 @@ def overlap(a: dict, b: dict) -> bool:
 @pytest.mark.parametrize("viewport", [None, PHONE], ids=["desktop", "phone"])
 def test_toasts_never_cover_the_send_button(browser, stack, viewport):
     page = new_page(browser, viewport=viewport)
+    page.clock.install()  # paused below: on a loaded machine three uploads outlast a toast's 5 s
     workspace = stack.workspace("Toasts")
     chat = api_chat(stack, workspace)
     chat_tab(page, stack, workspace, f"&chat={chat['id']}")
+    page.clock.pause_at(page.evaluate("Date.now()") + 1000)
     files = [{"name": f"n{i}.txt", "mimeType": "text/plain", "buffer": b"x"} for i in range(1, 4)]
     for count in range(1, 4):  # three toasts: the most the stack shows
         page.locator("#chat-files").set_input_files(files[:count])
@@ -343,6 +345,7 @@ def test_toasts_never_cover_the_send_button(browser, stack, viewport):
         box = toast.bounding_box()
         assert not overlap(box, send_box), (box, send_box)
         assert not overlap(box, composer), (box, composer)
+    page.clock.resume()
     # Closing the chat puts them back in the corner.
     page.keyboard.press("Escape")
     expect(page.locator("#chat-dialog")).to_be_hidden()
