@@ -212,15 +212,49 @@
     const trigger = config && config.triggeringEvent;
     return Boolean(trigger && trigger.detail && trigger.detail[LIVE]);
   };
+  // A <dialog> or <details> with data-editing counts while it is open (the task head's
+  // "Discard" dialog, its "Wait for other tasks…" editor); any other element always.
+  const EDITING =
+    "[data-editing]:not(dialog, details), dialog[data-editing][open], details[data-editing][open]";
+  const isEditing = (element) => element.matches(EDITING) || Boolean($(EDITING, element));
+  const heldBack = new Map(); // region whose live refresh was dropped -> its trigger's name
 
   document.addEventListener("htmx:beforeSwap", (event) => {
     const { target, requestConfig: config } = event.detail;
     if (!target || !event.detail.shouldSwap || !isLiveRefresh(config)) return;
-    // A dialog with data-editing counts while it is open (the task head's "Discard" dialog).
-    const editing = "[data-editing]:not(dialog), dialog[data-editing][open]";
-    if (target.matches(editing) || $(editing, target)) {
+    if (isEditing(target)) {
       event.detail.shouldSwap = false;
+      if (target.id) heldBack.set(target.id, config.triggeringEvent.type);
     }
+  });
+
+  // A dialog or <details> editor closed without a request of its own (dismissed, Escape):
+  // the refreshes it held back run now, so the region does not stay stale until the next event.
+  function catchUp() {
+    heldBack.forEach((eventName, id) => {
+      const region = document.getElementById(id);
+      if (region && isEditing(region)) return;
+      heldBack.delete(id);
+      if (region) refreshWhenIdle(id, eventName);
+    });
+  }
+  document.addEventListener(
+    "toggle",
+    (event) => {
+      if (event.target.matches && event.target.matches("details[data-editing]")) catchUp();
+    },
+    true,
+  );
+  document.addEventListener(
+    "close",
+    (event) => {
+      if (event.target.matches && event.target.matches("dialog[data-editing]")) catchUp();
+    },
+    true,
+  );
+  document.addEventListener("htmx:afterSwap", (event) => {
+    const target = event.detail.target;
+    if (target && target.id) heldBack.delete(target.id); // swapped since: up to date
   });
 
   document.addEventListener("htmx:beforeRequest", (event) => {

@@ -1,0 +1,270 @@
+"""Issue #16's browser items re-checked on the UI added since: the Changes tab, branch per task,
+task dependencies, per-agent model and fallback CLI, the usage-limit pause, Settings' Workers.
+One walk with a real worker (fake CLIs) through every new page and action, on a desktop and on
+a phone: no Content-Security-Policy violation, no console error, no sideways pan."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from runner.git import git
+from tests.browser.conftest import new_page
+from tests.browser.test_board_ui import PHONE_390, no_sideways_scroll
+from tests.live import django_script, wait_until
+
+pytestmark = pytest.mark.browser
+
+RUN_TIMEOUT = 30_000
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "Me",
+    "GIT_AUTHOR_EMAIL": "me@example.com",
+    "GIT_COMMITTER_NAME": "Me",
+    "GIT_COMMITTER_EMAIL": "me@example.com",
+}
+# A path and a line far wider than a phone (and than the popup on a desktop).
+LONG_DIR = "src/" + "/".join(["a_rather_long_folder_name"] * 4)
+LONG_FILE = f"{LONG_DIR}/and_an_even_longer_module_name_for_the_checkout_flow.py"
+LONG_LINE = "total\\s=\\s" + "+".join(["price_of_the_item_in_the_basket"] * 12)
+
+
+def make_repo(path):
+    path.mkdir()
+    git("init", "-q", "-b", "main", cwd=path)
+    (path / "README.md").write_text("hello\n")
+    git("add", "-A", cwd=path)
+    git("commit", "-q", "-m", "first", cwd=path, env=IDENTITY)
+    return path
+
+
+def fits(page, where):
+    no_sideways_scroll(page, where)
+
+
+@pytest.mark.parametrize("viewport", [None, PHONE_390], ids=["desktop", "phone"])
+def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
+    browser, stack, tmp_path, viewport
+):
+    repo = make_repo(tmp_path / "repo")
+    workspace = stack.workspace(
+        "Repo",
+        agents=[("Builder", "claude", "")],
+        working_directory_mode="static",
+        working_directory_path=str(repo),
+        isolation="branch",
+    )
+    edit = f"write {LONG_FILE} {LONG_LINE}\\n write README.md hello\\nworld\\n"
+    first = stack.task(workspace, f"@fake {edit} review Made the change", summary="Long lines")
+    second = stack.task(workspace, "@fake review Second", summary="Second task")
+    for task in (first, second):
+        stack.wait_status(task, "in_review", timeout=RUN_TIMEOUT / 1000)
+    url = stack.server.url
+    base = f"{url}/workspaces/{workspace['id']}/"
+
+    page = new_page(browser, viewport=viewport)
+    page.goto(f"{base}?tab=tasks&task={first['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator("#task-branch-name")).to_be_visible()
+    fits(page, "popup with a branch")
+
+    # The Changes tab: a long path and a long line scroll inside their own box.
+    dialog.get_by_role("tab", name="Changes").click()
+    changes = dialog.locator("#task-changes")
+    file = changes.locator(f'.change-file[data-change-path="{LONG_FILE}"]')
+    expect(file.locator(".diff__line--add").first).to_be_visible()
+    fits(page, "changes tab")
+    box = file.locator(".diff")
+    assert box.evaluate("(el) => el.scrollWidth > el.clientWidth"), "the long line scrolls"
+    assert box.evaluate("(el) => el.getBoundingClientRect().right") <= page.evaluate("innerWidth")
+    changes.locator("#task-changes-run").select_option(index=1)
+    expect(changes.locator("#task-changes-run")).not_to_have_value("")
+    expect(file).to_be_visible()
+    changes.locator('.change-file[data-change-path="README.md"] summary').click()
+    fits(page, "changes of one run")
+
+    # Dependencies: make it wait for the second task, from the popup's head.
+    dialog.locator("#task-deps-edit summary").click()
+    form = dialog.locator("#task-blockers-form")
+    form.get_by_label("Waits for").select_option(label="Second task (In Review)")
+    form.get_by_role("button", name="Save").click()
+    expect(dialog.locator("#task-blockers")).to_contain_text("Second task")
+    fits(page, "popup with dependencies")
+
+    # The branch's discard dialog, opened and dismissed.
+    dialog.get_by_role("button", name="Discard").click()
+    discard = page.locator("#task-discard-dialog")
+    discard.get_by_label("Type").fill("not it")
+    fits(page, "discard dialog")
+    discard.get_by_role("button", name="Cancel").click()
+    expect(discard).to_be_hidden()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    fits(page, "board with a chain")
+
+    # An agent with a model, a reasoning effort and a fallback CLI.
+    page.goto(f"{base}?tab=agents")
+    page.get_by_role("button", name="Edit Builder").click()
+    agent = page.locator("#agent-dialog")
+    agent.get_by_label("Model").fill("sonnet")
+    agent.get_by_label("Reasoning effort").select_option("high")
+    agent.get_by_label("Fallback CLI").select_option("codex")
+    fits(page, "agent dialog")
+    agent.get_by_role("button", name="Save changes").click()
+    expect(agent).to_be_hidden()
+    expect(page.locator("#agents-panel")).to_contain_text("sonnet")
+    fits(page, "agents tab")
+
+    # Workspace settings with branch per task, saved.
+    page.goto(f"{base}settings/")
+    fits(page, "workspace settings")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".toast", has_text="Settings saved")).to_be_visible()
+
+    # Settings: the Workers section, a CLI saved and tested.
+    page.goto(f"{url}/settings/")
+    expect(page.locator("#workers")).to_contain_text("One worker on this machine")
+    fits(page, "settings")
+    page.locator("#save-claude").click()
+    expect(page.locator(".toast", has_text="saved").first).to_be_visible()
+    page.locator("#test-claude").click()
+    expect(page.locator("#cli-status-claude [data-cli-answer]")).to_be_visible()
+    fits(page, "settings after a test")
+
+    page.goto(url + "/")
+    expect(page.locator(".workspace-card").first).to_be_visible()
+    fits(page, "workspaces")
+    page.console_errors.check()  # and every CSP violation
+    page.context.close()
+
+
+# The card and popup states added since #16, straight through the ORM (no worker): a task that
+# waits for a CLI out of quota, a failing one, a chain, changes totals, a long live action.
+NEW_STATES = """
+from datetime import timedelta
+from django.utils import timezone
+from core.ids import new_id
+from runner.limits import Limit
+from runner.models import AgentRun
+from runner.services import cli_limit_set
+from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
+
+ids = {ids!r}
+cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit", None))
+TaskQueueItem.objects.filter(task_id=ids["waiting"]).update(waiting_for_cli="claude")
+failing = Task.objects.get(id=ids["failing"])
+Task.objects.filter(id=failing.id).update(
+    failure_streak=4, retry_not_before=timezone.now() + timedelta(minutes=7))
+TaskComment.objects.create(id=new_id(), task=failing, workspace_id={workspace!r}, kind="error",
+                           content="CLI could not be started: " + {long_word!r})
+Task.objects.filter(id=ids["changed"]).update(status="in_review")
+AgentRun.objects.create(
+    id=new_id(), workspace_id={workspace!r}, task_id=ids["changed"], agent_name="Builder",
+    cli_type="claude", started_at=timezone.now(), status="completed",
+    task_files_changed=1234, task_lines_added=987654, task_lines_removed=123456)
+working = Task.objects.get(id=ids["working"])
+Task.objects.filter(id=working.id).update(status="in_progress")
+TaskQueueItem.objects.filter(task=working).update(status=QueueStatus.IN_PROGRESS)
+AgentRun.objects.create(
+    id=new_id(), workspace_id={workspace!r}, task=working, agent_name="Builder",
+    cli_type="claude", started_at=timezone.now(),
+    current_action="Editing " + {long_word!r} + "/" + {long_word!r} + ".py")
+"""
+LONG_WORD = "checkout_" + "x" * 140
+
+
+def test_new_card_and_popup_states_fit_a_phone(browser, server):
+    workspace = server.workspace("New states")
+    server.agent(workspace["id"], "Builder")
+    post = lambda body: server.api(  # noqa: E731
+        "POST", f"/workspaces/{workspace['id']}/tasks", body
+    )
+    first = post({"summary": LONG_WORD})
+    made = {
+        "waiting": post({"summary": "Waits for the quota " + LONG_WORD}),
+        "failing": post({"summary": "Fails " + LONG_WORD}),
+        "chained": post({"summary": "Chained " + LONG_WORD, "blocked_by": [first["id"]]}),
+        "changed": post({"summary": "Changed a lot"}),
+        "working": post({"summary": "Working " + LONG_WORD}),
+    }
+    django_script(
+        server.data_dir,
+        NEW_STATES.format(
+            ids={key: task["id"] for key, task in made.items()},
+            workspace=workspace["id"],
+            long_word=LONG_WORD,
+        ),
+    )
+    page = new_page(browser, viewport=PHONE_390)
+    base = f"{server.url}/workspaces/{workspace['id']}/"
+    page.goto(f"{base}?tab=tasks")
+    expect(page.locator('[data-banner="cli-limited"]')).to_be_visible()
+    expect(page.locator(f'[data-task-error="{made["failing"]["id"]}"]')).to_be_visible()
+    expect(page.locator(f"#task-card-{made['chained']['id']} .task-card__blocker")).to_be_visible()
+    expect(page.locator(".task-card__changes")).to_have_count(1)
+    no_sideways_scroll(page, "board with the new card states")
+    for jump in ("In Progress", "In Review"):
+        page.get_by_role("navigation", name="Jump to a column").get_by_role(
+            "link", name=re.compile(f"^{jump}")
+        ).click()
+        no_sideways_scroll(page, f"board at {jump}")
+    for key, task in made.items():
+        page.goto(f"{base}?tab=tasks&task={task['id']}")
+        dialog = page.locator("#task-dialog")
+        expect(dialog.locator("#task-status")).to_be_visible()
+        no_sideways_scroll(page, f"popup of the {key} task")
+        expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+        expect(dialog.locator("#task-actions .btn").first).to_be_in_viewport()
+    page.console_errors.check()
+    page.context.close()
+
+
+def test_a_live_refresh_never_lands_on_the_open_dependencies_editor(browser, server):
+    """The "Wait for other tasks…" editor in the popup's head, opened with a choice made when a
+    live event refreshes the head: the choice survives (the swap-time guard covers it), and
+    the refresh it held back runs once the editor is closed."""
+    workspace = server.workspace("Deps")
+    other = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Other"})
+    task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Mine"})
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    dialog = page.locator("#task-dialog")
+    title = dialog.locator("#task-dialog-title")
+    page.evaluate(
+        """() => document.addEventListener('htmx:afterRequest', (event) => {
+            if (!event.detail.pathInfo.requestPath.endsWith('/head/')) return;
+            document.body.dataset.headAnswers = Number(document.body.dataset.headAnswers || 0) + 1;
+        })"""
+    )
+    answers = lambda: int(page.evaluate("document.body.dataset.headAnswers || 0"))  # noqa: E731
+    rename = lambda summary: server.api(  # noqa: E731
+        "PUT", f"/tasks/{task['id']}", {"summary": summary}
+    )
+
+    editor = dialog.locator("#task-deps-edit")
+    editor.locator("summary").click()
+    select = dialog.get_by_label("Waits for")
+    select.select_option(other["id"])
+    # Renamed elsewhere: the live event refreshes the popup's head while the editor is open.
+    before = answers()
+    rename("Renamed while I chose")
+    wait_until(lambda: answers() > before, timeout=10, what="the head's live refresh")
+    expect(editor).to_have_attribute("open", "")
+    expect(select).to_have_values([other["id"]])
+    expect(title).to_have_text("Mine")
+    dialog.locator("#task-blockers-form").get_by_role("button", name="Save").click()
+    expect(dialog.locator("#task-blockers")).to_contain_text("Other")
+    expect(title).to_have_text("Renamed while I chose")
+
+    # Held back while open, the refresh runs when the editor is closed without saving.
+    editor.locator("summary").click()
+    expect(editor).to_have_attribute("open", "")
+    before = answers()
+    rename("Renamed again")
+    wait_until(lambda: answers() > before, timeout=10, what="the head's live refresh")
+    expect(title).to_have_text("Renamed while I chose")
+    editor.locator("summary").click()
+    expect(title).to_have_text("Renamed again")
+    page.console_errors.check()
+    page.context.close()
