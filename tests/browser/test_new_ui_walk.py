@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from runner.git import git
 from tests.browser.conftest import new_page
-from tests.browser.test_board_ui import PHONE_390, no_sideways_scroll
+from tests.browser.test_board_ui import PHONE_390, fill_board, no_sideways_scroll
 from tests.live import django_script, wait_until
 
 pytestmark = pytest.mark.browser
@@ -266,5 +266,59 @@ def test_a_live_refresh_never_lands_on_the_open_dependencies_editor(browser, ser
     expect(title).to_have_text("Renamed while I chose")
     editor.locator("summary").click()
     expect(title).to_have_text("Renamed again")
+    page.console_errors.check()
+    page.context.close()
+
+
+ISOLATE = """
+from tasks.models import Task
+from workspaces.models import Workspace
+Workspace.objects.filter(id__in={workspaces!r}).update(isolation="branch")
+Task.objects.filter(id={task!r}).update(branch_name="malamar/abc123-long-job", branch_base="main")
+"""
+
+
+def test_the_cancel_dialog_says_what_happens_to_the_work_in_every_mode(browser, server, tmp_path):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    modes = {
+        "temp": ({}, "What it made so far stays in the task's temporary folder"),
+        "static": (
+            {"working_directory_mode": "static", "working_directory_path": str(folder)},
+            f"What it already changed in {folder} stays there: nothing is undone.",
+        ),
+        "branch": (
+            {"working_directory_mode": "static", "working_directory_path": str(folder)},
+            "What it already changed stays in the task's worktree, on branch "
+            "malamar/abc123-long-job.",
+        ),
+        "branch, none yet": (
+            {"working_directory_mode": "static", "working_directory_path": str(folder)},
+            f"It works in a git worktree of its own: {folder} is not touched.",
+        ),
+    }
+    tasks = {}
+    for mode, (fields, _) in modes.items():
+        workspace = server.workspace(f"Mode {mode}", **fields)
+        tasks[mode] = (workspace, fill_board(server, workspace, working=["Long job"])["working"][0])
+    django_script(
+        server.data_dir,
+        ISOLATE.format(
+            workspaces=[tasks[mode][0]["id"] for mode in ("branch", "branch, none yet")],
+            task=tasks["branch"][1]["id"],
+        ),
+    )
+    page = new_page(browser)
+    confirm = page.locator("#confirm-dialog")
+    for mode, (_, says) in modes.items():
+        workspace, task = tasks[mode]
+        page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+        dialog = page.locator("#task-dialog")
+        dialog.get_by_role("button", name="Cancel", exact=True).click()
+        expect(confirm).to_contain_text("The running agent is stopped")
+        expect(confirm.locator("#confirm-text")).to_contain_text(says)
+        expect(confirm.get_by_role("button")).to_have_text(["Keep running", "Cancel task"])
+        confirm.get_by_role("button", name="Keep running").click()
+        expect(confirm).to_be_hidden()
     page.console_errors.check()
     page.context.close()
