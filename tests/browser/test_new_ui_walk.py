@@ -322,3 +322,37 @@ def test_the_cancel_dialog_says_what_happens_to_the_work_in_every_mode(browser, 
         expect(confirm).to_be_hidden()
     page.console_errors.check()
     page.context.close()
+
+
+def overlap(a, b) -> bool:
+    return not (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
+
+
+@pytest.mark.parametrize("viewport", [None, PHONE_390], ids=["desktop", "phone"])
+def test_toasts_never_cover_the_task_comment_box(browser, server, viewport):
+    """Like the chat's composer: toasts stack above the task popup's comment box and Send."""
+    workspace = server.workspace("Toasty")
+    task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Talk"})
+    page = new_page(browser, viewport=viewport)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.get_by_role("button", name="Send comment")).to_be_visible()
+    for n in range(1, 4):  # three toasts: the most the stack shows
+        page.evaluate(
+            "n => window.malamarToast({level: 'info', message: `News ${n}`, detail: 'x'})", n
+        )
+        expect(page.locator(".toast")).to_have_count(n)
+    send = dialog.get_by_role("button", name="Send comment").bounding_box()
+    box = dialog.get_by_label("Add a comment").bounding_box()
+    for toast in page.locator(".toast").all():
+        expect(toast).to_be_in_viewport()
+        where = toast.bounding_box()
+        assert not overlap(where, send), (where, send)
+        assert not overlap(where, box), (where, box)
+    page.console_errors.check()
+    page.context.close()

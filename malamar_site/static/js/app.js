@@ -348,8 +348,9 @@
     }
   });
 
-  // Toasts never cover what the open popup marks with data-toast-avoid (the chat's composer
-  // and its Send button): they stack just above it, or at the top when there is no room there.
+  // Toasts never cover what the open popup marks with data-toast-avoid (the chat's composer,
+  // the task's comment box, with their Send buttons): they stack just above it, or at the top
+  // when there is no room there.
   const TOAST_ROOM_PX = 240;
   let avoided = null;
   const avoidWatch = window.ResizeObserver ? new ResizeObserver(() => fitToasts()) : null;
