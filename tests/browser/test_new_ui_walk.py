@@ -356,3 +356,25 @@ def test_toasts_never_cover_the_task_comment_box(browser, server, viewport):
         assert not overlap(where, box), (where, box)
     page.console_errors.check()
     page.context.close()
+
+
+@pytest.mark.parametrize("viewport", [None, PHONE_390], ids=["desktop", "phone"])
+def test_toasts_never_cover_a_dialogs_buttons(browser, server, viewport):
+    """A form dialog's footer (Create task, Save changes) stays free of toasts too."""
+    workspace = server.workspace("Toasty")
+    page = new_page(browser, viewport=viewport)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks")
+    page.locator("#new-task").click()
+    create = page.locator("#task-create-dialog")
+    expect(create.get_by_role("button", name="Create task")).to_be_visible()
+    for n in range(1, 4):
+        page.evaluate(
+            "n => window.malamarToast({level: 'info', message: `News ${n}`, detail: 'x'})", n
+        )
+        expect(page.locator(".toast")).to_have_count(n)
+    footer = create.locator(".dialog__footer").bounding_box()
+    for toast in page.locator(".toast").all():
+        expect(toast).to_be_in_viewport()
+        assert not overlap(toast.bounding_box(), footer), (toast.bounding_box(), footer)
+    page.console_errors.check()
+    page.context.close()

@@ -349,8 +349,9 @@
   });
 
   // Toasts never cover what the open popup marks with data-toast-avoid (the chat's composer,
-  // the task's comment box, with their Send buttons): they stack just above it, or at the top
-  // when there is no room there.
+  // the task's comment box, with their Send buttons) nor a form dialog's buttons (its footer):
+  // they stack just above it, or at the top when there is no room there.
+  const AVOID = "[data-toast-avoid], .dialog__footer";
   const TOAST_ROOM_PX = 240;
   let avoided = null;
   const avoidWatch = window.ResizeObserver ? new ResizeObserver(() => fitToasts()) : null;
@@ -359,7 +360,7 @@
     const region = document.getElementById("toast-region");
     if (!region) return;
     const home = region.parentElement;
-    const avoid = home && home.matches("dialog") ? home.querySelector("[data-toast-avoid]") : null;
+    const avoid = home && home.matches("dialog") ? home.querySelector(AVOID) : null;
     if (avoidWatch && avoid !== avoided) {
       if (avoided) avoidWatch.unobserve(avoided);
       if (avoid) avoidWatch.observe(avoid);
