@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from runner.git import git
 from tests.browser.conftest import new_page
-from tests.browser.test_board_ui import PHONE_390, fill_board, no_sideways_scroll
+from tests.browser.test_board_ui import LONG_SUMMARY, PHONE_390, fill_board, no_sideways_scroll
 from tests.live import django_script, wait_until
 
 pytestmark = pytest.mark.browser
@@ -376,5 +376,65 @@ def test_toasts_never_cover_a_dialogs_buttons(browser, server, viewport):
     for toast in page.locator(".toast").all():
         expect(toast).to_be_in_viewport()
         assert not overlap(toast.bounding_box(), footer), (toast.bounding_box(), footer)
+    page.console_errors.check()
+    page.context.close()
+
+
+CROWDED = """
+from django.utils import timezone
+from datetime import timedelta
+from core.ids import new_id
+from tasks.models import Task, TaskComment
+from workspaces.models import Workspace
+
+ids = {ids!r}
+Workspace.objects.filter(id={workspace!r}).update(isolation="branch")
+Task.objects.filter(id=ids["failing"]).update(
+    failure_streak=3, retry_not_before=timezone.now() + timedelta(minutes=5))
+TaskComment.objects.create(id=new_id(), task_id=ids["failing"], workspace_id={workspace!r},
+                           kind="error", content="CLI could not be started: " + "x" * 200)
+Task.objects.filter(id=ids["branched"]).update(
+    status="in_review", branch_name="malamar/abc123-" + "long-branch-name-" * 4, branch_base="main")
+"""
+
+
+@pytest.mark.parametrize("viewport", [PHONE_390, {"width": 1280, "height": 720}])
+def test_a_crowded_popup_head_keeps_its_actions_and_comment_box_in_reach(
+    browser, server, tmp_path, viewport
+):
+    """A long summary with everything the head can show since #16: the error banner, what it
+    waits for and what waits for it, the task branch with Merge and Discard."""
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    workspace = server.workspace(
+        "Crowded", working_directory_mode="static", working_directory_path=str(folder)
+    )
+    post = lambda body: server.api(  # noqa: E731
+        "POST", f"/workspaces/{workspace['id']}/tasks", body
+    )
+    blockers = [post({"summary": f"Blocker {n} {LONG_SUMMARY}"[:500]})["id"] for n in range(3)]
+    made = {
+        "failing": post({"summary": LONG_SUMMARY, "blocked_by": blockers}),
+        "branched": post({"summary": LONG_SUMMARY, "blocked_by": blockers}),
+    }
+    for n in range(3):
+        post({"summary": f"Waits {n} {LONG_SUMMARY}"[:500], "blocked_by": [made["failing"]["id"]]})
+    django_script(
+        server.data_dir,
+        CROWDED.format(ids={k: t["id"] for k, t in made.items()}, workspace=workspace["id"]),
+    )
+    page = new_page(browser, viewport=viewport)
+    for key, actions in (
+        ("failing", ["Retry now", "Stop retrying", "Delete"]),
+        ("branched", ["Merge into main", "Discard", "Move to Done", "Delete"]),
+    ):
+        page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={made[key]['id']}")
+        dialog = page.locator("#task-dialog")
+        expect(dialog.locator("#task-blockers")).to_be_visible()
+        for name in actions:
+            expect(dialog.get_by_role("button", name=name, exact=True)).to_be_in_viewport()
+        expect(dialog.get_by_label("Add a comment")).to_be_in_viewport()
+        expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+        no_sideways_scroll(page, f"crowded popup ({key})")
     page.console_errors.check()
     page.context.close()
