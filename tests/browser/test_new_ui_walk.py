@@ -438,3 +438,55 @@ def test_a_crowded_popup_head_keeps_its_actions_and_comment_box_in_reach(
         no_sideways_scroll(page, f"crowded popup ({key})")
     page.console_errors.check()
     page.context.close()
+
+
+def test_a_crowded_group_chat_fits_a_phone(browser, server):
+    """A group chat of agents with long names, a long title and long unbroken messages (a
+    path, a code line): no sideways pan, the composer and Send on screen."""
+    workspace = server.workspace("Talky")
+    agents = [
+        server.agent(workspace["id"], f"Agent{n}_" + "x" * 60, cli)
+        for n, cli in enumerate(("claude", "codex", "gemini", "opencode"))
+    ]
+    chat = server.api(
+        "POST",
+        f"/workspaces/{workspace['id']}/chats",
+        {"agent_id": agents[0]["id"], "title": "A title " + "y" * 190},
+    )
+    for agent in agents[1:]:
+        server.api("POST", f"/chats/{chat['id']}/participants", {"agent_id": agent["id"]})
+    server.api(
+        "POST",
+        f"/chats/{chat['id']}/messages",
+        {"message": f"See {LONG_FILE}\n\n```\n{LONG_LINE.replace(chr(92) + 's', ' ')}\n```"},
+    )
+    page = new_page(browser, viewport=PHONE_390)
+    base = f"{server.url}/workspaces/{workspace['id']}/?tab=chat"
+    page.goto(base)
+    expect(page.locator(".chat-row")).to_have_count(1)
+    no_sideways_scroll(page, "chat list")
+    page.goto(f"{base}&chat={chat['id']}")
+    dialog = page.locator("#chat-dialog")
+    expect(dialog.locator(".chat-msg--user")).to_be_visible()
+    no_sideways_scroll(page, "group chat")
+    overflow = dialog.evaluate("(el) => el.scrollWidth - el.clientWidth")
+    culprits = dialog.evaluate(
+        """(dialog) => Array.from(dialog.querySelectorAll('*'))
+            .filter((el) => el.getBoundingClientRect().right > dialog.clientWidth + 0.5)
+            .filter((el) => !el.parentElement.closest('pre'))
+            .slice(0, 6).map((el) => `${el.tagName.toLowerCase()}.${el.className}`)"""
+    )
+    assert overflow <= 0, f"the chat popup scrolls sideways by {overflow} px: {culprits}"
+    # Answering (no worker here): Stop stands where Send was.
+    for control in ("#chat-message", "#chat-stop"):
+        expect(page.locator(control)).to_be_in_viewport()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    page.locator("[data-chat-menu] > summary").first.click()
+    expect(page.locator("[data-chat-menu][open]")).to_have_count(1)
+    no_sideways_scroll(page, "new chat menu")
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=agents")
+    expect(page.locator(".agent-row")).to_have_count(4)
+    no_sideways_scroll(page, "agents with long names")
+    page.console_errors.check()
+    page.context.close()
