@@ -53,7 +53,10 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
         working_directory_path=str(repo),
         isolation="branch",
     )
-    edit = f"write {LONG_FILE} {LONG_LINE}\\n write README.md hello\\nworld\\n"
+    edit = (
+        f"write {LONG_FILE} {LONG_LINE}\\n write README.md hello\\nworld\\n"
+        f" lines {LONG_DIR}/big.txt 1600 lines mid.txt 700"  # on its own page; loads when opened
+    )
     first = stack.task(workspace, f"@fake {edit} review Made the change", summary="Long lines")
     second = stack.task(workspace, "@fake review Second", summary="Second task")
     for task in (first, second):
@@ -75,6 +78,9 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     expect(file.locator(".diff__line--add").first).to_be_visible()
     fits(page, "changes tab")
     box = file.locator(".diff")
+    # The diff's own styles apply (a lost `}` in tasks.css once nested them away).
+    expect(box).to_have_css("overflow-x", "auto")
+    expect(file.locator(".diff__line--add .diff__code").first).to_have_css("white-space", "pre")
     assert box.evaluate("(el) => el.scrollWidth > el.clientWidth"), "the long line scrolls"
     assert box.evaluate("(el) => el.getBoundingClientRect().right") <= page.evaluate("innerWidth")
     changes.locator("#task-changes-run").select_option(index=1)
@@ -82,6 +88,19 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     expect(file).to_be_visible()
     changes.locator('.change-file[data-change-path="README.md"] summary').click()
     fits(page, "changes of one run")
+    later = changes.locator('.change-file[data-change-path="mid.txt"]')
+    later.locator("summary").click()
+    expect(later.locator(".diff__line--add").first).to_be_visible()
+    fits(page, "a diff loaded when opened")
+    own_page = changes.locator(f'.change-file[data-change-path="{LONG_DIR}/big.txt"] a')
+    own_page = own_page.get_attribute("href")
+
+    # The Activity tab: the run with its steps.
+    dialog.get_by_role("tab", name="Activity").click()
+    expect(dialog.locator(".run").first).to_be_visible()
+    dialog.locator(".run summary").first.click()
+    fits(page, "activity tab")
+    dialog.get_by_role("tab", name="Comments").click()
 
     # Dependencies: make it wait for the second task, from the popup's head.
     dialog.locator("#task-deps-edit summary").click()
@@ -134,6 +153,11 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     page.goto(url + "/")
     expect(page.locator(".workspace-card").first).to_be_visible()
     fits(page, "workspaces")
+
+    # A long file's diff on its own page.
+    page.goto(url + own_page)
+    expect(page.locator(".diff__line--add").first).to_be_visible()
+    fits(page, "a file's own page")
     page.console_errors.check()  # and every CSP violation
     page.context.close()
 
