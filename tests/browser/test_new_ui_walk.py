@@ -514,3 +514,42 @@ def test_a_crowded_group_chat_fits_a_phone(browser, server):
     no_sideways_scroll(page, "agents with long names")
     page.console_errors.check()
     page.context.close()
+
+
+LONG_HEALTH = """
+from datetime import timedelta
+from django.utils import timezone
+from runner.limits import Limit
+from runner.models import CliHealth
+from runner.services import cli_limit_set
+
+word = {long_word!r}
+CliHealth.objects.update_or_create(cli_type="claude", defaults=dict(
+    status="unhealthy", error="Binary not found: /opt/" + word + "/bin/claude " + word,
+    binary_path="/opt/" + word + "/bin/claude", version="2.1.197 " + word,
+    checked_at=timezone.now()))
+CliHealth.objects.update_or_create(cli_type="codex", defaults=dict(
+    status="healthy", answer="OK " + word, binary_path="/usr/bin/codex", checked_at=timezone.now()))
+until = timezone.now() + timedelta(hours=2)
+cli_limit_set(cli_type="codex", limit=Limit("Rate limit: " + word, until))
+"""
+
+
+def test_settings_with_long_cli_answers_errors_and_limits_fit_a_phone(browser, server):
+    django_script(server.data_dir, LONG_HEALTH.format(long_word=LONG_WORD))
+    workspace = server.workspace("Phone settings")
+    server.agent(workspace["id"], "Builder", "codex")
+    page = new_page(browser, viewport=PHONE_390)
+    page.goto(f"{server.url}/settings/")
+    expect(page.locator("#cli-status-claude [data-cli-error]")).to_be_visible()
+    expect(page.locator("#cli-status-codex [data-cli-limited]")).to_be_visible()
+    no_sideways_scroll(page, "settings with long CLI errors")
+    page.locator("#cli-form-claude").get_by_label("Binary path").fill("/nope/" + LONG_WORD)
+    page.locator("#save-claude").click()
+    expect(page.locator("#cli-form-claude [aria-invalid=true]")).to_be_visible()
+    no_sideways_scroll(page, "settings with a refused binary path")
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks")
+    expect(page.locator('[data-banner="cli-limited"]')).to_be_visible()
+    no_sideways_scroll(page, "board with a long limit message")
+    page.console_errors.check()
+    page.context.close()
