@@ -553,3 +553,21 @@ def test_settings_with_long_cli_answers_errors_and_limits_fit_a_phone(browser, s
     no_sideways_scroll(page, "board with a long limit message")
     page.console_errors.check()
     page.context.close()
+
+
+def test_workspace_settings_with_a_long_path_and_branch_per_task_fit_a_phone(browser, server):
+    workspace = server.workspace("Phone workspace", stall_kill_minutes=15)
+    page = new_page(browser, viewport=PHONE_390)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/settings/")
+    expect(page.get_by_label("Stop a silent run after (minutes)")).to_have_value("15")
+    page.get_by_text("Static directory").click()
+    page.get_by_label("Directory path").fill(f"/nowhere/{LONG_WORD}/{LONG_WORD}")
+    expect(page.locator("#path-warning-text")).to_be_visible()
+    no_sideways_scroll(page, "workspace settings with a path warning")
+    page.get_by_label("Isolation").select_option("branch")
+    page.get_by_label("Setup command").fill("npm ci --prefix " + LONG_WORD)
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.get_by_label("Isolation")).to_have_attribute("aria-invalid", "true")
+    no_sideways_scroll(page, "workspace settings refused")
+    page.console_errors.check()
+    page.context.close()
