@@ -302,7 +302,7 @@ Task.objects.filter(id={task!r}).update(branch_name="malamar/abc123-long-job", b
 """
 
 
-def test_the_cancel_dialog_says_what_happens_to_the_work_in_every_mode(browser, server, tmp_path):
+def test_cancel_and_delete_say_what_happens_to_the_work_in_every_mode(browser, server, tmp_path):
     folder = tmp_path / "project"
     folder.mkdir()
     modes = {
@@ -344,6 +344,21 @@ def test_the_cancel_dialog_says_what_happens_to_the_work_in_every_mode(browser, 
         expect(confirm.get_by_role("button")).to_have_text(["Keep running", "Cancel task"])
         confirm.get_by_role("button", name="Keep running").click()
         expect(confirm).to_be_hidden()
+        # Delete says what goes with the task: with a branch, the agents' unmerged work.
+        dialog.get_by_role("button", name="Delete", exact=True).click()
+        branch = "Its worktree goes too, and its branch malamar/abc123-long-job with every "
+        branch += "change not merged into main."
+        if mode == "branch":
+            expect(confirm.locator("#confirm-text")).to_contain_text(branch)
+        else:
+            expect(confirm.locator("#confirm-text")).not_to_contain_text("branch")
+        confirm.get_by_role("button", name="Cancel").click()
+        expect(confirm).to_be_hidden()
+    page.goto(f"{server.url}/workspaces/{tasks['branch'][0]['id']}/?tab=tasks")
+    page.evaluate("document.getElementById('task-delete-done-dialog').showModal()")
+    expect(page.locator("#task-delete-done-dialog")).to_contain_text(
+        "its worktree, and its branch unless it was merged"
+    )
     page.console_errors.check()
     page.context.close()
 
