@@ -586,3 +586,46 @@ def test_workspace_settings_with_a_long_path_and_branch_per_task_fit_a_phone(bro
     no_sideways_scroll(page, "workspace settings refused")
     page.console_errors.check()
     page.context.close()
+
+
+@pytest.mark.parametrize("viewport", [None, PHONE_390], ids=["desktop", "phone"])
+def test_notifications_export_clone_and_import_without_csp_errors(
+    browser, server, tmp_path, viewport
+):
+    """The forms no other browser test posts: notifications, a workspace's export, clone and
+    import (API tokens show only with a password set)."""
+    workspace = server.workspace("Portable")
+    server.agent(workspace["id"], "Builder")
+    server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Carry me"})
+    page = new_page(browser, viewport=viewport)
+    page.goto(f"{server.url}/settings/")
+    notifications = page.locator("#notification-settings")
+    notifications.get_by_label("Warn when a run is silent for (minutes)").fill("20")
+    notifications.get_by_role("button", name="Save notifications").click()
+    expect(page.locator(".toast").first).to_be_visible()
+    expect(notifications.get_by_label("Warn when a run is silent for (minutes)")).to_have_value(
+        "20"
+    )
+    no_sideways_scroll(page, "settings after a save")
+
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/settings/")
+    with page.expect_download() as download:
+        page.locator("#export-workspace").click()
+    export = tmp_path / "export.json"
+    download.value.save_as(export)
+    page.locator("#clone-title").fill("Portable copy")
+    page.locator("#clone-workspace").click()
+    expect(page.locator(".toast", has_text="Cloned into “Portable copy”")).to_be_visible()
+    no_sideways_scroll(page, "the clone's settings")
+    page.goto(f"{server.url}/")
+    page.locator("#import-workspace").click()
+    page.locator("#import-file").set_input_files(export)
+    page.locator("#import-submit").click()
+    expect(page.locator(".toast", has_text="Imported “Portable”")).to_be_visible()
+    expect(page.locator(".task-card", has_text="Carry me")).to_be_visible()
+    no_sideways_scroll(page, "the imported workspace")
+    page.goto(f"{server.url}/")
+    expect(page.locator(".workspace-card")).to_have_count(3)
+    no_sideways_scroll(page, "workspaces after an import")
+    page.console_errors.check()
+    page.context.close()
