@@ -629,3 +629,35 @@ def test_notifications_export_clone_and_import_without_csp_errors(
     no_sideways_scroll(page, "workspaces after an import")
     page.console_errors.check()
     page.context.close()
+
+
+WIDE_COMMENT = f"""Here is the plan for `{LONG_WORD}` and https://example.com/{LONG_WORD}/{LONG_WORD}
+
+| File | Change | Why |
+|------|--------|-----|
+| {LONG_FILE} | {LONG_WORD} | {LONG_WORD} |
+
+```
+{LONG_LINE}
+```
+"""
+
+
+def test_wide_comments_scroll_in_their_own_boxes_on_a_phone(browser, server):
+    """Agents' comments hold tables, links, inline code and code blocks wider than a phone:
+    each scrolls or wraps inside the comment, the popup never scrolls sideways."""
+    workspace = server.workspace("Wide")
+    task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Wide"})
+    for _ in range(2):
+        server.api("POST", f"/tasks/{task['id']}/comments", {"content": WIDE_COMMENT})
+    page = new_page(browser, viewport=PHONE_390)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator("#task-comments .comment table")).to_have_count(2)
+    no_sideways_scroll(page, "popup with wide comments")
+    for part in ("#task-dialog", ".task-detail__body", "#task-comments"):
+        overflow = page.locator(part).evaluate("(el) => el.scrollWidth - el.clientWidth")
+        assert overflow <= 0, f"{part} scrolls sideways by {overflow} px"
+    expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+    page.console_errors.check()
+    page.context.close()
