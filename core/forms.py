@@ -22,6 +22,15 @@ def apply_service_error(
         form.add_error(name if name in form.fields else None, message)
 
 
+class MinutesField(forms.FloatField):
+    """Minutes as a person writes them: 15, not 15.0 (a fraction stays: 2.5)."""
+
+    def prepare_value(self, value):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
+
 class CliSettingsForm(forms.Form):
     """One CLI's binary path and environment variables.
 
@@ -94,7 +103,7 @@ class NotificationSettingsForm(forms.Form):
     notify_on_in_review = forms.BooleanField(
         required=False, label="When agents move a task to In Review"
     )
-    stall_warning_minutes = forms.FloatField(
+    stall_warning_minutes = MinutesField(
         label="Warn when a run is silent for (minutes)",
         help_text="An agent run that prints nothing this long raises a warning on every open page.",
         error_messages={

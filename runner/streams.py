@@ -149,10 +149,28 @@ def command_result(output: Any, exit_code: Any = None, *, failed: bool = False) 
 TASK_INPUT = re.compile(r"malamar_task_[\w-]+\.md")
 CHAT_CONTEXT = re.compile(r"malamar_chat_[\w-]+_context\.md")
 CHAT_INPUT = re.compile(r"malamar_chat_[\w-]+\.md")
+# A run's MCP configuration (runner.worker.execution._mcp_setup): next to its answer file.
+MCP_CONFIG = re.compile(r"malamar_(?:chat_)?output_[\w-]+_mcp\.json")
 ANSWER_FILE = re.compile(r"malamar_(?:chat_)?output_[\w-]+\.json")
 SCHEMA_FILE = re.compile(r"malamar_schema_\w+\.json")
 ATTACHMENT = re.compile(r"malamar_chat_[\w-]+_attachments/(?P<name>[^/]+)$")
 ANSWER_TOOLS = {"structuredoutput"}  # Claude's --json-schema answer
+# Malamar's own MCP tools (tasks/mcp_server.py: a test keeps both lists equal), as each CLI
+# names them: Claude `mcp__malamar__create_task`, Codex `malamar.create_task`, OpenCode
+# `malamar_create_task`, Gemini the bare name (`malamar__create_task` when another server
+# has a tool of that name).
+MALAMAR_TOOLS = {
+    "list_workspaces": "Looking at the workspaces",
+    "search_tasks": "Looking through the tasks",
+    "get_task": "Reading another task",
+    "related_tasks": "Looking for related tasks",
+    "create_task": "Creating a task",
+    "comment_on_task": "Commenting on a task",
+}
+MALAMAR_TOOL = re.compile(r"(?:mcp__malamar__|malamar(?:__|\.|_))?(?P<tool>\w+)")
+# Any other MCP server's tool, as Claude (`mcp__github__create_issue`) or Codex
+# (`github.create_issue`) names it.
+OTHER_MCP_TOOL = re.compile(r"(?:mcp__(?P<server>[\w-]+?)__|(?P<dotted>[\w-]+)\.)(?P<tool>\w+)")
 VERBS = {
     "file-read": "Reading",
     "file-edit": "Editing",
@@ -199,12 +217,27 @@ class UserTerms:
             if plumbing:
                 return Trace("action", plumbing, "generic")
             return replace(trace, text=f"{VERBS[kind]} {self.place(path) or 'a file'}")
-        if kind == "generic" and str(detail.get("tool", "")).lower() in ANSWER_TOOLS:
+        if kind == "generic" and detail.get("tool"):
+            return self._tool(trace, str(detail["tool"]))
+        return replace(trace, text=self._paths_in(trace.text))
+
+    def _tool(self, trace: Trace, name: str) -> Trace:
+        """A tool without a verb of its own: Malamar's answer and MCP tools in words."""
+        if name.lower() in ANSWER_TOOLS:
             return Trace("action", "Writing the answer", "generic")
+        ours = MALAMAR_TOOL.fullmatch(name)
+        if ours and ours["tool"] in MALAMAR_TOOLS:
+            return replace(trace, text=MALAMAR_TOOLS[ours["tool"]])
+        other = OTHER_MCP_TOOL.fullmatch(name)
+        if other:
+            server = other["server"] or other["dotted"]
+            return replace(trace, text=f"Using {other['tool']} from {server}")
         return replace(trace, text=self._paths_in(trace.text))
 
     def _plumbing(self, text: str) -> str:
         """What touching Malamar's own file(s) named in `text` means, or ""."""
+        if MCP_CONFIG.search(text):
+            return "Reading Malamar's tool setup"
         if ANSWER_FILE.search(text):
             return "Writing the answer"
         if TASK_INPUT.search(text):

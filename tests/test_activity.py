@@ -5,6 +5,7 @@ The worker runs in-process (`stack`) except for a run killed with its worker (ki
 needs a real worker process (`live_stack`).
 """
 
+import asyncio
 import json
 import signal
 from pathlib import Path
@@ -356,6 +357,81 @@ CHAT_ANSWER_FILE = "/tmp/malamar/malamar_chat_output_Q2w3E4r5T6y7U8i9O0pA.json"
 )
 def test_malamar_plumbing_is_said_in_the_users_terms(cli, lines, expected):
     assert in_user_terms(cli, lines, CWD) == expected
+
+
+MCP_FILE = "/tmp/malamar/malamar_output_Q2w3E4r5T6y7U8i9O0pA_mcp.json"
+
+
+def codex_mcp(server: str, tool: str) -> str:
+    item = {"id": "item_2", "type": "mcp_tool_call", "server": server, "tool": tool}
+    return json.dumps({"type": "item.completed", "item": {**item, "status": "completed"}})
+
+
+def opencode_tool(tool: str, tool_input: dict) -> str:
+    state = {"status": "completed", "input": tool_input}
+    return json.dumps({"type": "tool_use", "part": {"tool": tool, "state": state}})
+
+
+@pytest.mark.parametrize(
+    ("cli", "lines"),
+    [
+        (
+            "claude",
+            [
+                claude_tool("mcp__malamar__search_tasks", {"query": "login"}),
+                claude_tool("mcp__malamar__create_task", {"summary": "Fix the login"}),
+                claude_tool("Read", {"file_path": MCP_FILE}),
+                claude_tool("mcp__github__create_issue", {"title": "x"}),
+            ],
+        ),
+        (
+            "codex",
+            [
+                codex_mcp("malamar", "search_tasks"),
+                codex_mcp("malamar", "create_task"),
+                *codex_command(f"/bin/bash -lc 'cat {MCP_FILE}'", "{}"),
+                codex_mcp("github", "create_issue"),
+            ],
+        ),
+        (
+            "gemini",
+            [
+                gemini_tool("search_tasks", "s1", {"query": "login"}),
+                gemini_tool("malamar__create_task", "c1", {"summary": "Fix the login"}),
+                gemini_tool("read_file", "r1", {"absolute_path": MCP_FILE}),
+                gemini_tool("mcp__github__create_issue", "g1", {"title": "x"}),
+            ],
+        ),
+        (
+            "opencode",
+            [
+                opencode_tool("malamar_search_tasks", {"query": "login"}),
+                opencode_tool("malamar_create_task", {"summary": "Fix the login"}),
+                opencode_tool("read", {"filePath": MCP_FILE}),
+                opencode_tool("github.create_issue", {"title": "x"}),
+            ],
+        ),
+    ],
+    ids=["claude", "codex", "gemini", "opencode"],
+)
+def test_malamars_mcp_tools_and_their_setup_are_said_in_the_users_terms(cli, lines):
+    """What each CLI calls Malamar's MCP tools (`malamar mcp`), and the run's MCP config file,
+    in words; another server's tool by its own name and server."""
+    texts = [text for kind, _, text in in_user_terms(cli, lines, CWD) if kind == "action"]
+    assert texts == [
+        "Looking through the tasks",
+        "Creating a task",
+        "Reading Malamar's tool setup",
+        "Using create_issue from github",
+    ]
+
+
+def test_every_malamar_mcp_tool_has_words():
+    from runner.streams import MALAMAR_TOOLS
+    from tasks.mcp_server import build_server
+
+    served = {tool.name for tool in asyncio.run(build_server("w" * 21).list_tools())}
+    assert served == set(MALAMAR_TOOLS)
 
 
 def test_the_recorder_stores_and_shows_the_users_terms(db, workspace):

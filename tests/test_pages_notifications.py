@@ -84,3 +84,12 @@ def test_test_email_success_and_failure_toasts(client, monkeypatch):
 def test_test_email_without_settings_says_what_is_missing(client):
     note = toast(client.post("/settings/notifications/test/"))
     assert note["level"] == "error" and "mailgun_api_key" in note["detail"]
+
+
+def test_the_silent_run_minutes_show_as_a_person_writes_them(client):
+    """Shown as 20, not 20.0, after a save (as the workspace settings already did)."""
+    response = client.post("/settings/notifications/", FORM)
+    assert 'name="stall_warning_minutes" value="20"' in response.content.decode()
+    assert 'name="stall_warning_minutes" value="20"' in Client().get("/settings/").content.decode()
+    client.post("/settings/notifications/", {**FORM, "stall_warning_minutes": "2.5"})
+    assert 'value="2.5"' in Client().get("/settings/").content.decode()

@@ -412,6 +412,16 @@ def test_first_run_checklist_ticks_each_step_then_goes_away(client, tmp_path):
     assert 'id="first-run"' in html(client.get("/"))  # the live region stays for later
 
 
+def test_first_run_checklist_counts_a_cli_slow_to_answer_as_working(client):
+    """A CLI "Slow to answer" stays available (a healthy CLI on a loaded machine): the checklist
+    must not tell the user that none works and to install one."""
+    CliHealth.objects.create(cli_type="claude", status="slow", error="Timed out twice")
+    CliHealth.objects.create(cli_type="codex", status="unhealthy", error="Binary not found")
+    steps = checklist(client)
+    assert steps["cli"]["done"]
+    assert "Working: Claude Code." in steps["cli"]["text"]
+
+
 def test_first_run_checklist_can_be_dismissed(client):
     assert checklist(client)
     response = hx(client, "post", "/first-run/dismiss/", target="first-run")

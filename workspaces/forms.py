@@ -2,6 +2,7 @@
 
 from django import forms
 
+from core.forms import MinutesField
 from workspaces.models import (
     PARALLEL_TASKS_MAX,
     RETENTION_DAYS_MAX,
@@ -16,15 +17,6 @@ from workspaces.services import TITLE_MAX_LENGTH
 
 REQUIRED_TITLE = {"required": "Title is required"}
 SWITCH = forms.CheckboxInput(attrs={"role": "switch"})
-
-
-class MinutesField(forms.FloatField):
-    """Minutes as a person writes them: 15, not 15.0 (a fraction stays: 2.5)."""
-
-    def prepare_value(self, value):
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return value
 
 
 class WorkspaceCreateForm(forms.Form):

@@ -66,6 +66,9 @@ def _has_working_directory(workspace: Workspace) -> bool:
     return mode == WorkingDirectoryMode.STATIC and bool(path) and not directory_warning(mode, path)
 
 
+WORKING_STATUSES = (CliHealthStatus.HEALTHY, CliHealthStatus.SLOW)
+
+
 def first_run_checklist() -> dict | None:
     """The home page's first steps: a working CLI, a working directory for a workspace, a first
     task; each {"key", "title", "text", "done", "href", "link"}, or a "dialog" id to open
@@ -73,7 +76,8 @@ def first_run_checklist() -> dict | None:
     if Marker.objects.filter(name=FIRST_RUN_DISMISSED).exists():
         return None
     clis = cli_health_all()
-    working = [c["name"] for c in clis if c["status"] == CliHealthStatus.HEALTHY]
+    # "Slow to answer" is a healthy CLI on a loaded machine: it still runs agents.
+    working = [c["name"] for c in clis if c["status"] in WORKING_STATUSES]
     checking = any(c["status"] == CliHealthStatus.NOT_CHECKED for c in clis)
     if working:
         cli_text = "Working: " + ", ".join(working) + "."

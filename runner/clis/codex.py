@@ -203,9 +203,8 @@ class CodexStream:
         if kind == "web_search":
             return [Trace("action", f"Searching {item.get('query', '')}".strip(), "search")]
         if kind == "mcp_tool_call":
-            return [
-                Trace("action", f"Using {item.get('server', '')}.{item.get('tool', '')}", "generic")
-            ]
+            tool = f"{item.get('server', '')}.{item.get('tool', '')}"
+            return [Trace("action", f"Using {tool}", "generic", {"tool": tool})]
         if kind == "error":
             return [Trace("status", trim(item.get("message") or ""))]
         return []

@@ -212,15 +212,49 @@
     const trigger = config && config.triggeringEvent;
     return Boolean(trigger && trigger.detail && trigger.detail[LIVE]);
   };
+  // A <dialog> or <details> with data-editing counts while it is open (the task head's
+  // "Discard" dialog, its "Wait for other tasks…" editor); any other element always.
+  const EDITING =
+    "[data-editing]:not(dialog, details), dialog[data-editing][open], details[data-editing][open]";
+  const isEditing = (element) => element.matches(EDITING) || Boolean($(EDITING, element));
+  const heldBack = new Map(); // region whose live refresh was dropped -> its trigger's name
 
   document.addEventListener("htmx:beforeSwap", (event) => {
     const { target, requestConfig: config } = event.detail;
     if (!target || !event.detail.shouldSwap || !isLiveRefresh(config)) return;
-    // A dialog with data-editing counts while it is open (the task head's "Discard" dialog).
-    const editing = "[data-editing]:not(dialog), dialog[data-editing][open]";
-    if (target.matches(editing) || $(editing, target)) {
+    if (isEditing(target)) {
       event.detail.shouldSwap = false;
+      if (target.id) heldBack.set(target.id, config.triggeringEvent.type);
     }
+  });
+
+  // A dialog or <details> editor closed without a request of its own (dismissed, Escape):
+  // the refreshes it held back run now, so the region does not stay stale until the next event.
+  function catchUp() {
+    heldBack.forEach((eventName, id) => {
+      const region = document.getElementById(id);
+      if (region && isEditing(region)) return;
+      heldBack.delete(id);
+      if (region) refreshWhenIdle(id, eventName);
+    });
+  }
+  document.addEventListener(
+    "toggle",
+    (event) => {
+      if (event.target.matches && event.target.matches("details[data-editing]")) catchUp();
+    },
+    true,
+  );
+  document.addEventListener(
+    "close",
+    (event) => {
+      if (event.target.matches && event.target.matches("dialog[data-editing]")) catchUp();
+    },
+    true,
+  );
+  document.addEventListener("htmx:afterSwap", (event) => {
+    const target = event.detail.target;
+    if (target && target.id) heldBack.delete(target.id); // swapped since: up to date
   });
 
   document.addEventListener("htmx:beforeRequest", (event) => {
@@ -314,8 +348,10 @@
     }
   });
 
-  // Toasts never cover what the open popup marks with data-toast-avoid (the chat's composer
-  // and its Send button): they stack just above it, or at the top when there is no room there.
+  // Toasts never cover what the open popup marks with data-toast-avoid (the chat's composer,
+  // the task's comment box, with their Send buttons) nor a form dialog's buttons (its footer):
+  // they stack just above it, or at the top when there is no room there.
+  const AVOID = "[data-toast-avoid], .dialog__footer";
   const TOAST_ROOM_PX = 240;
   let avoided = null;
   const avoidWatch = window.ResizeObserver ? new ResizeObserver(() => fitToasts()) : null;
@@ -324,7 +360,7 @@
     const region = document.getElementById("toast-region");
     if (!region) return;
     const home = region.parentElement;
-    const avoid = home && home.matches("dialog") ? home.querySelector("[data-toast-avoid]") : null;
+    const avoid = home && home.matches("dialog") ? home.querySelector(AVOID) : null;
     if (avoidWatch && avoid !== avoided) {
       if (avoided) avoidWatch.unobserve(avoided);
       if (avoid) avoidWatch.observe(avoid);
