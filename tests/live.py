@@ -142,6 +142,12 @@ class Server:
                 self.proc.wait()
 
 
+# How long `malamar` on a new data dir may take to serve: it runs every migration first (about
+# 5 s on an idle 2-core machine, ten times that when the machine is saturated). Only a broken
+# start waits this long.
+FIRST_START = 120.0
+
+
 def wait_until(check, *, timeout: float, what: str, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from tests.databases import SQLITE_ONE_WORKER
-from tests.live import SseClient, free_port, serving, start_malamar, wait_until
+from tests.live import FIRST_START, SseClient, free_port, serving, start_malamar, wait_until
 from tests.stack import FAKES_BIN, alive
 
 pytestmark = pytest.mark.live
@@ -21,7 +21,7 @@ def test_malamar_runs_server_and_worker_and_stops_cleanly(tmp_path):
     url = f"http://127.0.0.1:{port}"
     base = f"{url}/api"
     try:
-        wait_until(lambda: serving(url), timeout=30, what="malamar to serve")
+        wait_until(lambda: serving(url), timeout=FIRST_START, what="malamar to serve")
         sample = requests.get(f"{base}/workspaces", timeout=5).json()["workspaces"]
         assert [w["title"] for w in sample] == ["Sample: Code Assistant"]  # a first launch
         ws = requests.post(f"{base}/workspaces", json={"title": "Run"}, timeout=5).json()
@@ -77,7 +77,7 @@ def test_sigterm_mid_run_with_a_tab_open_stops_everything_cleanly(tmp_path):
     url = f"http://127.0.0.1:{port}"
     base = f"{url}/api"
     try:
-        wait_until(lambda: serving(url), timeout=30, what="malamar to serve")
+        wait_until(lambda: serving(url), timeout=FIRST_START, what="malamar to serve")
         ws = requests.post(f"{base}/workspaces", json={"title": "Stop"}, timeout=5).json()
         requests.post(
             f"{base}/workspaces/{ws['id']}/agents",
@@ -95,7 +95,7 @@ def test_sigterm_mid_run_with_a_tab_open_stops_everything_cleanly(tmp_path):
             tree = psutil.Process(proc.pid).children(recursive=True)
             return [p for p in tree if "codex" in _cmdline(p)] or None
 
-        cli = wait_until(cli_running, timeout=30, what="the fake CLI to run")
+        cli = wait_until(cli_running, timeout=FIRST_START, what="the fake CLI to run")
         everything = psutil.Process(proc.pid).children(recursive=True)
         assert len(everything) >= 2 and cli  # the server-and-worker process, the CLI
     finally:
@@ -121,7 +121,7 @@ def test_json_logs_stay_json_lines_including_each_request(tmp_path):
     proc = start_malamar(tmp_path / "data", tmp_path, MALAMAR_PORT=port, MALAMAR_LOG_FORMAT="json")
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: serving(base), timeout=30, what="malamar to serve")
+        wait_until(lambda: serving(base), timeout=FIRST_START, what="malamar to serve")
         assert requests.get(f"{base}/{'z' * 5000}", timeout=5).status_code == 404
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -147,9 +147,10 @@ def test_a_failing_worker_stops_the_server_and_malamar_exits_1(tmp_path):
 
     first = start(first_port)
     try:
-        wait_until(lambda: serving(f"http://127.0.0.1:{first_port}"), timeout=30, what="1st")
+        first_url = f"http://127.0.0.1:{first_port}"
+        wait_until(lambda: serving(first_url), timeout=FIRST_START, what="1st")
         second = start(second_port)
-        code = second.wait(timeout=30)
+        code = second.wait(timeout=FIRST_START)
         output = second.stdout.read()
     finally:
         first.send_signal(signal.SIGTERM)

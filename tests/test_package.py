@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests import databases
-from tests.live import ROOT, free_port, serving, wait_until
+from tests.live import FIRST_START, ROOT, free_port, serving, wait_until
 from tests.stack import FAKES_BIN, alive
 
 pytestmark = pytest.mark.live
@@ -104,7 +104,7 @@ def test_installed_malamar_serves_runs_tasks_and_stops(installed, tmp_path):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: serving(base), timeout=60, what="installed malamar")
+        wait_until(lambda: serving(base), timeout=FIRST_START, what="installed malamar")
         home = requests.get(f"{base}/", timeout=5)
         assert home.status_code == 200 and "Malamar" in home.text
         css = requests.get(f"{base}/static/css/app.css", timeout=5)

@@ -12,7 +12,7 @@ import requests
 from django.test import Client
 
 from core.auth import login_limiter, password_set, token_create, token_revoke
-from tests.live import ROOT, django_script, free_port, manage, process_env, wait_until
+from tests.live import FIRST_START, ROOT, django_script, free_port, manage, process_env, wait_until
 from tests.stack import data_dir_from
 
 PASSWORD = "correct horse battery"
@@ -187,7 +187,7 @@ def test_no_auth_or_a_password_lets_it_start_and_hosts_are_checked(tmp_path):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _ok(url), timeout=40, what="server")
+        wait_until(lambda: _ok(url), timeout=FIRST_START, what="server")
         other = requests.get(f"{url}/", headers={"Host": "other.tail1234.ts.net"}, timeout=5)
         assert other.status_code == 400 and "MALAMAR_ALLOWED_HOSTS" in other.text
         named = requests.get(f"{url}/", headers={"Host": "box.tail1234.ts.net"}, timeout=5)
@@ -207,7 +207,7 @@ def test_no_auth_or_a_password_lets_it_start_and_hosts_are_checked(tmp_path):
     assert setter.returncode == 0, setter.stderr
     proc = run_malamar(tmp_path, "--port", str(port), "--allowed-hosts", "box.tail1234.ts.net")
     try:
-        wait_until(lambda: _answers(url), timeout=40, what="protected server")
+        wait_until(lambda: _answers(url), timeout=FIRST_START, what="protected server")
         assert requests.get(f"{url}/api/workspaces", timeout=5).status_code == 401
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -282,7 +282,7 @@ def _refused(proc) -> str:
 def _serves(proc, port: int) -> None:
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: proc.poll() is None and _ok(url), timeout=40, what="the server")
+        wait_until(lambda: proc.poll() is None and _ok(url), timeout=FIRST_START, what="the server")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=10)
