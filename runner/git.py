@@ -7,6 +7,8 @@ its environment (no user config, no pager, no prompts) and its errors are handle
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
 
 GIT_TIMEOUT_SECONDS = 120
@@ -74,6 +76,58 @@ def git(
         message = done.stderr.decode("utf-8", "replace").strip() or f"exit code {done.returncode}"
         raise GitError(f"git {args[0] if args else ''}: {message}")
     return done
+
+
+def git_head(
+    *args: str,
+    cwd: str | Path,
+    limit: int,
+    env: dict[str, str] | None = None,
+    timeout: float = GIT_TIMEOUT_SECONDS,
+) -> tuple[bytes, bool]:
+    """At most `limit` bytes of what `git args…` prints, and whether it printed more: git is
+    stopped past the limit, so a diff of a huge file is never read whole. Raises GitError like
+    `git()` when git fails (a stop of our own is no failure)."""
+    binary = git_binary()
+    if binary is None:
+        raise GitMissing("git is not installed (install the git package)")
+    name = args[0] if args else ""
+    with tempfile.TemporaryFile() as stderr:  # a file: a full stderr pipe could block git
+        try:
+            process = subprocess.Popen(
+                [binary, *args], cwd=str(cwd), env=git_env(env),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+            )  # fmt: skip
+        except OSError as exc:
+            raise GitError(f"git {name} failed: {exc}") from exc
+        timed_out = threading.Event()
+        timer = threading.Timer(timeout, lambda: (timed_out.set(), process.kill()))
+        timer.start()
+        try:
+            out, more = _read_at_most(process.stdout, limit)
+            if more:
+                process.kill()
+            process.stdout.close()
+            code = process.wait()
+        finally:
+            timer.cancel()
+        if timed_out.is_set():
+            raise GitTimeout(f"git {name} took longer than {timeout:g} s")
+        if code != 0 and not more:
+            stderr.seek(0)
+            message = stderr.read(4096).decode("utf-8", "replace").strip()
+            raise GitError(f"git {name}: {message or f'exit code {code}'}")
+    return out, more
+
+
+def _read_at_most(stream, limit: int) -> tuple[bytes, bool]:
+    read = bytearray()
+    while len(read) <= limit:
+        chunk = stream.read1(min(1 << 20, limit + 1 - len(read)))
+        if not chunk:
+            return bytes(read), False
+        read += chunk
+    return bytes(read[:limit]), True
 
 
 def git_text(*args: str, cwd: str | Path, env: dict[str, str] | None = None) -> str:

@@ -1,0 +1,129 @@
+"""Hostile files in a working directory (names that are not UTF-8 or hold newlines, quotes and
+leading dashes; binary files; symlinks out of the folder; one enormous line): snapshots and the
+Changes tab, file pages and API stay bounded and never answer a 500."""
+
+import os
+import tracemalloc
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from django.utils import timezone
+
+from runner import snapshots
+from runner.models import AgentRun
+from tasks.services import task_create
+from workspaces.services import workspace_create
+
+pytestmark = pytest.mark.django_db
+
+HUGE_LINE_BYTES = 30 * 1024 * 1024
+PAGE_BYTES_MAX = 3 * 1024 * 1024  # a tab or file page, whatever the working directory holds
+ODD_NAMES = [
+    "new\nline.txt",
+    'say "hi" \\ there.txt',
+    "-rf.txt",
+    "--output=x.txt",
+    "tab\there.txt",
+]
+
+
+@pytest.fixture(autouse=True)
+def data_dir(monkeypatch, tmp_path):
+    monkeypatch.setattr(settings, "DATA_DIR", str(tmp_path / "data"))
+
+
+@pytest.fixture
+def changed(tmp_path):
+    """A task whose one run made every kind of hostile file."""
+    root = tmp_path / "work"
+    root.mkdir()
+    (root / "keep.txt").write_text("same\n")
+    before = snapshots.take(root)
+    for name in ODD_NAMES:
+        (root / name).write_text(f"{name!r}\n")
+    with open(os.path.join(os.fsencode(root), b"caf\xe9-latin1.txt"), "wb") as f:
+        f.write(b"not utf-8 name\n")
+    (root / "blob.bin").write_bytes(bytes(range(256)) * 64)
+    (root / "passwd-link").symlink_to("/etc/passwd")
+    (root / "up-link").symlink_to("../../outside")
+    with open(root / "one-line.min.js", "wb") as f:
+        for _ in range(HUGE_LINE_BYTES // (1024 * 1024)):
+            f.write(b"a" * (1024 * 1024))
+    after = snapshots.take(root)
+    workspace = workspace_create(title="Hostile files")
+    task = task_create(workspace=workspace, summary="Make odd files")
+    run = AgentRun.objects.create(
+        id="r" * 21,
+        workspace=workspace,
+        task=task,
+        agent_name="Builder",
+        cli_type="claude",
+        status="succeeded",
+        started_at=timezone.now(),
+        working_directory=str(root),
+        snapshot_store=before.store,
+        tree_before=before.tree,
+        tree_after=after.tree,
+    )
+    return task, run
+
+
+def paths_of(client, task) -> list[str]:
+    body = client.get(f"/api/tasks/{task.id}/changes")
+    assert body.status_code == 200, body.content[:500]
+    return [f["path"] for f in body.json()["files"]]
+
+
+def bounded(response) -> bytes:
+    assert response.status_code == 200, response.content[:500]
+    assert len(response.content) < PAGE_BYTES_MAX
+    return response.content
+
+
+def test_every_hostile_file_is_listed(changed):
+    task, _run = changed
+    paths = paths_of(Client(), task)
+    assert set(ODD_NAMES) <= set(paths)
+    assert {"blob.bin", "passwd-link", "up-link", "one-line.min.js"} <= set(paths)
+    assert "caf\ufffd-latin1.txt" in paths  # shown with U+FFFD, as every name is UTF-8 here
+
+
+def test_the_tab_and_every_file_page_answer_within_bounds(changed):
+    task, run = changed
+    client = Client()
+    for query in ("", f"?run={run.id}"):
+        bounded(client.get(f"/tasks/{task.id}/changes/{query}", HTTP_HX_REQUEST="true"))
+        board = client.get(
+            f"/tasks/{task.id}/changes/{query}", follow=True
+        )  # the popup on the board
+        bounded(board)
+    for path in paths_of(client, task):
+        for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+            page = client.get(f"/tasks/{task.id}/changes/file/", {"path": path}, **headers)
+            bounded(page)
+        api = client.get(f"/api/tasks/{task.id}/changes/file", {"path": path})
+        assert api.status_code == 200 and len(api.json()["diff"]) <= 1_000_000, path
+
+
+def test_a_symlink_shows_its_target_never_the_file_it_points_to(changed):
+    task, _run = changed
+    client = Client()
+    diff = client.get(f"/api/tasks/{task.id}/changes/file", {"path": "passwd-link"}).json()
+    assert "+/etc/passwd" in diff["diff"] and "root:" not in diff["diff"]
+
+
+def test_one_enormous_line_is_never_read_whole(changed):
+    task, _run = changed
+    client = Client()
+    tracemalloc.start()
+    try:
+        client.get(f"/tasks/{task.id}/changes/", HTTP_HX_REQUEST="true")
+        page = client.get(f"/tasks/{task.id}/changes/file/", {"path": "one-line.min.js"})
+        api = client.get(f"/api/tasks/{task.id}/changes/file", {"path": "one-line.min.js"})
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < HUGE_LINE_BYTES // 2, f"peak {peak / 2**20:.0f} MB"
+    assert b"The diff is longer than this" in page.content and len(page.content) < 100_000
+    assert api.json()["truncated"] is True
