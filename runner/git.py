@@ -156,6 +156,16 @@ def current_branch(repo: str | Path) -> str:
     return done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else ""
 
 
+def branch_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a branch Malamar passes to git, or None. A name git itself would not
+    give a branch (spaces, "..", control characters…) or one starting with "-", which git
+    would read as an option (refs/heads/--detach can exist: update-ref makes it)."""
+    if name.startswith("-"):
+        return "starts with '-'"
+    done = git("check-ref-format", f"refs/heads/{name}", cwd="/", check=False)  # no repo needed
+    return None if done.returncode == 0 else "is not valid in git"
+
+
 def branch_exists(repo: str | Path, branch: str) -> bool:
     done = git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", cwd=repo, check=False)
     return done.returncode == 0
@@ -164,7 +174,8 @@ def branch_exists(repo: str | Path, branch: str) -> bool:
 def worktree_add(repo: str | Path, path: Path, *, branch: str, base: str) -> None:
     """A new worktree at `path` on a new `branch` made from `base`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    git("worktree", "add", "-q", "-b", branch, str(path), base, cwd=repo)
+    # The base as a full ref: a name is never read as an option, whatever it starts with.
+    git("worktree", "add", "-q", "-b", branch, str(path), f"refs/heads/{base}", cwd=repo)
 
 
 def worktree_attach(repo: str | Path, path: Path, *, branch: str) -> None:
