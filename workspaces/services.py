@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agents.cli_fields import agent_cli_fields_clean
 from agents.models import Agent
 from chats.attachments import (
     attachment_name,
@@ -405,6 +406,12 @@ def _import_agents(workspace: Workspace, agents, ids: dict[str, str]) -> None:
     for agent in agents:
         fields = agent.model_dump(exclude={"id"})
         _known(fields, transfer.AGENT_FIELDS, "agent")
+        try:
+            fields.update(agent_cli_fields_clean(values=fields))
+        except ValidationFailed as exc:
+            raise ValidationFailed(
+                f"The file is broken: agent {agent.name!r}: {exc.message}", field="file"
+            ) from exc
         row = Agent(workspace=workspace, **fields)
         ids[agent.id] = row.id
         rows.append(_checked(row))
