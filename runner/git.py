@@ -1,4 +1,5 @@
-"""The one module that runs `git` (argv lists, never a shell).
+"""The one module that runs `git` (argv lists, never a shell; a branch name never where git
+would read it as an option: after `--end-of-options`, or as a full `refs/heads/…` ref).
 
 Snapshots, diffs and branch-per-task worktrees all call `git()` here, so the binary's location,
 its environment (no user config, no pager, no prompts) and its errors are handled once.
@@ -194,12 +195,14 @@ def worktree_remove(repo: str | Path, path: Path) -> None:
 
 
 def branch_delete(repo: str | Path, branch: str) -> None:
-    git("branch", "-D", branch, cwd=repo, check=False)
+    git("branch", "-D", "--end-of-options", branch, cwd=repo, check=False)
 
 
 def is_merged(repo: str | Path, branch: str, into: str) -> bool:
     """True when every commit of `branch` is already on `into`."""
-    done = git("merge-base", "--is-ancestor", branch, into, cwd=repo, check=False)
+    done = git(
+        "merge-base", "--is-ancestor", "--end-of-options", branch, into, cwd=repo, check=False
+    )
     return done.returncode == 0
 
 
@@ -245,7 +248,8 @@ def merge_conflicts(repo: str | Path, *, branch: str, into: str) -> list[str]:
     """Files that conflict when merging `branch` into `into`, worked out in git's object store
     only (`merge-tree`): no work tree, index or ref changes."""
     done = git(
-        "merge-tree", "--write-tree", "--name-only", "--no-messages", into, branch,
+        "merge-tree", "--write-tree", "--name-only", "--no-messages", "--end-of-options", into,
+        branch,
         cwd=repo, check=False,
     )  # fmt: skip
     lines = done.stdout.decode("utf-8", "replace").splitlines()
@@ -279,7 +283,9 @@ def merge_into_branch(repo: str | Path, *, branch: str, into: str, message: str)
     if is_merged(repo, into, branch):
         git("update-ref", f"refs/heads/{into}", branch, cwd=repo)
         return "fast-forward"
-    tree = git_text("merge-tree", "--write-tree", into, branch, cwd=repo).splitlines()[0]
+    tree = git_text(
+        "merge-tree", "--write-tree", "--end-of-options", into, branch, cwd=repo
+    ).splitlines()[0]
     commit = git_text(
         "commit-tree", tree, "-p", into, "-p", branch, "-m", message, cwd=repo, env=MERGER
     )

@@ -5,13 +5,18 @@ import pytest
 from runner.git import (
     GitError,
     GitTimeout,
+    branch_delete,
+    branch_exists,
+    branch_name_problem,
     commit_all,
     dirty_files,
     git,
     git_head,
     git_text,
+    is_merged,
     is_repository,
     merge_conflicts,
+    worktree_add,
 )
 
 
@@ -119,3 +124,18 @@ def test_git_head_errors_and_timeouts_are_readable(tmp_path):
         git_head("rev-parse", "HEAD", cwd=tmp_path, limit=100)
     with pytest.raises(GitTimeout, match="took longer than"):
         git_head("-c", "alias.wait=!sleep 2", "wait", cwd=tmp_path, limit=100, timeout=0.2)
+
+
+def test_branch_names_that_look_like_options_stay_names(repo, tmp_path):
+    """refs/heads/--detach can exist (update-ref makes it): the helpers pass such a name where
+    git cannot read it as an option."""
+    git("update-ref", "refs/heads/--detach", "HEAD", cwd=repo)
+    assert is_merged(repo, "--detach", "main") and is_merged(repo, "main", "--detach")
+    assert merge_conflicts(repo, branch="--detach", into="main") == []
+    worktree_add(repo, tmp_path / "tree", branch="task", base="--detach")
+    assert git_text("rev-parse", "task", cwd=repo) == git_text("rev-parse", "main", cwd=repo)
+    assert branch_name_problem("--detach") == "starts with '-'"
+    assert branch_name_problem("a..b") and branch_name_problem("a b")
+    assert branch_name_problem("feature/login") is None
+    branch_delete(repo, "--detach")
+    assert not branch_exists(repo, "--detach")
