@@ -82,9 +82,17 @@ def _diff_tree(store: str, before: str, after: str, *args: str, paths=()) -> byt
     return git(*argv, cwd=path, env=_store_env(store)).stdout
 
 
-@functools.lru_cache(maxsize=64)  # trees never change: the same pair always gives the same list
 def changed_files(store: str, before: str, after: str) -> list[FileChange]:
     """Every file that differs between the two trees, in git's (path) order. Do not mutate."""
+    key = (store, before, after)
+    files = file_lists.get(key)
+    if files is None:
+        files = _changed_files(store, before, after)
+        file_lists.put(key, files)
+    return files
+
+
+def _changed_files(store: str, before: str, after: str) -> list[FileChange]:
     out = _diff_tree(store, before, after, "-z", "--raw", "--numstat", "--no-abbrev")
     tokens = out.decode("utf-8", "surrogateescape").split("\0")
     raw, i = [], 0
@@ -195,12 +203,15 @@ def _lexer_for(name: str):
         return TextLexer(stripnl=False, ensurenl=False)
 
 
-class RenderCache:
-    """Rendered diffs by (store, before, after, path, limit): snapshot trees never change, so a
-    diff rendered once (Pygments is the slow part) is served again as it was. Bounded LRU."""
+class BoundedCache:
+    """An LRU cache bounded by what it holds as well as by entries: `weight(value)` (files of a
+    list, lines of a diff) summed stays under `max_weight`, and a value heavier than that is not
+    kept. Snapshot trees never change, so a cached value is always still right."""
 
-    def __init__(self, size: int = 512):
-        self.size, self.items = size, OrderedDict()
+    def __init__(self, *, max_items: int, max_weight: int, weight):
+        self.max_items, self.max_weight, self.weight = max_items, max_weight, weight
+        self.items: OrderedDict = OrderedDict()
+        self.held = 0
 
     def get(self, key):
         value = self.items.get(key)
@@ -209,13 +220,23 @@ class RenderCache:
         return value
 
     def put(self, key, value) -> None:
+        weight = self.weight(value)
+        if weight > self.max_weight:
+            return
+        old = self.items.pop(key, None)
+        if old is not None:
+            self.held -= self.weight(old)
         self.items[key] = value
-        self.items.move_to_end(key)
-        while len(self.items) > self.size:
-            self.items.popitem(last=False)
+        self.held += weight
+        while self.held > self.max_weight or len(self.items) > self.max_items:
+            self.held -= self.weight(self.items.popitem(last=False)[1])
 
 
-rendered = RenderCache()
+# Rendered diffs by (store, before, after, path, limit): Pygments is the slow part.
+rendered = BoundedCache(max_items=512, max_weight=200_000, weight=lambda diff: len(diff.lines))
+# Changed-file lists by (store, before, after): one run that made 100,000 files (an installed
+# node_modules) is ~50 MB of rows, which 64 unbounded entries would keep in every process.
+file_lists = BoundedCache(max_items=64, max_weight=50_000, weight=len)
 
 
 def _highlighted(path: str, codes: list[str]) -> list[str]:

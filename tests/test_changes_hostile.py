@@ -10,7 +10,7 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
-from runner import snapshots
+from runner import diffs, snapshots
 from runner.models import AgentRun
 from tasks.services import task_create
 from workspaces.services import workspace_create
@@ -127,3 +127,27 @@ def test_one_enormous_line_is_never_read_whole(changed):
     assert peak < HUGE_LINE_BYTES // 2, f"peak {peak / 2**20:.0f} MB"
     assert b"The diff is longer than this" in page.content and len(page.content) < 100_000
     assert api.json()["truncated"] is True
+
+
+def test_the_caches_hold_a_bounded_amount_however_many_files_changed(tmp_path, monkeypatch):
+    """A run that makes 3,000 files (think node_modules): its file list is read, but kept in
+    the process's cache only within the cache's bound (it was 64 lists of any size)."""
+    monkeypatch.setattr(
+        diffs, "file_lists", diffs.BoundedCache(max_items=64, max_weight=1000, weight=len)
+    )
+    root = tmp_path / "many"
+    root.mkdir()
+    before = snapshots.take(root)
+    for number in range(3000):
+        (root / f"f{number}.js").write_text("x\n")
+    after = snapshots.take(root)
+    assert len(diffs.changed_files(before.store, before.tree, after.tree)) == 3000
+    assert diffs.file_lists.held == 0  # too heavy to keep
+    (root / "f0.js").write_text("y\n")
+    small = snapshots.take(root)
+    assert len(diffs.changed_files(after.store, after.tree, small.tree)) == 1
+    assert diffs.file_lists.held == 1
+    cache = diffs.BoundedCache(max_items=2, max_weight=10, weight=len)
+    for key, value in (("a", [1] * 6), ("b", [1] * 3), ("c", [1] * 4)):
+        cache.put(key, value)
+    assert list(cache.items) == ["b", "c"] and cache.held == 7
