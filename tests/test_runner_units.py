@@ -25,10 +25,9 @@ from runner.files import task_input_path, write_private
 from runner.models import TraceEvent
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
-from runner.worker import pickup
+from runner.worker import pickup, process
 from runner.worker.execution import execute, interpret, mcp_server_for
 from runner.worker.pipeline import task_input_text
-from runner.worker import process
 from runner.worker.process import ProcessResult
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
 from tasks.services import (
