@@ -113,18 +113,33 @@ def test_a_symlink_shows_its_target_never_the_file_it_points_to(changed):
     assert "+/etc/passwd" in diff["diff"] and "root:" not in diff["diff"]
 
 
-def test_one_enormous_line_is_never_read_whole(changed):
+def test_one_enormous_line_is_never_read_whole(changed, monkeypatch):
     task, _run = changed
     client = Client()
+    requests = [
+        lambda: client.get(f"/tasks/{task.id}/changes/", HTTP_HX_REQUEST="true"),
+        lambda: client.get(f"/tasks/{task.id}/changes/file/", {"path": "one-line.min.js"}),
+        lambda: client.get(f"/api/tasks/{task.id}/changes/file", {"path": "one-line.min.js"}),
+    ]
+    for request in requests:  # first use: templates compiled, modules imported
+        request()
+    for name in ("rendered", "file_lists"):  # read from git again, not from the caches
+        cache = getattr(diffs, name)
+        fresh = diffs.BoundedCache(
+            max_items=cache.max_items, max_weight=cache.max_weight, weight=cache.weight
+        )
+        monkeypatch.setattr(diffs, name, fresh)
+    peaks, answers = [], []
     tracemalloc.start()
     try:
-        client.get(f"/tasks/{task.id}/changes/", HTTP_HX_REQUEST="true")
-        page = client.get(f"/tasks/{task.id}/changes/file/", {"path": "one-line.min.js"})
-        api = client.get(f"/api/tasks/{task.id}/changes/file", {"path": "one-line.min.js"})
-        _now, peak = tracemalloc.get_traced_memory()
+        for request in requests:
+            tracemalloc.reset_peak()
+            answers.append(request())
+            peaks.append(tracemalloc.get_traced_memory()[1])
     finally:
         tracemalloc.stop()
-    assert peak < HUGE_LINE_BYTES // 2, f"peak {peak / 2**20:.0f} MB"
+    assert max(peaks) < HUGE_LINE_BYTES // 2, [f"{peak / 2**20:.1f} MB" for peak in peaks]
+    _tab, page, api = answers
     assert b"The diff is longer than this" in page.content and len(page.content) < 100_000
     assert api.json()["truncated"] is True
 
