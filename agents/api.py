@@ -4,8 +4,8 @@ from ninja import Router, Schema, Status
 from pydantic import ConfigDict, Field
 
 from agents import services
+from agents.cli_fields import MODEL_MAX_LENGTH, NAME_MAX_LENGTH, masked_env
 from agents.models import Agent
-from agents.services import MODEL_MAX_LENGTH, NAME_MAX_LENGTH, masked_env
 from core.lookups import get_or_404
 from workspaces.models import Workspace
 

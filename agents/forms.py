@@ -2,8 +2,8 @@
 
 from django import forms
 
+from agents.cli_fields import MODEL_MAX_LENGTH, NAME_MAX_LENGTH, masked_env
 from agents.models import AGENT_CLI_CHOICES, CliType, CustomOutput
-from agents.services import MODEL_MAX_LENGTH, NAME_MAX_LENGTH, masked_env
 
 
 def _lines(text: str) -> list[str]:

@@ -1,11 +1,16 @@
-import re
-
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from agents.cli_fields import (
+    CLI_FIELDS,
+    CUSTOM_FIELDS,
+    clean_cli,
+    clean_cli_settings,
+    clean_fallback,
+    clean_name,
+)
 from agents.models import (
-    AGENT_CLI_CHOICES,
     CUSTOM_CLI,
     Agent,
     CliType,
@@ -14,179 +19,11 @@ from agents.models import (
 )
 from chats.services import chats_switch_to_malamar
 from core import events
-from core.errors import Conflict, ValidationFailed, check_length, require_text
-from core.fields import max_length_of
-from core.settings_store import mask
-from runner.clis import cli_for
-from runner.clis.base import TemplateError, template_args
+from core.errors import Conflict, ValidationFailed, require_text
 from runner.models import CliHealth
 from runner.services import custom_health_check_request
 from workspaces.models import Workspace
 from workspaces.services import workspace_touch
-
-NAME_MAX_LENGTH = max_length_of(Agent, "name")
-MODEL_MAX_LENGTH = max_length_of(Agent, "model")
-EXTRA_ARGS_MAX = 50
-EXTRA_ARG_MAX_LENGTH = 2000
-AGENT_CLI_TYPES = [value for value, _label in AGENT_CLI_CHOICES]
-# The fields that configure the agent's CLI: they belong to one CLI, so changing the CLI without
-# giving them resets them (another CLI's model or flags would break its runs).
-CLI_FIELDS = ("model", "reasoning_effort", "extra_args")
-CUSTOM_FIELDS = ("custom_binary", "custom_args", "custom_env", "custom_output")
-CUSTOM_DEFAULTS = {
-    "custom_binary": "",
-    "custom_args": "",
-    "custom_env": {},
-    "custom_output": "file",
-}
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-def _clean_name(name) -> str:
-    return require_text(name, field="name", label="Name", max_length=NAME_MAX_LENGTH)
-
-
-def _clean_cli(cli_type: str, *, field: str = "cli_type", choices=AGENT_CLI_TYPES) -> str:
-    if cli_type not in choices:
-        raise ValidationFailed(f"{field} must be one of {', '.join(choices)}", field=field)
-    return cli_type
-
-
-def _one_line(value: str, *, field: str, label: str) -> None:
-    if any(ch in value for ch in "\n\r\x00"):
-        raise ValidationFailed(f"{label} must not contain line breaks or NUL", field=field)
-
-
-def _clean_model(model, cli_type: str) -> str:
-    model = str(model or "").strip()
-    check_length(model, field="model", label="Model", max_length=MODEL_MAX_LENGTH)
-    _one_line(model, field="model", label="Model")
-    if model.startswith("-"):
-        raise ValidationFailed("Model must be a model name, not an option", field="model")
-    return model
-
-
-def _clean_effort(effort, cli_type: str) -> str:
-    effort = str(effort or "").strip()
-    if not effort:
-        return ""
-    cli = cli_for(cli_type)
-    if not cli.efforts:
-        raise ValidationFailed(
-            f"{cli.label} has no reasoning effort setting; leave reasoning_effort empty",
-            field="reasoning_effort",
-        )
-    if effort not in cli.efforts:
-        raise ValidationFailed(
-            f"reasoning_effort for {cli.label} must be one of {', '.join(cli.efforts)}",
-            field="reasoning_effort",
-        )
-    return effort
-
-
-def _clean_extra_args(extra_args, cli_type: str) -> list[str]:
-    """A list of plain arguments (no shell) that keep Malamar's contract with the CLI."""
-    if extra_args is None:
-        return []
-    if not isinstance(extra_args, list) or not all(isinstance(a, str) for a in extra_args):
-        raise ValidationFailed("extra_args must be a list of strings", field="extra_args")
-    if len(extra_args) > EXTRA_ARGS_MAX:
-        raise ValidationFailed(
-            f"extra_args may hold at most {EXTRA_ARGS_MAX} arguments", field="extra_args"
-        )
-    cli = cli_for(cli_type)
-    for arg in extra_args:
-        if any(ch in arg for ch in "\n\r\x00"):
-            raise ValidationFailed(
-                f"Extra argument {arg!r} must not contain line breaks or NUL", field="extra_args"
-            )
-        if len(arg) > EXTRA_ARG_MAX_LENGTH:
-            raise ValidationFailed(
-                f"Extra argument {arg[:40]!r}… is longer than {EXTRA_ARG_MAX_LENGTH} characters",
-                field="extra_args",
-            )
-        reserved = cli.reserved_option(arg)
-        if reserved:
-            raise ValidationFailed(
-                f"Extra argument {arg!r} is not allowed for {cli.label}: Malamar sets "
-                f"{reserved} itself (output, permissions, prompt and working folder are "
-                "Malamar's; model and effort have their own fields)",
-                field="extra_args",
-            )
-    return list(extra_args)
-
-
-def _clean_custom(values: dict) -> dict:
-    """A custom command: a binary, an argument template with known placeholders that passes the
-    task on ({prompt} or {input_file}), environment variables, and an output mode."""
-    binary = str(values.get("custom_binary") or "").strip()
-    if not binary:
-        raise ValidationFailed("A custom command needs a binary", field="custom_binary")
-    _one_line(binary, field="custom_binary", label="Binary")
-    template = str(values.get("custom_args") or "").strip()
-    _one_line(template, field="custom_args", label="Argument template")
-    try:
-        args = template_args(template)
-    except TemplateError as exc:
-        raise ValidationFailed(f"Argument template: {exc}", field="custom_args") from None
-    if not any("{prompt}" in a or "{input_file}" in a for a in args):
-        raise ValidationFailed(
-            "Argument template must pass the task on: use {prompt} or {input_file}",
-            field="custom_args",
-        )
-    output = values.get("custom_output") or CustomOutput.FILE
-    if output not in CustomOutput.values:
-        raise ValidationFailed(
-            f"custom_output must be one of {', '.join(CustomOutput.values)}",
-            field="custom_output",
-        )
-    return {
-        "custom_binary": binary,
-        "custom_args": template,
-        "custom_env": _clean_env(values.get("custom_env"), values.get("stored_env") or {}),
-        "custom_output": output,
-    }
-
-
-def _clean_env(env, stored: dict[str, str]) -> dict[str, str]:
-    """Names and values checked; a value that is the mask of the stored one (what the API and
-    the dialog show) keeps the stored value."""
-    env = env or {}
-    if not isinstance(env, dict):
-        raise ValidationFailed(
-            "custom_env must be an object of names to values", field="custom_env"
-        )
-    for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
-            raise ValidationFailed(
-                f"Environment variable name {name!r} is not valid", field="custom_env"
-            )
-        if not isinstance(value, str) or "\x00" in value:
-            raise ValidationFailed(
-                f"Environment variable {name} must be a string without NUL", field="custom_env"
-            )
-    return {
-        name: stored[name] if name in stored and value == mask(stored[name]) else value
-        for name, value in env.items()
-    }
-
-
-def masked_env(env: dict | None) -> dict[str, str]:
-    """A custom command's environment as shown: values masked (they are often API keys)."""
-    return {name: mask(value) for name, value in (env or {}).items()}
-
-
-def _clean_cli_settings(values: dict) -> dict:
-    """The agent's CLI fields, checked against its CLI (`values` holds cli_type and all of
-    CLI_FIELDS and CUSTOM_FIELDS)."""
-    cli_type = values["cli_type"]
-    cleaned = {
-        "model": _clean_model(values.get("model"), cli_type),
-        "reasoning_effort": _clean_effort(values.get("reasoning_effort"), cli_type),
-        "extra_args": _clean_extra_args(values.get("extra_args"), cli_type),
-    }
-    custom = _clean_custom(values) if cli_type == CUSTOM_CLI else dict(CUSTOM_DEFAULTS)
-    return {**cleaned, **custom}
 
 
 def _custom_changed(agent: Agent, before: dict) -> bool:
@@ -207,19 +44,6 @@ def _changed(workspace_id: str) -> None:
     events.publish("agents.changed", {"workspace_id": workspace_id})
 
 
-def _clean_fallback(value: str | None, cli_type: str) -> str:
-    """The CLI used while the agent's own is out of quota: "" (none) or another CLI type."""
-    value = (value or "").strip()
-    if not value:
-        return ""
-    value = _clean_cli(value, field="fallback_cli_type", choices=CliType.values)
-    if value == cli_type:
-        raise ValidationFailed(
-            "The fallback CLI must differ from the agent's CLI", field="fallback_cli_type"
-        )
-    return value
-
-
 def agent_create(
     *,
     workspace: Workspace,
@@ -235,10 +59,10 @@ def agent_create(
     custom_output: str = CustomOutput.FILE,
     fallback_cli_type: str = "",
 ) -> Agent:
-    name = _clean_name(name)
+    name = clean_name(name)
     instruction = require_text(instruction, field="instruction", label="Instruction")
-    cli_type = _clean_cli(cli_type)
-    settings = _clean_cli_settings(
+    cli_type = clean_cli(cli_type)
+    settings = clean_cli_settings(
         {
             "cli_type": cli_type,
             "model": model,
@@ -250,7 +74,7 @@ def agent_create(
             "custom_output": custom_output,
         }
     )
-    fallback_cli_type = _clean_fallback(fallback_cli_type, cli_type)
+    fallback_cli_type = clean_fallback(fallback_cli_type, cli_type)
     now = timezone.now()
     with transaction.atomic():
         _check_name_free(workspace.id, name)
@@ -292,16 +116,16 @@ def agent_update(
         raise TypeError(f"agent_update() got unexpected fields {sorted(unknown)}")
     changes = {}
     if name is not None:
-        changes["name"] = _clean_name(name)
+        changes["name"] = clean_name(name)
     if instruction is not None:
         changes["instruction"] = require_text(instruction, field="instruction", label="Instruction")
     if cli_type is not None:
-        changes["cli_type"] = _clean_cli(cli_type)
+        changes["cli_type"] = clean_cli(cli_type)
     changes.update(_cli_settings_update(agent, changes.get("cli_type"), cli_settings))
     before = {f: getattr(agent, f) for f in ("cli_type", *CUSTOM_FIELDS)}
     own = changes.get("cli_type", agent.cli_type)
     if fallback_cli_type is not None:
-        changes["fallback_cli_type"] = _clean_fallback(fallback_cli_type, own)
+        changes["fallback_cli_type"] = clean_fallback(fallback_cli_type, own)
     elif own == agent.fallback_cli_type:  # switched to its fallback's CLI: no fallback left
         changes["fallback_cli_type"] = ""
     with transaction.atomic():
@@ -329,7 +153,7 @@ def _cli_settings_update(agent: Agent, new_cli: str | None, given: dict) -> dict
     if switched:
         current.update({"model": "", "reasoning_effort": "", "extra_args": []})
     merged = {**current, **given, "stored_env": agent.custom_env or {}}
-    return _clean_cli_settings({**merged, "cli_type": new_cli or agent.cli_type})
+    return clean_cli_settings({**merged, "cli_type": new_cli or agent.cli_type})
 
 
 def agent_delete(*, agent: Agent) -> None:

@@ -186,4 +186,4 @@ def file_diff(changes: ChangeSet, change: diffs.FileChange, *, max_lines=PAGE_LI
 def file_patch_text(changes: ChangeSet, change: diffs.FileChange) -> tuple[str, bool]:
     """The unified diff of one file for the API: (text, truncated)."""
     block = diffs.patches(changes.store, changes.before, changes.after, [change])[0]
-    return block[:API_DIFF_CHARS], len(block) > API_DIFF_CHARS
+    return block[:API_DIFF_CHARS], len(block) > API_DIFF_CHARS or block.cut

@@ -14,22 +14,26 @@ from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
-from runner.git import git
+from runner.git import git, git_head
 from runner.snapshots import store_path
 
 STATUS = {"A": "added", "M": "modified", "T": "modified", "D": "deleted", "R": "renamed"}
 HIGHLIGHT_CHARS = 400_000  # a bigger diff is shown plain: highlighting it would take too long
+DIFF_READ_BYTES = 2 * 1024 * 1024  # of one git diff call: the rest is not read (a huge file)
+LINE_CHARS = 2_000  # a longer line (minified code, data) is shown cut
 _FORMATTER = HtmlFormatter(nowrap=True)
 
 
 @dataclass
 class FileChange:
-    path: str
+    path: str  # as shown: a name that is not UTF-8 has U+FFFD for its bad bytes
     old_path: str
     status: str  # added | modified | deleted | renamed
     binary: bool
     added: int
     removed: int
+    git_path: str = ""  # the name as git gives it (os.fsencode gives back its bytes)
+    git_old_path: str = ""
 
     @property
     def lines(self) -> int:
@@ -78,9 +82,17 @@ def _diff_tree(store: str, before: str, after: str, *args: str, paths=()) -> byt
     return git(*argv, cwd=path, env=_store_env(store)).stdout
 
 
-@functools.lru_cache(maxsize=64)  # trees never change: the same pair always gives the same list
 def changed_files(store: str, before: str, after: str) -> list[FileChange]:
     """Every file that differs between the two trees, in git's (path) order. Do not mutate."""
+    key = (store, before, after)
+    files = file_lists.get(key)
+    if files is None:
+        files = _changed_files(store, before, after)
+        file_lists.put(key, files)
+    return files
+
+
+def _changed_files(store: str, before: str, after: str) -> list[FileChange]:
     out = _diff_tree(store, before, after, "-z", "--raw", "--numstat", "--no-abbrev")
     tokens = out.decode("utf-8", "surrogateescape").split("\0")
     raw, i = [], 0
@@ -99,15 +111,34 @@ def changed_files(store: str, before: str, after: str) -> list[FileChange]:
         binary = counts[0] == "-"
         files.append(
             FileChange(
-                path=new,
-                old_path=old,
+                path=_shown(new),
+                old_path=_shown(old),
                 status=STATUS.get(letter, "modified"),
                 binary=binary,
                 added=0 if binary else int(counts[0]),
                 removed=0 if binary else int(counts[1]),
+                git_path=new,
+                git_old_path=old,
             )
         )
     return files
+
+
+def _shown(name: str) -> str:
+    """A file name git printed (decoded with surrogateescape) as text a page can hold."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+class Patch(str):
+    """A file's diff text; `cut` when git printed more than DIFF_READ_BYTES."""
+
+    cut = False
+
+
+def _cut(text: str) -> Patch:
+    patch = Patch(text)
+    patch.cut = True
+    return patch
 
 
 def totals(files: list[FileChange]) -> dict:
@@ -121,21 +152,28 @@ def totals(files: list[FileChange]) -> dict:
 def _paths(files: list[FileChange]) -> list[str]:
     paths = []
     for f in files:
-        paths += [f.old_path, f.path] if f.old_path != f.path else [f.path]
+        old, new = f.git_old_path or f.old_path, f.git_path or f.path
+        paths += [old, new] if old != new else [new]
     return paths
 
 
-def patches(store: str, before: str, after: str, files: list[FileChange]) -> list[str]:
-    """The unified diff text of each of `files` (same order), in one git call."""
+def patches(store: str, before: str, after: str, files: list[FileChange]) -> list[Patch]:
+    """The unified diff text of each of `files` (same order), in one git call that reads at most
+    DIFF_READ_BYTES (a file whose diff goes past it has a `cut` patch)."""
     if not files:
         return []
-    out = _diff_tree(store, before, after, "-p", "--no-color", paths=_paths(files))
-    text = out.decode("utf-8", "replace")
-    blocks = _split_blocks(text)
+    argv = ["-c", "core.quotePath=false", "--literal-pathspecs", "diff-tree", "-r", "-M", "-p"]
+    argv += ["--no-color", before, after, "--", *_paths(files)]
+    out, more = git_head(*argv, cwd=store_path(store), env=_store_env(store), limit=DIFF_READ_BYTES)
+    blocks = [Patch(block) for block in _split_blocks(out.decode("utf-8", "replace"))]
+    if len(files) == 1:
+        return [_cut("\n".join(blocks)) if more else Patch("\n".join(blocks))]
+    if more:  # the last block read is cut short: it and the files after it one by one
+        blocks = blocks[:-1]
+        done = len(blocks)
+        return blocks + [patches(store, before, after, [f])[0] for f in files[done:]]
     if len(blocks) == len(files):
         return blocks
-    if len(files) == 1:
-        return ["\n".join(blocks)]
     # Unexpected pairing (rename detection differs within the subset): one call per file.
     return [patches(store, before, after, [f])[0] for f in files]
 
@@ -165,12 +203,15 @@ def _lexer_for(name: str):
         return TextLexer(stripnl=False, ensurenl=False)
 
 
-class RenderCache:
-    """Rendered diffs by (store, before, after, path, limit): snapshot trees never change, so a
-    diff rendered once (Pygments is the slow part) is served again as it was. Bounded LRU."""
+class BoundedCache:
+    """An LRU cache bounded by what it holds as well as by entries: `weight(value)` (files of a
+    list, lines of a diff) summed stays under `max_weight`, and a value heavier than that is not
+    kept. Snapshot trees never change, so a cached value is always still right."""
 
-    def __init__(self, size: int = 512):
-        self.size, self.items = size, OrderedDict()
+    def __init__(self, *, max_items: int, max_weight: int, weight):
+        self.max_items, self.max_weight, self.weight = max_items, max_weight, weight
+        self.items: OrderedDict = OrderedDict()
+        self.held = 0
 
     def get(self, key):
         value = self.items.get(key)
@@ -179,13 +220,23 @@ class RenderCache:
         return value
 
     def put(self, key, value) -> None:
+        weight = self.weight(value)
+        if weight > self.max_weight:
+            return
+        old = self.items.pop(key, None)
+        if old is not None:
+            self.held -= self.weight(old)
         self.items[key] = value
-        self.items.move_to_end(key)
-        while len(self.items) > self.size:
-            self.items.popitem(last=False)
+        self.held += weight
+        while self.held > self.max_weight or len(self.items) > self.max_items:
+            self.held -= self.weight(self.items.popitem(last=False)[1])
 
 
-rendered = RenderCache()
+# Rendered diffs by (store, before, after, path, limit): Pygments is the slow part.
+rendered = BoundedCache(max_items=512, max_weight=200_000, weight=lambda diff: len(diff.lines))
+# Changed-file lists by (store, before, after): one run that made 100,000 files (an installed
+# node_modules) is ~50 MB of rows, which 64 unbounded entries would keep in every process.
+file_lists = BoundedCache(max_items=64, max_weight=50_000, weight=len)
 
 
 def _highlighted(path: str, codes: list[str]) -> list[str]:
@@ -223,8 +274,11 @@ def render(block: str, path: str, *, max_lines: int) -> FileDiff:
         else:
             rows.append(("context", old, new, line[1:]))
             old, new = old + 1, new + 1
-    truncated = len(rows) > max_lines
+    truncated = len(rows) > max_lines or getattr(block, "cut", False)
     rows = rows[:max_lines]
+    if any(len(row[3]) > LINE_CHARS for row in rows):
+        truncated = True
+        rows = [(*row[:3], _line_cut(row[3])) for row in rows]
     code_rows = [row for row in rows if row[0] in ("add", "del", "context")]
     html = iter(_highlighted(path, [row[3] for row in code_rows]))
     lines = []
@@ -234,6 +288,12 @@ def render(block: str, path: str, *, max_lines: int) -> FileDiff:
             DiffLine(kind, old_no, new_no, mark_safe(markup))
         )  # Pygments or escape() made it
     return FileDiff(lines, truncated)
+
+
+def _line_cut(text: str) -> str:
+    if len(text) <= LINE_CHARS:
+        return text
+    return f"{text[:LINE_CHARS]} … ({len(text) - LINE_CHARS:,} more characters)"
 
 
 def _hunk_start(header: str) -> tuple[int, int]:

@@ -1,4 +1,5 @@
-"""The one module that runs `git` (argv lists, never a shell).
+"""The one module that runs `git` (argv lists, never a shell; a branch name never where git
+would read it as an option: after `--end-of-options`, or as a full `refs/heads/…` ref).
 
 Snapshots, diffs and branch-per-task worktrees all call `git()` here, so the binary's location,
 its environment (no user config, no pager, no prompts) and its errors are handled once.
@@ -7,6 +8,8 @@ its environment (no user config, no pager, no prompts) and its errors are handle
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
 
 GIT_TIMEOUT_SECONDS = 120
@@ -76,6 +79,58 @@ def git(
     return done
 
 
+def git_head(
+    *args: str,
+    cwd: str | Path,
+    limit: int,
+    env: dict[str, str] | None = None,
+    timeout: float = GIT_TIMEOUT_SECONDS,
+) -> tuple[bytes, bool]:
+    """At most `limit` bytes of what `git args…` prints, and whether it printed more: git is
+    stopped past the limit, so a diff of a huge file is never read whole. Raises GitError like
+    `git()` when git fails (a stop of our own is no failure)."""
+    binary = git_binary()
+    if binary is None:
+        raise GitMissing("git is not installed (install the git package)")
+    name = args[0] if args else ""
+    with tempfile.TemporaryFile() as stderr:  # a file: a full stderr pipe could block git
+        try:
+            process = subprocess.Popen(
+                [binary, *args], cwd=str(cwd), env=git_env(env),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+            )  # fmt: skip
+        except OSError as exc:
+            raise GitError(f"git {name} failed: {exc}") from exc
+        timed_out = threading.Event()
+        timer = threading.Timer(timeout, lambda: (timed_out.set(), process.kill()))
+        timer.start()
+        try:
+            out, more = _read_at_most(process.stdout, limit)
+            if more:
+                process.kill()
+            process.stdout.close()
+            code = process.wait()
+        finally:
+            timer.cancel()
+        if timed_out.is_set():
+            raise GitTimeout(f"git {name} took longer than {timeout:g} s")
+        if code != 0 and not more:
+            stderr.seek(0)
+            message = stderr.read(4096).decode("utf-8", "replace").strip()
+            raise GitError(f"git {name}: {message or f'exit code {code}'}")
+    return out, more
+
+
+def _read_at_most(stream, limit: int) -> tuple[bytes, bool]:
+    read = bytearray()
+    while len(read) <= limit:
+        chunk = stream.read1(min(1 << 20, limit + 1 - len(read)))
+        if not chunk:
+            return bytes(read), False
+        read += chunk
+    return bytes(read[:limit]), True
+
+
 def git_text(*args: str, cwd: str | Path, env: dict[str, str] | None = None) -> str:
     """stdout of a git command that must succeed, decoded, without the trailing newline."""
     return git(*args, cwd=cwd, env=env).stdout.decode("utf-8", "replace").rstrip("\n")
@@ -102,6 +157,16 @@ def current_branch(repo: str | Path) -> str:
     return done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else ""
 
 
+def branch_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a branch Malamar passes to git, or None. A name git itself would not
+    give a branch (spaces, "..", control characters…) or one starting with "-", which git
+    would read as an option (refs/heads/--detach can exist: update-ref makes it)."""
+    if name.startswith("-"):
+        return "starts with '-'"
+    done = git("check-ref-format", f"refs/heads/{name}", cwd="/", check=False)  # no repo needed
+    return None if done.returncode == 0 else "is not valid in git"
+
+
 def branch_exists(repo: str | Path, branch: str) -> bool:
     done = git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", cwd=repo, check=False)
     return done.returncode == 0
@@ -110,7 +175,8 @@ def branch_exists(repo: str | Path, branch: str) -> bool:
 def worktree_add(repo: str | Path, path: Path, *, branch: str, base: str) -> None:
     """A new worktree at `path` on a new `branch` made from `base`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    git("worktree", "add", "-q", "-b", branch, str(path), base, cwd=repo)
+    # The base as a full ref: a name is never read as an option, whatever it starts with.
+    git("worktree", "add", "-q", "-b", branch, str(path), f"refs/heads/{base}", cwd=repo)
 
 
 def worktree_attach(repo: str | Path, path: Path, *, branch: str) -> None:
@@ -129,12 +195,14 @@ def worktree_remove(repo: str | Path, path: Path) -> None:
 
 
 def branch_delete(repo: str | Path, branch: str) -> None:
-    git("branch", "-D", branch, cwd=repo, check=False)
+    git("branch", "-D", "--end-of-options", branch, cwd=repo, check=False)
 
 
 def is_merged(repo: str | Path, branch: str, into: str) -> bool:
     """True when every commit of `branch` is already on `into`."""
-    done = git("merge-base", "--is-ancestor", branch, into, cwd=repo, check=False)
+    done = git(
+        "merge-base", "--is-ancestor", "--end-of-options", branch, into, cwd=repo, check=False
+    )
     return done.returncode == 0
 
 
@@ -180,7 +248,8 @@ def merge_conflicts(repo: str | Path, *, branch: str, into: str) -> list[str]:
     """Files that conflict when merging `branch` into `into`, worked out in git's object store
     only (`merge-tree`): no work tree, index or ref changes."""
     done = git(
-        "merge-tree", "--write-tree", "--name-only", "--no-messages", into, branch,
+        "merge-tree", "--write-tree", "--name-only", "--no-messages", "--end-of-options", into,
+        branch,
         cwd=repo, check=False,
     )  # fmt: skip
     lines = done.stdout.decode("utf-8", "replace").splitlines()
@@ -214,7 +283,9 @@ def merge_into_branch(repo: str | Path, *, branch: str, into: str, message: str)
     if is_merged(repo, into, branch):
         git("update-ref", f"refs/heads/{into}", branch, cwd=repo)
         return "fast-forward"
-    tree = git_text("merge-tree", "--write-tree", into, branch, cwd=repo).splitlines()[0]
+    tree = git_text(
+        "merge-tree", "--write-tree", "--end-of-options", into, branch, cwd=repo
+    ).splitlines()[0]
     commit = git_text(
         "commit-tree", tree, "-p", into, "-p", branch, "-m", message, cwd=repo, env=MERGER
     )

@@ -138,7 +138,10 @@ def _hms(text: str, now: datetime) -> datetime | None:
 def reset_time(text: str, now: datetime) -> datetime | None:
     """The reset time a limit message names, clamped (see `clamp`); None if it names none or
     one that cannot be read."""
-    return clamp(_raw_reset_time(text, now), now)
+    try:
+        return clamp(_raw_reset_time(text, now), now)
+    except (OverflowError, ValueError, OSError):  # a time too far to compute (1e30 seconds)
+        return now + MAX_WAIT
 
 
 def _raw_reset_time(text: str, now: datetime) -> datetime | None:
@@ -162,9 +165,11 @@ def seconds_after(value, now: datetime) -> datetime | None:
     """A `retry-after` header value in seconds (HTTP), or None."""
     try:
         seconds = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return clamp(now + timedelta(seconds=seconds), now) if seconds > 0 else None
+    if not seconds > 0:  # NaN too
+        return None
+    return clamp(now + timedelta(seconds=min(seconds, MAX_WAIT.total_seconds() + 1)), now)
 
 
 def first_limit(texts, patterns: re.Pattern, now: datetime) -> Limit | None:

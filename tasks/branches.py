@@ -83,6 +83,12 @@ def _base_of(workspace, repo: Path) -> str:
         raise BranchProblem(
             f"{repo} is on a detached HEAD: set a base branch in the workspace settings."
         )
+    problem = git.branch_name_problem(base)
+    if problem:
+        raise BranchProblem(
+            f"The base branch {base} is not a branch name Malamar can use ({problem}): set a "
+            "base branch in the workspace settings."
+        )
     if not git.branch_exists(repo, base):
         raise BranchProblem(f"The base branch {base} does not exist in {repo}.")
     return base

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from functools import wraps
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -19,8 +20,10 @@ from mcp.types import ToolAnnotations
 from core.actors import MCP_AGENT
 from core.errors import ServiceError
 from tasks import services
+from tasks.mcp_stdio import serve_stdio
 from tasks.models import Task, TaskStatus
 from tasks.selectors import (
+    SEARCH_QUERY_MAX,
     comments_for_task,
     related_tasks,
     task_dependencies,
@@ -119,6 +122,8 @@ class WorkspaceTools:
         description contains (case-insensitive; empty: every task); `status`: todo,
         in_progress, in_review or done (empty: any)."""
         self.workspace()
+        if len(query or "") > SEARCH_QUERY_MAX:
+            raise ToolError(f"query must be at most {SEARCH_QUERY_MAX} characters")
         tasks = tasks_matching(
             self.workspace_id, query=query, status=status_value(status) if status else None
         )
@@ -207,4 +212,5 @@ def logs_to_stderr() -> None:
 
 def serve(workspace_id: str) -> None:
     logs_to_stderr()
-    build_server(workspace_id).run("stdio")
+    # The SDK's own stdio transport reads lines unbounded and ignores broken ones (mcp_stdio).
+    anyio.run(serve_stdio, build_server(workspace_id)._lowlevel_server)

@@ -391,6 +391,9 @@ def activity_entries(task: Task) -> list[dict]:
 RELATED_DESCRIPTION_CHARS = 4000  # enough words to compare; a huge description costs nothing
 
 
+SEARCH_QUERY_MAX = 1000  # characters of a task search (MCP's search_tasks)
+
+
 def tasks_matching(workspace_id: str, *, query: str = "", status: str | None = None):
     """A workspace's tasks, most recently updated first, whose summary or description contains
     `query` (case-insensitive; empty: all) and, if given, with that status."""
@@ -398,7 +401,9 @@ def tasks_matching(workspace_id: str, *, query: str = "", status: str | None = N
     if status:
         tasks = tasks.filter(status=status)
     query = (query or "").strip()
-    if "\x00" in query:  # no stored text holds one (and PostgreSQL refuses it in a pattern)
+    # No stored text holds a NUL (and PostgreSQL refuses it in a pattern); SQLite refuses LIKE
+    # patterns over 50,000 bytes: callers refuse longer queries with a message.
+    if "\x00" in query or len(query) > SEARCH_QUERY_MAX:
         return tasks.none()
     if query:
         tasks = tasks.filter(Q(summary__icontains=query) | Q(description__icontains=query))

@@ -535,7 +535,9 @@ def _clean_blockers(task: Task, blocker_ids) -> list[Task]:
     found = Task.objects.in_bulk(ids)
     missing = [i for i in ids if i not in found]
     if missing:
-        raise ValidationFailed(f"No task with id {missing[0]}", field=BLOCKERS_FIELD)
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        shown = missing[0] if len(missing[0]) <= 100 else f"{missing[0][:100]}…"
+        raise ValidationFailed(f"No task with id {shown}{more}", field=BLOCKERS_FIELD)
     blockers = [found[i] for i in ids]
     for blocker in blockers:
         if blocker.workspace_id != task.workspace_id:

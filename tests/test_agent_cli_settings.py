@@ -103,6 +103,15 @@ def test_a_template_fills_each_argument_without_a_shell(tmp_path):
     assert argv == ["/bin/cli", "--message", PROMPT, f"--out={tmp_path / 'out.json'}", "$HOME"]
 
 
+@pytest.mark.parametrize("cli_type", ["claude", "codex", "gemini", "opencode"])
+def test_a_model_with_spaces_and_quotes_is_one_argument_after_its_flag(tmp_path, cli_type):
+    cli = cli_for(cli_type)
+    model = 'my "odd" model; rm -rf ~'
+    argv = cli.command(invocation(tmp_path, model=model)).argv
+    assert argv.count(model) == 1
+    assert argv[argv.index(model) - 1] == cli.model_flag
+
+
 def test_model_arguments_drop_out_without_a_model():
     template = "run {input_file} --model={model} -C {cwd} --files {temp_dir}"
     values = {"prompt": "", "input_file": "/t/in.md", "cwd": "/w", "temp_dir": "/t"}

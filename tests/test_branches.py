@@ -463,6 +463,35 @@ def test_a_repository_moved_away_is_a_task_error_not_a_crash(repo, tmp_path):
         task_branch_merge(task=Task.objects.select_related("workspace").get(id=task.id))
 
 
+OPTION_LIKE = ("--detach", "-b", "--upload-pack=touch pwned")
+
+
+@pytest.mark.parametrize("name", [*OPTION_LIKE, "two words", "bad..name", "x" * 30 + "\nnext"])
+def test_a_base_branch_that_is_no_branch_name_is_refused_before_git_sees_it(db, repo, name):
+    git("update-ref", f"refs/heads/{name.splitlines()[0]}", "HEAD", cwd=repo, check=False)
+    with pytest.raises(ValidationFailed, match="is not a branch name") as error:
+        isolated(repo, base_branch=name)
+    assert error.value.field == "base_branch"
+
+
+def test_the_api_refuses_an_option_as_the_base_branch(api, repo):
+    workspace = isolated(repo)
+    response = api.put(f"/api/workspaces/{workspace.id}", {"base_branch": "--detach"})
+    assert response.status_code == 400 and "is not a branch name" in error_of(response)["message"]
+
+
+@pass_db
+def test_a_checkout_on_a_branch_named_like_an_option_is_a_task_error(repo):
+    """The base defaults to the checkout's branch: one named `--detach` (made with update-ref)
+    must not reach `git worktree add` as an option."""
+    workspace = isolated(repo)
+    git("update-ref", "refs/heads/--detach", "HEAD", cwd=repo)
+    git("symbolic-ref", "HEAD", "refs/heads/--detach", cwd=repo)
+    task = run_pass(task_create(workspace=workspace, summary="Feature"))
+    assert "--detach is not a branch name Malamar can use" in system_comments(task)[-1]
+    assert not task.branch_name and task.failure_streak == 1
+
+
 # --- parallel tasks --------------------------------------------------------------------------
 
 

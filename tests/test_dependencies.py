@@ -128,6 +128,15 @@ def test_cross_workspace_and_unknown_blockers_are_refused(workspace):
     assert not Task.objects.filter(summary="Mine").exists()  # nothing half-created
 
 
+def test_a_huge_list_of_unknown_ids_is_a_short_message(api, workspace):
+    task = make(workspace, "T")
+    ids = ["x" * 100_000, *(f"id{n}" for n in range(50_000))]
+    response = api.put(f"/api/tasks/{task.id}", {"blocked_by": ids})
+    message = error_of(response)["message"]
+    assert response.status_code == 400 and message.startswith("No task with id xxx")
+    assert len(message) < 300 and "and 50000 more" in message
+
+
 def test_setting_blockers_logs_each_change(workspace):
     a, b = make(workspace, "A"), make(workspace, "B")
     task = make(workspace, "T", blocked_by=[a.id])

@@ -5,12 +5,18 @@ import pytest
 from runner.git import (
     GitError,
     GitTimeout,
+    branch_delete,
+    branch_exists,
+    branch_name_problem,
     commit_all,
     dirty_files,
     git,
+    git_head,
     git_text,
+    is_merged,
     is_repository,
     merge_conflicts,
+    worktree_add,
 )
 
 
@@ -101,3 +107,35 @@ def test_merge_conflicts_are_found_without_touching_anything(repo):
 def test_a_git_command_that_takes_too_long_is_a_timeout_error(tmp_path):
     with pytest.raises(GitTimeout, match="took longer than"):
         git("hash-object", "--stdin", cwd=tmp_path, input=b"x", timeout=0.000001)
+
+
+def test_git_head_reads_at_most_its_limit_and_says_there_was_more(tmp_path):
+    (tmp_path / "big.txt").write_bytes(b"y" * 5_000_000)
+    out, more = git_head("hash-object", "--stdin", cwd=tmp_path, limit=10)  # 41 bytes
+    assert (len(out), more) == (10, True)
+    out, more = git_head("version", cwd=tmp_path, limit=1000)
+    assert out.startswith(b"git version") and not more
+    big, more = git_head("diff", "--no-index", "/dev/null", "big.txt", cwd=tmp_path, limit=1000)
+    assert (len(big), more) == (1000, True)  # diff --no-index exits 1: stopped, not failed
+
+
+def test_git_head_errors_and_timeouts_are_readable(tmp_path):
+    with pytest.raises(GitError, match="not a git repository"):
+        git_head("rev-parse", "HEAD", cwd=tmp_path, limit=100)
+    with pytest.raises(GitTimeout, match="took longer than"):
+        git_head("-c", "alias.wait=!sleep 2", "wait", cwd=tmp_path, limit=100, timeout=0.2)
+
+
+def test_branch_names_that_look_like_options_stay_names(repo, tmp_path):
+    """refs/heads/--detach can exist (update-ref makes it): the helpers pass such a name where
+    git cannot read it as an option."""
+    git("update-ref", "refs/heads/--detach", "HEAD", cwd=repo)
+    assert is_merged(repo, "--detach", "main") and is_merged(repo, "main", "--detach")
+    assert merge_conflicts(repo, branch="--detach", into="main") == []
+    worktree_add(repo, tmp_path / "tree", branch="task", base="--detach")
+    assert git_text("rev-parse", "task", cwd=repo) == git_text("rev-parse", "main", cwd=repo)
+    assert branch_name_problem("--detach") == "starts with '-'"
+    assert branch_name_problem("a..b") and branch_name_problem("a b")
+    assert branch_name_problem("feature/login") is None
+    branch_delete(repo, "--detach")
+    assert not branch_exists(repo, "--detach")

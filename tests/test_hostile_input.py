@@ -4,6 +4,7 @@ Every JSON endpoint is found from the API's OpenAPI schema, so a new endpoint is
 without touching this file.
 """
 
+import collections
 import dataclasses
 import json
 import re
@@ -118,6 +119,47 @@ def test_bad_text_in_any_json_string_field_is_a_400(client, ids, method, path, f
     assert response.status_code == 400, response.content
     message = error_of(response)["message"]
     assert message.startswith(f"{field}: ") and problem in message
+
+
+def operation_parameters() -> list[tuple[str, str, str, str]]:
+    """(method, path, parameter, where) for each path and query parameter of each operation
+    (streams and downloads included): what the JSON-body test above does not reach."""
+    schema = api.get_openapi_schema()
+    found = []
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            found += [
+                (method, path, parameter["name"], parameter["in"])
+                for parameter in operation.get("parameters", [])
+                if parameter["in"] in ("path", "query")
+            ]
+    return found
+
+
+PARAMETERS = operation_parameters()
+HOSTILE_PARAMETER_VALUES = ["a%00b", "%FF%FE", "%ED%A0%80", "x" * 60_000, "-1", "9" * 40, "%0A"]
+
+
+def test_the_parameter_list_has_path_and_query_parameters():
+    kinds = {where for *_, where in PARAMETERS}
+    assert kinds == {"path", "query"} and len(PARAMETERS) >= 20
+    assert ("get", "/api/tasks/{task_id}/changes/file", "path", "query") in PARAMETERS
+
+
+@pytest.mark.parametrize(("method", "path", "name", "where"), PARAMETERS)
+def test_hostile_path_and_query_parameters_are_never_a_500(client, ids, method, path, name, where):
+    body = "{}" if method in ("post", "put", "patch") else None
+    for value in HOSTILE_PARAMETER_VALUES:
+        values = collections.defaultdict(lambda: "n" * 21, ids)  # other ids: no such row
+        if where == "path":
+            values[name] = value
+        url = _url(path, values)
+        if where == "query":
+            url += f"?{name}={value}"
+        response = raw_json(client, method, url, body) if body else getattr(client, method)(url)
+        assert response.status_code < 500, (method, url[:120], response.content[:300])
+        if response.status_code >= 400 and response.headers["Content-Type"].startswith("app"):
+            assert error_of(response)["message"]
 
 
 def test_bad_text_deep_inside_a_body_names_its_place(client, ids):

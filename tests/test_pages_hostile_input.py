@@ -7,15 +7,19 @@ touching this file.
 import dataclasses
 import json
 import re
+from pathlib import Path
 from urllib.parse import quote_from_bytes
 
 import pytest
+from django import forms
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 
 from agents.models import Agent
 from chats.models import Chat, ChatParticipant
 from chats.services import chat_create, chat_message_add_system
+from runner.models import AgentRun
 from tasks.models import Task
 from tests.htmltree import parse
 from tests.pages import field_error_is_tied, html, hx, triggers
@@ -60,6 +64,45 @@ FIELDS = (
 )
 
 
+def _form_fields() -> set[str]:
+    """Every field of every form the pages use: forms added later are covered too."""
+    get_resolver().url_patterns  # noqa: B018 (imports every view, and so every form)
+    classes, seen = list(forms.BaseForm.__subclasses__()), set()
+    while classes:
+        cls = classes.pop()
+        if cls not in seen:
+            seen.add(cls)
+            classes += cls.__subclasses__()
+    return {
+        name
+        for cls in seen
+        if cls.__module__.split(".")[0] in APPS
+        for name in getattr(cls, "base_fields", {})
+    }
+
+
+def _query_names() -> set[str]:
+    """Every query parameter a view reads (`request.GET.get("name"…)` in the source)."""
+    pattern = re.compile(r"request\.GET\.get(?:list)?\(\s*\"(\w+)\"")
+    return {
+        name
+        for app in APPS
+        for source in (ROOT / app).rglob("*.py")
+        for name in pattern.findall(source.read_text())
+    }
+
+
+APPS = ("agents", "chats", "core", "malamar_site", "notifications", "runner", "tasks", "workspaces")
+ROOT = Path(__file__).resolve().parent.parent
+FIELDS = tuple(sorted(set(FIELDS) | _form_fields()))
+QUERY_NAMES = tuple(sorted({"q", "task", "chat", "tab", "all", "p"} | _query_names()))
+
+
+def test_the_field_and_query_lists_come_from_the_code():
+    assert {"model", "fallback_cli_type", "base_branch", "blocked_by"} <= set(FIELDS)
+    assert {"run", "path", "start", "part"} <= set(QUERY_NAMES)
+
+
 def _routes(resolver: URLResolver, prefix: str = "") -> list[str]:
     routes = []
     for entry in resolver.url_patterns:
@@ -88,6 +131,15 @@ def client():
 def ids(workspace, agents, task):
     chat = chat_create(workspace=workspace)
     message = chat_message_add_system(chat=chat, message="hello")
+    AgentRun.objects.create(  # a run that exists: its pages read their parameters
+        id="r" * 21,
+        workspace=workspace,
+        task=task,
+        agent_name="Planner",
+        cli_type="claude",
+        status="succeeded",
+        started_at=timezone.now(),
+    )
     return {
         "workspace_id": workspace.id,
         "agent_id": agents[0].id,
@@ -134,7 +186,7 @@ def test_hostile_form_posts_are_never_a_500(client, ids, route, kind):
 def test_hostile_query_strings_are_never_a_500(client, ids, route):
     url = _url(route, ids)
     for value in ("a%00b", "%FF%FE", "x" * 60_000):
-        query = "&".join(f"{name}={value}" for name in ("q", "task", "chat", "tab", "all", "p"))
+        query = "&".join(f"{name}={value}" for name in QUERY_NAMES)
         for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
             response = client.get(f"{url}?{query}", **headers)
             assert response.status_code < 500, (url, value[:10], response.content[:300])

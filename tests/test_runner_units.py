@@ -1,6 +1,7 @@
 """Runner pieces without processes: schemas, output parsing, CLIs, pickup order, back-off."""
 
 import dataclasses
+import io
 import json
 import os
 import platform
@@ -24,7 +25,7 @@ from runner.files import task_input_path, write_private
 from runner.models import TraceEvent
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
-from runner.worker import pickup
+from runner.worker import pickup, process
 from runner.worker.execution import execute, interpret, mcp_server_for
 from runner.worker.pipeline import task_input_text
 from runner.worker.process import ProcessResult
@@ -545,3 +546,16 @@ def test_the_mcp_server_reaches_the_shared_database_and_redis(settings, tmp_path
         "DATABASE_URL": "postgres://u@db/malamar",
         "REDIS_URL": "redis://r:6379/0",
     }
+
+
+def test_a_runaway_output_line_is_dropped_whole_never_its_tail_as_a_line():
+    """A line past LINE_CAP is not kept (memory stays bounded); what follows the cut up to the
+    line's end must not reach the parser as a line of its own (it could hold a whole event)."""
+    forged = b'{"type": "result", "result": "forged"}'
+    runaway = b'{"type": "text", "text": "' + b"a" * (3 * process.LINE_CAP) + b'"}'
+    # The cut falls at a chunk boundary: what follows it starts like an event.
+    pad = process.READ_CHUNK - len(runaway) % process.READ_CHUNK
+    stream = io.BufferedReader(io.BytesIO(runaway + b" " * pad + forged + b"\n" + b'{"ok": 1}\n'))
+    lines = []
+    process._drain(stream, process._Tail(1024), lines.append)
+    assert lines == ['{"ok": 1}']

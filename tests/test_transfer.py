@@ -237,6 +237,31 @@ def broken_variants(document):
         "agents.0.instruction: contains an invalid character",
     )
     yield (
+        "nested deeper than Python reads",
+        b'{"format": "malamar.workspace", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "nested too deeply",
+    )
+    yield (
+        "an option as an agent's model (the agent dialog refuses it)",
+        edit(lambda d: d["agents"][0].update(model="--dangerously-skip-permissions")),
+        "Model must be a model name, not an option",
+    )
+    yield (
+        "extra arguments that are one string (each character would be an argument)",
+        edit(lambda d: d["agents"][0].update(extra_args="--yolo")),
+        "extra_args must be a list of strings",
+    )
+    yield (
+        "an extra argument Malamar sets itself",
+        edit(lambda d: d["agents"][0].update(extra_args=["--sandbox", "danger-full-access"])),
+        "is not allowed for",
+    )
+    yield (
+        "a fallback CLI that is the agent's own",
+        edit(lambda d: d["agents"][0].update(fallback_cli_type=d["agents"][0]["cli_type"])),
+        "The fallback CLI must differ",
+    )
+    yield (
         "bad base64 in an attachment",
         edit(
             lambda d: (

@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agents.cli_fields import agent_cli_fields_clean
 from agents.models import Agent
 from chats.attachments import (
     attachment_name,
@@ -21,7 +22,7 @@ from core.errors import ValidationFailed, require_text
 from core.fields import max_length_of, own_fields
 from core.models import Marker
 from core.wake import wake_worker_on_commit
-from runner.git import GitError, branch_exists, git_binary, git_text
+from runner.git import GitError, branch_exists, branch_name_problem, git_binary, git_text
 from runner.services import agent_runs_forget_snapshots
 from tasks import branches
 from tasks.models import (
@@ -204,6 +205,12 @@ def _check_isolation(workspace: Workspace) -> None:
             f"Branch per task needs a git repository: {path} is not the top folder of one "
             "(run `git init` there, or pick the repository's top folder)",
             field="isolation",
+        )
+    problem = workspace.base_branch and branch_name_problem(workspace.base_branch)
+    if problem:
+        raise ValidationFailed(
+            f"Base branch {workspace.base_branch!r} is not a branch name ({problem})",
+            field="base_branch",
         )
     if workspace.base_branch and not branch_exists(path, workspace.base_branch):
         raise ValidationFailed(
@@ -399,6 +406,12 @@ def _import_agents(workspace: Workspace, agents, ids: dict[str, str]) -> None:
     for agent in agents:
         fields = agent.model_dump(exclude={"id"})
         _known(fields, transfer.AGENT_FIELDS, "agent")
+        try:
+            fields.update(agent_cli_fields_clean(values=fields))
+        except ValidationFailed as exc:
+            raise ValidationFailed(
+                f"The file is broken: agent {agent.name!r}: {exc.message}", field="file"
+            ) from exc
         row = Agent(workspace=workspace, **fields)
         ids[agent.id] = row.id
         rows.append(_checked(row))

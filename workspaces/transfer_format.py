@@ -156,6 +156,10 @@ def parse_document(raw) -> DocumentIn:
             data = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValidationFailed(f"The file is not valid JSON ({exc})", field="file") from exc
+        except RecursionError:
+            raise ValidationFailed(
+                "The file is not valid JSON (nested too deeply)", field="file"
+            ) from None
     try:  # what the database cannot store (PostgreSQL refuses NUL): refused, as by the API
         check_text(data)
     except BodyRefused as exc:

@@ -211,6 +211,14 @@ def json_lines(text: str):
                 yield value
 
 
+def error_message(error) -> str:
+    """The message of a JSON `error` a CLI printed: an object's `message`, or the text itself
+    (any other shape: none)."""
+    if isinstance(error, dict):
+        return str(error.get("message") or "")
+    return error if isinstance(error, str) else ""
+
+
 def last_json_object(text: str) -> dict | None:
     """The last line of `text` that parses as a JSON object (CLIs print one result line)."""
     return next(json_lines("\n".join(reversed(text.splitlines()))), None)

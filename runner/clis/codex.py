@@ -16,6 +16,7 @@ from runner.clis.base import (
     Invocation,
     McpServer,
     McpSetup,
+    error_message,
     json_lines,
 )
 from runner.limits import Limit, first_limit
@@ -127,7 +128,7 @@ class Codex(Cli):
         texts = []
         for event in json_lines(stdout):
             if event.get("type") == "turn.failed":
-                texts.append(str((event.get("error") or {}).get("message") or ""))
+                texts.append(error_message(event.get("error")))
             elif event.get("type") == "error" and not str(event.get("message", "")).startswith(
                 "Reconnecting"  # Codex retries these itself; only the final word counts
             ):

@@ -20,6 +20,7 @@ from runner.clis.base import (
     McpServer,
     McpSetup,
     config_with_server,
+    error_message,
     json_document,
     json_lines,
 )
@@ -130,7 +131,7 @@ class Gemini(Cli):
         texts = []
         for event in json_lines(stdout):
             if event.get("type") == "result" and event.get("status") == "error":
-                texts.append(str((event.get("error") or {}).get("message") or ""))
+                texts.append(error_message(event.get("error")))
             elif event.get("type") == "error":
                 texts.append(str(event.get("message") or ""))
         document = json_document(stdout)  # `-o json` (the health prompt): one indented object

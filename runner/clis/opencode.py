@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from agents.models import CliType
+from core.storable import loads_storable
 from runner.clis.base import (
     HEALTH_PROMPT,
     Cli,
@@ -118,8 +119,9 @@ class OpenCode(Cli):
             text = f"{data.get('message') or ''} {data.get('responseBody') or ''}".strip()
             if data.get("statusCode") == 429 or LIMIT_TEXT.search(text):
                 limit = first_limit([f"429 {text}"], LIMIT_TEXT, now)
-                headers = data.get("responseHeaders") or {}
-                after = seconds_after(headers.get("retry-after"), now)
+                headers = data.get("responseHeaders")
+                retry_after = headers.get("retry-after") if isinstance(headers, dict) else None
+                after = seconds_after(retry_after, now)
                 message = str(data.get("message") or text)[:500]
                 return Limit(message=message, reset_at=after or limit.reset_at)
         return first_limit([stderr], LIMIT_TEXT, now)
@@ -129,7 +131,7 @@ class OpenCode(Cli):
         texts, events = [], 0
         for line in stdout.splitlines():
             try:
-                event = json.loads(line)
+                event = loads_storable(line)  # deep nesting is a ValueError too
             except ValueError:
                 continue
             if not isinstance(event, dict):

@@ -80,7 +80,7 @@ LINE_CAP = 1024 * 1024
 
 def _drain(stream, tail: _Tail, on_line=None, on_output=None) -> None:
     """Read to EOF, keeping the tail; hand complete lines to `on_line` as they arrive."""
-    partial = b""
+    partial, skipping = b"", False
     with contextlib.suppress(OSError, ValueError):
         while chunk := stream.read1(READ_CHUNK):
             tail.add(chunk)
@@ -89,11 +89,13 @@ def _drain(stream, tail: _Tail, on_line=None, on_output=None) -> None:
             if on_line is None:
                 continue
             *lines, partial = (partial + chunk).split(b"\n")
+            if skipping and lines:  # the end of a runaway line: dropped with the rest of it
+                lines, skipping = lines[1:], False
             for line in lines:
                 on_line(storable_text(line))
             if len(partial) > LINE_CAP:  # a runaway line: not a JSON event anyway
-                partial = b""
-    if on_line and partial.strip():
+                partial, skipping = b"", True
+    if on_line and partial.strip() and not skipping:
         on_line(storable_text(partial))
 
 
