@@ -247,9 +247,18 @@ def test_a_late_swap_leaves_the_focus_in_the_comment_box(browser, stack):
     expect(box).to_be_focused()
 
     # The user never clicked elsewhere: Ctrl+Enter (no re-focusing, unlike box.press) sends.
+    # Live refreshes of the list wait meanwhile: only the comment's own answer may render it,
+    # once, without the "Sending…" stand-in next to it.
+    refreshes = []
+    page.route("**/comments/", lambda route: refreshes.append(route))
     page.keyboard.press("Control+Enter")
-    expect(dialog.locator("#task-comments .comment--user")).to_contain_text("Are you done?")
+    sent = dialog.locator("#task-comments .comment--user[data-comment-id]")
+    expect(sent).to_contain_text("Are you done?")
+    expect(dialog.locator("#task-comments .comment--user")).to_have_count(1)
     expect(box).to_have_value("")
+    page.unroute("**/comments/")
+    for route in refreshes:
+        route.continue_()
     page.console_errors.check()
     page.context.close()
 
