@@ -214,6 +214,55 @@ def test_cancel_prioritize_and_a_second_tab(browser, stack):
         page.context.close()
 
 
+def test_a_late_swap_leaves_the_focus_in_the_comment_box(browser, stack):
+    # Seen in CI under load: the Prioritize answer (or a live refresh of the popup's head) landed
+    # while the user was in the comment box; htmx focused the head's [autofocus] title, and the
+    # Ctrl+Enter that followed went to the title: nothing sent, no "Sending…" comment.
+    workspace = stack.workspace("Late", agents=["Worker"])
+    task = stack.task(workspace, "@fake work 1 sleep 60", summary="Slow answers")
+    page = new_page(browser)
+    board(page, stack, workspace, f"&task={task['id']}")
+    dialog = popup(page)
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Slow answers")
+    expect(dialog.locator(".comment--working")).to_be_visible(timeout=RUN_TIMEOUT)
+    box = dialog.get_by_label("Add a comment")
+
+    # The answer to Prioritize is held until the user is typing in the comment box.
+    held = []
+    page.route("**/prioritize/", lambda route: held.append(route))
+    with page.expect_request("**/prioritize/"):
+        dialog.get_by_role("button", name="Prioritize").click()
+    box.fill("Are you done?")
+    expect(box).to_be_focused()
+    assert len(held) == 1 and dialog.locator(".task-head .badge--priority").count() == 0
+    held[0].continue_()
+    expect(dialog.locator(".task-head__badges")).to_contain_text("Priority")  # swapped in
+    expect(box).to_be_focused()
+    page.unroute("**/prioritize/")
+
+    # A live refresh of the head (another tab, the worker) lands while the user types.
+    page.evaluate("document.getElementById('task-head').append(document.createElement('hr'))")
+    page.evaluate("window.malamarRefresh('task-head', 'tasks:refresh')")
+    expect(dialog.locator("#task-head > hr")).to_have_count(0)  # swapped in
+    expect(box).to_be_focused()
+
+    # The user never clicked elsewhere: Ctrl+Enter (no re-focusing, unlike box.press) sends.
+    # Live refreshes of the list wait meanwhile: only the comment's own answer may render it,
+    # once, without the "Sending…" stand-in next to it.
+    refreshes = []
+    page.route("**/comments/", lambda route: refreshes.append(route))
+    page.keyboard.press("Control+Enter")
+    sent = dialog.locator("#task-comments .comment--user[data-comment-id]")
+    expect(sent).to_contain_text("Are you done?")
+    expect(dialog.locator("#task-comments .comment--user")).to_have_count(1)
+    expect(box).to_have_value("")
+    page.unroute("**/comments/")
+    for route in refreshes:
+        route.continue_()
+    page.console_errors.check()
+    page.context.close()
+
+
 def test_toast_link_opens_the_popup_and_phone_layout(browser, stack):
     workspace = stack.workspace("Toasty", agents=["Reviewer"])
     page = new_page(browser)

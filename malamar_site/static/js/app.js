@@ -866,6 +866,23 @@
     } else if ($("[aria-invalid=true]", dialog)) focusInitial(dialog);
   });
 
+  // htmx focuses the [autofocus] element of every swapped fragment once it settles (after this
+  // event). A fragment landing while the user types in a field elsewhere (a live refresh, or
+  // the late answer to a button pressed a moment ago: the task popup's head autofocuses its
+  // title) would pull the caret out mid-sentence, and the next keys, Ctrl+Enter included, go to
+  // the title: the comment is silently never sent. Such a fragment gives up its autofocus.
+  const TYPING =
+    "textarea, select, [contenteditable], " +
+    "input:not([type=button], [type=submit], [type=reset], [type=checkbox], [type=radio])";
+  document.addEventListener("htmx:afterSwap", (event) => {
+    const fragment = event.target;
+    const active = document.activeElement;
+    if (!fragment || !fragment.querySelectorAll || !active || !active.matches) return;
+    if (!active.matches(TYPING) || fragment.contains(active)) return;
+    if (fragment.hasAttribute("autofocus")) fragment.removeAttribute("autofocus");
+    $$("[autofocus]", fragment).forEach((element) => element.removeAttribute("autofocus"));
+  });
+
   // Keep keyboard users in place: when a click or submit re-renders the part of the page that
   // held focus (or disables the focused button while it waits), focus the element with the
   // same id afterwards, else the fragment's fallback (e.g. its heading), never <body>.

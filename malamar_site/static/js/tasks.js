@@ -549,9 +549,15 @@
   // Comments not (yet) taken by the server. A live refresh of the list may land while one is
   // being sent: put them back, so a refused comment stays visible, marked "Not sent".
   const unsent = new Set();
-  document.addEventListener("htmx:afterSwap", () => {
+  document.addEventListener("htmx:afterSwap", (event) => {
     const list = document.getElementById("task-comments");
     if (!list || !unsent.size) return;
+    // The answer to a comment's own request (it swaps before htmx:afterRequest) lists that
+    // comment: it was taken, so its stand-in must not come back next to it.
+    const form = event.detail.requestConfig && event.detail.requestConfig.elt;
+    if (event.detail.target === list && form && form.pendingComment) {
+      unsent.delete(form.pendingComment.item);
+    }
     unsent.forEach((item) => {
       if (item.isConnected || item.dataset.taskId !== openTaskId()) return;
       list.insertBefore(item, $("[data-working]", list));
