@@ -28,13 +28,17 @@ from tests.stack import FAKES_BIN, alive, data_dir_from
 pytestmark = pytest.mark.live
 
 
+# `malamar` on a new data dir migrates from zero first (on PostgreSQL, into an empty database:
+# over 30 s at a load of 11 on 2 cores): the waits for it to serve allow 90 s.
+
+
 def test_malamar_runs_server_and_worker_and_stops_cleanly(tmp_path):
     port = free_port()
     proc = _start_with_fakes(tmp_path, port)
     url = f"http://127.0.0.1:{port}"
     base = f"{url}/api"
     try:
-        wait_until(lambda: serving(url), timeout=30, what="malamar to serve")
+        wait_until(lambda: serving(url), timeout=90, what="malamar to serve")
         sample = requests.get(f"{base}/workspaces", timeout=5).json()["workspaces"]
         assert [w["title"] for w in sample] == ["Sample: Code Assistant"]  # a first launch
         ws = requests.post(f"{base}/workspaces", json={"title": "Run"}, timeout=5).json()
@@ -90,7 +94,7 @@ def test_sigterm_mid_run_with_a_tab_open_stops_everything_cleanly(tmp_path):
     url = f"http://127.0.0.1:{port}"
     base = f"{url}/api"
     try:
-        wait_until(lambda: serving(url), timeout=30, what="malamar to serve")
+        wait_until(lambda: serving(url), timeout=90, what="malamar to serve")
         ws = requests.post(f"{base}/workspaces", json={"title": "Stop"}, timeout=5).json()
         requests.post(
             f"{base}/workspaces/{ws['id']}/agents",
@@ -134,7 +138,7 @@ def test_json_logs_stay_json_lines_including_each_request(tmp_path):
     proc = start_malamar(tmp_path / "data", tmp_path, MALAMAR_PORT=port, MALAMAR_LOG_FORMAT="json")
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: serving(base), timeout=30, what="malamar to serve")
+        wait_until(lambda: serving(base), timeout=90, what="malamar to serve")
         assert requests.get(f"{base}/{'z' * 5000}", timeout=5).status_code == 404
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -160,7 +164,7 @@ def test_a_failing_worker_stops_the_server_and_malamar_exits_1(tmp_path):
 
     first = start(first_port)
     try:
-        wait_until(lambda: serving(f"http://127.0.0.1:{first_port}"), timeout=30, what="1st")
+        wait_until(lambda: serving(f"http://127.0.0.1:{first_port}"), timeout=90, what="1st")
         second = start(second_port)
         code = second.wait(timeout=30)
         output = second.stdout.read()
