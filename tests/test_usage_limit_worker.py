@@ -253,6 +253,20 @@ def test_the_fallback_cli_runs_while_the_agents_cli_is_limited():
     assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
 
 
+def test_a_completed_run_on_the_fallback_cli_clears_its_unhealthy_mark():
+    """The fallback CLI answered a real run: it works, whatever its last check said."""
+    workspace, (solo,) = _team("Fallback", ("Solo", "codex"))
+    agent_update(agent=solo, fallback_cli_type="claude")
+    cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
+    CliHealth.objects.update_or_create(
+        cli_type="claude", defaults={"status": "unhealthy", "error": "timed out"}
+    )
+    task = task_create(workspace=workspace, summary="Now", description="@fake skip")
+    _run_workspace(workspace)
+    assert AgentRun.objects.get(task=task).cli_type == "claude"
+    assert CliHealth.objects.get(cli_type="claude").status == "healthy"
+
+
 def test_the_fallback_cli_runs_without_the_agents_own_model(tmp_path, monkeypatch):
     """The model belongs to the agent's own CLI: a Codex model name must not reach Claude."""
     fake_log = tmp_path / "fake.log"
