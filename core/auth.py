@@ -94,31 +94,36 @@ def bearer_valid(authorization: str | None) -> bool:
     return header.startswith("Bearer ") and token_check(header[7:].strip())
 
 
-def access_mode() -> str:
-    """For doctor and the settings page."""
+def access_mode(*, password_set: bool | None = None) -> str:
+    """For doctor and the settings page (`password_set`: known already, e.g. no database yet)."""
     config = settings.CONFIG
-    if password_is_set():
+    if password_is_set() if password_set is None else password_set:
         return "password required"
     if config.is_remote and config.no_auth:
         return "remote WITHOUT a password (--no-auth)"
     return "local only (no password)"
 
 
-def remote_access_refusal(*, bind: str | None = None) -> str | None:
+def remote_access_refusal(
+    *, bind: str | None = None, password_set: bool | None = None
+) -> str | None:
     """Why a server must not start: reachable from other machines with no password.
 
     The one check every way of starting the server calls (`malamar`, `manage.py runserver`,
     daphne loading `malamar_site.asgi`), with the address it really binds to (default: the
-    configured host). `--no-auth` / MALAMAR_NO_AUTH=1 accepts the risk."""
+    configured host). `--no-auth` / MALAMAR_NO_AUTH=1 accepts the risk. `password_set`: known
+    already (doctor on a data dir with no database yet), else read."""
     config = settings.CONFIG
     bind = config.host if bind is None else bind
     if not config.is_remote_on(bind) or config.no_auth:
         return None
-    try:
-        if password_is_set():
-            return None
-    except DatabaseError:  # no readable database (not migrated yet): no password either
-        pass
+    if password_set is None:
+        try:
+            password_set = password_is_set()
+        except DatabaseError:  # no readable database (not migrated yet): no password either
+            password_set = False
+    if password_set:
+        return None
     where = ", ".join(dict.fromkeys(h for h in (bind, *config.allowed_hosts) if not is_loopback(h)))
     return (
         f"Refusing to start: Malamar would be reachable as {where} without a password.\n"

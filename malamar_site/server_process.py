@@ -53,12 +53,11 @@ class WorkerThread:
         self.thread.start()
 
     def request_stop(self) -> None:
-        self.worker.shutdown.set()
-        self.worker.kick()
+        self.worker.request_stop()
 
     def join(self) -> None:
         self.request_stop()  # daphne may have stopped before the reactor ran
-        self.thread.join()
+        self.worker.wait_stopped(self.thread)  # (not for ever: the database may hang)
 
     def _serve(self) -> None:
         from runner.worker.loop import AlreadyRunning

@@ -1,9 +1,12 @@
 """`malamar service install | uninstall | status`: run Malamar in the background.
 
 Linux: a systemd *user* unit (no root needed) that restarts on failure. macOS: a launchd agent.
-The unit runs this same `malamar` (the one running `service install`) with the PATH and
-MALAMAR_* variables of the shell that installed it, every path made absolute, so the CLIs and the
-chosen data directory are found the same way.
+The unit runs this same `malamar` (the one running `service install`) with the PATH, the
+MALAMAR_* variables and DATABASE_URL / REDIS_URL of the shell that installed it, every path made
+absolute, so the CLIs, the chosen data directory and a PostgreSQL/Redis setup are found the same
+way. The secret ones (DATABASE_URL and REDIS_URL hold passwords, MALAMAR_SECRET_KEY) never go
+into the unit, which other users of the machine may read: systemd reads them from an environment
+file only its owner can read; launchd's agent, which has no such file, is itself made private.
 """
 
 import os
@@ -23,6 +26,10 @@ LAUNCHD_LABEL = "dev.malamar"
 
 # Variables that hold a path: the service starts in another directory, so they are made absolute.
 PATH_VARIABLES = tuple(option.env for option in OPTIONS if option.kind == "path")
+# Every option's variable is the service's too (DATABASE_URL and REDIS_URL have no MALAMAR_).
+OPTION_VARIABLES = frozenset(option.env for option in OPTIONS)
+SECRET_VARIABLES = frozenset(option.env for option in OPTIONS if option.secret)
+PRIVATE = 0o600
 
 
 def malamar_command(argv0: str | None = None) -> list[str]:
@@ -42,7 +49,9 @@ def _absolute(path: str) -> str:
 
 def service_environment(env: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
-    kept = {k: v for k, v in env.items() if k.startswith("MALAMAR_")}
+    kept = {
+        k: v for k, v in env.items() if k.startswith("MALAMAR_") or (k in OPTION_VARIABLES and v)
+    }
     for name in PATH_VARIABLES:
         if kept.get(name, "").strip():
             kept[name] = _absolute(kept[name].strip())
@@ -56,7 +65,34 @@ def service_environment(env: dict[str, str] | None = None) -> dict[str, str]:
     return dict(sorted(kept.items()))
 
 
-def systemd_unit(command: list[str], env: dict[str, str]) -> str:
+def secrets_of(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the variables that may be shown, the secret ones)."""
+    public = {k: v for k, v in env.items() if k not in SECRET_VARIABLES}
+    return public, {k: v for k, v in env.items() if k in SECRET_VARIABLES}
+
+
+def environment_file(env: dict[str, str]) -> str:
+    """systemd's EnvironmentFile= format: in double quotes every character is kept (a backslash
+    before the shell's special ones); no `%` specifiers are expanded there, unlike in
+    Environment=, which a percent-encoded password in a URL would meet."""
+    lines = []
+    for key, value in env.items():
+        quoted = "".join(f"\\{c}" if c in '\\"`$' else c for c in value)
+        lines.append(f'{key}="{quoted}"')
+    return "\n".join(lines) + "\n"
+
+
+def _no_specifiers(text: str) -> str:
+    """systemd expands `%x` specifiers in the unit's values: `%%` is a literal `%`."""
+    return text.replace("%", "%%")
+
+
+def _unit_quoted(text: str) -> str:
+    """A value inside Environment="…": C-style escapes for `\\` and `"`, no specifiers."""
+    return _no_specifiers(text.replace("\\", "\\\\").replace('"', '\\"'))
+
+
+def systemd_unit(command: list[str], env: dict[str, str], secrets_file: Path | None = None) -> str:
     lines = [
         "[Unit]",
         "Description=Malamar: your AI coding CLIs as an autonomous team",
@@ -64,13 +100,15 @@ def systemd_unit(command: list[str], env: dict[str, str]) -> str:
         "",
         "[Service]",
         "Type=simple",
-        f"ExecStart={shlex.join(command)}",
+        f"ExecStart={_no_specifiers(shlex.join(command))}",
         "Restart=on-failure",
         "RestartSec=5",
         "KillSignal=SIGTERM",
         "TimeoutStopSec=10",
     ]
-    lines += [f'Environment="{k}={v}"' for k, v in env.items()]
+    lines += [f'Environment="{_unit_quoted(f"{k}={v}")}"' for k, v in env.items()]
+    if secrets_file is not None:
+        lines.append(f"EnvironmentFile={secrets_file}")
     lines += ["", "[Install]", "WantedBy=default.target", ""]
     return "\n".join(lines)
 
@@ -117,6 +155,19 @@ def plist_path(home: Path) -> Path:
     return home / "Library" / "LaunchAgents" / f"{LAUNCHD_LABEL}.plist"
 
 
+def secrets_path(home: Path) -> Path:
+    return home / ".config" / "malamar" / "service.env"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Readable by its owner only, from its first byte (never briefly world-readable)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.unlink(missing_ok=True)  # a file from before keeps its mode through O_CREAT
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+
+
 def _run(*argv: str) -> int:
     if not shutil.which(argv[0]):
         print(f"({argv[0]} not found: run `{shlex.join(argv)}` yourself)")
@@ -134,12 +185,18 @@ def install(*, home: Path | None = None, system: str | None = None) -> int:
         log_dir.mkdir(parents=True, exist_ok=True)
         path = plist_path(home)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(launchd_plist(command, env, log_dir))
+        write_private(path, launchd_plist(command, env, log_dir))  # it may hold secrets
         print(f"Wrote {path}")
         return _run("launchctl", "load", "-w", str(path))
+    public, secrets = secrets_of(env)
+    secrets_file = secrets_path(home)
+    secrets_file.unlink(missing_ok=True)
+    if secrets:
+        write_private(secrets_file, environment_file(secrets))
+        print(f"Wrote {secrets_file} (readable by you only: {', '.join(secrets)})")
     path = unit_path(home)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(systemd_unit(command, env))
+    path.write_text(systemd_unit(command, public, secrets_file if secrets else None))
     print(f"Wrote {path}")
     code = _run("systemctl", "--user", "daemon-reload") or _run(
         "systemctl", "--user", "enable", "--now", UNIT_NAME
@@ -163,6 +220,7 @@ def uninstall(*, home: Path | None = None, system: str | None = None) -> int:
         _run("systemctl", "--user", "disable", "--now", UNIT_NAME)
         path.unlink()
         _run("systemctl", "--user", "daemon-reload")
+    secrets_path(home).unlink(missing_ok=True)
     print("Malamar's service is removed.")
     return 0
 

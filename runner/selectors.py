@@ -1,10 +1,12 @@
 from datetime import timedelta
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Count, Sum
 from django.utils import timezone
 
@@ -265,11 +267,17 @@ def workers_live(*, stale_after: float | None = None, now=None) -> list[dict]:
 
 def database_status() -> dict:
     """Where the database is (PostgreSQL's address, never its password), its server's version
-    (PostgreSQL), how many migrations are pending, or why it does not answer (`error`)."""
-    status = {"name": _database_name(), "server": "", "pending": 0, "error": ""}
+    (PostgreSQL), how many migrations are pending, whether it is new (`fresh`: SQLite's file
+    does not exist yet, which this leaves so; PostgreSQL's database has no tables yet), or why it
+    does not answer (`error`)."""
+    status = {"name": _database_name(), "server": "", "pending": 0, "fresh": False, "error": ""}
+    if connection.vendor == "sqlite" and not Path(connection.settings_dict["NAME"]).exists():
+        status["fresh"] = True  # connecting would create the file
+        return status
     try:
         connection.ensure_connection()
         status["server"] = _server_version()
+        status["fresh"] = not MigrationRecorder(connection).has_table()
         executor = MigrationExecutor(connection)
         status["pending"] = len(executor.migration_plan(executor.loader.graph.leaf_nodes()))
     except Exception as exc:

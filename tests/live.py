@@ -208,3 +208,44 @@ class SseClient:
         with contextlib.suppress(OSError):
             self.conn.sock.shutdown(socket.SHUT_RDWR)
         self.conn.close()
+
+
+class FreezableProxy:
+    """A TCP relay to host:port (a database) that can stop answering without closing anything,
+    as a server that hangs or a network that drops packets does: `freeze()`."""
+
+    def __init__(self, host: str, port: int):
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.frozen = threading.Event()
+        self.sockets: list[socket.socket] = []
+
+    def start(self) -> "FreezableProxy":
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(self.target)
+                self.sockets += [client, upstream]
+                threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+                threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if self.frozen.is_set():
+                    self.frozen.wait()
+                    return  # the bytes are swallowed: nothing ever answers again
+                target.sendall(data)
+
+    def freeze(self) -> None:
+        self.frozen.set()
+
+    def close(self) -> None:
+        for sock in [self.listener, *self.sockets]:
+            with contextlib.suppress(OSError):
+                sock.close()

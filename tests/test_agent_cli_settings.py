@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.forms import AgentForm
 from agents.models import Agent
 from agents.services import agent_create, agent_update
 from chats.actions import execute_actions
@@ -548,3 +549,37 @@ def test_an_extra_argument_the_cli_refuses_is_named_in_the_error(fake_clis):
     error = task.comments.get().content
     assert "unknown option '--no-such-flag'" in error
     assert "The agent's extra argument '--no-such-flag' may be the cause" in error
+
+
+# The agent dialog and PUT /api/agents/:id refuse the same values and store nothing.
+AGENT_SAME_RULES = [
+    ("model", "m" * 201, "m" * 201),
+    ("reasoning_effort", "huge", "huge"),
+    ("fallback_cli_type", "claude", "claude"),  # the agent's own CLI
+    ("extra_args", "--permission-mode\nplan", ["--permission-mode", "plan"]),
+    ("custom_args", "-m {file}", "-m {file}"),
+]
+
+
+@pytest.mark.parametrize(("field", "form_value", "api_value"), AGENT_SAME_RULES)
+def test_the_agent_api_refuses_what_the_dialog_refuses(
+    client, api, workspace, field, form_value, api_value
+):
+    from django.forms.models import model_to_dict
+
+    custom = field.startswith("custom_")
+    agent = agent_create(
+        workspace=workspace,
+        name="Coder",
+        instruction="Code.",
+        cli_type="custom" if custom else "claude",
+        **({"custom_binary": "aider", "custom_args": "-m {prompt}"} if custom else {}),
+    )
+    before = model_to_dict(Agent.objects.get(id=agent.id))
+    data = {**AgentForm.initial_for(agent), field: form_value}
+    data = {key: value for key, value in data.items() if value is not None}
+    page = html(hx(client, "post", f"/agents/{agent.id}/edit/", data))
+    assert "field--invalid" in page, page
+    response = api.put(f"/api/agents/{agent.id}", {field: api_value})
+    assert response.status_code == 400, response.content
+    assert model_to_dict(Agent.objects.get(id=agent.id)) == before

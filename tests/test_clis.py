@@ -7,18 +7,22 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from agents.models import AGENT_CLI_CHOICES, CUSTOM_CLI, CliType
-from runner.clis import CLIS, cli_for
+from runner.clis import CLIS, cli_for, gemini, opencode
 from runner.clis.base import (
     HEALTH_PROMPT,
     Cli,
     Command,
+    CustomCommand,
     McpServer,
     McpSetup,
     StdoutResult,
     config_with_server,
 )
+from runner.clis.custom import Custom
+from runner.streams import parse_line
 from runner.worker import health
 from runner.worker.execution import interpret
 from runner.worker.process import ProcessResult
@@ -301,3 +305,46 @@ def test_a_users_configuration_of_any_shape_gets_the_server(users, expected):
 def test_a_custom_command_gets_no_mcp_server(tmp_path):
     setup = cli_for(CUSTOM_CLI).mcp_setup(SERVER, env={}, config_path=tmp_path / "x")
     assert setup == McpSetup()
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+EVERY_CLI = [*CLIS.values(), Custom(CustomCommand(binary="x", output="stdout"))]
+
+
+@pytest.mark.parametrize(
+    "cli",
+    EVERY_CLI,
+    ids=lambda cli: f"{cli.name}-{cli.custom.output}" if isinstance(cli, Custom) else cli.name,
+)
+def test_every_reader_of_a_clis_output_survives_deep_nesting(cli):
+    """Every CLI class reads its stdout/stderr in several places (the result, a usage limit,
+    the health check's answer): 100,000 levels of nesting is a line that is not JSON there,
+    never a RecursionError (OpenCode's health answer took the check down: "Health check error")."""
+    deep = nested(100_000)
+    lines = [
+        deep,
+        '{"type": "text", "part": {"text": ' + deep + "}}",
+        '{"type": "result", "result": ' + deep + "}",
+        '{"response": ' + deep + "}",
+    ]
+    for stdout in lines:
+        assert isinstance(cli.health_answer(stdout), str)
+        cli.read_stdout(stdout)
+        cli.usage_limit(stdout=stdout, stderr=stdout, now=timezone.now())
+        parse_line(cli.stream_parser(), stdout)
+
+
+def test_deeply_nested_configuration_the_mcp_setup_reads_is_ignored(tmp_path):
+    """The CLI configuration a run's MCP setup keeps (Gemini's system settings, OpenCode's
+    inline configuration): nested too deeply, it is no configuration, not a crashed run."""
+    deep = '{"a": ' + nested(100_000) + "}"
+    settings_file = tmp_path / "settings.json"
+    settings_file.write_text(deep)
+    assert gemini.system_settings({gemini.SYSTEM_SETTINGS_ENV: str(settings_file)}) == {}
+    server = McpServer(name="malamar", command="malamar", args=("mcp",))
+    env = {opencode.CONFIG_CONTENT_ENV: deep}
+    setup = CLIS["opencode"].mcp_setup(server, env=env, config_path=tmp_path / "c")
+    assert json.loads(dict(setup.env)[opencode.CONFIG_CONTENT_ENV])["mcp"]["malamar"]

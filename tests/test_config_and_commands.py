@@ -2,6 +2,7 @@
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from core import config
-from tests.live import ROOT, blank_database, django_script, manage, process_env
+from tests import databases
+from tests.live import ROOT, blank_database, django_script, manage, process_env, wait_until
 from tests.stack import data_dir_from
 
 OPTION_ENVS = [o.env for o in config.OPTIONS]
@@ -179,6 +181,31 @@ def test_doctor_checks_the_clis_itself_on_a_fresh_data_dir(tmp_path):
     assert "4 of 4 CLIs available" in result.stdout
 
 
+def _line(stdout: str, start: str) -> str:
+    return next(line for line in stdout.splitlines() if line[2:].startswith(start))
+
+
+def test_doctor_on_a_fresh_data_dir_says_there_is_no_database_yet(tmp_path):
+    """A fresh data dir (SQLite: no file; PostgreSQL: an empty database) is not "54 migrations
+    pending" nor "workers unknown": nothing is wrong, `malamar` creates the database. Doctor
+    itself creates nothing there (the first `malamar` is still a first launch)."""
+    data_dir = tmp_path / "fresh"
+    fakes = f"{ROOT / 'tests' / 'fakes' / 'bin'}:{Path(sys.executable).parent}"
+    result = run_malamar("doctor", data_dir=data_dir, PATH=fakes)
+    assert result.returncode == 0, result.stdout + result.stderr
+    database = _line(result.stdout, "Database:")
+    assert database.startswith("✓ ") and "the first `malamar` creates" in database, database
+    assert "pending" not in database
+    assert _line(result.stdout, "Workers:") == (
+        "• Workers: none yet (`malamar` or `manage.py runworker` starts one)"
+    )
+    assert _line(result.stdout, "Access:").startswith("✓ Access: local only (no password)")
+    assert not (data_dir / "malamar.db").exists()
+    assert manage(data_dir, "migrate", "--no-input").returncode == 0
+    sample = django_script(data_dir, SAMPLE).stdout.strip()
+    assert sample.startswith("Sample: Code Assistant"), "still a first launch"
+
+
 HANGS = "#!/bin/sh\nsleep 30\n"
 STORE = """
 from datetime import timedelta
@@ -225,6 +252,7 @@ def test_doctor_fails_on_unusable_data_dir(tmp_path):
 
 
 def test_doctor_reports_pending_migrations(tmp_path):
+    assert manage(tmp_path, "migrate", "core", "--no-input").returncode == 0  # partly
     result = manage(tmp_path, "doctor")
     assert "migrations pending" in result.stdout
 
@@ -256,6 +284,43 @@ def test_no_sample_when_the_database_already_existed(tmp_path):
     blank_database(tmp_path)
     assert manage(tmp_path, "migrate", "--no-input").returncode == 0
     assert django_script(tmp_path, SAMPLE).stdout.strip() == ""
+
+
+def test_migrating_one_app_of_a_new_data_dir_first_is_no_error(tmp_path):
+    """`manage.py migrate core` on a new data dir: the sample waits for the tables it needs."""
+    data_dir = tmp_path / "fresh"
+    result = manage(data_dir, "migrate", "core", "--no-input")
+    assert result.returncode == 0, result.stderr
+    assert manage(data_dir, "migrate", "--no-input").returncode == 0
+    assert django_script(data_dir, SAMPLE).stdout.startswith("Sample: Code Assistant")
+
+
+@pytest.mark.skipif(not databases.ON_POSTGRES, reason="a data dir of its own on a shared database")
+def test_a_new_data_dir_on_a_database_in_use_is_no_first_launch(tmp_path):
+    """Another machine joins a PostgreSQL database already in use (here one whose data came
+    from SQLite, so it never had a sample): its new data dir is not a first launch."""
+    first = tmp_path / "first"
+    blank_database(first)  # the data dir of the SQLite days
+    assert manage(first, "migrate", "--no-input").returncode == 0
+    django_script(first, "from workspaces.services import workspace_create as c; c(title='Mine')")
+    shared = {"DATABASE_URL": databases.url_for(first)}
+    second = tmp_path / "second"
+    assert manage(second, "migrate", "--no-input", **shared).returncode == 0
+    third = tmp_path / "third"  # a machine that only runs a worker
+    worker = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "runworker"], env=process_env(third, **shared)
+    )
+    try:
+        registered = "SELECT count(*) FROM workers WHERE pid = ?"
+        wait_until(
+            lambda: databases.query(first, registered, worker.pid) == [(1,)],
+            timeout=60,
+            what="the worker to start",
+        )
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert django_script(second, SAMPLE, **shared).stdout.strip() == "Mine |"
 
 
 def test_sample_not_recreated_after_user_deletes_it(tmp_path):

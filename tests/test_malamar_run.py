@@ -3,16 +3,34 @@
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import psutil
 import pytest
 import requests
 
+from tests import databases
 from tests.databases import SQLITE_ONE_WORKER
-from tests.live import FIRST_START, SseClient, free_port, serving, start_malamar, wait_until
-from tests.stack import FAKES_BIN, alive
+from tests.live import (
+    FIRST_START,
+    ROOT,
+    FreezableProxy,
+    SseClient,
+    django_script,
+    free_port,
+    process_env,
+    serving,
+    start_malamar,
+    wait_until,
+)
+from tests.stack import FAKES_BIN, alive, data_dir_from
 
 pytestmark = pytest.mark.live
+
+
+# `malamar` on a new data dir migrates from zero first (on PostgreSQL, into an empty database:
+# over 30 s at a load of 11 on 2 cores): the waits for it to serve allow 90 s.
 
 
 def test_malamar_runs_server_and_worker_and_stops_cleanly(tmp_path):
@@ -159,3 +177,64 @@ def test_a_failing_worker_stops_the_server_and_malamar_exits_1(tmp_path):
     assert "Another Malamar worker" in output and "already running" in output
     assert "malamar: the server and worker exited with 1" in output
     assert "Traceback" not in output
+
+
+LONG_TASK = """
+from agents.services import agent_create
+from tasks.services import task_create
+from workspaces.services import workspace_create
+ws = workspace_create(title="Frozen")
+agent_create(workspace=ws, name="Solo", instruction="Go", cli_type="codex")
+task_create(workspace=ws, summary="long", description="@fake sleep 60")
+"""
+
+
+@pytest.mark.skipif(not databases.ON_POSTGRES, reason="a database server that stops answering")
+@pytest.mark.parametrize("command", ["runworker", "malamar"])
+def test_sigterm_stops_promptly_while_the_database_does_not_answer(tmp_path, template_db, command):
+    """PostgreSQL hangs (or the network drops its packets) mid-run: SIGTERM still ends the
+    process by itself and kills the agent's CLI; the database work of a clean stop (handing the
+    runs back) is given up. A lone `runworker` waited forever in a query; `malamar`'s worker
+    thread outlived the server until `malamar` killed it after 3 s."""
+    data_dir = data_dir_from(template_db, tmp_path / "data")
+    django_script(data_dir, LONG_TASK)
+    url = databases.url_for(data_dir)
+    where, name = url.rsplit("@", 1)[1].split("/", 1)
+    host, port = where.split(":")
+    proxy = FreezableProxy(host, int(port)).start()
+    env = {
+        "DATABASE_URL": f"{url.rsplit('@', 1)[0]}@127.0.0.1:{proxy.port}/{name}",
+        "PATH": f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}",
+        "MALAMAR_TEMP_DIR": tmp_path,
+        "MALAMAR_PORT": free_port(),
+    }
+    argv = [sys.executable, str(ROOT / "manage.py"), "runworker"]
+    if command == "malamar":
+        argv = [sys.executable, "-m", "malamar_site.cli"]
+    proc = subprocess.Popen(
+        argv,
+        env=process_env(data_dir, **env),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+
+        def cli_running():
+            tree = psutil.Process(proc.pid).children(recursive=True)
+            return [p for p in tree if "codex" in _cmdline(p)] or None
+
+        cli = wait_until(cli_running, timeout=60, what="the fake CLI to run")
+        proxy.freeze()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proxy.close()
+    output = proc.stdout.read()
+    assert code == 0, output
+    assert "did not stop" not in output, output
+    wait_until(lambda: not _gone(cli), timeout=5, what="the CLI to be gone")

@@ -9,6 +9,7 @@ from agents.services import agent_create
 from core.actors import SYSTEM
 from runner.models import CliHealth
 from tasks.services import task_create, task_status_set
+from tests.conftest import error_of
 from tests.pages import element_text, elements, field_error_is_tied, html, hx, triggers
 from workspaces.models import Workspace
 from workspaces.services import workspace_create, workspace_update
@@ -467,3 +468,33 @@ def test_settings_show_the_silent_run_minutes_as_a_person_writes_them(
     page = html(client.get(f"/workspaces/{workspace.id}/settings/"))
     [field] = elements(page, "input", name="stall_kill_minutes")
     assert field["value"] == shown
+
+
+# The page and PUT /api/workspaces/:id refuse the same values, each on its field, and store
+# nothing (the page's form checks first, the service checks for both).
+WORKSPACE_SAME_RULES = [
+    ("base_branch", "b" * 201),  # longer than the column (PostgreSQL: a 500 from the API)
+    ("title", "t" * 201),
+    ("parallel_tasks", 0),
+    ("parallel_tasks", 2),  # needs branch per task
+    ("retention_days", 36_501),
+    ("stall_kill_minutes", -5),
+    ("setup_command", 'npm "ci'),
+    ("isolation", "branch"),  # needs a static directory in a git repository
+    ("notify_on_error", "sometimes"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), WORKSPACE_SAME_RULES)
+def test_workspace_api_refuses_what_the_settings_page_refuses(client, api, workspace, field, value):
+    from django.forms.models import model_to_dict
+
+    before = model_to_dict(Workspace.objects.get(id=workspace.id))
+    url = f"/workspaces/{workspace.id}/settings/"
+    page = html(hx(client, "post", url, settings_data(**{field: str(value)})))
+    assert field_error_is_tied(page, f"id_{field}"), page
+    response = api.put(f"/api/workspaces/{workspace.id}", {field: value})
+    assert response.status_code == 400, response.content
+    message = error_of(response)["message"]
+    assert field in message or message == element_text(page, f"id_{field}_error"), message
+    assert model_to_dict(Workspace.objects.get(id=workspace.id)) == before

@@ -2,6 +2,7 @@
 
 import plistlib
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -101,3 +102,61 @@ def test_run_as_a_module_the_unit_runs_this_venvs_script(tmp_path, monkeypatch):
         "-m",
         "malamar_site.cli",
     ]
+
+
+SECRETS = {
+    "DATABASE_URL": 'postgres://malamar:p%40ss$w`d\\"x@db.lan:5432/malamar',
+    "REDIS_URL": "redis://:r3dis-secret@cache.lan:6379/0",
+    "MALAMAR_SECRET_KEY": "signing-s3cret",
+}
+
+
+def test_a_postgresql_and_redis_setup_reaches_the_service_without_secrets_in_the_unit(
+    tmp_path, calls, monkeypatch
+):
+    """DATABASE_URL and REDIS_URL (no MALAMAR_ prefix) were dropped: the service started on
+    SQLite. They hold passwords: the unit (readable by others) only names a file that only its
+    owner can read, whose values reach the process unchanged (`%`, `$`, quotes included)."""
+    for key, value in SECRETS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MALAMAR_WORKER_CAPACITY", "3")
+    assert service.install(home=tmp_path, system="Linux") == 0
+    unit = (tmp_path / ".config/systemd/user/malamar.service").read_text()
+    assert not [secret for secret in ("p%40ss", "r3dis-secret", "signing-s3cret") if secret in unit]
+    assert 'Environment="MALAMAR_WORKER_CAPACITY=3"' in unit
+    env_file = Path(next(line for line in unit.splitlines() if "EnvironmentFile=" in line)[16:])
+    assert env_file == tmp_path / ".config/malamar/service.env"
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    assert env_file.parent.stat().st_mode & 0o077 == 0
+    # systemd reads double-quoted values as the shell does: bash is the independent reader
+    shown = "; ".join(f'printf "%s\\n" "${key}"' for key in SECRETS)
+    read = subprocess.run(
+        ["bash", "-c", f"set -a; . {shlex.quote(str(env_file))}; {shown}"],
+        env={},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert read.stdout.splitlines() == list(SECRETS.values())
+    assert service.uninstall(home=tmp_path, system="Linux") == 0
+    assert not env_file.exists()
+
+
+def test_the_launchd_agent_holding_secrets_is_private(tmp_path, calls, monkeypatch):
+    for key, value in SECRETS.items():
+        monkeypatch.setenv(key, value)
+    assert service.install(home=tmp_path, system="Darwin") == 0
+    path = tmp_path / "Library/LaunchAgents/dev.malamar.plist"
+    assert (
+        plistlib.loads(path.read_bytes())["EnvironmentVariables"]["DATABASE_URL"]
+        == (SECRETS["DATABASE_URL"])
+    )
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_percent_signs_and_quotes_in_the_unit_stay_literal(tmp_path, calls, monkeypatch):
+    """systemd expands `%h`-style specifiers in Environment= and ExecStart=."""
+    monkeypatch.setenv("MALAMAR_ALLOWED_HOSTS", 'a%hb"c')
+    assert service.install(home=tmp_path, system="Linux") == 0
+    unit = (tmp_path / ".config/systemd/user/malamar.service").read_text()
+    assert 'Environment="MALAMAR_ALLOWED_HOSTS=a%%hb\\"c"' in unit

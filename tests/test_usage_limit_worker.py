@@ -27,7 +27,7 @@ from runner.worker import health, pickup
 from runner.worker.limits import LimitWatch, ProbeResult, probe
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
-from tasks.services import comment_create, task_create
+from tasks.services import comment_create, task_create, task_run_failed
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
@@ -119,6 +119,25 @@ def test_a_limited_run_pauses_the_task_without_an_error(notified):
     assert [e["cli_type"] for e in _events("cli.limited")] == ["codex"]
     assert [kind for kind, _ in notified] == ["limited"]
     assert pickup.claim_next(workspace.id) is None, "the paused task waits for its CLI"
+
+
+def test_a_failing_task_that_hits_a_limit_is_paused_not_an_error_loop(client):
+    """A task whose runs kept failing (a wrong binary, fixed since) now runs out of quota: it
+    waits for its CLI, and its card says so instead of "Failed 2 times, retry pending"."""
+    workspace, _agents = _team("Failing", ("Implementer", "codex"))
+    reset = _whole_minute(3 * 3600)
+    task = task_create(workspace=workspace, summary="Build", description=f"@fake limit {reset}")
+    for _ in range(2):
+        task_run_failed(task=task, message="CLI could not be started: No such file")
+    Task.objects.filter(id=task.id).update(retry_not_before=timezone.now())  # due now
+
+    _run_workspace(workspace)
+
+    task.refresh_from_db()
+    assert (task.failure_streak, task.retry_not_before) == (0, None)
+    board = client.get(f"/workspaces/{workspace.id}/").content.decode()
+    assert f'data-task-waiting="{task.id}"' in board
+    assert f'data-task-error="{task.id}"' not in board
 
 
 def test_other_workspaces_keep_running_while_a_cli_is_limited():
@@ -232,6 +251,20 @@ def test_the_fallback_cli_runs_while_the_agents_cli_is_limited():
     run = AgentRun.objects.get(task=task)
     assert (run.cli_type, run.fallback_for, run.status) == ("claude", "codex", "completed")
     assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
+
+
+def test_a_completed_run_on_the_fallback_cli_clears_its_unhealthy_mark():
+    """The fallback CLI answered a real run: it works, whatever its last check said."""
+    workspace, (solo,) = _team("Fallback", ("Solo", "codex"))
+    agent_update(agent=solo, fallback_cli_type="claude")
+    cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
+    CliHealth.objects.update_or_create(
+        cli_type="claude", defaults={"status": "unhealthy", "error": "timed out"}
+    )
+    task = task_create(workspace=workspace, summary="Now", description="@fake skip")
+    _run_workspace(workspace)
+    assert AgentRun.objects.get(task=task).cli_type == "claude"
+    assert CliHealth.objects.get(cli_type="claude").status == "healthy"
 
 
 def test_the_fallback_cli_runs_without_the_agents_own_model(tmp_path, monkeypatch):

@@ -4,10 +4,11 @@ workspaces.apps, and when the worker starts)."""
 import logging
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from agents.services import agent_create
 from core.models import Marker
+from workspaces.models import Workspace
 from workspaces.services import workspace_create
 
 log = logging.getLogger(__name__)
@@ -81,19 +82,26 @@ SAMPLE_AGENTS = (
 
 
 def seed_sample_workspace_if_first_launch() -> bool:
-    """Seed once: only when this data dir was new, and only the first process that gets here."""
+    """Seed once: only when this data dir was new, and only the first process that gets here;
+    never into a database in use already (a new data dir of another machine on a shared
+    PostgreSQL database, or one whose data came from elsewhere)."""
     marker_file = settings.SEED_MARKER
     if not marker_file.exists():
         return False
     try:
         with transaction.atomic():
             Marker.objects.create(name=MARKER)
+            if Workspace.objects.exists():
+                marker_file.unlink(missing_ok=True)
+                return False  # in use: remembered (the marker row) as seeded
             workspace = workspace_create(title=SAMPLE_TITLE, description=SAMPLE_DESCRIPTION)
             for name, instruction in SAMPLE_AGENTS:
                 agent_create(workspace=workspace, name=name, instruction=instruction)
     except IntegrityError:
-        return False  # another process seeded first
-    finally:
         marker_file.unlink(missing_ok=True)
+        return False  # another process seeded first
+    except DatabaseError:
+        return False  # its tables are not there yet (`migrate core`): the full migrate seeds
+    marker_file.unlink(missing_ok=True)
     log.info("Created the sample workspace", extra={"workspace_id": workspace.id})
     return True

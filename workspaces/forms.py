@@ -13,7 +13,7 @@ from workspaces.models import (
     Workspace,
 )
 from workspaces.selectors import notify_choices
-from workspaces.services import TITLE_MAX_LENGTH
+from workspaces.services import BASE_BRANCH_MAX_LENGTH, TITLE_MAX_LENGTH
 
 REQUIRED_TITLE = {"required": "Title is required"}
 SWITCH = forms.CheckboxInput(attrs={"role": "switch"})
@@ -79,7 +79,7 @@ class WorkspaceSettingsForm(forms.Form):
     base_branch = forms.CharField(
         label="Base branch",
         required=False,
-        max_length=200,
+        max_length=BASE_BRANCH_MAX_LENGTH,
         help_text="Task branches start from it and merge into it. Empty: the current branch.",
         widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
     )

@@ -18,7 +18,7 @@ from chats.attachments import (
 )
 from chats.models import Chat, ChatMessage, ChatParticipant
 from core import events
-from core.errors import ValidationFailed, require_text
+from core.errors import ValidationFailed, check_length, require_text
 from core.fields import max_length_of, own_fields
 from core.models import Marker
 from core.wake import wake_worker_on_commit
@@ -47,6 +47,7 @@ from workspaces.models import (
 )
 
 TITLE_MAX_LENGTH = max_length_of(Workspace, "title")
+BASE_BRANCH_MAX_LENGTH = max_length_of(Workspace, "base_branch")
 
 EDITABLE_FIELDS = (
     "title",
@@ -141,6 +142,12 @@ def _clean_isolation(clean: dict) -> None:
         raise ValidationFailed("isolation must be 'none' or 'branch'", field="isolation")
     if "base_branch" in clean:
         clean["base_branch"] = (clean["base_branch"] or "").strip()
+        check_length(
+            clean["base_branch"],
+            field="base_branch",
+            label="base_branch",
+            max_length=BASE_BRANCH_MAX_LENGTH,
+        )
     if "setup_command" in clean:
         clean["setup_command"] = (clean["setup_command"] or "").strip()
         try:

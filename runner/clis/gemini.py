@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from agents.models import CliType
+from core.storable import loads_storable
 from runner.clis.base import (
     HEALTH_PROMPT,
     Cli,
@@ -64,7 +65,7 @@ def system_settings(env: Mapping[str, str]) -> dict:
         sys.platform, LINUX_SYSTEM_SETTINGS
     )
     try:
-        settings = json.loads(Path(path).read_text(encoding="utf-8"))
+        settings = loads_storable(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return settings if isinstance(settings, dict) else {}

@@ -92,7 +92,7 @@ class OpenCode(Cli):
         """OPENCODE_CONFIG_CONTENT with an `mcp` entry (on top of any inline configuration the
         user gave in the CLI's environment); their config files stay as they are."""
         try:
-            config = json.loads(env.get(CONFIG_CONTENT_ENV) or "{}")
+            config = loads_storable(env.get(CONFIG_CONTENT_ENV) or "{}")
         except ValueError:
             config = {}
         entry = {
@@ -129,13 +129,7 @@ class OpenCode(Cli):
     def health_answer(self, stdout: str) -> str:
         """`--format json` prints JSONL events: the answer is the text of its `text` events."""
         texts, events = [], 0
-        for line in stdout.splitlines():
-            try:
-                event = loads_storable(line)  # deep nesting is a ValueError too
-            except ValueError:
-                continue
-            if not isinstance(event, dict):
-                continue
+        for event in json_lines(stdout):  # (a line nested too deeply is no event)
             events += 1
             part = event.get("part")
             if event.get("type") == "text" and isinstance(part, dict):

@@ -58,6 +58,10 @@ from workspaces.first_launch import seed_sample_workspace_if_first_launch
 log = logging.getLogger(__name__)
 STOP_WATCH_SECONDS = 0.1
 SHUTDOWN_GRACE_SECONDS = 1.2
+# From a stop request to the end of stop(), whatever the database does: a PostgreSQL that hangs
+# (or a network that drops its packets) must not keep a stopping worker alive. What is left
+# undone (handing the runs back) the next start or another worker does.
+STOP_DEADLINE_SECONDS = 1.6
 CLEANUP_EVERY = 24 * 3600
 HEALTH_EVERY = 5 * 60
 LIMITS_EVERY = 1.0
@@ -65,6 +69,18 @@ LIMITS_EVERY = 1.0
 
 class AlreadyRunning(RuntimeError):
     pass
+
+
+def _closing(work):
+    """`work` in a thread of its own, which closes its database connection when done."""
+
+    def run() -> None:
+        try:
+            work()
+        finally:
+            connection.close()
+
+    return run
 
 
 def lock_path() -> Path:
@@ -178,6 +194,7 @@ class Worker:
         self.limits = limits or LimitWatch()
         self.next_limits = 0.0
         self.shutdown = threading.Event()
+        self.stop_requested_at: float | None = None  # monotonic, see request_stop
         self.lock = threading.Lock()
         self.workspaces: dict[str, set[threading.Thread]] = {}  # workspace id → its runners
         self.runs: dict[tuple[str, str], threading.Event] = {}  # (kind, item id) → stop event
@@ -218,22 +235,43 @@ class Worker:
         self.health.request(full_for=set(CliType.values) | health.custom_keys())
         self.next_health = time.monotonic() + HEALTH_EVERY
 
-    def stop(self) -> None:
-        """Stop picking up, kill every running CLI, give threads a moment, then return."""
+    def request_stop(self) -> None:
+        """Asked to stop (SIGTERM, Ctrl-C, the server stopping), from any thread but a signal
+        handler's: every CLI (runs and health checks) is killed now, even while the main loop
+        waits for a database that does not answer. serve_forever() then returns by itself."""
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.monotonic()
         self.shutdown.set()
+        self.kick()
+        self.health.stopping.set()
         with self.lock:
             stops = list(self.runs.values())
-            threads = [t for runners in self.workspaces.values() for t in runners]
-            threads += list(self.chat_threads)
         for stop in stops:
             stop.set()
+
+    def wait_stopped(self, thread: threading.Thread) -> bool:
+        """Join `thread` (the one in serve_forever) until the stop deadline; False: it still
+        waits for the database, the process should end without it."""
+        started = self.stop_requested_at or time.monotonic()
+        thread.join(timeout=max(0.0, started + STOP_DEADLINE_SECONDS + 0.2 - time.monotonic()))
+        if thread.is_alive():
+            log.warning("The database did not answer while stopping: the worker stops without it")
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Stop picking up, kill every running CLI, give threads a moment, then return."""
+        self.request_stop()
+        with self.lock:
+            threads = [t for runners in self.workspaces.values() for t in runners]
+            threads += list(self.chat_threads)
         deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self.health.stop(timeout=max(0.0, deadline - time.monotonic()))
         if self.beats is not None:
             self.beats.join(timeout=max(0.0, deadline - time.monotonic()))
-        self.retire()
+        self._before_the_deadline(self.retire)
         if self.listener is not None:
             self.listener.close()
         if self.sock:
@@ -302,6 +340,16 @@ class Worker:
         )
         self.worker_id = row.id
         self.last_beat = time.monotonic()
+
+    def _before_the_deadline(self, work) -> None:
+        """Database work of a clean stop, given up at the stop deadline (a hung database)."""
+        thread = threading.Thread(target=_closing(work), name="malamar-stopping", daemon=True)
+        thread.start()
+        thread.join(
+            timeout=max(0.1, self.stop_requested_at + STOP_DEADLINE_SECONDS - time.monotonic())
+        )
+        if thread.is_alive():
+            log.warning("The database did not answer: the worker's runs are recovered later")
 
     def retire(self) -> None:
         """A clean stop: our runs were stopped; recover them now rather than after a timeout

@@ -685,9 +685,12 @@ class TaskPass:
             self._apply_outcome(result)
 
     def _apply_pause(self, paused: Paused) -> None:
-        """Not an error: no comment, no email, no failure streak. The CLI is limited (one
+        """Not an error: no comment, no email, and the end of a failure streak (the CLI started
+        and answered: whatever failed before, it is not what stops the task now; its card says
+        it waits for the CLI, not "failed, retry pending"). The CLI is limited (one
         notification for all waiting work) and this pass waits for it."""
         cli_limit_set(cli_type=paused.cli_type, limit=paused.limit)
+        task_services.task_run_succeeded(task=self.task)
         fallback = self.agent.fallback_cli_type
         if self.fallback_for:  # the fallback ran out too: wait for the agent's own CLI
             waits_for = self.fallback_for

@@ -28,15 +28,21 @@ def _check_data_dir(path) -> tuple[bool, str]:
     return True, f"{path} (exists, writable)"
 
 
-def _check_database() -> tuple[bool, str]:
+def _check_database() -> tuple[bool, str, bool]:
+    """Whether the database answers, what to say about it, and whether it is new (no database
+    yet: nothing wrong, the first `malamar` creates it)."""
     db = database_status()
     if db["error"]:
-        return False, f"{db['name']} (not accessible: {db['error']})"
+        return False, f"{db['name']} (not accessible: {db['error']})", False
     server = f"server {db['server']}, " if db["server"] else ""
+    if db["fresh"] and not db["server"]:
+        return True, f"{db['name']} (not created yet: the first `malamar` creates it)", True
+    if db["fresh"]:
+        return True, f"{db['name']} ({server}no tables yet: the first `malamar` creates them)", True
     if db["pending"]:
         pending = f"{db['pending']} migrations pending: run `malamar`"
-        return True, f"{db['name']} ({server}accessible, {pending})"
-    return True, f"{db['name']} ({server}accessible, migrations current)"
+        return True, f"{db['name']} ({server}accessible, {pending})", False
+    return True, f"{db['name']} ({server}accessible, migrations current)", False
 
 
 def _check_redis() -> tuple[bool, str] | None:
@@ -49,8 +55,13 @@ def _check_redis() -> tuple[bool, str] | None:
     return True, f"{status['where']} (answers, version {status['version']})"
 
 
-def _worker_lines(db_ok: bool) -> list[str]:
+NO_WORKERS = "none yet (`malamar` or `manage.py runworker` starts one)"
+
+
+def _worker_lines(db_ok: bool, fresh: bool) -> list[str]:
     """The live workers: where, how busy, which CLIs, how long since their last heartbeat."""
+    if fresh:
+        return [f"• Workers: {NO_WORKERS}"]
     if not db_ok:
         return ["• Workers: unknown (database)"]
     try:
@@ -135,13 +146,15 @@ def _cli_lines(db_ok: bool) -> tuple[list[tuple[bool, str]], int]:
     return lines, sum(1 for probe in probes if probe.ok)
 
 
-def _access_line(db_ok: bool) -> str:
+def _access_line(db_ok: bool, fresh: bool) -> str:
     config = settings.CONFIG
     hosts = ", ".join(config.allowed_hosts) or "none"
     if not db_ok:
         return f"• Access: unknown (database); extra allowed hosts: {hosts}"
+    known = False if fresh else None  # a new database holds no password
     try:
-        ok, mode = remote_access_refusal() is None, access_mode()
+        ok = remote_access_refusal(password_set=known) is None
+        mode = access_mode(password_set=known)
     except DatabaseError:
         return f"• Access: unknown until migrated; extra allowed hosts: {hosts}"
     mark = "✓" if ok else "✗"
@@ -157,7 +170,9 @@ class Command(BaseCommand):
         ensure_data_dir(settings.CONFIG)
         data_ok, data_text = _check_data_dir(settings.DATA_DIR)
         out.append(f"{marks[data_ok]} Data directory: {data_text}")
-        db_ok, db_text = _check_database() if data_ok else (False, "not checked (data directory)")
+        db_ok, db_text, fresh = (
+            _check_database() if data_ok else (False, "not checked (data directory)", False)
+        )
         out.append(f"{marks[db_ok]} Database: {db_text}")
         try:
             load()
@@ -167,12 +182,13 @@ class Command(BaseCommand):
         redis_check = _check_redis()
         if redis_check is not None:
             out.append(f"{marks[redis_check[0]]} Redis (live events): {redis_check[1]}")
-        out += _worker_lines(db_ok)
-        out.append(_access_line(db_ok))
+        out += _worker_lines(db_ok, fresh)
+        out.append(_access_line(db_ok, fresh))
         git_ok, git_text_ = _check_git()
         out.append(f"{marks[git_ok]} Git (snapshots, Changes tab): {git_text_}")
         out += ["", "CLI Status (found, and `--version` answers now):"]
-        lines, available = _cli_lines(db_ok) if data_ok else ([], 0)
+        readable = db_ok and not fresh  # (SQLite: reading would create the file)
+        lines, available = _cli_lines(readable) if data_ok else ([], 0)
         out += [text if ok is None else f"{marks[ok]} {text}" for ok, text in lines]
         out += ["", f"{available} of 4 CLIs available"]
         self.stdout.write("\n".join(out))
