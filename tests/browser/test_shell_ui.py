@@ -139,6 +139,31 @@ def test_live_events_become_toasts_that_link_to_the_item(page, server):
     )
 
 
+def test_no_error_toast_for_the_task_open_in_its_popup(page, server):
+    """The popup shows that task's error itself (banner, system comment): a toast would say it
+    twice. Another task's error still toasts."""
+    workspace = server.workspace("Errors")
+    shown = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Open one"})
+    other = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Other one"})
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={shown['id']}")
+    expect(page.locator("#task-dialog")).to_be_visible()
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    calls = ""
+    for task in (shown, other):  # in this order: the second toast proves the first was handled
+        payload = {
+            "task_id": task["id"],
+            "task_summary": task["summary"],
+            "workspace_id": workspace["id"],
+            "error_message": "CLI exited with code 1",
+        }
+        calls += f"publish('task.error_occurred', {payload!r})\n"
+    django_script(server.data_dir, "from core.events import publish\n" + calls)
+    expect(page.locator(".toast", has_text="Error in “Other one”")).to_have_count(1)
+    expect(page.locator(".toast", has_text="Open one")).to_have_count(0)
+    expect(page.locator(".toast")).to_have_count(1)
+    page.console_errors.check()
+
+
 def test_toasts_disappear_after_five_seconds(page, server):
     page.clock.install()
     page.goto(server.url)

@@ -519,6 +519,7 @@
     const summary = data.task_summary || "";
     switch (type) {
       case "task.error_occurred":
+        if (taskOnScreen(data.task_id)) return null; // its popup shows the error banner live
         return {
           level: "error",
           message: summary ? `Error in “${summary}”` : "An agent run failed",
