@@ -27,35 +27,17 @@ from tasks.services import (
     task_delete,
 )
 from tests.conftest import error_of
+from tests.gitrepo import commit, make_repo
 from tests.pages import element_text, elements, html, hx, triggers
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create, workspace_delete, workspace_update
 
-IDENTITY = {
-    "GIT_AUTHOR_NAME": "Me",
-    "GIT_AUTHOR_EMAIL": "me@example.com",
-    "GIT_COMMITTER_NAME": "Me",
-    "GIT_COMMITTER_EMAIL": "me@example.com",
-}
 pass_db = pytest.mark.django_db(transaction=True)  # on_commit hooks run (worktree removal)
-
-
-def commit(repo: Path, files: dict[str, str], message: str = "change") -> str:
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git("add", "-A", cwd=repo)
-    git("commit", "-q", "-m", message, cwd=repo, env=IDENTITY)
-    return git_text("rev-parse", "HEAD", cwd=repo)
 
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    path = tmp_path / "repo"
-    path.mkdir()
-    git("init", "-q", "-b", "main", cwd=path)
-    commit(path, {"README.md": "hello\n", "app.py": "print(1)\n"}, "first")
-    return path
+    return make_repo(tmp_path / "repo", {"README.md": "hello\n", "app.py": "print(1)\n"})
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,7 @@ from runner.git import (
     merge_conflicts,
     worktree_add,
 )
+from tests.gitrepo import IDENTITY, make_repo
 
 
 def test_is_repository_tells_a_work_tree_from_a_plain_folder(tmp_path):
@@ -49,23 +50,10 @@ def test_the_users_global_config_does_not_reach_git(tmp_path, monkeypatch):
 
 # --- branch per task helpers -----------------------------------------------------------------
 
-WHO = {
-    "GIT_AUTHOR_NAME": "Me",
-    "GIT_AUTHOR_EMAIL": "me@example.com",
-    "GIT_COMMITTER_NAME": "Me",
-    "GIT_COMMITTER_EMAIL": "me@example.com",
-}
-
 
 @pytest.fixture
 def repo(tmp_path):
-    path = tmp_path / "repo"
-    path.mkdir()
-    git("init", "-q", "-b", "main", cwd=path)
-    (path / "a.txt").write_text("a\n")
-    git("add", "-A", cwd=path)
-    git("commit", "-q", "-m", "first", cwd=path, env=WHO)
-    return path
+    return make_repo(tmp_path / "repo", {"a.txt": "a\n"})
 
 
 def test_dirty_files_lists_changes_untracked_files_and_renames_once(repo):
@@ -90,10 +78,10 @@ def test_commit_all_commits_everything_as_the_author_or_nothing(repo):
 def test_merge_conflicts_are_found_without_touching_anything(repo):
     git("branch", "topic", cwd=repo)
     (repo / "a.txt").write_text("main\n")
-    git("commit", "-q", "-am", "main", cwd=repo, env=WHO)
+    git("commit", "-q", "-am", "main", cwd=repo, env=IDENTITY)
     git("checkout", "-q", "topic", cwd=repo)
     (repo / "a.txt").write_text("topic\n")
-    git("commit", "-q", "-am", "topic", cwd=repo, env=WHO)
+    git("commit", "-q", "-am", "topic", cwd=repo, env=IDENTITY)
     git("checkout", "-q", "main", cwd=repo)
     before = git_text("for-each-ref", cwd=repo), git_text("status", "--porcelain", cwd=repo)
     assert merge_conflicts(repo, branch="topic", into="main") == ["a.txt"]

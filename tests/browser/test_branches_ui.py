@@ -4,27 +4,13 @@ its copy button, "Merge into <base>" and the type-to-confirm "Discard"."""
 import pytest
 from playwright.sync_api import expect
 
-from runner.git import git, git_text
+from runner.git import git_text
 from tests.browser.conftest import PHONE, new_page
+from tests.gitrepo import make_repo
 
 pytestmark = pytest.mark.browser
 
 RUN_TIMEOUT = 30_000
-IDENTITY = {
-    "GIT_AUTHOR_NAME": "Me",
-    "GIT_AUTHOR_EMAIL": "me@example.com",
-    "GIT_COMMITTER_NAME": "Me",
-    "GIT_COMMITTER_EMAIL": "me@example.com",
-}
-
-
-def make_repo(path):
-    path.mkdir()
-    git("init", "-q", "-b", "main", cwd=path)
-    (path / "README.md").write_text("hello\n")
-    git("add", "-A", cwd=path)
-    git("commit", "-q", "-m", "first", cwd=path, env=IDENTITY)
-    return path
 
 
 def open_task(page, stack, workspace, task):

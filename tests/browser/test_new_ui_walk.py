@@ -8,33 +8,18 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from runner.git import git
 from tests.browser.conftest import new_page
 from tests.browser.test_board_ui import LONG_SUMMARY, PHONE_390, fill_board, no_sideways_scroll
+from tests.gitrepo import make_repo
 from tests.live import django_script, wait_until
 
 pytestmark = pytest.mark.browser
 
 RUN_TIMEOUT = 30_000
-IDENTITY = {
-    "GIT_AUTHOR_NAME": "Me",
-    "GIT_AUTHOR_EMAIL": "me@example.com",
-    "GIT_COMMITTER_NAME": "Me",
-    "GIT_COMMITTER_EMAIL": "me@example.com",
-}
 # A path and a line far wider than a phone (and than the popup on a desktop).
 LONG_DIR = "src/" + "/".join(["a_rather_long_folder_name"] * 4)
 LONG_FILE = f"{LONG_DIR}/and_an_even_longer_module_name_for_the_checkout_flow.py"
 LONG_LINE = "total\\s=\\s" + "+".join(["price_of_the_item_in_the_basket"] * 12)
-
-
-def make_repo(path):
-    path.mkdir()
-    git("init", "-q", "-b", "main", cwd=path)
-    (path / "README.md").write_text("hello\n")
-    git("add", "-A", cwd=path)
-    git("commit", "-q", "-m", "first", cwd=path, env=IDENTITY)
-    return path
 
 
 def fits(page, where):
