@@ -81,7 +81,7 @@ def _every_path(cli, stdout: str, stderr: str, exit_code: int, output: Path) -> 
         parse_line(parser, line)
 
 
-@pytest.mark.parametrize("sample", _recorded())
+@pytest.mark.parametrize("sample", list(_recorded()))
 def test_odd_values_anywhere_in_a_cli_output_never_raise(sample, tmp_path):
     cli = cli_for(sample["cli"])
     output = tmp_path / "output.json"
