@@ -126,7 +126,15 @@ class StackBase:
         return self.api("GET", f"/tasks/{task['id']}")["status"]
 
     def wait_status(self, task: dict, status: str, timeout: float = 30) -> None:
-        wait_until(lambda: self.status(task) == status, timeout=timeout, what=f"status {status}")
+        try:
+            wait_until(
+                lambda: self.status(task) == status, timeout=timeout, what=f"status {status}"
+            )
+        except AssertionError as timed_out:  # say where the task stands: a failure explains itself
+            comments = [f"{c['author_name']}: {c['content'][:300]}" for c in self.comments(task)]
+            raise AssertionError(
+                f"{timed_out}; it is {self.status(task)}, comments: {comments[-5:]}"
+            ) from None
 
     def wait_comments(self, task: dict, count: int, timeout: float = 30) -> list[dict]:
         wait_until(lambda: len(self.comments(task)) >= count, timeout=timeout, what="comments")
