@@ -317,6 +317,30 @@ def test_a_failed_reply_toasts_an_error_with_a_link_to_the_chat(browser, stack):
     page.console_errors.check()
 
 
+def test_a_search_typed_while_the_list_refreshes_waits_for_it(browser, stack):
+    """The search used to abort a live refresh of the list in flight (htmx logs every aborted
+    request as a console error); it now waits for it, and the search still has the last word."""
+    workspace = stack.workspace("Search")
+    kickoff = api_chat(stack, workspace)
+    stack.api("PUT", f"/chats/{kickoff['id']}", {"title": "Kickoff"}, expect=200)
+    page = new_page(browser)
+    chat_tab(page, stack, workspace)
+    expect(page.locator(".chat-row")).to_have_count(1)
+    held = []
+    list_url = re.compile(rf"/workspaces/{workspace['id']}/chats/\?")
+    page.route(list_url, lambda route: route.continue_() if held else held.append(route))
+    api_chat(stack, workspace)  # its event refreshes the list: that request is held
+    while not held:
+        page.wait_for_timeout(50)  # (route handlers run while the page is waited on)
+    page.locator("#chat-search").fill("kick")
+    page.wait_for_timeout(400)  # past the search's 200 ms debounce: it has been queued
+    held[0].continue_()
+    expect(page.locator(".chat-row")).to_have_count(1)
+    expect(page.locator(".chat-row")).to_contain_text("Kickoff")
+    page.unroute(list_url)
+    page.console_errors.check()
+
+
 def overlap(a: dict, b: dict) -> bool:
     return (
         a["x"] < b["x"] + b["width"]
