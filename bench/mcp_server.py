@@ -90,7 +90,7 @@ async def measure(data_dir: Path, seeded: dict, calls: int) -> dict:
     workspace, tasks = seeded["workspace"], seeded["tasks"]
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-P", "-m", "malamar_site.cli", "mcp", "--workspace", workspace],
+        args=["-P", "-m", "malamar_site.cli", "mcp", f"--workspace={workspace}"],
         env=env_for(data_dir),
     )
     results: dict[str, list[float]] = {}

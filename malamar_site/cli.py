@@ -108,12 +108,26 @@ def delegated(command: str, argv: list[str]) -> int:
     return _manage(DELEGATED[command], *rest)
 
 
+def _workspace_joined(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """`--workspace -abc…` as `--workspace=-abc…`: an id may start with a dash (older ids do),
+    which argparse would read as an option and then say the value is missing."""
+    flags = set(parser._option_string_actions)
+    joined, rest = [], iter(argv)
+    for arg in rest:
+        following = next(rest, None) if arg == "--workspace" else None
+        if following is not None and following.startswith("-") and following not in flags:
+            joined.append(f"--workspace={following}")
+        else:
+            joined.extend([arg] if following is None else [arg, following])
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in DELEGATED:
         return delegated(argv[0], argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_workspace_joined(argv, parser))
     apply_flags(vars(args))
     if args.command == "help":
         parser.print_help()
@@ -145,13 +159,13 @@ def mcp(workspace: str | None) -> int:
     """The MCP server on stdin/stdout, without the web server or the worker. It never migrates
     (stdout is the protocol's): Malamar itself keeps the database up to date."""
     if not workspace:
-        print("malamar: mcp needs --workspace ID (the id in a workspace's URL)", file=sys.stderr)
+        print("malamar: mcp needs --workspace=ID (the id in a workspace's URL)", file=sys.stderr)
         return 2
     _django_setup()
     from django.core.management.base import CommandError
 
     try:
-        return _manage("mcp", "--workspace", workspace)
+        return _manage("mcp", f"--workspace={workspace}")
     except CommandError as exc:  # e.g. no such workspace: a message, not a traceback
         print(f"malamar: {exc}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from core import config
+from core.ids import ALPHABET, ID_LENGTH, new_id
 from tests import databases
 from tests.live import ROOT, blank_database, django_script, manage, process_env, wait_until
 from tests.stack import data_dir_from
@@ -502,3 +503,11 @@ def test_an_option_read_where_it_is_used_is_checked_at_start_too(clean_env):
     clean_env.setenv("MALAMAR_PASSWORD_STDIN", "sure")
     with pytest.raises(config.ConfigError, match="MALAMAR_PASSWORD_STDIN"):
         config.load()
+
+
+def test_new_ids_never_start_with_a_dash():
+    """Ids go on command lines (`malamar mcp --workspace ID`, `malamar export ID`)."""
+    ids = [new_id() for _ in range(5000)]
+    assert not [one for one in ids if one.startswith("-")]
+    assert {len(one) for one in ids} == {ID_LENGTH} and set("".join(ids)) <= set(ALPHABET)
+    assert "-" in "".join(ids)  # still the whole alphabet after the first character

@@ -20,6 +20,7 @@ import json
 from core.actors import USER
 from tasks.models import Task
 from tasks.services import comment_create, task_create
+from workspaces.models import Workspace
 from workspaces.services import workspace_create
 
 home = workspace_create(title="Website")
@@ -32,8 +33,11 @@ Task.objects.filter(id=theme.id).update(status="done")  # finished by the agents
 remember = task_create(workspace=home, summary="Login form: remember me checkbox",
                        blocked_by=[login.id])
 secret = task_create(workspace=other, summary="Elsewhere's login task")
+# Older ids may start with a dash (one in 64 did), which a command line reads as an option.
+dashed = workspace_create(title="Dashed")
+Workspace.objects.filter(id=dashed.id).update(id="-" + dashed.id[1:])
 print(json.dumps({"home": home.id, "other": other.id, "login": login.id, "theme": theme.id,
-                  "secret": secret.id, "remember": remember.id}))
+                  "secret": secret.id, "remember": remember.id, "dashed": "-" + dashed.id[1:]}))
 """
 
 
@@ -227,6 +231,23 @@ assert task.queue_items.exists()  # the agents pick it up like any new task
 print("ok")
 """
     assert django_script(data_dir, check).stdout.strip() == "ok"
+
+
+def test_a_workspace_whose_id_starts_with_a_dash_gets_its_tools(seeded):
+    data_dir, ids = seeded
+    talk = session(data_dir, ids["dashed"], [("list_workspaces", {})])
+    [current] = [row for row in data(talk["results"][0])["workspaces"] if row.get("current")]
+    assert current["id"] == ids["dashed"]
+
+
+def test_a_dashed_id_typed_after_workspace_is_read_as_the_id(seeded):
+    """`malamar mcp --workspace -abc…` as a user types it into their CLI's MCP setup."""
+    data_dir, _ids = seeded
+    params = server(data_dir, "x")
+    params.args[params.args.index("--workspace=x") :] = ["--workspace", "-nosuchworkspace"]
+    done = run_without_client(params)
+    assert "no workspace with id '-nosuchworkspace'" in done.stderr, done.stderr
+    assert done.returncode == 1
 
 
 def test_an_unknown_workspace_is_refused_at_start(seeded):

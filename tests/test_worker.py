@@ -558,7 +558,7 @@ def test_saving_a_cli_rechecks_it_and_test_shows_its_answer(stack):
 
 def _mcp_line(stack, ws: dict) -> str:
     data_dir = stack.data_dir.resolve()
-    command = f"{sys.executable} -P -m malamar_site.cli mcp --workspace {ws['id']}"
+    command = f"{sys.executable} -P -m malamar_site.cli mcp --workspace={ws['id']}"
     return f"mcp malamar: {command} (MALAMAR_DATA_DIR={data_dir})"
 
 

@@ -78,7 +78,7 @@ def mcp_server_for(workspace) -> McpServer | None:
     return McpServer(
         name=MCP_SERVER_NAME,
         command=sys.executable,
-        args=("-P", "-m", "malamar_site.cli", "mcp", "--workspace", workspace.id),
+        args=("-P", "-m", "malamar_site.cli", "mcp", f"--workspace={workspace.id}"),
         env=_mcp_server_env(),
     )
 
