@@ -462,11 +462,11 @@
     if (status) refreshColumns([status]);
     const changes = document.getElementById("task-changes");
     if (data.task_id !== openTaskId() || !changes || changes.hasAttribute("data-lazy")) return;
-    // A load under way (a run picked in the Activity tab) shows the new state anyway; a second
-    // one would abort it, or with the select not there yet, load the whole task instead.
-    if (changes.dataset.pendingRun !== undefined) return;
+    // Loads of the tab queue behind the one in flight (aborting it would log an error); a run
+    // picked in the Activity tab whose load has not landed yet is the run to show again.
+    const pending = changes.dataset.pendingRun;
     const select = $("#task-changes-run", changes);
-    loadChanges(changes, select ? select.value : "");
+    loadChanges(changes, pending !== undefined ? pending : select ? select.value : "");
   });
 
   function loadChanges(changes, runId) {
@@ -474,13 +474,27 @@
     const base = changes.getAttribute("hx-get");
     const url = runId ? `${base}?run=${encodeURIComponent(runId)}` : base;
     changes.dataset.pendingRun = runId || "";
-    const loaded = () => {
-      if (changes.dataset.pendingRun === (runId || "")) delete changes.dataset.pendingRun;
-    };
-    window.htmx
-      .ajax("GET", url, { source: changes, target: changes, swap: "innerHTML" })
-      .then(loaded, loaded);
+    window.htmx.ajax("GET", url, { source: changes, target: changes, swap: "innerHTML" });
   }
+
+  // A run picked in the tab's own selector is the one to show from now on.
+  document.addEventListener("change", (event) => {
+    const select = event.target;
+    const changes = select.id === "task-changes-run" && select.closest("#task-changes");
+    if (changes) changes.dataset.pendingRun = select.value;
+  });
+
+  // The picked run has landed (a queued load's promise resolves when it is queued, not then).
+  document.addEventListener("htmx:afterSwap", (event) => {
+    const changes = event.detail.target;
+    if (!changes || changes.id !== "task-changes" || changes.dataset.pendingRun === undefined) {
+      return;
+    }
+    const info = event.detail.pathInfo || {};
+    const path = info.finalRequestPath || info.requestPath || "";
+    const run = new URL(path, window.location.href).searchParams.get("run") || "";
+    if (run === changes.dataset.pendingRun) delete changes.dataset.pendingRun;
+  });
 
   // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes.
   document.addEventListener("click", (event) => {
