@@ -23,12 +23,7 @@ class Receiver:
                     parsed = json.loads(payload)
                 else:
                     parsed = {k: v[0] for k, v in urllib.parse.parse_qs(payload).items()}
-                body = json.dumps(receiver.body).encode()
-                self.send_response(receiver.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                # Recorded before the answer goes out: the sender may look as soon as it has it.
                 receiver.requests.append(
                     {
                         "path": self.path,
@@ -38,6 +33,12 @@ class Receiver:
                         "answered": time.time(),
                     }
                 )
+                body = json.dumps(receiver.body).encode()
+                self.send_response(receiver.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def log_message(self, *args):
                 pass
