@@ -75,8 +75,9 @@ def test_the_changes_tab_shows_the_diff_after_the_run(browser, stack, tmp_path, 
     page.console_errors.check()
 
 
-def test_the_activity_timeline_links_a_run_to_its_changes(browser, stack, tmp_path):
-    workspace = stack.workspace("Temp", agents=["Builder", "Reviewer"])
+def two_runs_in_their_popup(browser, stack):
+    """A task whose two runs each wrote a file (a.txt, then b.txt), open in its popup."""
+    workspace = stack.workspace("Two runs", agents=["Builder", "Reviewer"])
     task = stack.task(
         workspace,
         "@fake Builder: write a.txt one\n@fake Reviewer: write b.txt two\\nthree\\n",
@@ -85,7 +86,11 @@ def test_the_activity_timeline_links_a_run_to_its_changes(browser, stack, tmp_pa
     stack.wait_status(task, "in_review")
     page = new_page(browser)
     page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
-    dialog = page.locator("#task-dialog")
+    return task, page, page.locator("#task-dialog")
+
+
+def test_the_activity_timeline_links_a_run_to_its_changes(browser, stack):
+    _task, page, dialog = two_runs_in_their_popup(browser, stack)
     dialog.get_by_role("tab", name="Activity").click()
     link = dialog.locator(".run", has_text="Reviewer").locator("[data-changes-run]")
     expect(link).to_have_text("changed 1 file, +2 \u22120")
@@ -126,16 +131,7 @@ def test_a_run_ending_while_the_tab_loads_queues_behind_the_load(browser, stack)
     """A run's end (task.changes_updated) used to abort a load of the tab in flight, which htmx
     logs as a console error; now every load of the tab queues behind the one in flight, and a
     run picked in the Activity tab stays the run shown."""
-    workspace = stack.workspace("Queue", agents=["Builder", "Reviewer"])
-    task = stack.task(
-        workspace,
-        "@fake Builder: write a.txt one\n@fake Reviewer: write b.txt two\n",
-        summary="Two runs",
-    )
-    stack.wait_status(task, "in_review")
-    page = new_page(browser)
-    page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
-    dialog = page.locator("#task-dialog")
+    task, page, dialog = two_runs_in_their_popup(browser, stack)
     changes = dialog.locator("#task-changes")
     changes_url = re.compile(rf"/tasks/{task['id']}/changes")
     held = HeldRequest(page, changes_url)
