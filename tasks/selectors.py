@@ -166,11 +166,13 @@ class ErrorState:
     retry_at: datetime | None = None  # when the next try may start (None: not waiting)
     retrying: bool = False  # a retry is queued or running
     running: bool = False
+    paused_for: str = ""  # the CLI out of quota the retry waits for: its reset decides, not us
 
 
 def error_state(task: Task) -> ErrorState | None:
     """None unless the task is Todo / In Progress and its last runs failed. Needs the
-    `with_counts()` and `with_error_state()` annotations."""
+    `with_counts()` and `with_error_state()` annotations (and `with_waiting_cli()` to tell a
+    retry paused by a usage limit)."""
     if not task.failure_streak or task.status not in RUNNABLE_STATUSES:
         return None
     text = (getattr(task, "last_error", None) or "").strip()
@@ -178,7 +180,8 @@ def error_state(task: Task) -> ErrorState | None:
     running = bool(getattr(task, "is_processing", False))
     queued = bool(getattr(task, "retry_queued", False))
     retry_at = task.retry_not_before if queued and not running else None
-    if retry_at is not None and retry_at <= timezone.now():
+    paused_for = "" if running else waiting_cli_label(task)
+    if paused_for or (retry_at is not None and retry_at <= timezone.now()):
         retry_at = None
     return ErrorState(
         failures=task.failure_streak,
@@ -186,7 +189,14 @@ def error_state(task: Task) -> ErrorState | None:
         retry_at=retry_at,
         retrying=queued or running,
         running=running,
+        paused_for=paused_for,
     )
+
+
+def waiting_cli_label(task: Task) -> str:
+    """The name of the CLI out of quota the task waits for ("" if none; `with_waiting_cli()`)."""
+    waiting = getattr(task, "waiting_for_cli", None)
+    return CliType(waiting).label if waiting in CliType.values else ""
 
 
 def with_change_totals(tasks):
@@ -232,8 +242,7 @@ def _attach_runs(tasks: list[Task], runs: dict[str, AgentRun]) -> None:
     for task in tasks:
         task.current_run = runs.get(task.id) if task.is_processing else None
         task.error_state = error_state(task)
-        waiting = getattr(task, "waiting_for_cli", None)
-        task.waiting_label = CliType(waiting).label if waiting in CliType.values else ""
+        task.waiting_label = waiting_cli_label(task)
 
 
 def board_column(workspace, status: str, *, show_all: bool = False, runs=None) -> Column:
@@ -295,7 +304,9 @@ def comments_for_detail(task: Task) -> list[TaskComment]:
 
 
 def task_for_detail(task_id: str) -> Task | None:
-    tasks = with_error_state(Task.objects.with_counts().select_related("workspace"))
+    tasks = with_waiting_cli(
+        with_error_state(Task.objects.with_counts().select_related("workspace"))
+    )
     return tasks.filter(id=task_id).first()
 
 

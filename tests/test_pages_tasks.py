@@ -563,6 +563,24 @@ def test_a_failing_cards_retry_line_follows_the_queue(client, workspace):
     assert card_of(page, review).find("task-card__error") is None
 
 
+def test_a_failing_task_whose_cli_ran_out_of_quota_waits_for_it_not_for_a_retry(client, workspace):
+    """Its retry waits for the CLI's reset: no "Next retry at", no "Retry now" (it would only
+    wait again); "Stop retrying" still moves it to Todo."""
+    from tests.htmltree import parse
+
+    task = fail(make_task(workspace, "Broken", status="in_progress"), times=2)
+    TaskQueueItem.objects.queued().filter(task=task).update(waiting_for_cli="codex")
+    card = card_of(html(client.get(board_url(workspace))), task)
+    assert card.find("task-card__retry").text == "Paused: Codex CLI is out of quota"
+    banner = parse(html(hx(client, "get", f"/tasks/{task.id}/"))).by_id("task-error")
+    assert banner.find("task-error__retry").text == "Paused: Codex CLI is out of quota"
+    assert [b.text for b in banner.find_all(tag="button")] == ["Stop retrying"]
+    TaskQueueItem.objects.filter(task=task).update(waiting_for_cli="")  # the reset came
+    banner = parse(html(hx(client, "get", f"/tasks/{task.id}/"))).by_id("task-error")
+    assert banner.find("task-error__retry").text.startswith("Next retry at ")
+    assert [b.text for b in banner.find_all(tag="button")] == ["Retry now", "Stop retrying"]
+
+
 def test_failing_cards_cost_no_extra_queries(client, workspace):
     for n in range(3):
         make_task(workspace, f"Fine {n}", status="in_progress")
