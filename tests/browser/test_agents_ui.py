@@ -22,6 +22,21 @@ AGENTS_REFRESHED = """() => {
 }"""
 
 
+def drag(page, source, target, *, target_y):
+    """Drag `source` onto `target` (`target_y` px below its top) in moves, as a hand does.
+    `drag_to` moves once: Playwright takes a drag as started only if the browser's dragstart
+    comes before a zero-delay timer after that one move, which under load it may not (CI:
+    no drag, no reorder request). Each further move is another chance (Playwright's "dragging
+    manually": hover the target twice)."""
+    start = source.bounding_box()
+    page.mouse.move(start["x"] + 200, start["y"] + start["height"] / 2)
+    page.mouse.down()
+    end = target.bounding_box()
+    page.mouse.move(end["x"] + 200, end["y"] + target_y, steps=5)
+    page.mouse.move(end["x"] + 200, end["y"] + target_y)
+    page.mouse.up()
+
+
 def expect_order(page, expected):
     expect(page.locator(".agent-row__name")).to_have_text(expected)
     expect(page.locator(".agent-row [data-position]")).to_have_text(
@@ -93,7 +108,7 @@ def test_add_edit_reorder_and_delete_agents(page, server):
     # The list reorders at once; the save is a request in flight: wait for its answer before
     # reloading, or the reload can cancel it.
     with page.expect_response(lambda r: r.url.endswith("/agents/reorder/")) as saved:
-        reviewer.drag_to(planner, target_position={"x": 200, "y": 4})
+        drag(page, reviewer, planner, target_y=4)
     assert saved.value.ok
     expect_order(page, ["Reviewer", "Planner", "Builder"])
     page.reload()
