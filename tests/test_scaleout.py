@@ -13,10 +13,12 @@ itself once the feature exists:
 
 import contextlib
 import re
+import signal
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
+import psutil
 import pytest
 
 from tests import databases
@@ -71,17 +73,34 @@ def create_tasks(cluster: Cluster) -> tuple[list[dict], dict[str, str]]:
 
 
 def kill_a_busy_worker(cluster: Cluster) -> tuple[str, str]:
-    """kill -9 a worker while it runs a CLI; (its name, the task that CLI was working on)."""
-    busy = wait_until(
-        lambda: next((w for w in cluster.workers if w.alive and w.cli_children()), None),
-        timeout=60,
-        what="a worker running a CLI",
-        interval=0.02,
+    """kill -9 a worker while it runs a task's CLI; (its name, that CLI's task). The worker is
+    stopped (SIGSTOP) while its CLIs are looked at: a CLI seen then has not been reaped, so its
+    run is not recorded as done (under load a CLI seen running used to finish and be recorded
+    before the kill, and the test then found one completed run where it expected a re-run)."""
+
+    def stopped_with_a_task_cli():
+        for worker in (w for w in cluster.workers if w.alive and w.cli_children()):
+            worker.proc.send_signal(signal.SIGSTOP)
+            task_id = next(filter(None, map(task_of, worker.cli_children())), "")
+            if task_id:
+                return worker, task_id
+            worker.proc.send_signal(signal.SIGCONT)  # a health check's CLI: not that one
+        return None
+
+    busy, task_id = wait_until(
+        stopped_with_a_task_cli, timeout=60, what="a worker running a task's CLI", interval=0.02
     )
-    child = busy.cli_children()[0]
-    match = TASK_FOLDER.search(child.cwd())
     cluster.kill9(busy)
-    return busy.name, match.group(1) if match else ""
+    return busy.name, task_id
+
+
+def task_of(cli: psutil.Process) -> str:
+    """The task whose folder the CLI runs in ("" for a health check, or one that just ended)."""
+    try:
+        match = TASK_FOLDER.search(cli.cwd())
+    except psutil.Error:
+        return ""
+    return match.group(1) if match else ""
 
 
 def event_number(event_id: str) -> int:
