@@ -275,10 +275,12 @@ def _begin_task(item: TaskQueueItem) -> tuple[Task | None, bool]:
     """Task → In Progress; the workspace's other In Progress tasks go back to Todo (queued).
     Returns (task, whether it moved); None when the task is gone, or waits for the user (the
     item is then finished). One read: the task together with the workspace's In Progress
-    tasks."""
+    tasks. Only the task rows are locked, and not against key reads: locking the workspace row
+    too (select_related) deadlocked on PostgreSQL with a parallel pass that held its task row
+    and inserted a row referencing the workspace (CI, parallel tasks in one workspace)."""
     with transaction.atomic(), events.batched():
         rows = list(
-            Task.objects.select_for_update()
+            Task.objects.select_for_update(no_key=True, of=("self",))
             .select_related("workspace")
             .filter(
                 Q(id=item.task_id)
