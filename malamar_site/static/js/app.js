@@ -1,13 +1,11 @@
-/* Malamar page behaviour: theme, dialogs, confirmations, toasts, the live event stream,
-   relative times, agent drag-and-drop and small form helpers.
+/* Malamar page behaviour: theme, dialogs, confirmations, toasts, relative times, agent
+   drag-and-drop and small form helpers (live.js keeps fragments live).
 
-   CSP-ready: no inline scripts, no eval, no hx-on. Server fragments listen for plain DOM
-   events ("malamar:<event type>" on document.body) with hx-trigger="... from:body". */
+   CSP-ready: no inline scripts, no eval, no hx-on, delegated listeners only. */
 (function () {
   "use strict";
 
   const THEME_KEY = "malamar-theme";
-  const LAST_EVENT_KEY = "malamar-last-event";
   const TOAST_LIMIT = 3;
   const TOAST_MS = 5000;
 
@@ -155,116 +153,17 @@
     true,
   );
 
-  // Server asked to close the dialog that holds the element which sent the request.
+  // Server asked to close the dialog that holds the element which sent the request; or found
+  // that what a popup shows is gone (a refresh after a delete elsewhere): it closes, saying so.
   document.addEventListener("malamar:dialog-close", (event) => {
     const dialog = event.target.closest && event.target.closest("dialog");
     if (dialog && dialog.open) dialog.close("done");
   });
-
-  /* ------------------------------------------------------------------ holds */
-
-  // While the user drags a row, confirms an action, or waits for a change they sent, a live
-  // refresh must not replace that part of the page: htmx drops requests from removed elements
-  // and cannot re-target responses sent from them. Refreshes arriving meanwhile are skipped
-  // and re-issued once nothing is held.
-  const held = new Map(); // element -> number of reasons it is held
-  const skipped = new Set();
-
-  const isRead = (config) => String((config && config.verb) || "").toLowerCase() === "get";
-
-  function hold(element) {
-    held.set(element, (held.get(element) || 0) + 1);
-  }
-
-  function release(element, { refresh = true } = {}) {
-    const count = (held.get(element) || 0) - 1;
-    if (count > 0) held.set(element, count);
-    else held.delete(element);
-    if (held.size) return;
-    if (refresh) {
-      skipped.forEach((target) => {
-        const url = target.isConnected && target.getAttribute("hx-get");
-        const swap = target.getAttribute("hx-swap") || "innerHTML";
-        if (url && window.htmx) window.htmx.ajax("GET", url, { source: target, target, swap });
-      });
-    }
-    skipped.clear();
-  }
-
-  document.addEventListener("htmx:beforeSwap", (event) => {
-    const target = event.detail.target;
-    if (!target || !isRead(event.detail.requestConfig)) return;
-    for (const element of held.keys()) {
-      if (target.contains(element)) {
-        event.detail.shouldSwap = false;
-        skipped.add(target);
-        return;
-      }
-    }
-  });
-
-  // A live refresh (window.malamarRefresh) never replaces an open inline editor
-  // ([data-editing]: a form, or a region in editing mode). Checked here, when the response
-  // arrives, not when the refresh is asked for: the user may open the editor and type while
-  // the request is on its way. What the user does (open, cancel, save) swaps as usual.
-  const LIVE = "malamarRefresh";
-  const isLiveRefresh = (config) => {
-    const trigger = config && config.triggeringEvent;
-    return Boolean(trigger && trigger.detail && trigger.detail[LIVE]);
-  };
-  // A <dialog> or <details> with data-editing counts while it is open (the task head's
-  // "Discard" dialog, its "Wait for other tasks…" editor); any other element always.
-  const EDITING =
-    "[data-editing]:not(dialog, details), dialog[data-editing][open], details[data-editing][open]";
-  const isEditing = (element) => element.matches(EDITING) || Boolean($(EDITING, element));
-  const heldBack = new Map(); // region whose live refresh was dropped -> its trigger's name
-
-  document.addEventListener("htmx:beforeSwap", (event) => {
-    const { target, requestConfig: config } = event.detail;
-    if (!target || !event.detail.shouldSwap || !isLiveRefresh(config)) return;
-    if (isEditing(target)) {
-      event.detail.shouldSwap = false;
-      if (target.id) heldBack.set(target.id, config.triggeringEvent.type);
-    }
-  });
-
-  // A dialog or <details> editor closed without a request of its own (dismissed, Escape):
-  // the refreshes it held back run now, so the region does not stay stale until the next event.
-  function catchUp() {
-    heldBack.forEach((eventName, id) => {
-      const region = document.getElementById(id);
-      if (region && isEditing(region)) return;
-      heldBack.delete(id);
-      if (region) refreshWhenIdle(id, eventName);
-    });
-  }
-  document.addEventListener(
-    "toggle",
-    (event) => {
-      if (event.target.matches && event.target.matches("details[data-editing]")) catchUp();
-    },
-    true,
-  );
-  document.addEventListener(
-    "close",
-    (event) => {
-      if (event.target.matches && event.target.matches("dialog[data-editing]")) catchUp();
-    },
-    true,
-  );
-  document.addEventListener("htmx:afterSwap", (event) => {
-    const target = event.detail.target;
-    if (target && target.id) heldBack.delete(target.id); // swapped since: up to date
-  });
-
-  document.addEventListener("htmx:beforeRequest", (event) => {
-    const config = event.detail.requestConfig;
-    if (config && !isRead(config) && config.elt) hold(config.elt);
-  });
-
-  document.addEventListener("htmx:afterRequest", (event) => {
-    const config = event.detail.requestConfig;
-    if (config && !isRead(config) && config.elt) release(config.elt);
+  document.addEventListener("malamar:gone", (event) => {
+    const dialog = event.target.closest && event.target.closest("dialog");
+    if (!dialog || !dialog.open) return;
+    dialog.close("gone");
+    toast({ level: "info", message: event.detail.message });
   });
 
   /* ------------------------------------------------------------------ confirmations */
@@ -290,14 +189,12 @@
     const elt = event.detail.elt;
     if (!elt || !elt.dataset || !elt.dataset.confirm) return;
     event.preventDefault();
-    hold(elt);
+    elt.setAttribute("data-in-flight", ""); // live.js: its fragment waits for the answer
     const { confirm, confirmText, confirmAction, confirmDismiss } = elt.dataset;
-    confirmDialog(confirm, confirmText, confirmAction, confirmDismiss).then(
-      (ok) => {
-        if (ok) event.detail.issueRequest(true);
-        release(elt);
-      },
-    );
+    confirmDialog(confirm, confirmText, confirmAction, confirmDismiss).then((ok) => {
+      elt.removeAttribute("data-in-flight");
+      if (ok) event.detail.issueRequest(true);
+    });
   });
 
   // "Type the name to confirm": the submit button waits for an exact match.
@@ -487,209 +384,6 @@
     toast({ level: "error", message: "Malamar is not reachable.", detail: "Is it still running?" });
   });
 
-  /* ------------------------------------------------------------------ live events (SSE) */
-
-  // The one JavaScript copy of workspaces/links.py's format: the workspace page on the item's
-  // tab (the other scripts call window.malamarItemLink).
-  function itemLink(data) {
-    const workspace = data.workspace_id;
-    if (!workspace) return "";
-    const base = `/workspaces/${encodeURIComponent(workspace)}/`;
-    let params = null;
-    if (data.task_id) params = { tab: "tasks", task: data.task_id };
-    else if (data.chat_id) params = { tab: "chat", chat: data.chat_id };
-    return params ? `${base}?${new URLSearchParams(params)}` : base;
-  }
-  window.malamarItemLink = itemLink;
-
-  /** Is chat `id` open in a popup (the user is looking at it: no toast for its news)? */
-  function chatOnScreen(id) {
-    if (!id) return false;
-    return $$("dialog[open] [data-chat-popup]").some((popup) => popup.dataset.chatPopup === id);
-  }
-
-  /** Is task `id` open in a popup (its new comments show there)? */
-  function taskOnScreen(id) {
-    if (!id) return false;
-    return $$("dialog[open] [data-task-detail]").some((detail) => detail.dataset.taskDetail === id);
-  }
-
-  // Which events deserve a toast (the rest only refresh fragments).
-  function toastFor(type, data) {
-    const summary = data.task_summary || "";
-    switch (type) {
-      case "task.error_occurred":
-        if (taskOnScreen(data.task_id)) return null; // its popup shows the error banner live
-        return {
-          level: "error",
-          message: summary ? `Error in “${summary}”` : "An agent run failed",
-          detail: data.error_message || "",
-          href: itemLink(data),
-        };
-      case "task.status_changed":
-        if (data.new_status !== "in_review" || data.actor_type === "user") return null;
-        return {
-          level: "success",
-          message: "Ready for your review",
-          detail: summary,
-          href: itemLink(data),
-        };
-      case "task.unblocked":
-        return {
-          level: "info",
-          message: "No longer waiting: it can start",
-          detail: summary,
-          href: itemLink(data),
-        };
-      case "task.comment_added":
-        if (data.author_type !== "agent" || taskOnScreen(data.task_id)) return null;
-        return {
-          level: "info",
-          message: `${data.author_name || "An agent"} commented`,
-          detail: summary,
-          href: itemLink(data),
-        };
-      case "cli.limited":
-        // One toast per pause of a CLI (never one per waiting task): DESIGN "Usage limits".
-        return {
-          level: "info",
-          message: `${data.name || "A CLI"} is out of quota`,
-          detail: data.until
-            ? `Work that needs it waits until ${new Date(data.until).toLocaleString()}.`
-            : "Work that needs it waits; Malamar checks again on a back-off.",
-        };
-      case "cli.resumed":
-        return {
-          level: "success",
-          message: `${data.name || "A CLI"} works again`,
-          detail: "The work that waited for it continues.",
-        };
-      case "chat.processing_finished":
-        // A stopped reply says nothing; the chat on screen shows its own news; a reply that
-        // waits for a CLI out of quota says so in the CLI's own toast.
-        if (data.outcome === "stopped" || data.outcome === "waiting") return null;
-        if (chatOnScreen(data.chat_id)) return null;
-        if (data.outcome === "failed") {
-          return {
-            level: "error",
-            message: `${data.agent_name || "An agent"} could not reply`,
-            detail: data.chat_title || "",
-            href: itemLink(data),
-          };
-        }
-        return {
-          level: "info",
-          message: `${data.agent_name || "An agent"} replied`,
-          detail: data.chat_title || "",
-          href: itemLink(data),
-        };
-      default:
-        return null;
-    }
-  }
-
-  function numericId(raw) {
-    const match = /(\d+)\s*$/.exec(raw || "");
-    return match ? Number(match[1]) : 0;
-  }
-
-  function readLastEvent() {
-    try {
-      const saved = JSON.parse(window.sessionStorage.getItem(LAST_EVENT_KEY) || "null");
-      // Replay what happened while the previous page was being left, not an old backlog.
-      if (saved && Date.now() - saved.at < 120000) return saved.id;
-    } catch (e) {
-      /* ignore */
-    }
-    return "";
-  }
-
-  function saveLastEvent(id) {
-    try {
-      window.sessionStorage.setItem(LAST_EVENT_KEY, JSON.stringify({ id, at: Date.now() }));
-    } catch (e) {
-      /* ignore */
-    }
-  }
-
-  function connectLive() {
-    const body = document.body;
-    const url = body.dataset.liveUrl;
-    const types = (body.dataset.liveEvents || "").split(/\s+/).filter(Boolean);
-    if (!url || !types.length || !window.EventSource) return;
-    const workspaceId = body.dataset.workspaceId || "";
-    const status = document.getElementById("live-status");
-    let source = null;
-    // Resume where the stream stood when this page was rendered (events committed since are
-    // replayed, none missed); else where the previous page of this tab left it.
-    let lastRaw = body.dataset.liveFrom || readLastEvent();
-    let lastSeen = numericId(lastRaw);
-    let retryMs = 1000;
-    let reopenTimer = null;
-    let statusTimer = null;
-
-    const setConnected = (connected) => {
-      body.dataset.liveState = connected ? "open" : "closed";
-      window.clearTimeout(statusTimer);
-      if (!status) return;
-      if (connected) status.hidden = true;
-      else statusTimer = window.setTimeout(() => (status.hidden = false), 2500);
-    };
-
-    const onEvent = (message) => {
-      const id = numericId(message.lastEventId);
-      if (id) {
-        if (id <= lastSeen) return; // a replay we already handled
-        lastSeen = id;
-        lastRaw = message.lastEventId;
-        saveLastEvent(lastRaw);
-      }
-      let data;
-      try {
-        data = JSON.parse(message.data);
-      } catch (e) {
-        return;
-      }
-      if (!data || typeof data !== "object") return;
-      if (workspaceId && data.workspace_id && data.workspace_id !== workspaceId) return;
-      body.dispatchEvent(new CustomEvent(`malamar:${message.type}`, { detail: data }));
-      if (message.type === "workspace.deleted" && workspaceId && data.workspace_id === workspaceId) {
-        toast({ level: "info", message: "This workspace was deleted", detail: data.title || "" });
-        window.setTimeout(() => window.location.assign("/"), 1500);
-        return;
-      }
-      const note = toastFor(message.type, data);
-      if (note) toast(note);
-    };
-
-    const open = () => {
-      const target = lastRaw ? `${url}?lastEventId=${encodeURIComponent(lastRaw)}` : url;
-      source = new EventSource(target);
-      source.addEventListener("open", () => {
-        retryMs = 1000;
-        setConnected(true);
-      });
-      source.addEventListener("error", () => {
-        setConnected(false);
-        if (source.readyState === EventSource.CLOSED) reopen();
-      });
-      source.addEventListener("stream-error", reopen);
-      types.forEach((type) => source.addEventListener(type, onEvent));
-    };
-
-    const reopen = () => {
-      if (source) source.close();
-      window.clearTimeout(reopenTimer);
-      reopenTimer = window.setTimeout(open, retryMs);
-      retryMs = Math.min(retryMs * 2, 30000);
-    };
-
-    window.addEventListener("pagehide", () => {
-      if (source) source.close();
-    });
-    open();
-  }
-
   /* ------------------------------------------------------------------ relative times */
 
   const fullFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
@@ -735,7 +429,6 @@
     const item = event.target.closest && event.target.closest("[data-sortable] > li[data-id]");
     if (!item) return;
     dragged = item;
-    hold(item);
     orderBefore = sortableIds(item.parentElement).join(",");
     item.classList.add("is-dragging");
     event.dataTransfer.effectAllowed = "move";
@@ -765,11 +458,7 @@
     const list = item.parentElement;
     dragged = null;
     item.classList.remove("is-dragging");
-    if (sortableIds(list).join(",") === orderBefore) {
-      release(item);
-      return;
-    }
-    release(item, { refresh: false }); // the submitted order re-renders the list
+    if (sortableIds(list).join(",") === orderBefore) return;
     $$(":scope > li [data-position]", list).forEach((el, index) => {
       el.textContent = String(index + 1);
     });
@@ -847,11 +536,13 @@
   let swapDialog = null;
   let swapFillsSlot = false;
   let focusWasInside = false;
+  let focusedInside = ""; // the id of the focused element the swap removes
   document.addEventListener("htmx:beforeSwap", (event) => {
     const target = event.detail.target;
     swapDialog = (target && target.closest && target.closest("dialog")) || null;
     swapFillsSlot = Boolean(target && target.classList && target.classList.contains("dialog__slot"));
     focusWasInside = Boolean(target && target.contains(document.activeElement));
+    focusedInside = focusWasInside ? document.activeElement.id : "";
   });
 
   // Content swapped into a closed dialog's slot opens it (a late refresh of a part of a closed
@@ -884,9 +575,9 @@
     $$("[autofocus]", fragment).forEach((element) => element.removeAttribute("autofocus"));
   });
 
-  // Keep keyboard users in place: when a click or submit re-renders the part of the page that
-  // held focus (or disables the focused button while it waits), focus the element with the
-  // same id afterwards, else the fragment's fallback (e.g. its heading), never <body>.
+  // Keep keyboard users in place: when a click, a submit or a live refresh re-renders the part
+  // of the page that held focus (or disables the focused button while it waits), focus the
+  // element with the same id afterwards, else the fragment's fallback (its heading), never <body>.
   document.addEventListener("htmx:beforeRequest", (event) => {
     const config = event.detail.requestConfig;
     const trigger = config && config.triggeringEvent;
@@ -898,10 +589,11 @@
   document.addEventListener("htmx:afterSettle", (event) => {
     const lost = !document.activeElement || document.activeElement === document.body;
     const wasInside = focusWasInside;
+    const id = (event.detail.requestConfig || {}).focusedId || focusedInside;
     focusWasInside = false;
+    focusedInside = "";
     if (!lost) return;
-    const config = event.detail.requestConfig;
-    const same = config && config.focusedId && document.getElementById(config.focusedId);
+    const same = id && document.getElementById(id);
     if (same && !same.closest("dialog:not([open])")) {
       same.focus();
       return;
@@ -912,25 +604,6 @@
     const fallback = $("[data-focus-fallback]", scope) || $("[data-focus-fallback]");
     if (fallback) fallback.focus();
   });
-
-  /* ------------------------------------------------------------------ live refreshes */
-
-  // Refresh a live region by firing `eventName` on it (its hx-trigger). While the region's own
-  // request is still in flight, wait: htmx would queue the trigger on that element, and an
-  // outerHTML swap replaces the element and drops the queued request with it, leaving the
-  // region stale (seen: two chat answers arriving together showed only one).
-  function refreshWhenIdle(id, eventName, delay) {
-    window.setTimeout(() => {
-      const element = document.getElementById(id);
-      if (!element || !window.htmx) return;
-      if (element.classList.contains("htmx-request")) {
-        refreshWhenIdle(id, eventName, 80);
-        return;
-      }
-      window.htmx.trigger(element, eventName, { [LIVE]: true });
-    }, delay || 0);
-  }
-  window.malamarRefresh = refreshWhenIdle;
 
   /* ------------------------------------------------------------------ code blocks */
 
@@ -999,16 +672,6 @@
     );
   });
 
-  // A button with `data-copy-text` copies that text (a branch name, a path).
-  document.addEventListener("click", (event) => {
-    const button = event.target.closest("[data-copy-text]");
-    if (!button) return;
-    copyText(button.dataset.copyText).then(
-      () => toast({ level: "success", message: "Copied" }),
-      () => toast({ level: "error", message: "Could not copy to the clipboard" }),
-    );
-  });
-
   function onLoad(root) {
     updateTimes(root);
     syncConfirmMatch(root);
@@ -1030,7 +693,6 @@
     $$("#flash-messages li").forEach((li) =>
       toast({ level: li.dataset.level === "error" ? "error" : "success", message: li.textContent }),
     );
-    connectLive();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);

@@ -1,11 +1,9 @@
-/* Chat tab: the chat popup's live regions, optimistic sending, inline renaming, dropdown
+/* Chat tab: the chat popup's scroll and focus, optimistic sending, inline renaming, dropdown
    menus, the composer's send/stop state, and toasts for tasks created from a chat.
 
-   The popup (#chat-dialog) holds three server-rendered regions: #chat-head (title, agent,
-   CLI), #chat-live (agent pills, messages, the pending answer) and #chat-composer. Live
-   events for the open chat ask the first two to re-read themselves ("chat-refresh" on the
-   element, debounced); swaps are whole-region and idempotent, so a replayed event is harmless.
-   CSP-ready: no inline scripts, no eval, delegated listeners only. */
+   The popup (#chat-dialog) holds #chat-head (title, agent, CLI), #chat-live (agent pills,
+   messages, the pending answer) and #chat-composer; the first two refresh on the live events
+   they declare (data-live, see live.js). CSP-ready: no eval, delegated listeners only. */
 (function () {
   "use strict";
 
@@ -23,152 +21,26 @@
     return popup ? popup.dataset.chatPopup : "";
   }
 
-  /* ---------------------------------------------------------------- refreshing */
-
-  let refreshTimer = null;
-
-  function refreshPopup(delay) {
-    window.clearTimeout(refreshTimer);
-    refreshTimer = window.setTimeout(() => {
-      if (!openChatId() || !window.htmx) return;
-      // A head in rename mode keeps its editor: the swap is dropped when it lands (below).
-      window.malamarRefresh("chat-head", "chat-refresh");
-      window.malamarRefresh("chat-live", "chat-refresh");
-    }, delay === undefined ? 120 : delay);
-  }
-
-  function onBody(type, handler) {
-    // The page dispatches live events on <body>, without bubbling.
-    document.body.addEventListener(type, handler);
-  }
-
-  // When each chat last had news: a popup that arrives just after (e.g. the answer to a
-  // chat's first message came while the new-chat form was still being replaced) re-reads.
-  const lastNews = new Map();
-
-  function listenLive() {
-    ["chat.message_added", "chat.updated", "chat.processing_started", "chat.processing_finished"].forEach(
-      (type) =>
-        onBody(`malamar:${type}`, (event) => {
-          const data = event.detail || {};
-          if (!data.chat_id) return;
-          lastNews.set(data.chat_id, Date.now());
-          if (data.chat_id === openChatId()) refreshPopup();
-        }),
-    );
-    ["agents.changed", "cli.health_changed"].forEach((type) =>
-      onBody(`malamar:${type}`, () => {
-        if (openChatId()) refreshPopup(200);
-      }),
-    );
-    // A refresh that found the open chat deleted (its chat.deleted event may come later).
-    onBody("chats:gone", (event) => {
-      const data = event.detail || {};
-      if (!data.chat_id || data.chat_id !== openChatId() || data.chat_id === deleting) return;
-      const dialog = chatDialog();
-      if (dialog && dialog.open) dialog.close("deleted");
-    });
-    onBody("malamar:chat.deleted", (event) => {
-      const data = event.detail || {};
-      if (!data.chat_id || data.chat_id !== openChatId() || data.chat_id === deleting) return;
-      const dialog = chatDialog();
-      if (dialog && dialog.open) dialog.close("deleted");
-      if (window.malamarToast) {
-        window.malamarToast({ level: "info", message: "This chat was deleted", detail: data.chat_title || "" });
-      }
-    });
-    // A reply that created tasks: a toast with a link that opens each one (not for the chat
-    // on screen, whose action cards link to them).
-    onBody("malamar:chat.message_added", (event) => {
-      const data = event.detail || {};
-      const tasks = Array.isArray(data.created_tasks) ? data.created_tasks : [];
-      if (!window.malamarToast || !data.workspace_id || data.chat_id === openChatId()) return;
-      tasks.forEach((task) => {
-        if (!task || !task.task_id) return;
-        window.malamarToast({
-          level: "success",
-          message: task.summary ? `Task created: ${task.summary}` : "Task created",
-          detail: data.chat_title ? `From “${data.chat_title}”` : "",
-          href: window.malamarItemLink({ workspace_id: data.workspace_id, task_id: task.task_id }),
-        });
-      });
-    });
-  }
-
-  // The chat this page is deleting itself (its own toast says so).
-  let deleting = "";
-  document.addEventListener("htmx:beforeRequest", (event) => {
-    const elt = event.detail.elt;
-    if (elt && elt.id === "chat-delete") deleting = openChatId();
-  });
-
-  // A change made in the popup (HX-Trigger from the server): re-read the other regions.
-  document.addEventListener("chats:refresh", (event) => {
+  // A reply that created tasks: a toast with a link that opens each one (not for the chat on
+  // screen, whose action cards link to them).
+  document.body.addEventListener("malamar:chat.message_added", (event) => {
     const data = event.detail || {};
-    if (!data.chat_id || data.chat_id === openChatId()) refreshPopup(30);
-  });
-
-  /* ---------------------------------------------------------------- lost HX-Trigger events */
-
-  // htmx fires a response's HX-Trigger events on the element that sent the request. A live
-  // refresh may have replaced that element meanwhile (e.g. the delete button, between the click
-  // and the confirmation), and events on a detached element reach nobody: fire them on <body>.
-  const TRIGGERS = ["malamar:toast", "malamar:dialog-close", "chats:refresh", "chats:list-refresh"];
-  const delivery = new Map(); // request element -> were its HX-Trigger events delivered?
-
-  document.addEventListener("htmx:beforeRequest", (event) => {
-    const elt = event.detail.elt;
-    if (elt && elt.closest && elt.closest("#chat-panel")) delivery.set(elt, false);
-  });
-
-  TRIGGERS.forEach((name) =>
-    document.addEventListener(
-      name,
-      (event) => {
-        if (delivery.has(event.target)) delivery.set(event.target, true);
-      },
-      true,
-    ),
-  );
-
-  document.addEventListener("htmx:afterRequest", (event) => {
-    const elt = event.detail.elt;
-    if (!delivery.has(elt)) return;
-    const delivered = delivery.get(elt);
-    delivery.delete(elt);
-    const xhr = event.detail.xhr;
-    if (delivered || !xhr || elt.isConnected) return;
-    const raw = xhr.getResponseHeader("HX-Trigger") || "";
-    if (raw.charAt(0) !== "{") return;
-    let triggers;
-    try {
-      triggers = JSON.parse(raw);
-    } catch (e) {
-      return;
-    }
-    Object.keys(triggers).forEach((name) => {
-      if (!TRIGGERS.includes(name)) return;
-      if (name === "malamar:dialog-close") {
-        const dialog = chatDialog();
-        if (dialog && dialog.open) dialog.close("done");
-        return;
-      }
-      document.body.dispatchEvent(new CustomEvent(name, { detail: triggers[name], bubbles: true }));
+    const tasks = Array.isArray(data.created_tasks) ? data.created_tasks : [];
+    if (!window.malamarToast || !data.workspace_id || data.chat_id === openChatId()) return;
+    tasks.forEach((task) => {
+      if (!task || !task.task_id) return;
+      window.malamarToast({
+        level: "success",
+        message: task.summary ? `Task created: ${task.summary}` : "Task created",
+        detail: data.chat_title ? `From “${data.chat_title}”` : "",
+        href: window.malamarItemLink({ workspace_id: data.workspace_id, task_id: task.task_id }),
+      });
     });
   });
 
   /* ---------------------------------------------------------------- scroll and focus */
 
   let keep = null; // what to restore after #chat-live is swapped
-  const skippedRefresh = new Set(); // regions whose refresh waits for a menu to close
-
-  function refreshSkipped() {
-    if (skippedRefresh.has("chat-live")) refreshPopup(0);
-    if (skippedRefresh.has("chat-list")) {
-      document.body.dispatchEvent(new CustomEvent("chats:list-refresh", { bubbles: true }));
-    }
-    skippedRefresh.clear();
-  }
 
   function scroller(root) {
     return root ? $("[data-chat-scroll]", root) : null;
@@ -181,30 +53,7 @@
 
   document.addEventListener("htmx:beforeSwap", (event) => {
     const target = event.detail.target;
-    if (!target || !event.detail.shouldSwap) return;
-    if (target.id === "chat-head" && target.hasAttribute("data-editing")) {
-      // Never replace the title while the user is typing one (a live refresh).
-      const verb = String((event.detail.requestConfig || {}).verb || "").toLowerCase();
-      if (verb === "get") event.detail.shouldSwap = false;
-      return;
-    }
-    const isRead = String((event.detail.requestConfig || {}).verb || "").toLowerCase() === "get";
-    const dialog = chatDialog();
-    const region = target.id === "chat-live" || target.id === "chat-head";
-    if (isRead && region && dialog && !dialog.open && dialog.contains(target)) {
-      // A refresh that comes back after the popup closed must not open it again.
-      event.detail.shouldSwap = false;
-      return;
-    }
-    if (isRead && (target.id === "chat-live" || target.id === "chat-list")) {
-      // A refresh would close the menu the user has open: do it when the menu closes.
-      if ($("details[data-chat-menu][open]", target)) {
-        event.detail.shouldSwap = false;
-        skippedRefresh.add(target.id);
-        return;
-      }
-    }
-    if (target.id !== "chat-live") return;
+    if (!target || !event.detail.shouldSwap || target.id !== "chat-live") return;
     const box = scroller(target);
     const active = document.activeElement;
     keep = {
@@ -238,7 +87,7 @@
 
   /** Send or stop: the composer follows the state of the last #chat-live the server sent. */
   function syncComposer() {
-    const live = document.getElementById("chat-live");
+    const live = $("#chat-live [data-chat-state]");
     const form = document.getElementById("chat-composer");
     if (!live || !form || !form.closest("[data-chat-popup]")) return;
     ["busy", "stopping", "blocked"].forEach((name) =>
@@ -339,21 +188,12 @@
 
   /* ---------------------------------------------------------------- renaming */
 
-  // A live refresh of the chat's head must not end a rename the user is typing (the rename's
-  // own answer still swaps).
-  document.addEventListener("htmx:beforeSwap", (event) => {
-    const target = event.detail.target;
-    if (!target || target.id !== "chat-head" || !target.hasAttribute("data-editing")) return;
-    const elt = event.detail.requestConfig && event.detail.requestConfig.elt;
-    if (elt && elt.closest && elt.closest(".chat-title-form")) return;
-    event.detail.shouldSwap = false;
-  });
-
+  // While the title form is open (data-editing), live refreshes leave the head alone (live.js).
   function startEditing(head) {
     const heading = $(".chat-title__heading", head);
     const form = $(".chat-title-form", head);
     if (!heading || !form) return;
-    head.setAttribute("data-editing", "");
+    form.setAttribute("data-editing", "");
     heading.hidden = true;
     form.hidden = false;
     const input = $("input[name=title]", form);
@@ -370,12 +210,11 @@
     form.reset();
     $$(".field__error", form).forEach((el) => el.remove());
     $$("[aria-invalid]", form).forEach((el) => el.removeAttribute("aria-invalid"));
-    head.removeAttribute("data-editing");
+    form.removeAttribute("data-editing");
     form.hidden = true;
     heading.hidden = false;
     const button = $("[data-chat-title-edit]", head);
-    if (button) button.focus();
-    refreshPopup(0); // pick up anything skipped meanwhile
+    if (button) button.focus(); // (live.js runs the refreshes that waited)
   }
 
   document.addEventListener("click", (event) => {
@@ -412,7 +251,7 @@
     (event) => {
       if (event.target !== chatDialog()) return;
       const head = document.getElementById("chat-head");
-      if (head && head.hasAttribute("data-editing")) {
+      if (head && $(".chat-title-form[data-editing]", head)) {
         event.preventDefault();
         stopEditing(head);
       } else if (openMenu()) {
@@ -451,8 +290,6 @@
         closeMenus(menu);
         const first = $("[role=menuitem]", menu);
         if (first) first.focus();
-      } else if (!openMenu()) {
-        window.setTimeout(refreshSkipped, 0);
       }
     },
     true,
@@ -476,7 +313,6 @@
     (event) => {
       const dialog = event.target;
       if (dialog !== chatDialog()) return;
-      window.clearTimeout(refreshTimer); // (refreshes already under way are not swapped in)
       const url = new URL(window.location.href);
       if (url.searchParams.has("chat") || url.searchParams.has("start")) {
         url.searchParams.delete("chat");
@@ -497,12 +333,9 @@
     const popup = root.matches && root.matches("[data-chat-popup], [data-chat-draft]") ? root : $("[data-chat-popup], [data-chat-draft]", root);
     if (!popup) return;
     window.requestAnimationFrame(() => toBottom(popup));
-    const news = lastNews.get(popup.dataset.chatPopup || "");
-    if (news && Date.now() - news < 10000) refreshPopup(50);
   }
 
   function start() {
-    listenLive();
     if (window.htmx) window.htmx.onLoad(onLoad);
     else onLoad(document);
     window.requestAnimationFrame(() => toBottom(document.getElementById("chat-dialog") || undefined));

@@ -1,39 +1,15 @@
-/* Malamar tasks tab: live Kanban columns, the task popup (open from cards, toasts and the URL),
-   popup tabs, optimistic comments and priority, inline-edit keyboard helpers.
-
-   The server renders everything; this file only decides which fragment to refresh when a live
-   event (app.js dispatches "malamar:<type>" on document.body) or a response ("tasks:changed")
-   says something changed. Fragments listen for "tasks:refresh" with a short htmx delay, so
-   bursts collapse into one request and replays are harmless (every swap replaces by id). */
+/* Malamar tasks tab: the board's expanded columns, scroll and dependency chains, the task popup
+   (open from cards, toasts and the URL), popup tabs, optimistic comments and priority,
+   inline-edit keyboard helpers. What refreshes on which live event is declared in the
+   templates (data-live, see live.js). */
 (function () {
   "use strict";
-
-  const STATUSES = ["todo", "in_progress", "in_review", "done"];
-  const TASK_EVENTS = [
-    "task.created",
-    "task.updated",
-    "task.status_changed",
-    "task.comment_added",
-    "task.deleted",
-    "task.error_occurred",
-    "task.unblocked",
-    "task.blocked",
-    "agent.execution_started",
-    "agent.execution_finished",
-    "cli.resumed", // waiting cards lose their "waits for" chip
-  ];
 
   const $ = (selector, root = document) => root.querySelector(selector);
   const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
 
   const panel = () => document.querySelector("[data-tasks-panel]");
   const taskDialog = () => document.getElementById("task-dialog");
-
-  function refresh(element, name = "tasks:refresh") {
-    if (!element || !element.isConnected || !window.htmx) return;
-    if (element.id && window.malamarRefresh) window.malamarRefresh(element.id, name);
-    else window.htmx.trigger(element, name);
-  }
 
   function openTaskId() {
     const dialog = taskDialog();
@@ -42,16 +18,10 @@
 
   /* ------------------------------------------------------------------ board */
 
-  function refreshBoard() {
-    refresh(document.getElementById("task-board"));
-  }
-
   // A board refresh keeps the columns the user expanded with "Show all".
   document.addEventListener("htmx:configRequest", (event) => {
     if (!event.detail.elt || event.detail.elt.id !== "task-board") return;
-    const expanded = $$("#task-board .kanban-col")
-      .filter((column) => (column.getAttribute("hx-get") || "").includes("all=1"))
-      .map((column) => column.dataset.status);
+    const expanded = $$("#task-board .kanban-col[data-show-all]").map((column) => column.dataset.status);
     if (expanded.length) event.detail.parameters.all = expanded.join(",");
   });
 
@@ -81,60 +51,6 @@
       const list = $(`#${CSS.escape(id)} .kanban-col__list`);
       if (list && list.scrollTop !== top) list.scrollTop = top;
     });
-  });
-
-  function refreshColumns(statuses) {
-    const board = document.getElementById("task-board");
-    if (!board) return;
-    if (!$(".kanban", board)) {
-      refreshBoard(); // the empty state gives way to the columns
-      return;
-    }
-    new Set(statuses.filter((s) => STATUSES.includes(s))).forEach((status) =>
-      refresh(document.getElementById(`col-${status}`)),
-    );
-  }
-
-  function columnOf(taskId) {
-    const card = taskId && document.getElementById(`task-card-${taskId}`);
-    const column = card && card.closest(".kanban-col");
-    return column ? column.dataset.status : "";
-  }
-
-  function onTaskEvent(type, data) {
-    if (!panel() || !data) return;
-    const id = data.task_id || "";
-    if (type === "task.deleted") {
-      const card = document.getElementById(`task-card-${id}`);
-      if (card) card.remove();
-      refreshBoard(); // counts, and the empty state when it was the last one
-    } else if (type === "task.created") {
-      refreshColumns([data.status || "todo"]);
-    } else if (type === "task.status_changed") {
-      refreshColumns([data.old_status, data.new_status]);
-    } else {
-      // Updated in place (or moved to the top of its column): refresh where its card is; a
-      // card not rendered (a long column) may now belong at the top of any of them.
-      const status = columnOf(id);
-      refreshColumns(status ? [status] : STATUSES);
-    }
-    if (id && id === openTaskId()) {
-      if (type === "task.deleted") taskGone(id);
-      else refreshPopup();
-    }
-  }
-
-  // app.js dispatches live events on <body> (they do not bubble).
-  TASK_EVENTS.forEach((type) => {
-    document.body.addEventListener(`malamar:${type}`, (event) => onTaskEvent(type, event.detail));
-  });
-
-  // A change made from this page (its response names what changed).
-  document.addEventListener("tasks:changed", (event) => {
-    const detail = event.detail || {};
-    if (detail.board) refreshBoard();
-    else refreshColumns(detail.statuses || []);
-    if (detail.task_id && detail.task_id === openTaskId()) refreshPopup();
   });
 
   /* ------------------------------------------------------------------ dependency chains */
@@ -197,8 +113,7 @@
 
   /* ------------------------------------------------------------------ column jump */
 
-  // Phones: the chips above the board bring a column into view, show each column's count
-  // (columns refresh on their own, so the counts follow them) and mark the column in view.
+  // Phones: the chips above the board bring a column into view and mark the column in view.
   const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
 
   function syncColumnJump() {
@@ -211,13 +126,6 @@
     $$("[data-column-jump]", board).forEach((chip) => {
       const column = document.getElementById(`col-${chip.dataset.columnJump}`);
       if (!column) return;
-      const count = $(".kanban-col__count", column);
-      const badge = $("[data-column-count]", chip);
-      if (count && badge && badge.textContent !== count.textContent) {
-        badge.textContent = count.textContent;
-        const tasks = count.getAttribute("aria-label") || count.textContent;
-        chip.setAttribute("aria-label", `${chip.dataset.label}, ${tasks}`);
-      }
       const distance = Math.abs(column.getBoundingClientRect().left - box.left);
       if (distance < nearest) {
         nearest = distance;
@@ -279,13 +187,6 @@
 
   /* ------------------------------------------------------------------ popup */
 
-  function refreshPopup() {
-    const detail = document.getElementById("task-detail");
-    if (!detail) return;
-    // A section holding an open editor keeps it: app.js drops such a swap when it lands.
-    $$("[data-task-section]", detail).forEach((section) => refresh(section));
-  }
-
   function taskUrl(id) {
     const root = panel();
     return root ? root.dataset.taskUrl.replace("TASK_ID", encodeURIComponent(id)) : "";
@@ -326,27 +227,6 @@
     const dialog = taskDialog();
     if (dialog && dialog.open) dialog.close("cancel");
   }
-
-  function taskGone(id) {
-    if (openTaskId() !== id) return;
-    if (deleting === id) return; // this page deleted it: its own response closes the popup
-    closeTask();
-    window.malamarToast &&
-      window.malamarToast({ level: "info", message: "This task was deleted" });
-  }
-
-  document.addEventListener("tasks:gone", (event) => {
-    const id = (event.detail && event.detail.task_id) || "";
-    if (id && openTaskId() === id) taskGone(id);
-  });
-
-  let deleting = "";
-  document.addEventListener("htmx:beforeRequest", (event) => {
-    if (event.detail.elt && event.detail.elt.id === "task-delete") deleting = openTaskId();
-  });
-  document.addEventListener("htmx:afterRequest", (event) => {
-    if (event.detail.elt && event.detail.elt.id === "task-delete") deleting = "";
-  });
 
   // The create dialog starts empty next time, even after a rejected attempt re-rendered its
   // form with the typed values as defaults (app.js resets forms to their defaults on close).
@@ -446,66 +326,25 @@
     const content = lazy && $(lazy, detail);
     if (content && content.hasAttribute("data-lazy")) {
       content.removeAttribute("data-lazy");
-      refresh(content, "tasks:load");
+      window.htmx.trigger(content, "tasks:load");
     }
     if (focus) tab.focus();
   }
 
   /* ------------------------------------------------------------------ changes tab */
 
-  // After each run of a task: its card shows the new +/- totals, and its open Changes tab
-  // reloads (keeping the chosen run; a tab never opened stays unloaded).
-  document.body.addEventListener("malamar:task.changes_updated", (event) => {
-    const data = event.detail || {};
-    if (!panel() || !data.task_id) return;
-    const status = columnOf(data.task_id);
-    if (status) refreshColumns([status]);
-    const changes = document.getElementById("task-changes");
-    if (data.task_id !== openTaskId() || !changes || changes.hasAttribute("data-lazy")) return;
-    // Loads of the tab queue behind the one in flight (aborting it would log an error); a run
-    // picked in the Activity tab whose load has not landed yet is the run to show again.
-    const pending = changes.dataset.pendingRun;
-    const select = $("#task-changes-run", changes);
-    loadChanges(changes, pending !== undefined ? pending : select ? select.value : "");
-  });
-
-  function loadChanges(changes, runId) {
-    if (!window.htmx) return;
-    const base = changes.getAttribute("hx-get");
-    const url = runId ? `${base}?run=${encodeURIComponent(runId)}` : base;
-    changes.dataset.pendingRun = runId || "";
-    window.htmx.ajax("GET", url, { source: changes, target: changes, swap: "innerHTML" });
-  }
-
-  // A run picked in the tab's own selector is the one to show from now on.
-  document.addEventListener("change", (event) => {
-    const select = event.target;
-    const changes = select.id === "task-changes-run" && select.closest("#task-changes");
-    if (changes) changes.dataset.pendingRun = select.value;
-  });
-
-  // The picked run has landed (a queued load's promise resolves when it is queued, not then).
-  document.addEventListener("htmx:afterSwap", (event) => {
-    const changes = event.detail.target;
-    if (!changes || changes.id !== "task-changes" || changes.dataset.pendingRun === undefined) {
-      return;
-    }
-    const info = event.detail.pathInfo || {};
-    const path = info.finalRequestPath || info.requestPath || "";
-    const run = new URL(path, window.location.href).searchParams.get("run") || "";
-    if (run === changes.dataset.pendingRun) delete changes.dataset.pendingRun;
-  });
-
-  // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes.
+  // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes. (After each
+  // run the tab reloads the run its selector shows, queued behind a load in flight.)
   document.addEventListener("click", (event) => {
     const link = event.target.closest && event.target.closest("[data-changes-run]");
     const detail = link && link.closest("#task-detail");
     const changes = detail && $("#task-changes", detail);
-    if (!changes) return;
+    if (!changes || !window.htmx) return;
     event.preventDefault();
     changes.removeAttribute("data-lazy"); // loaded below, with the run
     selectTab($('[data-task-tab="changes"]', detail), false);
-    loadChanges(changes, link.dataset.changesRun);
+    const url = `${changes.getAttribute("hx-get")}?run=${encodeURIComponent(link.dataset.changesRun)}`;
+    window.htmx.ajax("GET", url, { source: changes, target: changes, swap: "innerHTML" });
   });
 
   // A file in the list: open its diff and bring it into view.
