@@ -179,6 +179,34 @@ def test_a_live_refresh_never_replaces_an_open_editor(browser, server):
     page.context.close()
 
 
+def test_the_popup_refreshes_on_its_own_tasks_events_only(browser, server):
+    """data-live-task: the open popup's parts refresh on their task's events, not on another
+    task's (which refresh the board, in the same batch as any popup part would be)."""
+    workspace = server.workspace("Ids")
+    mine = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Mine"})
+    other = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Other"})
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={mine['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    dialog = page.locator("#task-dialog")
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Mine")
+    page.evaluate(
+        """() => document.addEventListener('htmx:beforeRequest', (event) => {
+            const id = event.detail.elt.id;
+            if (!id.startsWith('task-')) return;
+            document.body.dataset.refreshed = `${document.body.dataset.refreshed || ''} ${id}`;
+        })"""
+    )
+    server.api("PUT", f"/tasks/{other['id']}", {"summary": "Other, renamed"})
+    expect(page.locator(f"#task-card-{other['id']}")).to_contain_text("Other, renamed")
+    assert page.evaluate("document.body.dataset.refreshed").split() == ["task-board"]
+    server.api("PUT", f"/tasks/{mine['id']}", {"summary": "Mine, renamed"})
+    expect(dialog.locator("#task-dialog-title")).to_have_text("Mine, renamed")
+    expect(page.locator(f"#task-card-{mine['id']}")).to_contain_text("Mine, renamed")
+    page.console_errors.check()
+    page.context.close()
+
+
 def resize_by_hand(page, textarea) -> None:
     """Drag the textarea's resize handle, as a person does (the browser then gives it an
     inline style, which later swaps must not try to copy: CSP forbids style attributes)."""
