@@ -272,8 +272,8 @@
       event.preventDefault();
       changes.removeAttribute("data-lazy"); // loaded below, with the run
       selectTab($('[data-task-tab="changes"]'), false);
-      const url = `${changes.getAttribute("hx-get")}?run=${encodeURIComponent(run.dataset.changesRun)}`;
-      window.htmx.ajax("GET", url, { source: changes, target: changes, swap: "innerHTML" });
+      const values = { run: run.dataset.changesRun }; // (over the run its selector shows)
+      window.htmx.ajax("GET", changes.getAttribute("hx-get"), { source: changes, target: changes, swap: "innerHTML", values });
     }
     // A file in the Changes tab's list: open its diff and bring it into view.
     const jump = closest(event, "[data-change-jump]");
