@@ -207,6 +207,29 @@ def test_the_popup_refreshes_on_its_own_tasks_events_only(browser, server):
     page.context.close()
 
 
+def test_a_popup_whose_item_is_deleted_elsewhere_closes_saying_so(browser, server):
+    """Its parts refresh on the delete event, the popup view finds the item gone
+    (core.htmx.gone) and the popup closes with a toast; the board and the list follow."""
+    workspace = server.workspace("Gone")
+    task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Doomed"})
+    chat = server.api("POST", f"/workspaces/{workspace['id']}/chats", {})
+    page = new_page(browser)
+    base = f"{server.url}/workspaces/{workspace['id']}/"
+    for url, dialog, delete, message in [
+        (f"{base}?tab=tasks&task={task['id']}", "#task-dialog", f"/tasks/{task['id']}", "task"),
+        (f"{base}?tab=chat&chat={chat['id']}", "#chat-dialog", f"/chats/{chat['id']}", "chat"),
+    ]:
+        page.goto(url)
+        expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+        expect(page.locator(dialog)).to_be_visible()
+        server.api("DELETE", delete)
+        expect(page.locator(dialog)).to_be_hidden()
+        expect(page.locator(".toast", has_text=f"This {message} was deleted")).to_be_visible()
+    expect(page.locator(".chat-row")).to_have_count(0)
+    page.console_errors.check()
+    page.context.close()
+
+
 def resize_by_hand(page, textarea) -> None:
     """Drag the textarea's resize handle, as a person does (the browser then gives it an
     inline style, which later swaps must not try to copy: CSP forbids style attributes)."""
