@@ -22,13 +22,9 @@ urlpatterns = [
         name="tasks_delete_done",
     ),
     path("tasks/<str:task_id>/", views.task_detail, name="task_detail"),
-    path("tasks/<str:task_id>/head/", views.task_head, name="task_head"),
-    path("tasks/<str:task_id>/comments/", views.task_comments, name="task_comments"),
     path("tasks/<str:task_id>/comments/new/", views.task_comment_add, name="task_comment_add"),
-    path("tasks/<str:task_id>/activity/", views.task_activity, name="task_activity"),
     path("tasks/<str:task_id>/changes/", views.task_changes, name="task_changes"),
     path("tasks/<str:task_id>/changes/file/", views.task_change_file, name="task_change_file"),
-    path("tasks/<str:task_id>/description/", views.task_description, name="task_description"),
     path(
         "tasks/<str:task_id>/description/edit/",
         views.task_description_edit,

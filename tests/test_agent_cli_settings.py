@@ -342,7 +342,9 @@ def test_runs_record_the_model_the_cli_reported_else_the_configured_one(fake_cli
     assert runs["Planner"].model == "claude-sonnet-4-6[1m]"  # claude's init event says so
     assert runs["Coder"].model == "o3"  # codex does not say: the agent's setting
     assert runs["Plain"].model == ""  # the CLI's default, unreported
-    page = html(client.get(f"/tasks/{task.id}/activity/", HTTP_HX_REQUEST="true"))
+    page = html(
+        client.get(f"/tasks/{task.id}/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="task-activity")
+    )
     assert '<span class="run__model" title="Model">claude-sonnet-4-6[1m]</span>' in page
     assert '<span class="run__model" title="Model">o3</span>' in page
 

@@ -546,16 +546,16 @@ def test_a_plain_workspace_still_runs_one_task_at_a_time(tmp_path):
 @pass_db
 def test_the_popup_shows_the_branch_with_merge_and_discard_once_in_review(repo, client):
     task = reviewed(repo)
-    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
     assert element_text(page, "task-branch-name") == task.branch_name
     assert elements(page, "button", id="task-branch-copy")[0]["data-copy-text"] == task.branch_name
     assert "Merge into main" in element_text(page, "task-merge")
     assert elements(page, "input", **{"data-confirm-match": task.branch_name})
     Task.objects.filter(id=task.id).update(status=TaskStatus.IN_PROGRESS)
-    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
     assert element_text(page, "task-branch-name") == task.branch_name
     assert element_text(page, "task-merge") is None and "task-discard" not in page
-    activity = html(hx(client, "get", f"/tasks/{task.id}/activity/?part=log"))
+    activity = html(hx(client, "get", f"/tasks/{task.id}/", target="task-log"))
     assert "Implementer committed" in activity and f"made branch {task.branch_name}" in activity
 
 

@@ -349,7 +349,9 @@ def test_the_board_card_and_the_activity_timeline_show_the_totals(tmp_path, api)
     board = api.client.get(f"/workspaces/{workspace.id}/tasks/", HTTP_HX_REQUEST="true")
     card = board.content.decode().split(f'id="task-card-{task.id}"')[1].split("</li>")[0]
     assert re.search(r"\+3</span> <span class=\"diff-minus\">\u22122", card)
-    activity = api.client.get(f"/tasks/{task.id}/activity/", HTTP_HX_REQUEST="true")
+    activity = api.client.get(
+        f"/tasks/{task.id}/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="task-activity"
+    )
     first = task.runs.order_by("started_at").first()
     assert f'data-changes-run="{first.id}"' in activity.content.decode()
     assert "changed 1 file," in activity.content.decode()

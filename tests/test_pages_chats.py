@@ -21,6 +21,7 @@ from chats.services import (
 )
 from core.models import OutboxEvent
 from runner.models import CliHealth, QueueStatus
+from tests.htmltree import parse
 from tests.pages import html, hx, triggers
 
 pytestmark = pytest.mark.django_db
@@ -109,11 +110,11 @@ def test_search_filters_by_title(client, workspace):
 
 
 def test_list_refreshes_itself_on_chat_events(client, workspace):
-    page = tab(client, workspace)
-    region = re.search(r'<div id="chat-list"[^>]*>', page).group(0)
+    region = parse(tab(client, workspace)).by_id("chat-list").attrs
+    assert region["hx-trigger"] == "live"
     for event in ("message_added", "updated", "deleted", "processing_started"):
-        assert f"malamar:chat.{event} from:body delay:250ms" in region
-    assert 'hx-include="#chat-search"' in region
+        assert f"chat.{event}" in region["data-live"].split()
+    assert region["hx-include"] == "#chat-search"
 
 
 def test_list_without_htmx_goes_to_the_tab(client, workspace):
@@ -158,7 +159,7 @@ def test_new_chat_from_the_dropdown_opens_its_popup(client, workspace, agents):
     chat = Chat.objects.get()
     assert chat.participants.lead().agent == agents[1]
     assert response.headers["HX-Push-Url"] == f"/workspaces/{workspace.id}/?tab=chat&chat={chat.id}"
-    assert "chats:list-refresh" in triggers(response)
+    assert triggers(response) == {}  # its chat.updated event refreshes the list
     page = html(response)
     assert 'id="chat-head"' in page and 'id="chat-composer"' in page
     assert f'<option value="{agents[1].id}" selected>Implementer' in page
@@ -271,21 +272,22 @@ def test_popup_without_htmx_redirects_to_the_tab(client, workspace, chat):
     assert response.url == f"/workspaces/{workspace.id}/?tab=chat&chat={chat.id}"
 
 
-@pytest.mark.parametrize("path", ["", "head/", "live/"])
-def test_unknown_chat_is_404(client, path):
-    assert client.get(f"/chats/nope/{path}").status_code == 404
-    if not path:
-        assert hx(client, "get", "/chats/nope/").status_code == 404
+def test_unknown_chat_is_404(client):
+    assert client.get("/chats/nope/").status_code == 404
+    assert hx(client, "get", "/chats/nope/").status_code == 404
+    assert hx(client, "get", "/chats/nope/", target="chat-dialog-body").status_code == 404
 
 
-@pytest.mark.parametrize("path", ["head/", "live/"])
-def test_a_refresh_of_a_chat_deleted_meanwhile_swaps_nothing_and_closes_it(client, path):
+@pytest.mark.parametrize("part", ["chat-head", "chat-live"])
+def test_a_refresh_of_a_chat_deleted_meanwhile_swaps_nothing_and_closes_it(client, part):
     """The popup's refresh was on its way when the chat was deleted: no 404 (a console error
-    in the browser), nothing swapped, and the page learns the chat is gone."""
-    response = hx(client, "get", f"/chats/nope/{path}")
+    in the browser), nothing swapped, and the popup closes saying so."""
+    response = hx(client, "get", "/chats/nope/", target=part)
     assert response.status_code == 200
     assert response["HX-Reswap"] == "none"
-    assert json.loads(response["HX-Trigger"]) == {"chats:gone": {"chat_id": "nope"}}
+    assert json.loads(response["HX-Trigger"]) == {
+        "malamar:gone": {"message": "This chat was deleted"}
+    }
 
 
 @pytest.mark.parametrize(
@@ -295,11 +297,18 @@ def test_posts_to_an_unknown_chat_are_404(client, path):
     assert hx(client, "post", f"/chats/nope/{path}").status_code == 404
 
 
-def test_live_and_head_fragments_refresh_on_demand(client, chat):
-    live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
-    assert live.lstrip().startswith('<div id="chat-live"') and 'hx-trigger="chat-refresh"' in live
-    head = html(hx(client, "get", f"/chats/{chat.id}/head/"))
-    assert head.lstrip().startswith('<header id="chat-head"')
+def test_the_popup_view_answers_the_part_its_target_names(client, chat):
+    """One URL: the whole popup, or the head or the live part for their live refreshes."""
+    popup = parse(html(hx(client, "get", f"/chats/{chat.id}/")))
+    for part in ("chat-head", "chat-live"):
+        region = popup.by_id(part).attrs
+        assert region["hx-get"] == f"/chats/{chat.id}/" and region["hx-trigger"] == "live"
+        assert region["hx-swap"] == "innerHTML" and region["data-live-chat"] == chat.id
+        assert "chat.updated" in region["data-live"].split()
+    live = parse(html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live")))
+    assert live.find("chat-pills") and live.by_id("chat-live") is None  # its content only
+    head = parse(html(hx(client, "get", f"/chats/{chat.id}/", target="chat-head")))
+    assert head.find("chat-title") and head.find("chat-pills") is None
 
 
 # --- rename, agent, CLI -----------------------------------------------------------------
@@ -310,7 +319,7 @@ def test_rename(client, chat):
     chat.refresh_from_db()
     assert chat.title == "Launch plan"
     assert 'class="chat-title__text">Launch plan<' in html(response)
-    assert "chats:refresh" in triggers(response)
+    assert triggers(response) == {}  # its chat.updated event refreshes the rest
 
 
 def test_rename_to_nothing_keeps_the_form_open_with_the_error(client, chat):
@@ -372,8 +381,7 @@ def test_send_stores_queues_and_shows_the_stop_button(client, chat):
     page = html(response)
     assert page.lstrip().startswith('<form id="chat-composer"') and "data-busy" in page
     assert "></textarea>" in page  # cleared
-    assert triggers(response)["chats:refresh"] == {"chat_id": chat.id}
-    live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
+    live = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live"))
     assert "data-busy" in live and "is answering…" in live
     assert f'data-chat-current="{chat.id}"' in live
     # The live trace: activity.js adds runs that start into this timeline.
@@ -396,7 +404,7 @@ def test_second_message_while_answering_is_refused_with_the_text_kept(client, ch
 def test_no_cli_available_blocks_sending(client, chat):
     for cli in ("claude", "codex", "gemini", "opencode"):
         CliHealth.objects.create(cli_type=cli, status="unhealthy", error="gone")
-    live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
+    live = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live"))
     assert "No CLI available" in live and "data-blocked" in live
     page = popup(client, chat)
     assert re.search(r'id="chat-send"[^>]*disabled', page)
@@ -405,7 +413,7 @@ def test_no_cli_available_blocks_sending(client, chat):
 
 
 def test_idle_chat_has_no_pending_region(client, chat):
-    live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
+    live = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live"))
     assert "data-runs-chat" not in live and "chat-pending" not in live
 
 
@@ -504,7 +512,7 @@ def test_toggle_pills_down_to_solo_mode(client, agents, chat):
 
 def test_lead_agent_choices_leave_out_other_participants(client, agents, chat):
     chat_participant_add(chat=chat, agent_id=agents[0].id)
-    head = html(hx(client, "get", f"/chats/{chat.id}/head/"))
+    head = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-head"))
     lead = re.search(r'<select id="chat-agent".*?</select>', head, re.S).group(0)
     assert "Planner" not in lead and "Implementer" in lead and "Lead agent" in head
     response = hx(client, "post", f"/chats/{chat.id}/agent/", {"agent_id": agents[0].id})
@@ -537,7 +545,7 @@ def test_system_messages_cannot_be_excluded(client, chat):
 def test_pending_region_shows_each_answering_agent(client, agents, chat):
     chat_participant_add(chat=chat, agent_id=agents[0].id)
     hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Both of you"})
-    live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
+    live = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live"))
     assert re.findall(r'data-typing="([^"]+)"', live) == ["Malamar", "Planner"]
     assert "is-working" in live
 

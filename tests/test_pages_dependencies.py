@@ -71,7 +71,7 @@ def test_activity_log_tells_about_blockers(client, workspace):
     plan = services.task_create(workspace=workspace, summary="Plan")
     build = services.task_create(workspace=workspace, summary="Build", blocked_by=[plan.id])
     services.task_delete(task=plan)
-    page = html(hx(client, "get", f"/tasks/{build.id}/activity/", {"part": "log"}))
+    page = html(hx(client, "get", f"/tasks/{build.id}/", target="task-log"))
     assert "made it wait for “Plan”" in page
     assert "“Plan”, which it waited for, was deleted" in page
     assert "No longer waiting for other tasks" in page

@@ -100,7 +100,7 @@ QUERY_NAMES = tuple(sorted({"q", "task", "chat", "tab", "all", "p"} | _query_nam
 
 def test_the_field_and_query_lists_come_from_the_code():
     assert {"model", "fallback_cli_type", "base_branch", "blocked_by"} <= set(FIELDS)
-    assert {"run", "path", "start", "part"} <= set(QUERY_NAMES)
+    assert {"run", "path", "start"} <= set(QUERY_NAMES)
 
 
 def _routes(resolver: URLResolver, prefix: str = "") -> list[str]:

@@ -109,7 +109,7 @@ def test_unknown_cli_is_a_404(client):
 def test_refresh_asks_the_worker_and_shows_checking(client):
     response = hx(client, "post", "/settings/clis/refresh/")
     assert response.status_code == 204
-    assert "malamar:cli-refresh" in triggers(response)
+    assert triggers(response)["malamar:live"] == {"type": "cli.checking"}
     assert CliHealth.objects.filter(refresh_requested_at__isnull=False).count() == 4
     status = html(hx(client, "get", "/settings/clis/claude/status/"))
     assert "Checking…" in status and 'hx-trigger="load delay:2s"' in status  # polls
@@ -146,7 +146,7 @@ def test_saving_a_cli_rechecks_it_at_once(client):
     CliHealth.objects.create(cli_type="gemini", status="healthy", checked_at=timezone.now())
     response = hx(client, "post", "/settings/clis/gemini/", env_post("gemini", FAKE["gemini"]))
     assert triggers(response)["malamar:toast"]["detail"] == "Checking it now…"
-    assert "malamar:cli-refresh" in triggers(response)  # the cards fetch their status again
+    assert triggers(response)["malamar:live"] == {"type": "cli.checking"}  # cards re-read
     requested = CliHealth.objects.filter(refresh_requested_at__isnull=False)
     assert list(requested.values_list("cli_type", flat=True)) == ["gemini"]  # only that CLI
     status = html(hx(client, "get", "/settings/clis/gemini/status/"))

@@ -12,6 +12,7 @@ from django_eventstream.storage import DjangoModelStorage
 from core.events import EVENT_TYPES
 from core.templatetags.malamar import first_paragraph, relative_time, reltime
 from runner.models import CliHealth
+from tests.htmltree import parse
 from tests.pages import html, hx
 
 pytestmark = pytest.mark.django_db
@@ -68,7 +69,8 @@ def test_body_carries_csrf_header_and_live_event_names(client):
     page = html(client.get("/"))
     body = re.search(r"<body[^>]*>", page, re.S).group(0)
     assert re.search(r"hx-headers='\{\"X-CSRFToken\": \"[A-Za-z0-9]+\"\}'", body)
-    assert 'data-live-url="/api/events"' in body
+    stream = parse(page).by_id("live-stream").attrs
+    assert stream["hx-ext"] == "sse" and stream["sse-connect"] == "/api/events"
     names = re.search(r'data-live-events="([^"]*)"', body).group(1).split()
     assert set(names) == set(EVENT_TYPES)
 

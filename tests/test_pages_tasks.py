@@ -13,6 +13,7 @@ from core.actors import SYSTEM, USER, agent_actor
 from runner.models import AgentRun
 from tasks import services
 from tasks.models import Task, TaskLog, TaskQueueItem
+from tests.htmltree import parse
 from tests.pages import elements, field_error_is_tied, html, hx, triggers
 from workspaces.services import workspace_create
 
@@ -77,8 +78,12 @@ def test_board_columns_ordered_by_recent_update(client, workspace):
     assert cards(page, "done") == ["Finished"]
     for label in ("Todo", "In Progress", "In Review", "Done"):
         assert f">{label}</h3>" in page
-    # Columns and the board refresh themselves on tasks.js's signal, debounced.
-    assert 'hx-trigger="tasks:refresh delay:150ms"' in page
+    # The board refreshes itself on the live task events (live.js), this workspace's only.
+    board = parse(page).by_id("task-board").attrs
+    assert board["hx-trigger"] == "live" and board["hx-get"] == f"/workspaces/{workspace.id}/tasks/"
+    assert {"task.created", "task.status_changed", "task.deleted"} <= set(
+        board["data-live"].split()
+    )
     # Cards link to the popup URL (so they work without JavaScript and in a new tab).
     task = Task.objects.get(summary="Finished")
     assert f'href="/workspaces/{workspace.id}/?tab=tasks&amp;task={task.id}"' in page
@@ -128,8 +133,9 @@ def test_long_columns_show_the_most_recent_and_a_show_all_link(client, workspace
     # A board refresh keeps the expanded columns (tasks.js names them in `all`).
     board = html(hx(client, "get", f"/workspaces/{workspace.id}/tasks/?all=todo,bogus"))
     assert cards(board, "todo") == ["T4", "T3", "T2", "T1", "T0"]
-    # The expanded column keeps refreshing expanded.
-    assert f'hx-get="/workspaces/{workspace.id}/tasks/column/todo/?all=1"' in column
+    # The expanded column says so (tasks.js asks the board's refresh for it expanded).
+    assert "data-show-all" in parse(column).by_id("col-todo").attrs
+    assert "data-show-all" not in parse(board).by_id("col-in_review").attrs
 
 
 def board_queries(client, workspace) -> int:
@@ -195,7 +201,7 @@ def test_create_task(client, workspace):
     events = triggers(response)
     assert events["malamar:toast"]["message"] == "Task created"
     assert "malamar:dialog-close" in events
-    assert events["tasks:changed"]["statuses"] == ["todo"]
+    assert set(events) == {"malamar:toast", "malamar:dialog-close"}  # the live event refreshes
     # Nothing is swapped into the dialog (that would reopen it); closing resets the form.
     assert response.headers["HX-Reswap"] == "none"
 
@@ -232,7 +238,6 @@ def test_delete_all_done_needs_the_workspace_name(client, workspace):
     assert list(Task.objects.filter(workspace=workspace)) == [keep]
     events = triggers(response)
     assert events["malamar:toast"]["message"] == "Deleted 2 done tasks"
-    assert events["tasks:changed"]["board"] is True
     assert "malamar:dialog-close" in events
 
 
@@ -305,7 +310,7 @@ def test_other_workspace_task_is_not_opened(client, workspace):
 def test_actions_per_status(client, workspace):
     def buttons(status):
         task = make_task(workspace, f"S {status}", status=status)
-        page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+        page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
         found = re.findall(r'id="task-(move-\w+|cancel|prioritize|delete)"', page)
         return sorted(found)
 
@@ -317,10 +322,10 @@ def test_actions_per_status(client, workspace):
 
 def test_working_row_while_an_agent_runs(client, workspace):
     task = make_task(workspace, "Busy", status="in_progress")
-    page = html(hx(client, "get", f"/tasks/{task.id}/comments/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-comments"))
     assert "data-working" not in page
     run = start_run(task, "Implementer", "Editing app.py")
-    page = html(hx(client, "get", f"/tasks/{task.id}/comments/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-comments"))
     working = re.search(r"<li class=\"comment comment--working\".*?</li>", page, re.S)[0]
     assert "<strong>Implementer</strong> is working…" in working
     assert f'data-task-current="{task.id}" data-current-run="{run.id}">Editing app.py<' in working
@@ -328,11 +333,11 @@ def test_working_row_while_an_agent_runs(client, workspace):
 
 def test_task_usage_in_popup(client, workspace):
     task = make_task(workspace, "Costly")
-    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
     assert "tokens" not in page
     run = start_run(task)
     AgentRun.objects.filter(id=run.id).update(input_tokens=12_000, output_tokens=345, cost_usd=0.05)
-    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
     assert "12.3k tokens · $0.05" in page
 
 
@@ -348,7 +353,7 @@ def test_activity_tab_lists_the_log_in_words_and_the_runs(client, workspace, age
     task.refresh_from_db()
     services.task_status_set(task=task, status="in_review", actor=USER)
     start_run(task, "Reviewer")
-    page = html(hx(client, "get", f"/tasks/{task.id}/activity/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-activity"))
     texts = re.findall(r'<span class="task-log__text">([^<]+)</span>', page)
     assert texts == [
         "User created the task",
@@ -357,7 +362,7 @@ def test_activity_tab_lists_the_log_in_words_and_the_runs(client, workspace, age
         "User moved to In Review",
     ]
     assert f'data-runs-task="{task.id}"' in page and "Reviewer" in page
-    log_only = html(hx(client, "get", f"/tasks/{task.id}/activity/?part=log"))
+    log_only = html(hx(client, "get", f"/tasks/{task.id}/", target="task-log"))
     assert "task-log__text" in log_only and "data-runs-task" not in log_only
 
 
@@ -375,7 +380,7 @@ def test_edit_summary(client, workspace):
     task.refresh_from_db()
     assert task.summary == "After"
     assert response.headers["HX-Retarget"] == "#task-head"
-    assert "After" in html(response) and triggers(response)["tasks:changed"]["task_id"] == task.id
+    assert "After" in html(response) and "tasks:changed" not in triggers(response)
 
 
 def test_edit_description(client, workspace):
@@ -387,10 +392,12 @@ def test_edit_description(client, workspace):
     task.refresh_from_db()
     assert task.description == "Now **bold**"
     assert "<strong>bold</strong>" in html(response)
-    view = html(hx(client, "get", f"/tasks/{task.id}/description/"))
+    view = html(hx(client, "get", f"/tasks/{task.id}/", target="task-description"))
     assert "<strong>bold</strong>" in view
     hx(client, "post", url, {"description": ""})
-    assert "No description." in html(hx(client, "get", f"/tasks/{task.id}/description/"))
+    assert "No description." in html(
+        hx(client, "get", f"/tasks/{task.id}/", target="task-description")
+    )
 
 
 def test_add_comment_restarts_a_task_in_review(client, workspace):
@@ -401,7 +408,7 @@ def test_add_comment_restarts_a_task_in_review(client, workspace):
     assert "<strong>add tests</strong>" in html(response)
     task.refresh_from_db()
     assert task.status == "todo"
-    assert sorted(triggers(response)["tasks:changed"]["statuses"]) == ["in_review", "todo"]
+    assert triggers(response) == {}  # the live events refresh the rest
 
 
 def test_blank_comment_is_refused(client, workspace):
@@ -423,7 +430,6 @@ def test_status_moves(client, workspace):
     assert task.status == "in_review"
     assert response.headers["HX-Retarget"] == "#task-head"
     assert "Move to Done" in html(response)
-    assert triggers(response)["tasks:changed"]["statuses"] == ["in_progress", "in_review"]
     # The running pass was asked to stop.
     assert TaskQueueItem.objects.filter(task=task, stop_requested_at__isnull=False).exists()
     hx(client, "post", url, {"status": "done"})
@@ -472,13 +478,12 @@ def test_delete_task(client, workspace):
     assert response.status_code == 200 and not Task.objects.filter(id=task.id).exists()
     events = triggers(response)
     assert "malamar:dialog-close" in events and events["malamar:toast"]["message"] == "Task deleted"
-    assert events["tasks:changed"]["board"] is True
     assert response.headers["HX-Reswap"] == "none"
 
 
 def test_delete_button_confirms(client, workspace):
     task = make_task(workspace, "Careful")
-    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
     button = re.search(r'<button[^>]*id="task-delete"[^>]*>', page, re.S)[0]
     assert 'data-confirm="Delete this task?"' in button
 
@@ -497,11 +502,16 @@ def test_missing_tasks(client, workspace):
     ]:
         assert hx(client, method, url).status_code == 404, url
     assert client.get("/tasks/nope/").status_code == 404
-    # A live refresh of a popup whose task was deleted meanwhile: 200 and a signal to close.
-    for part in ("", "head/", "comments/", "activity/", "description/"):
-        response = hx(client, "get", f"/tasks/nope/{part}")
-        assert response.status_code == 200, part
-        assert triggers(response)["tasks:gone"] == {"task_id": "nope"}
+    # Opening it by a stale link: the popup says it is gone.
+    assert "This task no longer exists" in html(hx(client, "get", "/tasks/nope/"))
+    # A live refresh of a popup part whose task was deleted meanwhile: 200, nothing swapped,
+    # and the popup closes saying so.
+    for part in ("task-head", "task-comments", "task-activity", "task-description", "task-log"):
+        response = hx(client, "get", "/tasks/nope/", target=part)
+        assert response.status_code == 200 and response.headers["HX-Reswap"] == "none", part
+        assert triggers(response) == {"malamar:gone": {"message": "This task was deleted"}}
+    response = hx(client, "get", "/tasks/nope/changes/")
+    assert triggers(response)["malamar:gone"] == {"message": "This task was deleted"}
 
 
 def test_get_not_allowed_on_writes(client, workspace):
@@ -626,17 +636,15 @@ def test_retry_now_and_stop_retrying_from_the_popup(client, workspace):
     task.refresh_from_db()
     assert task.retry_not_before is None
     assert triggers(response)["malamar:toast"]["message"] == "Retrying now"
-    assert triggers(response)["tasks:changed"]["task_id"] == task.id
     assert response.headers["HX-Retarget"] == "#task-head"
     response = hx(client, "post", f"/tasks/{task.id}/stop-retrying/")
     task.refresh_from_db()
     assert task.status == "todo" and not TaskQueueItem.objects.filter(task=task).exists()
-    assert triggers(response)["tasks:changed"]["statuses"] == ["in_progress", "todo"]
     from tests.htmltree import parse
 
     banner = parse(html(response)).by_id("task-error")
     assert banner.find("task-error__retry").text == "Not retrying"
-    log = parse(html(hx(client, "get", f"/tasks/{task.id}/activity/?part=log")))
+    log = parse(html(hx(client, "get", f"/tasks/{task.id}/", target="task-log")))
     texts = [entry.find("task-log__text").text for entry in log.find_all("task-log__entry")]
     assert texts[-3:] == [
         "User retried the failing task now",
@@ -662,7 +670,7 @@ def test_cancel_confirmation_says_what_happens_to_the_work(client, workspace, mo
     workspace.working_directory_mode, workspace.working_directory_path = mode, path
     workspace.save()
     task = make_task(workspace, "Stop me", status="in_progress")
-    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
     [button] = elements(page, "button", id="task-cancel")
     assert button["data-confirm"] == "Cancel this task?"
     assert kept in button["data-confirm-text"]

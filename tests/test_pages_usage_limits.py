@@ -117,7 +117,9 @@ def test_a_run_on_the_fallback_cli_says_so_in_the_activity(client, workspace):
         )
     )
     AgentRun.objects.filter(id=run.id).update(status="completed", ended_at=timezone.now())
-    page = html(client.get(f"/tasks/{task.id}/activity/", HTTP_HX_REQUEST="true"))
+    page = html(
+        client.get(f"/tasks/{task.id}/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="task-activity")
+    )
     assert "Claude Code (fallback for Codex CLI)" in page
 
 

@@ -10,7 +10,7 @@ from core.actors import SYSTEM
 from runner.models import CliHealth
 from tasks.services import task_create, task_status_set
 from tests.conftest import error_of
-from tests.pages import element_text, elements, field_error_is_tied, html, hx, triggers
+from tests.pages import element_text, elements, field_error_is_tied, html, hx, live_events, triggers
 from workspaces.models import Workspace
 from workspaces.services import workspace_create, workspace_update
 
@@ -152,9 +152,7 @@ def test_a_new_workspace_leads_to_its_working_directory_setting(client, workspac
     assert hint["text"].startswith("Where should the agents work?")
     assert hint["links"] == [f"/workspaces/{workspace.id}/settings/#directory-heading"]
     page = html(client.get(f"/workspaces/{workspace.id}/"))
-    region = re.search(r'<div id="workspace-banners"[^>]*>', page).group(0)
-    assert "malamar:workspace.updated from:body" in region
-    assert "malamar:task.created from:body" in region
+    assert {"workspace.updated", "task.created"} <= live_events(page, "workspace-banners")
     workspace_update(
         workspace=workspace, working_directory_mode="static", working_directory_path=str(tmp_path)
     )
@@ -434,9 +432,7 @@ def test_first_run_checklist_can_be_dismissed(client):
 
 def test_first_run_checklist_refreshes_itself_live(client):
     page = html(client.get("/"))
-    region = re.search(r'<div id="first-run"[^>]*>', page).group(0)
-    assert "malamar:cli.health_changed from:body" in region
-    assert "malamar:task.created from:body" in region
+    assert {"cli.health_changed", "task.created"} <= live_events(page, "first-run")
     CliHealth.objects.create(cli_type="gemini", status="healthy")
     fragment = html(hx(client, "get", "/", target="first-run"))
     assert "<html" not in fragment
@@ -456,8 +452,7 @@ def test_cards_say_when_agents_use_a_cli_that_is_not_working(client, workspace, 
     assert "/settings/#clis-heading" in card["links"]
     assert "not working" not in cards[other.id]["text"]
     page = html(client.get("/"))
-    region = re.search(r'<div id="workspace-results"[^>]*>', page).group(0)
-    assert "malamar:cli.health_changed from:body" in region
+    assert "cli.health_changed" in live_events(page, "workspace-results")
 
 
 @pytest.mark.parametrize("stored, shown", [(0, "0"), (15.0, "15"), (2.5, "2.5")])
