@@ -138,6 +138,7 @@ def chat_popup(request, chat_id: str):
     chat = _chat(chat_id)
     if not request.htmx:
         return redirect(chat_url(chat))
+    services.chat_seen(chat=chat)  # the person looks at it now ("Needs you")
     return render(request, POPUP, popup_context(chat.id))
 
 
@@ -153,6 +154,7 @@ def _popup_refresh(request, chat_id: str, partial: str) -> HttpResponse:
         raise Http404("Chat not found")
     if not request.htmx:
         return redirect(chat_url(chat))
+    services.chat_seen(chat=chat)  # an open popup shows the new reply
     return render(request, f"{POPUP}#{partial}", popup_context(chat.id))
 
 
