@@ -9,6 +9,7 @@ import threading
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.services import agent_create
@@ -291,13 +292,21 @@ def needs_you_rows(first: int, last: int):
                 chat_services.chat_seen(chat=chat)
 
 
-def test_needs_you_lists_what_waits_in_a_constant_number_of_queries(db, django_assert_num_queries):
+def api_queries(api) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert api.get("/api/needs-you").status_code == 200
+    return len(queries)
+
+
+def test_needs_you_lists_what_waits_in_a_constant_number_of_queries(api, django_assert_num_queries):
     needs_you_rows(0, 2)
     with django_assert_num_queries(6):
         small = needs_you()
+    small_api = api_queries(api)
     needs_you_rows(2, 7)
     with django_assert_num_queries(6):
         found = needs_you()
+    assert api_queries(api) == small_api  # the rows' workspaces and blockers come along
     assert (small.count, found.count) == (8, 28)
     assert len(found.review) == found.review_count == 7
     assert all(t.status == TaskStatus.IN_REVIEW and t.workspace.title for t in found.review)
