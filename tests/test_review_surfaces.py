@@ -385,3 +385,35 @@ def test_migrations_keep_chosen_retention_and_record_earlier_merges():
     assert Task.objects.get(id=merged.id).merged_at == when
     assert Task.objects.get(id=kept.id).merged_at is None
     assert Task.objects.get(id=kept.id).is_unmerged
+
+
+# --- the OpenAPI docs -------------------------------------------------------------------------
+
+
+def test_the_openapi_document_describes_the_review_and_needs_you(api):
+    document = api.get("/api/openapi.json").json()
+    review = document["paths"]["/api/tasks/{task_id}/review"]["post"]
+    assert "MERGE_CHOICE_REQUIRED" in review["description"]
+    schemas = document["components"]["schemas"]
+    verdict = schemas["ReviewIn"]["properties"]["verdict"]
+    assert verdict["enum"] == ["approve", "request_changes", "comment"]
+    assert "finishes without merging" in schemas["ReviewIn"]["properties"]["merge"]["description"]
+    assert set(schemas["LineCommentIn"]["properties"]) == {
+        "path",
+        "line",
+        "end_line",
+        "side",
+        "body",
+        "run_id",
+    }
+    assert "merge" in schemas["TaskUpdate"]["properties"]
+    assert "description_base" in schemas["TaskUpdate"]["properties"]
+    for path in (
+        "/api/needs-you",
+        "/api/tasks/{task_id}/resume",
+        "/api/workspaces/{workspace_id}/tasks/resume",
+        "/api/chats/{chat_id}/seen",
+    ):
+        assert path in document["paths"], path
+    deletes = document["paths"]["/api/tasks/{task_id}"]["delete"]
+    assert [p["name"] for p in deletes["parameters"] if p["in"] == "query"] == ["confirm"]
