@@ -436,3 +436,31 @@ def test_reopening_a_merged_task_starts_a_new_branch_from_the_base(api, repo):
     task = run_pass(Task.objects.get(id=task.id))
     assert task.branch_name and task.status == TaskStatus.IN_REVIEW
     assert not any("deleted outside Malamar" in c.content for c in task.comments.all())
+
+
+# --- which lines a later snapshot changed -----------------------------------------------------
+
+
+def test_changed_hunks_read_quoted_names_and_tell_insertions_inside_a_range(tmp_path):
+    from runner import diffs, snapshots
+    from tasks.anchors import _overlaps
+
+    folder = tmp_path / "work"
+    folder.mkdir()
+    odd = 'say "hi".txt'  # git quotes this name in a diff header
+    (folder / odd).write_text("".join(f"line {n}\n" for n in range(1, 11)))
+    (folder / "gone.txt").write_text("x\n")
+    before = snapshots.take(folder)
+    lines = (folder / odd).read_text().splitlines(keepends=True)
+    lines.insert(5, "inserted after line 5\n")  # inside 4-6, after the end of 1-5
+    (folder / odd).write_text("".join(lines))
+    (folder / "gone.txt").unlink()
+    after = snapshots.take(folder)
+    found = diffs.changed_hunks(before.store, before.tree, after.tree, [odd, "gone.txt", "no"])
+    assert found == {odd: [(5, 0)], "gone.txt": diffs.WHOLE_FILE}
+    assert _overlaps(found[odd], 4, 6) and not _overlaps(found[odd], 1, 5)
+    assert not _overlaps(found[odd], 6, 8) and _overlaps(found["gone.txt"], 1, 1)
+    assert diffs.file_lines(after.store, after.tree, odd) == (
+        [line.rstrip("\n") for line in lines],
+        False,
+    )
