@@ -54,6 +54,27 @@ def task_brief(task: Task) -> dict:
     }
 
 
+def comment_row(comment) -> dict:
+    """A comment for get_task; a line comment also says where (file, lines, side, code)."""
+    row = {
+        "author": comment.author_name,
+        "kind": comment.kind,
+        "content": comment.content,
+        "created_at": iso(comment.created_at),
+    }
+    if comment.verdict:
+        row["verdict"] = comment.verdict
+    if comment.anchor_path:
+        row["line"] = {
+            "path": comment.anchor_path,
+            "line": comment.anchor_start_line,
+            "end_line": comment.anchor_end_line,
+            "side": comment.anchor_side,
+            "code": comment.anchor_code,
+        }
+    return row
+
+
 def status_value(status: str) -> str:
     """A status as stored ("todo"), from its value or its label ("In Progress")."""
     wanted = (status or "").strip().casefold().replace(" ", "_")
@@ -150,18 +171,10 @@ class WorkspaceTools:
 
     def get_task(self, task_id: str) -> dict:
         """One task: summary, description, status, its comments oldest first (author, kind,
-        content, time) and its dependencies (the tasks it waits for, and those waiting for
-        it)."""
+        content, time; a review's verdict, a line comment's place) and its dependencies (the
+        tasks it waits for, and those waiting for it)."""
         task = self.task(task_id)
-        comments = [
-            {
-                "author": comment.author_name,
-                "kind": comment.kind,
-                "content": comment.content,
-                "created_at": iso(comment.created_at),
-            }
-            for comment in comments_for_task(task)
-        ]
+        comments = [comment_row(comment) for comment in comments_for_task(task)]
         return {
             **task_brief(task),
             "description": task.description,

@@ -417,3 +417,29 @@ def test_the_openapi_document_describes_the_review_and_needs_you(api):
         assert path in document["paths"], path
     deletes = document["paths"]["/api/tasks/{task_id}"]["delete"]
     assert [p["name"] for p in deletes["parameters"] if p["in"] == "query"] == ["confirm"]
+
+
+def test_the_mcp_get_task_says_where_a_line_comment_is(workspace):
+    task = services.task_create(workspace=workspace, summary="Docs")
+    TaskComment.objects.create(
+        task=task,
+        workspace=workspace,
+        user_id="0" * 21,
+        kind="user",
+        verdict="request_changes",
+        content="Name it better.",
+        anchor_path="docs/a.md",
+        anchor_side="new",
+        anchor_start_line=3,
+        anchor_end_line=4,
+        anchor_code="# Titel\nText",
+    )
+    [row] = WorkspaceTools(workspace.id).get_task(task.id)["comments"]
+    assert row["verdict"] == "request_changes"
+    assert row["line"] == {
+        "path": "docs/a.md",
+        "line": 3,
+        "end_line": 4,
+        "side": "new",
+        "code": "# Titel\nText",
+    }
