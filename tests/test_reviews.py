@@ -16,6 +16,7 @@ from runner.git import git_text
 from runner.worker.pipeline import TaskPass
 from tasks import branches
 from tasks.models import Task, TaskComment, TaskQueueItem, TaskStatus
+from tasks.selectors import activity_entries
 from tasks.services import task_create
 from tests.conftest import error_of
 from tests.gitrepo import commit, make_repo
@@ -135,6 +136,8 @@ def test_request_changes_posts_the_comments_and_sends_the_task_back(api, repo):
     ]
     listed = api.get(f"/api/tasks/{task.id}/comments").json()["comments"]
     assert [c["line"]["path"] for c in listed if c["line"]] == ["app.py", "app.py"]
+    words = [entry["text"] for entry in activity_entries(task)]
+    assert "User requested changes (2 line comments)" in words
 
 
 @pass_db
