@@ -8,6 +8,7 @@ its queue item or deleting its rows; the worker does the rest (DESIGN "Stopping 
 import logging
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents.models import CUSTOM_CLI, Agent, CliType
@@ -246,6 +247,7 @@ def chat_message_send(*, chat: Chat, message: str) -> ChatMessage:
             chat=chat, role=ChatRole.USER, message=message, created_at=now
         )
         _added(chat, ChatRole.USER, now)
+        Chat.objects.filter(id=chat.id).update(last_seen_at=now)  # they are looking
         for note in notes:
             chat_message_add_system(chat=chat, message=note)
         for participant in ready:
@@ -259,6 +261,17 @@ def chat_message_send(*, chat: Chat, message: str) -> ChatMessage:
         if ready:
             wake_worker_on_commit()
     return msg
+
+
+def chat_seen(*, chat: Chat) -> bool:
+    """The person looked at the chat: the replies so far no longer "need you". One UPDATE that
+    changes nothing (and is not made) when no agent replied since they last looked. Returns
+    whether it moved."""
+    now = timezone.now()
+    newer = ChatMessage.objects.filter(
+        chat_id=OuterRef("pk"), role=ChatRole.AGENT, created_at__gt=OuterRef("last_seen_at")
+    )
+    return bool(Chat.objects.filter(id=chat.id).filter(Exists(newer)).update(last_seen_at=now))
 
 
 def chat_cancel(*, chat: Chat) -> Chat:

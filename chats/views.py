@@ -141,6 +141,7 @@ def chat_popup(request, chat_id: str):
         raise Http404("Chat not found")
     if not request.htmx:
         return redirect(chat_url(chat))
+    services.chat_seen(chat=chat)  # the person looks at it now ("Needs you")
     template = f"{POPUP}#{part}" if part else POPUP
     return render(request, template, popup_context(chat.id))
 

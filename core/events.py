@@ -35,6 +35,7 @@ EVENT_TYPES = frozenset(
         "task.changes_updated",
         "task.unblocked",
         "task.blocked",
+        "task.reviewed",
         "agent.execution_started",
         "agent.execution_finished",
         "chat.message_added",

@@ -1,6 +1,7 @@
 """What changed between two snapshot trees: the file list with +/- counts, and per-file
 unified diffs split into highlighted lines. Reads only (git diff-tree in the private store)."""
 
+import codecs
 import functools
 import os
 from collections import OrderedDict
@@ -303,3 +304,77 @@ def _hunk_start(header: str) -> tuple[int, int]:
         return int(old_part[1:].split(",")[0]), int(new_part[1:].split(",")[0])
     except (ValueError, IndexError):
         return 0, 0
+
+
+# line comments (tasks.anchors) -------------------------------------------------------------
+
+FILE_READ_BYTES = 4 * 1024 * 1024  # of one file a line comment quotes: lines past it are refused
+WHOLE_FILE = None  # changed_hunks: the file went (or is binary): every line of it changed
+
+
+def file_lines(store: str, tree: str, path: str) -> tuple[list[str], bool]:
+    """The lines of the file `path` (git's name) in `tree`, without their line ends, and
+    whether the file goes on past FILE_READ_BYTES (its later lines are not read)."""
+    out, more = git_head(
+        "cat-file", "blob", f"{tree}:{path}",
+        cwd=store_path(store), env=_store_env(store), limit=FILE_READ_BYTES,
+    )  # fmt: skip
+    text = out.decode("utf-8", "replace")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the file's last line end
+    elif more and lines:
+        lines.pop()  # cut inside its last line
+    return [line.removesuffix("\r") for line in lines], more
+
+
+def changed_hunks(
+    store: str, before: str, after: str, paths: list[str]
+) -> dict[str, list[tuple[int, int]] | None]:
+    """Which lines of `before` each of `paths` changed on the way to `after`: its hunks as
+    (first line, line count) on the `before` side (a count of 0: lines were inserted after that
+    line), or WHOLE_FILE for a file that is gone or binary. Paths that did not change are not
+    in the answer. Renames count as a removal (the old name is gone)."""
+    if not paths or before == after:
+        return {}
+    argv = ["-c", "core.quotePath=false", "--literal-pathspecs", "diff-tree", "-r", "-p"]
+    argv += ["--no-renames", "-U0", "--no-color", "--no-ext-diff", before, after, "--", *paths]
+    out, _more = git_head(
+        *argv, cwd=store_path(store), env=_store_env(store), limit=DIFF_READ_BYTES
+    )
+    found: dict[str, list[tuple[int, int]] | None] = {}
+    for block in _split_blocks(out.decode("utf-8", "surrogateescape")):
+        lines = block.split("\n")
+        path = _block_path(lines[0])
+        if path is None:
+            continue
+        gone = any(line == "+++ /dev/null" or line.startswith("Binary files") for line in lines)
+        hunks = [_hunk_old_range(line) for line in lines if line.startswith("@@")]
+        found[path] = WHOLE_FILE if gone or not hunks else hunks
+    return found
+
+
+def _block_path(header: str) -> str | None:
+    """The path of a `diff --git a/P b/P` line (no renames: both sides name the same path)."""
+    rest = header.removeprefix("diff --git ")
+    half = (len(rest) - 1) // 2
+    first = rest[:half]
+    if first.startswith('"') and first.endswith('"'):
+        first = _unquoted(first)
+    return first[2:] if first.startswith("a/") else None
+
+
+def _unquoted(text: str) -> str:
+    """A name git printed C-quoted ("a/tab\\there"), as git's own bytes decode."""
+    raw = codecs.escape_decode(text[1:-1].encode("utf-8", "surrogateescape"))[0]
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _hunk_old_range(header: str) -> tuple[int, int]:
+    """`@@ -12,3 +14,5 @@` → (12, 3); `@@ -12 +12 @@` → (12, 1)."""
+    try:
+        old = header.split(" ")[1][1:]
+        start, _, count = old.partition(",")
+        return int(start), int(count) if count else 1
+    except (ValueError, IndexError):
+        return 1, 1 << 30  # unreadable: take it as touching everything

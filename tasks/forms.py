@@ -64,6 +64,8 @@ class DescriptionForm(forms.Form):
         strip=False,
         widget=forms.Textarea(attrs={"rows": 10}),
     )
+    # The text the edit started from: a save over a change made meanwhile is refused.
+    description_base = forms.CharField(required=False, strip=False, widget=forms.HiddenInput)
 
 
 class CommentForm(forms.Form):

@@ -130,7 +130,8 @@ def tasks_delete_done(request, workspace_id: str):
     workspace = get_object_or_404(Workspace, id=workspace_id)
     form = DeleteDoneForm(request.POST, workspace=workspace, auto_id=DONE_ID)
     if form.is_valid():
-        count = services.tasks_delete_done(workspace=workspace)
+        # Typing the workspace's name confirms it all, branches kept unmerged included.
+        count = services.tasks_delete_done(workspace=workspace, confirm_unmerged=True)
         if not request.htmx:
             return redirect(_board_url(workspace.id))
         response = _no_swap()
@@ -260,14 +261,26 @@ def task_summary_edit(request, task_id: str):
 @vary_on_headers("HX-Request")
 def task_description_edit(request, task_id: str):
     task = _task_or_404(task_id)
+    auto_id = "task_description_%s"
     if request.method == "GET":
-        form = DescriptionForm(
-            initial={"description": task.description}, auto_id="task_description_%s"
-        )
+        initial = {"description": task.description, "description_base": task.description}
+        form = DescriptionForm(initial=initial, auto_id=auto_id)
         return render(request, f"{DETAIL}#description_form", {"task": task, "form": form})
-    form = DescriptionForm(request.POST, auto_id="task_description_%s")
+    form = DescriptionForm(request.POST, auto_id=auto_id)
     if form.is_valid():
-        services.task_update(task=task, description=form.cleaned_data["description"])
+        # An old page without the base field saves as before (no base: no check).
+        base = form.cleaned_data["description_base"] if "description_base" in request.POST else None
+        try:
+            services.task_update(
+                task=task, description=form.cleaned_data["description"], description_base=base
+            )
+        except services.DescriptionChanged as changed:
+            current = changed.details["current_description"]
+            # The next save is made knowing the current text: it may replace it.
+            data = {"description": changed.details["your_description"], "description_base": current}
+            context = {"task": task, "form": DescriptionForm(data, auto_id=auto_id)}
+            context["current_description"] = current
+            return render(request, f"{DETAIL}#description_form", context)
         if not request.htmx:
             return _not_htmx_back(request, task)
         return render(request, f"{DETAIL}#description", {"task": task})
@@ -324,11 +337,27 @@ def _task_action(request, task_id: str, action, note: str = ""):
 
 @require_POST
 def task_status(request, task_id: str):
-    status = request.POST.get("status", "")
+    """A status move; "done" with `merge` ("1" / "0") is a branch task's finish: merged first,
+    or without merging (Done means merged: without it, such a move is refused)."""
+    status, merge = request.POST.get("status", ""), request.POST.get("merge")
+    if status == TaskStatus.DONE and merge in ("0", "1"):
+        return _task_action(
+            request,
+            task_id,
+            lambda task: services.task_finish(task=task, merge=merge == "1", actor=USER),
+            note="Merged and finished" if merge == "1" else "Finished without merging",
+        )
     return _task_action(
         request,
         task_id,
         lambda task: services.task_status_set(task=task, status=status, actor=USER),
+    )
+
+
+@require_POST
+def task_resume(request, task_id: str):
+    return _task_action(
+        request, task_id, lambda task: services.task_resume(task=task), note="Resumed"
     )
 
 
@@ -382,7 +411,8 @@ def task_prioritize(request, task_id: str):
 def task_delete(request, task_id: str):
     task = _task_or_404(task_id)
     workspace_id, summary = task.workspace_id, task.summary
-    services.task_delete(task=task)
+    # The popup's confirmation names the branch and its unmerged changes.
+    services.task_delete(task=task, confirm_unmerged=True)
     if not request.htmx:
         messages.success(request, f"Deleted “{summary}”")
         return redirect(_board_url(workspace_id))

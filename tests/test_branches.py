@@ -104,7 +104,14 @@ def test_branch_per_task_needs_a_static_git_repository(db, repo, tmp_path):
     assert error.value.field == "isolation"
     plain = tmp_path / "plain"
     plain.mkdir()
-    for path in (plain, repo / "sub", tmp_path / "missing"):
+    with pytest.raises(ValidationFailed, match="missing does not exist: create it first"):
+        workspace_create(
+            title="T",
+            working_directory_mode="static",
+            working_directory_path=str(tmp_path / "missing"),
+            isolation="branch",
+        )
+    for path in (plain, repo / "sub"):
         (repo / "sub").mkdir(exist_ok=True)
         with pytest.raises(ValidationFailed, match="not the top folder of one"):
             workspace_create(
@@ -285,13 +292,20 @@ def test_merge_fast_forwards_the_checked_out_base_and_moves_the_task_to_done(rep
     assert response.json()["how"] == "fast-forward"
     assert response.json()["task"]["status"] == "done"
     assert (repo / "feature.txt").read_text() == "done\n"
-    assert git_text("rev-parse", "main", cwd=repo) == git_text(
-        "rev-parse", task.branch_name, cwd=repo
-    )
+    main = git_text("rev-parse", "main", cwd=repo)
+    assert git_text("log", "-1", "--format=%an", "main", cwd=repo) == "Implementer"
     task.refresh_from_db()
     assert task.status == TaskStatus.DONE
-    assert "Merged `malamar/" in system_comments(task)[-1]
+    assert (task.merge_commit, task.merged_at is not None) == (main, True)
+    assert response.json()["task"]["merge_commit"] == main
+    assert (
+        f"Merged `{task.branch_name}` into `main` (fast-forward, now at {main[:7]})"
+        in (system_comments(task)[-1])
+    )
     assert git_text("status", "--porcelain", cwd=repo) == ""
+    # Once merged: the worktree and the branch go (the workspace does not keep them).
+    assert not branches.worktree_path(task.id).exists()
+    assert not git_text("branch", "--list", task.branch_name, cwd=repo)
 
 
 @pass_db
@@ -380,25 +394,26 @@ def test_discard_removes_the_worktree_and_the_branch(repo, api):
 def test_deleting_a_task_removes_its_worktree_and_its_unmerged_branch(repo):
     task = reviewed(repo)
     task_id = task.id
-    task_delete(task=task)
+    task_delete(task=task, confirm_unmerged=True)
     assert not branches.worktree_path(task_id).exists()
     assert not git_text("branch", "--list", "malamar/*", cwd=repo)
 
 
 @pass_db
-def test_deleting_a_merged_task_keeps_its_branch(repo):
-    task = reviewed(repo)
+def test_a_workspace_that_keeps_merged_branches_keeps_them_through_merge_and_delete(repo):
+    task = reviewed(repo, keep_merged_branches=True)
     task_id = task.id
     task_branch_merge(task=task)
+    assert not branches.worktree_path(task_id).exists()  # the worktree goes either way
+    assert git_text("branch", "--list", task.branch_name, cwd=repo)
     task_delete(task=Task.objects.select_related("workspace").get(id=task_id))
-    assert not branches.worktree_path(task_id).exists()
     assert git_text("branch", "--list", task.branch_name, cwd=repo)
 
 
 @pass_db
 def test_deleting_the_workspace_removes_the_worktrees(repo):
     task = reviewed(repo)
-    workspace_delete(workspace=task.workspace)
+    workspace_delete(workspace=task.workspace, confirm_unmerged=True)
     assert not branches.worktree_path(task.id).exists()
     assert not git_text("branch", "--list", "malamar/*", cwd=repo)
 

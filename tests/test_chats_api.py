@@ -24,6 +24,7 @@ CHAT_FIELDS = {
     "is_processing",
     "last_message_preview",
     "last_activity_at",
+    "last_seen_at",  # "Needs you": replies after it wait for the person
     "created_at",
     "updated_at",
 }

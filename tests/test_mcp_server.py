@@ -133,6 +133,7 @@ def test_the_server_offers_read_and_write_tools(conversation):
         "related_tasks",
         "create_task",
         "comment_on_task",
+        "review_task",
     }
 
 

@@ -192,7 +192,8 @@ def test_settings_page_shows_current_values(client, workspace):
     page = html(client.get(f"/workspaces/{workspace.id}/settings/"))
     assert 'value="Project X"' in page and "Build things</textarea>" in page
     assert re.search(r'value="temp"[^>]*checked', page)
-    assert re.search(r'name="auto_delete_done_tasks"[^>]*role="switch"[^>]*checked', page)
+    assert re.search(r'name="auto_delete_done_tasks"[^>]*role="switch"', page)
+    assert not re.search(r'name="auto_delete_done_tasks"[^>]*checked', page)  # kept by default
     assert re.search(r'name="mcp_tools_enabled"[^>]*role="switch"', page)
     assert not re.search(r'name="mcp_tools_enabled"[^>]*checked', page)  # off by default
     assert "Give agents Malamar&#x27;s tools" in page
@@ -276,20 +277,22 @@ def test_static_mode_needs_a_path_a_service_error_on_the_field(client, workspace
     )
 
 
-def test_missing_directory_is_a_warning_not_an_error(client, workspace):
+def test_a_directory_that_does_not_exist_is_refused_on_save(client, workspace):
     url = f"/workspaces/{workspace.id}/settings/"
     data = settings_data(working_directory_mode="static", working_directory_path="/no/such/dir")
     response = hx(client, "post", url, data)
-    assert "malamar:toast" in triggers(response)
-    assert Workspace.objects.get(id=workspace.id).working_directory_path == "/no/such/dir"
-    assert "This folder does not exist yet" in html(response)
+    assert "malamar:toast" not in triggers(response)  # no "Settings saved"
+    assert Workspace.objects.get(id=workspace.id).working_directory_mode == "temp"
+    page = html(response)
+    assert "/no/such/dir does not exist: create it first" in page
+    assert field_error_is_tied(page, "id_working_directory_path")
     check = hx(
         client,
         "get",
         f"/workspaces/{workspace.id}/settings/path-check/"
         "?working_directory_mode=static&working_directory_path=/no/such/dir",
     )
-    assert "This folder does not exist yet" in html(check)
+    assert "This folder does not exist yet" in html(check)  # said while typing, too
     ok = hx(
         client,
         "get",
@@ -297,6 +300,23 @@ def test_missing_directory_is_a_warning_not_an_error(client, workspace):
         "?working_directory_mode=static&working_directory_path=/",
     )
     assert "does not exist" not in html(ok)
+
+
+def test_temp_folder_workspaces_hide_the_git_only_settings(client, workspace, tmp_path):
+    def static_block(page: str) -> str:
+        start = page.index("data-mode-static")
+        return page[page.rfind("<div", 0, start) : page.index('id="cleanup-heading"')]
+
+    page = html(client.get(f"/workspaces/{workspace.id}/settings/"))
+    block = static_block(page)
+    assert re.search(r"data-mode-static hidden", block)  # temp: the block is hidden
+    for name in ("isolation", "base_branch", "setup_command", "keep_merged_branches"):
+        assert f'name="{name}"' in block
+    Workspace.objects.filter(id=workspace.id).update(
+        working_directory_mode="static", working_directory_path=str(tmp_path)
+    )
+    page = html(client.get(f"/workspaces/{workspace.id}/settings/"))
+    assert "data-mode-static hidden" not in static_block(page)
 
 
 def test_save_settings_without_javascript(client, workspace):

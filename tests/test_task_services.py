@@ -275,21 +275,25 @@ def test_update_summary_and_description(task):
     assert OutboxEvent.objects.filter(type="task.updated").exists()
 
 
-def test_expired_done_tasks_deleted_per_workspace_retention(workspace):
+def test_done_tasks_are_kept_unless_auto_delete_is_on(workspace):
     from datetime import timedelta
 
     from django.utils import timezone
 
+    assert workspace.auto_delete_done_tasks is False  # the default (issue 29)
     old = services.task_create(workspace=workspace, summary="old")
     fresh = services.task_create(workspace=workspace, summary="fresh")
-    for t in (old, fresh):
+    unmerged = services.task_create(workspace=workspace, summary="finished without merging")
+    for t in (old, fresh, unmerged):
         force_status(t, TaskStatus.DONE)
-    Task.objects.filter(id=old.id).update(updated_at=timezone.now() - timedelta(days=8))
+    Task.objects.filter(id=unmerged.id).update(branch_name="malamar/kept", branch_base="main")
+    long_ago = timezone.now() - timedelta(days=8)
+    Task.objects.filter(id__in=[old.id, unmerged.id]).update(updated_at=long_ago)
+    assert services.tasks_delete_expired() == 0  # kept: auto-delete is off
+    Workspace.objects.filter(id=workspace.id).update(auto_delete_done_tasks=True)
     assert services.tasks_delete_expired() == 1
-    assert list(Task.objects.values_list("id", flat=True)) == [fresh.id]
-    Workspace.objects.filter(id=workspace.id).update(auto_delete_done_tasks=False)
-    Task.objects.filter(id=fresh.id).update(updated_at=timezone.now() - timedelta(days=30))
-    assert services.tasks_delete_expired() == 0
+    # The branch kept unmerged keeps its task: the person deletes it.
+    assert set(Task.objects.values_list("id", flat=True)) == {fresh.id, unmerged.id}
 
 
 # --- failing runs: the error state, "Retry now", "Stop retrying" -----------------------------

@@ -143,13 +143,18 @@ def test_export_import_round_trip_is_equal_but_for_ids(full):
         str(attachments_dir(chat.id))
         in chat.messages.get(role="system", message__contains="upl").message
     )
-    # Todo tasks are queued, the others are not; blockers still hold.
+    # Imported work starts paused (issue 29): nothing queued until the person resumes it;
+    # blockers still hold.
+    assert not TaskQueueItem.objects.filter(workspace=copy_ws).exists()
+    paused = set(copy_ws.tasks.paused().values_list("summary", flat=True))
+    assert paused == {"Build", "Ship"}
+    ship = copy_ws.tasks.get(summary="Ship")
+    assert ship.blocker_links.count() == 2
+    assert task_services.tasks_resume(workspace=copy_ws) == 2
     queued = set(
         TaskQueueItem.objects.filter(workspace=copy_ws).values_list("task__summary", flat=True)
     )
-    assert queued == {"Build", "Ship"}
-    ship = copy_ws.tasks.get(summary="Ship")
-    assert ship.blocker_links.count() == 2
+    assert queued == {"Build", "Ship"} and not copy_ws.tasks.paused().exists()
 
 
 def _all_ids(document):
@@ -364,6 +369,8 @@ def test_pages_export_clone_and_import_upload(client, full):
     assert response.status_code == 302
     imported = Workspace.objects.filter(title="Full").exclude(id=full.id).get()
     assert response["Location"].endswith(f"/workspaces/{imported.id}/")
+    page = client.get(response["Location"]).content.decode()
+    assert "its 2 tasks wait, paused, until you resume them" in page
 
     before = snapshot()
     newer = json.dumps({**json.loads(raw), "version": 7}).encode()

@@ -119,6 +119,9 @@ def test_export_then_import_into_another_instance(source, tmp_path):
     titles = {t for (t,) in databases.query(other, "SELECT title FROM workspaces")}
     assert "Shop 2" in titles
     assert databases.query(other, "SELECT COUNT(*) FROM task_dependencies") == [(1,)]
+    # Imported work starts paused: nothing queued, and the command says how to resume it.
+    assert databases.query(other, "SELECT COUNT(*) FROM task_queue") == [(0,)]
+    assert "Its 1 task(s) start paused" in result.stdout
     [folder] = [p for p in other_temp.iterdir() if p.name.endswith("_attachments")]
     assert (folder / "notes.txt").read_text() == "hello"
     # A file from a newer Malamar: refused, exit 1, a message, nothing imported.

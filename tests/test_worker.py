@@ -393,11 +393,14 @@ def test_no_agents_moves_the_task_to_review(stack):
 
 
 def test_missing_static_directory_is_an_error_comment(stack, tmp_path):
+    folder = tmp_path / "missing"
+    folder.mkdir()  # it existed when saved (a folder that does not is refused), then went
     ws = stack.workspace(
         agents=[("Planner", "claude")],
         working_directory_mode="static",
-        working_directory_path=str(tmp_path / "missing"),
+        working_directory_path=str(folder),
     )
+    folder.rmdir()
     task = stack.task(ws, "@fake comment hi")
     comment = stack.wait_comments(task, 1)[0]
     assert "does not exist" in comment["content"] and comment["author_type"] == "system"

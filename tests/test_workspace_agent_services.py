@@ -18,7 +18,8 @@ from workspaces.services import workspace_create, workspace_delete, workspace_up
 
 def test_workspace_defaults(workspace):
     assert workspace.working_directory_mode == "temp"
-    assert workspace.auto_delete_done_tasks is True
+    assert workspace.auto_delete_done_tasks is False  # Done tasks are kept (issue 29)
+    assert workspace.keep_merged_branches is False
     assert workspace.retention_days == 7
     assert (workspace.notify_on_error, workspace.notify_on_in_review) == ("inherit", "inherit")
     assert len(workspace.id) == 21
@@ -51,16 +52,22 @@ def test_workspace_requires_title(db):
     assert err.value.field == "title"
 
 
-def test_static_mode_requires_a_path_but_not_an_existing_one(workspace):
+def test_static_mode_requires_a_path_to_an_existing_folder(workspace, tmp_path):
     with pytest.raises(ValidationFailed) as err:
         workspace_update(workspace=workspace, working_directory_mode="static")
     assert err.value.field == "working_directory_path"
+    with pytest.raises(ValidationFailed, match="does not exist: create it first") as err:
+        workspace_update(
+            workspace=workspace,
+            working_directory_mode="static",
+            working_directory_path="/does/not/exist/yet",
+        )
+    assert err.value.field == "working_directory_path"
+    assert Workspace.objects.get(id=workspace.id).working_directory_mode == "temp"
     workspace_update(
-        workspace=workspace,
-        working_directory_mode="static",
-        working_directory_path="/does/not/exist/yet",
+        workspace=workspace, working_directory_mode="static", working_directory_path=str(tmp_path)
     )
-    assert Workspace.objects.get(id=workspace.id).working_directory_path == "/does/not/exist/yet"
+    assert Workspace.objects.get(id=workspace.id).working_directory_path == str(tmp_path)
 
 
 def test_workspace_update_every_setting(workspace):

@@ -31,9 +31,9 @@ from tasks.models import (
     TaskComment,
     TaskDependency,
     TaskLog,
-    TaskQueueItem,
     TaskStatus,
 )
+from tasks.selectors import unmerged_branch_tasks
 from workspaces import transfer
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
@@ -63,6 +63,7 @@ EDITABLE_FIELDS = (
     "base_branch",
     "setup_command",
     "parallel_tasks",
+    "keep_merged_branches",
     "mcp_tools_enabled",
 )
 # A change to one of these checks the branch-per-task rules again.
@@ -74,6 +75,8 @@ ISOLATION_FIELDS = {
     "parallel_tasks",
 }
 NOTIFY_FIELDS = ("notify_on_error", "notify_on_in_review")
+# Saving one of these checks that a static folder exists.
+DIRECTORY_FIELDS = {"working_directory_mode", "working_directory_path"}
 
 
 def workspace_touch(workspace_id: str, *, now=None, configured: bool = False) -> None:
@@ -128,8 +131,9 @@ def _clean(fields: dict) -> dict:
                 f" from 0 to {STALL_KILL_MINUTES_MAX}",
                 field="stall_kill_minutes",
             )
-    if "mcp_tools_enabled" in clean and not isinstance(clean["mcp_tools_enabled"], bool):
-        raise ValidationFailed("mcp_tools_enabled must be true or false", field="mcp_tools_enabled")
+    for flag in ("mcp_tools_enabled", "keep_merged_branches"):
+        if flag in clean and not isinstance(clean[flag], bool):
+            raise ValidationFailed(f"{flag} must be true or false", field=flag)
     for key in NOTIFY_FIELDS:
         if key in clean:
             clean[key] = _notify_value(key, clean[key])
@@ -176,12 +180,21 @@ def _notify_value(key: str, value) -> str:
     return value
 
 
-def _check_directory(workspace: Workspace) -> None:
-    if workspace.working_directory_mode == WorkingDirectoryMode.STATIC and not (
-        workspace.working_directory_path
-    ):
+def _check_directory(workspace: Workspace, *, must_exist: bool = False) -> None:
+    """A static workspace names its folder; one being saved (`must_exist`) names a folder
+    that exists (an import may name a folder of another machine: its tasks start paused)."""
+    if workspace.working_directory_mode != WorkingDirectoryMode.STATIC:
+        return
+    if not workspace.working_directory_path:
         raise ValidationFailed(
             "working_directory_path is required when the working directory mode is static",
+            field="working_directory_path",
+        )
+    path = Path(workspace.working_directory_path).expanduser()
+    if must_exist and not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise ValidationFailed(
+            f"{workspace.working_directory_path} {what}: create it first, or pick another folder",
             field="working_directory_path",
         )
 
@@ -245,7 +258,7 @@ def workspace_create(*, title: str, **fields) -> Workspace:
     clean = _clean({"title": title, **fields})
     now = timezone.now()
     workspace = Workspace(**clean, created_at=now, updated_at=now, last_activity_at=now)
-    _check_directory(workspace)
+    _check_directory(workspace, must_exist=True)
     _check_isolation(workspace)
     with transaction.atomic():
         workspace.save(force_insert=True)
@@ -257,7 +270,7 @@ def workspace_update(*, workspace: Workspace, **fields) -> Workspace:
     clean = _clean(fields)
     for name, value in clean.items():
         setattr(workspace, name, value)
-    _check_directory(workspace)
+    _check_directory(workspace, must_exist=bool(DIRECTORY_FIELDS & set(clean)))
     if ISOLATION_FIELDS & set(clean):
         _check_isolation(workspace)
     now = timezone.now()
@@ -271,13 +284,17 @@ def workspace_update(*, workspace: Workspace, **fields) -> Workspace:
     return workspace
 
 
-def workspace_delete(*, workspace: Workspace) -> None:
+def workspace_delete(*, workspace: Workspace, confirm_unmerged: bool = False) -> None:
     """Cascade-delete everything in the workspace.
 
     Running CLIs are stopped by the worker, which sees its queue rows disappear (DESIGN
-    "Stopping runs"): the server never touches a process.
+    "Stopping runs"): the server never touches a process. Task branches with work their base
+    lacks are refused (UnmergedBranches, naming them) unless `confirm_unmerged`.
     """
-
+    if not confirm_unmerged:
+        unmerged = unmerged_branch_tasks(workspace.tasks.all())
+        if unmerged:
+            raise branches.unmerged_refusal(unmerged, "this workspace")
     with transaction.atomic():
         payload = _payload(workspace)
         chat_ids = list(workspace.chats.values_list("id", flat=True))
@@ -316,7 +333,9 @@ def workspace_import(*, document, title: str | None = None) -> Workspace:
     workspaces.transfer_format.parse_document: new ids, every reference remapped. Nothing is
     half-imported: one transaction (a row the database refuses is a ValidationFailed), and
     attachment files written during it are removed if it fails. Tasks that were In Progress come
-    back as Todo (nothing runs for them here yet); Todo tasks are queued as usual."""
+    back as Todo (nothing runs for them here yet). Imported tasks start paused: no agent runs
+    until the person resumes them (tasks.services.task_resume / tasks_resume), so an import
+    never sets several agents on one repository at once."""
     written: list[str] = []
     try:
         with transaction.atomic():
@@ -483,17 +502,6 @@ def _import_tasks(workspace: Workspace, document, ids: dict[str, str], now) -> N
             created_at=link.created_at,
         )
         for link in document.dependencies
-    )
-    TaskQueueItem.objects.bulk_create(
-        TaskQueueItem(
-            task=row,
-            workspace=workspace,
-            is_priority=row.is_priority,
-            created_at=now,
-            updated_at=now,
-        )
-        for row in tasks
-        if row.status == TaskStatus.TODO
     )
 
 

@@ -10,6 +10,7 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast
+from tasks.selectors import paused_count
 from workspaces import selectors, services
 from workspaces.api import export_response
 from workspaces.forms import WorkspaceCreateForm, WorkspaceDeleteForm, WorkspaceSettingsForm
@@ -168,7 +169,8 @@ def workspace_delete(request, workspace_id: str):
     form = WorkspaceDeleteForm(request.POST, workspace=workspace)
     if form.is_valid():
         title = workspace.title
-        services.workspace_delete(workspace=workspace)
+        # Typing the name confirms it all, unmerged branches included.
+        services.workspace_delete(workspace=workspace, confirm_unmerged=True)
         messages.success(request, f"Deleted “{title}”")
         return _client_redirect(request, reverse("home"))
     if request.htmx:
@@ -205,6 +207,14 @@ def workspace_clone(request, workspace_id: str):
     return redirect("workspace_settings", workspace_id=clone.id)
 
 
+def imported_message(workspace: Workspace) -> str:
+    paused = paused_count(workspace.id)
+    if not paused:
+        return f"Imported “{workspace.title}”"
+    tasks = f"{paused} task{'s' if paused != 1 else ''}"
+    return f"Imported “{workspace.title}”: its {tasks} wait, paused, until you resume them"
+
+
 @require_POST
 def workspace_import(request):
     """Create a workspace from an uploaded export file (a plain multipart form post)."""
@@ -217,5 +227,5 @@ def workspace_import(request):
     except ServiceError as error:
         messages.error(request, f"Nothing was imported: {error.message}")
         return redirect("home")
-    messages.success(request, f"Imported “{workspace.title}”")
+    messages.success(request, imported_message(workspace))
     return redirect("workspace_detail", workspace_id=workspace.id)

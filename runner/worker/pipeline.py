@@ -256,8 +256,14 @@ def task_input_text(
     comments, logs = history if history is not None else task_selectors.task_history(task)
     names = dict(agents)
     comments = [
-        prompts.comment_row(c, author_name(c.author_type, c.agent_id, names))
-        for c in task_selectors.collapse_repeated_errors(comments)
+        prompts.comment_row(
+            c,
+            author_name(c.author_type, c.agent_id, names),
+            task_selectors.line_comment_text(c) if c.is_line_comment else None,
+        )
+        for c in task_selectors.collapse_repeated_errors(
+            task_selectors.mark_outdated(task.id, comments)
+        )
     ]
     return prompts.task_input(
         workspace=task.workspace,
@@ -922,6 +928,9 @@ class ChatReply:
                 clis=self.health,
                 mailgun_configured=mailgun_configured(self.settings),
                 temp_dir=str(temp_dir()),
+                review_tasks=(
+                    task_selectors.in_review_of_workspace(chat.workspace_id) if is_malamar else None
+                ),
             ),
         )
         text = prompts.chat_input(
