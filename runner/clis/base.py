@@ -4,6 +4,7 @@ A CLI class is pure: it builds argv lists (never a shell string) and reads CLI o
 Only runner/worker/process.py starts processes.
 """
 
+import json
 import shlex
 import string
 from abc import ABC, abstractmethod
@@ -152,6 +153,15 @@ class Cli(ABC):
         """A hint appended to a failed run's error when stderr shows a known trap, else ""."""
         return ""
 
+    def error_message(self, *, stdout: str, stderr: str) -> str:
+        """The CLI's own words about a failed run: from its structured output where it has
+        one (each CLI knows its events), else its stderr without start-up noise; "" when it
+        said nothing. Error comments and limit messages show these words first."""
+        return stderr_message(stderr, self.stderr_noise)
+
+    def cannot_run_reason(self, result) -> str | None:
+        return None
+
     def mcp_setup(
         self, server: McpServer, *, env: Mapping[str, str], config_path: Path
     ) -> McpSetup:
@@ -240,6 +250,26 @@ def stderr_message(stderr: str, noise: tuple[str, ...] = ()) -> str:
             if isinstance(error, dict) and error.get("message"):
                 return str(error["message"])
     return text
+
+
+def last_json_document(text: str) -> dict | None:
+    """The JSON object `text` ends with, starting a line (possibly over several lines: Gemini's
+    `-o json` prints its result or error after the other output)."""
+    decoder, end = json.JSONDecoder(), len(text.rstrip())
+    index = end
+    for _attempt in range(50):  # a document starts at one of the last few lines, or none
+        index = text.rfind("\n{", 0, index)
+        start = index + 1 if index != -1 else 0
+        if not text.startswith("{", start):
+            return None
+        try:
+            _value, stop = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            if index == -1:
+                return None
+            continue  # a line inside the document, or a broken one: look further up
+        return json_document(text[start:end]) if stop == end else None
+    return None
 
 
 def json_document(text: str) -> dict | None:
