@@ -47,7 +47,7 @@ def test_a_failing_prompt_shows_the_cli_error_and_no_answer(fake_clis, monkeypat
     health.check_and_store("claude", full=True)
     row = CliHealth.objects.get(cli_type="claude")
     assert row.status == "unhealthy" and row.answer == ""
-    assert row.error.startswith("CLI exited with code 1")
+    assert row.error.endswith("(CLI exited with code 1)")
 
 
 def test_a_binary_that_is_not_executable_is_reported_as_such(tmp_path):

@@ -196,16 +196,17 @@ def test_health_answers_from_recorded_output(cli, sample, answer):
 def test_stderr_noise_is_left_out_of_run_and_health_errors(tmp_path):
     failed = ProcessResult(exit_code=1, stderr="YOLO mode is enabled. All tools approved.\nboom")
     out = tmp_path / "out.json"
-    assert interpret("gemini", failed, out).error == "CLI exited with code 1. boom"
-    assert health._failure("gemini", failed) == "CLI exited with code 1: boom"
+    assert interpret("gemini", failed, out).error == "boom (CLI exited with code 1)"
+    assert health._failure("gemini", failed) == "boom (CLI exited with code 1)"
     noisy = interpret("claude", failed, out).error
-    assert noisy.startswith("CLI exited with code 1. YOLO mode is enabled.")
+    assert noisy.startswith("YOLO mode is enabled.")
 
 
 def test_health_failures_explain_known_traps():
     stderr = "--dangerously-skip-permissions cannot be used with root/sudo privileges"
     error = health._failure("claude", ProcessResult(exit_code=1, stderr=stderr))
-    assert error.startswith("CLI exited with code 1: --dangerously") and "IS_SANDBOX=1" in error
+    assert error.startswith("--dangerously-skip-permissions cannot be used with root/sudo")
+    assert "(CLI exited with code 1)" in error and "IS_SANDBOX=1" in error
 
 
 # --- MCP servers for one run (runner/clis/*.mcp_setup) -----------------------------------------

@@ -189,7 +189,7 @@ def test_interpret_follows_the_spec_error_order(tmp_path):
     bad_exit = interpret(
         "gemini", result(exit_code=145, stderr='{"error": {"message": "401"}}'), out
     )
-    assert bad_exit.error == "CLI exited with code 145. 401"
+    assert bad_exit.error == "401 (CLI exited with code 145)"
     assert interpret("codex", result(), out).error.startswith(
         "CLI completed but output file was not created at "
     )
@@ -275,7 +275,7 @@ def test_deeply_nested_stdout_and_stderr_are_read_as_text(tmp_path):
     claude_ok = json.dumps({"type": "result", "is_error": False, "structured_output": {"a": 1}})
     assert CLIS["claude"].read_stdout(claude_ok + "\n" + deep).structured == {"a": 1}
     execution = interpret("claude", result(exit_code=1, stdout=deep, stderr=deep), tmp_path / "x")
-    assert execution.error.startswith("CLI exited with code 1. ")
+    assert execution.error.endswith("]} (CLI exited with code 1)")
     assert stderr_message('{"error": ' + nested(100_000) + "}").startswith('{"error": [[[')
 
 

@@ -159,7 +159,7 @@ def test_user_comment_retriggers_the_loop(stack):
 @pytest.mark.parametrize(
     "directive,message",
     [
-        ("exit 3 it broke", "CLI exited with code 3. it broke"),
+        ("exit 3 it broke", "it broke (CLI exited with code 3)"),
         ("no-file", "CLI completed but output file was not created at "),
         ("empty-file", "CLI completed but output file was empty"),
         ("invalid-json", "CLI output was not valid JSON: "),
@@ -479,7 +479,7 @@ def test_health_checks_are_stored_and_refreshable(start_stack):
     )
     claude = running.api("GET", "/health/cli")["clis"][0]
     assert claude["version"] == "2.1.197 (Claude Code)"
-    assert claude["error"].startswith("CLI exited with code 1")
+    assert claude["error"].endswith("(CLI exited with code 1)")
     assert claude["binary_path"].endswith("tests/fakes/bin/claude")
     running.api("POST", "/health/cli/refresh", expect=202)
     wait_until(
@@ -535,7 +535,7 @@ def test_saving_a_cli_rechecks_it_and_test_shows_its_answer(stack):
         what="codex re-checked after its settings were saved",
     )
     codex = clis(stack)["codex"]
-    assert codex["error"].startswith("CLI exited with code 1") and codex["answer"] == ""
+    assert codex["error"].endswith("(CLI exited with code 1)") and codex["answer"] == ""
     wait_until(
         lambda: clis(stack)["codex"]["refresh_requested_at"] is None, timeout=20, what="answered"
     )

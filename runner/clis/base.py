@@ -5,6 +5,7 @@ Only runner/worker/process.py starts processes.
 """
 
 import json
+import re
 import shlex
 import string
 from abc import ABC, abstractmethod
@@ -111,6 +112,10 @@ class Cli(ABC):
     label: ClassVar[str]  # how the user knows it
     # Prefixes of routine stderr lines, never an error.
     stderr_noise: ClassVar[tuple[str, ...]] = ()
+    # What `--version` prints (a regular expression; empty: anything), and the `type`s of its
+    # streamed events: a binary that prints neither is another program, not this CLI.
+    version_pattern = ""
+    event_types = frozenset()  # type: frozenset[str]
 
     # What an agent may set for this CLI (from its --help in shared/cli-samples/help/); the
     # defaults say "nothing": no model flag, no reasoning effort, every argument allowed.
@@ -162,6 +167,14 @@ class Cli(ABC):
     def cannot_run_reason(self, result) -> str | None:
         return None
 
+    def version_problem(self, version: str) -> str:
+        """Why `--version`'s output (its first line) shows another program than this CLI, or
+        "" (e.g. a binary path set to a wrong program passes `--version` with exit 0)."""
+        if not self.version_pattern or re.match(self.version_pattern, version.strip()):
+            return ""
+        shown = version.strip()[:80] or "nothing"
+        return f"not {self.label}: `--version` printed {shown!r}"
+
     def mcp_setup(
         self, server: McpServer, *, env: Mapping[str, str], config_path: Path
     ) -> McpSetup:
@@ -198,6 +211,20 @@ class Cli(ABC):
         """A failed run that ended on the quota or rate limit, with its reset time when the CLI
         names one (read only from the CLI's own error output, never from the agent's text)."""
         return None
+
+
+def not_this_cli(cli: Cli, result) -> str | None:
+    """A finished run whose stdout holds none of the CLI's streamed events although it printed
+    something, or exited 0: the binary is another program (a CLI failing before its stream,
+    e.g. on an unknown option, exits non-zero with stdout empty and is not called that)."""
+    ended = result.exit_code is not None and not result.start_error
+    if not ended or result.stopped or result.timed_out or getattr(result, "stalled", False):
+        return None
+    if any(event.get("type") in cli.event_types for event in json_lines(result.stdout)):
+        return None
+    if result.exit_code != 0 and not result.stdout.strip():
+        return None
+    return f"not {cli.label}: its binary printed none of {cli.label}'s events"
 
 
 def config_with_server(config: object, key: str, name: str, entry: dict) -> dict:

@@ -18,6 +18,7 @@ from runner.clis.base import (
     McpSetup,
     StdoutResult,
     last_json_object,
+    not_this_cli,
 )
 from runner.limits import Limit, first_limit
 from runner.schemas import schema_json
@@ -41,6 +42,17 @@ LIMIT_TEXT = re.compile(
     r"hit your (?:\w+ )?limit|usage limit reached|rate_limit_error|\b429\b", re.I
 )
 
+# A run that cannot work until the user acts (DESIGN "Retries"), in Claude Code 2.1.197's words
+# (from its binary): logged out, a refused key or token, a model it cannot use.
+AUTH_REFUSED = re.compile(
+    r"Not logged in|Invalid API key|OAuth token (?:has expired|revoked)|authentication_error|"
+    r"Please run /login|claude auth login",
+    re.I,
+)
+UNKNOWN_MODEL = re.compile(
+    r"issue with the selected model|model_not_found|is not available on your .* deployment", re.I
+)
+
 ROOT_HINT = (
     " Claude Code refuses --dangerously-skip-permissions as root: add IS_SANDBOX=1 to its "
     "environment variables in Settings → CLIs."
@@ -50,6 +62,8 @@ ROOT_HINT = (
 class Claude(Cli):
     name = CliType.CLAUDE.value
     label = str(CliType.CLAUDE.label)
+    version_pattern = r"\d+\.\d+\.\d+ \(Claude Code\)"  # "2.1.197 (Claude Code)"
+    event_types = frozenset({"system", "assistant", "user", "result", "stream_event"})
     model_flag = "--model"
     model_hint = "an alias (opus, sonnet) or a full model name"
     model_suggestions = ("opus", "sonnet", "haiku")
@@ -151,6 +165,23 @@ class Claude(Cli):
 
     def explain(self, stderr: str) -> str:
         return ROOT_HINT if "root" in stderr and "dangerously-skip-permissions" in stderr else ""
+
+    def error_message(self, *, stdout: str, stderr: str) -> str:
+        """The result event's text when it reports an error, else stderr."""
+        result = last_json_object(stdout)
+        if result and result.get("type") == "result" and result.get("is_error"):
+            return str(result.get("result") or "").strip() or "Claude Code reported an error"
+        return super().error_message(stdout=stdout, stderr=stderr)
+
+    def cannot_run_reason(self, result) -> str | None:
+        if result.exit_code != 0 or self.read_stdout(result.stdout).error:
+            said = self.error_message(stdout=result.stdout, stderr=result.stderr)
+            status = (last_json_object(result.stdout) or {}).get("api_error_status")
+            if status in (401, 403) or AUTH_REFUSED.search(said):
+                return f"logged out, or its login was refused: {said}"
+            if UNKNOWN_MODEL.search(said):
+                return f"unknown model: {said}"
+        return not_this_cli(self, result)
 
 
 class ClaudeStream:

@@ -18,6 +18,7 @@ from runner.clis.base import (
     McpSetup,
     error_message,
     json_lines,
+    not_this_cli,
 )
 from runner.limits import Limit, first_limit
 from runner.streams import (
@@ -41,6 +42,18 @@ LIMIT_TEXT = re.compile(
     re.I,
 )
 
+# A run that cannot work until the user acts (DESIGN "Retries"): its login refused (the API's
+# 401/403 as codex 0.169.0 relays it: "unexpected status 401 Unauthorized: …"), or a model the
+# API does not know ("The requested model 'x' does not exist.").
+AUTH_REFUSED = re.compile(
+    r"\b40[13] (?:Unauthorized|Forbidden)|invalid_api_key|Incorrect API key|Not logged in|"
+    r"refresh token|codex login",
+    re.I,
+)
+UNKNOWN_MODEL = re.compile(
+    r"model \S+ does not exist|model_not_found|model is not supported|unsupported model", re.I
+)
+
 _EXEC = ["exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
 # Config keys (`-c key=value`) that have a field of their own or would undo the contract.
 _RESERVED_CONFIG = ("model", "model_reasoning_effort", "sandbox_mode", "approval_policy")
@@ -49,6 +62,21 @@ _RESERVED_CONFIG = ("model", "model_reasoning_effort", "sandbox_mode", "approval
 class Codex(Cli):
     name = CliType.CODEX.value
     label = str(CliType.CODEX.label)
+    # Printed on stderr by every run that closes stdin (as Malamar's do); never an error.
+    stderr_noise = ("Reading additional input from stdin",)
+    version_pattern = r"codex-cli \d+\.\d+"  # "codex-cli 0.169.0"
+    event_types = frozenset(
+        {
+            "thread.started",
+            "turn.started",
+            "turn.completed",
+            "turn.failed",
+            "item.started",
+            "item.updated",
+            "item.completed",
+            "error",
+        }
+    )
     model_flag = "-m"
     model_hint = "an OpenAI model name (or one of your config's providers)"
     model_suggestions = ("gpt-5-codex", "gpt-5", "o3")
@@ -139,6 +167,29 @@ class Codex(Cli):
     def health_answer(self, stdout: str) -> str:
         # Without --json, codex prints only its final message on stdout (the banner: stderr).
         return stdout.strip()
+
+    def error_message(self, *, stdout: str, stderr: str) -> str:
+        """Its stream's last `turn.failed` error, else its last final `error` event (not one of
+        the "Reconnecting…" it retries itself), else stderr."""
+        failed, errors = "", ""
+        for event in json_lines(stdout):
+            if event.get("type") == "turn.failed":
+                failed = error_message(event.get("error")) or failed
+            elif event.get("type") == "error":
+                message = str(event.get("message") or "")
+                if message and not message.startswith("Reconnecting"):
+                    errors = message
+        said = (failed or errors).strip()
+        return said or super().error_message(stdout=stdout, stderr=stderr)
+
+    def cannot_run_reason(self, result) -> str | None:
+        if result.exit_code not in (0, None):
+            said = self.error_message(stdout=result.stdout, stderr=result.stderr)
+            if AUTH_REFUSED.search(said):
+                return f"logged out, or its login was refused: {said}"
+            if UNKNOWN_MODEL.search(said):
+                return f"unknown model: {said}"
+        return not_this_cli(self, result)
 
 
 def toml_value(value: str | list[str]) -> str:

@@ -25,6 +25,7 @@ from runner.clis.base import (
     json_document,
     json_lines,
     last_json_document,
+    not_this_cli,
 )
 from runner.limits import Limit, first_limit
 from runner.streams import (
@@ -50,6 +51,16 @@ LIMIT_TEXT = re.compile(
     r"rateLimitExceeded|\b429\b",
     re.I,
 )
+# A run that cannot work until the user acts (DESIGN "Retries"), as gemini-cli 0.61.0 says it:
+# exit 41 (FatalAuthenticationError: no login), a 401/403 (exit 145/147: the status & 0xFF) or
+# its words for a refused key; a model it cannot find (ModelNotFoundError, 404: exit 148).
+AUTH_EXIT_CODES = (41, 401 & 0xFF, 403 & 0xFF)
+AUTH_REFUSED = re.compile(
+    r"UNAUTHENTICATED|PERMISSION_DENIED|API key not valid|authentication_error|"
+    r"\b401\b|\b403\b|Please set an Auth method|GEMINI_API_KEY",
+)
+UNKNOWN_MODEL_EXIT_CODE = 404 & 0xFF
+UNKNOWN_MODEL = re.compile(r"ModelNotFoundError|Model not found|models/\S+ is not found", re.I)
 # How 0.61 wraps an API error in its messages: "[API Error: MESSAGE]" then, for a 429, a line of
 # advice (packages/core/src/utils/errorParsing.ts).
 API_ERROR = re.compile(r"^\[API Error: (.*)\]$", re.S)
@@ -104,6 +115,8 @@ def system_settings(env: Mapping[str, str]) -> dict:
 class Gemini(Cli):
     name = CliType.GEMINI.value
     label = str(CliType.GEMINI.label)
+    version_pattern = r"\d+\.\d+\.\d+\S*$"  # "0.61.0"
+    event_types = frozenset({"init", "message", "tool_use", "tool_result", "error", "result"})
     # Printed on stderr at start-up (every --yolo run; a terminal without 256 colours; no
     # ripgrep installed); never part of any error.
     stderr_noise = (
@@ -179,6 +192,16 @@ class Gemini(Cli):
         frames: with "[API Error: …]" unwrapped and on one line."""
         said = self._error_texts(stdout, stderr)
         return own_words(said[-1] if said else self._stderr_text(stderr))
+
+    def cannot_run_reason(self, result) -> str | None:
+        if result.exit_code not in (0, None) or self._error_texts(result.stdout, ""):
+            raw = " ".join(self._error_texts(result.stdout, result.stderr))
+            said = self.error_message(stdout=result.stdout, stderr=result.stderr)
+            if result.exit_code in AUTH_EXIT_CODES or AUTH_REFUSED.search(raw):
+                return f"logged out, or its login was refused: {said}"
+            if result.exit_code == UNKNOWN_MODEL_EXIT_CODE or UNKNOWN_MODEL.search(raw + said):
+                return f"unknown model: {said}"
+        return not_this_cli(self, result)
 
     def _error_texts(self, stdout: str, stderr: str) -> list[str]:
         said = []

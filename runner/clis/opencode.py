@@ -22,6 +22,7 @@ from runner.clis.base import (
     McpSetup,
     config_with_server,
     json_lines,
+    not_this_cli,
 )
 from runner.limits import Limit, first_limit, seconds_after
 from runner.streams import (
@@ -41,6 +42,13 @@ from runner.streams import (
 LIMIT_TEXT = re.compile(
     r"\b429\b|rate.?limit|insufficient_quota|exceeded your current quota|usage limit", re.I
 )
+# A run that cannot work until the user acts (DESIGN "Retries"): the provider refused its key
+# (an `APIError` with statusCode 401/403, or its ProviderAuthError), or the model is unknown
+# (opencode 1.18.33: "Model not found: provider/model." from ProviderModelNotFoundError).
+AUTH_STATUS = (401, 403)
+AUTH_ERRORS = ("ProviderAuthError",)
+UNKNOWN_MODEL = re.compile(r"Model not found|ProviderModelNotFoundError")
+
 # Inline configuration merged over every config file, the user's global one included.
 CONFIG_CONTENT_ENV = "OPENCODE_CONFIG_CONTENT"
 
@@ -50,6 +58,8 @@ _RUN = ["run", "--auto", "--format", "json"]
 class OpenCode(Cli):
     name = CliType.OPENCODE.value
     label = str(CliType.OPENCODE.label)
+    version_pattern = r"\d+\.\d+\.\d+\S*$"  # "1.18.33"
+    event_types = frozenset({"step_start", "step_finish", "text", "reasoning", "tool_use", "error"})
     model_flag = "-m"
     model_hint = "provider/model, as `opencode models` lists them"
     model_suggestions = (
@@ -126,6 +136,26 @@ class OpenCode(Cli):
                 return Limit(message=message, reset_at=after or limit.reset_at)
         return first_limit([stderr], LIMIT_TEXT, now)
 
+    def error_message(self, *, stdout: str, stderr: str) -> str:
+        """Its last `error` event's message, else stderr."""
+        said = [error_text(error) for error in error_events(stdout)]
+        said = [text for text in said if text]
+        return said[-1] if said else super().error_message(stdout=stdout, stderr=stderr)
+
+    def cannot_run_reason(self, result) -> str | None:
+        errors = error_events(result.stdout)
+        if result.exit_code not in (0, None) or errors:
+            said = self.error_message(stdout=result.stdout, stderr=result.stderr)
+            for error in errors:
+                data = error.get("data") if isinstance(error.get("data"), dict) else {}
+                if data.get("statusCode") in AUTH_STATUS or error.get("name") in AUTH_ERRORS:
+                    return f"logged out, or its login was refused: {error_text(error)}"
+                if UNKNOWN_MODEL.search(f"{error.get('name')} {error_text(error)}"):
+                    return f"unknown model: {error_text(error)}"
+            if UNKNOWN_MODEL.search(said):
+                return f"unknown model: {said}"
+        return not_this_cli(self, result)
+
     def health_answer(self, stdout: str) -> str:
         """`--format json` prints JSONL events: the answer is the text of its `text` events."""
         texts, events = [], 0
@@ -135,6 +165,21 @@ class OpenCode(Cli):
             if event.get("type") == "text" and isinstance(part, dict):
                 texts.append(str(part.get("text") or ""))
         return "".join(texts).strip() if events else stdout.strip()
+
+
+def error_events(stdout: str) -> list[dict]:
+    """The `error` objects of its `error` events, in order."""
+    return [
+        event["error"]
+        for event in json_lines(stdout)
+        if event.get("type") == "error" and isinstance(event.get("error"), dict)
+    ]
+
+
+def error_text(error: dict) -> str:
+    """An error's message (its `data.message`), else its name."""
+    data = error.get("data") if isinstance(error.get("data"), dict) else {}
+    return str(data.get("message") or error.get("name") or "").strip()
 
 
 class OpenCodeStream:

@@ -27,7 +27,6 @@ from runner.clis.base import (
     McpServer,
     McpSetup,
     RunOptions,
-    stderr_message,
 )
 from runner.files import read_output, remove_quietly, schema_path, write_private
 from runner.limits import Limit
@@ -188,9 +187,7 @@ def _interpret(cli: Cli, result: process.ProcessResult, output_path: Path) -> Ex
         return Execution(error=f"CLI could not be started: {result.start_error}", result=result)
     reported = cli.read_stdout(result.stdout)
     if result.exit_code != 0:
-        detail = stderr_message(result.stderr, cli.stderr_noise) or reported.error or ""
-        message = f"CLI exited with code {result.exit_code}. {_trim(detail)}".strip()
-        return Execution(error=message + cli.explain(result.stderr), result=result)
+        return Execution(error=exit_message(cli, result), result=result)
     if reported.error:
         return Execution(error=f"CLI reported an error: {_trim(reported.error)}", result=result)
     if reported.structured is not None:
@@ -208,6 +205,14 @@ def _interpret(cli: Cli, result: process.ProcessResult, output_path: Path) -> Ex
         return Execution(data=loads_storable(_strip_fences(text)), result=result)
     except ValueError as exc:
         return Execution(error=f"CLI output was not valid JSON: {exc}", result=result)
+
+
+def exit_message(cli: Cli, result: process.ProcessResult) -> str:
+    """A CLI that exited non-zero, in its own words first (from its structured output where it
+    has one; start-up noise dropped), then the exit code, then a hint for a known trap."""
+    said = _trim(cli.error_message(stdout=result.stdout, stderr=result.stderr))
+    code = f"CLI exited with code {result.exit_code}"
+    return (f"{said} ({code})" if said else code) + cli.explain(result.stderr)
 
 
 def _blame_extra_args(run: Execution, options: RunOptions) -> Execution:

@@ -22,14 +22,20 @@ from django.utils import timezone
 from agents.models import CUSTOM_CLI, Agent, CliType
 from core.settings_store import cli_settings_for
 from runner.clis import cli_for
-from runner.clis.base import HEALTH_PROMPT, Cli, Command, stderr_message
+from runner.clis.base import HEALTH_PROMPT, Cli, Command
 from runner.files import private_dir, temp_dir, write_private
 from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
 from runner.selectors import cli_limited
 from runner.services import cli_health_forget, cli_health_store, cli_limit_lift, cli_limit_set
 from runner.worker import process
-from runner.worker.execution import cli_env, options_for, resolve_binary, resolve_custom
+from runner.worker.execution import (
+    cli_env,
+    exit_message,
+    options_for,
+    resolve_binary,
+    resolve_custom,
+)
 
 log = logging.getLogger(__name__)
 PROMPT_TIMEOUT = 30
@@ -48,9 +54,7 @@ def _run(
 def _failure(cli: str, result: process.ProcessResult) -> str:
     if result.start_error:
         return f"CLI could not be started: {result.start_error}"
-    detail = stderr_message(result.stderr, cli_for(cli).stderr_noise)[-500:]
-    explain = cli_for(cli).explain(result.stderr)
-    return f"CLI exited with code {result.exit_code}" + (f": {detail}" if detail else "") + explain
+    return exit_message(cli_for(cli), result)
 
 
 def _usage_limit(cli: Cli, result: process.ProcessResult) -> Limit | None:
