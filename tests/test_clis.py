@@ -222,7 +222,8 @@ SERVER = McpServer(
 def test_claude_gets_a_mcp_config_file_of_its_own(tmp_path):
     config = tmp_path / "run_mcp.json"
     setup = cli_for("claude").mcp_setup(SERVER, env={}, config_path=config)
-    assert setup.args == ("--mcp-config", str(config)) and setup.env == ()
+    assert setup.args == ("--mcp-config", str(config))
+    assert setup.env == (("MCP_CONNECTION_NONBLOCKING", "false"),)  # connect before turn 1
     [(path, text)] = setup.files
     assert path == config
     assert json.loads(text) == {
@@ -266,6 +267,8 @@ def test_codex_gets_config_overrides_in_toml(tmp_path):
         "command": SERVER.command,
         "args": list(SERVER.args),
         "env": {"MALAMAR_DATA_DIR": "/data/ma lamar"},
+        "required": True,  # exec waits for it (and fails without it) before its first request
+        "startup_timeout_sec": 120,
     }
     # Before the prompt (the last argument), after Malamar's own options.
     codex = cli_invocation(tmp_path, binary="codex", prompt="PROMPT", mcp_args=setup.args)

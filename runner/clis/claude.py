@@ -114,10 +114,14 @@ class Claude(Cli):
     def mcp_setup(
         self, server: McpServer, *, env: Mapping[str, str], config_path: Path
     ) -> McpSetup:
-        """`--mcp-config FILE`: added to the user's own servers (no --strict-mcp-config)."""
+        """`--mcp-config FILE`: added to the user's own servers (no --strict-mcp-config).
+        MCP_CONNECTION_NONBLOCKING=false: 2.1.197 connects servers in the background by
+        default, so the first model requests went out without Malamar's tools; with it, the
+        connection is made before the first request."""
         config = {"mcpServers": {server.name: {"type": "stdio", **server.stdio_entry()}}}
         return McpSetup(
             args=("--mcp-config", str(config_path)),
+            env=(("MCP_CONNECTION_NONBLOCKING", "false"),),
             files=((config_path, json.dumps(config, indent=2)),),
         )
 

@@ -54,6 +54,10 @@ UNKNOWN_MODEL = re.compile(
     r"model \S+ does not exist|model_not_found|model is not supported|unsupported model", re.I
 )
 
+# How long codex exec waits for Malamar's MCP server to answer `initialize` and `tools/list`
+# (its default is 10 s; `malamar mcp` lists its tools once Django is loaded, 2-3 CPU-seconds).
+MCP_STARTUP_TIMEOUT_SECONDS = 120
+
 _EXEC = ["exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
 # Config keys (`-c key=value`) that have a field of their own or would undo the contract.
 _RESERVED_CONFIG = ("model", "model_reasoning_effort", "sandbox_mode", "approval_policy")
@@ -134,12 +138,17 @@ class Codex(Cli):
     ) -> McpSetup:
         """`-c mcp_servers.NAME.KEY=VALUE` overrides (values in TOML): Codex has no flag for a
         server file, and the overrides leave $CODEX_HOME/config.toml alone. Codex starts MCP
-        servers with a minimal environment, so theirs is given in full."""
+        servers with a minimal environment, so theirs is given in full. `required`: `codex
+        exec` waits for the server before its first request (it starts without it otherwise)
+        and fails if it cannot start; `startup_timeout_sec` (default 10 s, for `initialize`
+        and the first `tools/list`) gives a busy machine time to load the tools."""
         key = f"mcp_servers.{server.name}"
         settings = {
             "command": toml_value(server.command),
             "args": toml_value(list(server.args)),
             "env": toml_table(dict(server.env)),
+            "required": "true",
+            "startup_timeout_sec": str(MCP_STARTUP_TIMEOUT_SECONDS),
         }
         args: list[str] = []
         for name, value in settings.items():

@@ -28,7 +28,7 @@ from runner.clis.base import (
     McpSetup,
     RunOptions,
 )
-from runner.files import read_output, remove_quietly, schema_path, write_private
+from runner.files import data_subdir, read_output, remove_quietly, schema_path, write_private
 from runner.limits import Limit
 from runner.prompts import PROMPT_TEMPLATE
 from runner.schemas import schema_json
@@ -94,14 +94,19 @@ def _mcp_server_env() -> tuple[tuple[str, str], ...]:
 
 
 def _mcp_setup(cli: Cli, server: McpServer | None, env: dict, output_path: Path) -> McpSetup:
-    """The run's MCP configuration, its files written (private, next to the output file)."""
+    """The run's MCP configuration, its files written (private, in the data directory's
+    private run-config folder, named after the run's output file)."""
     if server is None:
         return McpSetup()
-    config_path = output_path.with_name(f"{output_path.stem}_mcp.json")
+    config_path = data_subdir(RUN_CONFIG_DIR) / f"{output_path.stem}_mcp.json"
     setup = cli.mcp_setup(server, env=env, config_path=config_path)
     for path, text in setup.files:
         write_private(path, text)
     return setup
+
+
+RUN_CONFIG_DIR = "run-config"
+CLI_TEMP_DIR = "tmp"
 
 
 def cli_env(cli_type: str, conf: dict | None = None) -> dict[str, str]:
@@ -109,6 +114,20 @@ def cli_env(cli_type: str, conf: dict | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update((conf or cli_settings_for(cli_type)).get("env") or {})
     return env
+
+
+def process_env(base: dict[str, str], *, cwd: str | Path, extra=()) -> dict[str, str]:
+    """The environment of every CLI process (runs, health checks, doctor), built here only:
+    `base` (cli_env, or a custom command's), PWD = the process's working directory (OpenCode
+    works in $PWD, not in its cwd: an inherited PWD made it edit the folder Malamar was started
+    from), TMPDIR = a private folder of the data directory (not the shared system temp), and
+    `extra`: the run's MCP variables (McpSetup.env)."""
+    return {
+        **base,
+        "PWD": str(cwd),
+        "TMPDIR": str(data_subdir(CLI_TEMP_DIR)),
+        **dict(extra),
+    }
 
 
 def resolve_binary(
@@ -264,7 +283,7 @@ def execute(
         setup = _mcp_setup(cli, mcp, env, output_path)
     except OSError as exc:
         return Execution(error=f"CLI could not be started: the MCP configuration: {exc}")
-    env = {**env, **dict(setup.env)}
+    env = process_env(env, cwd=cwd, extra=setup.env)
     invocation = Invocation(
         binary=binary,
         prompt=PROMPT_TEMPLATE.format(path=input_path),

@@ -33,6 +33,7 @@ from runner.worker.execution import (
     cli_env,
     exit_message,
     options_for,
+    process_env,
     resolve_binary,
     resolve_custom,
 )
@@ -48,6 +49,7 @@ def _run(
     command: Command, env: dict, timeout: float, stop: threading.Event | None
 ) -> process.ProcessResult:
     cwd = private_dir(temp_dir() / "malamar_health")
+    env = process_env(env, cwd=cwd)
     return process.run(command, cwd=str(cwd), env=env, timeout=timeout, stop=stop)
 
 

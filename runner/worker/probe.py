@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from runner.clis.base import Command
 from runner.files import private_dir, temp_dir
 from runner.worker import process
-from runner.worker.execution import cli_env, resolve_binary
+from runner.worker.execution import cli_env, process_env, resolve_binary
 
 VERSION_TIMEOUT = 5.0
 NO_SETTINGS = {"binary_path": "", "env": {}}
@@ -32,6 +32,7 @@ def cli_probe(cli_type: str, *, conf: dict | None = None, timeout: float = VERSI
     if binary is None:
         return CliProbe(cli_type, ok=False, problem=problem)
     cwd = private_dir(temp_dir() / "malamar_health")
+    env = process_env(env, cwd=cwd)
     result = process.run(Command([binary, "--version"]), cwd=str(cwd), env=env, timeout=timeout)
     if result.start_error:
         return CliProbe(cli_type, False, binary, problem=f"could not start: {result.start_error}")
