@@ -16,6 +16,7 @@ from core.config import OPTIONS, Config, ConfigError, apply_flags, ensure_data_d
 from core.prompt_exit import exit_now
 from core.version import version_text
 from malamar_site.service import ACTIONS
+from tasks.mcp_handshake import answer_initialize
 
 COMMANDS = ("run", "version", "help", "config", "doctor", "set-password", "service", "mcp")
 # `malamar NAME ARGS…` → `manage.py COMMAND ARGS…` (NAME: their own arguments follow).
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return serve(config)
     if args.command == "mcp":
-        return mcp(args.workspace)
+        return mcp(args.workspace, config)
     _django_setup()
     if args.command in ("config", "doctor"):
         return _manage(args.command)
@@ -155,12 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     return code or _manage("set_password")
 
 
-def mcp(workspace: str | None) -> int:
+def mcp(workspace: str | None, config: Config) -> int:
     """The MCP server on stdin/stdout, without the web server or the worker. It never migrates
-    (stdout is the protocol's): Malamar itself keeps the database up to date."""
+    (stdout is the protocol's): Malamar itself keeps the database up to date. `initialize` is
+    answered before Django loads (tasks.mcp_handshake): agent CLIs wait for that answer."""
     if not workspace:
         print("malamar: mcp needs --workspace=ID (the id in a workspace's URL)", file=sys.stderr)
         return 2
+    answer_initialize(config.max_json_bytes)
     _django_setup()
     from django.core.management.base import CommandError
 

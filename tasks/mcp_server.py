@@ -19,7 +19,7 @@ from mcp.types import ToolAnnotations
 
 from core.actors import MCP_AGENT
 from core.errors import ServiceError
-from tasks import services
+from tasks import mcp_handshake, services
 from tasks.mcp_stdio import serve_stdio
 from tasks.models import Task, TaskStatus
 from tasks.selectors import (
@@ -187,14 +187,7 @@ class WorkspaceTools:
 
 def build_server(workspace_id: str) -> MCPServer:
     tools = WorkspaceTools(workspace_id)
-    server = MCPServer(
-        "malamar",
-        instructions=(
-            "Malamar's task board for one workspace: look up its tasks (search, read one with "
-            "its comments, find related ones) before duplicating work, create follow-up tasks, "
-            "and comment on tasks."
-        ),
-    )
+    server = MCPServer(mcp_handshake.SERVER_NAME, instructions=mcp_handshake.INSTRUCTIONS)
     for method in (tools.list_workspaces, tools.search_tasks, tools.get_task, tools.related_tasks):
         server.add_tool(method, annotations=READ_ONLY)
     for method in (tools.create_task, tools.comment_on_task):
