@@ -37,8 +37,11 @@ class CliHealthOut(Schema):
     name: str
     status: Literal["not_checked", "healthy", "slow", "unhealthy"] = Field(
         description=(
-            '"slow": a CLI that was healthy did not answer the health check in time, twice; '
-            "it stays available and is checked again in 5 minutes."
+            '"slow": the health prompt took longer than the CLI\'s time limit '
+            "(`cli_settings.<cli>.health_timeout_seconds`, default 90, counted from its first "
+            'output): it stays available and is checked again in 5 minutes. Only "unhealthy" '
+            "(not found, not executable, not that CLI, logged out, an error answer) makes a "
+            "CLI unavailable."
         )
     )
     available: bool

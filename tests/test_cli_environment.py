@@ -20,7 +20,7 @@ from runner.worker.execution import mcp_server_for
 from tests.stack import FAKES_BIN
 
 CLIS = ("claude", "gemini", "codex", "opencode")
-NO_SETTINGS = {"binary_path": "", "env": {}}
+NO_SETTINGS = {"binary_path": "", "env": {}, "health_timeout_seconds": 90}
 
 
 @pytest.fixture

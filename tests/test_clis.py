@@ -143,13 +143,15 @@ def test_every_cli_implements_the_whole_contract(cli, tmp_path):
 
 
 def test_health_commands_as_measured():
+    """Streamed output, as a run's: the check's time limit counts from the first event."""
     assert cli_for("claude").health_command("c").argv == [
         "c",
         "-p",
         HEALTH_PROMPT,
         "--dangerously-skip-permissions",
         "--output-format",
-        "json",
+        "stream-json",
+        "--verbose",
     ]
     assert cli_for("gemini").health_command("g").argv == [
         "g",
@@ -158,7 +160,7 @@ def test_health_commands_as_measured():
         "--yolo",
         "--skip-trust",
         "-o",
-        "json",
+        "stream-json",
     ]
     codex = cli_for("codex").health_command("x")
     assert codex.argv == [
@@ -166,6 +168,7 @@ def test_health_commands_as_measured():
         "exec",
         "--dangerously-bypass-approvals-and-sandbox",
         "--skip-git-repo-check",
+        "--json",
         HEALTH_PROMPT,
     ]
     assert codex.stdin is None
@@ -178,7 +181,10 @@ def test_health_commands_as_measured():
     ("cli", "sample", "answer"),
     [
         ("claude", "claude_json_401.json", "Invalid API key · Fix external API key"),
+        ("claude", "claude_stream_write.jsonl", "FAKE_DONE: the file has been written."),
         ("gemini", "gemini_json_write.json", "FAKE_DONE: the file has been written."),
+        ("gemini", "gemini_stream_write.jsonl", "FAKE_DONE: the file has been written."),
+        ("codex", "codex_exec_json_cmd.jsonl", "FAKE_DONE: command executed."),
         (
             "opencode",
             "opencode_json_write.jsonl",

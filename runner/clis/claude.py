@@ -126,6 +126,8 @@ class Claude(Cli):
         )
 
     def health_command(self, binary: str) -> Command:
+        """Streamed, as a run is: its `system/init` event is its first output, from which the
+        check's time limit counts (a loaded machine's start-up does not)."""
         return Command(
             [
                 binary,
@@ -133,7 +135,8 @@ class Claude(Cli):
                 HEALTH_PROMPT,
                 "--dangerously-skip-permissions",
                 "--output-format",
-                "json",
+                "stream-json",
+                "--verbose",
             ]
         )
 
@@ -150,7 +153,8 @@ class Claude(Cli):
         return StdoutResult(structured=structured if isinstance(structured, dict) else None)
 
     def health_answer(self, stdout: str) -> str:
-        """`--output-format json` prints one result object: the answer is its `result`."""
+        """The final `result` event (the last line, also of `--output-format json`) holds the
+        answer as its `result`."""
         result = last_json_object(stdout)
         if not result or result.get("type") != "result":
             return stdout.strip()

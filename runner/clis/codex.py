@@ -156,7 +156,9 @@ class Codex(Cli):
         return McpSetup(args=tuple(args))
 
     def health_command(self, binary: str) -> Command:
-        return Command([binary, *_EXEC, HEALTH_PROMPT])
+        """Streamed (`--json`), as a run is: `thread.started` is its first output, from which
+        the check's time limit counts."""
+        return Command([binary, *_EXEC, "--json", HEALTH_PROMPT])
 
     def stream_parser(self) -> StreamParser:
         return CodexStream()
@@ -174,8 +176,19 @@ class Codex(Cli):
         return first_limit(texts, LIMIT_TEXT, now)
 
     def health_answer(self, stdout: str) -> str:
-        # Without --json, codex prints only its final message on stdout (the banner: stderr).
-        return stdout.strip()
+        """With `--json`, the text of its `agent_message` items; without, codex prints only its
+        final message on stdout (the banner goes to stderr)."""
+        events = [event for event in json_lines(stdout) if event.get("type") in self.event_types]
+        if not events:
+            return stdout.strip()
+        said = [
+            str(item.get("text") or "")
+            for event in events
+            if event.get("type") == "item.completed"
+            and isinstance(item := event.get("item"), dict)
+            and item.get("type") == "agent_message"
+        ]
+        return "\n".join(said).strip()
 
     def error_message(self, *, stdout: str, stderr: str) -> str:
         """Its stream's last `turn.failed` error, else its last final `error` event (not one of

@@ -171,7 +171,10 @@ class Gemini(Cli):
         )
 
     def health_command(self, binary: str) -> Command:
-        return Command([binary, "-p", HEALTH_PROMPT, "--yolo", "--skip-trust", "-o", "json"])
+        """Streamed, as a run is: its `init` event is its first output, from which the check's
+        time limit counts."""
+        argv = [binary, "-p", HEALTH_PROMPT, "--yolo", "--skip-trust", "-o", "stream-json"]
+        return Command(argv)
 
     def stream_parser(self) -> StreamParser:
         return GeminiStream()
@@ -225,7 +228,16 @@ class Gemini(Cli):
         ).strip()
 
     def health_answer(self, stdout: str) -> str:
-        """`-o json` prints one (indented) object: the answer is its `response`."""
+        """`-o stream-json`: the assistant's `message` events (deltas) joined; `-o json` prints
+        one (indented) object whose `response` is the answer."""
+        events = list(json_lines(stdout))
+        said = [
+            str(event.get("content") or "")
+            for event in events
+            if event.get("type") == "message" and event.get("role") == "assistant"
+        ]
+        if events and any(event.get("type") in self.event_types for event in events):
+            return "".join(said).strip()
         document = json_document(stdout)
         if document is None or "response" not in document:
             return stdout.strip()
