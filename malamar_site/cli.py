@@ -8,6 +8,7 @@ it, without ever loading Django itself (~90 MB less)."""
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -203,17 +204,33 @@ def serve(config: Config) -> int:
     code = subprocess.run([sys.executable, "-m", "malamar_site.prepare"]).returncode
     if code or stopping:
         return code
-    print(f"Malamar is running at http://{config.host}:{config.port}", flush=True)
     child = subprocess.Popen(_child(config))
-    exit_code = 0
+    exit_code, announced = 0, False
     while not stopping:
         if child.poll() is not None:
             print(f"malamar: the server and worker exited with {child.returncode}", file=sys.stderr)
             exit_code = child.returncode or 1
             break
+        if not announced and port_answers(config.host, config.port):
+            # Only now: a link printed before the server listens leads to "can't be reached".
+            print(f"Malamar is running at http://{config.host}:{config.port}", flush=True)
+            announced = True
         time.sleep(0.05)
     _stop(child)
     exit_now(exit_code)  # the child is gone: skip Python's slow teardown
+
+
+# A server bound to every address answers on the loopback one.
+LOOPBACK = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+def port_answers(host: str, port: int) -> bool:
+    """Whether something accepts connections at host:port now."""
+    try:
+        with socket.create_connection((LOOPBACK.get(host, host), port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def _stop(child: subprocess.Popen) -> None:
