@@ -242,7 +242,7 @@ def test_sigterm_stops_promptly_while_the_database_does_not_answer(tmp_path, tem
 
 
 def test_the_link_is_printed_only_once_the_server_answers(tmp_path):
-    """"Malamar is running at …" came 14-40 s before the server listened (the link gave
+    """ "Malamar is running at …" came 14-40 s before the server listened (the link gave
     "site can't be reached"): the moment it is printed, the port answers."""
     port = free_port()
     proc = start_malamar(tmp_path / "data", tmp_path, MALAMAR_PORT=port)
