@@ -6,17 +6,23 @@ folder, whose mode Gemini refuses)."""
 
 import json
 import os
+import shlex
+import signal
 import stat
 import threading
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
+from runner.clis import cli_for
 from runner.schemas import task_schema
 from runner.worker import execution
 from runner.worker.execution import mcp_server_for
+from tests.conftest import cli_invocation
 from tests.stack import FAKES_BIN
 
 CLIS = ("claude", "gemini", "codex", "opencode")
@@ -106,3 +112,60 @@ def test_without_malamars_tools_nothing_is_added(cli, tmp_path, started_elsewher
     assert "MCP_CONNECTION_NONBLOCKING" not in seen["env"]
     assert "GEMINI_CLI_SYSTEM_SETTINGS_PATH" not in seen["env"]
     assert not any(arg.startswith("mcp_servers.") for arg in seen["argv"])
+
+
+# --- OpenCode waits out a provider's retry-after silently ---------------------------------
+
+# What opencode 1.18.33 logs (with --print-logs) for a model request refused with a 429: its LLM
+# layer's `logError("stream error", {providerID, modelID, …, error})`. The fields are its
+# source's; the exact line layout of its logger is inferred, not recorded from a real run.
+RETRY_AFTER_LOG = (
+    "ERROR 2026-11-24T12:00:00 +2ms service=llm providerID=anthropic "
+    "modelID=claude-sonnet-4-5 session.id=ses_dfdd34a74ffecnCxFmMpXhm8T9 "
+    'error={"name":"AI_APICallError","statusCode":429,"isRetryable":true,'
+    '"responseHeaders":{"content-type":"application/json","retry-after":"86400"},'
+    '"message":"This request would exceed your account\'s rate limit. Please try again later."}'
+    " stream error"
+)
+
+
+def test_a_long_retry_after_is_a_usage_limit_and_a_short_one_is_waited_out():
+    now = timezone.now()
+    found = cli_for("opencode").waits_out_a_limit(RETRY_AFTER_LOG, now)
+    assert found.reset_at == now + timedelta(days=1)
+    assert found.message.startswith("This request would exceed your account's rate limit.")
+    short = RETRY_AFTER_LOG.replace('"retry-after":"86400"', '"retry-after":"20"')
+    assert cli_for("opencode").waits_out_a_limit(short, now) is None
+    in_ms = RETRY_AFTER_LOG.replace('"retry-after":"86400"', '"retry-after-ms":"3600000"')
+    assert cli_for("opencode").waits_out_a_limit(in_ms, now).reset_at == now + timedelta(hours=1)
+    assert cli_for("opencode").waits_out_a_limit("INFO retry-after 9999 fine", now) is None
+
+
+def test_an_opencode_run_waiting_out_a_plan_limit_is_stopped_as_a_usage_limit(
+    tmp_path, started_elsewhere
+):
+    """OpenCode sleeps up to ~25 days on a provider's retry-after, five times, without a word
+    on its JSON stream: the run is stopped as soon as its log says so, and pauses as a limit."""
+    script = tmp_path / "opencode"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"cat > /dev/null\nprintf '%s\\n' {shlex.quote(RETRY_AFTER_LOG)} >&2\n"
+        "sleep 30\nexit 1\n"  # the real one would sleep for a day here
+    )
+    script.chmod(0o755)
+    folder = tmp_path / "task"
+    folder.mkdir()
+    done = execution.execute(
+        cli_type="opencode",
+        input_path=tmp_path / "in.md",
+        output_path=tmp_path / "out.json",
+        schema=task_schema(),
+        schema_kind="task",
+        cwd=folder,
+        stop=threading.Event(),
+        cli_conf={**NO_SETTINGS, "binary_path": str(script)},
+    )
+    assert done.limit is not None and done.limit.reset_at is not None
+    assert done.error.startswith("CLI stopped: This request would exceed your account's")
+    assert done.result.exit_code == -signal.SIGKILL  # stopped, not waited out (exit 1)
+    assert "--print-logs" in cli_for("opencode").command(cli_invocation(tmp_path)).argv

@@ -173,7 +173,10 @@ def test_health_commands_as_measured():
     ]
     assert codex.stdin is None
     opencode = cli_for("opencode").health_command("o")
-    assert opencode.argv == ["o", "run", "--auto", "--format", "json"]
+    assert opencode.argv == [
+        "o",
+        *["run", "--auto", "--format", "json", "--print-logs", "--log-level", "WARN"],
+    ]
     assert opencode.stdin == HEALTH_PROMPT.encode()
 
 

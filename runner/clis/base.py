@@ -212,6 +212,11 @@ class Cli(ABC):
         names one (read only from the CLI's own error output, never from the agent's text)."""
         return None
 
+    def waits_out_a_limit(self, stderr_line: str, now: datetime) -> Limit | None:
+        """A line the CLI printed on stderr while it runs, saying it now waits, silently, for a
+        provider's limit to reset (the run is then stopped and paused as a usage limit)."""
+        return None
+
 
 def not_this_cli(cli: Cli, result) -> str | None:
     """A finished run whose stdout holds none of the CLI's streamed events although it printed

@@ -52,7 +52,17 @@ UNKNOWN_MODEL = re.compile(r"Model not found|ProviderModelNotFoundError")
 # Inline configuration merged over every config file, the user's global one included.
 CONFIG_CONTENT_ENV = "OPENCODE_CONFIG_CONTENT"
 
-_RUN = ["run", "--auto", "--format", "json"]
+# `--print-logs --log-level WARN`: its warnings and errors on stderr instead of a log file, so
+# a model request refused with a 429 and a `retry-after` is seen while OpenCode waits it out.
+_RUN = ["run", "--auto", "--format", "json", "--print-logs", "--log-level", "WARN"]
+# opencode 1.18.33 (session/retry.ts in its binary) honours a provider's `retry-after` (or
+# `retry-after-ms`) up to 2^31-1 ms (~24.8 days), 5 times, and prints nothing meanwhile in
+# `--format json`; each refused request is logged ("stream error", with the provider's error).
+# A wait longer than this is a usage limit, not a pause to sit through.
+LONGEST_SILENT_WAIT_SECONDS = 120
+RATE_LIMITED = re.compile(r"statusCode\W{0,3}429|\b429\b|rate.?limit", re.I)
+RETRY_AFTER = re.compile(r"retry-after(-ms)?\W{1,6}(\d+(?:\.\d+)?)", re.I)
+PROVIDER_MESSAGE = re.compile(r"message\W{1,6}(?!stream error)([^\"\\]{8,300})", re.I)
 
 
 class OpenCode(Cli):
@@ -116,6 +126,20 @@ class OpenCode(Cli):
 
     def health_command(self, binary: str) -> Command:
         return Command([binary, *_RUN], stdin=HEALTH_PROMPT.encode())
+
+    def waits_out_a_limit(self, stderr_line: str, now: datetime) -> Limit | None:
+        """A logged 429 whose `retry-after` is longer than LONGEST_SILENT_WAIT_SECONDS: OpenCode
+        now sleeps that long without a word (CLIS.md); shorter waits it sits through itself."""
+        after = RETRY_AFTER.search(stderr_line)
+        if after is None or not RATE_LIMITED.search(stderr_line):
+            return None
+        seconds = float(after.group(2)) / (1000 if after.group(1) else 1)
+        if seconds <= LONGEST_SILENT_WAIT_SECONDS:
+            return None
+        said = [m.strip() for m in PROVIDER_MESSAGE.findall(stderr_line) if m.strip()]
+        waiting = f"OpenCode is waiting {seconds:g} s for the provider's rate limit (retry-after)"
+        message = f"{said[-1]} ({waiting})" if said else waiting
+        return Limit(message=message[:500], reset_at=seconds_after(seconds, now))
 
     def stream_parser(self) -> StreamParser:
         return OpenCodeStream()

@@ -251,6 +251,22 @@ def _blame_extra_args(run: Execution, options: RunOptions) -> Execution:
     return run
 
 
+class LimitWait:
+    """Watches a run's stderr for the CLI saying it now waits out a provider's limit silently
+    (Cli.waits_out_a_limit): the run is then stopped at the next tick and paused as a usage
+    limit instead of sitting through days of silence."""
+
+    def __init__(self, cli: Cli):
+        self.cli, self.limit = cli, None
+
+    def on_error_line(self, line: str) -> None:
+        if self.limit is None:
+            self.limit = self.cli.waits_out_a_limit(line, timezone.now())
+
+    def tick(self) -> bool:
+        return self.limit is not None
+
+
 def execute(
     *,
     cli_type: str,
@@ -297,20 +313,25 @@ def execute(
         mcp_args=setup.args,
     )
     command = cli.command(invocation)
+    waiting = LimitWait(cli)
     try:
-        hooks = {}
+        hooks = {"on_error_line": waiting.on_error_line, "on_tick": waiting.tick}
         if recorder is not None:
             recorder.use_working_directory(cwd)
             hooks = {
                 "on_line": recorder.on_line,
                 "on_output": recorder.on_output,
-                "on_tick": recorder.tick,
+                "on_error_line": waiting.on_error_line,
+                "on_tick": lambda: waiting.tick() or recorder.tick(),
             }
         result = process.run(
             command, cwd=str(cwd), env=env, stop=stop, on_started=on_started, **hooks
         )
         if result.stopped:
             return Execution(stopped=True, result=result)
+        if waiting.limit is not None:  # stopped: it would have waited out the limit silently
+            message = f"CLI stopped: {waiting.limit.message}"
+            return Execution(error=message, result=result, limit=waiting.limit)
         if result.stalled:
             minutes = recorder.stall_kill_seconds / 60
             message = f"CLI produced no output for {minutes:g} minutes and was stopped"

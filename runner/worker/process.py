@@ -124,9 +124,11 @@ def run(
     on_output: Callable[[], None] | None = None,
     on_tick: Callable[[], bool] | None = None,
     timeout_from_output: bool = False,
+    on_error_line: Callable[[str], None] | None = None,
 ) -> ProcessResult:
     """Run `command` to completion, or until `stop` is set, `timeout` passes or `on_tick`
-    (called every few milliseconds on this thread) returns True; then kill it.
+    (called every few milliseconds on this thread) returns True; then kill it. `on_line` and
+    `on_error_line` get stdout's and stderr's complete lines as they arrive.
     `timeout_from_output`: the timeout counts again from the process's first output (stdout or
     stderr), so the time a loaded machine takes to start it counts only until it prints."""
     result = ProcessResult(started_at=time.time())
@@ -159,7 +161,7 @@ def run(
 
     readers = [
         _thread(_drain, proc.stdout, out, on_line, output),
-        _thread(_drain, proc.stderr, err, None, output),
+        _thread(_drain, proc.stderr, err, on_error_line, output),
     ]
     if command.stdin is not None:
         _thread(_feed, proc.stdin, command.stdin)
