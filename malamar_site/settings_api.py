@@ -27,8 +27,9 @@ def update_settings(request, payload: Body[dict[str, Any]]):
 
     Validated exactly as the settings page validates (email addresses, http(s) URLs with a
     host, minutes above 0, variable names, a binary path that exists, is a file and is
-    executable): any invalid field is a 400 naming each field, and nothing is stored. Saving a
-    CLI's settings asks the worker to re-check that CLI at once (see `/health/cli`)."""
+    executable, a CLI's `health_timeout_seconds` from 5 to 3600): any invalid field is a 400
+    naming each field, and nothing is stored. Saving a CLI's settings asks the worker to
+    re-check that CLI at once (see `/health/cli`)."""
     return runner_services.settings_save(changes=payload)
 
 
