@@ -86,3 +86,20 @@ def test_version_output_tells_the_cli_from_another_program(cli, version):
     assert cli_for(cli).version_problem(version) == ""
     for other in ("Python 3.11.2", "echo (GNU coreutils) 9.1", ""):
         assert cli_for(cli).version_problem(other).startswith(f"not {cli_for(cli).label}")
+
+
+def test_an_error_event_in_a_run_that_exited_0_is_no_reason():
+    """Gemini and OpenCode print some `error` events they recover from: a run that exited 0
+    never marks its CLI broken for the words in them."""
+    gemini = (
+        '{"type": "init", "model": "auto"}\n'
+        '{"type": "error", "severity": "warning", "message": "a tool got a 401; going on"}\n'
+        '{"type": "result", "status": "success", "stats": {}}\n'
+    )
+    assert cli_for("gemini").cannot_run_reason(ProcessResult(exit_code=0, stdout=gemini)) is None
+    opencode = (
+        '{"type": "error", "error": {"name": "APIError", "data": {"statusCode": 401}}}\n'
+        '{"type": "text", "part": {"text": "done"}}\n'
+    )
+    result = ProcessResult(exit_code=0, stdout=opencode)
+    assert cli_for("opencode").cannot_run_reason(result) is None

@@ -197,7 +197,7 @@ class Gemini(Cli):
         return own_words(said[-1] if said else self._stderr_text(stderr))
 
     def cannot_run_reason(self, result) -> str | None:
-        if result.exit_code not in (0, None) or self._error_texts(result.stdout, ""):
+        if result.exit_code not in (0, None):  # its error events alone may be warnings
             raw = " ".join(self._error_texts(result.stdout, result.stderr))
             said = self.error_message(stdout=result.stdout, stderr=result.stderr)
             if result.exit_code in AUTH_EXIT_CODES or AUTH_REFUSED.search(raw):

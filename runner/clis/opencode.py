@@ -168,7 +168,7 @@ class OpenCode(Cli):
 
     def cannot_run_reason(self, result) -> str | None:
         errors = error_events(result.stdout)
-        if result.exit_code not in (0, None) or errors:
+        if result.exit_code not in (0, None):  # a session error makes it exit 1
             said = self.error_message(stdout=result.stdout, stderr=result.stderr)
             for error in errors:
                 data = error.get("data") if isinstance(error.get("data"), dict) else {}
