@@ -11,7 +11,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agents.models import CUSTOM_CLI, Agent, CliType
+from agents.cli_fields import clean_override_cli
+from agents.models import CUSTOM_CLI, Agent
 from chats import attachments
 from chats.cli_notes import no_cli_message
 from chats.models import (
@@ -54,13 +55,7 @@ def _clean_title(title) -> str:
 
 
 def _clean_cli(cli_type) -> str | None:
-    if cli_type is None:
-        return None
-    if cli_type not in CliType.values:
-        raise ValidationFailed(
-            f"cli_type must be one of {', '.join(CliType.values)} or null", field="cli_type"
-        )
-    return cli_type
+    return clean_override_cli(cli_type)
 
 
 def chat_agent_resolve(*, workspace_id: str, agent_id: str | None) -> Agent | None:

@@ -100,6 +100,18 @@ def cli_health_marked() -> set[str]:
     return set(marked.values_list("cli_type", flat=True))
 
 
+def cli_completed_a_run_since(cli_type: str, since) -> bool:
+    """Whether a real run of this CLI (`custom:<agent id>`: that agent's custom command) ended
+    completed at or after `since`: proof that it works, stored with the runs, so it outlives
+    a restart (DESIGN "Health checks")."""
+    runs = AgentRun.objects.filter(status=RunStatus.COMPLETED, ended_at__gte=since)
+    if cli_type.startswith(f"{CUSTOM_CLI}:"):
+        runs = runs.filter(cli_type=CUSTOM_CLI, agent_id=cli_type.removeprefix(f"{CUSTOM_CLI}:"))
+    else:
+        runs = runs.filter(cli_type=cli_type)
+    return runs.exists()
+
+
 def cli_available(cli_type: str) -> bool:
     row = CliHealth.objects.filter(cli_type=cli_type).first()
     return row is None or row.is_available

@@ -51,8 +51,9 @@ def cli_health_refresh_request() -> None:
 
 
 def cli_health_run_succeeded(*, cli_type: str) -> None:
-    """A real run of this CLI just succeeded (a task pass or a chat reply): it works, whatever
-    its last health check said. Clears an "unhealthy" (or "slow") mark; no write otherwise."""
+    """This CLI works now: a real run of it completed (a task pass or a chat reply), or its
+    health prompt answered (cli_health_store). The one place that records it: clears an
+    "unhealthy" (or "slow") mark, whatever the last check said; no write otherwise."""
     marked = CliHealth.objects.filter(cli_type=cli_type, status__in=HEALTH_MARKS)
     if not marked.exists():  # the usual case: a read, no write lock after every run
         return
@@ -94,6 +95,8 @@ def cli_health_store(*, cli_type: str, outcome: dict, started_at: datetime, full
                 "cli.health_changed",
                 {"cli_type": cli_type, "status": row.status, "error": row.error},
             )
+        if full and row.status == CliHealthStatus.HEALTHY:
+            cli_health_run_succeeded(cli_type=cli_type)
 
 
 # usage limits (DESIGN "Usage limits") -----------------------------------------------------

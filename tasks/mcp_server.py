@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from core.actors import MCP_AGENT
 from core.errors import ServiceError
-from tasks import services
+from tasks import mcp_handshake, services
 from tasks.mcp_stdio import serve_stdio
 from tasks.models import Task, TaskStatus
 from tasks.selectors import (
@@ -250,14 +250,7 @@ class WorkspaceTools:
 
 def build_server(workspace_id: str) -> MCPServer:
     tools = WorkspaceTools(workspace_id)
-    server = MCPServer(
-        "malamar",
-        instructions=(
-            "Malamar's task board for one workspace: look up its tasks (search, read one with "
-            "its comments, find related ones) before duplicating work, create follow-up tasks, "
-            "comment on tasks, and review tasks In Review when asked to."
-        ),
-    )
+    server = MCPServer(mcp_handshake.SERVER_NAME, instructions=mcp_handshake.INSTRUCTIONS)
     for method in (tools.list_workspaces, tools.search_tasks, tools.get_task, tools.related_tasks):
         server.add_tool(method, annotations=READ_ONLY)
     for method in (tools.create_task, tools.comment_on_task, tools.review_task):

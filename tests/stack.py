@@ -276,8 +276,7 @@ class InProcessStack(StackBase):
             threads = list(self.worker.chat_threads)
             for runners in self.worker.workspaces.values():  # a thread, or a set of them
                 threads += runners if isinstance(runners, set | list) else [runners]
-        if self.worker.health.thread is not None:
-            threads.append(self.worker.health.thread)
+        threads += list(self.worker.health.started)  # both lanes of health checks
         for thread in threads:
             thread.join(timeout=30)
         assert not self.thread.is_alive() and not any(t.is_alive() for t in threads), (

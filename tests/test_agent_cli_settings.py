@@ -79,6 +79,9 @@ def test_opencode_gets_provider_model_and_variant(tmp_path):
         "--auto",
         "--format",
         "json",
+        "--print-logs",
+        "--log-level",
+        "WARN",
         "-m",
         "anthropic/claude-sonnet-4-5",
         "--variant",
@@ -434,7 +437,7 @@ def test_a_failing_custom_command_is_an_error_comment(script):
     task = _run_pass(task_create(workspace=workspace, summary="Fail"))
     assert task.status != TaskStatus.IN_REVIEW
     comment = task.comments.get()
-    assert "CLI exited with code 3. no key" in comment.content
+    assert "no key (CLI exited with code 3)" in comment.content
 
 
 @pytest.mark.django_db(transaction=True)
@@ -445,7 +448,9 @@ def test_the_custom_health_check_runs_the_template_with_a_real_prompt(script):
     key = f"custom:{agent.id}"
     assert CliHealth.objects.get(cli_type=key).refresh_requested_at is not None
     assert key in health.needs_full_check() and key in health.custom_keys()
-    health.run_round({key: True})  # a round checks custom agents after the four CLIs
+    checks = health.HealthChecks()
+    checks.request(full_for={key}, clis={key})  # as saving the agent asks: checked at once
+    assert checks.join(timeout=60)
     row = CliHealth.objects.get(cli_type=key)
     assert (row.status, row.answer, row.refresh_requested_at) == ("healthy", "OK", None)
     assert "malamar_health_input.md" in log.read_text()

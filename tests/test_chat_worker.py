@@ -265,7 +265,7 @@ def test_chat_errors_become_system_messages(stack):
     c = chat(stack, stack.workspace())
     assert first_reply(stack, c, "@fake exit 2 quota exceeded") == (
         "system",
-        "CLI exited with code 2. quota exceeded",
+        "quota exceeded (CLI exited with code 2)",
     )
     wait_until(lambda: finished_outcomes(stack, c), timeout=10, what="processing_finished")
     assert finished_outcomes(stack, c) == ["failed"]

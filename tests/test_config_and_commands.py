@@ -161,7 +161,7 @@ def _cli_lines(stdout: str) -> dict[str, list[str]]:
     lines: dict[str, list[str]] = {}
     current = None
     for line in stdout.split("CLI Status", 1)[1].splitlines()[1:]:
-        if line[:2] in ("✓ ", "✗ "):
+        if line[:2] in ("✓ ", "✗ ", "• "):
             current = line[2:].split(":", 1)[0]
             lines[current] = [line]
         elif line.startswith("    ") and current:
@@ -213,7 +213,9 @@ from datetime import timedelta
 from django.utils import timezone
 from core.settings_store import settings_update
 from runner.models import CliHealth
-settings_update(changes={{"cli_settings": {{"gemini": {{"binary_path": {hangs!r}}}}}}})
+settings_update(changes={{"cli_settings": {{"gemini": {{
+    "binary_path": {hangs!r}, "health_timeout_seconds": 5,
+}}}}}})
 CliHealth.objects.create(
     cli_type="claude", status="unhealthy", error="Not logged in",
     checked_at=timezone.now() - timedelta(hours=3, minutes=5),
@@ -224,9 +226,12 @@ CliHealth.objects.create(
 """
 
 
-def test_doctor_uses_the_configured_path_and_says_how_old_the_workers_check_is(
+def test_doctor_says_what_the_worker_says_with_the_configured_path_and_time_limit(
     tmp_path, template_db
 ):
+    """Doctor runs the worker's own check (runner.worker.health) and counts a CLI available by
+    the worker's rule: a CLI whose stored check failed is not available ("2 of 4 CLIs
+    available" next to "worker's check: healthy" no more), one slow to answer is."""
     data_dir_from(template_db, tmp_path)  # migrated (the session's template)
     hangs = tmp_path / "gemini-that-hangs"
     hangs.write_text(HANGS)
@@ -236,12 +241,16 @@ def test_doctor_uses_the_configured_path_and_says_how_old_the_workers_check_is(
     result = run_malamar("doctor", data_dir=tmp_path, PATH=fakes)
     lines = _cli_lines(result.stdout)
     assert lines["Claude Code"] == [
-        lines["Claude Code"][0],
+        f"✗ Claude Code: 2.1.197 (Claude Code) ({ROOT / 'tests' / 'fakes' / 'bin' / 'claude'})",
         "worker's check (a test prompt): unhealthy, 3 hours ago: Not logged in",
     ]
+    assert lines["Codex CLI"][0].startswith("✓ Codex CLI: codex-cli 0.169.0 (")
     assert lines["Codex CLI"][1] == "worker's check (a test prompt): healthy, 7 minutes ago"
-    assert lines["Gemini CLI"][0] == f"✗ Gemini CLI: `--version` took over 5 s ({hangs})"
-    assert "3 of 4 CLIs available" in result.stdout
+    assert lines["Gemini CLI"][0] == (
+        "• Gemini CLI: Slow to answer: `--version` did not answer within 5 s (a busy machine?). "
+        f"Malamar keeps using it and checks again in 5 minutes. ({hangs})"
+    )
+    assert "3 of 4 CLIs available" in result.stdout  # gemini slow: available; claude: not
 
 
 def test_doctor_fails_on_unusable_data_dir(tmp_path):

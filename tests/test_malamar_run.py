@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -238,3 +239,23 @@ def test_sigterm_stops_promptly_while_the_database_does_not_answer(tmp_path, tem
     assert code == 0, output
     assert "did not stop" not in output, output
     wait_until(lambda: not _gone(cli), timeout=5, what="the CLI to be gone")
+
+
+def test_the_link_is_printed_only_once_the_server_answers(tmp_path):
+    """ "Malamar is running at …" came 14-40 s before the server listened (the link gave
+    "site can't be reached"): the moment it is printed, the port answers."""
+    port = free_port()
+    proc = start_malamar(tmp_path / "data", tmp_path, MALAMAR_PORT=port)
+    try:
+        for line in proc.stdout:  # the child's log shares this pipe
+            if line.startswith("Malamar is running at"):
+                break
+        else:
+            raise AssertionError("malamar ended without printing its link")
+        assert line.strip() == f"Malamar is running at http://127.0.0.1:{port}"
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # accepted at once: no "site can't be reached"
+        assert requests.get(f"http://127.0.0.1:{port}/api/health", timeout=30).ok
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from core.settings_store import mask, settings_get
 from runner.models import CliHealth
+from tests.htmltree import parse
 from tests.pages import element_text, field_error_is_tied, html, hx, triggers
 from tests.stack import FAKES_BIN
 
@@ -58,6 +59,7 @@ def test_save_binary_path_and_environment(client):
     assert stored == {
         "binary_path": FAKE["codex"],
         "env": {"OPENAI_API_KEY": "sk-secret-value-1234"},
+        "health_timeout_seconds": 90,  # left empty: the default
     }
     page = html(response)
     assert "sk-secret-value-1234" not in page  # masked after saving
@@ -209,3 +211,18 @@ def test_a_request_stays_checking_until_a_check_started_after_it_has_answered(cl
     )
     status = html(hx(client, "get", "/settings/clis/codex/status/"))
     assert "Still waiting for the worker" in status
+
+
+def test_each_cli_has_a_health_check_time_limit_in_its_form(client):
+    """A CLI slow on this machine (OpenCode needed ~63 s at load 10) gets a longer limit; one
+    out of range is refused on its field."""
+    data = {**env_post("opencode"), "opencode-health_timeout_seconds": "240"}
+    response = hx(client, "post", "/settings/clis/opencode/", data)
+    assert settings_get()["cli_settings"]["opencode"]["health_timeout_seconds"] == 240
+    field = parse(html(response)).by_id("id_opencode-health_timeout_seconds")
+    assert field.attrs["value"] == "240"
+    data["opencode-health_timeout_seconds"] = "2"
+    refused = html(hx(client, "post", "/settings/clis/opencode/", data))
+    assert "greater than or equal to 5" in refused
+    assert field_error_is_tied(refused, "id_opencode-health_timeout_seconds")
+    assert settings_get()["cli_settings"]["opencode"]["health_timeout_seconds"] == 240

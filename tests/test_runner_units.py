@@ -21,12 +21,12 @@ from core.actors import USER
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import stderr_message
-from runner.files import task_input_path, write_private
+from runner.files import data_subdir, task_input_path, write_private
 from runner.models import TraceEvent
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
 from runner.worker import pickup, process
-from runner.worker.execution import execute, interpret, mcp_server_for
+from runner.worker.execution import RUN_CONFIG_DIR, execute, interpret, mcp_server_for
 from runner.worker.pipeline import task_input_text
 from runner.worker.process import ProcessResult
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
@@ -158,7 +158,10 @@ def test_clis_build_the_measured_argv(tmp_path):
         inv.prompt,
     ]
     opencode = CLIS["opencode"].command(inv)
-    assert opencode.argv == ["/bin/cli", "run", "--auto", "--format", "json"]
+    assert opencode.argv == [
+        *["/bin/cli", "run", "--auto", "--format", "json"],
+        *["--print-logs", "--log-level", "WARN"],
+    ]
     assert opencode.stdin == inv.prompt.encode()
 
 
@@ -189,7 +192,7 @@ def test_interpret_follows_the_spec_error_order(tmp_path):
     bad_exit = interpret(
         "gemini", result(exit_code=145, stderr='{"error": {"message": "401"}}'), out
     )
-    assert bad_exit.error == "CLI exited with code 145. 401"
+    assert bad_exit.error == "401 (CLI exited with code 145)"
     assert interpret("codex", result(), out).error.startswith(
         "CLI completed but output file was not created at "
     )
@@ -215,7 +218,8 @@ def test_an_mcp_configuration_that_cannot_be_written_is_a_run_error(tmp_path):
     """The run's MCP config file cannot be written (here a folder is in the way): the run
     ends with an error the user sees, the CLI is not started without its tools."""
     output = tmp_path / "malamar_output_ab12.json"
-    (tmp_path / "malamar_output_ab12_mcp.json").mkdir()
+    in_the_way = data_subdir(RUN_CONFIG_DIR) / "malamar_output_ab12_mcp.json"
+    in_the_way.mkdir()
     server = mcp_server_for(SimpleNamespace(id="w1", mcp_tools_enabled=True))
     run = execute(
         cli_type="claude",
@@ -228,6 +232,7 @@ def test_an_mcp_configuration_that_cannot_be_written_is_a_run_error(tmp_path):
         cli_conf={"binary_path": str(FAKES_BIN / "claude")},
         mcp=server,
     )
+    in_the_way.rmdir()
     assert run.error.startswith("CLI could not be started: the MCP configuration: ")
     assert run.result is None  # never started
 
@@ -275,7 +280,7 @@ def test_deeply_nested_stdout_and_stderr_are_read_as_text(tmp_path):
     claude_ok = json.dumps({"type": "result", "is_error": False, "structured_output": {"a": 1}})
     assert CLIS["claude"].read_stdout(claude_ok + "\n" + deep).structured == {"a": 1}
     execution = interpret("claude", result(exit_code=1, stdout=deep, stderr=deep), tmp_path / "x")
-    assert execution.error.startswith("CLI exited with code 1. ")
+    assert execution.error.endswith("]} (CLI exited with code 1)")
     assert stderr_message('{"error": ' + nested(100_000) + "}").startswith('{"error": [[[')
 
 

@@ -17,7 +17,11 @@ def test_defaults(db):
     values = settings_get()
     assert values["notify_on_error"] is True
     assert set(values["cli_settings"]) == {"claude", "gemini", "codex", "opencode"}
-    assert values["cli_settings"]["codex"] == {"binary_path": "", "env": {}}
+    assert values["cli_settings"]["codex"] == {
+        "binary_path": "",
+        "env": {},
+        "health_timeout_seconds": 90,
+    }
 
 
 def test_secrets_are_masked_in_public_view(db):

@@ -267,6 +267,12 @@ def broken_variants(document):
         "The fallback CLI must differ",
     )
     yield (
+        "a chat participant on a CLI Malamar does not know (the chat then failed with "
+        "'internal error (KeyError: bogus)')",
+        edit(lambda d: d["chats"][0]["participants"][0].update(cli_type="bogus")),
+        "cli_type must be one of claude, gemini, codex, opencode or null",
+    )
+    yield (
         "bad base64 in an attachment",
         edit(
             lambda d: (

@@ -55,8 +55,7 @@ class WorkerThread:
             threads = list(worker.chat_threads)
             for runners in worker.workspaces.values():
                 threads += list(runners)
-        if worker.health.thread is not None:
-            threads.append(worker.health.thread)
+        threads += list(worker.health.started)  # both lanes of health checks
         if worker.beats is not None:
             threads.append(worker.beats)
         for thread in threads:

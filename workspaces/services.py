@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agents.cli_fields import agent_cli_fields_clean
+from agents.cli_fields import agent_cli_fields_clean, clean_override_cli
 from agents.models import Agent
 from chats.attachments import (
     attachment_name,
@@ -514,6 +514,13 @@ def _import_chat(workspace: Workspace, chat, ids: dict[str, str], written: list[
     )
     row.save(force_insert=True)
     ids[chat.id] = row.id
+    for participant in chat.participants:  # checked as the chat API checks an override
+        try:
+            clean_override_cli(participant.cli_type)
+        except ValidationFailed as exc:
+            raise ValidationFailed(
+                f"The file is broken: chat “{chat.title}”: {exc.message}", field="file"
+            ) from exc
     ChatParticipant.objects.bulk_create(
         _checked(
             ChatParticipant(

@@ -27,9 +27,8 @@ from runner.clis.base import (
     McpServer,
     McpSetup,
     RunOptions,
-    stderr_message,
 )
-from runner.files import read_output, remove_quietly, schema_path, write_private
+from runner.files import data_subdir, read_output, remove_quietly, schema_path, write_private
 from runner.limits import Limit
 from runner.prompts import PROMPT_TEMPLATE
 from runner.schemas import schema_json
@@ -95,14 +94,19 @@ def _mcp_server_env() -> tuple[tuple[str, str], ...]:
 
 
 def _mcp_setup(cli: Cli, server: McpServer | None, env: dict, output_path: Path) -> McpSetup:
-    """The run's MCP configuration, its files written (private, next to the output file)."""
+    """The run's MCP configuration, its files written (private, in the data directory's
+    private run-config folder, named after the run's output file)."""
     if server is None:
         return McpSetup()
-    config_path = output_path.with_name(f"{output_path.stem}_mcp.json")
+    config_path = data_subdir(RUN_CONFIG_DIR) / f"{output_path.stem}_mcp.json"
     setup = cli.mcp_setup(server, env=env, config_path=config_path)
     for path, text in setup.files:
         write_private(path, text)
     return setup
+
+
+RUN_CONFIG_DIR = "run-config"
+CLI_TEMP_DIR = "tmp"
 
 
 def cli_env(cli_type: str, conf: dict | None = None) -> dict[str, str]:
@@ -110,6 +114,20 @@ def cli_env(cli_type: str, conf: dict | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update((conf or cli_settings_for(cli_type)).get("env") or {})
     return env
+
+
+def process_env(base: dict[str, str], *, cwd: str | Path, extra=()) -> dict[str, str]:
+    """The environment of every CLI process (runs, health checks, doctor), built here only:
+    `base` (cli_env, or a custom command's), PWD = the process's working directory (OpenCode
+    works in $PWD, not in its cwd: an inherited PWD made it edit the folder Malamar was started
+    from), TMPDIR = a private folder of the data directory (not the shared system temp), and
+    `extra`: the run's MCP variables (McpSetup.env)."""
+    return {
+        **base,
+        "PWD": str(cwd),
+        "TMPDIR": str(data_subdir(CLI_TEMP_DIR)),
+        **dict(extra),
+    }
 
 
 def resolve_binary(
@@ -188,9 +206,7 @@ def _interpret(cli: Cli, result: process.ProcessResult, output_path: Path) -> Ex
         return Execution(error=f"CLI could not be started: {result.start_error}", result=result)
     reported = cli.read_stdout(result.stdout)
     if result.exit_code != 0:
-        detail = stderr_message(result.stderr, cli.stderr_noise) or reported.error or ""
-        message = f"CLI exited with code {result.exit_code}. {_trim(detail)}".strip()
-        return Execution(error=message + cli.explain(result.stderr), result=result)
+        return Execution(error=exit_message(cli, result), result=result)
     if reported.error:
         return Execution(error=f"CLI reported an error: {_trim(reported.error)}", result=result)
     if reported.structured is not None:
@@ -210,6 +226,14 @@ def _interpret(cli: Cli, result: process.ProcessResult, output_path: Path) -> Ex
         return Execution(error=f"CLI output was not valid JSON: {exc}", result=result)
 
 
+def exit_message(cli: Cli, result: process.ProcessResult) -> str:
+    """A CLI that exited non-zero, in its own words first (from its structured output where it
+    has one; start-up noise dropped), then the exit code, then a hint for a known trap."""
+    said = _trim(cli.error_message(stdout=result.stdout, stderr=result.stderr))
+    code = f"CLI exited with code {result.exit_code}"
+    return (f"{said} ({code})" if said else code) + cli.explain(result.stderr)
+
+
 def _blame_extra_args(run: Execution, options: RunOptions) -> Execution:
     """A CLI refusing one of the agent's extra arguments (an unknown option, e.g. after an
     update of the CLI) says so on stderr: name the argument and where to change it."""
@@ -225,6 +249,22 @@ def _blame_extra_args(run: Execution, options: RunOptions) -> Execution:
             )
             break
     return run
+
+
+class LimitWait:
+    """Watches a run's stderr for the CLI saying it now waits out a provider's limit silently
+    (Cli.waits_out_a_limit): the run is then stopped at the next tick and paused as a usage
+    limit instead of sitting through days of silence."""
+
+    def __init__(self, cli: Cli):
+        self.cli, self.limit = cli, None
+
+    def on_error_line(self, line: str) -> None:
+        if self.limit is None:
+            self.limit = self.cli.waits_out_a_limit(line, timezone.now())
+
+    def tick(self) -> bool:
+        return self.limit is not None
 
 
 def execute(
@@ -259,7 +299,7 @@ def execute(
         setup = _mcp_setup(cli, mcp, env, output_path)
     except OSError as exc:
         return Execution(error=f"CLI could not be started: the MCP configuration: {exc}")
-    env = {**env, **dict(setup.env)}
+    env = process_env(env, cwd=cwd, extra=setup.env)
     invocation = Invocation(
         binary=binary,
         prompt=PROMPT_TEMPLATE.format(path=input_path),
@@ -273,20 +313,25 @@ def execute(
         mcp_args=setup.args,
     )
     command = cli.command(invocation)
+    waiting = LimitWait(cli)
     try:
-        hooks = {}
+        hooks = {"on_error_line": waiting.on_error_line, "on_tick": waiting.tick}
         if recorder is not None:
             recorder.use_working_directory(cwd)
             hooks = {
                 "on_line": recorder.on_line,
                 "on_output": recorder.on_output,
-                "on_tick": recorder.tick,
+                "on_error_line": waiting.on_error_line,
+                "on_tick": lambda: waiting.tick() or recorder.tick(),
             }
         result = process.run(
             command, cwd=str(cwd), env=env, stop=stop, on_started=on_started, **hooks
         )
         if result.stopped:
             return Execution(stopped=True, result=result)
+        if waiting.limit is not None:  # stopped: it would have waited out the limit silently
+            message = f"CLI stopped: {waiting.limit.message}"
+            return Execution(error=message, result=result, limit=waiting.limit)
         if result.stalled:
             minutes = recorder.stall_kill_seconds / 60
             message = f"CLI produced no output for {minutes:g} minutes and was stopped"

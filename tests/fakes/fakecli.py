@@ -1933,6 +1933,13 @@ class OpenCode(FakeCli):
             raise unsupported(self.name, "interactive mode (-i)")
         return inv
 
+    def check_traps(self, inv: Invocation) -> None:
+        # opencode 1.18.33 `run` works in $PWD, not in its process's working directory
+        # (run.ts: `root = Filesystem.resolve(process.env.PWD ?? process.cwd())`).
+        pwd = os.environ.get("PWD")
+        if pwd and Path(pwd).is_dir():
+            os.chdir(pwd)
+
     def read_prompt(self, inv: Invocation) -> None:
         # Like opencode: an argument with a space reaches the model wrapped in quotes.
         words = inv.parsed.positionals
@@ -1953,6 +1960,16 @@ CLIS: dict[str, type[FakeCli]] = {cli.name: cli for cli in (Claude, Gemini, Code
 # --------------------------------------------------------------------------------------------
 
 
+# Variables whose value a test checks (the environment Malamar builds for every CLI).
+LOGGED_ENV = (
+    "IS_SANDBOX",
+    "PWD",
+    "TMPDIR",
+    "MCP_CONNECTION_NONBLOCKING",
+    "GEMINI_CLI_SYSTEM_SETTINGS_PATH",
+)
+
+
 def log_invocation(cli: str, argv: list[str], inv: Invocation | None) -> None:
     path = os.environ.get("MALAMAR_FAKE_LOG")
     if not path:
@@ -1968,7 +1985,7 @@ def log_invocation(cli: str, argv: list[str], inv: Invocation | None) -> None:
         "env": {
             k: v
             for k, v in os.environ.items()
-            if k.startswith(("MALAMAR_TEST_", "FAKE_")) or k == "IS_SANDBOX"
+            if k.startswith(("MALAMAR_TEST_", "FAKE_")) or k in LOGGED_ENV
         },
         "pid": os.getpid(),
         "pgid": os.getpgid(0),

@@ -47,7 +47,7 @@ def run(argv, cwd, *, env=None, stdin=None, timeout=30):
     return subprocess.run(
         argv,
         cwd=cwd,
-        env=fake_env(**(env or {})),
+        env=fake_env(**{"PWD": str(cwd), **(env or {})}),  # as a shell starts it
         input=stdin,
         stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
@@ -175,7 +175,7 @@ class Box:
         unless `popen` says otherwise)."""
         pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         options = {"stdin": subprocess.DEVNULL, **pipes, "text": True} | popen
-        return subprocess.Popen(argv, cwd=self.work, env=fake_env(), **options)
+        return subprocess.Popen(argv, cwd=self.work, env=fake_env(PWD=str(self.work)), **options)
 
     def result(self, cli: str, proc: subprocess.CompletedProcess) -> object:
         """What Malamar reads: claude's structured_output, else the output file (parsed when
@@ -732,6 +732,8 @@ def test_log_records_each_start(box, tmp_path):
     assert claude["argv"] == box.argv("claude")[1:]
     assert claude["cwd"] == str(box.work)
     assert claude["stdin"] is None
+    assert claude["env"].pop("PWD") == str(box.work)
+    claude["env"].pop("TMPDIR", None)  # inherited, when the test process has one
     assert claude["env"] == {"MALAMAR_TEST_ID": "42", "FAKE_X": "y", "IS_SANDBOX": "1"}
     assert claude["input_path"] == str(box.input)
     assert (claude["pgid"], claude["sid"]) == (os.getpgid(0), os.getsid(0))  # not detached
