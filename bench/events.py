@@ -18,8 +18,9 @@ process, and prints p50/p95/max latency per server. Target: p95 <= 100 ms.
         tasks (25 workspaces of 3 agents; bench/fakecli.c as `codex`, each run sleeping 1-2 s).
         An SSE client on each server; the latency of an event is the time from its outbox row
         (written in the transaction of the change) to its arrival on the stream, for every
-        event of the batch. Prints p50/p95/max per server, the events that never arrived, and
-        the machine's load.
+        event of the batch. Prints p50/p95/max per server, the events that never arrived, the
+        machine's load, and where the time went: the change's commit (PostgreSQL's commit
+        timestamps), the relay storing it, the CPU the servers and workers used.
 """
 
 import argparse
@@ -147,7 +148,7 @@ def scale(args) -> None:
     root = Path(tempfile.mkdtemp(prefix="malamar-bench-events-"))
     os.chmod(root, 0o755)
     bin_dir = compile_fake_cli(root / "bin").parent
-    pg, redis = Postgres().start(), Redis().start()
+    pg, redis = Postgres("track_commit_timestamp=on").start(), Redis().start()
     databases = Databases(pg.url())
     url = databases.create("bench_events", template=databases.migrated_template(root))
     cluster = Cluster(
@@ -170,12 +171,12 @@ def scale(args) -> None:
             interval=0.5,
         )
         load_after, used = load(), cpu.used()
-        created = {
-            row_id: parse_time(at)
-            for row_id, at in cluster.sql(
-                "SELECT id, created_at FROM event_outbox WHERE id > %s", first
-            )
-        }
+        rows = cluster.sql(
+            "SELECT id, created_at, pg_xact_commit_timestamp(xmin) FROM event_outbox WHERE id > %s",
+            first,
+        )
+        created = {row_id: parse_time(at) for row_id, at, _ in rows}
+        committed = {row_id: parse_time(at) for row_id, _, at in rows}
 
         def arrived(client) -> dict[int, float]:
             return {
@@ -199,11 +200,15 @@ def scale(args) -> None:
         )
         print("CPU seconds during the batch: " + ", ".join(f"{k} {v:.1f}" for k, v in used.items()))
         stored = stored_at(cluster, created)
-        relayed = [(stored[i] - created[i]) * 1000 for i in stored]
-        print(
-            f"relay: change → stored p50 {statistics.median(relayed):.0f} ms,"
-            f" p95 {percentile(relayed, 95):.0f} ms, max {max(relayed):.0f} ms"
-        )
+        spans = {
+            "change → commit (the worker)": [committed[i] - created[i] for i in created],
+            "commit → stored (the relay)": [stored[i] - committed[i] for i in stored],
+        }
+        for name, seconds in spans.items():
+            print(
+                f"{name}: p50 {statistics.median(seconds) * 1000:.0f} ms,"
+                f" p95 {percentile(seconds, 95) * 1000:.0f} ms, max {max(seconds) * 1000:.0f} ms"
+            )
         for number, client in enumerate(clients):
             got = arrived(client)
             latencies = [(at - created[outbox_id]) * 1000 for outbox_id, at in got.items()]
