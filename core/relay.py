@@ -41,6 +41,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django_eventstream.event import Event
 from django_eventstream.models import Event as StoredEvent
@@ -58,6 +59,7 @@ ADVISORY_LOCK_KEY = 0x6D616C616D6172  # "malamar": one relay per PostgreSQL data
 LOCK_RETRY_SECONDS = 1.0
 NOTIFY_CHANNEL = "malamar_events"  # an outbox insert notifies it on commit (core migration 0003)
 FALLBACK_POLL_SECONDS = 1.0  # PostgreSQL: a poll between notifications, for expiring gaps
+TRIM_SECONDS = 60.0  # stored events older than django-eventstream's day go this often
 
 _started = False
 _start_lock = threading.Lock()
@@ -141,7 +143,6 @@ def store_events(rows: list[OutboxEvent]) -> list[Event]:
         StoredEvent.objects.bulk_create(stored)
         counter.value = events[-1].id
         counter.save(update_fields=["value", "updated"])
-    get_storage().trim_event_log()  # what `append_event` does after each event
     return events
 
 
@@ -165,6 +166,7 @@ class Relay:
         self.gap_seconds = settings.EVENT_RELAY_GAP_SECONDS if gap_seconds is None else gap_seconds
         self.clock = clock
         self.gaps: dict[int, float] = {}  # outbox id → when to stop waiting for it (in order)
+        self.next_trim = 0.0
 
     def start(self) -> None:
         self.cursor = max(_read_cursor(), _newest_relayed_outbox_id())
@@ -205,25 +207,33 @@ class Relay:
                 break  # added in deadline order
             del self.gaps[outbox_id]
 
-    def step(self) -> int:
-        """Relay the rows committed since the last step; returns how many were sent."""
+    def step(self, *, notified: bool = False) -> int:
+        """Relay the rows committed since the last step; returns how many were sent. `notified`:
+        an insert committed (PostgreSQL told so), no need for the cheap look first."""
         self._expire_gaps()
-        if not _has_new_rows(self.cursor, self.gaps):
+        if not notified and not _has_new_rows(self.cursor, self.gaps):
             return 0
-        late = list(OutboxEvent.objects.filter(id__in=list(self.gaps)).order_by("id"))
-        rows = list(OutboxEvent.objects.filter(id__gt=self.cursor).order_by("id")[:BATCH])
-        if not late and not rows:
+        wanted = Q(id__gt=self.cursor) | Q(id__in=list(self.gaps))
+        rows = list(OutboxEvent.objects.filter(wanted).order_by("id")[:BATCH])
+        if not rows:
             return 0
-        events = store_events(late + rows)
-        for row in late:
-            del self.gaps[row.id]
+        events = store_events(rows)
         for row in rows:
+            if self.gaps.pop(row.id, None) is not None:
+                continue  # late: a lower id committed after the cursor passed it
             for skipped in range(max(self.cursor + 1, row.id - MAX_GAPS), row.id):
                 self._add_gap(skipped)
             self.cursor = row.id
         self.save()
         _deliver(events)
+        self._trim()
         return len(events)
+
+    def _trim(self) -> None:
+        """What django-eventstream's `append_event` does after each event, once a minute."""
+        if self.clock() >= self.next_trim:
+            get_storage().trim_event_log()
+            self.next_trim = self.clock() + TRIM_SECONDS
 
 
 class FileLock:
@@ -275,7 +285,8 @@ class AdvisoryLock:
         return True
 
     def wait(self, pause: float) -> bool:
-        """Until an outbox insert commits (True) or the fallback poll is due (False)."""
+        """Until an outbox insert commits (True) or the fallback poll is due (False). Takes
+        every notification already received: one step relays all of their rows."""
         woken = False
         for _ in connection.connection.notifies(timeout=self.fallback_poll, stop_after=1):
             woken = True
@@ -297,6 +308,7 @@ def _run() -> None:
     lock = relay_lock()
     relay = None
     pause = settings.EVENT_RELAY_POLL_SECONDS
+    notified = False
     while True:
         try:
             if not lock.held():
@@ -309,8 +321,8 @@ def _run() -> None:
                 log.info("Event relay started in this process")
                 relay = _current["relay"] = Relay()
                 relay.start()
-            if not relay.step():
-                lock.wait(pause)
+            # After a batch more may have come: the cheap look says. Idle: wait to be told.
+            notified = False if relay.step(notified=notified) else lock.wait(pause)
         except Exception:
             log.exception("Event relay step failed; retrying")
             if relay is not None:

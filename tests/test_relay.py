@@ -6,11 +6,13 @@ streams once each, in id order (core.fanout)."""
 import json
 import threading
 from contextlib import contextmanager
+from datetime import timedelta
 
 import django_eventstream
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from django_eventstream.event import Event
 from django_eventstream.models import Event as StoredEvent
 from django_eventstream.views import get_listener_manager
@@ -18,7 +20,7 @@ from django_eventstream.views import get_listener_manager
 from core import events, fanout, relay
 from core.fanout import Listener
 from core.models import OutboxEvent
-from core.relay import AdvisoryLock, Relay, stored_outbox_id
+from core.relay import TRIM_SECONDS, AdvisoryLock, Relay, stored_outbox_id
 
 on_postgres = pytest.mark.skipif(
     "connection.vendor != 'postgresql'",
@@ -113,6 +115,29 @@ def test_a_batch_costs_the_same_statements_whatever_its_size(db, sent):
     statements_for(1)  # the first batch creates the channel's counter
     assert statements_for(2) == statements_for(40)
     assert len(sent()) == 1 + 2 + 40
+
+
+def test_the_relay_trims_day_old_stored_events_once_a_minute(db, sent):
+    clock = Clock()
+    relay = _relay_from(events.publish("task.updated", {}).id, clock=clock)
+    day_old = timezone.now() - timedelta(days=2)
+
+    def old_event() -> int:
+        event = StoredEvent.objects.create(channel="malamar", type="x", data="{}", eid=10**9)
+        StoredEvent.objects.filter(id=event.id).update(created=day_old)
+        return event.id
+
+    first = old_event()
+    assert relay.step() == 1
+    assert not StoredEvent.objects.filter(id=first).exists()
+    second = old_event()
+    events.publish("task.updated", {})
+    assert relay.step() == 1
+    assert StoredEvent.objects.filter(id=second).exists()  # not yet: once a minute
+    clock.now += TRIM_SECONDS
+    events.publish("task.updated", {})
+    assert relay.step() == 1
+    assert not StoredEvent.objects.filter(id=second).exists()
 
 
 class StreamStandIn:
@@ -258,6 +283,11 @@ def test_postgres_relay_sleeps_until_an_outbox_insert_commits():
         assert lock.wait(0) is False  # not committed: no notification yet
     lock.fallback_poll = 10
     assert lock.wait(0) is True
+    for n in range(3):  # three commits: one wake-up, one step relays their rows
+        events.publish("task.updated", {"n": n})
+    assert lock.wait(0) is True
+    lock.fallback_poll = 0.2
+    assert lock.wait(0) is False
     lock.release()
 
 
