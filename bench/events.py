@@ -204,6 +204,9 @@ def scale(args) -> None:
             "change → commit (the worker)": [committed[i] - created[i] for i in created],
             "commit → stored (the relay)": [stored[i] - committed[i] for i in stored],
         }
+        for number, client in enumerate(clients):
+            got = arrived(client)
+            spans[f"stored → stream {number}"] = [got[i] - stored[i] for i in got if i in stored]
         for name, seconds in spans.items():
             print(
                 f"{name}: p50 {statistics.median(seconds) * 1000:.0f} ms,"
