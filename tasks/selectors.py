@@ -212,9 +212,9 @@ def with_change_totals(tasks):
 
 
 def _card_queryset():
-    return with_change_totals(
-        with_waiting_cli(with_error_state(Task.objects.with_counts().by_recent_update()))
-    )
+    """What a card shows (a card never shows the description: agents' can be long)."""
+    tasks = Task.objects.defer("description").with_counts().by_recent_update()
+    return with_change_totals(with_waiting_cli(with_error_state(tasks)))
 
 
 def with_waiting_cli(queryset):
