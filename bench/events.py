@@ -221,6 +221,11 @@ def scale(args) -> None:
                 f" p95 {percentile(latencies, 95):.0f} ms (target <= 1000 ms),"
                 f" max {max(latencies):.0f} ms, never arrived {len(created) - len(got)}"
             )
+        failures = sum(
+            server.log.read_text(errors="replace").count("the channel layer failed")
+            for server in cluster.servers
+        )
+        print(f"channel-layer failures the servers logged (Redis stayed up): {failures}")
     finally:
         cluster.stop()
         redis.stop()
