@@ -8,7 +8,8 @@
  * A task run writes $BENCH_FAKE_OUTPUT (default: one skip action) to the output file.
  * Standard input is drained to EOF, as the real Codex does.
  * $BENCH_FAKE_SLEEP_MS (task runs only) sleeps that long before answering: a CPU-light stand-in
- * for a model that takes time (bench/scale.py).
+ * for a model that takes time (bench/scale.py); "MIN-MAX" sleeps a random time in that range
+ * (bench/events.py --scale).
  *
  * Its own lifetime goes to $BENCH_CLI_LOG, one line per run, appended in a single write:
  *   KIND START END PID PROMPT
@@ -51,7 +52,13 @@ static void write_all(int fd, const char *text, size_t size) {
 }
 
 static void sleep_ms(const char *text) {
-    long ms = text ? strtol(text, NULL, 10) : 0;
+    char *rest = NULL;
+    long ms = text ? strtol(text, &rest, 10) : 0;
+    if (rest && *rest == '-') {
+        long most = strtol(rest + 1, NULL, 10);
+        srand((unsigned)(getpid() ^ (unsigned)(now() * 1e6)));
+        if (most > ms) ms += rand() % (most - ms + 1);
+    }
     if (ms <= 0) return;
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {

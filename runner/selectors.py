@@ -2,7 +2,6 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import redis
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -326,6 +325,8 @@ def redis_status(url: str) -> dict:
     parts = urlsplit(url)
     where = f"{parts.hostname or parts.path}{f':{parts.port}' if parts.port else ''}"
     status = {"where": where, "version": "", "error": ""}
+    import redis  # ~18 MB imported: only `malamar doctor` with REDIS_URL asks
+
     try:
         client = redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3)
         client.ping()

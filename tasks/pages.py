@@ -59,7 +59,8 @@ def task_tab_context(request, workspace) -> dict:
     and the task popup to open on load when the URL names one (`?task=<id>`)."""
     context = {
         **board_context(workspace, show_all=show_all_from(request)),
-        "create_form": create_form(workspace),
+        # Its "Waits for" list (up to 500 tasks) loads when the dialog opens: task_create_blockers.
+        "create_form": TaskForm(auto_id=CREATE_ID),
         "delete_done_form": DeleteDoneForm(workspace=workspace, auto_id=DONE_ID),
     }
     task_id = request.GET.get("task", "").strip()

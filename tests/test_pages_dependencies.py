@@ -16,11 +16,13 @@ def board(client, workspace) -> str:
 
 
 def test_new_task_dialog_offers_tasks_to_wait_for(client, workspace):
-    assert 'name="blocked_by"' not in board(client, workspace)  # nothing to wait for yet
+    url = f"/workspaces/{workspace.id}/tasks/new/blockers/"  # loaded when the dialog opens
+    assert 'name="blocked_by"' not in html(hx(client, "get", url))  # nothing to wait for yet
     plan = services.task_create(workspace=workspace, summary="Plan")
-    page = board(client, workspace)
-    options = elements(page, "option", value=plan.id)
-    assert options and 'name="blocked_by"' in page
+    assert 'name="blocked_by"' not in board(client, workspace)  # not on every board load
+    dialog = html(hx(client, "get", url))
+    options = elements(dialog, "option", value=plan.id)
+    assert options and 'name="blocked_by"' in dialog
     response = hx(
         client,
         "post",

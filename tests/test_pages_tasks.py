@@ -11,7 +11,7 @@ from django.utils import timezone
 from agents.services import agent_delete
 from core.actors import SYSTEM, USER, agent_actor
 from runner.models import AgentRun
-from tasks import services
+from tasks import selectors, services
 from tasks.models import Task, TaskLog, TaskQueueItem
 from tests.htmltree import parse
 from tests.pages import elements, field_error_is_tied, html, hx, triggers
@@ -168,6 +168,36 @@ def test_board_query_count_does_not_grow_with_tasks(client):
     with CaptureQueriesContext(connection) as many:
         client.get(board_url(large))
     assert len(few) == len(many)
+
+
+def test_the_board_reads_every_column_in_four_queries(workspace, monkeypatch):
+    """Counts, the cards of all columns (each its most recently updated first, or all of it
+    when shown whole), their blockers, the running runs: four queries for any board."""
+    monkeypatch.setattr(selectors, "COLUMN_LIMIT", 3)
+    made = {status: [] for status in ("todo", "in_progress", "in_review", "done")}
+    for n in range(20):
+        for status, tasks in made.items():
+            tasks.insert(0, make_task(workspace, f"{status} {n}", status, minutes_ago=100 - n))
+    services.task_blockers_set(task=made["todo"][0], blocker_ids=[made["done"][0].id], actor=USER)
+    start_run(made["in_progress"][1])
+
+    def summaries(column) -> list[str]:
+        return [task.summary for task in column.tasks]
+
+    with CaptureQueriesContext(connection) as queries:
+        board = selectors.board(workspace, show_all=("done",))
+    assert len(queries) == 4
+    columns = {column.status: column for column in board["columns"]}
+    for status, tasks in made.items():
+        shown = tasks if status == "done" else tasks[:3]
+        assert summaries(columns[status]) == [task.summary for task in shown]
+        assert columns[status].total == 20
+        assert columns[status].show_all == (status == "done")
+    assert columns["todo"].tasks[0].blocked_by == [made["done"][0].id]
+    assert columns["in_progress"].tasks[1].current_run.current_action == "Reading files"
+    with CaptureQueriesContext(connection) as queries:
+        column = selectors.board_column(workspace, "in_review")
+    assert len(queries) == 4 and summaries(column) == [t.summary for t in made["in_review"][:3]]
 
 
 def test_usage_in_board_header(client, workspace):
