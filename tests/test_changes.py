@@ -26,6 +26,7 @@ from runner.worker import jobs
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import TaskQueueItem, TaskStatus
 from tasks.services import comment_create, task_create, task_delete, task_status_set
+from tests.live import wait_until
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
 
@@ -343,6 +344,35 @@ def test_cleanup_keeps_the_trees_of_runs_and_prunes_those_of_deleted_tasks(tmp_p
     assert by_path(changes_reads.task_changes(kept).files) == {
         "kept.txt": ("added", False, 1, 0, "kept.txt")
     }
+
+
+def test_a_cleanup_while_a_run_works_keeps_the_tree_it_started_from(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    (repo / "draft.txt").write_text("only in the snapshot store\n")
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    agent_create(workspace=workspace, name="Builder", instruction="Work.", cli_type="claude")
+    task = task_create(workspace=workspace, summary="Slow", description="@fake hold 60 skip")
+    item = TaskQueueItem.objects.queued().get(task=task)
+    assert TaskQueueItem.objects.claim(item.id)
+    worker = threading.Thread(
+        target=TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run
+    )
+    worker.start()
+    try:
+        wait_until(lambda: task.runs.exists(), timeout=60, what="the run to start")
+        before = task.runs.get().tree_before  # in the run's row from its start
+        store = snapshots.store_path(task.runs.get().snapshot_store)
+        (repo / "draft.txt").write_text("changed meanwhile\n")
+        snapshots.take(repo)  # another snapshot of the folder: the store's index moves on
+        prune_now()
+        assert has_object(store, before)
+    finally:
+        (repo / "release").touch()
+        worker.join()
+    run = task.runs.get()
+    assert run.tree_before == before and run.files_changed == 1
 
 
 def test_cleanup_drops_the_refs_older_versions_kept_per_run(tmp_path):
