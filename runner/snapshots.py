@@ -220,6 +220,8 @@ def take(cwd: str | Path) -> Snapshot:
         repository = _repository(cwd)
         root = repository.top if repository else cwd
         branch = _branch(repository) if repository else ""
+        if not root.is_dir():  # an agent may remove its own folder
+            raise SnapshotError(f"the working directory {root} no longer exists")
         name = store_name(root)
         store = store_path(name)
         excludes = _excludes(repository)

@@ -167,6 +167,15 @@ def test_what_git_cannot_add_is_left_out_not_a_failure(tmp_path, monkeypatch):
     assert listed(snapshots.take(folder)) == ["a.txt"]
 
 
+def test_a_folder_that_is_gone_is_a_readable_error(tmp_path):
+    folder = tmp_path / "task"
+    folder.mkdir()
+    snapshots.take(folder)
+    folder.rmdir()  # the agent removed its own folder
+    with pytest.raises(snapshots.SnapshotError, match="no longer exists"):
+        snapshots.take(folder)
+
+
 # --- a folder that did not change (issue 28) ----------------------------------------------------
 
 
