@@ -10,7 +10,9 @@
 """
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -20,7 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ["MALAMAR_DATA_DIR"] = tempfile.mkdtemp(prefix="malamar-bench-")
+SCRATCH = Path(tempfile.mkdtemp(prefix="malamar-bench-changes-"))  # removed at exit
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
+os.environ["MALAMAR_DATA_DIR"] = str(SCRATCH / "data")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "malamar_site.settings")
 
 import django  # noqa: E402
@@ -58,7 +62,7 @@ def ms(seconds: float) -> str:
 
 
 def bench_snapshots(files: int, rounds: int) -> None:
-    repo = Path(tempfile.mkdtemp(prefix="malamar-bench-repo-")) / "repo"
+    repo = SCRATCH / "repo"
     started = time.monotonic()
     make_repository(repo, files)
     print(f"repository: {files} files, made in {time.monotonic() - started:.1f} s")
@@ -90,7 +94,7 @@ def edit(repo: Path, modules: list[int], n: int, new: str = "") -> None:
 
 def task_with_changes(workspace, files: int, lines_per_file: int, seed: int):
     """A task whose one run changed `files` files, `files * lines_per_file` lines in all."""
-    folder = Path(tempfile.mkdtemp(prefix="malamar-bench-tab-"))
+    folder = Path(tempfile.mkdtemp(prefix="tab-", dir=SCRATCH))
     for n in range(files):
         (folder / f"src{n % 10}").mkdir(exist_ok=True)
         (folder / f"src{n % 10}" / f"file_{n}.py").write_text("x = 0\n" * 40)
