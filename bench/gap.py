@@ -15,9 +15,11 @@ fake CLI in C (bench/fakecli.c) timestamping its own start and exit. Each case i
   repository, each agent edits a file       every run appends a line to one of its files
 
 Printed per case: the gap p50/p90 (CLI k exit -> CLI k+1 start, within a pass), and per agent
-step the git processes the worker started and its SQL statements (BEGIN/COMMIT not counted,
-the idle rate subtracted as bench/runner.py does). `--rounds N` runs the cases N times in
-turn (a fresh server and worker each round) and prints the median of the rounds' p50s.
+step the git processes the worker started, its SQL statements (BEGIN/COMMIT not counted, the
+idle rate subtracted as bench/runner.py does) and its CPU time with its children's (git and
+the fake CLI; the idle rate subtracted too): less sensitive than the gap to a busy machine.
+`--rounds N` runs the cases N times in turn (a fresh server and worker each round) and prints
+the median of the rounds' p50s.
 """
 
 import argparse
@@ -58,6 +60,7 @@ class Case:
     gaps: list[float] = field(default_factory=list)
     git_per_step: float = 0.0
     statements_per_step: float = 0.0
+    cpu_per_step_ms: float = 0.0
 
 
 def make_repository(root: Path, files: int) -> Path:
@@ -93,17 +96,25 @@ def counts(stack: Stack) -> tuple[float, dict, dict]:
     return elapsed, by_kind, json.loads(stack.counts_file.read_text()).get("processes", {})
 
 
+def cpu_seconds(stack: Stack) -> float:
+    """The worker's CPU time with that of its children (git, the fake CLI) once reaped."""
+    times = stack.processes()["worker"].cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 def run_case(stack: Stack, case: Case, workspace_id: str, passes: int) -> None:
     stack.wait_in_review(stack.task(workspace_id, "warm-up"))
-    _idle_cpu, idle_per_s = idle_rates(stack, seconds=1.0)
-    before = counts(stack)
+    idle_cpu, idle_per_s = idle_rates(stack, seconds=1.0)
+    before, cpu_before, started = counts(stack), cpu_seconds(stack), time.monotonic()
     task_ids = []
     for n in range(passes):
         task_id = stack.task(workspace_id, f"pass {n}")
         stack.wait_in_review(task_id)
         task_ids.append(task_id)
-    after = counts(stack)
+    after, cpu_after = counts(stack), cpu_seconds(stack)
     steps = passes * AGENTS_PER_WORKSPACE
+    busy = cpu_after - cpu_before - idle_cpu * (time.monotonic() - started)
+    case.cpu_per_step_ms = busy / steps * 1000
     net = net_counts(before[:2], after[:2], idle_per_s)
     case.statements_per_step = statements(net) / steps
     case.git_per_step = (after[2].get("git", 0) - before[2].get("git", 0)) / steps
@@ -157,7 +168,8 @@ def main() -> None:
             print(
                 f"  {case.name:<52} gap p50 {statistics.median(case.gaps):6.2f} ms  "
                 f"p90 {percentile(case.gaps, 90):6.2f} ms  (n={len(case.gaps)})  "
-                f"git/step {case.git_per_step:4.1f}  SQL/step {case.statements_per_step:5.1f}"
+                f"git/step {case.git_per_step:4.1f}  SQL/step {case.statements_per_step:5.1f}  "
+                f"CPU/step {case.cpu_per_step_ms:5.1f} ms"
             )
         time.sleep(1)
     if args.rounds > 1:
