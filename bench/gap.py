@@ -167,7 +167,8 @@ def main() -> None:
         for case in cases:
             print(
                 f"  {case.name:<52} gap p50 {statistics.median(case.gaps):6.2f} ms  "
-                f"p90 {percentile(case.gaps, 90):6.2f} ms  (n={len(case.gaps)})  "
+                f"p90 {percentile(case.gaps, 90):6.2f} ms  (min {min(case.gaps):5.2f}, "
+                f"n={len(case.gaps)})  "
                 f"git/step {case.git_per_step:4.1f}  SQL/step {case.statements_per_step:5.1f}  "
                 f"CPU/step {case.cpu_per_step_ms:5.1f} ms"
             )
