@@ -231,6 +231,17 @@ def task_first_tree(task_id: str, store: str) -> str | None:
     return runs.order_by("started_at").values_list("tree_before", flat=True).first()
 
 
+def snapshot_trees_by_store() -> dict[str, set[str]]:
+    """Every tree a run refers to, by snapshot store: what the snapshot cleanup keeps."""
+    trees: dict[str, set[str]] = {}
+    rows = AgentRun.objects.exclude(snapshot_store="").values_list(
+        "snapshot_store", "tree_before", "tree_after"
+    )
+    for store, before, after in rows.iterator(chunk_size=2000):
+        trees.setdefault(store, set()).update(tree for tree in (before, after) if tree)
+    return trees
+
+
 def usage_totals(runs) -> dict:
     """Sum of tokens and cost over an AgentRun queryset (None where no run reported any)."""
     totals = runs.aggregate(

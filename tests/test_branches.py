@@ -247,6 +247,30 @@ def test_a_second_pass_continues_on_the_same_branch(repo):
     assert len(git_text("log", "--format=%H", f"main..{first}", cwd=repo).splitlines()) == 2
 
 
+@pass_db
+def test_a_repository_an_agent_makes_in_the_worktree_is_committed_as_its_files(repo):
+    # `git init newapp` (no commit yet), then a file: `git add -A` alone refuses the folder
+    # ("does not have a commit checked out") and every run of the task failed on it.
+    git_init = (
+        "write newapp/.git/HEAD ref:\\srefs/heads/main\\n write newapp/.git/objects/.keep x"
+        " write newapp/.git/refs/.keep x"
+    )
+    workspace = isolated(
+        repo,
+        agents=[
+            ("Builder", f"@fake {git_init} write newapp/src/main.rs fn\\smain(){{}}"),
+            ("Fixer", "@fake append newapp/src/main.rs //ok"),
+        ],
+    )
+    task = run_pass(task_create(workspace=workspace, summary="New app"))
+    assert task.status == TaskStatus.IN_REVIEW, system_comments(task)
+    assert "newapp/src/main.rs" in branch_files(repo, task.branch_name)
+    assert git_text("show", f"{task.branch_name}:newapp/src/main.rs", cwd=repo) == (
+        "fn main(){}//ok"
+    )
+    assert [m["agent_name"] for m in log_of(task, "branch_committed")] == ["Builder", "Fixer"]
+
+
 # --- setup command ---------------------------------------------------------------------------
 
 
