@@ -28,7 +28,7 @@ from django.db import connection  # noqa: E402
 
 from runner.clis.base import Command  # noqa: E402
 from runner.recorder import RunRecorder  # noqa: E402
-from runner.worker import process  # noqa: E402
+from worker import process  # noqa: E402
 from workspaces.services import workspace_create  # noqa: E402
 
 SAMPLE = ROOT.parent / "shared" / "cli-samples" / "codex_exec_json_cmd.jsonl"

@@ -15,14 +15,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("core", "malamar_site", "workspaces", "agents", "tasks", "chats", "runner")
-PACKAGES += ("notifications",)
+PACKAGES += ("notifications", "worker")
 APPS = ("workspaces", "agents", "tasks", "chats", "runner", "notifications")
-WORKER = "runner.worker"
+WORKER = "worker"
 # The only modules that may import the worker package (DESIGN.md: the `malamar` command, whose
 # server process runs the worker as a thread, and the worker's and doctor's commands).
 WORKER_IMPORTERS = (
-    "runner.management.commands.runworker",
-    "runner.management.commands.doctor",
+    "worker.management.commands.runworker",
+    "worker.management.commands.doctor",
     "malamar_site.cli",
     "malamar_site.server_process",
 )
@@ -55,8 +55,8 @@ def _targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
             package = package[:-1]
         package = package[: len(package) - (node.level - 1)]
         base = ".".join([*package, base] if base else package)
-    # `from runner import worker` imports the module runner.worker; `from runner.models import
-    # Run` imports runner.models.
+    # `from worker import process` imports the module worker.process; `from runner.models
+    # import Run` imports runner.models.
     submodules = [f"{base}.{a.name}" for a in node.names if _is_module(f"{base}.{a.name}")]
     return submodules or [base]
 

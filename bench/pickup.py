@@ -80,8 +80,8 @@ def main() -> None:
     args = parser.parse_args()
     setup_django(Path(tempfile.mkdtemp(prefix="malamar-bench-pickup-")))
 
-    from runner.worker import pickup
     from tasks.models import TaskQueueItem
+    from worker import pickup
 
     ids = seed(args.workspaces, args.tasks)
     print(f"{args.workspaces} workspaces x {args.tasks} queued tasks, every second one waiting")

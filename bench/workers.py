@@ -52,10 +52,10 @@ def measure(database: str, tasks: int) -> None:
 
     call_command("migrate", verbosity=0)
     from agents.services import agent_create
-    from runner.worker import pickup
-    from runner.worker.loop import Worker
     from tasks.models import QueueStatus, TaskQueueItem
     from tasks.services import task_create
+    from worker import pickup
+    from worker.loop import Worker
     from workspaces.services import workspace_create
 
     claimed: dict[str, float] = {}

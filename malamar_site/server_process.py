@@ -40,7 +40,7 @@ class WorkerThread:
     def __init__(self):
         from django.conf import settings
 
-        from runner.worker.loop import Worker
+        from worker.loop import Worker
 
         self.worker = Worker(poll_interval=settings.CONFIG.runner_poll_interval / 1000)
         self.thread = threading.Thread(target=self._serve, name="worker")
@@ -60,7 +60,7 @@ class WorkerThread:
         self.worker.wait_stopped(self.thread)  # (not for ever: the database may hang)
 
     def _serve(self) -> None:
-        from runner.worker.loop import AlreadyRunning
+        from worker.loop import AlreadyRunning
 
         try:
             self.worker.serve_forever()

@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "chats",
     "runner",
     "notifications",
+    "worker",  # the worker's commands: runworker, doctor
 ]
 
 MIDDLEWARE = [

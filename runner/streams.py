@@ -149,7 +149,7 @@ def command_result(output: Any, exit_code: Any = None, *, failed: bool = False) 
 TASK_INPUT = re.compile(r"malamar_task_[\w-]+\.md")
 CHAT_CONTEXT = re.compile(r"malamar_chat_[\w-]+_context\.md")
 CHAT_INPUT = re.compile(r"malamar_chat_[\w-]+\.md")
-# A run's MCP configuration (runner.worker.execution._mcp_setup): next to its answer file.
+# A run's MCP configuration (worker.execution._mcp_setup): next to its answer file.
 MCP_CONFIG = re.compile(r"malamar_(?:chat_)?output_[\w-]+_mcp\.json")
 ANSWER_FILE = re.compile(r"malamar_(?:chat_)?output_[\w-]+\.json")
 SCHEMA_FILE = re.compile(r"malamar_schema_\w+\.json")

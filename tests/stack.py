@@ -23,7 +23,6 @@ import requests
 from django.db import connection
 from django.test import Client
 
-from runner.worker.loop import Worker
 from tests import databases
 from tests.live import (
     FAKES_BIN,
@@ -34,6 +33,7 @@ from tests.live import (
     process_env,
     wait_until,
 )
+from worker.loop import Worker
 
 
 def session_template(folder: Path) -> databases.Template:

@@ -20,13 +20,13 @@ from runner.clis import cli_for
 from runner.clis.base import CustomCommand, Invocation, RunOptions, TemplateError, fill
 from runner.models import AgentRun, CliHealth, CliHealthStatus
 from runner.schemas import chat_schema
-from runner.worker import health
-from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import Task, TaskQueueItem, TaskStatus
 from tasks.services import task_create
 from tests.conftest import cli_invocation, error_of
 from tests.pages import html, hx
 from tests.stack import FAKES_BIN
+from worker import health
+from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
 
 PROMPT = "Read the file at /t/in.md and follow the instruction autonomously."

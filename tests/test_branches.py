@@ -15,9 +15,6 @@ from core.actors import USER
 from core.errors import Conflict, ValidationFailed
 from runner.git import git, git_text
 from runner.models import AgentRun
-from runner.worker import jobs, pickup
-from runner.worker.loop import Worker
-from runner.worker.pipeline import TaskPass
 from tasks import branches
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import (
@@ -30,6 +27,9 @@ from tests.conftest import error_of
 from tests.gitrepo import commit, make_repo
 from tests.pages import element_text, elements, html, hx, triggers
 from tests.stack import FAKES_BIN
+from worker import jobs, pickup
+from worker.loop import Worker
+from worker.pipeline import TaskPass
 from workspaces.services import workspace_create, workspace_delete, workspace_update
 
 pass_db = pytest.mark.django_db(transaction=True)  # on_commit hooks run (worktree removal)

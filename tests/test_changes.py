@@ -22,12 +22,12 @@ from runner import diffs, snapshots
 from runner.files import temp_dir
 from runner.models import AgentRun
 from runner.selectors import snapshot_trees_by_store
-from runner.worker import jobs
-from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import TaskQueueItem, TaskStatus
 from tasks.services import comment_create, task_create, task_delete, task_status_set
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
+from worker import jobs
+from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,10 +20,10 @@ from django.utils import timezone
 
 from runner.clis import cli_for
 from runner.schemas import task_schema
-from runner.worker import execution
-from runner.worker.execution import mcp_server_for
 from tests.conftest import cli_invocation
 from tests.stack import FAKES_BIN
+from worker import execution
+from worker.execution import mcp_server_for
 
 CLIS = ("claude", "gemini", "codex", "opencode")
 NO_SETTINGS = {"binary_path": "", "env": {}, "health_timeout_seconds": 90}

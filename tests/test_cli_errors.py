@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from runner.clis import CLIS, cli_for
-from runner.worker.execution import interpret
-from runner.worker.process import ProcessResult
 from tests.test_clis import SAMPLES
+from worker.execution import interpret
+from worker.process import ProcessResult
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "errors"
 

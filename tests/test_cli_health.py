@@ -18,10 +18,10 @@ from core.settings_store import cli_settings_for, settings_update
 from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus
 from runner.selectors import cli_available, first_available_cli
 from runner.services import cli_health_check_request, cli_health_store
-from runner.worker import health, process
-from runner.worker.execution import resolve_binary
 from tests.live import wait_until
 from tests.stack import FAKES_BIN, alive
+from worker import health, process
+from worker.execution import resolve_binary
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,8 @@ import pytest
 from runner import limits
 from runner.clis import cli_for
 from runner.streams import parse_line
-from runner.worker.execution import interpret
-from runner.worker.process import ProcessResult
+from worker.execution import interpret
+from worker.process import ProcessResult
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "limits"
 NOW = datetime(2026, 11, 24, 12, tzinfo=UTC)

@@ -23,10 +23,10 @@ from runner.clis.base import (
 )
 from runner.clis.custom import Custom
 from runner.streams import parse_line
-from runner.worker import health
-from runner.worker.execution import interpret
-from runner.worker.process import ProcessResult
 from tests.conftest import cli_invocation
+from worker import health
+from worker.execution import interpret
+from worker.process import ProcessResult
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = next(

@@ -229,7 +229,7 @@ CliHealth.objects.create(
 def test_doctor_says_what_the_worker_says_with_the_configured_path_and_time_limit(
     tmp_path, template_db
 ):
-    """Doctor runs the worker's own check (runner.worker.health) and counts a CLI available by
+    """Doctor runs the worker's own check (worker.health) and counts a CLI available by
     the worker's rule: a CLI whose stored check failed is not available ("2 of 4 CLIs
     available" next to "worker's check: healthy" no more), one slow to answer is."""
     data_dir_from(template_db, tmp_path)  # migrated (the session's template)
@@ -483,7 +483,7 @@ WORKER_IMPORTS = """
 import sys, django
 django.setup()
 from django.core.management import load_command_class
-command = load_command_class("runner", "runworker")
+command = load_command_class("worker", "runworker")
 print(command.requires_system_checks)
 print(*sorted(name for name in ("twisted", "daphne", "ninja", "pydantic") if name in sys.modules))
 """

@@ -6,10 +6,10 @@ import pytest
 from core.actors import USER
 from core.errors import ValidationFailed
 from core.models import OutboxEvent
-from runner.worker import pickup
 from tasks import selectors, services
 from tasks.models import QueueStatus, Task, TaskDependency, TaskLog, TaskQueueItem, TaskStatus
 from tests.conftest import error_of
+from worker import pickup
 from workspaces.services import workspace_create
 
 

@@ -11,7 +11,7 @@ LOADS = """
 import sys
 import django
 django.setup()
-import core.relay, core.sse, malamar_site.server_process, malamar_site.urls, runner.worker.loop
+import core.relay, core.sse, malamar_site.server_process, malamar_site.urls, worker.loop
 print(" ".join(sorted({name.split(".")[0] for name in sys.modules})))
 """
 

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 from mcp import Client, StdioServerParameters
 
-from runner.worker.execution import mcp_server_for
 from tests.live import ROOT, django_script, process_env
 from tests.stack import data_dir_from
+from worker.execution import mcp_server_for
 
 pytestmark = pytest.mark.live
 

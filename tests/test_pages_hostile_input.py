@@ -93,6 +93,7 @@ def _query_names() -> set[str]:
 
 
 APPS = ("agents", "chats", "core", "malamar_site", "notifications", "runner", "tasks", "workspaces")
+APPS += ("worker",)
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = tuple(sorted(set(FIELDS) | _form_fields()))
 QUERY_NAMES = tuple(sorted({"q", "task", "chat", "tab", "all", "p"} | _query_names()))

@@ -18,12 +18,12 @@ from core.models import OutboxEvent
 from runner.files import temp_dir
 from runner.models import CliHealth, CliHealthStatus
 from runner.recorder import RunRecorder
-from runner.worker import jobs, loop
-from runner.worker.loop import Worker
-from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
 from tasks.services import task_create
 from tests.stack import FAKES_BIN
+from worker import jobs, loop
+from worker.loop import Worker
+from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
 
 AGENTS = 4

@@ -18,9 +18,7 @@ from chats.actions import execute_actions
 from chats.models import ChatMessage
 from core.actors import SYSTEM
 from malamar_site.needs_you import needs_you, needs_you_count
-from runner import prompts
 from runner.schemas import chat_schema
-from runner.worker.pipeline import TaskPass
 from tasks import services
 from tasks.mcp_server import LineComment, WorkspaceTools
 from tasks.models import Task, TaskComment, TaskQueueItem, TaskStatus
@@ -28,6 +26,8 @@ from tests.conftest import error_of
 from tests.gitrepo import make_repo
 from tests.pages import html, hx, triggers
 from tests.stack import FAKES_BIN
+from worker import prompts
+from worker.pipeline import TaskPass
 from workspaces.models import Workspace
 from workspaces.services import workspace_create
 

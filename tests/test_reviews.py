@@ -13,7 +13,6 @@ import pytest
 from agents.services import agent_create
 from runner.files import task_input_path
 from runner.git import git_text
-from runner.worker.pipeline import TaskPass
 from tasks import branches
 from tasks.models import Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.selectors import activity_entries
@@ -21,6 +20,7 @@ from tasks.services import task_create
 from tests.conftest import error_of
 from tests.gitrepo import commit, make_repo
 from tests.stack import FAKES_BIN
+from worker.pipeline import TaskPass
 from workspaces.services import workspace_create
 
 pass_db = pytest.mark.django_db(transaction=True)  # on_commit hooks run (worktree removal)

@@ -19,11 +19,11 @@ from django.utils import timezone
 from agents.services import agent_create, agent_update
 from core.actors import USER
 from runner.recorder import RunRecorder
-from runner.worker import pickup, pipeline
-from runner.worker.pipeline import TaskPass
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
 from tasks.services import comment_create, task_create
 from tests.stack import FAKES_BIN
+from worker import pickup, pipeline
+from worker.pipeline import TaskPass
 from workspaces.services import workspace_create
 
 # One step: start (process record = "still wanted", run, activity log, outbox) and finish (task

@@ -25,10 +25,6 @@ from runner.files import data_subdir, task_input_path, write_private
 from runner.models import TraceEvent
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
-from runner.worker import pickup, process
-from runner.worker.execution import RUN_CONFIG_DIR, execute, interpret, mcp_server_for
-from runner.worker.pipeline import task_input_text
-from runner.worker.process import ProcessResult
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
 from tasks.services import (
     comment_create,
@@ -39,6 +35,10 @@ from tasks.services import (
 )
 from tests.conftest import cli_invocation
 from tests.stack import FAKES_BIN
+from worker import pickup, process
+from worker.execution import RUN_CONFIG_DIR, execute, interpret, mcp_server_for
+from worker.pipeline import task_input_text
+from worker.process import ProcessResult
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -408,7 +408,7 @@ ARENAS_SCRIPT = """
 import ctypes, ctypes.util, os, sys, tempfile, threading
 import django
 django.setup()
-from runner.worker.loop import Worker
+from worker.loop import Worker
 if sys.argv[1] == "worker":
     Worker(poll_interval=1)
 barrier = threading.Barrier(THREADS)
@@ -459,7 +459,7 @@ def test_the_worker_process_keeps_two_malloc_arenas_however_many_threads_allocat
 # (fragments), and end; then (release) the worker's end-of-thread call. Prints the RSS growth.
 RELEASE_SCRIPT = """
 import os, sys, threading
-from runner.worker.malloc import limit_malloc_arenas, release_free_memory
+from worker.malloc import limit_malloc_arenas, release_free_memory
 limit_malloc_arenas()
 def rss_mb():
     pages = int(open("/proc/self/statm").read().split()[1])

@@ -352,7 +352,7 @@ def failing(task, status=TaskStatus.IN_PROGRESS):
 
 
 def test_retry_now_clears_the_back_off_and_queues_the_task(task):
-    from runner.worker import pickup
+    from worker import pickup
 
     failing(task)
     assert pickup.next_item(task.workspace_id) is None, "waiting out the back-off"
@@ -375,7 +375,7 @@ def test_retry_now_does_not_queue_a_second_pass_while_one_runs(task):
 
 
 def test_stop_retrying_moves_to_todo_drops_the_retry_and_stops_a_running_try(task):
-    from runner.worker import pickup
+    from worker import pickup
 
     failing(task)
     running = TaskQueueItem.objects.create(

@@ -23,13 +23,13 @@ from runner.limits import Limit
 from runner.models import AgentRun, CliHealth, RunStatus
 from runner.selectors import first_available_cli
 from runner.services import cli_limit_set
-from runner.worker import health, pickup
-from runner.worker.limits import LimitWatch, ProbeResult, probe
-from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import comment_create, task_create, task_run_failed
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
+from worker import health, pickup
+from worker.limits import LimitWatch, ProbeResult, probe
+from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -29,15 +29,15 @@ from chats.models import ChatQueueItem
 from chats.services import chat_start
 from runner.models import AgentRun, RunStatus, Worker
 from runner.services import worker_register, worker_take_over
-from runner.worker import pickup
-from runner.worker.loop import Worker as WorkerLoop
-from runner.worker.loop import recover
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import task_cancel, task_create
 from tests.live import ROOT, process_env, wait_until
 from tests.services import Redis, free_port
 from tests.stack import FAKES_BIN, alive
 from tests.workers_support import WorkerThread, postgres_only
+from worker import pickup
+from worker.loop import Worker as WorkerLoop
+from worker.loop import recover
 from workspaces.services import workspace_create
 
 FAST = {"heartbeat": 0.2, "stale_after": 5}  # never stale under load, unless a test says so
@@ -223,7 +223,7 @@ def test_a_worker_that_cannot_beat_for_longer_than_the_stale_limit_drops_its_run
     def database_gone(**_):
         raise ConnectionError("database unreachable")
 
-    monkeypatch.setattr("runner.worker.loop.worker_heartbeat", database_gone)
+    monkeypatch.setattr("worker.loop.worker_heartbeat", database_gone)
     loop = _loop("w" * 21, heartbeat=1, stale_after=30)
     stop = loop._register("task", TaskQueueItem(id="x" * 21))
     try:

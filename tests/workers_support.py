@@ -10,8 +10,8 @@ import threading
 import pytest
 from django.db import connection
 
-from runner.worker.loop import Worker
 from tests.live import wait_until
+from worker.loop import Worker
 
 postgres_only = pytest.mark.skipif(
     os.environ.get("MALAMAR_TEST_DATABASE") != "postgres",

@@ -1,7 +1,7 @@
 """What every CLI provides, in one typed contract, and the pieces the CLIs share.
 
 A CLI class is pure: it builds argv lists (never a shell string) and reads CLI output text.
-Only runner/worker/process.py starts processes.
+Only worker/process.py starts processes.
 """
 
 import json

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand
 
 from core.config import ensure_data_dir
 from core.prompt_exit import exit_now
-from runner.worker.loop import AlreadyRunning, Worker
+from worker.loop import AlreadyRunning, Worker
 
 log = logging.getLogger(__name__)
 

@@ -46,13 +46,13 @@ from runner.services import (
     workers_forget,
     workers_forget_taken_over,
 )
-from runner.worker import health, jobs, pickup
-from runner.worker.limits import LimitWatch
-from runner.worker.listener import WorkListener
-from runner.worker.malloc import limit_malloc_arenas, release_free_memory
-from runner.worker.pipeline import ChatReply, TaskPass
-from runner.worker.process import kill_tree
 from tasks.models import QueueStatus, TaskQueueItem
+from worker import health, jobs, pickup
+from worker.limits import LimitWatch
+from worker.listener import WorkListener
+from worker.malloc import limit_malloc_arenas, release_free_memory
+from worker.pipeline import ChatReply, TaskPass
+from worker.process import kill_tree
 from workspaces.first_launch import seed_sample_workspace_if_first_launch
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from runner.clis import cli_for
 from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
 from runner.services import cli_limit_lift, cli_limit_probe_failed
-from runner.worker import health
+from worker import health
 
 log = logging.getLogger(__name__)
 

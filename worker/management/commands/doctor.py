@@ -16,7 +16,7 @@ from core.settings_store import cli_settings_for
 from runner.git import GitError, git_binary, git_text
 from runner.models import CliHealthStatus
 from runner.selectors import cli_health_all, database_status, redis_status, workers_live
-from runner.worker import health
+from worker import health
 
 
 def _check_data_dir(path) -> tuple[bool, str]:
@@ -117,7 +117,7 @@ def _cli_settings(db_ok: bool, cli: str) -> dict:
 
 
 def _check(cli: str, db_ok: bool) -> dict:
-    """The worker's own check (runner.worker.health), `--version` only: found, and that CLI."""
+    """The worker's own check (worker.health), `--version` only: found, and that CLI."""
     try:
         return health.check(cli, full=False, conf=_cli_settings(db_ok, cli))
     finally:

@@ -30,9 +30,9 @@ from runner.clis.base import (
 )
 from runner.files import data_subdir, read_output, remove_quietly, schema_path, write_private
 from runner.limits import Limit
-from runner.prompts import PROMPT_TEMPLATE
 from runner.schemas import schema_json
-from runner.worker import process
+from worker import process
+from worker.prompts import PROMPT_TEMPLATE
 
 log = logging.getLogger(__name__)
 ERROR_DETAIL_CHARS = 2000

@@ -43,7 +43,6 @@ from core import events
 from core.actors import SYSTEM, agent_actor, author_name
 from core.settings_store import mailgun_configured, settings_get
 from notifications.services import notify_task_error, notify_task_in_review
-from runner import prompts
 from runner.clis.base import Command, RunOptions
 from runner.files import (
     fresh_output_path,
@@ -65,8 +64,6 @@ from runner.schemas import (
 )
 from runner.selectors import cli_health_all, cli_health_marked, cli_limited
 from runner.services import cli_health_run_succeeded, cli_limit_set
-from runner.worker import execution, process
-from runner.worker.snapshotting import PassSnapshots, RunSnapshots
 from tasks import branches
 from tasks import selectors as task_selectors
 from tasks import services as task_services
@@ -78,6 +75,8 @@ from tasks.models import (
     TaskQueueItem,
     TaskStatus,
 )
+from worker import execution, process, prompts
+from worker.snapshotting import PassSnapshots, RunSnapshots
 
 log = logging.getLogger(__name__)
 ACTIVITY_EVERY = 60.0  # seconds: how often a pass's quiet steps bump the workspace's activity

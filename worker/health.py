@@ -38,8 +38,8 @@ from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
 from runner.selectors import cli_completed_a_run_since, cli_limited
 from runner.services import cli_health_forget, cli_health_store, cli_limit_lift, cli_limit_set
-from runner.worker import process
-from runner.worker.execution import (
+from worker import process
+from worker.execution import (
     cli_env,
     exit_message,
     options_for,
@@ -339,7 +339,7 @@ def custom_keys() -> set[str]:
 
 def needs_full_check() -> set[str]:
     """CLIs whose last check failed, was slow (or never ran) get the real prompt again; never a
-    CLI out of quota (its probes run on their own back-off, runner.worker.limits)."""
+    CLI out of quota (its probes run on their own back-off, worker.limits)."""
     healthy = set(
         CliHealth.objects.filter(status=CliHealthStatus.HEALTHY).values_list("cli_type", flat=True)
     )
