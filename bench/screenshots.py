@@ -91,7 +91,7 @@ TRACES = [
     ("action", "command", "Running `pytest -q -n 2`",
      {"command": "pytest -q -n 2", "cwd": "/repo"}),
 ]
-from workspaces.first_launch import SAMPLE_AGENTS, SAMPLE_DESCRIPTION, SAMPLE_TITLE
+from agents.first_launch import SAMPLE_AGENTS, SAMPLE_DESCRIPTION, SAMPLE_TITLE
 from runner.models import CliHealth
 from tasks.services import task_create, task_status_set
 from workspaces.services import workspace_create

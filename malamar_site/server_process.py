@@ -102,7 +102,7 @@ def main() -> None:
 
     cli = CommandLineInterface()
     cli.server_class = LoggedServer
-    # asgi.py reads the bind address from daphne's command line (malamar_site.startup).
+    # asgi.py reads the bind address from daphne's command line (core.startup).
     sys.argv = [str(Path(daphne.__file__).parent / "__main__.py"), *args]
     code = 0
     try:

@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "runner",
     "notifications",
     "worker",  # the worker's commands: runworker, doctor
+    "malamar_site",  # the site layer's commands: export_workspace, import_workspace, backup
 ]
 
 MIDDLEWARE = [

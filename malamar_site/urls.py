@@ -1,11 +1,9 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from agents import views as agent_views
 from core import login, sse
-from malamar_site import settings_views
+from malamar_site import agent_views, settings_views, workspace_views
 from malamar_site.api import api
-from workspaces import views as workspace_views
 
 pages = [
     path("", workspace_views.workspace_list, name="home"),

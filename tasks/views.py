@@ -16,6 +16,8 @@ from core.actors import USER
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import gone, toast
+from malamar_site.workspace_page import DETAIL as PAGE
+from malamar_site.workspace_page import INVALID, workspace_page_context
 from runner import changes as change_reads
 from runner.selectors import run_timelines
 from tasks import selectors, services
@@ -37,8 +39,6 @@ from tasks.pages import (
 )
 from workspaces.links import workspace_tab_url
 from workspaces.models import Workspace
-from workspaces.pages import DETAIL as PAGE
-from workspaces.pages import INVALID, workspace_page_context
 
 BOARD = "tasks/board.html"
 DETAIL = "tasks/detail.html"

@@ -344,7 +344,7 @@ def test_sample_not_recreated_after_user_deletes_it(tmp_path):
 
 
 def test_sample_agents_say_when_to_skip_comment_and_review(db):
-    from workspaces.first_launch import SAMPLE_AGENTS
+    from agents.first_launch import SAMPLE_AGENTS
 
     for _name, instruction in SAMPLE_AGENTS:
         lowered = instruction.lower()

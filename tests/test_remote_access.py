@@ -346,7 +346,7 @@ def test_every_way_of_starting_honours_no_auth_and_allowed_hosts(tmp_path, templ
     ],
 )
 def test_daphne_bind_addresses_are_read_as_daphne_reads_them(argv, binds):
-    from malamar_site.startup import daphne_binds
+    from core.startup import daphne_binds
 
     assert daphne_binds(argv) == binds
 

@@ -12,12 +12,12 @@ from chats import services as chat_services
 from chats.attachments import attachments_dir
 from core.actors import SYSTEM, USER, agent_actor
 from core.errors import ValidationFailed
+from malamar_site import transfer
+from malamar_site.transfer_format import parse_document
 from tasks import services as task_services
 from tasks.models import Task, TaskQueueItem, TaskStatus
-from workspaces import transfer
 from workspaces.models import Workspace
 from workspaces.services import workspace_clone, workspace_create, workspace_import
-from workspaces.transfer_format import parse_document
 
 pytestmark = pytest.mark.django_db
 

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from agents.first_launch import seed_sample_workspace_if_first_launch
 from agents.models import CliType
 from chats.models import ChatQueueItem
 from core.version import VERSION
@@ -53,7 +54,6 @@ from worker.listener import WorkListener
 from worker.malloc import limit_malloc_arenas, release_free_memory
 from worker.pipeline import ChatReply, TaskPass
 from worker.process import kill_tree
-from workspaces.first_launch import seed_sample_workspace_if_first_launch
 
 log = logging.getLogger(__name__)
 STOP_WATCH_SECONDS = 0.1

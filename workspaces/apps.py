@@ -4,7 +4,7 @@ from django.db.models.signals import post_migrate
 
 def _seed_after_migrate(sender, **kwargs):
     # Imported on use: it needs the apps' models, and this module loads with the registry.
-    from workspaces.first_launch import seed_sample_workspace_if_first_launch
+    from agents.first_launch import seed_sample_workspace_if_first_launch
 
     seed_sample_workspace_if_first_launch()
 

@@ -22,6 +22,7 @@ from core.errors import ValidationFailed, check_length, require_text
 from core.fields import max_length_of, own_fields
 from core.models import Marker
 from core.wake import wake_worker_on_commit
+from malamar_site import transfer
 from runner.git import GitError, branch_exists, branch_name_problem, git_binary, git_text
 from tasks import branches
 from tasks.models import (
@@ -33,7 +34,6 @@ from tasks.models import (
     TaskStatus,
 )
 from tasks.selectors import unmerged_branch_tasks
-from workspaces import transfer
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
     PARALLEL_TASKS_MAX,
@@ -328,7 +328,7 @@ def first_run_checklist_dismiss() -> None:
 
 def workspace_import(*, document, title: str | None = None) -> Workspace:
     """Create a workspace anew from an export file already checked by
-    workspaces.transfer_format.parse_document: new ids, every reference remapped. Nothing is
+    malamar_site.transfer_format.parse_document: new ids, every reference remapped. Nothing is
     half-imported: one transaction (a row the database refuses is a ValidationFailed), and
     attachment files written during it are removed if it fails. Tasks that were In Progress come
     back as Todo (nothing runs for them here yet). Imported tasks start paused: no agent runs

@@ -5,9 +5,9 @@ from daphne.management.commands.runserver import Command as DaphneRunserver
 from django.conf import settings
 from django.core.management import CommandError
 
+from core import startup
 from core.auth import remote_access_refusal
 from core.config import ensure_data_dir
-from malamar_site import startup
 
 
 class Command(DaphneRunserver):

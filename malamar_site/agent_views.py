@@ -12,9 +12,9 @@ from agents.models import Agent
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast as toast_event
+from malamar_site.workspace_page import DETAIL, INVALID, detail_context
 from workspaces.links import workspace_tab_url
 from workspaces.models import Workspace
-from workspaces.pages import DETAIL, INVALID, detail_context
 
 PANEL = f"{DETAIL}#agents_panel"
 

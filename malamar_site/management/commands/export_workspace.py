@@ -3,8 +3,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from malamar_site.transfer import export_json
 from workspaces.models import Workspace
-from workspaces.transfer import export_json
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 """The structure of an export file (pydantic), checked before anything is imported.
 
-Kept apart from workspaces.transfer and the services so the worker, which imports the services,
+Kept apart from malamar_site.transfer and the services so the worker, which imports the services,
 never loads pydantic (tests/test_config_and_commands.py).
 """
 
@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from chats.models import ChatRole
 from core.errors import ValidationFailed
 from core.json_input import BodyRefused, check_text
+from malamar_site.transfer import FORMAT, FORMAT_VERSION
 from tasks.models import ActorType, CommentKind, TaskStatus
-from workspaces.transfer import FORMAT, FORMAT_VERSION
 
 
 class Strict(BaseModel):

@@ -6,11 +6,12 @@ from ninja import Body, Router, Schema, Status
 from pydantic import ConfigDict, Field
 
 from core.lookups import get_or_404
-from workspaces import services, transfer
+from malamar_site import transfer
+from malamar_site.transfer_format import parse_document
+from workspaces import services
 from workspaces.models import Workspace
 from workspaces.selectors import notify_effective
 from workspaces.services import TITLE_MAX_LENGTH
-from workspaces.transfer_format import parse_document
 
 router = Router(tags=["workspaces"])
 Notify = Annotated[

@@ -10,13 +10,19 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast
+from malamar_site.transfer_format import parse_document
+from malamar_site.workspace_api import export_response
+from malamar_site.workspace_page import (
+    DETAIL,
+    INVALID,
+    TABS,
+    detail_context,
+    workspace_page_context,
+)
 from tasks.selectors import paused_count
 from workspaces import selectors, services
-from workspaces.api import export_response
 from workspaces.forms import WorkspaceCreateForm, WorkspaceDeleteForm, WorkspaceSettingsForm
 from workspaces.models import Workspace
-from workspaces.pages import DETAIL, INVALID, TABS, detail_context, workspace_page_context
-from workspaces.transfer_format import parse_document
 
 # Fragments with validation errors answer 200 (browsers log every 4xx XHR as a console error);
 # plain form posts without JavaScript get 422 with the whole page.
