@@ -3,11 +3,11 @@ one place, so a workspace file cannot bring in an agent the app itself would ref
 
 import re
 
-from agents.models import AGENT_CLI_CHOICES, CUSTOM_CLI, Agent, CliType, CustomOutput
+from agents.models import Agent, CustomOutput
 from core.errors import ValidationFailed, check_length, require_text
 from core.fields import max_length_of
 from core.settings_store import mask
-from runner.clis import cli_for
+from runner.clis import AGENT_CLI_CHOICES, CUSTOM_CLI, CliType, cli_for
 from runner.clis.base import TemplateError, template_args
 
 NAME_MAX_LENGTH = max_length_of(Agent, "name")

@@ -3,7 +3,8 @@
 from django import forms
 
 from agents.cli_fields import MODEL_MAX_LENGTH, NAME_MAX_LENGTH, masked_env
-from agents.models import AGENT_CLI_CHOICES, CliType, CustomOutput
+from agents.models import CustomOutput
+from runner.clis import AGENT_CLI_CHOICES, CliType
 
 
 def _lines(text: str) -> list[str]:

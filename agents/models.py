@@ -2,30 +2,12 @@ from django.db import models
 from django.utils import timezone
 
 from core.fields import choices_check, id_field
-
-
-class CliType(models.TextChoices):
-    CLAUDE = "claude", "Claude Code"
-    GEMINI = "gemini", "Gemini CLI"
-    CODEX = "codex", "Codex CLI"
-    OPENCODE = "opencode", "OpenCode"
-
-
-# A fifth kind of agent CLI, set up per agent (binary, argument template, env, output mode)
-# rather than installed once: not a CliType, so nothing that lists the installed CLIs (settings,
-# health rounds, chat overrides, doctor) grows a "custom" entry.
-CUSTOM_CLI = "custom"
-CUSTOM_CLI_LABEL = "Custom command"
-AGENT_CLI_CHOICES = [*CliType.choices, (CUSTOM_CLI, CUSTOM_CLI_LABEL)]
+from runner.clis import AGENT_CLI_CHOICES, CUSTOM_CLI, CliType, custom_health_key
 
 
 class CustomOutput(models.TextChoices):
     FILE = "file", "Writes the output file"
     STDOUT = "stdout", "Prints the JSON result on stdout"
-
-
-# Spec: the first healthy CLI in this order is the default for new agents and for Malamar.
-CLI_PREFERENCE = (CliType.CLAUDE, CliType.CODEX, CliType.GEMINI, CliType.OPENCODE)
 
 
 class AgentQuerySet(models.QuerySet):
@@ -89,7 +71,3 @@ class Agent(models.Model):
     def health_key(self) -> str:
         """Its row in the CLI health table: the CLI's, or its own for a custom command."""
         return custom_health_key(self.id) if self.is_custom else self.cli_type
-
-
-def custom_health_key(agent_id: str) -> str:
-    return f"{CUSTOM_CLI}:{agent_id}"

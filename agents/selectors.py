@@ -1,7 +1,7 @@
 """Reads for the agent pages."""
 
-from agents.models import CLI_PREFERENCE, CUSTOM_CLI, CUSTOM_CLI_LABEL, Agent
-from runner.clis import cli_for
+from agents.models import Agent
+from runner.clis import CLI_PREFERENCE, CUSTOM_CLI, CUSTOM_CLI_LABEL, cli_for
 from runner.selectors import cli_health_all, custom_cli_health, first_available_cli
 from workspaces.models import Workspace
 

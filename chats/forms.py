@@ -2,8 +2,8 @@
 
 from django import forms
 
-from agents.models import CliType
 from chats.services import TITLE_MAX_LENGTH
+from runner.clis import CliType
 
 
 class ChatTitleForm(forms.Form):

@@ -9,11 +9,11 @@ import re
 from django.db.models import Exists, F, JSONField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from agents.models import CUSTOM_CLI
 from agents.selectors import agents_for_workspace, cli_options
 from chats.cli_notes import no_cli_reason
 from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem, ChatRole
 from core.fields import icontains_search
+from runner.clis import CUSTOM_CLI
 from runner.models import QueueStatus
 from runner.selectors import (
     cli_health_all,

@@ -12,7 +12,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents.cli_fields import clean_override_cli
-from agents.models import CUSTOM_CLI, Agent
+from agents.models import Agent
 from chats import attachments
 from chats.cli_notes import no_cli_message
 from chats.models import (
@@ -28,7 +28,7 @@ from core import events
 from core.errors import Conflict, NotFound, ServiceError, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
-from runner.clis import cli_label
+from runner.clis import CUSTOM_CLI, cli_label
 from runner.models import QueueStatus
 from runner.selectors import cli_available
 from workspaces.models import Workspace

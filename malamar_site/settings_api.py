@@ -6,11 +6,11 @@ from typing import Any, Literal
 from django.db import connection
 from ninja import Body, Field, Router, Schema, Status
 
-from agents.models import CliType
 from core import settings_store
 from core.version import VERSION
 from notifications.services import test_email_send
 from runner import services as runner_services
+from runner.clis import CliType
 from runner.selectors import cli_health_all
 
 router = Router(tags=["settings & health"])

@@ -6,7 +6,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from agents.models import CliType
 from core import auth, settings_store
 from core.errors import ServiceError
 from core.forms import CliSettingsForm, NotificationSettingsForm, apply_service_error
@@ -15,6 +14,7 @@ from core.models import ApiToken
 from notifications.services import test_email_send
 from runner import selectors as runner_selectors
 from runner import services as runner_services
+from runner.clis import CliType
 
 SETTINGS = "core/settings.html"
 

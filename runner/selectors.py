@@ -9,10 +9,16 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from agents.models import CLI_PREFERENCE, CUSTOM_CLI, CUSTOM_CLI_LABEL, CliType, custom_health_key
 from chats.models import ChatQueueItem
 from core.settings_store import settings_public
-from runner.clis import cli_label
+from runner.clis import (
+    CLI_PREFERENCE,
+    CUSTOM_CLI,
+    CUSTOM_CLI_LABEL,
+    CliType,
+    cli_label,
+    custom_health_key,
+)
 from runner.models import HEALTH_MARKS, AgentRun, CliHealth, RunStatus, TraceEvent, Worker
 from runner.timeline import group_traces
 from tasks.models import TaskQueueItem

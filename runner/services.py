@@ -4,12 +4,12 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agents.models import CliType
 from chats.models import ChatQueueItem
 from core import events
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
 from notifications.services import notify_cli_limited, notify_cli_resumed
+from runner.clis import CliType
 from runner.limits import Limit, probe_delay
 from runner.models import (
     HEALTH_MARKS,
@@ -37,7 +37,7 @@ def cli_health_check_request(*, cli_types) -> None:
 
 def custom_health_check_request(*, key: str) -> None:
     """Ask the worker to check a custom-command agent's CLI (`key`: its health row, see
-    agents.models.custom_health_key) with the real prompt, as for the four CLIs."""
+    the registry's custom_health_key) with the real prompt, as for the four CLIs."""
     with transaction.atomic():
         CliHealth.objects.get_or_create(cli_type=key)
         CliHealth.objects.filter(cli_type=key).update(refresh_requested_at=timezone.now())

@@ -5,8 +5,9 @@ from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, Substr
 from django.utils import timezone
 
-from agents.models import Agent, CliType
+from agents.models import Agent
 from core.actors import author_name
+from runner.clis import CliType
 from runner.models import AgentRun, RunStatus
 from runner.selectors import usage_totals
 from tasks import anchors, branches

@@ -11,10 +11,10 @@ import psutil
 import pytest
 from django.utils import timezone
 
-from agents.models import CliType
 from core.errors import ValidationFailed
 from core.models import OutboxEvent
 from core.settings_store import cli_settings_for, settings_update
+from runner.clis import CliType
 from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus
 from runner.selectors import cli_available, first_available_cli
 from runner.services import cli_health_check_request, cli_health_store

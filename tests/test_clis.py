@@ -9,8 +9,18 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from agents.models import AGENT_CLI_CHOICES, CUSTOM_CLI, CliType
-from runner.clis import CLIS, cli_for, gemini, opencode
+from runner.clis import (
+    AGENT_CLI_CHOICES,
+    CLI_PREFERENCE,
+    CLIS,
+    CUSTOM_CLI,
+    CUSTOM_CLI_LABEL,
+    INSTALLED,
+    CliType,
+    cli_for,
+    gemini,
+    opencode,
+)
 from runner.clis.base import (
     HEALTH_PROMPT,
     Cli,
@@ -120,6 +130,27 @@ def test_only_the_registry_imports_a_cli_module():
         for path in folder.rglob("*.py")
         if path not in allowed and path.parent != ROOT / "runner" / "clis"
         if one_cli.search(path.read_text())
+    ]
+    assert found == []
+
+
+def test_the_cli_names_labels_and_preference_live_in_the_registry_alone():
+    """CliType (names and labels), the order of preference and the custom command come from the
+    registry's classes; no other module defines a list of CLIs (issue 27: agents/models.py held
+    a second one)."""
+    assert CliType.choices == [(cli.name, cli.label) for cli in INSTALLED]
+    assert sorted(CLI_PREFERENCE) == sorted(CliType) and len(CLI_PREFERENCE) == len(CliType)
+    assert (Custom.name, Custom.label) == (CUSTOM_CLI, CUSTOM_CLI_LABEL)
+    defines = re.compile(
+        r"^(class CliType\b|CliType = |CLI_PREFERENCE = |CUSTOM_CLI(_LABEL)? = )", re.M
+    )
+    registry = ROOT / "runner" / "clis" / "__init__.py"
+    found = [
+        str(path.relative_to(ROOT))
+        for folder in ("agents", "chats", "core", "malamar_site", "runner", "tasks", "worker")
+        for path in (ROOT / folder).rglob("*.py")
+        if path != registry and "migrations" not in path.parts
+        if defines.search(path.read_text())
     ]
     assert found == []
 

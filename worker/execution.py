@@ -16,10 +16,9 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
-from agents.models import CUSTOM_CLI
 from core.settings_store import binary_problem, cli_settings_for
 from core.storable import loads_storable
-from runner.clis import CLIS, cli_for
+from runner.clis import CLIS, CUSTOM_CLI, cli_for
 from runner.clis.base import (
     Cli,
     CustomCommand,

@@ -29,9 +29,9 @@ from datetime import timedelta
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from agents.models import CUSTOM_CLI, Agent, CliType
+from agents.models import Agent
 from core.settings_store import HEALTH_TIMEOUT_DEFAULT, cli_settings_for
-from runner.clis import cli_for
+from runner.clis import CUSTOM_CLI, CliType, cli_for
 from runner.clis.base import HEALTH_PROMPT, Cli, Command
 from runner.files import private_dir, temp_dir, write_private
 from runner.limits import Limit

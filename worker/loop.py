@@ -32,10 +32,10 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.first_launch import seed_sample_workspace_if_first_launch
-from agents.models import CliType
 from chats.models import ChatQueueItem
 from core.version import VERSION
 from core.wake import socket_path, uses_notify
+from runner.clis import CliType
 from runner.models import CliHealth, CliHealthStatus
 from runner.models import Worker as WorkerRow
 from runner.services import (

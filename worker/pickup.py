@@ -15,8 +15,9 @@ from django.db.models import Case, Count, Exists, OuterRef, Q, Subquery, Value, 
 from django.db.models.functions import Coalesce, NullIf
 from django.utils import timezone
 
-from agents.models import Agent, CliType
+from agents.models import Agent
 from chats.models import ChatQueueItem
+from runner.clis import CliType
 from runner.selectors import cli_limited
 from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
 from workspaces.models import Workspace

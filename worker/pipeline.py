@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agents.models import CUSTOM_CLI, Agent, custom_health_key
+from agents.models import Agent
 from chats.actions import execute_actions, failure_summary
 from chats.cli_notes import no_cli_message
 from chats.malamar_agent import knowledge_base_dir, malamar_instruction
@@ -43,6 +43,7 @@ from core import events
 from core.actors import SYSTEM, agent_actor, author_name
 from core.settings_store import mailgun_configured, settings_get
 from notifications.services import notify_task_error, notify_task_in_review
+from runner.clis import CUSTOM_CLI, custom_health_key
 from runner.clis.base import Command, RunOptions
 from runner.files import (
     fresh_output_path,

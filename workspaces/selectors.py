@@ -5,9 +5,10 @@ from pathlib import Path
 from django.db.models import Count, Q
 from django.urls import reverse
 
-from agents.models import Agent, CliType
+from agents.models import Agent
 from core.models import Marker
 from core.settings_store import settings_get
+from runner.clis import CliType
 from runner.models import CliHealthStatus
 from runner.selectors import cli_health_all, cli_limits
 from tasks.models import Task, TaskQueueItem, TaskStatus

@@ -108,7 +108,7 @@ class Cli(ABC):
     methods are required; the rest default to "nothing to say" (no stderr noise, the answer is
     the output file, no known trap to explain)."""
 
-    name: ClassVar[str]  # the `cli_type` stored on agents and runs (agents.models.CliType)
+    name: ClassVar[str]  # the `cli_type` stored on agents and runs (runner.clis.CliType)
     label: ClassVar[str]  # how the user knows it
     # Prefixes of routine stderr lines, never an error.
     stderr_noise: ClassVar[tuple[str, ...]] = ()

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
-from agents.models import CliType
 from runner.clis.base import (
     HEALTH_PROMPT,
     Cli,
@@ -60,8 +59,8 @@ ROOT_HINT = (
 
 
 class Claude(Cli):
-    name = CliType.CLAUDE.value
-    label = str(CliType.CLAUDE.label)
+    name = "claude"
+    label = "Claude Code"
     version_pattern = r"\d+\.\d+\.\d+ \(Claude Code\)"  # "2.1.197 (Claude Code)"
     event_types = frozenset({"system", "assistant", "user", "result", "stream_event"})
     model_flag = "--model"

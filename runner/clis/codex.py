@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
-from agents.models import CliType
 from runner.clis.base import (
     HEALTH_PROMPT,
     Cli,
@@ -64,8 +63,8 @@ _RESERVED_CONFIG = ("model", "model_reasoning_effort", "sandbox_mode", "approval
 
 
 class Codex(Cli):
-    name = CliType.CODEX.value
-    label = str(CliType.CODEX.label)
+    name = "codex"
+    label = "Codex CLI"
     # Printed on stderr by every run that closes stdin (as Malamar's do); never an error.
     stderr_noise = ("Reading additional input from stdin",)
     version_pattern = r"codex-cli \d+\.\d+"  # "codex-cli 0.169.0"

@@ -10,7 +10,6 @@ run without live traces; exit code, stop, stall and errors work as for the four.
 import json
 from pathlib import Path
 
-from agents.models import CUSTOM_CLI, CUSTOM_CLI_LABEL
 from core.storable import loads_storable
 from runner.clis.base import (
     HEALTH_PROMPT,
@@ -27,8 +26,8 @@ from runner.streams import StreamItem, StreamParser
 
 
 class Custom(Cli):
-    name = CUSTOM_CLI
-    label = CUSTOM_CLI_LABEL
+    name = "custom"
+    label = "Custom command"
     model_hint = "passed as {model} in the argument template"
 
     def __init__(self, command: CustomCommand | None = None):

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
-from agents.models import CliType
 from core.storable import loads_storable
 from runner.clis.base import (
     HEALTH_PROMPT,
@@ -113,8 +112,8 @@ def system_settings(env: Mapping[str, str]) -> dict:
 
 
 class Gemini(Cli):
-    name = CliType.GEMINI.value
-    label = str(CliType.GEMINI.label)
+    name = "gemini"
+    label = "Gemini CLI"
     version_pattern = r"\d+\.\d+\.\d+\S*$"  # "0.61.0"
     event_types = frozenset({"init", "message", "tool_use", "tool_result", "error", "result"})
     # Printed on stderr at start-up (every --yolo run; a terminal without 256 colours; no

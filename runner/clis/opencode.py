@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
-from agents.models import CliType
 from core.storable import loads_storable
 from runner.clis.base import (
     HEALTH_PROMPT,
@@ -66,8 +65,8 @@ PROVIDER_MESSAGE = re.compile(r"message\W{1,6}(?!stream error)([^\"\\]{8,300})",
 
 
 class OpenCode(Cli):
-    name = CliType.OPENCODE.value
-    label = str(CliType.OPENCODE.label)
+    name = "opencode"
+    label = "OpenCode"
     version_pattern = r"\d+\.\d+\.\d+\S*$"  # "1.18.33"
     event_types = frozenset({"step_start", "step_finish", "text", "reasoning", "tool_use", "error"})
     model_flag = "-m"

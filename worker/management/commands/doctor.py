@@ -9,10 +9,10 @@ from django.core.management.base import BaseCommand
 from django.db import DatabaseError, connection
 from django.utils.timesince import timesince
 
-from agents.models import CliType
 from core.auth import access_mode, remote_access_refusal
 from core.config import ConfigError, ensure_data_dir, load
 from core.settings_store import cli_settings_for
+from runner.clis import CliType
 from runner.git import GitError, git_binary, git_text
 from runner.models import CliHealthStatus
 from runner.selectors import cli_health_all, database_status, redis_status, workers_live
