@@ -15,6 +15,7 @@ from notifications.services import test_email_send
 from runner import selectors as runner_selectors
 from runner import services as runner_services
 from runner.clis import CliType
+from worker.selectors import workers_live
 
 SETTINGS = "core/settings.html"
 
@@ -42,7 +43,7 @@ def global_settings(request):
             settings_store.settings_public()
         ),
         **_access_context(),
-        "workers": runner_selectors.workers_live(),
+        "workers": workers_live(),
         "several_workers": settings.CONFIG.uses_postgres,
     }
     return render(request, SETTINGS, context)

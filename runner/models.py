@@ -80,6 +80,11 @@ class QueueItemQuerySet(models.QuerySet):
             )
         )
 
+    def release(self, *, cli_type: str) -> int:
+        """queued items that waited for `cli_type` (out of quota) may run again: how many."""
+        waiting = self.queued().filter(waiting_for_cli=cli_type)
+        return waiting.update(waiting_for_cli="", updated_at=timezone.now())
+
     def adopt(self, item, *, worker_id: str | None) -> bool:
         """A recoverer makes a dead worker's running item its own before it kills the CLI and
         requeues it: one conditional UPDATE, so of several recoverers one wins (True), and the

@@ -13,7 +13,6 @@ import time
 
 from django.utils import timezone
 
-from chats.malamar_agent import knowledge_base_dir
 from core.ids import new_id
 from core.settings_store import settings_get
 from runner.clis import cli_for
@@ -51,11 +50,13 @@ class RunRecorder:
         fallback_for: str = "",
         deferred: bool = False,
         worker_id: str | None = None,
+        knowledge_dir: str = "",
     ):
         """`deferred`: the run's row is written later, by `start_writes()` in the run step's
-        start transaction (once its CLI runs); otherwise now."""
+        start transaction (once its CLI runs); otherwise now. `knowledge_dir`: the Malamar
+        agent's knowledge base, which the timeline calls "Malamar's guide"."""
         self.parser = cli_for(cli_type).stream_parser()
-        self.terms = UserTerms(knowledge_dir=str(knowledge_base_dir()))
+        self.terms = UserTerms(knowledge_dir=knowledge_dir)
         self.lines: collections.deque[str] = collections.deque()
         self.backlog_chars = 0
         self.lock = threading.Lock()

@@ -2,14 +2,12 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from chats.models import ChatQueueItem
 from core.settings_store import settings_public
 from runner.clis import (
     CLI_PREFERENCE,
@@ -19,9 +17,8 @@ from runner.clis import (
     cli_label,
     custom_health_key,
 )
-from runner.models import HEALTH_MARKS, AgentRun, CliHealth, RunStatus, TraceEvent, Worker
+from runner.models import HEALTH_MARKS, AgentRun, CliHealth, RunStatus, TraceEvent
 from runner.timeline import group_traces
-from tasks.models import TaskQueueItem
 
 
 def _health(row: CliHealth, cli_type: str, name: str) -> dict:
@@ -69,19 +66,8 @@ def cli_limited() -> set[str]:
 
 
 def cli_limits() -> list[dict]:
-    """Each limited CLI with what waits for it: the board's banner and Settings → CLIs."""
-    from_tasks = dict(
-        TaskQueueItem.objects.queued()
-        .exclude(waiting_for_cli="")
-        .values_list("waiting_for_cli")
-        .annotate(n=Count("id"))
-    )
-    from_chats = dict(
-        ChatQueueItem.objects.queued()
-        .exclude(waiting_for_cli="")
-        .values_list("waiting_for_cli")
-        .annotate(n=Count("id"))
-    )
+    """Each limited CLI, since and until when: the board's banner
+    (workspaces.selectors.limited_clis adds what waits for it)."""
     labels = dict(CliType.choices)
     rows = CliHealth.objects.filter(limited_since__isnull=False).order_by("cli_type")
     return [
@@ -92,8 +78,6 @@ def cli_limits() -> list[dict]:
             "until": row.limited_until,
             "probe_at": row.probe_at,
             "message": row.limit_message,
-            "tasks_waiting": from_tasks.get(row.cli_type, 0),
-            "chats_waiting": from_chats.get(row.cli_type, 0),
         }
         for row in rows
     ]
@@ -259,35 +243,6 @@ def usage_totals(runs) -> dict:
         "output_tokens": totals["o"] or 0,
         "cost_usd": round(totals["c"] or 0.0, 6),
     }
-
-
-def workers_live(*, stale_after: float | None = None, now=None) -> list[dict]:
-    """The workers beating now (DESIGN "Scale-out"), oldest first: where each runs, what it
-    may run, what it runs now and how long ago it last beat (the Settings page, `doctor`)."""
-    now = now or timezone.now()
-    stale_after = stale_after or settings.CONFIG.worker_stale_after
-    rows = list(Worker.objects.alive(stale_after=stale_after, now=now).order_by("started_at"))
-    running: dict[str, int] = {}
-    for queue in (TaskQueueItem, ChatQueueItem):
-        counts = queue.objects.running().filter(worker_id__in=[row.id for row in rows])
-        for row in counts.order_by().values("worker_id").annotate(n=Count("id")):
-            running[row["worker_id"]] = running.get(row["worker_id"], 0) + row["n"]
-    return [
-        {
-            "id": row.id,
-            "hostname": row.hostname,
-            "pid": row.pid,
-            "capacity": row.capacity,
-            "running": running.get(row.id, 0),
-            "clis": [cli_label(cli) for cli in row.clis if cli in CliType.values],
-            "cli_types": list(row.clis),
-            "version": row.version,
-            "started_at": row.started_at,
-            "heartbeat_at": row.heartbeat_at,
-            "heartbeat_age": max(0.0, (now - row.heartbeat_at).total_seconds()),
-        }
-        for row in rows
-    ]
 
 
 # the deployment, as `malamar doctor` reports it ----------------------------------------------

@@ -4,11 +4,9 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from chats.models import ChatQueueItem
 from core import events
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
-from notifications.services import notify_cli_limited, notify_cli_resumed
 from runner.clis import CliType
 from runner.limits import Limit, probe_delay
 from runner.models import (
@@ -20,7 +18,6 @@ from runner.models import (
     TraceEvent,
     Worker,
 )
-from tasks.models import TaskQueueItem
 
 
 def cli_health_check_request(*, cli_types) -> None:
@@ -110,10 +107,11 @@ def _limit_payload(row: CliHealth) -> dict:
     }
 
 
-def cli_limit_set(*, cli_type: str, limit: Limit, now=None) -> CliHealth:
+def cli_limit_mark(*, cli_type: str, limit: Limit, now=None) -> tuple[CliHealth, bool]:
     """The CLI ran out of quota: it is "limited until T" (None: unknown, probed on a back-off).
-    `cli.limited` and one notification only when it was not limited already; a later run that
-    hits the limit again only updates the reset time. Part of the caller's transaction."""
+    `cli.limited` only when it was not limited already (then True: newly limited); a later run
+    that hits the limit again only updates the reset time. Part of the caller's transaction
+    (worker.cli_limits.cli_limit_set, which also notifies)."""
     now = now or timezone.now()
     with transaction.atomic(savepoint=False):
         row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli_type)
@@ -125,15 +123,8 @@ def cli_limit_set(*, cli_type: str, limit: Limit, now=None) -> CliHealth:
         row.probe_at = None if limit.reset_at else now + probe_delay(row.probe_attempts)
         row.save()
         if newly:
-            payload = _limit_payload(row)
-            events.publish("cli.limited", payload)
-            notify_cli_limited(
-                cli_type=cli_type,
-                label=payload["name"],
-                until=row.limited_until,
-                message=row.limit_message,
-            )
-    return row
+            events.publish("cli.limited", _limit_payload(row))
+    return row, newly
 
 
 def cli_limit_probe_failed(*, cli_type: str, limit: Limit | None, now=None) -> None:
@@ -155,11 +146,11 @@ def cli_limit_probe_failed(*, cli_type: str, limit: Limit | None, now=None) -> N
         events.publish("cli.limited", _limit_payload(row))
 
 
-def cli_limit_lift(*, cli_type: str, answered_since=None) -> bool:
-    """The reset time passed or a probe answered: the work that waited for the CLI runs again
-    (at the agent where it stopped). `cli.resumed` and one notification; False if it was not
-    limited. `answered_since`: when the answering check started; a limit set after that (a run
-    hit it meanwhile) is newer news and stays."""
+def cli_limit_clear(*, cli_type: str, answered_since=None) -> bool:
+    """The reset time passed or a probe answered: the CLI is no longer limited, `cli.resumed`
+    (worker.cli_limits.cli_limit_lift also lets the work that waited run again and notifies).
+    False if it was not limited. `answered_since`: when the answering check started; a limit set
+    after that (a run hit it meanwhile) is newer news and stays."""
     with transaction.atomic():
         row = CliHealth.objects.select_for_update().filter(cli_type=cli_type).first()
         if row is None or not row.is_limited:
@@ -169,14 +160,8 @@ def cli_limit_lift(*, cli_type: str, answered_since=None) -> bool:
         row.limited_since = row.limited_until = row.probe_at = None
         row.limit_message, row.probe_attempts = "", 0
         row.save()
-        now = timezone.now()
-        for queue in (TaskQueueItem, ChatQueueItem):
-            queue.objects.queued().filter(waiting_for_cli=cli_type).update(
-                waiting_for_cli="", updated_at=now
-            )
         label = str(CliType(cli_type).label)
         events.publish("cli.resumed", {"cli_type": cli_type, "name": label})
-        notify_cli_resumed(cli_type=cli_type, label=label)
         wake_worker_on_commit()
     return True
 

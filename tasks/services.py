@@ -417,6 +417,12 @@ def task_pass_pause(
         events.publish("agent.execution_finished", {**payload, "action_type": "limited"})
 
 
+def task_queue_release(*, cli_type: str) -> int:
+    """`cli_type` has quota again: the passes that waited for it run again, each at the agent
+    where it stopped (the worker lifts the limit: worker.cli_limits)."""
+    return TaskQueueItem.objects.release(cli_type=cli_type)
+
+
 def _require_failing(task: Task, what: str) -> None:
     if task.status not in RUNNABLE_STATUSES or not task.failure_streak:
         raise Conflict(

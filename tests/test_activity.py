@@ -454,6 +454,22 @@ def test_the_recorder_stores_and_shows_the_users_terms(db, workspace):
     assert texts == ["Reading the task", "Editing app/views.py", "Writing the answer"]
 
 
+def test_the_recorder_calls_the_knowledge_base_it_is_given_malamars_guide(db, workspace):
+    from runner.recorder import RunRecorder
+
+    recorder = RunRecorder(
+        cli_type="claude",
+        workspace_id=workspace.id,
+        agent_id=None,
+        agent_name="Malamar",
+        knowledge_dir=KNOWLEDGE,
+    )
+    recorder.on_line(claude_tool("Read", {"file_path": f"{KNOWLEDGE}/concepts.md"}))
+    recorder.finish(status="completed", exit_code=0)
+    texts = list(recorder.run.traces.values_list("text", flat=True))
+    assert texts == ["Reading concepts.md in Malamar's guide"]
+
+
 def test_a_live_run_never_shows_malamars_plumbing(stack):
     ws = stack.workspace(agents=[("Planner", "claude")])
     task = stack.task(ws, "@fake work 1 comment done")

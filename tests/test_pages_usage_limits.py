@@ -11,11 +11,12 @@ from agents.services import agent_create
 from core.ids import new_id
 from runner.limits import Limit
 from runner.models import AgentRun
-from runner.services import agent_run_start, cli_limit_lift, cli_limit_set
+from runner.services import agent_run_start
 from tasks.models import TaskQueueItem
 from tasks.services import task_create
 from tests.conftest import error_of
 from tests.pages import html
+from worker.cli_limits import cli_limit_lift, cli_limit_set
 
 pytestmark = pytest.mark.django_db
 

@@ -11,6 +11,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.utils import timezone
 
 from agents.services import agent_create
+from chats.malamar_agent import knowledge_base_dir
 from chats.models import ChatQueueItem
 from chats.services import chat_start
 from core import events
@@ -21,7 +22,7 @@ from runner.recorder import RunRecorder
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
 from tasks.services import task_create
 from tests.stack import FAKES_BIN
-from worker import jobs, loop
+from worker import jobs, loop, pipeline
 from worker.loop import Worker
 from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
@@ -231,6 +232,32 @@ def test_a_chat_reply_that_completes_clears_its_clis_slow_mark(fake_clis):
     assert CliHealth.objects.get(cli_type="claude").status == CliHealthStatus.HEALTHY
     context = temp_dir() / f"malamar_chat_{chat.id}_{item.id}_context.md"
     assert "Claude Code (claude): slow to answer (slow)" in context.read_text()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_gives_each_run_the_knowledge_base_it_calls_malamars_guide(
+    fake_clis, monkeypatch
+):
+    """The recorder learns where the Malamar agent's knowledge base is from the worker (the runs
+    domain does not import chats), for a chat reply and a task pass alike."""
+    given = []
+
+    def recorder(**options):
+        given.append(options.get("knowledge_dir"))
+        return RunRecorder(**options)
+
+    monkeypatch.setattr(pipeline, "RunRecorder", recorder)
+    workspace = workspace_create(title="Guide")
+    agent_create(workspace=workspace, name="Planner", instruction="Skip.", cli_type="claude")
+    chat = chat_start(workspace=workspace, message="Hello")
+    chat_item = ChatQueueItem.objects.queued().get(chat=chat)
+    assert ChatQueueItem.objects.claim(chat_item.id)
+    ChatReply(chat_item, stop=threading.Event(), shutdown=threading.Event()).run()
+    task_item = TaskQueueItem.objects.get(task=task_create(workspace=workspace, summary="Run"))
+    assert TaskQueueItem.objects.claim(task_item.id)
+    _run_pass(task_item)
+
+    assert given == [str(knowledge_base_dir())] * 2
 
 
 def test_run_threads_give_their_freed_memory_back_when_they_end(workspace, monkeypatch):

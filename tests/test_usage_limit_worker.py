@@ -18,16 +18,15 @@ from chats.services import chat_start
 from core.actors import USER
 from core.models import OutboxEvent
 from notifications import services as notification_services
-from runner import services as runner_services
 from runner.limits import Limit
 from runner.models import AgentRun, CliHealth, RunStatus
 from runner.selectors import first_available_cli
-from runner.services import cli_limit_set
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import comment_create, task_create, task_run_failed
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
-from worker import health, pickup
+from worker import cli_limits, health, pickup
+from worker.cli_limits import cli_limit_set
 from worker.limits import LimitWatch, ProbeResult, probe
 from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
@@ -44,12 +43,8 @@ def fake_clis(monkeypatch):
 def notified(monkeypatch):
     """The pause/resume notifications sent (one per pause, one per resume)."""
     sent = []
-    monkeypatch.setattr(
-        runner_services, "notify_cli_limited", lambda **kw: sent.append(("limited", kw))
-    )
-    monkeypatch.setattr(
-        runner_services, "notify_cli_resumed", lambda **kw: sent.append(("resumed", kw))
-    )
+    monkeypatch.setattr(cli_limits, "notify_cli_limited", lambda **kw: sent.append(("limited", kw)))
+    monkeypatch.setattr(cli_limits, "notify_cli_resumed", lambda **kw: sent.append(("resumed", kw)))
     return sent
 
 
@@ -310,7 +305,7 @@ def test_a_chat_reply_waits_for_its_limited_cli():
     assert (item.status, item.waiting_for_cli) == (QueueStatus.QUEUED, "codex")
     assert not chat.messages.filter(role="system").exists()
     assert pickup.claim_next_chat() is None
-    runner_services.cli_limit_lift(cli_type="codex")
+    cli_limits.cli_limit_lift(cli_type="codex")
     assert ChatQueueItem.objects.get(id=item.id).waiting_for_cli == ""
     assert pickup.claim_next_chat() is not None
 
@@ -408,7 +403,7 @@ def test_one_email_and_webhook_when_work_pauses_and_one_when_it_resumes(
         cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit"))
         cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit"))
     with django_capture_on_commit_callbacks(execute=True):
-        runner_services.cli_limit_lift(cli_type="claude")
-        runner_services.cli_limit_lift(cli_type="claude")
+        cli_limits.cli_limit_lift(cli_type="claude")
+        cli_limits.cli_limit_lift(cli_type="claude")
     assert [p["event"] for p in sent] == ["cli.limited", "cli.resumed"]
     assert sent[0]["cli_type"] == "claude" and sent[0]["until"] is None

@@ -37,8 +37,9 @@ from runner.files import private_dir, temp_dir, write_private
 from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
 from runner.selectors import cli_completed_a_run_since, cli_limited
-from runner.services import cli_health_forget, cli_health_store, cli_limit_lift, cli_limit_set
+from runner.services import cli_health_forget, cli_health_store
 from worker import process
+from worker.cli_limits import cli_limit_lift, cli_limit_set
 from worker.execution import (
     cli_env,
     exit_message,

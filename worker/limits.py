@@ -17,8 +17,9 @@ from django.utils import timezone
 from runner.clis import cli_for
 from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
-from runner.services import cli_limit_lift, cli_limit_probe_failed
+from runner.services import cli_limit_probe_failed
 from worker import health
+from worker.cli_limits import cli_limit_lift
 
 log = logging.getLogger(__name__)
 

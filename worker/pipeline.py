@@ -64,7 +64,7 @@ from runner.schemas import (
     task_schema,
 )
 from runner.selectors import cli_health_all, cli_health_marked, cli_limited
-from runner.services import cli_health_run_succeeded, cli_limit_set
+from runner.services import cli_health_run_succeeded
 from tasks import branches
 from tasks import selectors as task_selectors
 from tasks import services as task_services
@@ -77,6 +77,7 @@ from tasks.models import (
     TaskStatus,
 )
 from worker import execution, process, prompts
+from worker.cli_limits import cli_limit_set
 from worker.snapshotting import PassSnapshots, RunSnapshots
 
 log = logging.getLogger(__name__)
@@ -641,6 +642,7 @@ class TaskPass:
             fallback_for=self.fallback_for,
             deferred=True,
             worker_id=self.item.worker_id,
+            knowledge_dir=str(knowledge_base_dir()),
             **self.stall,
         )
 
@@ -907,6 +909,7 @@ class ChatReply:
             fallback_for=self.fallback_for,
             deferred=True,
             worker_id=self.item.worker_id,
+            knowledge_dir=str(knowledge_base_dir()),
             **stall_limits(self.chat.workspace, settings=self.settings),
         )
 

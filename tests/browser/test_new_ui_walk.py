@@ -159,7 +159,7 @@ from django.utils import timezone
 from core.ids import new_id
 from runner.limits import Limit
 from runner.models import AgentRun
-from runner.services import cli_limit_set
+from worker.cli_limits import cli_limit_set
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
 
 ids = {ids!r}
@@ -519,7 +519,7 @@ from datetime import timedelta
 from django.utils import timezone
 from runner.limits import Limit
 from runner.models import CliHealth
-from runner.services import cli_limit_set
+from worker.cli_limits import cli_limit_set
 
 word = {long_word!r}
 CliHealth.objects.update_or_create(cli_type="claude", defaults=dict(

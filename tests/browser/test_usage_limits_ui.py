@@ -9,7 +9,7 @@ from tests.live import django_script
 
 pytestmark = pytest.mark.browser
 
-# What the worker does when a run hits the limit (runner.services.cli_limit_set and the pass's
+# What the worker does when a run hits the limit (worker.cli_limits.cli_limit_set and the pass's
 # pause), straight through the ORM: this test runs without a worker.
 LIMIT = """
 from datetime import timedelta
@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 from core import events
 from runner.limits import Limit
-from runner.services import cli_limit_set
+from worker.cli_limits import cli_limit_set
 from tasks.models import TaskQueueItem
 
 with transaction.atomic():
@@ -28,7 +28,7 @@ with transaction.atomic():
         events.publish("task.updated", {{"task_id": task_id, "workspace_id": {workspace!r}}})
 """
 LIFT = """
-from runner.services import cli_limit_lift
+from worker.cli_limits import cli_limit_lift
 cli_limit_lift(cli_type="claude")
 """
 

@@ -15,8 +15,9 @@ from core.settings_store import cli_settings_for
 from runner.clis import CliType
 from runner.git import GitError, git_binary, git_text
 from runner.models import CliHealthStatus
-from runner.selectors import cli_health_all, database_status, redis_status, workers_live
+from runner.selectors import cli_health_all, database_status, redis_status
 from worker import health
+from worker.selectors import workers_live
 
 
 def _check_data_dir(path) -> tuple[bool, str]:
