@@ -120,29 +120,34 @@ KEPT_BY_WIPE = {
 }
 
 
+def tables(data_dir: Path) -> list[str]:
+    """The tables of `data_dir`'s database."""
+    sql = (
+        "SELECT table_name FROM information_schema.tables"
+        " WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+        if ON_POSTGRES
+        else "SELECT name FROM sqlite_master WHERE type = 'table'"
+    )
+    return sorted(name for (name,) in query(data_dir, sql))
+
+
 def wipe(data_dir: Path) -> None:
     """Delete the rows of every table of `data_dir`'s database but KEPT_BY_WIPE, in one
     transaction: a running server's database as a new one copied from the template (tests that
     share a server start each from it). Its worker, if any, must be stopped."""
+    deletes = [f'DELETE FROM "{table}"' for table in tables(data_dir) if table not in KEPT_BY_WIPE]
     if not ON_POSTGRES:
-        with contextlib.closing(sqlite3.connect(Path(data_dir) / "malamar.db", timeout=30)) as db:
-            tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-            with db:  # one transaction; foreign keys are not enforced on this connection
-                for (table,) in tables:
-                    if table not in KEPT_BY_WIPE:
-                        db.execute(f'DELETE FROM "{table}"')
+        db = sqlite3.connect(Path(data_dir) / "malamar.db", timeout=30)
+        with contextlib.closing(db), db:  # one transaction; no foreign keys enforced here
+            for delete in deletes:
+                db.execute(delete)
         return
     import psycopg
 
     with psycopg.connect(url_for(data_dir)) as conn:  # one transaction, committed at the end
-        tables = conn.execute(
-            "SELECT table_name FROM information_schema.tables"
-            " WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
-        ).fetchall()
         conn.execute("SET CONSTRAINTS ALL DEFERRED")  # Django's foreign keys are deferrable
-        for (table,) in tables:
-            if table not in KEPT_BY_WIPE:
-                conn.execute(f'DELETE FROM "{table}"')
+        for delete in deletes:
+            conn.execute(delete)
 
 
 class Template:

@@ -296,7 +296,7 @@ def test_migrating_one_app_of_a_new_data_dir_first_is_no_error(tmp_path):
     assert django_script(data_dir, SAMPLE).stdout.startswith("Sample: Code Assistant")
 
 
-@pytest.mark.skipif(not databases.ON_POSTGRES, reason="a data dir of its own on a shared database")
+@databases.postgres_only("a data dir of its own on a shared database")
 def test_a_new_data_dir_on_a_database_in_use_is_no_first_launch(tmp_path):
     """Another machine joins a PostgreSQL database already in use (here one whose data came
     from SQLite, so it never had a sample): its new data dir is not a first launch."""

@@ -189,7 +189,7 @@ task_create(workspace=ws, summary="long", description="@fake sleep 60")
 """
 
 
-@pytest.mark.skipif(not databases.ON_POSTGRES, reason="a database server that stops answering")
+@databases.postgres_only("a database server that stops answering")
 @pytest.mark.parametrize("command", ["runworker", "malamar"])
 def test_sigterm_stops_promptly_while_the_database_does_not_answer(tmp_path, template_db, command):
     """PostgreSQL hangs (or the network drops its packets) mid-run: SIGTERM still ends the

@@ -16,11 +16,9 @@ from core import events, relay
 from core.fanout import Listener
 from core.models import OutboxEvent
 from core.relay import AdvisoryLock, Relay, stored_outbox_id
+from tests.databases import postgres_only
 
-on_postgres = pytest.mark.skipif(
-    "connection.vendor != 'postgresql'",
-    reason="PostgreSQL only (commit order, advisory lock, NOTIFY)",
-)
+on_postgres = postgres_only("PostgreSQL only (commit order, advisory lock, NOTIFY)")
 
 
 class Clock:

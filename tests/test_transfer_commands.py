@@ -205,7 +205,7 @@ def test_sqlite_backup_refuses_an_existing_file(tmp_path):
     assert (tmp_path / "b.db").read_text() == "keep"
 
 
-@pytest.mark.skipif(not databases.ON_POSTGRES, reason="PostgreSQL only")
+@databases.postgres_only("PostgreSQL only")
 def test_backup_on_postgresql_says_to_use_pg_dump(source, tmp_path):
     data, temp = source
     result = malamar("backup", str(tmp_path / "backup"), data_dir=data, temp_dir=temp)
