@@ -32,6 +32,7 @@ def test_changelists_render(db, task, agents, model):
 SEARCHABLE = [model for model in MODELS if admin.site.get_model_admin(model).search_fields]
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize("model", SEARCHABLE)
 def test_a_search_of_thousands_of_words_finds_nothing_and_says_why(db, task, agents, model):
     # every word is a LIKE over every search field: SQLite refused the expression (a 500)

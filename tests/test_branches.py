@@ -477,6 +477,7 @@ def test_a_checkout_on_a_branch_named_like_an_option_is_a_task_error(repo):
 # --- parallel tasks --------------------------------------------------------------------------
 
 
+@pytest.mark.pg
 def test_the_claim_honours_the_parallel_limit_and_the_pickup_order(repo, db):
     workspace = isolated(repo, parallel_tasks=2)
     old, new, urgent = (task_create(workspace=workspace, summary=s) for s in ("o", "n", "u"))
@@ -498,6 +499,7 @@ def test_the_claim_honours_the_parallel_limit_and_the_pickup_order(repo, db):
     assert pickup.claim_next(workspace.id, limit=2).task_id == old.id  # urgent still runs
 
 
+@pytest.mark.pg
 def test_parallel_tasks_run_at_once_in_their_own_worktrees(stack, repo):
     """The worker's loop (in-process): two of three tasks run at once."""
     before = user_state(repo)
@@ -523,6 +525,7 @@ def test_parallel_tasks_run_at_once_in_their_own_worktrees(stack, repo):
     assert user_state(repo) == before
 
 
+@pytest.mark.pg
 @pass_db
 def test_a_plain_workspace_still_runs_one_task_at_a_time(tmp_path):
     workspace = workspace_create(title="Plain")

@@ -124,6 +124,7 @@ def test_per_run_and_whole_task_diffs_in_a_users_repository(tmp_path):
     assert updated.last().payload["task_files_changed"] == 5
 
 
+@pytest.mark.pg
 def test_a_branch_name_longer_than_the_column_is_cut_not_a_failed_run(tmp_path):
     # git allows long branch names (folders of refs); PostgreSQL refuses to store more than
     # the column holds where SQLite kept everything.

@@ -81,6 +81,7 @@ def bounded(response) -> bytes:
     return response.content
 
 
+@pytest.mark.pg
 def test_every_hostile_file_is_listed(changed):
     task, _run = changed
     paths = paths_of(Client(), task)
@@ -89,6 +90,7 @@ def test_every_hostile_file_is_listed(changed):
     assert "caf\ufffd-latin1.txt" in paths  # shown with U+FFFD, as every name is UTF-8 here
 
 
+@pytest.mark.pg
 def test_the_tab_and_every_file_page_answer_within_bounds(changed):
     task, run = changed
     client = Client()

@@ -66,6 +66,7 @@ def test_a_binary_that_is_not_executable_is_reported_as_such(tmp_path):
 # --- requests: per CLI, answered by a check that started after them -------------------------
 
 
+@pytest.mark.pg
 def test_a_request_is_answered_only_by_a_full_check_that_started_after_it():
     ok = {"status": "healthy", "error": "", "answer": "OK"}
     started = timezone.now()
@@ -86,6 +87,7 @@ def test_a_request_is_answered_only_by_a_full_check_that_started_after_it():
     assert health_events("gemini")[-1] == {"cli_type": "gemini", "status": "healthy", "error": ""}
 
 
+@pytest.mark.pg
 def test_a_per_cli_request_checks_only_that_cli(monkeypatch):
     done = threading.Event()
     rounds = []
@@ -103,6 +105,7 @@ def test_a_per_cli_request_checks_only_that_cli(monkeypatch):
 # --- contention: two at a time, timeouts retried, "slow" rather than unavailable --------------
 
 
+@pytest.mark.pg
 def test_a_round_runs_at_most_two_checks_at_a_time(monkeypatch):
     lock = threading.Lock()
     state = {"running": 0, "peak": 0, "done": []}
@@ -144,6 +147,7 @@ def test_a_prompt_that_times_out_is_retried_once(tmp_path, monkeypatch):
     assert (outcome["status"], outcome["answer"]) == ("healthy", "OK")
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize(
     ("before", "status", "available"),
     [
@@ -168,6 +172,7 @@ def test_two_timeouts_make_a_healthy_cli_slow_not_unavailable(
 # --- a CLI that just answered a real run is healthy -----------------------------------------
 
 
+@pytest.mark.pg
 def test_a_successful_run_clears_an_unhealthy_mark(task_recorder):
     CliHealth.objects.create(cli_type="claude", status="unhealthy", error="timed out")
 
@@ -186,6 +191,7 @@ def test_a_successful_run_clears_an_unhealthy_mark(task_recorder):
     assert len(health_events("claude")) == 1
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_stopping_the_checks_kills_a_hanging_check_and_stores_nothing(monkeypatch):
     """At shutdown a check's CLI is killed (never left running after the worker exits) and its
@@ -207,6 +213,7 @@ def test_stopping_the_checks_kills_a_hanging_check_and_stores_nothing(monkeypatc
     assert not CliHealth.objects.filter(cli_type="codex", checked_at__isnull=False).exists()
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_a_stopped_worker_leaves_the_next_workers_checks_running(fake_clis):
     """The stop belongs to one worker's checks: a worker started later in the same process

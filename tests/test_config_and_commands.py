@@ -133,6 +133,7 @@ def test_malamar_refuses_bad_config(tmp_path):
     assert result.returncode == 2 and "port" in result.stderr
 
 
+@pytest.mark.pg
 def test_doctor_healthy_after_migrate(tmp_path):
     assert manage(tmp_path, "migrate", "--no-input").returncode == 0
     empty = tmp_path / "no-clis"
@@ -186,6 +187,7 @@ def _line(stdout: str, start: str) -> str:
     return next(line for line in stdout.splitlines() if line[2:].startswith(start))
 
 
+@pytest.mark.pg
 def test_doctor_on_a_fresh_data_dir_says_there_is_no_database_yet(tmp_path):
     """A fresh data dir (SQLite: no file; PostgreSQL: an empty database) is not "54 migrations
     pending" nor "workers unknown": nothing is wrong, `malamar` creates the database. Doctor
@@ -252,6 +254,7 @@ def test_doctor_fails_on_unusable_data_dir(tmp_path):
     assert "✗ Data directory" in result.stdout
 
 
+@pytest.mark.pg
 def test_doctor_reports_pending_migrations(tmp_path):
     assert manage(tmp_path, "migrate", "core", "--no-input").returncode == 0  # partly
     result = manage(tmp_path, "doctor")
@@ -265,6 +268,7 @@ for ws in Workspace.objects.all():
 """
 
 
+@pytest.mark.pg
 def test_first_launch_seeds_sample_workspace_once(tmp_path):
     data_dir = tmp_path / "fresh"  # does not exist yet: first launch
     assert manage(data_dir, "migrate", "--no-input").returncode == 0
@@ -273,6 +277,7 @@ def test_first_launch_seeds_sample_workspace_once(tmp_path):
     assert out == ["Sample: Code Assistant | Planner,Implementer,Reviewer,Approver"]
 
 
+@pytest.mark.pg
 def test_an_existing_but_empty_data_dir_is_a_first_launch(tmp_path):
     data_dir = tmp_path / "made-by-hand"
     data_dir.mkdir()  # e.g. `mkdir ~/.malamar` before the first run: still no database
@@ -281,12 +286,14 @@ def test_an_existing_but_empty_data_dir_is_a_first_launch(tmp_path):
     assert out == ["Sample: Code Assistant | Planner,Implementer,Reviewer,Approver"]
 
 
+@pytest.mark.pg
 def test_no_sample_when_the_database_already_existed(tmp_path):
     blank_database(tmp_path)
     assert manage(tmp_path, "migrate", "--no-input").returncode == 0
     assert django_script(tmp_path, SAMPLE).stdout.strip() == ""
 
 
+@pytest.mark.pg
 def test_migrating_one_app_of_a_new_data_dir_first_is_no_error(tmp_path):
     """`manage.py migrate core` on a new data dir: the sample waits for the tables it needs."""
     data_dir = tmp_path / "fresh"
@@ -324,6 +331,7 @@ def test_a_new_data_dir_on_a_database_in_use_is_no_first_launch(tmp_path):
     assert django_script(second, SAMPLE, **shared).stdout.strip() == "Mine |"
 
 
+@pytest.mark.pg
 def test_sample_not_recreated_after_user_deletes_it(tmp_path):
     data_dir = tmp_path / "fresh"
     manage(data_dir, "migrate", "--no-input")

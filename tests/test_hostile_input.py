@@ -146,6 +146,7 @@ def test_the_parameter_list_has_path_and_query_parameters():
     assert ("get", "/api/tasks/{task_id}/changes/file", "path", "query") in PARAMETERS
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize(("method", "path", "name", "where"), PARAMETERS)
 def test_hostile_path_and_query_parameters_are_never_a_500(client, ids, method, path, name, where):
     body = "{}" if method in ("post", "put", "patch") else None
@@ -198,6 +199,7 @@ def test_malformed_bodies_are_a_400_with_a_message(client, body, message):
     assert not Workspace.objects.exists()
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -217,6 +219,7 @@ def test_numbers_out_of_range_are_a_400(client, workspace, body, message):
     assert Workspace.objects.get(id=workspace.id).retention_days == 7
 
 
+@pytest.mark.pg
 def test_an_agent_action_with_an_impossible_number_fails_cleanly(workspace):
     chat = chat_create(workspace=workspace)
     actions = [{"type": "update_workspace", "stall_kill_minutes": float("nan")}]
@@ -241,6 +244,7 @@ def _limits(ids):
     ]
 
 
+@pytest.mark.pg
 def test_over_long_names_are_a_400_and_the_limit_itself_is_fine(api, ids):
     for method, path, base, field, limit in _limits(ids):
         for length in (50_000, limit + 1):
@@ -254,6 +258,7 @@ def test_over_long_names_are_a_400_and_the_limit_itself_is_fine(api, ids):
         assert response.json()[field] == longest
 
 
+@pytest.mark.pg
 def test_texts_have_no_length_limit_besides_the_request_size(api, ids):
     long_text = "word " * 200_000  # 1 MB
     response = api.post(f"/api/tasks/{ids['task_id']}/comments", {"content": long_text})
@@ -262,6 +267,7 @@ def test_texts_have_no_length_limit_besides_the_request_size(api, ids):
     assert response.status_code == 200
 
 
+@pytest.mark.pg
 def test_malamar_chat_actions_with_over_long_names_fail_with_a_clear_message(ids, workspace):
     chat = chat_create(workspace=workspace)
     long = "N" * 50_000
@@ -382,6 +388,7 @@ def test_limits_come_from_the_environment(monkeypatch):
 # --- query parameters ----------------------------------------------------------------------
 
 
+@pytest.mark.pg
 def test_huge_and_nul_query_parameters(client, ids, workspace):
     huge = "a" * 60_000
     for path in ("/api/workspaces", f"/api/workspaces/{workspace.id}/chats"):
@@ -544,6 +551,7 @@ def test_with_a_password_credentials_are_checked_before_the_body_is_read(live):
         django_script(live.data_dir, "from core.auth import password_set; password_set(raw=None)")
 
 
+@pytest.mark.pg
 def test_a_malamar_reply_with_over_long_names_becomes_a_clear_system_message(stack):
     from tests.test_chat_worker import action, chat, send, wait_reply
 
@@ -575,6 +583,7 @@ def test_a_malamar_reply_with_over_long_names_becomes_a_clear_system_message(sta
 # --- what agents' CLIs print is hostile input too -------------------------------------------
 
 
+@pytest.mark.pg
 def test_cli_output_strings_are_made_storable_and_deep_nesting_is_invalid_json():
     from core.storable import loads_storable
     from runner.clis import cli_for
@@ -588,6 +597,7 @@ def test_cli_output_strings_are_made_storable_and_deep_nesting_is_invalid_json()
     assert parse_line(parser, '{"type": ' + "[" * 100_000 + "]" * 100_000 + "}") == []
 
 
+@pytest.mark.pg
 def test_an_agent_comment_with_a_lone_surrogate_is_stored_not_a_crashed_run(stack):
     ws = stack.workspace(agents=[("Planner", "gemini")])
     escaped = (
@@ -607,6 +617,7 @@ def test_an_agent_comment_with_a_lone_surrogate_is_stored_not_a_crashed_run(stac
     )
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize("cli", ["claude", "codex"])
 def test_nul_bytes_a_cli_prints_are_dropped_where_they_are_kept(stack, cli):
     # PostgreSQL refuses NUL in text: a CLI printing one must not crash the run's recording.

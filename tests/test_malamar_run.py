@@ -33,6 +33,7 @@ pytestmark = pytest.mark.live
 # over 30 s at a load of 11 on 2 cores): the waits for it to serve allow 90 s.
 
 
+@pytest.mark.pg
 def test_malamar_runs_server_and_worker_and_stops_cleanly(tmp_path):
     port = free_port()
     proc = _start_with_fakes(tmp_path, port)

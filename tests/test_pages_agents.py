@@ -158,6 +158,7 @@ def test_first_and_last_arrows_are_marked_disabled(client, workspace, agents):
     assert not re.search(rf'id="move-up-{agents[1].id}"[^>]*aria-disabled', page)
 
 
+@pytest.mark.pg
 def test_reorder_saves_the_dropped_order(client, workspace, agents):
     ids = [agents[2].id, agents[0].id, agents[1].id]
     response = hx(client, "post", f"/workspaces/{workspace.id}/agents/reorder/", {"agent_ids": ids})
@@ -165,6 +166,7 @@ def test_reorder_saves_the_dropped_order(client, workspace, agents):
     assert names_in_order(workspace) == ["Reviewer", "Planner", "Implementer"]
 
 
+@pytest.mark.pg
 def test_reorder_with_a_stale_list_keeps_the_order_and_says_so(client, workspace, agents):
     ids = [agents[1].id, agents[0].id]  # one agent missing: the list changed meanwhile
     response = hx(client, "post", f"/workspaces/{workspace.id}/agents/reorder/", {"agent_ids": ids})

@@ -97,6 +97,7 @@ def test_action_only_reply_previews_its_actions(client, workspace):
     assert "Created agent &quot;Reviewer&quot;" in tab(client, workspace)
 
 
+@pytest.mark.pg
 def test_search_filters_by_title(client, workspace):
     chat_create(workspace=workspace, title="Login page")
     chat_create(workspace=workspace, title="Billing")

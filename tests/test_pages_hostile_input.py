@@ -171,6 +171,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize("route", PAGE_ROUTES)
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 def test_hostile_form_posts_are_never_a_500(client, ids, route, kind):
@@ -182,6 +183,7 @@ def test_hostile_form_posts_are_never_a_500(client, ids, route, kind):
         assert response.status_code < 500, (url, headers, response.content[:300])
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize("route", PAGE_ROUTES)
 def test_hostile_query_strings_are_never_a_500(client, ids, route):
     url = _url(route, ids)
@@ -216,6 +218,7 @@ def _card_titles(response) -> list[str]:
     return [el.text for el in parse(html(response)).find_all("workspace-card__title")]
 
 
+@pytest.mark.pg
 def test_searching_with_a_huge_query_finds_nothing(client, workspace):
     assert _card_titles(client.get("/", {"q": "P" * 60_000})) == []
     assert _card_titles(client.get("/", {"q": "proj"})) == [workspace.title]

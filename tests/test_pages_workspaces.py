@@ -46,6 +46,7 @@ def test_cards_show_title_snippet_counts_agents_and_activity(client, workspace, 
     assert re.search(r"<time datetime=\"[^\"]+\" data-relative[^>]*>Active just now</time>", card)
 
 
+@pytest.mark.pg
 def test_list_is_ordered_by_last_activity(client, workspace):
     newer = workspace_create(title="Newer")
     page = html(client.get("/"))
@@ -55,6 +56,7 @@ def test_list_is_ordered_by_last_activity(client, workspace):
     assert page.index("Project X") < page.index(newer.title)
 
 
+@pytest.mark.pg
 def test_search_filters_by_title_as_a_fragment(client, workspace):
     workspace_create(title="Marketing site")
     response = hx(client, "get", "/?q=market", target="workspace-results")
@@ -237,6 +239,7 @@ def test_settings_errors_are_tied_to_fields(client, workspace):
     assert Workspace.objects.get(id=workspace.id).title == "Project X"
 
 
+@pytest.mark.pg
 def test_huge_retention_is_an_error_on_the_field_not_a_crash(client, workspace):
     url = f"/workspaces/{workspace.id}/settings/"
     page = html(hx(client, "post", url, settings_data(retention_days="1" + "0" * 20)))

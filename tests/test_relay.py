@@ -18,6 +18,8 @@ from core.models import OutboxEvent
 from core.relay import AdvisoryLock, Relay, stored_outbox_id
 from tests.databases import postgres_only
 
+pytestmark = pytest.mark.pg
+
 on_postgres = postgres_only("PostgreSQL only (commit order, advisory lock, NOTIFY)")
 
 

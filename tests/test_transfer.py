@@ -123,6 +123,7 @@ def normalized(document: dict) -> dict:
     return swapped
 
 
+@pytest.mark.pg
 def test_export_import_round_trip_is_equal_but_for_ids(full):
     document = transfer.export_document(full, chats=True, attachments=True)
     assert document["format"] == "malamar.workspace" and document["version"] == 1
@@ -274,6 +275,7 @@ def broken_variants(document):
     )
 
 
+@pytest.mark.pg
 def test_broken_or_newer_files_are_refused_and_leave_the_database_unchanged(full, temp_dir):
     document = transfer.export_document(full, chats=True, attachments=True)
     before = snapshot()
@@ -286,6 +288,7 @@ def test_broken_or_newer_files_are_refused_and_leave_the_database_unchanged(full
     assert sorted(p.name for p in temp_dir.iterdir()) == folders
 
 
+@pytest.mark.pg
 def test_a_failure_late_in_the_import_rolls_everything_back(full, temp_dir, monkeypatch):
     document = transfer.export_document(full, chats=True, attachments=True)
     before = snapshot()

@@ -102,6 +102,7 @@ def _task(task_id, summary, status, created_at):
     }
 
 
+@pytest.mark.pg
 def test_export_then_import_into_another_instance(source, tmp_path):
     data, temp = source
     out = tmp_path / "shop.json"

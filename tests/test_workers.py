@@ -139,6 +139,7 @@ def _process_recorded(task) -> bool:
 # rows and capacity (both databases) ----------------------------------------------------------
 
 
+@pytest.mark.pg
 def test_a_worker_registers_beats_and_retires(workers):
     running = workers(capacity=3, **FAST)
     row = Worker.objects.get(id=running.id)
@@ -153,6 +154,7 @@ def test_a_worker_registers_beats_and_retires(workers):
     assert not Worker.objects.filter(id=running.id).exists()
 
 
+@pytest.mark.pg
 def test_a_worker_never_runs_more_than_its_capacity(workers):
     tasks = [
         task_create(workspace=_workspace(f"W{n}"), summary="T", description="@fake sleep 0.4")
@@ -165,6 +167,7 @@ def test_a_worker_never_runs_more_than_its_capacity(workers):
     assert _overlaps(spans) == 2  # two at once (four workspaces could run four)
 
 
+@pytest.mark.pg
 def test_claims_record_the_claiming_worker_on_the_item_and_the_run(workers):
     task = task_create(workspace=_workspace("Owned"), summary="T", description="@fake skip")
     running = workers(**FAST)
@@ -173,6 +176,7 @@ def test_claims_record_the_claiming_worker_on_the_item_and_the_run(workers):
     assert AgentRun.objects.get(task=task).worker_id == running.id
 
 
+@pytest.mark.pg
 def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
     live = _beating_for_an_hour(hostname="a", pid=1, capacity=1, clis=[], version="t")
     me = _beating_for_an_hour(hostname="b", pid=2, capacity=1, clis=[], version="t")
@@ -191,6 +195,7 @@ def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
     assert runs == {tasks[0].id: RunStatus.RUNNING, tasks[1].id: RunStatus.INTERRUPTED}
 
 
+@pytest.mark.pg
 def test_a_worker_of_this_machine_whose_process_is_gone_is_taken_over_at_once(db):
     """Killed, then restarted on the same machine: its runs need not wait for its heartbeat to
     go stale. Another machine's worker with the same pid still beats: it is left alone."""
@@ -334,6 +339,7 @@ def test_a_worker_that_was_taken_over_writes_nothing_for_its_runs(workers):
     assert (reclaimed.status, reclaimed.worker_id) == (QueueStatus.IN_PROGRESS, other.id)
 
 
+@pytest.mark.pg
 def test_a_worker_that_finds_itself_taken_over_kills_its_runs_and_comes_back(workers):
     running = workers(**FAST)
     old_id = running.id
@@ -519,6 +525,7 @@ def _two_workers():
     return busy, idle
 
 
+@pytest.mark.pg
 def test_doctor_lists_the_live_workers_and_the_database(db, settings, monkeypatch):
     _two_workers()
     password = "s3cret-Pa55"
