@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tasks import services as task_services
 from tests.databases import ON_POSTGRES, SQLITE_ONE_WORKER
 from tests.live import ROOT, process_env, wait_until
 from tests.stack import FAKES_BIN, alive
@@ -202,20 +203,24 @@ def test_deeply_nested_cli_output_is_invalid_json_and_the_worker_lives(stack, cl
 
 
 @pytest.mark.pg
-def test_error_retry_backs_off_and_a_user_comment_retries_at_once(stack):
+def test_error_retry_backs_off_and_a_user_comment_retries_at_once(stack, monkeypatch):
+    # An hour's back-off (injected): nothing is waited out. A second task of the workspace runs
+    # meanwhile, though the failed one comes first in the pickup order (it ran last).
+    monkeypatch.setattr(task_services, "BACKOFF_BASE_SECONDS", 3600)
     ws = stack.workspace(agents=[("Planner", "opencode")])
-    task = stack.task(ws, "@fake exit 1 no auth")
-    first, second = stack.wait_comments(task, 2, timeout=30)[:2]
-    gap = _seconds_between(first["created_at"], second["created_at"])
-    assert gap >= 4.5, f"the first retry waited {gap:.1f}s, the back-off is 5 s"
+    failing = stack.task(ws, "@fake exit 1 no auth", summary="Failing")
+    stack.wait_comments(failing, 1)
+    other = stack.task(ws, "@fake review Other done", summary="Other")
+    stack.wait_status(other, "in_review")
+    assert len(stack.comments(failing)) == 1, "the failed task was retried before its back-off"
     stack.api(
         "POST",
-        f"/tasks/{task['id']}/comments",
+        f"/tasks/{failing['id']}/comments",
         {"content": "fixed\n@fake review All good"},
         expect=201,
     )
-    stack.wait_status(task, "in_review", timeout=10)
-    assert stack.comments(task)[-1]["content"] == "All good"
+    stack.wait_status(failing, "in_review", timeout=10)
+    assert stack.comments(failing)[-1]["content"] == "All good"
 
 
 def queue_statuses(stack, task) -> list[str]:
@@ -229,12 +234,6 @@ def run_ended(stack, task) -> bool:
     """The task's first queue item (the run) reached its final status: a stopped run fails."""
     statuses = queue_statuses(stack, task)
     return statuses[0] == "failed" and "in_progress" not in statuses
-
-
-def _seconds_between(a: str, b: str) -> float:
-    from datetime import datetime
-
-    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
 
 
 @pytest.mark.pg
