@@ -117,7 +117,7 @@ def test_odd_lines_are_ignored(cli, line):
 @pytest.mark.pg
 def test_traces_appear_while_the_run_is_still_running(stack):
     ws = stack.workspace(agents=[("Planner", "claude")])
-    task = stack.task(ws, "@fake sleep 3 review finished")
+    task = stack.task(ws, "@fake hold 60 review finished")  # until the test releases it
 
     def live_trace():
         runs = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
@@ -127,6 +127,7 @@ def test_traces_appear_while_the_run_is_still_running(stack):
     run = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"][0]
     assert run["traces"][0]["kind"] == "status"
     assert stack.comments(task) == []  # the run has not ended yet
+    (stack.temp_dir / f"malamar_task_{task['id']}" / "release").touch()
     stack.wait_status(task, "in_review")
     runs = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
     first = runs[0]
