@@ -31,14 +31,18 @@ class Element:
                 yield child
                 yield from child.iter()
 
-    def find_all(self, cls: str | None = None, *, tag: str | None = None, **attrs) -> list:
-        """Descendants with that class (and tag, and attribute values; `data_x` = `data-x`)."""
-        wanted = {name.replace("_", "-"): value for name, value in attrs.items()}
+    def find_all(
+        self, cls: str | None = None, *, tag: str | None = None, text: str | None = None, **attrs
+    ) -> list:
+        """Descendants with that class (and tag, text contained in theirs, and attribute values;
+        `data_x` = `data-x`, `for_` = `for`)."""
+        wanted = {name.rstrip("_").replace("_", "-"): value for name, value in attrs.items()}
         return [
             el
             for el in self.iter()
             if (cls is None or cls in el.classes)
             and (tag is None or el.tag == tag)
+            and (text is None or text in el.text)
             and all(el.attrs.get(name) == value for name, value in wanted.items())
         ]
 
