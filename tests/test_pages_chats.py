@@ -21,6 +21,7 @@ from chats.services import (
 )
 from core.models import OutboxEvent
 from runner.models import CliHealth, QueueStatus
+from tests.htmltree import parse
 from tests.pages import html, hx, triggers
 
 pytestmark = pytest.mark.django_db
@@ -42,7 +43,19 @@ def tab(client, workspace, query: str = "") -> str:
 
 
 def list_titles(page: str) -> list[str]:
-    return re.findall(r'<span class="chat-row__title">([^<]+)</span>', page)
+    return [title.text for title in parse(page).find_all("chat-row__title")]
+
+
+def selected(element) -> list[tuple[str, str]]:
+    """(value, text) of the selected options in a parsed element."""
+    options = element.find_all(tag="option")
+    return [
+        (option.attrs["value"], option.text) for option in options if "selected" in option.attrs
+    ]
+
+
+def flash_messages(page: str) -> list[str]:
+    return [item.text for item in parse(page).by_id("flash-messages").find_all(tag="li")]
 
 
 def popup(client, chat) -> str:
@@ -59,16 +72,14 @@ def messages_of(chat) -> list[tuple[str, str]]:
 
 
 def test_empty_tab_says_no_conversations_and_offers_every_agent(client, workspace, agents):
-    page = tab(client, workspace)
-    assert '<section id="chat-panel" class="tab-panel" aria-labelledby="tab-chat">' in page
-    assert "No conversations yet" in page and "Start a chat" in page
-    menu = re.search(r'<div class="chat-menu__panel".*?</div>\s*</details>', page, re.S).group(0)
-    assert re.findall(r'class="chat-menu__text">([A-Za-z]+)', menu) == [
-        "Malamar",
-        "Planner",
-        "Implementer",
-        "Reviewer",
-    ]
+    panel = parse(tab(client, workspace)).by_id("chat-panel")
+    assert (panel.tag, panel.attrs["aria-labelledby"]) == ("section", "tab-chat")
+    empty = panel.find("empty-state")
+    assert empty.find("empty-state__title").text == "No conversations yet"
+    assert empty.find("chat-menu", tag="details").find(tag="summary").text == "Start a chat"
+    menu = panel.find("chat-menu__panel")
+    names = [text.children[0] for text in menu.find_all("chat-menu__text")]
+    assert names == ["Malamar", "Planner", "Implementer", "Reviewer"]
 
 
 def test_list_shows_title_agents_preview_time_latest_first(client, workspace, agents):
@@ -78,9 +89,14 @@ def test_list_shows_title_agents_preview_time_latest_first(client, workspace, ag
     chat_participant_add(chat=new, agent_id=agents[1].id)
     page = tab(client, workspace)
     assert list_titles(page) == ["Newer chat", "Older chat"]
-    assert "Malamar, Implementer" in page and "Planner" in page
-    assert "Here is the plan" in page and "<strong>" not in page  # plain text preview
-    assert "<time datetime=" in page
+    rows = parse(page).find_all("chat-row", tag="li")
+    assert [row.find("chat-row__agents").text for row in rows] == [
+        "Malamar, Implementer",
+        "Planner",
+    ]
+    assert rows[1].find("chat-row__preview").text == "Here is the plan"
+    assert parse(page).find(tag="strong") is None  # a plain text preview
+    assert all(row.find("chat-row__time").find(tag="time").attrs["datetime"] for row in rows)
     # A new message moves a chat to the top.
     chat_message_add_system(chat=old, message="Switched from A to B")
     assert list_titles(html(hx(client, "get", f"/workspaces/{workspace.id}/chats/"))) == [
@@ -94,7 +110,8 @@ def test_action_only_reply_previews_its_actions(client, workspace):
     chat_message_add_agent(
         chat=chat, message="", actions=[{"type": "create_agent", "name": "Reviewer"}]
     )
-    assert "Created agent &quot;Reviewer&quot;" in tab(client, workspace)
+    preview = parse(tab(client, workspace)).find("chat-row__preview")
+    assert preview.text == 'Created agent "Reviewer"'
 
 
 @pytest.mark.pg
@@ -102,9 +119,9 @@ def test_search_filters_by_title(client, workspace):
     chat_create(workspace=workspace, title="Login page")
     chat_create(workspace=workspace, title="Billing")
     page = html(hx(client, "get", f"/workspaces/{workspace.id}/chats/?q=log"))
-    assert "<html" not in page and list_titles(page) == ["Login page"]
-    page = html(hx(client, "get", f"/workspaces/{workspace.id}/chats/?q=zzz"))
-    assert "No chats match “zzz”" in page
+    assert parse(page).find(tag="html") is None and list_titles(page) == ["Login page"]
+    page = parse(html(hx(client, "get", f"/workspaces/{workspace.id}/chats/?q=zzz")))
+    assert page.find("empty-state__title").text == "No chats match “zzz”"
     # Reload with the query keeps it.
     assert list_titles(tab(client, workspace, "&q=bill")) == ["Billing"]
 
@@ -160,9 +177,9 @@ def test_new_chat_from_the_dropdown_opens_its_popup(client, workspace, agents):
     assert chat.participants.lead().agent == agents[1]
     assert response.headers["HX-Push-Url"] == f"/workspaces/{workspace.id}/?tab=chat&chat={chat.id}"
     assert "chats:list-refresh" in triggers(response)
-    page = html(response)
-    assert 'id="chat-head"' in page and 'id="chat-composer"' in page
-    assert f'<option value="{agents[1].id}" selected>Implementer' in page
+    page = parse(html(response))
+    assert page.by_id("chat-head") is not None and page.by_id("chat-composer") is not None
+    assert selected(page)[0] == (agents[1].id, "Implementer")
 
 
 def test_new_chat_with_malamar(client, workspace):
@@ -178,10 +195,12 @@ def test_new_chat_with_a_foreign_agent_is_refused_with_a_toast(client, workspace
 
 
 def test_start_malamar_opens_a_new_chat_form_without_creating_anything(client, workspace):
-    page = tab(client, workspace, "&start=malamar")
+    page = parse(tab(client, workspace, "&start=malamar"))
     assert not Chat.objects.exists()
-    assert "data-chat-draft" in page and "data-open-on-load" in page
-    assert re.search(r'<option value="" selected>Malamar', page)
+    dialog = page.by_id("chat-dialog")
+    assert "data-open-on-load" in dialog.attrs
+    draft = dialog.find(data_chat_draft="")
+    assert selected(draft.by_id("chat-draft-agent")) == [("", "Malamar")]
 
 
 def test_first_message_from_the_new_chat_form_creates_and_sends(client, workspace):
@@ -191,16 +210,18 @@ def test_first_message_from_the_new_chat_form_creates_and_sends(client, workspac
     assert messages_of(chat) == [("user", "Hi there")]
     assert ChatQueueItem.objects.filter(chat=chat).count() == 1
     assert response.headers["HX-Push-Url"].endswith(f"chat={chat.id}")
-    assert "Hi there" in html(response)
+    [mine] = parse(html(response)).find_all("chat-msg--user", tag="li")
+    assert mine.find("chat-msg__bubble").text == "Hi there"
 
 
 def test_empty_first_message_keeps_the_form_with_the_error(client, workspace):
     url = f"/workspaces/{workspace.id}/chats/new/"
     response = hx(client, "post", url, {"draft": "1", "agent_id": "", "message": "  "})
-    page = html(response)
+    page = parse(html(response))
     assert response.status_code == 200 and not Chat.objects.exists()
-    assert "Message is required" in page and 'aria-invalid="true"' in page
-    assert "data-chat-draft" in page
+    assert page.by_id("chat-message_error").text == "Message is required"
+    assert page.by_id("chat-message").attrs["aria-invalid"] == "true"
+    assert page.find(data_chat_draft="") is not None
 
 
 def test_first_message_without_any_cli_leaves_no_empty_chat(client, workspace):
@@ -208,9 +229,10 @@ def test_first_message_without_any_cli_leaves_no_empty_chat(client, workspace):
         CliHealth.objects.create(cli_type=cli, status="unhealthy", error="gone")
     url = f"/workspaces/{workspace.id}/chats/new/"
     response = hx(client, "post", url, {"draft": "1", "agent_id": "", "message": "Hello"})
-    page = html(response)
-    assert "No CLI available" in page and not Chat.objects.exists()
-    assert ">Hello</textarea>" in page
+    page = parse(html(response))
+    assert "No CLI available" in page.by_id("chat-message_error").text
+    assert not Chat.objects.exists()
+    assert page.by_id("chat-message").text == "Hello"
 
 
 # --- popup ------------------------------------------------------------------------------
@@ -218,9 +240,10 @@ def test_first_message_without_any_cli_leaves_no_empty_chat(client, workspace):
 
 def test_reload_with_chat_in_the_url_opens_the_popup(client, workspace, chat):
     chat_message_send(chat=chat, message="What do we ship **first**?")
-    page = tab(client, workspace, f"&chat={chat.id}")
-    assert '<dialog id="chat-dialog"' in page and "data-open-on-load" in page
-    assert "Plan the launch" in page and "<strong>first</strong>" in page  # markdown
+    dialog = parse(tab(client, workspace, f"&chat={chat.id}")).by_id("chat-dialog")
+    assert dialog.tag == "dialog" and "data-open-on-load" in dialog.attrs
+    assert dialog.find("chat-title__text").text == "Plan the launch"
+    assert dialog.find("chat-msg__bubble").find(tag="strong").text == "first"  # markdown
 
 
 def test_unknown_chat_in_the_url_says_so(client, workspace, chat):
@@ -229,7 +252,8 @@ def test_unknown_chat_in_the_url_says_so(client, workspace, chat):
     other = chat_create(workspace=workspace_create(title="Other"))
     for chat_id in ("missing", other.id):
         page = tab(client, workspace, f"&chat={chat_id}")
-        assert "That chat no longer exists." in page and "data-open-on-load" not in page
+        assert flash_messages(page) == ["That chat no longer exists."]
+        assert "data-open-on-load" not in parse(page).by_id("chat-dialog").attrs
 
 
 def test_popup_renders_messages_oldest_first_with_authors(client, workspace, agents, chat):
@@ -239,12 +263,24 @@ def test_popup_renders_messages_oldest_first_with_authors(client, workspace, age
     chat_message_add_system(chat=chat, message="CLI exited with code 1: boom")
     chat_message_add_system(chat=chat, message="Stopped by user")
     page = popup(client, chat)
-    assert page.index("First") < page.index("Second") < page.index("CLI exited")
+    messages = parse(page).find_all("chat-msg", tag="li")
+
+    def said(message) -> tuple[str, str]:
+        if "chat-msg--system" in message.classes:
+            return "system", message.find("chat-system__text").text
+        return message.find("chat-msg__author").text, message.find("chat-msg__bubble").text
+
+    assert [said(message) for message in messages] == [
+        ("You", "First"),
+        ("Malamar", "Second <script>x</script>"),  # the agent's markup shown as text
+        ("system", "CLI exited with code 1: boom"),
+        ("system", "Stopped by user"),
+    ]
+    assert [message.attrs["class"] for message in messages[2:]] == [
+        "chat-msg chat-msg--system chat-msg--error",  # errors are tinted
+        "chat-msg chat-msg--system chat-msg--info",
+    ]
     assert "<script>x</script>" not in page
-    assert "chat-msg--system chat-msg--error" in page  # errors are tinted
-    assert "chat-msg--system chat-msg--info" in page
-    assert page.count('class="chat-msg__author">You<') == 1
-    assert re.search(r"chat-msg__author\">.*?Malamar</span>", page, re.S)
 
 
 def test_agent_actions_show_as_cards_and_a_task_link(client, workspace, chat):
@@ -253,10 +289,14 @@ def test_agent_actions_show_as_cards_and_a_task_link(client, workspace, chat):
         {"type": "delete_agent", "agent_id": "x", "result": "failed", "error": "not found"},
     ]
     chat_message_add_agent(chat=chat, message="", actions=actions)
-    page = popup(client, chat)
-    assert 'data-action-type="create_task" data-task-id="T1"' in page
-    assert f'href="/workspaces/{workspace.id}/?tab=tasks&amp;task=T1"' in page
-    assert "Failed: not found" in page
+    cards = parse(popup(client, chat)).find_all("chat-action", tag="li")
+    assert [(c.attrs["data-action-type"], c.attrs.get("data-task-id")) for c in cards] == [
+        ("create_task", "T1"),
+        ("delete_agent", None),
+    ]
+    link = cards[0].find("chat-action__link", tag="a")
+    assert link.attrs["href"] == f"/workspaces/{workspace.id}/?tab=tasks&task=T1"
+    assert cards[1].find("chat-action__status").text == "Failed: not found"
 
 
 def test_create_task_reply_event_carries_the_task_for_the_toast(workspace, chat):
@@ -310,7 +350,7 @@ def test_rename(client, chat):
     response = hx(client, "post", f"/chats/{chat.id}/rename/", {"title": "  Launch plan "})
     chat.refresh_from_db()
     assert chat.title == "Launch plan"
-    assert 'class="chat-title__text">Launch plan<' in html(response)
+    assert parse(html(response)).find("chat-title__text").text == "Launch plan"
     assert "chats:refresh" in triggers(response)
 
 
