@@ -22,7 +22,7 @@ from chats.services import (
 from core.models import OutboxEvent
 from runner.models import CliHealth, QueueStatus
 from tests.htmltree import parse
-from tests.pages import html, hx, triggers
+from tests.pages import element_text, html, hx, triggers
 
 pytestmark = pytest.mark.django_db
 
@@ -52,6 +52,11 @@ def selected(element) -> list[tuple[str, str]]:
     return [
         (option.attrs["value"], option.text) for option in options if "selected" in option.attrs
     ]
+
+
+def pills(page) -> list[str]:
+    """The names on a parsed popup's participant pills."""
+    return [pill.find("chat-pill__name").text for pill in page.find_all("chat-pill__toggle")]
 
 
 def flash_messages(page: str) -> list[str]:
@@ -358,7 +363,9 @@ def test_rename_to_nothing_keeps_the_form_open_with_the_error(client, chat):
     response = hx(client, "post", f"/chats/{chat.id}/rename/", {"title": "   "})
     page = html(response)
     assert response.status_code == 200 and "data-editing" in page
-    assert "Title is required" in page and 'aria-describedby="chat-title-input_error"' in page
+    assert element_text(page, "chat-title-input_error") == "Title is required"
+    described = parse(page).by_id("chat-title-input").attrs["aria-describedby"]
+    assert described == "chat-title-input_error"
     chat.refresh_from_db()
     assert chat.title == "Plan the launch"
 
@@ -374,9 +381,9 @@ def test_switch_agent_keeps_history_and_resets_the_cli(client, agents, chat):
     lead = chat.participants.lead()
     assert lead.agent == agents[0] and lead.cli_type is None
     assert messages_of(chat) == [("system", "Switched from Malamar to Planner")]
-    page = html(response)
-    assert f'<option value="{agents[0].id}" selected>Planner' in page
-    assert '<option value="" selected>Default · Claude Code' in page
+    page = parse(html(response))
+    assert selected(page.by_id("chat-agent")) == [(agents[0].id, "Planner")]
+    assert selected(page.by_id("chat-cli")) == [("", "Default · Claude Code")]
     hx(client, "post", f"/chats/{chat.id}/agent/", {"agent_id": ""})
     assert chat.participants.lead().agent is None
 
@@ -391,9 +398,9 @@ def test_cli_override_and_clear(client, chat):
     CliHealth.objects.create(cli_type="codex", status="unhealthy", error="401")
     response = hx(client, "post", f"/chats/{chat.id}/cli/", {"cli_type": "gemini"})
     assert chat.participants.get().cli_type == "gemini"
-    page = html(response)
-    assert '<option value="gemini" selected>Gemini CLI' in page
-    assert "Codex CLI (unavailable)" in page  # unhealthy CLIs are marked
+    clis = parse(html(response)).by_id("chat-cli")
+    assert selected(clis) == [("gemini", "Gemini CLI (not checked)")]
+    assert clis.find(tag="option", value="codex").text == "Codex CLI (unavailable)"  # marked
     hx(client, "post", f"/chats/{chat.id}/cli/", {"cli_type": ""})
     assert chat.participants.get().cli_type is None
 
@@ -412,7 +419,7 @@ def test_send_stores_queues_and_shows_the_stop_button(client, chat):
     assert messages_of(chat) == [("user", "Hello")]
     page = html(response)
     assert page.lstrip().startswith('<form id="chat-composer"') and "data-busy" in page
-    assert "></textarea>" in page  # cleared
+    assert parse(page).by_id("chat-message").text == ""  # cleared
     assert triggers(response)["chats:refresh"] == {"chat_id": chat.id}
     live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
     assert "data-busy" in live and "is answering…" in live
@@ -422,15 +429,17 @@ def test_send_stores_queues_and_shows_the_stop_button(client, chat):
 
 
 def test_empty_message_keeps_the_text_box_with_the_error(client, chat):
-    page = html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "  "}))
-    assert "Write a message first" in page and 'aria-invalid="true"' in page
+    page = parse(html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "  "})))
+    assert page.by_id("chat-message_error").text == "Write a message first"
+    assert page.by_id("chat-message").attrs["aria-invalid"] == "true"
     assert not ChatMessage.objects.exists()
 
 
 def test_second_message_while_answering_is_refused_with_the_text_kept(client, chat):
     hx(client, "post", f"/chats/{chat.id}/send/", {"message": "One"})
-    page = html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Two"}))
-    assert "still answering" in page and ">Two</textarea>" in page
+    page = parse(html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Two"})))
+    assert "still answering" in page.by_id("chat-message_error").text
+    assert page.by_id("chat-message").text == "Two"
     assert messages_of(chat) == [("user", "One")]
 
 
@@ -439,10 +448,10 @@ def test_no_cli_available_blocks_sending(client, chat):
         CliHealth.objects.create(cli_type=cli, status="unhealthy", error="gone")
     live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
     assert "No CLI available" in live and "data-blocked" in live
-    page = popup(client, chat)
-    assert re.search(r'id="chat-send"[^>]*disabled', page)
+    assert "disabled" in parse(popup(client, chat)).by_id("chat-send").attrs
     page = html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Hi"}))
-    assert "No CLI available" in page and not ChatMessage.objects.filter(role="user").exists()
+    assert "No CLI available" in element_text(page, "chat-message_error")
+    assert not ChatMessage.objects.filter(role="user").exists()
 
 
 def test_idle_chat_has_no_pending_region(client, chat):
@@ -455,7 +464,8 @@ def test_stop_cancels_every_pending_answer(client, chat):
     response = hx(client, "post", f"/chats/{chat.id}/stop/")
     assert not ChatQueueItem.objects.filter(status=QueueStatus.QUEUED).exists()
     page = html(response)
-    assert "Stopped by user" in page and "data-busy" not in page.split(">", 1)[0]
+    notes = [note.text for note in parse(page).find_all("chat-system__text")]
+    assert notes == ["Stopped by user"] and "data-busy" not in page.split(">", 1)[0]
 
 
 def test_stop_when_nothing_runs_is_a_gentle_note(client, chat):
@@ -477,8 +487,8 @@ def test_upload_several_files_adds_a_system_message_each(client, chat, temp_dir)
     )
     assert response.status_code == 200
     assert triggers(response)["malamar:toast"]["message"] == "Uploaded 2 files"
-    page = html(response)
-    assert "notes.txt" in page and "evil.md" in page and "chat-msg--upload" in page
+    uploads = parse(html(response)).find_all("chat-msg--upload", tag="li")
+    assert [upload.find("chat-system__file").text for upload in uploads] == ["notes.txt", "evil.md"]
     stored = sorted(p.name for p in temp_dir.rglob("*") if p.is_file())
     assert stored == ["evil.md", "notes.txt"]
 
@@ -494,7 +504,8 @@ def test_delete_closes_the_popup_and_refreshes_the_list(client, chat):
     assert not Chat.objects.exists()
     events = triggers(response)
     assert "malamar:dialog-close" in events
-    assert "No conversations yet" in html(response)  # the refreshed list
+    empty = parse(html(response)).find("empty-state__title")  # the refreshed list
+    assert empty.text == "No conversations yet"
     assert events["malamar:toast"]["message"] == "Deleted “Plan the launch”"
 
 
@@ -507,16 +518,22 @@ def test_delete_without_htmx_goes_back_to_the_list(client, workspace, chat):
 
 
 def test_pills_show_participants_and_add_removes(client, agents, chat):
-    page = popup(client, chat)
-    assert page.count('class="chat-pill__toggle"') == 1
-    addable = re.search(r'aria-label="Add to this chat">(.*?)</div>', page, re.S).group(1)
-    assert "Planner" in addable and "Malamar" not in addable
+    page = parse(popup(client, chat))
+    assert pills(page) == ["Malamar"]
+    addable = page.find("chat-menu__panel", aria_label="Add to this chat")
+    assert [name.text for name in addable.find_all("chat-menu__text")] == [
+        "Planner",
+        "Implementer",
+        "Reviewer",
+    ]
     response = hx(client, "post", f"/chats/{chat.id}/participants/", {"agent_id": agents[0].id})
-    page = html(response)
-    assert page.count('class="chat-pill__toggle"') == 2 and "Planner joined the chat" in page
+    page = parse(html(response))
+    assert pills(page) == ["Malamar", "Planner"]
+    assert page.find_all("chat-system__text")[-1].text == "Planner joined the chat"
     planner = ChatParticipant.objects.get(agent=agents[0])
-    page = html(hx(client, "post", f"/chats/{chat.id}/participants/{planner.id}/remove/"))
-    assert page.count('class="chat-pill__toggle"') == 1 and "Planner left the chat" in page
+    page = parse(html(hx(client, "post", f"/chats/{chat.id}/participants/{planner.id}/remove/")))
+    assert pills(page) == ["Malamar"]
+    assert page.find_all("chat-system__text")[-1].text == "Planner left the chat"
 
 
 def test_adding_twice_and_removing_the_last_are_toasts(client, chat):
@@ -530,24 +547,26 @@ def test_adding_twice_and_removing_the_last_are_toasts(client, chat):
 def test_toggle_pills_down_to_solo_mode(client, agents, chat):
     malamar = chat.participants.get()
     url = f"/chats/{chat.id}/participants/{malamar.id}/toggle/"
-    page = html(hx(client, "post", url, {"enabled": "0"}))
+    page = parse(html(hx(client, "post", url, {"enabled": "0"})))
     malamar.refresh_from_db()
-    assert not malamar.enabled and 'aria-pressed="false"' in page
-    assert "All agents are muted" in page
+    assert not malamar.enabled and page.by_id(f"pill-{malamar.id}").attrs["aria-pressed"] == "false"
+    assert page.find("chat-hint").text.startswith("All agents are muted")
     # Solo mode: the message is stored, nothing runs.
     hx(client, "post", f"/chats/{chat.id}/send/", {"message": "note to self"})
     assert messages_of(chat) == [("user", "note to self")]
     assert not ChatQueueItem.objects.exists()
-    page = html(hx(client, "post", url, {"enabled": "1"}))
-    assert 'aria-pressed="true"' in page and "All agents are muted" not in page
+    page = parse(html(hx(client, "post", url, {"enabled": "1"})))
+    assert page.by_id(f"pill-{malamar.id}").attrs["aria-pressed"] == "true"
+    assert page.find("chat-hint", text="All agents are muted") is None
     assert hx(client, "post", url, {"enabled": "maybe"}).status_code == 200
 
 
 def test_lead_agent_choices_leave_out_other_participants(client, agents, chat):
     chat_participant_add(chat=chat, agent_id=agents[0].id)
-    head = html(hx(client, "get", f"/chats/{chat.id}/head/"))
-    lead = re.search(r'<select id="chat-agent".*?</select>', head, re.S).group(0)
-    assert "Planner" not in lead and "Implementer" in lead and "Lead agent" in head
+    head = parse(html(hx(client, "get", f"/chats/{chat.id}/head/")))
+    lead = [option.text for option in head.by_id("chat-agent").find_all(tag="option")]
+    assert "Planner" not in lead and "Implementer" in lead
+    assert head.find(tag="label", for_="chat-agent").text == "Lead agent"
     response = hx(client, "post", f"/chats/{chat.id}/agent/", {"agent_id": agents[0].id})
     assert "already in this chat" in triggers(response)["malamar:toast"]["message"]
 
@@ -555,13 +574,12 @@ def test_lead_agent_choices_leave_out_other_participants(client, agents, chat):
 def test_include_checkbox_saves_at_once(client, chat):
     message = chat_message_send(chat=chat, message="Ignore me")
     url = f"/chats/{chat.id}/messages/{message.id}/included/"
-    page = popup(client, chat)
-    assert re.search(rf'id="include-{message.id}"[^>]*checked', page)
+    assert "checked" in parse(popup(client, chat)).by_id(f"include-{message.id}").attrs
     response = hx(client, "post", url, {})  # unchecked: no value
     assert response.status_code == 204
     message.refresh_from_db()
     assert message.included is False
-    assert "is-excluded" in popup(client, chat)
+    assert "is-excluded" in parse(popup(client, chat)).by_id(f"msg-{message.id}").classes
     hx(client, "post", url, {"included": "1"})
     message.refresh_from_db()
     assert message.included is True
@@ -585,8 +603,10 @@ def test_pending_region_shows_each_answering_agent(client, agents, chat):
 
 def test_user_line_breaks_are_kept_outside_code(client, chat):
     chat_message_send(chat=chat, message="line one\nline two\n```\ncode a\ncode b\n```")
-    page = popup(client, chat)
-    assert "line one<br" in page and "code a\ncode b" in page
+    bubble = parse(popup(client, chat)).find("chat-msg__bubble")
+    paragraph = bubble.find(tag="p")
+    assert paragraph.children[:3] == ["line one", paragraph.find(tag="br"), "\nline two"]
+    assert bubble.find(tag="code").children == ["code a\ncode b\n"]  # no <br> inside code
 
 
 def test_an_upload_previews_as_its_file_name(db, workspace):
