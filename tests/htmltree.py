@@ -19,11 +19,12 @@ class Element:
 
     @property
     def text(self) -> str:
-        """The text content, whitespace collapsed."""
-        parts = []
-        for child in self.children:
-            parts.append(child.text if isinstance(child, Element) else child)
-        return " ".join("".join(parts).split())
+        """The text content, whitespace collapsed (once, as a browser's textContent shows it:
+        `2<span> comments</span>` is "2 comments")."""
+        return " ".join(self._raw_text().split())
+
+    def _raw_text(self) -> str:
+        return "".join(c._raw_text() if isinstance(c, Element) else c for c in self.children)
 
     def iter(self):
         for child in self.children:
