@@ -25,6 +25,7 @@ from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import Task, TaskQueueItem, TaskStatus
 from tasks.services import task_create
 from tests.conftest import cli_invocation, error_of
+from tests.htmltree import parse
 from tests.pages import html, hx
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
@@ -264,9 +265,11 @@ def test_the_dialog_shows_the_error_on_the_field(client, workspace):
         "extra_args": "--verbose\n--permission-mode\nplan",
     }
     response = hx(client, "post", f"/workspaces/{workspace.id}/agents/new/", data)
-    page = html(response)
-    assert "field--invalid" in page
-    assert "Extra argument &#x27;--permission-mode&#x27; is not allowed for Claude Code" in page
+    [invalid] = parse(html(response)).find_all("field--invalid")
+    assert invalid.find(tag="textarea", name="extra_args") is not None
+    assert "Extra argument '--permission-mode' is not allowed for Claude Code" in (
+        invalid.find("field__error").text
+    )
     assert not Agent.objects.filter(name="Reviewer").exists()
     del data["extra_args"]
     hx(client, "post", f"/workspaces/{workspace.id}/agents/new/", data)
