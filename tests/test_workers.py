@@ -34,6 +34,7 @@ from runner.worker.loop import Worker as WorkerLoop
 from runner.worker.loop import recover
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import task_cancel, task_create
+from tests.htmltree import parse
 from tests.live import ROOT, process_env, wait_until
 from tests.services import Redis, free_port
 from tests.stack import FAKES_BIN, alive
@@ -555,17 +556,24 @@ def test_doctor_pings_redis_when_it_is_configured(db, settings):
 def test_the_settings_page_lists_the_workers(db, client, settings):
     busy, idle = _two_workers()
     settings.CONFIG = dataclasses.replace(settings.CONFIG, database_url="postgres://x/y")
-    page = client.get("/settings/").content.decode()
-    assert f'data-worker="{busy.id}"' in page and f'data-worker="{idle.id}"' in page
-    assert "1 of 2 running" in page and "0 of 4 running" in page
-    assert "box-c" not in page
-    assert "No healthy CLI" in page
+    page = parse(client.get("/settings/").content.decode())
+    rows = {row.attrs["data-worker"]: row for row in page.find_all("worker-row", tag="li")}
+    assert set(rows) == {busy.id, idle.id}  # not box-c: its heartbeat is an hour old
+
+    def shown(worker_id: str) -> tuple[str, str]:
+        text = rows[worker_id].find("token-row__text")
+        return text.find(tag="strong").text, text.find_all(tag="span")[1].text
+
+    assert shown(busy.id) == ("box-a", "1 of 2 running")
+    assert shown(idle.id) == ("box-b", "0 of 4 running")
+    assert rows[idle.id].find("worker-row__clis").text == "No healthy CLI"
 
 
 def test_the_settings_page_says_one_line_about_a_single_sqlite_worker(db, client, settings):
     settings.CONFIG = dataclasses.replace(settings.CONFIG, database_url="")
-    page = client.get("/settings/").content.decode()
-    assert "No worker is running" in page
+    line = parse(client.get("/settings/").content.decode()).find(data_single_worker="")
+    assert line.text.startswith("No worker is running")
     worker_register(hostname="here", pid=77, capacity=0, clis=["claude"], version="t")
-    page = client.get("/settings/").content.decode()
-    assert "One worker on this machine (pid" in page and "data-worker=" not in page
+    page = parse(client.get("/settings/").content.decode())
+    assert page.find(data_single_worker="").text.startswith("One worker on this machine (pid 77)")
+    assert page.find("worker-row") is None
