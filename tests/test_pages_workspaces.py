@@ -38,18 +38,20 @@ def test_cards_show_title_snippet_counts_agents_and_activity(client, workspace, 
     task_create(workspace=workspace, summary="One")
     running = task_create(workspace=workspace, summary="Two")
     task_status_set(task=running, status="in_progress", actor=SYSTEM)
-    page = html(client.get("/"))
-    card = re.search(
-        r'<li class="card workspace-card".*?workspace-card__foot.*?</div>', page, re.S
-    )[0]
-    assert "Project X" in card and "Build things" in card
-    assert f'href="/workspaces/{workspace.id}/"' in card
-    counts = dict(
-        re.findall(r'status--(\w+)[^"]*"><span class="status-count__n">.*?</span>(\d+)<', card)
-    )
+    card = parse(html(client.get("/"))).find("workspace-card", data_workspace=workspace.id)
+    title = card.find("workspace-card__title").find(tag="a")
+    assert (title.text, title.attrs["href"]) == ("Project X", f"/workspaces/{workspace.id}/")
+    assert card.find("workspace-card__desc").text == "Build things"
+    counts = {
+        count.attrs["class"].split()[1].removeprefix("status--"): count.find("status-count__n").text
+        for count in card.find_all("status-count", tag="li")
+    }
     assert counts == {"todo": "1", "in_progress": "1", "in_review": "0", "done": "0"}
-    assert "3 agents" in card
-    assert re.search(r"<time datetime=\"[^\"]+\" data-relative[^>]*>Active just now</time>", card)
+    foot = card.find("workspace-card__foot").find_all("meta")
+    assert foot[0].text == "3 agents"
+    time = foot[1].find(tag="time")
+    assert time.text == "Active just now" and time.attrs["datetime"]
+    assert "data-relative" in time.attrs
 
 
 @pytest.mark.pg
@@ -475,7 +477,7 @@ def test_first_run_checklist_refreshes_itself_live(client):
     assert "malamar:task.created from:body" in region
     CliHealth.objects.create(cli_type="gemini", status="healthy")
     fragment = html(hx(client, "get", "/", target="first-run"))
-    assert "<html" not in fragment
+    assert parse(fragment).find(tag="html") is None
     assert "Working: Gemini CLI." in Items(fragment, "data-step").by_value()["cli"]["text"]
 
 
