@@ -28,6 +28,7 @@ from runner.worker.limits import LimitWatch, ProbeResult, probe
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import comment_create, task_create, task_run_failed
+from tests.htmltree import parse
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
@@ -137,9 +138,9 @@ def test_a_failing_task_that_hits_a_limit_is_paused_not_an_error_loop(client):
 
     task.refresh_from_db()
     assert (task.failure_streak, task.retry_not_before) == (0, None)
-    board = client.get(f"/workspaces/{workspace.id}/").content.decode()
-    assert f'data-task-waiting="{task.id}"' in board
-    assert f'data-task-error="{task.id}"' not in board
+    board = parse(client.get(f"/workspaces/{workspace.id}/").content.decode())
+    assert board.find("task-card__waiting", data_task_waiting=task.id) is not None
+    assert board.find(data_task_error=task.id) is None
 
 
 @pytest.mark.pg
