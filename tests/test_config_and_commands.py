@@ -133,7 +133,6 @@ def test_malamar_refuses_bad_config(tmp_path):
     assert result.returncode == 2 and "port" in result.stderr
 
 
-@pytest.mark.pg
 def test_doctor_healthy_after_migrate(tmp_path):
     assert manage(tmp_path, "migrate", "--no-input").returncode == 0
     empty = tmp_path / "no-clis"
@@ -268,7 +267,6 @@ for ws in Workspace.objects.all():
 """
 
 
-@pytest.mark.pg
 def test_first_launch_seeds_sample_workspace_once(tmp_path):
     data_dir = tmp_path / "fresh"  # does not exist yet: first launch
     assert manage(data_dir, "migrate", "--no-input").returncode == 0
@@ -277,7 +275,6 @@ def test_first_launch_seeds_sample_workspace_once(tmp_path):
     assert out == ["Sample: Code Assistant | Planner,Implementer,Reviewer,Approver"]
 
 
-@pytest.mark.pg
 def test_an_existing_but_empty_data_dir_is_a_first_launch(tmp_path):
     data_dir = tmp_path / "made-by-hand"
     data_dir.mkdir()  # e.g. `mkdir ~/.malamar` before the first run: still no database
@@ -286,7 +283,6 @@ def test_an_existing_but_empty_data_dir_is_a_first_launch(tmp_path):
     assert out == ["Sample: Code Assistant | Planner,Implementer,Reviewer,Approver"]
 
 
-@pytest.mark.pg
 def test_no_sample_when_the_database_already_existed(tmp_path):
     blank_database(tmp_path)
     assert manage(tmp_path, "migrate", "--no-input").returncode == 0

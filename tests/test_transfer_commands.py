@@ -103,7 +103,6 @@ def _task(task_id, summary, status, created_at):
     }
 
 
-@pytest.mark.pg
 def test_export_then_import_into_another_instance(source, tmp_path, template_db):
     data, temp = source  # a new data dir: `malamar import` migrated it from zero
     out = tmp_path / "shop.json"
