@@ -10,11 +10,13 @@ PostgreSQL:
   text or numbers it refuses (NUL, values longer than a column, out of range: the "never a 500"
   hostile-input tests), case-insensitive search, NULL ordering, migrations, statement counts;
 - storage read back through SQL: settings, CLI health and limits, back-off times, backup;
-- real processes (server, worker, `malamar mcp`, commands) that must reach the test's database.
+- a kind of real process finding the test's database (the server and worker, the `malamar mcp`
+  a CLI starts): one test each, not every test that starts one.
 Not `pg`: what renders, parses, validates before the database or runs the same on both (pages,
-the API's validation, CLI adapters, the fake CLIs, git, browser tests), and tests that start
-their own PostgreSQL (scale-out): those run once, in the SQLite pass. A test for PostgreSQL
-alone uses `tests.databases.postgres_only(reason)`: marked `pg`, skipped on SQLite.
+the API's validation, CLI adapters, the fake CLIs, git, browser tests), what another `pg` test
+proves already, and tests that start their own PostgreSQL (scale-out): those run once, in the
+SQLite pass. A test for PostgreSQL alone uses `tests.databases.postgres_only(reason)`: marked
+`pg`, skipped on SQLite.
 """
 
 import json
