@@ -169,9 +169,15 @@
     }
   });
 
-  // A verdict takes the drafts along; once it is taken, they are gone.
+  // A verdict takes the drafts along (and closes Approve's choice); once taken, they are gone.
   on("htmx:configRequest", (event) => {
     const taskId = event.detail.elt.dataset && event.detail.elt.dataset.reviewForm;
+    if (taskId) {
+      // (and the last refusal's error: its invalid field would take the focus of every swap)
+      $$("[popover]:popover-open", event.detail.elt).forEach((menu) => menu.hidePopover());
+      $$("[aria-invalid]", event.detail.elt).forEach((field) => field.removeAttribute("aria-invalid"));
+      $$(".composer__error", event.detail.elt).forEach((error) => error.remove());
+    }
     const list = taskId && drafts(taskId);
     if (list && list.length) {
       event.detail.parameters.line_comments = JSON.stringify(
@@ -179,7 +185,12 @@
       );
     }
   });
-  on("review:sent", (event) => saveDrafts(event.detail.task_id, []));
+  on("review:sent", (event) => {
+    saveDrafts(event.detail.task_id, []);
+    // The composer gives way to what follows the verdict (its refresh waits for a focused field).
+    const active = document.activeElement;
+    if (active && active.closest("[data-review-form]")) active.blur();
+  });
 
   /* ---------------------------------------------------------------- after a swap */
 
