@@ -149,6 +149,10 @@ def test_approve_without_merging_marks_the_task_unmerged(client, repo):
     assert 'id="task-merge"' in head  # the merge, later
     delete = parse(head).by_id("task-delete").attrs["data-confirm-text"]
     assert "which was never merged into main" in delete
+    # Deleting the workspace names it too.
+    settings = html(client.get(f"/workspaces/{task.workspace_id}/settings/"))
+    unmerged = parse(settings).by_id("delete-unmerged").text
+    assert "1 task holds work that was never merged" in unmerged and task.branch_name in unmerged
 
 
 # --- line comments --------------------------------------------------------------------------
