@@ -54,8 +54,12 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     page.goto(f"{base}?tab=tasks&task={first['id']}")
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
     dialog = page.locator("#task-dialog")
+    if viewport:  # a phone's head keeps the branch in its menu
+        dialog.get_by_role("button", name="More actions").click()
     expect(dialog.locator("#task-branch-name")).to_be_visible()
     fits(page, "popup with a branch")
+    if viewport:
+        page.keyboard.press("Escape")
 
     # The Changes tab: a long path and a long line scroll inside their own box.
     dialog.get_by_role("tab", name="Changes").click()
@@ -88,7 +92,10 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     fits(page, "activity tab")
     dialog.get_by_role("tab", name="Comments").click()
 
-    # Dependencies: make it wait for the second task, from the popup's head.
+    # Dependencies: make it wait for the second task, from the popup's head (its menu).
+    more = dialog.get_by_role("button", name="More actions")
+    if viewport:
+        more.click()
     dialog.locator("#task-deps-edit summary").click()
     form = dialog.locator("#task-blockers-form")
     form.get_by_label("Waits for").select_option(label="Second task (In Review)")
@@ -97,12 +104,17 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     fits(page, "popup with dependencies")
 
     # The branch's discard dialog, opened and dismissed.
+    if viewport:
+        more.click()
     dialog.get_by_role("button", name="Discard").click()
     discard = page.locator("#task-discard-dialog")
     discard.get_by_label("Type").fill("not it")
     fits(page, "discard dialog")
     discard.get_by_role("button", name="Cancel").click()
     expect(discard).to_be_hidden()
+    if viewport:
+        page.keyboard.press("Escape")  # the menu first
+        expect(dialog.locator("#task-head-more")).to_be_hidden()
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
     fits(page, "board with a chain")

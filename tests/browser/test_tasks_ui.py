@@ -106,7 +106,7 @@ def test_create_watch_it_run_comment_and_restart(browser, stack):
     log = dialog.locator("#task-log")
     expect(log).to_contain_text("User created the task")
     expect(log).to_contain_text("Reviewer finished: in review")
-    expect(log).to_contain_text("User commented")
+    expect(log).to_contain_text("User requested changes")
     expect(dialog.locator("[data-composer]")).to_be_hidden()
     dialog.get_by_role("tab", name="Comments").click()
     expect(dialog.locator("[data-composer]")).to_be_visible()

@@ -149,9 +149,10 @@
       const taskId = changes.dataset.reviewTask;
       saveDrafts(taskId, drafts(taskId).filter((draft) => draft.id !== remove.dataset.draftDelete));
     }
-    // The review composer stays under every tab of an In Review task (tasks.js shows the
-    // comment box on Comments only).
-    const composer = target && target.closest("[data-task-tab], [data-changes-run]") && $("#task-composer");
+    // An In Review task's verdicts stay under its Changes tab too (tasks.js shows the comment
+    // box under Comments only), where the line comments are drafted.
+    const tab = target && target.closest("[data-task-tab], [data-changes-run]");
+    const composer = tab && (tab.dataset.taskTab || "changes") === "changes" && $("#task-composer");
     if (composer && $("[data-review-form]", composer)) composer.hidden = false;
     const focus = target && target.closest("[data-review-focus]");
     focusing = focus ? focus.dataset.reviewFocus : focusing;
