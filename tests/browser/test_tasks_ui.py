@@ -82,11 +82,11 @@ def test_create_watch_it_run_comment_and_restart(browser, stack):
     expect(popup(page).locator("#task-dialog-title")).to_have_text("Add a cart")
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
 
-    # A comment shows at once and sends the task back through the agents.
+    # A comment shows at once and sends the task back through the agents (Request changes).
     dialog = popup(page)
     box = dialog.get_by_label("Add a comment")
     box.fill("Please also add a *checkout* page")
-    dialog.get_by_role("button", name="Send comment").click()
+    dialog.get_by_role("button", name="Request changes").click()
     mine = dialog.locator("#task-comments .comment--user")
     expect(mine).to_have_count(1)
     expect(box).to_have_value("")
@@ -106,7 +106,7 @@ def test_create_watch_it_run_comment_and_restart(browser, stack):
     log = dialog.locator("#task-log")
     expect(log).to_contain_text("User created the task")
     expect(log).to_contain_text("Reviewer finished: in review")
-    expect(log).to_contain_text("User commented")
+    expect(log).to_contain_text("User requested changes")
     expect(dialog.locator("[data-composer]")).to_be_hidden()
     dialog.get_by_role("tab", name="Comments").click()
     expect(dialog.locator("[data-composer]")).to_be_visible()
@@ -283,15 +283,21 @@ def test_toast_link_opens_the_popup_and_phone_layout(browser, stack):
     box = dialog.bounding_box()
     assert box["x"] == 0 and box["y"] == 0
     assert box["width"] == PHONE["width"] and box["height"] == PHONE["height"]
-    for name in ("Move to Todo", "Move to Done", "Delete"):
+    # One line of status and the primary action; the rest in the menu.
+    expect(dialog.get_by_role("button", name="Move to Done", exact=True)).to_be_in_viewport()
+    dialog.get_by_role("button", name="More actions").click()
+    for name in ("Move to Todo", "Delete"):
         button = dialog.get_by_role("button", name=name, exact=True)
         expect(button).to_be_visible()
         expect(button).to_be_in_viewport()
-    expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+    phone.keyboard.press("Escape")  # (closes the menu, not the popup)
+    expect(dialog).to_be_visible()
+    expect(dialog.get_by_role("button", name="Approve")).to_be_in_viewport()
     dialog.get_by_role("tab", name="Activity").click()
     expect(dialog.locator("#task-log")).to_contain_text("Reviewer finished: in review")
     dialog.get_by_role("tab", name="Comments").click()
 
+    dialog.get_by_role("button", name="More actions").click()
     dialog.get_by_role("button", name="Delete", exact=True).click()
     phone.locator("#confirm-dialog").get_by_role("button", name="Delete").click()
     expect(dialog).to_be_hidden()
