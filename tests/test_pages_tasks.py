@@ -324,10 +324,7 @@ def test_popup_fragment(client, workspace, agents):
     assert tabs[:2] == ["Comments", "Activity"]
     assert page.by_id("task-comment-form").tag == "form"
     # Todo: Delete and Prioritize only.
-    actions = sorted(
-        button.attrs["id"] for button in page.by_id("task-actions").find_all(tag="button")
-    )
-    assert actions == ["task-delete", "task-prioritize"]
+    assert task_actions(page) == ["task-delete", "task-prioritize"]
     assert page.by_id("task-prioritize").text == "Prioritize"
 
 
@@ -357,6 +354,14 @@ def test_popup_opens_from_the_url(client, workspace):
     assert flash_messages(page) == ["That task no longer exists."]
 
 
+def task_actions(page) -> list[str]:
+    """The task's actions in its header: the primary group and the "More actions" menu."""
+    groups = [page.by_id("task-actions"), page.by_id("task-more-actions")]
+    buttons = [button for group in groups for button in group.find_all(tag="button")]
+    ids = [button.attrs.get("id", "") for button in buttons]
+    return sorted(i for i in ids if i.startswith("task-") and i != "task-head-more-toggle")
+
+
 def test_other_workspace_task_is_not_opened(client, workspace):
     other = workspace_create(title="Other")
     task = services.task_create(workspace=other, summary="Elsewhere")
@@ -367,9 +372,9 @@ def test_other_workspace_task_is_not_opened(client, workspace):
 def test_actions_per_status(client, workspace):
     def buttons(status):
         task = make_task(workspace, f"S {status}", status=status)
-        page = parse(html(hx(client, "get", f"/tasks/{task.id}/", target="task-head")))
-        found = [button.attrs["id"] for button in page.by_id("task-actions").find_all(tag="button")]
-        return sorted(found)
+        return task_actions(
+            parse(html(hx(client, "get", f"/tasks/{task.id}/", target="task-head")))
+        )
 
     assert buttons("todo") == ["task-delete", "task-prioritize"]
     assert buttons("in_progress") == [

@@ -327,7 +327,7 @@ def test_a_toast_over_an_open_popup_can_be_clicked(browser, stack):
 
 def test_a_failing_task_shows_its_error_collapses_repeats_and_stops_retrying(browser, stack):
     workspace = stack.workspace("Broken", agents=["Planner"])
-    task = stack.task(workspace, "@fake exit 1 Invalid API key", summary="Needs a login")
+    task = stack.task(workspace, "@fake exit 1 Upstream error 500", summary="Flaky provider")
     page = new_page(browser)
     board(page, stack, workspace)
 
@@ -335,7 +335,7 @@ def test_a_failing_task_shows_its_error_collapses_repeats_and_stops_retrying(bro
     error = page.locator(f"#task-card-{task['id']} .task-card__error")
     expect(error.locator(".badge")).to_have_text("Failed 1 time", timeout=RUN_TIMEOUT)
     expect(error.locator(".task-card__error-text")).to_have_text(
-        "CLI exited with code 1. Invalid API key"
+        "Upstream error 500 (CLI exited with code 1)"
     )
     expect(error.locator(".task-card__retry")).to_have_text(
         re.compile(r"^\s*Next retry at \d\d?:\d\d:\d\d")
@@ -355,7 +355,7 @@ def test_a_failing_task_shows_its_error_collapses_repeats_and_stops_retrying(bro
     expect(dialog.locator("#task-status")).to_have_text("Todo")
     expect(dialog.locator("#task-error .task-error__retry")).to_have_text("Not retrying")
     expect(dialog.get_by_role("button", name="Stop retrying")).to_have_count(0)
-    stopped = card(page, "todo", "Needs a login")
+    stopped = card(page, "todo", "Flaky provider")
     expect(stopped.locator(".task-card__retry")).to_have_text("Not retrying")
     assert (
         stack.sql("SELECT id FROM task_queue WHERE task_id = ? AND status = 'queued'", task["id"])
