@@ -59,6 +59,20 @@ class FileDiff:
         """The table rows, built here: a template loop over thousands of lines costs ~10x."""
         return mark_safe("".join(_row(line) for line in self.lines))  # parts escaped in _row
 
+    def rows_html_with(self, notes: dict[tuple[str, int], str]) -> tuple[str, set]:
+        """The rows with extra rows (safe HTML) after the lines `notes` names: ("new", n) after
+        the row of line n as the changes left it, ("old", n) after line n as it was before
+        (line comments). Returns the rows and the keys placed (a line the diff does not show
+        places nothing)."""
+        parts, placed = [], set()
+        for line in self.lines:
+            parts.append(_row(line))
+            for key in (("new", line.new), ("old", line.old)):
+                if key[1] is not None and key in notes and key not in placed:
+                    parts.append(notes[key])
+                    placed.add(key)
+        return mark_safe("".join(parts)), placed  # notes are safe HTML, rows escaped in _row
+
 
 def _row(line: DiffLine) -> str:
     if line.kind in ("hunk", "note"):

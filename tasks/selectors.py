@@ -365,7 +365,7 @@ def current_run(task: Task) -> AgentRun | None:
 # The popup's action buttons per status (SPECS "Task Actions").
 def task_actions(task: Task) -> dict:
     moves = USER_MOVES.get(task.status, set())
-    return {
+    actions = {
         "cancel": task.status == TaskStatus.IN_PROGRESS,
         "to_review": TaskStatus.IN_REVIEW in moves,
         "to_todo": TaskStatus.TODO in moves,
@@ -385,6 +385,19 @@ def task_actions(task: Task) -> dict:
         # Imported work and stopped retries wait in Todo until the person resumes them.
         "resume": bool(getattr(task, "is_paused", False)),
     }
+    actions["primary"] = _primary_action(task, actions)
+    return actions
+
+
+def _primary_action(task: Task, actions: dict) -> str:
+    """The one action the popup's head shows on a phone's single line (the rest in its menu)."""
+    if actions["resume"]:
+        return "resume"
+    if task.status == TaskStatus.IN_REVIEW:
+        return "done"
+    if actions["cancel"]:
+        return "cancel"
+    return "todo" if actions["to_todo"] else ""
 
 
 def _status_label(value: str) -> str:

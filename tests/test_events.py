@@ -18,6 +18,7 @@ for seq in range({start}, {stop}):
 """
 
 
+@pytest.mark.pg
 def test_publish_is_part_of_the_callers_transaction(db):
     with pytest.raises(RuntimeError), transaction.atomic():
         events.publish("task.created", {"task_id": "x"})
@@ -32,6 +33,7 @@ def test_unknown_event_type_is_refused(db):
         events.publish("task.exploded", {})
 
 
+@pytest.mark.pg
 def test_relay_step_sends_rows_in_order_once(db):
     rows = [events.publish("task.updated", {"n": n}) for n in range(3)]
     relay = Relay()
@@ -60,6 +62,7 @@ def _seqs(client):
     return list(unique.values())
 
 
+@pytest.mark.pg
 @pytest.mark.live
 def test_events_cross_processes_in_order_and_survive_server_restart(tmp_path, template_db):
     data_dir_from(template_db, tmp_path)  # migrated (the session's template)
@@ -94,6 +97,7 @@ print(Event.objects.filter(eid__gt=0).count())
 """
 
 
+@pytest.mark.pg
 @pytest.mark.live
 def test_the_relay_starts_with_the_server_not_with_its_first_stream(tmp_path, template_db):
     """Events committed before any page opened are relayed at once, so the first page does not

@@ -21,11 +21,11 @@ from core import events, fanout, relay
 from core.fanout import Listener
 from core.models import OutboxEvent
 from core.relay import TRIM_SECONDS, AdvisoryLock, Relay, stored_outbox_id
+from tests.databases import postgres_only
 
-on_postgres = pytest.mark.skipif(
-    "connection.vendor != 'postgresql'",
-    reason="PostgreSQL only (commit order, advisory lock, NOTIFY)",
-)
+pytestmark = pytest.mark.pg
+
+on_postgres = postgres_only("PostgreSQL only (commit order, advisory lock, NOTIFY)")
 
 
 class Clock:

@@ -26,6 +26,8 @@ from worker import pickup, pipeline
 from worker.pipeline import TaskPass
 from workspaces.services import workspace_create
 
+pytestmark = pytest.mark.pg
+
 # One step: start (process record = "still wanted", run, activity log, outbox) and finish (task
 # re-read = "still wanted", traces, run, activity log, outbox); the workspace's activity is
 # bumped by the first step of a pass and then at most once a minute (ACTIVITY_EVERY).

@@ -3,7 +3,7 @@
 DESIGN "Health checks". `--version` is cheap and runs every 5 minutes; the real prompt (a model
 call) runs at worker start, on the user's "Refresh" or "Test", after the CLI's settings are
 saved, and after a failure. Results are stored for the server. `malamar doctor` runs the same
-`check()` (runner/management/commands/doctor.py), so both say the same thing.
+`check()` (worker/management/commands/doctor.py), so both say the same thing.
 
 A check measures whether the CLI can answer, not how busy the machine is:
 - each CLI has a generous time limit (Settings → CLIs, default 90 s), counted from the CLI's

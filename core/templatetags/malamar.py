@@ -79,6 +79,8 @@ ICONS = {
     "users": '<path d="M16 21v-2a4 4 0 0 0-4-4H6a4 4 0 0 0-4 4v2"/><circle cx="9" cy="7" r="4"/>'
     '<path d="M22 21v-2a4 4 0 0 0-3-3.87"/><path d="M16 3.13a4 4 0 0 1 0 7.75"/>',
     "x": '<path d="M18 6 6 18"/><path d="m6 6 12 12"/>',
+    "more": '<circle cx="12" cy="12" r="1"/><circle cx="19" cy="12" r="1"/>'
+    '<circle cx="5" cy="12" r="1"/>',
     "diff": '<path d="M12 3v14"/><path d="M5 10h14"/><path d="M5 21h14"/>',
 }
 

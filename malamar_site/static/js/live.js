@@ -164,7 +164,7 @@
   // sent it would lose the answer's events (closing the popup, a toast).
   const EDITING =
     "[data-editing]:not(dialog, details), dialog[data-editing][open], details[data-editing][open], " +
-    "details[data-chat-menu][open], .is-dragging";
+    "details[data-chat-menu][open], [data-menu]:popover-open, .is-dragging";
   const TYPING =
     "textarea, select, [contenteditable], " +
     "input:not([type=button], [type=submit], [type=reset], [type=checkbox], [type=radio])";
