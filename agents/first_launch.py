@@ -1,5 +1,5 @@
 """The sample workspace, created once on the very first launch (after `migrate`, see
-workspaces.apps, and when the worker starts)."""
+agents.apps, and when the worker starts)."""
 
 import logging
 

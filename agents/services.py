@@ -17,7 +17,6 @@ from agents.models import (
     CustomOutput,
     custom_health_key,
 )
-from chats.services import chats_switch_to_malamar
 from core import events
 from core.errors import Conflict, ValidationFailed, require_text
 from runner.models import CliHealth
@@ -157,9 +156,9 @@ def _cli_settings_update(agent: Agent, new_cli: str | None, given: dict) -> dict
 
 
 def agent_delete(*, agent: Agent) -> None:
-    """Delete an agent. Its comments keep `agent_id`; its chats switch to the Malamar agent."""
+    """Delete an agent; its comments keep `agent_id`. Its chats are the chats app's: delete an
+    agent through chats.services.chats_agent_delete, which switches them first."""
     with transaction.atomic():
-        chats_switch_to_malamar(agent=agent)
         CliHealth.objects.filter(cli_type=custom_health_key(agent.id)).delete()
         agent.delete()
         _changed(agent.workspace_id)

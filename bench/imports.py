@@ -2,7 +2,7 @@
 
 Parses every module (ast, function-level imports included, migrations left out) and prints the
 package → package graph, each edge with the modules that make it, then the layering rules of
-DESIGN.md ("Layout") and whether they hold. tests/test_layering.py asserts the same rules.
+DESIGN.md ("Layout", "App order") and whether they hold. tests/test_layering.py asserts them.
 
     .venv/bin/python bench/imports.py
 """
@@ -14,18 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("core", "malamar_site", "workspaces", "agents", "tasks", "chats", "runner")
-PACKAGES += ("notifications", "worker")
-APPS = ("workspaces", "agents", "tasks", "chats", "runner", "notifications")
-WORKER = "worker"
-# The only modules that may import the worker package (DESIGN.md: the `malamar` command, whose
-# server process runs the worker as a thread, and the worker's and doctor's commands).
-WORKER_IMPORTERS = (
-    "worker.management.commands.runworker",
-    "worker.management.commands.doctor",
-    "malamar_site.cli",
-    "malamar_site.server_process",
+# The packages bottom to top (issue 27, "Apps in one order"): each imports only the ones before
+# it. core: ids, config, events; runner: the runs domain (queue items, runs, CLI health and
+# limits, the CLI registry and classes); the apps; the worker, which runs what they queue; the
+# site layer (settings, urls, the API, the pages that put several apps together).
+ORDER = (
+    "core",
+    "runner",
+    "workspaces",
+    "agents",
+    "tasks",
+    "chats",
+    "notifications",
+    "worker",
+    "malamar_site",
 )
+PACKAGES = ORDER
+APPS = ("workspaces", "agents", "tasks", "chats", "runner", "notifications")
 
 
 @dataclass(frozen=True)
@@ -112,30 +117,22 @@ def package_of(module: str) -> str:
     return module.split(".")[0]
 
 
-def _is_within(target: str, module: str) -> bool:
-    return target == module or target.startswith(module + ".")
-
-
 def violations(imports: list[Import]) -> dict[str, list[Import]]:
     """The DESIGN.md layering rules, each with the imports that break it."""
     rules: dict[str, list[Import]] = {
-        "core imports no app": [],
+        f"each package imports only the ones below it: {' < '.join(ORDER)}": [],
         "no app imports another app's views": [],
-        f"nothing imports {WORKER} but {', '.join(WORKER_IMPORTERS)}": [],
         "selectors never import services": [],
     }
     names = list(rules)
     for imp in imports:
         source, target = package_of(imp.module), package_of(imp.target)
-        if source == "core" and target in APPS:
+        if ORDER.index(target) > ORDER.index(source):
             rules[names[0]].append(imp)
         if source != target and source in APPS and imp.target.split(".")[1:2] == ["views"]:
             rules[names[1]].append(imp)
-        inside_worker = _is_within(imp.module, WORKER) or imp.module in WORKER_IMPORTERS
-        if _is_within(imp.target, WORKER) and not inside_worker:
-            rules[names[2]].append(imp)
         if imp.module.split(".")[-1] == "selectors" and imp.target.split(".")[-1] == "services":
-            rules[names[3]].append(imp)
+            rules[names[2]].append(imp)
     return rules
 
 

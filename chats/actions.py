@@ -10,9 +10,9 @@ import logging
 from dataclasses import dataclass, field
 
 from agents.models import Agent
-from agents.services import agent_create, agent_delete, agent_reorder, agent_update
+from agents.services import agent_create, agent_reorder, agent_update
 from chats.models import Chat, ChatMessage, ChatRole
-from chats.services import chat_update
+from chats.services import chat_update, chats_agent_delete
 from core.errors import ServiceError
 from runner.schemas import AGENT_CHAT_ACTION_TYPES, MALAMAR_CHAT_ACTION_TYPES
 from runner.selectors import first_available_cli
@@ -92,7 +92,7 @@ def _update_agent(chat: Chat, action: dict) -> None:
 
 
 def _delete_agent(chat: Chat, action: dict) -> None:
-    agent_delete(agent=_agent(chat, action))
+    chats_agent_delete(agent=_agent(chat, action))
 
 
 def _reorder_agents(chat: Chat, action: dict) -> None:

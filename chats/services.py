@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from agents.cli_fields import clean_override_cli
 from agents.models import Agent
+from agents.services import agent_delete
 from chats import attachments
 from chats.cli_notes import no_cli_message
 from chats.models import (
@@ -334,6 +335,14 @@ def chats_switch_to_malamar(*, agent) -> None:
                     chat=chat, message=f"Switched from {agent.name} to {MALAMAR_NAME}"
                 )
             events.publish("chat.updated", _chat_payload(chat))
+
+
+def chats_agent_delete(*, agent) -> None:
+    """Delete an agent: it leaves its chats first (a chat it was alone in continues with the
+    Malamar agent), in the delete's transaction."""
+    with transaction.atomic():
+        chats_switch_to_malamar(agent=agent)
+        agent_delete(agent=agent)
 
 
 def chat_participant_add(

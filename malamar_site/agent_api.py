@@ -6,6 +6,7 @@ from pydantic import ConfigDict, Field
 from agents import services
 from agents.cli_fields import MODEL_MAX_LENGTH, NAME_MAX_LENGTH, masked_env
 from agents.models import Agent
+from chats.services import chats_agent_delete
 from core.lookups import get_or_404
 from workspaces.models import Workspace
 
@@ -108,5 +109,5 @@ def update_agent(request, agent_id: str, payload: AgentUpdate):
 
 @router.delete("/agents/{agent_id}", response={204: None})
 def delete_agent(request, agent_id: str):
-    services.agent_delete(agent=get_or_404(Agent, agent_id, "Agent"))
+    chats_agent_delete(agent=get_or_404(Agent, agent_id, "Agent"))
     return Status(204, None)

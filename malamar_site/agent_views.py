@@ -9,6 +9,7 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 from agents import selectors, services
 from agents.forms import AgentForm
 from agents.models import Agent
+from chats.services import chats_agent_delete
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast as toast_event
@@ -109,7 +110,7 @@ def agent_edit(request, agent_id: str):
 def agent_delete(request, agent_id: str):
     agent = get_object_or_404(Agent.objects.select_related("workspace"), id=agent_id)
     workspace, name = agent.workspace, agent.name
-    services.agent_delete(agent=agent)
+    chats_agent_delete(agent=agent)
     return _panel(request, workspace, toast=f"Deleted {name}")
 
 

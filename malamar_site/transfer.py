@@ -1,5 +1,5 @@
 """A workspace as one versioned JSON document: what `malamar export` writes and `malamar import`
-reads (malamar_site.transfer_format checks a file; workspaces.services.workspace_import writes it).
+reads (malamar_site.transfer_format checks a file; malamar_site.services.workspace_import writes).
 
 Version 1 holds the settings, the agents, the tasks with their comments and activity logs, the
 dependencies between tasks and, when asked, the chats (participants and messages) and their

@@ -58,7 +58,7 @@ pages = [
     path("agents/<str:agent_id>/edit/", agent_views.agent_edit, name="agent_edit"),
     path("agents/<str:agent_id>/delete/", agent_views.agent_delete, name="agent_delete"),
     path("agents/<str:agent_id>/move/", agent_views.agent_move, name="agent_move"),
-    path("", include("tasks.urls")),
+    path("", include("malamar_site.task_urls")),
     path("", include("chats.urls")),
     path("", include("runner.urls")),
     path("settings/", settings_views.global_settings, name="global_settings"),

@@ -6,6 +6,7 @@ from ninja import Body, Router, Schema, Status
 from pydantic import ConfigDict, Field
 
 from core.lookups import get_or_404
+from malamar_site import services as site_services
 from malamar_site import transfer
 from malamar_site.transfer_format import parse_document
 from workspaces import services
@@ -117,7 +118,7 @@ def import_workspace(request, document: Annotated[dict[str, Any], Body()]):
     """Create a workspace anew from an export file (the JSON body): new ids, references
     remapped. A broken file or one from a newer format version is refused (400), nothing
     imported. Its tasks start paused: POST /api/workspaces/{id}/tasks/resume starts them."""
-    return Status(201, services.workspace_import(document=parse_document(document)))
+    return Status(201, site_services.workspace_import(document=parse_document(document)))
 
 
 @router.get("/workspaces/{workspace_id}", response=WorkspaceOut)
@@ -136,7 +137,7 @@ def delete_workspace(request, workspace_id: str, confirm: bool = False):
     """Delete the workspace and everything in it. Task branches holding work their base lacks
     answer 409 UNMERGED_BRANCHES (naming them in `branches`) unless `?confirm=true`."""
     workspace = get_or_404(Workspace, workspace_id, "Workspace")
-    services.workspace_delete(workspace=workspace, confirm_unmerged=confirm)
+    site_services.workspace_delete(workspace=workspace, confirm_unmerged=confirm)
     return Status(204, None)
 
 
@@ -169,4 +170,4 @@ def clone_workspace(request, workspace_id: str, payload: CloneIn | None = None):
     """A new workspace with the same settings and agents (no tasks, no chats)."""
     workspace = get_or_404(Workspace, workspace_id, "Workspace")
     title = payload.title if payload else None
-    return Status(201, services.workspace_clone(workspace=workspace, title=title))
+    return Status(201, site_services.workspace_clone(workspace=workspace, title=title))

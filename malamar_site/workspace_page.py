@@ -5,8 +5,8 @@ Each tab's own context is built by its app's pages module; this module puts the 
 
 from agents import selectors as agent_selectors
 from chats.pages import chat_tab_context
+from malamar_site import selectors
 from tasks.pages import task_tab_context
-from workspaces import selectors
 from workspaces.models import Workspace
 
 TABS = ("tasks", "chat", "agents")

@@ -10,6 +10,8 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast
+from malamar_site import selectors as site_selectors
+from malamar_site import services as site_services
 from malamar_site.transfer_format import parse_document
 from malamar_site.workspace_api import export_response
 from malamar_site.workspace_page import (
@@ -43,11 +45,11 @@ def _client_redirect(request, url: str):
 
 def _list_context(query: str, form=None) -> dict:
     return {
-        "workspaces": selectors.workspace_cards(query),
+        "workspaces": site_selectors.workspace_cards(query),
         "total": selectors.workspace_count(),
         "q": query,
         "form": form or WorkspaceCreateForm(),
-        "checklist": selectors.first_run_checklist(),
+        "checklist": site_selectors.first_run_checklist(),
     }
 
 
@@ -56,7 +58,9 @@ def _list_context(query: str, form=None) -> dict:
 def workspace_list(request):
     query = request.GET.get("q", "").strip()
     if _targets(request, "first-run"):
-        return render(request, f"{LIST}#first_run", {"checklist": selectors.first_run_checklist()})
+        return render(
+            request, f"{LIST}#first_run", {"checklist": site_selectors.first_run_checklist()}
+        )
     context = _list_context(query)
     if _targets(request, "workspace-results"):
         return render(request, f"{LIST}#results", context)
@@ -178,7 +182,7 @@ def workspace_delete(request, workspace_id: str):
     if form.is_valid():
         title = workspace.title
         # Typing the name confirms it all, unmerged branches included.
-        services.workspace_delete(workspace=workspace, confirm_unmerged=True)
+        site_services.workspace_delete(workspace=workspace, confirm_unmerged=True)
         messages.success(request, f"Deleted “{title}”")
         return _client_redirect(request, reverse("home"))
     if request.htmx:
@@ -206,7 +210,7 @@ def workspace_export(request, workspace_id: str):
 def workspace_clone(request, workspace_id: str):
     workspace = get_object_or_404(Workspace, id=workspace_id)
     try:
-        clone = services.workspace_clone(
+        clone = site_services.workspace_clone(
             workspace=workspace, title=request.POST.get("title", "").strip() or None
         )
     except ServiceError as error:
@@ -232,7 +236,7 @@ def workspace_import(request):
         messages.error(request, "Choose an export file to import")
         return redirect("home")
     try:
-        workspace = services.workspace_import(document=parse_document(upload.read()))
+        workspace = site_services.workspace_import(document=parse_document(upload.read()))
     except ServiceError as error:
         messages.error(request, f"Nothing was imported: {error.message}")
         return redirect("home")

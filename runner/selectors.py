@@ -67,7 +67,7 @@ def cli_limited() -> set[str]:
 
 def cli_limits() -> list[dict]:
     """Each limited CLI, since and until when: the board's banner
-    (workspaces.selectors.limited_clis adds what waits for it)."""
+    (malamar_site.selectors.limited_clis adds what waits for it)."""
     labels = dict(CliType.choices)
     rows = CliHealth.objects.filter(limited_since__isnull=False).order_by("cli_type")
     return [

@@ -13,6 +13,7 @@ import pytest
 from agents.services import agent_create
 from core.actors import USER
 from core.errors import Conflict, ValidationFailed
+from malamar_site.services import workspace_delete
 from runner.git import git, git_text
 from runner.models import AgentRun
 from tasks import branches
@@ -31,7 +32,7 @@ from tests.stack import FAKES_BIN
 from worker import jobs, pickup
 from worker.loop import Worker
 from worker.pipeline import TaskPass
-from workspaces.services import workspace_create, workspace_delete, workspace_update
+from workspaces.services import workspace_create, workspace_update
 
 pass_db = pytest.mark.django_db(transaction=True)  # on_commit hooks run (worktree removal)
 

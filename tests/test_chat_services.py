@@ -9,7 +9,7 @@ import stat
 import pytest
 from django.core.files.uploadedfile import TemporaryUploadedFile
 
-from agents.services import agent_create, agent_delete
+from agents.services import agent_create
 from chats import selectors, services
 from chats.attachments import attachment_name, attachments_dir
 from chats.malamar_agent import (
@@ -22,9 +22,10 @@ from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem
 from core.errors import Conflict, ServiceError, ValidationFailed
 from core.models import OutboxEvent
 from core.settings_store import settings_get, settings_public, settings_update
+from malamar_site.services import workspace_delete
 from runner.models import CliHealth, QueueStatus
 from workspaces.models import Workspace
-from workspaces.services import workspace_create, workspace_delete
+from workspaces.services import workspace_create
 
 
 @pytest.fixture
@@ -146,7 +147,7 @@ def test_switching_to_a_foreign_agent_is_refused(chat):
 def test_agent_deletion_switches_chats_to_malamar(workspace, agents):
     chat = services.chat_create(workspace=workspace, agent=agents[0])
     services.chat_update(chat=chat, cli_type="gemini")
-    agent_delete(agent=agents[0])
+    services.chats_agent_delete(agent=agents[0])
     summary = selectors.chat_summary(chat.id)
     assert (summary.agent_id, summary.agent_name, summary.cli_type) == (None, "Malamar", None)
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.services import agent_create, agent_delete
+from agents.services import agent_create
 from chats import selectors
 from chats.models import ChatMessage, ChatQueueItem
 from chats.services import (
@@ -14,6 +14,7 @@ from chats.services import (
     chat_participant_add,
     chat_participant_remove,
     chat_participant_update,
+    chats_agent_delete,
 )
 from core.errors import Conflict, ValidationFailed
 from tests.conftest import error_of
@@ -90,7 +91,7 @@ def test_removing_the_first_participant_promotes_the_next(group):
 
 
 def test_deleting_an_agent_removes_its_participant(group, agents):
-    agent_delete(agent=agents[1])
+    chats_agent_delete(agent=agents[1])
     assert group.participants.count() == 2
     assert (
         ChatMessage.objects.filter(chat=group).order_by("created_at").last().message

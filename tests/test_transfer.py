@@ -13,12 +13,13 @@ from chats.attachments import attachments_dir
 from core.actors import SYSTEM, USER, agent_actor
 from core.errors import ValidationFailed
 from malamar_site import transfer
+from malamar_site.services import workspace_clone, workspace_import
 from malamar_site.transfer_format import parse_document
 from tasks import services as task_services
 from tasks.models import Task, TaskQueueItem, TaskStatus
 from tests.htmltree import parse
 from workspaces.models import Workspace
-from workspaces.services import workspace_clone, workspace_create, workspace_import
+from workspaces.services import workspace_create
 
 pytestmark = pytest.mark.django_db
 

@@ -3,17 +3,18 @@
 import pytest
 
 from agents.models import Agent
-from agents.services import agent_create, agent_delete, agent_reorder, agent_update
+from agents.services import agent_create, agent_reorder, agent_update
 from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem
-from chats.services import chat_create
+from chats.services import chat_create, chats_agent_delete
 from core.actors import USER, agent_actor
 from core.errors import Conflict, ValidationFailed
 from core.models import OutboxEvent
+from malamar_site.services import workspace_delete
 from tasks.models import TaskComment, TaskLog, TaskQueueItem
 from tasks.selectors import comments_for_task
 from tasks.services import comment_create
 from workspaces.models import Workspace
-from workspaces.services import workspace_create, workspace_delete, workspace_update
+from workspaces.services import workspace_create, workspace_update
 
 
 def test_workspace_defaults(workspace):
@@ -109,7 +110,7 @@ def test_agents_are_appended_in_order(agents):
 
 @pytest.mark.pg
 def test_agent_order_after_deleting_the_last(workspace, agents):
-    agent_delete(agent=agents[-1])
+    chats_agent_delete(agent=agents[-1])
     assert agent_create(workspace=workspace, name="New", instruction="i").order == 3
 
 
@@ -180,7 +181,7 @@ def test_reorder_rejects_agents_of_another_workspace(workspace, agents):
 def test_deleted_agent_comments_keep_id_and_show_deleted_agent(agents, task):
     comment_create(task=task, content="plan", actor=agent_actor(agents[0]))
     agent_id = agents[0].id
-    agent_delete(agent=agents[0])
+    chats_agent_delete(agent=agents[0])
     assert TaskComment.objects.get(task=task).agent_id == agent_id
     assert comments_for_task(task)[0].author_name == "(Deleted Agent)"
 
@@ -188,7 +189,7 @@ def test_deleted_agent_comments_keep_id_and_show_deleted_agent(agents, task):
 def test_deleted_agent_chats_switch_to_malamar(workspace, agents):
     chat = chat_create(workspace=workspace, agent=agents[0])
     ChatParticipant.objects.filter(chat=chat).update(cli_type="gemini")
-    agent_delete(agent=agents[0])
+    chats_agent_delete(agent=agents[0])
     lead = chat.participants.lead()
     assert lead.agent_id is None and lead.cli_type is None
     note = ChatMessage.objects.get(chat=chat)

@@ -3,9 +3,9 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ServiceError
+from malamar_site.services import workspace_import
 from malamar_site.transfer_format import parse_document
 from tasks.selectors import paused_count
-from workspaces.services import workspace_import
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from tasks import views
+from malamar_site import task_views as views
 
 urlpatterns = [
     path("workspaces/<str:workspace_id>/tasks/", views.board_view, name="task_board"),
