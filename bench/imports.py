@@ -35,7 +35,7 @@ APPS = ("workspaces", "agents", "tasks", "chats", "runner", "notifications")
 
 @dataclass(frozen=True)
 class Import:
-    module: str  # the importing module, e.g. "tasks.views"
+    module: str  # the importing module, e.g. "chats.views"
     target: str  # the imported module, e.g. "workspaces.views"
     line: int
     in_function: bool
