@@ -36,6 +36,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.utils import timezone
+from django.utils.module_loading import import_string
 from django_eventstream.models import Event as StoredEvent
 from django_eventstream.utils import get_storage
 
@@ -105,8 +106,16 @@ def _has_new_rows(cursor: int, gaps) -> bool:
         return c.fetchone() is not None
 
 
+def _news(event_type: str, payload: dict) -> list:
+    """What the pages say about the event (settings.EVENT_NEWS words it: the site layer)."""
+    words = getattr(settings, "EVENT_NEWS", "")
+    return import_string(words)(event_type, payload) if words else []
+
+
 def _send(row: OutboxEvent, relayed: list) -> None:
     data = {**row.payload, "type": row.type, "outbox_id": row.id}
+    if news := _news(row.type, row.payload):
+        data["news"] = news  # toasts and notifications, worded once on the server
     if not fanout.enabled():
         django_eventstream.send_event(settings.EVENTS_CHANNEL, row.type, data)
         return

@@ -165,6 +165,9 @@ CSRF_COOKIE_SAMESITE = "Lax"
 # Server-sent events: django-eventstream's database storage gives Last-Event-ID replay.
 EVENTSTREAM_STORAGE_CLASS = "django_eventstream.storage.DjangoModelStorage"
 EVENTS_CHANNEL = "malamar"
+# The toasts (and browser notifications) an event brings to the pages: the relay sends them
+# with the event (core.relay), worded by the site layer.
+EVENT_NEWS = "malamar_site.news.news_for"
 EVENT_RELAY_POLL_SECONDS = CONFIG.event_relay_poll
 # On PostgreSQL ids are taken at INSERT and commits land in any order: the relay waits this long
 # for a skipped id's row to commit before giving up on it (a rolled-back transaction).

@@ -12,8 +12,10 @@ DONE_ID = "delete_done_%s"
 
 
 def show_all_from(request) -> tuple[str, ...]:
-    value = request.GET.get("all", "")
-    return tuple(s for s in value.split(",") if s in TaskStatus.values)
+    """The columns shown whole: `?all=todo,done`, or one `all` per column (the board's
+    refresh sends the hidden `all` input of each expanded column)."""
+    values = ",".join(request.GET.getlist("all")).split(",")
+    return tuple(s for s in values if s in TaskStatus.values)
 
 
 def board_context(workspace: Workspace, *, show_all: tuple[str, ...] = ()) -> dict:

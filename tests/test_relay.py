@@ -16,6 +16,7 @@ from core import events, relay
 from core.fanout import Listener
 from core.models import OutboxEvent
 from core.relay import AdvisoryLock, Relay, stored_outbox_id
+from malamar_site.news import news_for
 
 on_postgres = pytest.mark.skipif(
     "connection.vendor != 'postgresql'",
@@ -68,6 +69,24 @@ def test_a_skipped_id_is_relayed_when_its_row_appears(db, sent):
     assert sent == [first, first + 2, first + 1]
     assert relay.gaps == {}
     assert relay.step() == 0
+
+
+def test_an_event_goes_with_the_news_the_site_words_for_it(db, settings, tmp_path, monkeypatch):
+    settings.DATA_DIR = tmp_path
+    data = []
+    monkeypatch.setattr("django_eventstream.send_event", lambda ch, t, d: data.append(d))
+    review = {"workspace_id": "W", "task_id": "T", "task_summary": "Fix it", "actor_type": "agent"}
+    first = events.publish("task.status_changed", {**review, "new_status": "in_review"}).id
+    events.publish("task.updated", {"workspace_id": "W", "task_id": "T"})
+    _relay_from(first, clock=Clock()).step()
+    news, quiet = data
+    assert news["news"] == news_for("task.status_changed", news) != []  # malamar_site/news.py
+    assert news["news"][0]["message"] == "Ready for your review"
+    assert "news" not in quiet  # no news: no field
+    settings.EVENT_NEWS = ""  # no site layer to word them (core alone)
+    events.publish("task.status_changed", {**review, "new_status": "in_review"})
+    _relay_from(first + 2, clock=Clock()).step()
+    assert "news" not in data[-1]
 
 
 def test_a_gap_that_never_fills_expires(db, sent):

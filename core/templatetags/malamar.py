@@ -96,6 +96,12 @@ def icon(name: str, size: int = 16, css: str = ""):
     )
 
 
+COPY_BUTTON = (
+    '<button type="button" class="code-block__copy" aria-label="Copy code" title="Copy code">'
+    f"{icon('copy', size=14)}</button>"
+)
+
+
 def relative_time(value: datetime, now: datetime | None = None) -> str:
     """The spec's relative format ("just now", "5 min ago", "3 hours ago", "2 days ago",
     "Jan 15", "Jan 15, 2025"). The browser re-renders it in the user's locale and time zone."""
@@ -154,11 +160,16 @@ def live_event_types() -> str:
 
 @register.filter(name="markdown")
 def markdown_filter(text) -> str:
-    """Render agent/user markdown as sanitised HTML (core.markdown); use inside `.markdown`."""
+    """Render agent/user markdown as sanitised HTML (core.markdown); use inside `.markdown`.
+    Each code block gets its copy button (app.js copies), added after the sanitiser, which
+    never has to allow buttons."""
     # Imported on use: the worker loads this tag library for its system checks only.
-    from core.markdown import render_markdown
+    from core.markdown import CODE_BLOCK, render_markdown
 
-    return mark_safe(render_markdown(str(text or "")))  # sanitised by nh3
+    html = render_markdown(str(text or ""))  # sanitised by nh3
+    # Safe: nh3 writes every quote of an attribute's value as &quot; and every "<" of a text
+    # as &lt;, so this exact tag is always one of core.markdown's wrappers.
+    return mark_safe(html.replace(CODE_BLOCK, CODE_BLOCK + COPY_BUTTON))
 
 
 @register.filter
