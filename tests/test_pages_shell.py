@@ -155,6 +155,17 @@ def test_first_paragraph_makes_the_agent_snippet():
     assert first_paragraph("") == ""
 
 
+def test_a_page_answering_a_form_posted_without_javascript_knows_the_stream_position(
+    client, workspace
+):
+    send_event(settings.EVENTS_CHANNEL, "task.updated", {"task_id": "t"})
+    newest = DjangoModelStorage().get_current_id(settings.EVENTS_CHANNEL)
+    response = client.post(f"/workspaces/{workspace.id}/tasks/new/", {"summary": ""})
+    assert response.status_code == 422 and "Summary is required" in html(response)
+    body = re.search(r"<body[^>]*>", html(response), re.S).group(0)
+    assert f'data-live-from="{settings.EVENTS_CHANNEL}:{newest}"' in body  # (live.js resumes)
+
+
 def test_full_page_remembers_the_stream_position_fragments_and_api_do_not_ask(client, monkeypatch):
     send_event(settings.EVENTS_CHANNEL, "task.updated", {"task_id": "t"})
     newest = DjangoModelStorage().get_current_id(settings.EVENTS_CHANNEL)

@@ -173,6 +173,9 @@ def test_run_fragment_view(client, db, workspace, task):
     assert response.status_code == 200
     assert b"Changed 1 file" in response.content
     assert client.get("/runs/nope/").status_code == 404
+    # A run gone while its timeline is on a page (activity.js asks with htmx): nothing to swap.
+    gone = client.get("/runs/nope/", headers={"HX-Request": "true"})
+    assert gone.status_code == 204 and gone.content == b""
 
 
 def test_finishing_a_run_publishes_its_final_status(task, task_recorder):
