@@ -303,10 +303,9 @@ def task_comment_add(request, task_id: str):
             return render(request, f"{DETAIL}#comments", detail_context(task))
     if not request.htmx:
         return _not_htmx_back(request, task)
-    context = {"task": task, "comment_form": form}
-    response = render(request, f"{DETAIL}#comment_form", context)
-    response = reswap(retarget(response, "#task-comment-form"), "outerHTML")
-    return trigger_client_event(response, "tasks:comment-rejected", {"task_id": task.id})
+    # The form with its error, in place (its comment's stand-in goes: app.js, data-pending).
+    response = render(request, f"{DETAIL}#comment_form", {"task": task, "comment_form": form})
+    return reswap(retarget(response, "#task-comment-form"), "outerHTML")
 
 
 def _after_action(request, task: Task, note: str = "", error=None):

@@ -59,6 +59,20 @@ def test_new_agent_defaults_to_the_first_available_cli(client, workspace):
     assert cli_checked(html(hx(client, "get", url))) == "claude"
 
 
+def test_the_cli_dependent_fields_follow_the_chosen_cli(client, workspace):
+    url = f"/workspaces/{workspace.id}/agents/cli-settings/"
+    page = html(hx(client, "get", url, {"cli_type": "codex", "model": "o3", "custom_binary": "q"}))
+    assert page.lstrip().startswith('<div class="agent-cli-settings" data-cli-settings>')
+    assert 'list="agent-models-codex"' in page and 'value="o3"' in page  # typed values kept
+    # Only the chosen CLI's effort choices are posted (the others are disabled, unnamed ids).
+    effort = r'<select name="reasoning_effort" id="id_reasoning_effort"[^>]*>'
+    assert len(re.findall(effort, page)) == 1
+    assert re.findall(r'<div data-cli-only="(\w+)">', page) == ["codex"]
+    assert 'data-cli-only="custom" hidden' in page and 'value="q"' in page
+    page = html(hx(client, "get", url, {"cli_type": "custom"}))
+    assert '<div data-cli-only="custom">' in page and "has no reasoning effort setting" in page
+
+
 def test_cli_options_follow_the_preference_order(client, workspace):
     page = html(hx(client, "get", f"/workspaces/{workspace.id}/agents/new/"))
     assert re.findall(r'name="cli_type" value="(\w+)"', page) == [

@@ -41,7 +41,8 @@ def test_waiting_card_shows_a_chip_linking_its_blockers(client, workspace):
     [chip] = elements(page, "p", **{"data-task-waiting": build.id})
     assert chip is not None
     [link] = elements(page, "a", **{"class": "task-card__blocker"})
-    assert link["data-task-open"] == plan.id and f"task={plan.id}" in link["href"]
+    assert link["hx-get"] == f"/tasks/{plan.id}/" and f"task={plan.id}" in link["href"]
+    assert link["hx-push-url"] == link["href"] and link["hx-target"] == "#task-dialog-body"
     services.task_status_set(task=plan, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
     services.task_status_set(task=plan, status=TaskStatus.DONE, actor=USER)
     assert not elements(board(client, workspace), "p", **{"data-task-waiting": build.id})

@@ -36,7 +36,7 @@ def test_section_renders_with_the_key_masked(client):
     page = Client().get("/settings/").content.decode()
     assert "Notifications" in page and "Send test email" in page
     assert KEY not in page and "••••cret" in page
-    assert "js/notify.js" in page and "data-browser-notifications" in page
+    assert "js/live.js" in page and "data-browser-notifications" in page  # (live.js asks)
 
 
 def test_save_then_save_the_mask_back(client):
