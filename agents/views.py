@@ -86,15 +86,6 @@ def agent_new(request, workspace_id: str):
     return _form_page(request, workspace, form, status=INVALID)
 
 
-@require_GET
-def agent_cli_settings(request, workspace_id: str):
-    """The agent dialog's fields that depend on the CLI (model suggestions, reasoning efforts,
-    the custom command), for the CLI just chosen, keeping the values sent along."""
-    workspace = get_object_or_404(Workspace, id=workspace_id)
-    form = AgentForm(initial=request.GET.dict())
-    return render(request, f"{DETAIL}#agent_cli_settings", _agent_form_context(workspace, form))
-
-
 @require_http_methods(["GET", "POST"])
 @vary_on_headers("HX-Request")
 def agent_edit(request, agent_id: str):

@@ -59,17 +59,20 @@ def test_new_agent_defaults_to_the_first_available_cli(client, workspace):
     assert cli_checked(html(hx(client, "get", url))) == "claude"
 
 
-def test_the_cli_dependent_fields_follow_the_chosen_cli(client, workspace):
-    url = f"/workspaces/{workspace.id}/agents/cli-settings/"
-    page = html(hx(client, "get", url, {"cli_type": "codex", "model": "o3", "custom_binary": "q"}))
-    assert page.lstrip().startswith('<div class="agent-cli-settings" data-cli-settings>')
-    assert 'list="agent-models-codex"' in page and 'value="o3"' in page  # typed values kept
+def test_the_dialog_opens_on_the_chosen_clis_fields(client, workspace):
+    # Re-rendered with an error, the dialog shows the chosen CLI's fields (the browser then
+    # switches them as another CLI is picked) and keeps what was typed.
+    data = {"name": "", "instruction": "x", "cli_type": "codex", "model": "o3"}
+    data |= {"custom_binary": "q"}
+    page = html(hx(client, "post", f"/workspaces/{workspace.id}/agents/new/", data))
+    assert 'list="agent-models-codex"' in page and 'value="o3"' in page
     # Only the chosen CLI's effort choices are posted (the others are disabled, unnamed ids).
     effort = r'<select name="reasoning_effort" id="id_reasoning_effort"[^>]*>'
     assert len(re.findall(effort, page)) == 1
     assert re.findall(r'<div data-cli-only="(\w+)">', page) == ["codex"]
     assert 'data-cli-only="custom" hidden' in page and 'value="q"' in page
-    page = html(hx(client, "get", url, {"cli_type": "custom"}))
+    data |= {"cli_type": "custom"}
+    page = html(hx(client, "post", f"/workspaces/{workspace.id}/agents/new/", data))
     assert '<div data-cli-only="custom">' in page and "has no reasoning effort setting" in page
 
 
