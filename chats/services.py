@@ -31,7 +31,6 @@ from core.wake import wake_worker_on_commit
 from runner.clis import cli_label
 from runner.models import QueueStatus
 from runner.selectors import cli_available
-from runner.services import agent_runs_forget_snapshots
 from workspaces.models import Workspace
 from workspaces.services import workspace_touch
 
@@ -151,7 +150,6 @@ def chat_delete(*, chat: Chat) -> None:
     chat_id = chat.id
     with transaction.atomic():
         payload = _chat_payload(chat)
-        agent_runs_forget_snapshots(runs=chat.runs.all())
         chat.delete()
         workspace_touch(payload["workspace_id"])
         events.publish("chat.deleted", payload)

@@ -4,6 +4,7 @@ unified diffs split into highlighted lines. Reads only (git diff-tree in the pri
 import codecs
 import functools
 import os
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from html import escape
@@ -15,7 +16,7 @@ from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
-from runner.git import git, git_head
+from runner.git import GitError, git, git_head
 from runner.snapshots import store_path
 
 STATUS = {"A": "added", "M": "modified", "T": "modified", "D": "deleted", "R": "renamed"}
@@ -58,6 +59,20 @@ class FileDiff:
         """The table rows, built here: a template loop over thousands of lines costs ~10x."""
         return mark_safe("".join(_row(line) for line in self.lines))  # parts escaped in _row
 
+    def rows_html_with(self, notes: dict[tuple[str, int], str]) -> tuple[str, set]:
+        """The rows with extra rows (safe HTML) after the lines `notes` names: ("new", n) after
+        the row of line n as the changes left it, ("old", n) after line n as it was before
+        (line comments). Returns the rows and the keys placed (a line the diff does not show
+        places nothing)."""
+        parts, placed = [], set()
+        for line in self.lines:
+            parts.append(_row(line))
+            for key in (("new", line.new), ("old", line.old)):
+                if key[1] is not None and key in notes and key not in placed:
+                    parts.append(notes[key])
+                    placed.add(key)
+        return mark_safe("".join(parts)), placed  # notes are safe HTML, rows escaped in _row
+
 
 def _row(line: DiffLine) -> str:
     if line.kind in ("hunk", "note"):
@@ -85,6 +100,8 @@ def _diff_tree(store: str, before: str, after: str, *args: str, paths=()) -> byt
 
 def changed_files(store: str, before: str, after: str) -> list[FileChange]:
     """Every file that differs between the two trees, in git's (path) order. Do not mutate."""
+    if before == after:
+        return []  # (the store of a folder that was always empty was never made)
     key = (store, before, after)
     files = file_lists.get(key)
     if files is None:
@@ -123,6 +140,49 @@ def _changed_files(store: str, before: str, after: str) -> list[FileChange]:
             )
         )
     return files
+
+
+def totals_between(store: str, pairs: list[tuple[str, str]]) -> list[dict]:
+    """`totals` of each (before, after) pair of trees, in one git call for them all; the same
+    counts as `totals(changed_files(...))` (renames found the same way), without the lists."""
+    asked = list(dict.fromkeys(pair for pair in pairs if pair[0] != pair[1]))
+    found = {pair: totals([]) for pair in pairs}
+    if asked:
+        lines = "".join(f"{before} {after}\n" for before, after in asked).encode()
+        argv = ["diff-tree", "--stdin", "-r", "-M", "-z", "--numstat"]
+        out = git(*argv, cwd=store_path(store), env=_store_env(store), input=lines).stdout
+        counted = _numstat_by_pair(out.decode("utf-8", "surrogateescape"))
+        for pair in asked:
+            if pair not in counted:  # git skips a pair it cannot read: say so
+                raise GitError(f"git diff-tree: cannot compare trees {pair[0]} and {pair[1]}")
+            found[pair] = counted[pair]
+    return [found[pair] for pair in pairs]
+
+
+def _numstat_by_pair(out: str) -> dict[tuple[str, str], dict]:
+    """Read `diff-tree --stdin -z --numstat`: each pair's line of its two trees, then a field
+    per file (added, removed and path, tab-separated; a rename has an empty path and its two
+    paths as the next fields)."""
+    counted: dict[tuple[str, str], dict] = {}
+    current = None
+    fields = iter(out.split("\0"))
+    for field_ in fields:
+        while _PAIR_LINE.match(field_):
+            current = counted.setdefault(tuple(field_[:81].split(" ")), totals([]))
+            field_ = field_[82:]
+        if not field_ or current is None:
+            continue
+        added, removed, path = field_.split("\t", 2)
+        if path == "":  # a rename: its two paths follow
+            next(fields, None), next(fields, None)
+        current["files_changed"] += 1
+        if added != "-":
+            current["lines_added"] += int(added)
+            current["lines_removed"] += int(removed)
+    return counted
+
+
+_PAIR_LINE = re.compile(r"[0-9a-f]{40} [0-9a-f]{40}\n")
 
 
 def _shown(name: str) -> str:

@@ -2,7 +2,6 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import redis
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -232,6 +231,17 @@ def task_first_tree(task_id: str, store: str) -> str | None:
     return runs.order_by("started_at").values_list("tree_before", flat=True).first()
 
 
+def snapshot_trees_by_store() -> dict[str, set[str]]:
+    """Every tree a run refers to, by snapshot store: what the snapshot cleanup keeps."""
+    trees: dict[str, set[str]] = {}
+    rows = AgentRun.objects.exclude(snapshot_store="").values_list(
+        "snapshot_store", "tree_before", "tree_after"
+    )
+    for store, before, after in rows.iterator(chunk_size=2000):
+        trees.setdefault(store, set()).update(tree for tree in (before, after) if tree)
+    return trees
+
+
 def usage_totals(runs) -> dict:
     """Sum of tokens and cost over an AgentRun queryset (None where no run reported any)."""
     totals = runs.aggregate(
@@ -326,6 +336,8 @@ def redis_status(url: str) -> dict:
     parts = urlsplit(url)
     where = f"{parts.hostname or parts.path}{f':{parts.port}' if parts.port else ''}"
     status = {"where": where, "version": "", "error": ""}
+    import redis  # ~18 MB imported: only `malamar doctor` with REDIS_URL asks
+
     try:
         client = redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3)
         client.ping()

@@ -10,7 +10,6 @@ from core import events
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
 from notifications.services import notify_cli_limited, notify_cli_resumed
-from runner import snapshots
 from runner.limits import Limit, probe_delay
 from runner.models import (
     HEALTH_MARKS,
@@ -265,14 +264,6 @@ def _changes_payload(event: dict, progress: dict) -> dict:
         **{key: progress.get(key) for key in keys},
         **{f"task_{key}": progress.get(f"task_{key}") for key in keys},
     }
-
-
-def agent_runs_forget_snapshots(*, runs) -> None:
-    """Inside the transaction that deletes `runs` (with their task, chat or workspace): once it
-    commits, their snapshots' refs go, so the next cleanup prunes the objects."""
-    pairs = list(runs.exclude(snapshot_store="").values_list("snapshot_store", "id"))
-    if pairs:
-        transaction.on_commit(lambda: snapshots.forget_runs(pairs))
 
 
 def agent_runs_close_interrupted() -> int:

@@ -246,9 +246,9 @@ def with_change_totals(tasks):
 
 
 def _card_queryset():
-    return with_change_totals(
-        with_waiting_cli(with_error_state(Task.objects.with_counts().by_recent_update()))
-    )
+    """What a card shows (a card never shows the description: agents' can be long)."""
+    tasks = Task.objects.defer("description").with_counts().by_recent_update()
+    return with_change_totals(with_waiting_cli(with_error_state(tasks)))
 
 
 def with_waiting_cli(queryset):
@@ -279,18 +279,27 @@ def _attach_runs(tasks: list[Task], runs: dict[str, AgentRun]) -> None:
         task.waiting_label = waiting_cli_label(task)
 
 
-def board_column(workspace, status: str, *, show_all: bool = False, runs=None) -> Column:
+def _cards(workspace, statuses, show_all) -> dict[str, list[Task]]:
+    """The cards of these columns, most recently updated first: the first COLUMN_LIMIT of each,
+    every task of the columns in `show_all`. Three queries whatever the number of columns and
+    tasks: the cards, their blockers, the running runs."""
+    shown = Q(workspace=workspace, status__in=[status for status in statuses if status in show_all])
+    for status in statuses:
+        if status not in show_all:
+            first = Task.objects.filter(workspace=workspace, status=status).by_recent_update()
+            shown |= Q(id__in=first.values("id")[:COLUMN_LIMIT])
+    tasks = list(_card_queryset().filter(shown))
+    _attach_runs(tasks, running_runs(workspace.id))
+    cards = {status: [] for status in statuses}
+    for task in tasks:
+        cards[task.status].append(task)
+    return cards
+
+
+def board_column(workspace, status: str, *, show_all: bool = False) -> Column:
     total = Task.objects.filter(workspace=workspace, status=status).count()
-    return _column(workspace, status, total, show_all=show_all, runs=runs)
-
-
-def _column(workspace, status, total, *, show_all, runs) -> Column:
-    queryset = _card_queryset().filter(workspace=workspace, status=status)
-    if not show_all:
-        queryset = queryset[:COLUMN_LIMIT]
-    tasks = list(queryset)
-    _attach_runs(tasks, runs if runs is not None else running_runs(workspace.id))
-    return Column(status, TaskStatus(status).label, total, tasks, show_all)
+    cards = _cards(workspace, [status], [status] if show_all else [])
+    return Column(status, TaskStatus(status).label, total, cards[status], show_all)
 
 
 def board(workspace, *, show_all: tuple[str, ...] = ()) -> dict:
@@ -302,10 +311,10 @@ def board(workspace, *, show_all: tuple[str, ...] = ()) -> dict:
         .annotate(n=Count("id"))
         .values_list("status", "n")
     )
-    runs = running_runs(workspace.id)
+    cards = _cards(workspace, TaskStatus.values, show_all)
     columns = [
-        _column(workspace, status, counts.get(status, 0), show_all=status in show_all, runs=runs)
-        for status in TaskStatus.values
+        Column(status, label, counts.get(status, 0), cards[status], status in show_all)
+        for status, label in TaskStatus.choices
     ]
     return {"columns": columns, "total": sum(counts.values())}
 
@@ -355,7 +364,7 @@ def current_run(task: Task) -> AgentRun | None:
 # The popup's action buttons per status (SPECS "Task Actions").
 def task_actions(task: Task) -> dict:
     moves = USER_MOVES.get(task.status, set())
-    return {
+    actions = {
         "cancel": task.status == TaskStatus.IN_PROGRESS,
         "to_review": TaskStatus.IN_REVIEW in moves,
         "to_todo": TaskStatus.TODO in moves,
@@ -375,6 +384,19 @@ def task_actions(task: Task) -> dict:
         # Imported work and stopped retries wait in Todo until the person resumes them.
         "resume": bool(getattr(task, "is_paused", False)),
     }
+    actions["primary"] = _primary_action(task, actions)
+    return actions
+
+
+def _primary_action(task: Task, actions: dict) -> str:
+    """The one action the popup's head shows on a phone's single line (the rest in its menu)."""
+    if actions["resume"]:
+        return "resume"
+    if task.status == TaskStatus.IN_REVIEW:
+        return "done"
+    if actions["cancel"]:
+        return "cancel"
+    return "todo" if actions["to_todo"] else ""
 
 
 def _status_label(value: str) -> str:

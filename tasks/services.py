@@ -19,7 +19,6 @@ from core.actors import SYSTEM, USER, Actor
 from core.errors import Conflict, NotFound, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
-from runner.services import agent_runs_forget_snapshots
 from tasks import anchors, branches, selectors
 from tasks.models import (
     RUNNABLE_STATUSES,
@@ -511,7 +510,6 @@ def task_delete(*, task: Task, confirm_unmerged: bool = False) -> None:
     with transaction.atomic():
         payload = task_payload(task)
         _remove_branch_on_commit(task, keep_merged=True)
-        agent_runs_forget_snapshots(runs=task.runs.all())
         dependents = list(Task.objects.filter(blocker_links__blocker=task))
         for dependent in dependents:
             log_add(

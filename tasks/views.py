@@ -24,6 +24,7 @@ from tasks.forms import (
     CommentForm,
     DeleteDoneForm,
     DescriptionForm,
+    ReviewForm,
     SummaryForm,
 )
 from tasks.models import Task, TaskStatus
@@ -31,8 +32,11 @@ from tasks.pages import (
     DONE_ID,
     blockers_form,
     board_context,
+    changes_context,
+    composer_context,
     create_form,
     detail_context,
+    file_diff_context,
     show_all_from,
 )
 from workspaces.links import workspace_tab_url
@@ -160,6 +164,7 @@ POPUP_PARTS = {
     "task-head": ("head", detail_context),
     "task-description": ("description", lambda task: {"task": task}),
     "task-comments": ("comments", detail_context),
+    "task-composer": ("comment_form", composer_context),
     "task-activity": ("activity", _activity_context),
     "task-log": ("log", _log_context),  # live refreshes: activity.js keeps the runs live
 }
@@ -207,8 +212,7 @@ def task_changes(request, task_id: str):
     if not request.htmx:
         return redirect(_board_url(task.workspace_id, task.id))
     changes = _change_set(request, task)
-    context = {"task": task, "changes": changes, "views": change_reads.file_views(changes)}
-    return render(request, f"{CHANGES}#changes", context)
+    return render(request, f"{CHANGES}#changes", changes_context(task, changes))
 
 
 @require_GET
@@ -222,12 +226,7 @@ def task_change_file(request, task_id: str):
         raise Http404("This file did not change")
     page = not request.htmx
     limit = change_reads.PAGE_LINES if page else change_reads.FILE_LINES_INLINE + 200
-    context = {
-        "task": task,
-        "changes": changes,
-        "change": change,
-        "diff": change_reads.file_diff(changes, change, max_lines=limit),
-    }
+    context = file_diff_context(task, changes, change, max_lines=limit)
     return render(request, CHANGES if page else f"{CHANGES}#file_diff", context)
 
 
@@ -305,6 +304,55 @@ def task_comment_add(request, task_id: str):
         return _not_htmx_back(request, task)
     # The form with its error, in place (its comment's stand-in goes: app.js, data-pending).
     response = render(request, f"{DETAIL}#comment_form", {"task": task, "comment_form": form})
+    return reswap(retarget(response, "#task-comment-form"), "outerHTML")
+
+
+REVIEW_TOASTS = {
+    "request_changes": "Changes requested: the agents take it from here",
+    "comment": "Note added: the agents read it on their next pass",
+    "approve": "Approved",
+}
+
+
+def _review_toast(result, merge: bool | None) -> str:
+    if result.merge is not None:
+        return f"Approved and merged into {result.task.branch_base}"
+    if result.verdict == "approve" and merge is False:
+        return "Approved; the branch is kept, unmerged"
+    return REVIEW_TOASTS[result.verdict]
+
+
+@require_POST
+def task_review(request, task_id: str):
+    """The In Review composer's verdicts (README "Reviewing a task"): the comment and the
+    line comments drafted in the Changes tab go with it. Refused (a merge git refused, a line
+    that is gone): the composer says why, keeping what was typed; the drafts stay too."""
+    task = _task_or_404(task_id)
+    form = ReviewForm(request.POST, auto_id="task_comment_%s")
+    if form.is_valid():
+        verdict, merge = form.cleaned_data["verdict"]
+        try:
+            result = services.task_review_submit(
+                task=task,
+                verdict=verdict,
+                body=form.cleaned_data["content"],
+                line_comments=form.cleaned_data["line_comments"] or [],
+                merge=merge,
+                actor=USER,
+            )
+        except ServiceError as error:
+            apply_service_error(form, error)
+        else:
+            if not request.htmx:
+                return _not_htmx_back(request, task)
+            response = render(request, f"{DETAIL}#comments", detail_context(_task_or_404(task.id)))
+            trigger_client_event(response, "review:sent", {"task_id": task.id})
+            return toast(response, _review_toast(result, merge))
+    if not request.htmx:
+        messages.error(request, " ".join(" ".join(e) for e in form.errors.values()))
+        return _not_htmx_back(request, task)
+    # The form with its error, in place (its comment's stand-in goes: app.js, data-pending).
+    response = render(request, f"{DETAIL}#comment_form", composer_context(task, form))
     return reswap(retarget(response, "#task-comment-form"), "outerHTML")
 
 

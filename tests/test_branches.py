@@ -28,6 +28,7 @@ from tasks.services import (
 )
 from tests.conftest import error_of
 from tests.gitrepo import commit, make_repo
+from tests.htmltree import parse
 from tests.pages import element_text, elements, html, hx, triggers
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create, workspace_delete, workspace_update
@@ -187,10 +188,11 @@ def test_the_settings_page_shows_the_isolation_error(client, db, tmp_path):
     }
     response = client.post(f"/workspaces/{workspace.id}/settings/", form)
     assert response.status_code == 422
-    assert "Branch per task needs a static working directory" in response.content.decode()
-    page = client.get(f"/workspaces/{workspace.id}/settings/").content.decode()
+    errors = [error.text for error in parse(html(response)).find_all("field__error")]
+    assert "Branch per task needs a static working directory" in " ".join(errors)
+    page = parse(client.get(f"/workspaces/{workspace.id}/settings/").content.decode())
     for name in ("isolation", "base_branch", "setup_command", "parallel_tasks"):
-        assert f'name="{name}"' in page
+        assert page.by_id("isolation-settings").find(name=name) is not None, name
 
 
 # --- a task on its branch --------------------------------------------------------------------
@@ -245,6 +247,30 @@ def test_a_second_pass_continues_on_the_same_branch(repo):
     assert (task.branch_name, task.branch_base) == (first, "main")
     assert git_text("show", f"{first}:notes.txt", cwd=repo) == "two"
     assert len(git_text("log", "--format=%H", f"main..{first}", cwd=repo).splitlines()) == 2
+
+
+@pass_db
+def test_a_repository_an_agent_makes_in_the_worktree_is_committed_as_its_files(repo):
+    # `git init newapp` (no commit yet), then a file: `git add -A` alone refuses the folder
+    # ("does not have a commit checked out") and every run of the task failed on it.
+    git_init = (
+        "write newapp/.git/HEAD ref:\\srefs/heads/main\\n write newapp/.git/objects/.keep x"
+        " write newapp/.git/refs/.keep x"
+    )
+    workspace = isolated(
+        repo,
+        agents=[
+            ("Builder", f"@fake {git_init} write newapp/src/main.rs fn\\smain(){{}}"),
+            ("Fixer", "@fake append newapp/src/main.rs //ok"),
+        ],
+    )
+    task = run_pass(task_create(workspace=workspace, summary="New app"))
+    assert task.status == TaskStatus.IN_REVIEW, system_comments(task)
+    assert "newapp/src/main.rs" in branch_files(repo, task.branch_name)
+    assert git_text("show", f"{task.branch_name}:newapp/src/main.rs", cwd=repo) == (
+        "fn main(){}//ok"
+    )
+    assert [m["agent_name"] for m in log_of(task, "branch_committed")] == ["Builder", "Fixer"]
 
 
 # --- setup command ---------------------------------------------------------------------------
@@ -492,6 +518,7 @@ def test_a_checkout_on_a_branch_named_like_an_option_is_a_task_error(repo):
 # --- parallel tasks --------------------------------------------------------------------------
 
 
+@pytest.mark.pg
 def test_the_claim_honours_the_parallel_limit_and_the_pickup_order(repo, db):
     workspace = isolated(repo, parallel_tasks=2)
     old, new, urgent = (task_create(workspace=workspace, summary=s) for s in ("o", "n", "u"))
@@ -513,6 +540,7 @@ def test_the_claim_honours_the_parallel_limit_and_the_pickup_order(repo, db):
     assert pickup.claim_next(workspace.id, limit=2).task_id == old.id  # urgent still runs
 
 
+@pytest.mark.pg
 def test_parallel_tasks_run_at_once_in_their_own_worktrees(stack, repo):
     """The worker's loop (in-process): two of three tasks run at once."""
     before = user_state(repo)
@@ -538,6 +566,7 @@ def test_parallel_tasks_run_at_once_in_their_own_worktrees(stack, repo):
     assert user_state(repo) == before
 
 
+@pytest.mark.pg
 @pass_db
 def test_a_plain_workspace_still_runs_one_task_at_a_time(tmp_path):
     workspace = workspace_create(title="Plain")
@@ -569,9 +598,12 @@ def test_the_popup_shows_the_branch_with_merge_and_discard_once_in_review(repo, 
     Task.objects.filter(id=task.id).update(status=TaskStatus.IN_PROGRESS)
     page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
     assert element_text(page, "task-branch-name") == task.branch_name
-    assert element_text(page, "task-merge") is None and "task-discard" not in page
-    activity = html(hx(client, "get", f"/tasks/{task.id}/", target="task-log"))
-    assert "Implementer committed" in activity and f"made branch {task.branch_name}" in activity
+    ids = [element.attrs.get("id", "") for element in parse(page).iter()]
+    assert element_text(page, "task-merge") is None
+    assert not [found for found in ids if found.startswith("task-discard")]
+    activity = parse(html(hx(client, "get", f"/tasks/{task.id}/", target="task-log")))
+    texts = " | ".join(text.text for text in activity.find_all("task-log__text"))
+    assert "Implementer committed" in texts and f"made branch {task.branch_name}" in texts
 
 
 @pass_db
@@ -585,7 +617,7 @@ def test_merge_from_the_popup_toasts_and_refreshes_the_head(repo, client):
     response = hx(client, "post", f"/tasks/{task.id}/merge/")
     toast = triggers(response)["malamar:toast"]
     assert toast == {"level": "success", "message": "Merged into main"}
-    assert 'data-status="done"' in html(response)
+    assert parse(html(response)).by_id("task-status").attrs["data-status"] == "done"
 
 
 @pass_db
@@ -593,13 +625,15 @@ def test_discard_from_the_popup_needs_the_branch_name(repo, client):
     task = reviewed(repo)
     url = f"/tasks/{task.id}/discard/"
     response = hx(client, "post", url, {"confirm_branch": "malamar/wrong"})
-    assert "The branch name does not match" in html(response)
+    form = parse(html(response)).by_id("task-discard-form")
+    assert "The branch name does not match" in form.find("field--invalid").text
     assert response["HX-Retarget"] == "#task-discard-form"
     assert branches.worktree_path(task.id).exists()
     response = hx(client, "post", url, {"confirm_branch": task.branch_name})
     assert triggers(response)["malamar:toast"]["message"] == "Branch discarded"
     assert not branches.worktree_path(task.id).exists()
-    assert "task-branch" not in html(response)
+    ids = [element.attrs.get("id", "") for element in parse(html(response)).iter()]
+    assert not [found for found in ids if found.startswith("task-branch")]
 
 
 @pass_db

@@ -66,6 +66,7 @@ def upload(api, chat_id, files, field="files", **extra):
     )
 
 
+@pytest.mark.pg
 def test_create_list_search_and_order(api, workspace, agents):
     base = f"/api/workspaces/{workspace.id}/chats"
     created = api.post(base, {})

@@ -69,6 +69,7 @@ def test_a_binary_that_is_not_executable_is_reported_as_such(tmp_path):
 # --- requests: per CLI, answered by a check that started after them -------------------------
 
 
+@pytest.mark.pg
 def test_a_request_is_answered_only_by_a_full_check_that_started_after_it():
     ok = {"status": "healthy", "error": "", "answer": "OK"}
     started = timezone.now()
@@ -118,6 +119,7 @@ class Recorder:
         return "healthy"
 
 
+@pytest.mark.pg
 def test_a_per_cli_request_checks_only_that_cli():
     checker = Recorder()
     checks = health.HealthChecks(checker=checker)
@@ -155,6 +157,7 @@ def test_a_check_someone_asked_for_runs_at_once_beside_a_slow_background_check()
     assert [cli for cli, _ in checker.done][-3:] == ["gemini", "codex", "opencode"]
 
 
+@pytest.mark.pg
 def test_an_older_check_never_overwrites_a_newer_ones_result():
     """A CLI whose settings were saved while its background check ran: the check made with the
     new settings is the one kept, whichever ends last."""
@@ -225,6 +228,7 @@ def test_a_check_that_times_out_is_slow_and_blocks_nothing(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.pg
 def test_start_up_checks_on_a_loaded_machine_mark_no_working_cli_unavailable(
     fake_clis, short_limits, monkeypatch, task_recorder
 ):
@@ -291,6 +295,7 @@ def test_a_logged_out_cli_is_unhealthy_with_the_reason(fake_clis, monkeypatch):
 # --- a CLI that just answered a real run is healthy -----------------------------------------
 
 
+@pytest.mark.pg
 def test_a_successful_run_clears_an_unhealthy_mark(task_recorder):
     CliHealth.objects.create(cli_type="claude", status="unhealthy", error="timed out")
 
@@ -309,6 +314,7 @@ def test_a_successful_run_clears_an_unhealthy_mark(task_recorder):
     assert len(health_events("claude")) == 1
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_stopping_the_checks_kills_a_hanging_check_and_stores_nothing(monkeypatch):
     """At shutdown a check's CLI is killed (never left running after the worker exits) and its
@@ -330,6 +336,7 @@ def test_stopping_the_checks_kills_a_hanging_check_and_stores_nothing(monkeypatc
     assert not CliHealth.objects.filter(cli_type="codex", checked_at__isnull=False).exists()
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_a_stopped_worker_leaves_the_next_workers_checks_running(fake_clis):
     """The stop belongs to one worker's checks: a worker started later in the same process

@@ -186,6 +186,7 @@ def _line(stdout: str, start: str) -> str:
     return next(line for line in stdout.splitlines() if line[2:].startswith(start))
 
 
+@pytest.mark.pg
 def test_doctor_on_a_fresh_data_dir_says_there_is_no_database_yet(tmp_path):
     """A fresh data dir (SQLite: no file; PostgreSQL: an empty database) is not "54 migrations
     pending" nor "workers unknown": nothing is wrong, `malamar` creates the database. Doctor
@@ -261,6 +262,7 @@ def test_doctor_fails_on_unusable_data_dir(tmp_path):
     assert "✗ Data directory" in result.stdout
 
 
+@pytest.mark.pg
 def test_doctor_reports_pending_migrations(tmp_path):
     assert manage(tmp_path, "migrate", "core", "--no-input").returncode == 0  # partly
     result = manage(tmp_path, "doctor")
@@ -296,6 +298,7 @@ def test_no_sample_when_the_database_already_existed(tmp_path):
     assert django_script(tmp_path, SAMPLE).stdout.strip() == ""
 
 
+@pytest.mark.pg
 def test_migrating_one_app_of_a_new_data_dir_first_is_no_error(tmp_path):
     """`manage.py migrate core` on a new data dir: the sample waits for the tables it needs."""
     data_dir = tmp_path / "fresh"
@@ -305,7 +308,7 @@ def test_migrating_one_app_of_a_new_data_dir_first_is_no_error(tmp_path):
     assert django_script(data_dir, SAMPLE).stdout.startswith("Sample: Code Assistant")
 
 
-@pytest.mark.skipif(not databases.ON_POSTGRES, reason="a data dir of its own on a shared database")
+@databases.postgres_only("a data dir of its own on a shared database")
 def test_a_new_data_dir_on_a_database_in_use_is_no_first_launch(tmp_path):
     """Another machine joins a PostgreSQL database already in use (here one whose data came
     from SQLite, so it never had a sample): its new data dir is not a first launch."""
@@ -333,6 +336,7 @@ def test_a_new_data_dir_on_a_database_in_use_is_no_first_launch(tmp_path):
     assert django_script(second, SAMPLE, **shared).stdout.strip() == "Mine |"
 
 
+@pytest.mark.pg
 def test_sample_not_recreated_after_user_deletes_it(tmp_path):
     data_dir = tmp_path / "fresh"
     manage(data_dir, "migrate", "--no-input")

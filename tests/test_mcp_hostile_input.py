@@ -206,6 +206,7 @@ def test_wrong_types_unknown_tools_and_long_names_are_errors_with_a_message(seed
     assert tasks_where(seeded, summary__startswith="SSS") == 0
 
 
+@pytest.mark.pg
 def test_a_refused_write_leaves_nothing_half_written(seeded, client):
     answer = client.call("create_task", {"summary": "Half written?", "description": "x\x00"})
     assert "description" in error_of(answer)

@@ -145,6 +145,7 @@ def test_list_workspaces_marks_the_current_one(conversation):
     assert sum(current.values()) == 1
 
 
+@pytest.mark.pg
 def test_search_filters_by_text_and_status_within_the_workspace(conversation):
     ids, talk = conversation
     every, login, done = (data(result) for result in talk["results"][1:4])
@@ -220,6 +221,7 @@ def test_bad_input_is_a_tool_error_with_a_message(conversation):
     assert not any("Traceback" in message for message in messages)
 
 
+@pytest.mark.pg
 def test_writes_land_in_the_database_with_their_activity(seeded, conversation):
     data_dir, ids = seeded
     check = f"""

@@ -44,11 +44,22 @@ def test_page_lists_every_cli_with_its_health(client):
         ("gemini", "Gemini CLI"),
         ("opencode", "OpenCode"),
     ]
-    claude = page[page.index('id="cli-status-claude"') : page.index('id="cli-form-claude"')]
-    assert "Healthy" in claude and "2.0.1 (Claude Code)" in claude and "/usr/bin/claude" in claude
-    gemini = page[page.index('id="cli-status-gemini"') : page.index('id="cli-form-gemini"')]
-    assert "Unhealthy" in gemini and "Binary not found in PATH" in gemini
-    assert "Not checked yet" in page and "Refresh CLI Status" in page
+    tree = parse(page)
+
+    def status(cli: str) -> tuple[str, dict[str, str]]:
+        """A CLI card's status badge and its facts (Version, Binary, ...)."""
+        card = tree.by_id(f"cli-status-{cli}")
+        pairs = zip(card.find_all(tag="dt"), card.find_all(tag="dd"), strict=True)
+        return card.find("badge").text, {dt.text: dd.text for dt, dd in pairs}
+
+    badge, facts = status("claude")
+    assert badge == "Healthy"
+    assert (facts["Version"], facts["Binary"]) == ("2.0.1 (Claude Code)", "/usr/bin/claude")
+    assert status("gemini")[0] == "Unhealthy"
+    error = tree.by_id("cli-status-gemini").find(data_cli_error="")
+    assert error.text == "Binary not found in PATH"
+    assert status("opencode")[0] == "Not checked yet"
+    assert tree.by_id("refresh-clis").text == "Refresh CLI Status"
 
 
 def test_save_binary_path_and_environment(client):
@@ -63,7 +74,10 @@ def test_save_binary_path_and_environment(client):
     }
     page = html(response)
     assert "sk-secret-value-1234" not in page  # masked after saving
-    assert 'value="••••1234"' in page and "readonly" in page
+    row = parse(page).find("env__row")
+    name, value = row.find_all(tag="input")
+    assert (name.attrs["value"], "readonly" in name.attrs) == ("OPENAI_API_KEY", True)
+    assert value.attrs["value"] == "••••1234"
     assert "sk-secret" not in html(client.get("/settings/"))
 
 
@@ -90,9 +104,10 @@ def test_saving_the_mask_keeps_the_secret_and_removing_a_row_deletes_it(client):
 )
 def test_invalid_environment_is_an_error_on_the_fieldset(client, rows, message):
     response = hx(client, "post", "/settings/clis/gemini/", env_post("gemini", "", rows))
-    page = html(response)
-    assert message in page and 'id="gemini-env-error"' in page
-    assert re.search(r'<fieldset[^>]*aria-describedby="gemini-env-hint gemini-env-error"', page)
+    page = parse(html(response))
+    assert message in page.by_id("gemini-env-error").text
+    fieldset = page.by_id("cli-form-gemini").find(tag="fieldset")
+    assert fieldset.attrs["aria-describedby"] == "gemini-env-hint gemini-env-error"
     assert "malamar:toast" not in triggers(response)
     assert settings_get()["cli_settings"]["gemini"]["env"] == {}
 

@@ -26,6 +26,7 @@ from tasks.mcp_server import LineComment, WorkspaceTools
 from tasks.models import Task, TaskComment, TaskQueueItem, TaskStatus
 from tests.conftest import error_of
 from tests.gitrepo import make_repo
+from tests.htmltree import parse
 from tests.pages import html, hx, triggers
 from tests.stack import FAKES_BIN
 from workspaces.models import Workspace
@@ -159,7 +160,12 @@ def test_the_popup_finishes_without_merging_and_shows_the_merge_afterwards(
 ):
     task = reviewed_branch_task(tmp_path)
     page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
-    assert 'id="task-finish-unmerged"' in page and 'id="task-move-done"' not in page
+    # "Move to Done" asks: merge into main and finish, or finish without merging.
+    done = parse(page).by_id("task-move-done")
+    assert done.attrs["popovertarget"] == "task-done-choice" and "hx-post" not in done.attrs
+    choice = parse(page).by_id("task-done-choice")
+    assert "Merge into main and finish" in choice.text
+    assert "Finish without merging (keep the branch)" in choice.text
     assert 'id="task-merge"' in page  # "Merge into main" merges and finishes
     refused = hx(client, "post", f"/tasks/{task.id}/status/", {"status": "done"})
     assert triggers(refused)["malamar:toast"]["level"] == "error"

@@ -293,6 +293,7 @@ def _queued(task):
     return TaskQueueItem.objects.get(task=task, status=QueueStatus.QUEUED)
 
 
+@pytest.mark.pg
 def test_pickup_order(workspace):
     old = task_create(workspace=workspace, summary="old")
     new = task_create(workspace=workspace, summary="new")
@@ -311,6 +312,7 @@ def test_pickup_order(workspace):
     assert third.id != old.id
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize("status", ["in_review", "done"])
 def test_pickup_skips_tasks_waiting_for_the_user(workspace, status):
     task = task_create(workspace=workspace, summary="t")
@@ -319,6 +321,7 @@ def test_pickup_skips_tasks_waiting_for_the_user(workspace, status):
     assert workspace.id not in pickup.workspaces_with_work()
 
 
+@pytest.mark.pg
 def test_pickup_waits_out_the_error_back_off(workspace):
     failing = task_create(workspace=workspace, summary="failing")
     Task.objects.filter(id=failing.id).update(
@@ -329,6 +332,7 @@ def test_pickup_waits_out_the_error_back_off(workspace):
     assert pickup.next_item(workspace.id).task_id == other.id
 
 
+@pytest.mark.pg
 def test_claim_is_atomic(workspace):
     task = task_create(workspace=workspace, summary="t")
     first = pickup.claim_next(workspace.id)
@@ -525,6 +529,7 @@ def test_a_removed_temp_dir_is_made_again_for_the_next_input(tmp_path, settings)
     assert first.read_text() == "two"
 
 
+@pytest.mark.pg
 def test_a_run_deleted_with_its_task_ends_without_a_trace(task, task_recorder):
     """The task was deleted while its CLI ran: the run's final record finds nothing to update
     and writes no traces (they would point at a run that is gone: a FOREIGN KEY failure)."""

@@ -46,6 +46,7 @@ def test_create_task_bumps_workspace_activity(workspace):
     assert Workspace.objects.get(id=workspace.id).last_activity_at > before
 
 
+@pytest.mark.pg
 def test_comment_bumps_existing_queued_item_instead_of_duplicating(task):
     item = queued(task).get()
     services.comment_create(task=task, content="more detail", actor=USER)
@@ -158,6 +159,7 @@ def test_user_move_back_to_todo_queues_the_task(task, old):
     assert queued(task).count() == 1
 
 
+@pytest.mark.pg
 def test_move_back_to_todo_bumps_instead_of_duplicating(task):
     force_status(task, TaskStatus.IN_REVIEW)
     services.task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
@@ -179,6 +181,7 @@ def test_runner_demotion_does_not_stop_itself(task):
     assert TaskQueueItem.objects.get(task=task).stop_requested_at is None
 
 
+@pytest.mark.pg
 def test_prioritize_is_exclusive_per_workspace(workspace):
     first = services.task_create(workspace=workspace, summary="first")
     second = services.task_create(workspace=workspace, summary="second")
@@ -365,6 +368,7 @@ def test_retry_now_clears_the_back_off_and_queues_the_task(task):
     assert OutboxEvent.objects.filter(type="task.updated").exists()
 
 
+@pytest.mark.pg
 def test_retry_now_does_not_queue_a_second_pass_while_one_runs(task):
     failing(task)
     queued(task).update(status=QueueStatus.IN_PROGRESS)
@@ -409,6 +413,7 @@ def test_retry_and_stop_only_for_failing_runnable_tasks(task, status):
             action(task=task)
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_migration_stores_kinds_for_existing_comments():
     from django.db import connection

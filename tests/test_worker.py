@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tasks import services as task_services
 from tests.databases import ON_POSTGRES, SQLITE_ONE_WORKER
 from tests.live import ROOT, process_env, wait_until
 from tests.stack import FAKES_BIN, alive
@@ -21,6 +22,7 @@ FOUR = [("Planner", "claude"), ("Implementer", "gemini"), ("Reviewer", "codex")]
 FOUR += [("Approver", "opencode")]
 
 
+@pytest.mark.pg
 def test_four_agents_on_four_clis_reach_in_review(stack):
     ws = stack.workspace(agents=FOUR)
     task = stack.task(
@@ -125,6 +127,7 @@ def test_input_file_structure_and_privacy(stack):
     assert f"{stack.temp_dir}/malamar_output_" in text
 
 
+@pytest.mark.pg
 def test_user_comment_retriggers_the_loop(stack):
     ws = stack.workspace(agents=[("Planner", "claude"), ("Implementer", "codex")])
     task = stack.task(ws, "@fake Planner: comment-once plan v1")
@@ -202,20 +205,25 @@ def test_deeply_nested_cli_output_is_invalid_json_and_the_worker_lives(stack, cl
     assert stack.worker_alive(), "the worker survived"
 
 
-def test_error_retry_backs_off_and_a_user_comment_retries_at_once(stack):
+@pytest.mark.pg
+def test_error_retry_backs_off_and_a_user_comment_retries_at_once(stack, monkeypatch):
+    # An hour's back-off (injected): nothing is waited out. A second task of the workspace runs
+    # meanwhile, though the failed one comes first in the pickup order (it ran last).
+    monkeypatch.setattr(task_services, "BACKOFF_BASE_SECONDS", 3600)
     ws = stack.workspace(agents=[("Planner", "opencode")])
-    task = stack.task(ws, "@fake exit 1 no auth")
-    first, second = stack.wait_comments(task, 2, timeout=30)[:2]
-    gap = _seconds_between(first["created_at"], second["created_at"])
-    assert gap >= 4.5, f"the first retry waited {gap:.1f}s, the back-off is 5 s"
+    failing = stack.task(ws, "@fake exit 1 no auth", summary="Failing")
+    stack.wait_comments(failing, 1)
+    other = stack.task(ws, "@fake review Other done", summary="Other")
+    stack.wait_status(other, "in_review")
+    assert len(stack.comments(failing)) == 1, "the failed task was retried before its back-off"
     stack.api(
         "POST",
-        f"/tasks/{task['id']}/comments",
+        f"/tasks/{failing['id']}/comments",
         {"content": "fixed\n@fake review All good"},
         expect=201,
     )
-    stack.wait_status(task, "in_review", timeout=10)
-    assert stack.comments(task)[-1]["content"] == "All good"
+    stack.wait_status(failing, "in_review", timeout=10)
+    assert stack.comments(failing)[-1]["content"] == "All good"
 
 
 def queue_statuses(stack, task) -> list[str]:
@@ -231,12 +239,7 @@ def run_ended(stack, task) -> bool:
     return statuses[0] == "failed" and "in_progress" not in statuses
 
 
-def _seconds_between(a: str, b: str) -> float:
-    from datetime import datetime
-
-    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
-
-
+@pytest.mark.pg
 def test_cancel_kills_the_cli_and_its_grandchild(stack):
     ws = stack.workspace(agents=[("Planner", "codex")])
     task = stack.task(ws, "@fake grandchild 60 comment should never appear")
@@ -257,6 +260,7 @@ def test_cancel_kills_the_cli_and_its_grandchild(stack):
     assert stack.worker_alive()
 
 
+@pytest.mark.pg
 def test_deleting_a_running_task_kills_its_cli(stack):
     ws = stack.workspace(agents=[("Planner", "claude")])
     task = stack.task(ws, "@fake sleep 60")
@@ -269,6 +273,7 @@ def test_deleting_a_running_task_kills_its_cli(stack):
     assert stack.worker_alive()
 
 
+@pytest.mark.pg
 def test_moving_a_running_task_to_review_stops_it_and_discards_output(stack):
     ws = stack.workspace(agents=[("Planner", "gemini")])
     task = stack.task(ws, "@fake sleep 2 comment late output")
@@ -279,6 +284,7 @@ def test_moving_a_running_task_to_review_stops_it_and_discards_output(stack):
     assert stack.comments(task) == []
 
 
+@pytest.mark.pg
 def test_kill_9_mid_run_then_restart_finishes_without_duplicates(live_stack):
     stack = live_stack
     ws = stack.workspace(agents=[("Planner", "claude"), ("Implementer", "gemini")])
@@ -303,6 +309,7 @@ def test_kill_9_mid_run_then_restart_finishes_without_duplicates(live_stack):
     assert [c["content"] for c in stack.comments(task)] == ["plan", "built"]
 
 
+@pytest.mark.pg
 def test_sigterm_stops_the_worker_and_leaves_no_child(live_stack):
     stack = live_stack
     ws = stack.workspace(agents=[("Planner", "opencode")])
@@ -352,6 +359,7 @@ def test_a_second_worker_is_refused(stack):
     assert stack.worker_alive()
 
 
+@pytest.mark.pg
 def test_workspaces_run_in_parallel_one_task_each(stack):
     spans = {}
     workspaces = [stack.workspace(title=f"W{i}", agents=[("Solo", "codex")]) for i in range(2)]
@@ -373,6 +381,7 @@ def test_workspaces_run_in_parallel_one_task_each(stack):
     assert any(overlap(f"W0-{i}", f"W1-{j}") for i in range(2) for j in range(2))
 
 
+@pytest.mark.pg
 def test_agent_changes_apply_to_the_next_agent_of_the_same_pass(stack):
     ws = stack.workspace(agents=[("Planner", "claude"), ("Reviewer", "gemini")])
     task = stack.task(ws, "@fake Planner: sleep 1.5 skip")
@@ -476,6 +485,7 @@ def test_a_cli_printing_100_mb_does_not_grow_the_worker(live_stack):
     assert stack.comments(task)[-1]["content"] == "survived"
 
 
+@pytest.mark.pg
 def test_health_checks_are_stored_and_refreshable(start_stack):
     running = start_stack(MALAMAR_FAKE_HEALTH="fail")
     wait_until(
@@ -525,6 +535,7 @@ def clis(stack) -> dict:
     return {c["cli_type"]: c for c in stack.api("GET", "/health/cli")["clis"]}
 
 
+@pytest.mark.pg
 def test_saving_a_cli_rechecks_it_and_test_shows_its_answer(stack):
     wait_until(
         lambda: all(c["status"] == "healthy" and c["answer"] for c in clis(stack).values()),
@@ -598,6 +609,7 @@ def test_without_the_opt_in_runs_get_no_mcp_configuration(stack):
         assert mcp_args == [], run["argv"]
 
 
+@pytest.mark.pg
 def test_agents_use_malamars_tools_through_the_configured_server(live_stack):
     """Each fake CLI starts the server its run was configured with (in the task's folder, with
     the environment the real CLI would give it) and creates a task through its tool. Real

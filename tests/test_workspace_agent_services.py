@@ -107,11 +107,13 @@ def test_agents_are_appended_in_order(agents):
     assert [a.order for a in agents] == [1, 2, 3]
 
 
+@pytest.mark.pg
 def test_agent_order_after_deleting_the_last(workspace, agents):
     agent_delete(agent=agents[-1])
     assert agent_create(workspace=workspace, name="New", instruction="i").order == 3
 
 
+@pytest.mark.pg
 def test_agent_name_unique_per_workspace(workspace, agents):
     with pytest.raises(Conflict) as err:
         agent_create(workspace=workspace, name="planner", instruction="dup")
@@ -120,6 +122,7 @@ def test_agent_name_unique_per_workspace(workspace, agents):
     assert agent_create(workspace=other, name="Planner", instruction="ok")
 
 
+@pytest.mark.pg
 def test_agent_rename_to_taken_name_conflicts(agents):
     with pytest.raises(Conflict):
         agent_update(agent=agents[1], name="Planner")
@@ -142,6 +145,7 @@ def test_agent_validation(workspace, fields, field):
     assert err.value.field == field
 
 
+@pytest.mark.pg
 def test_reorder_sets_exact_order(workspace, agents):
     new = [agents[2].id, agents[0].id, agents[1].id]
     result = agent_reorder(workspace=workspace, agent_ids=new)
@@ -191,6 +195,7 @@ def test_deleted_agent_chats_switch_to_malamar(workspace, agents):
     assert (note.role, note.message) == ("system", "Switched from Planner to Malamar")
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_migration_makes_values_equal_to_the_global_default_inherit():
     from django.db import connection

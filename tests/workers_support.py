@@ -7,15 +7,14 @@ import contextlib
 import os
 import threading
 
-import pytest
 from django.db import connection
 
 from runner.worker.loop import Worker
+from tests import databases
 from tests.live import wait_until
 
-postgres_only = pytest.mark.skipif(
-    os.environ.get("MALAMAR_TEST_DATABASE") != "postgres",
-    reason="several workers share PostgreSQL (MALAMAR_TEST_DATABASE=postgres)",
+postgres_only = databases.postgres_only(
+    "several workers share PostgreSQL (MALAMAR_TEST_DATABASE=postgres)"
 )
 
 

@@ -23,7 +23,6 @@ from core.fields import max_length_of, own_fields
 from core.models import Marker
 from core.wake import wake_worker_on_commit
 from runner.git import GitError, branch_exists, branch_name_problem, git_binary, git_text
-from runner.services import agent_runs_forget_snapshots
 from tasks import branches
 from tasks.models import (
     RUNNABLE_STATUSES,
@@ -301,7 +300,6 @@ def workspace_delete(*, workspace: Workspace, confirm_unmerged: bool = False) ->
         task_branches = list(
             workspace.tasks.values_list("id", "branch_name", "branch_base").exclude(branch_name="")
         )
-        agent_runs_forget_snapshots(runs=workspace.runs.all())
         workspace.delete()
         transaction.on_commit(lambda: _remove_task_branches(workspace, task_branches))
         chat_attachment_folders_remove(chat_ids=chat_ids)

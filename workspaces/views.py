@@ -10,7 +10,7 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast
-from tasks.selectors import paused_count
+from tasks.selectors import paused_count, unmerged_branch_tasks
 from workspaces import selectors, services
 from workspaces.api import export_response
 from workspaces.forms import WorkspaceCreateForm, WorkspaceDeleteForm, WorkspaceSettingsForm
@@ -116,6 +116,8 @@ def _settings_context(workspace: Workspace, form, delete_form=None) -> dict:
         "workspace": workspace,
         "form": form,
         "delete_form": delete_form or WorkspaceDeleteForm(workspace=workspace),
+        # The delete's confirmation names the branches whose work was never merged.
+        "unmerged": unmerged_branch_tasks(workspace.tasks.all()),
         "path_warning": selectors.directory_warning(
             form["working_directory_mode"].value(), form["working_directory_path"].value()
         ),
@@ -174,7 +176,8 @@ def workspace_delete(request, workspace_id: str):
         messages.success(request, f"Deleted “{title}”")
         return _client_redirect(request, reverse("home"))
     if request.htmx:
-        context = {"workspace": workspace, "delete_form": form}
+        unmerged = unmerged_branch_tasks(workspace.tasks.all())
+        context = {"workspace": workspace, "delete_form": form, "unmerged": unmerged}
         return render(request, f"{SETTINGS}#delete_form", context)
     settings_form = WorkspaceSettingsForm.for_workspace(workspace)
     context = {**_settings_context(workspace, settings_form, form), "delete_open": True}

@@ -66,7 +66,7 @@ from runner.schemas import (
 from runner.selectors import cli_health_all, cli_health_marked, cli_limited
 from runner.services import cli_health_run_succeeded, cli_limit_set
 from runner.worker import execution, process
-from runner.worker.snapshotting import RunSnapshots
+from runner.worker.snapshotting import PassSnapshots, RunSnapshots
 from tasks import branches
 from tasks import selectors as task_selectors
 from tasks import services as task_services
@@ -199,7 +199,7 @@ def _run_cli(owner, recorder: RunRecorder):
     output_path = fresh_output_path(owner.output_prefix)
     input_path = owner.write_input(output_path)
     cli_type = recorder.run.cli_type
-    snapshots = RunSnapshots(recorder, cwd, owner.first_trees)
+    snapshots = RunSnapshots(recorder, cwd, owner.snapshots)
     snapshots.take_before()
     run = execution.execute(
         cli_type=cli_type,
@@ -351,7 +351,7 @@ class TaskPass:
         self.worktree: branches.Worktree | None = None
         self.commit: str | None = None
         self.ended = False  # the item is finished (error, In Review, or the pass's end)
-        self.first_trees: dict[str, str] = {}  # the task's first snapshot per store
+        self.snapshots = PassSnapshots()  # one snapshot between two runs, the first trees
         self.started_log = None  # the next run's agent_started log, shown in its input
         self.activity_at: float | None = None  # when this pass last bumped the workspace
 
@@ -799,7 +799,7 @@ class ChatReply:
         self.announced = False
         self.health_marked: set[str] = set()
         self.fallback_for = ""
-        self.first_trees: dict[str, str] = {}  # (a chat has no task totals)
+        self.snapshots = PassSnapshots()
 
     def run(self) -> None:
         chat = Chat.objects.select_related("workspace").filter(id=self.item.chat_id).first()

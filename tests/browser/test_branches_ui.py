@@ -87,6 +87,7 @@ def test_copy_discard_and_merge_a_task_branch(browser, stack, tmp_path):
 
     phone = new_page(browser, viewport=PHONE)
     dialog = open_task(phone, stack, workspace, second)
+    dialog.get_by_role("button", name="More actions").click()  # (a phone's head: its menu)
     expect(dialog.locator("#task-branch-name")).to_be_visible()
     width = phone.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], "the branch row fits a phone"

@@ -54,8 +54,12 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     page.goto(f"{base}?tab=tasks&task={first['id']}")
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
     dialog = page.locator("#task-dialog")
+    if viewport:  # a phone's head keeps the branch in its menu
+        dialog.get_by_role("button", name="More actions").click()
     expect(dialog.locator("#task-branch-name")).to_be_visible()
     fits(page, "popup with a branch")
+    if viewport:
+        page.keyboard.press("Escape")
 
     # The Changes tab: a long path and a long line scroll inside their own box.
     dialog.get_by_role("tab", name="Changes").click()
@@ -88,7 +92,10 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     fits(page, "activity tab")
     dialog.get_by_role("tab", name="Comments").click()
 
-    # Dependencies: make it wait for the second task, from the popup's head.
+    # Dependencies: make it wait for the second task, from the popup's head (its menu).
+    more = dialog.get_by_role("button", name="More actions")
+    if viewport:
+        more.click()
     dialog.locator("#task-deps-edit summary").click()
     form = dialog.locator("#task-blockers-form")
     form.get_by_label("Waits for").select_option(label="Second task (In Review)")
@@ -97,12 +104,17 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     fits(page, "popup with dependencies")
 
     # The branch's discard dialog, opened and dismissed.
+    if viewport:
+        more.click()
     dialog.get_by_role("button", name="Discard").click()
     discard = page.locator("#task-discard-dialog")
     discard.get_by_label("Type").fill("not it")
     fits(page, "discard dialog")
     discard.get_by_role("button", name="Cancel").click()
     expect(discard).to_be_hidden()
+    if viewport:
+        page.keyboard.press("Escape")  # the menu first
+        expect(dialog.locator("#task-head-more")).to_be_hidden()
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
     fits(page, "board with a chain")
@@ -226,7 +238,8 @@ def test_new_card_and_popup_states_fit_a_phone(browser, server):
         dialog = page.locator("#task-dialog")
         expect(dialog.locator("#task-status")).to_be_visible()
         no_sideways_scroll(page, f"popup of the {key} task")
-        expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+        # (Send comment, or an In Review task's verdicts)
+        expect(dialog.locator(".composer__send, #task-review-approve")).to_be_in_viewport()
         expect(dialog.locator("#task-actions .btn").first).to_be_in_viewport()
     page.console_errors.check()
     page.context.close()
@@ -448,15 +461,20 @@ def test_a_crowded_popup_head_keeps_its_actions_and_comment_box_in_reach(
     page = new_page(browser, viewport=viewport)
     for key, actions in (
         ("failing", ["Retry now", "Stop retrying", "Delete"]),
-        ("branched", ["Merge into main", "Discard", "Finish without merging", "Delete"]),
+        ("branched", ["Move to Done", "Merge into main", "Discard", "Delete"]),
     ):
         page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={made[key]['id']}")
         dialog = page.locator("#task-dialog")
+        expect(dialog.locator("#task-status")).to_be_visible()
+        if viewport == PHONE_390:  # a phone's head: one line, the rest in its menu
+            dialog.get_by_role("button", name="More actions").click()
         expect(dialog.locator("#task-blockers")).to_be_visible()
         for name in actions:
             expect(dialog.get_by_role("button", name=name, exact=True)).to_be_in_viewport()
+        if viewport == PHONE_390:
+            page.keyboard.press("Escape")
         expect(dialog.get_by_label("Add a comment")).to_be_in_viewport()
-        expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+        expect(dialog.locator(".composer__send, #task-review-approve")).to_be_in_viewport()
         no_sideways_scroll(page, f"crowded popup ({key})")
     page.console_errors.check()
     page.context.close()

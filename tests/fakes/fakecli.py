@@ -1651,7 +1651,9 @@ class Invocation:
 
 
 def _stdin_is_tty() -> bool:
-    return sys.stdin is None or os.isatty(0)
+    # Through sys.stdin (fd 0 in a real process): the tests run the fake in-process too, with
+    # sys.stdin swapped for a file.
+    return sys.stdin is None or sys.stdin.isatty()
 
 
 def read_stdin(wait: float | None = None) -> str:
@@ -1660,7 +1662,7 @@ def read_stdin(wait: float | None = None) -> str:
     if _stdin_is_tty():
         return ""
     try:
-        if wait is not None and not select.select([0], [], [], wait)[0]:
+        if wait is not None and not select.select([sys.stdin], [], [], wait)[0]:
             return ""
         return sys.stdin.buffer.read().decode("utf-8", "replace")
     except (OSError, ValueError):
@@ -2190,11 +2192,11 @@ def main(argv: list[str]) -> int:
     return run_prompt(cli, inv)
 
 
-def entry() -> int:
+def entry(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(encoding="utf-8", errors="replace")
     try:
-        return main(sys.argv)
+        return main(sys.argv if argv is None else argv)
     except CliExit as exc:
         if exc.message:
             sys.stderr.write(exc.message + "\n")

@@ -130,7 +130,7 @@
   // the popup, a toast).
   const EDITING =
     "[data-editing]:not(dialog, details), dialog[data-editing][open], details[data-editing][open], " +
-    "details[data-chat-menu][open], .is-dragging";
+    "details[data-chat-menu][open], [data-menu]:popover-open, .is-dragging";
   const SENDING = ".htmx-request:is([hx-post], [hx-put], [hx-patch], [hx-delete])";
   const TYPING =
     "textarea, select, [contenteditable], " +
