@@ -11,6 +11,7 @@
   let picking = null; // lines being picked: {table, first, last}
   let focusing = ""; // a line comment whose place in the diff was asked for
   const opened = new Set(); // long comments shown whole
+  const boxes = new WeakMap(); // a draft box → its lines (form.draft would find a field named "draft")
 
   function drafts(taskId) {
     try {
@@ -76,15 +77,16 @@
     $$(".diff__box", changes).forEach((row) => row.remove());
     const box = template.content.firstElementChild.cloneNode(true);
     const form = $("form", box);
-    form.draft = {
+    const draft = {
       path: table.closest(".change-file").dataset.changePath,
       side,
       line: Math.min(...lines),
       end_line: Math.max(...lines),
       run_id: changes.dataset.reviewRun,
     };
-    const where = form.draft.line === form.draft.end_line ? `line ${form.draft.line}` : `lines ${form.draft.line}–${form.draft.end_line}`;
-    $("[data-draft-where]", box).textContent = `${form.draft.path}, ${where}`;
+    boxes.set(form, draft);
+    const where = draft.line === draft.end_line ? `line ${draft.line}` : `lines ${draft.line}–${draft.end_line}`;
+    $("[data-draft-where]", box).textContent = `${draft.path}, ${where}`;
     rows[rows.length - 1].after(box);
     $("textarea", box).focus();
   }
@@ -130,11 +132,12 @@
   // with Escape; live.js holds the tab's refresh while it is open).
   on("submit", (event) => {
     const form = event.target;
-    if (!form.draft) return;
+    const draft = boxes.get(form);
+    if (!draft) return;
     event.preventDefault();
     const body = $("textarea", form).value.trim();
     const taskId = form.closest(".changes").dataset.reviewTask;
-    if (body) saveDrafts(taskId, [...drafts(taskId), { ...form.draft, body, id: `${Date.now()}` }]);
+    if (body) saveDrafts(taskId, [...drafts(taskId), { ...draft, body, id: `${Date.now()}` }]);
     form.closest("tr").remove();
     $$(".is-picked").forEach((row) => row.classList.remove("is-picked"));
   });
