@@ -2,6 +2,7 @@
 
 from django import forms
 
+from tasks.selectors import SEARCH_QUERY_MAX, BoardFilters
 from tasks.services import SUMMARY_MAX_LENGTH
 
 
@@ -46,6 +47,26 @@ class BlockersForm(forms.Form):
     def __init__(self, *args, blocker_choices=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["blocked_by"].choices = blocker_choices
+
+
+class BoardFilterForm(forms.Form):
+    """The board's search and filters (tasks.selectors.BoardFilters)."""
+
+    q = forms.CharField(required=False, max_length=SEARCH_QUERY_MAX, label="Search")
+    agent = forms.CharField(required=False, max_length=21)
+    failing = forms.BooleanField(required=False)
+    changes = forms.BooleanField(required=False)
+    waiting = forms.BooleanField(required=False)
+
+    def filters(self) -> BoardFilters:
+        data = self.cleaned_data
+        return BoardFilters(
+            query=data["q"],
+            agent=data["agent"],
+            failing=data["failing"],
+            changes=data["changes"],
+            waiting=data["waiting"],
+        )
 
 
 class SummaryForm(forms.Form):
