@@ -5,6 +5,10 @@ from django import forms
 from tasks.selectors import SEARCH_QUERY_MAX, BoardFilters
 from tasks.services import SUMMARY_MAX_LENGTH
 
+# "Waits for": a checkbox per task, which the picker (components/picker.html) lets the person
+# search; without JavaScript it is a plain list of checkboxes.
+PICKER = forms.CheckboxSelectMultiple(attrs={"data-picker-choice": ""})
+
 
 class TaskForm(forms.Form):
     summary = forms.CharField(
@@ -25,8 +29,8 @@ class TaskForm(forms.Form):
     blocked_by = forms.MultipleChoiceField(
         label="Waits for",
         required=False,
-        help_text="It stays in Todo until each of these tasks is Done (Ctrl/⌘-click for more).",
-        widget=forms.SelectMultiple(attrs={"size": 4}),
+        help_text="It stays in Todo until each of these tasks is Done.",
+        widget=PICKER,
     )
 
     def __init__(self, *args, blocker_choices=(), **kwargs):
@@ -40,8 +44,8 @@ class BlockersForm(forms.Form):
     blocked_by = forms.MultipleChoiceField(
         label="Waits for",
         required=False,
-        help_text="Ctrl/⌘-click to pick several; none = it does not wait.",
-        widget=forms.SelectMultiple(attrs={"size": 5}),
+        help_text="None chosen: it does not wait.",
+        widget=PICKER,
     )
 
     def __init__(self, *args, blocker_choices=(), **kwargs):

@@ -122,3 +122,47 @@ def test_search_and_filters_narrow_the_board_and_stay_in_the_address(browser, se
     expect(card(page, "todo", "Cart")).to_be_visible()
     page.console_errors.check()
     page.context.close()
+
+
+def test_waits_for_is_a_searchable_picker(browser, server):
+    workspace = server.workspace("Shop")
+    fill_board(server, workspace, todo=["Design the schema", "Write the API", "Docs"])
+    page = new_page(browser)
+    open_board(page, server, workspace)
+    page.locator("#new-task").click()
+    dialog = page.locator("#task-create-dialog")
+    dialog.get_by_label("Summary").fill("Ship it")
+    picker = dialog.locator("[data-picker]")
+    expect(picker.get_by_role("checkbox")).to_have_count(3)
+    search = picker.get_by_role("searchbox")
+    search.fill("schema")
+    expect(picker.locator("[data-picker-option]:visible")).to_have_count(1)
+    search.press("Enter")  # does not send the form
+    expect(dialog).to_be_visible()
+    picker.get_by_role("checkbox", name="Design the schema").check()
+    expect(picker.locator("[data-picker-count]")).to_have_text("1 chosen")
+    search.fill("api")  # a chosen task stays in view
+    expect(picker.locator("[data-picker-option]:visible")).to_have_count(2)
+    picker.get_by_role("checkbox", name="Write the API").check()
+    search.fill("nothing like it")
+    expect(picker.locator("[data-picker-empty]")).to_be_hidden()  # the chosen ones show
+    dialog.get_by_role("button", name="Create task").click()
+    expect(dialog).to_be_hidden()
+    waiting = card(page, "todo", "Ship it")
+    expect(waiting.locator(".task-card__blocker")).to_have_count(2)
+
+    # The popup's editor: the chosen ones come first, checked; unchecking one saves.
+    waiting.locator(".task-card").click()
+    popup = page.locator("#task-dialog")
+    popup.get_by_text("Change what it waits for").click()
+    boxes = popup.locator("[data-picker] [data-picker-choice]")
+    expect(boxes.nth(0)).to_be_checked()
+    expect(boxes.nth(1)).to_be_checked()
+    expect(boxes.nth(2)).not_to_be_checked()
+    popup.locator("[data-picker]").get_by_role("checkbox", name="Write the API").uncheck()
+    popup.get_by_role("button", name="Save").click()
+    expect(page.locator(".toast", has_text="Saved what the task waits for")).to_be_visible()
+    expect(popup.locator("#task-blockers")).to_contain_text("Design the schema")
+    expect(popup.locator("#task-blockers")).not_to_contain_text("Write the API")
+    page.console_errors.check()
+    page.context.close()

@@ -1,4 +1,4 @@
-/* The board's card moves.
+/* The board's card moves and the "Waits for" picker.
    Moves: drag a card onto a column, or (keyboard, touch) its grip button's dialog; both fill
    the #board-move form and the server decides (tasks/moves.py), answering with the board, the
    reason it refused, or the merge-or-keep dialog. While a card is dragged, the columns it may
@@ -85,5 +85,29 @@
     if (!choice || !moving) return;
     choice.closest("dialog").close("done");
     move(moving, choice.dataset.moveTo);
+  });
+
+  /* ------------------------------------------------------------------ "Waits for" picker */
+
+  // Typing shows the tasks whose label holds the words (chosen ones stay); the count follows.
+  on("input", (event) => {
+    const search = find(event, "[data-picker-search]");
+    if (!search) return;
+    const picker = search.closest("[data-picker]");
+    const words = search.value.trim().toLowerCase();
+    const options = $$("[data-picker-option]", picker);
+    options.forEach((option) => {
+      option.hidden = !option.querySelector("input").checked && !option.textContent.toLowerCase().includes(words);
+    });
+    picker.querySelector("[data-picker-empty]").hidden = options.some((option) => !option.hidden);
+  });
+  on("change", (event) => {
+    const picker = find(event, "[data-picker]");
+    const count = picker && picker.querySelector("[data-picker-count]");
+    if (count) count.textContent = `${$$("[data-picker-choice]:checked", picker).length} chosen`;
+  });
+  // Enter in the search keeps the dialog open (it would send the form around it).
+  on("keydown", (event) => {
+    if (event.key === "Enter" && event.target.matches && event.target.matches("[data-picker-search]")) event.preventDefault();
   });
 })();
