@@ -7,7 +7,8 @@
    Policy: a fragment declares the events that change it, and for which ids:
      <div id="task-head" hx-get="…" hx-trigger="live" hx-swap="innerHTML"
           hx-sync="this:queue last" data-live="task.updated task.deleted" data-live-task="ID">
-   data-live-<name>="ids" skips an event whose payload names another <name>_id. Refreshes
+   data-live-<name>="ids" skips an event whose payload names another <name>_id; on a workspace's
+   page, data-all-workspaces also hears the other workspaces' events. Refreshes
    gather for FLUSH_MS; each declared fragment then fires "live" once (not one in a closed popup
    or a tab not loaded yet, [data-lazy]: they are read when they open). A fragment the person
    is busy in is never replaced (see busy()): its refresh waits, marked data-live-due, and
@@ -63,8 +64,10 @@
       return;
     }
     if (!data || typeof data !== "object") return;
-    if (workspaceId && data.workspace_id && data.workspace_id !== workspaceId) return;
-    announce(message.type, data);
+    const elsewhere = workspaceId && data.workspace_id && data.workspace_id !== workspaceId;
+    // Another workspace's news only refreshes what is about every one ("Needs you" count).
+    if (elsewhere) dueFor(document.querySelectorAll("[data-live][data-all-workspaces]"), [{ type: message.type, data }]);
+    else announce(message.type, data);
   }
 
   if (window.htmx) {
