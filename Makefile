@@ -31,8 +31,8 @@ run: install
 test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -n 2 --dist loadfile
-	MALAMAR_TEST_DATABASE=postgres $(BIN)/pytest -n 2 --dist loadfile -m pg
+	$(BIN)/pytest -n 2 --dist loadfile --durations=15
+	MALAMAR_TEST_DATABASE=postgres $(BIN)/pytest -n 2 --dist loadfile -m pg --durations=10
 
 lint: install-dev
 	$(BIN)/ruff check --fix .

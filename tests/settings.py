@@ -1,15 +1,24 @@
 """Test settings: an isolated data dir with a database file up front (so not a "first launch":
 the test database gets no sample workspace)."""
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("MALAMAR_DATA_DIR", tempfile.mkdtemp(prefix="malamar-test-"))
+if "MALAMAR_DATA_DIR" not in os.environ:
+    # The process that starts the session makes the folder (xdist workers inherit it) and
+    # removes it at exit, with the task and chat files the in-process worker wrote under it.
+    os.environ["MALAMAR_DATA_DIR"] = tempfile.mkdtemp(prefix="malamar-test-")
+    atexit.register(shutil.rmtree, os.environ["MALAMAR_DATA_DIR"], ignore_errors=True)
 if worker := os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two: a dir for each
     os.environ["MALAMAR_DATA_DIR"] = str(Path(os.environ["MALAMAR_DATA_DIR"]) / worker)
     Path(os.environ["MALAMAR_DATA_DIR"]).mkdir(exist_ok=True)
 (Path(os.environ["MALAMAR_DATA_DIR"]) / "malamar.db").touch()
+# Task input files, temp folders and chat files go here, not in the machine's /tmp.
+os.environ.setdefault("MALAMAR_TEMP_DIR", str(Path(os.environ["MALAMAR_DATA_DIR"]) / "tmp"))
+Path(os.environ["MALAMAR_TEMP_DIR"]).mkdir(exist_ok=True)
 os.environ["MALAMAR_TESTING"] = "1"
 
 # `MALAMAR_TEST_DATABASE=postgres` runs the suite on a real PostgreSQL that this session starts
