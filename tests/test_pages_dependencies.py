@@ -17,8 +17,8 @@ def board(client, workspace) -> str:
 
 
 def waits_for_field(page: str):
-    """The parsed new-task dialog's "waits for" field, or None."""
-    return parse(page).find(tag="select", name="blocked_by")
+    """The parsed new-task dialog's first "waits for" choice, or None."""
+    return parse(page).find(tag="input", name="blocked_by")
 
 
 def test_new_task_dialog_offers_tasks_to_wait_for(client, workspace):
@@ -26,9 +26,8 @@ def test_new_task_dialog_offers_tasks_to_wait_for(client, workspace):
     assert 'name="blocked_by"' not in html(hx(client, "get", url))  # nothing to wait for yet
     plan = services.task_create(workspace=workspace, summary="Plan")
     assert 'name="blocked_by"' not in board(client, workspace)  # not on every board load
-    dialog = html(hx(client, "get", url))
-    options = elements(dialog, "option", value=plan.id)
-    assert options and 'name="blocked_by"' in dialog
+    [choice] = elements(html(hx(client, "get", url)), "input", value=plan.id)
+    assert (choice["type"], choice["name"]) == ("checkbox", "blocked_by")
     response = hx(
         client,
         "post",
@@ -94,4 +93,4 @@ def test_the_new_task_dialog_refreshes_its_list_of_tasks(client, workspace):
     assert 'hx-get="' + url in board(client, workspace)
     assert waits_for_field(html(hx(client, "get", url))) is None
     plan = services.task_create(workspace=workspace, summary="Plan")
-    assert elements(html(hx(client, "get", url)), "option", value=plan.id)
+    assert elements(html(hx(client, "get", url)), "input", value=plan.id, type="checkbox")

@@ -26,6 +26,7 @@ def all_pages(workspace):
         f"/workspaces/{workspace.id}/?tab=agents",
         f"/workspaces/{workspace.id}/settings/",
         "/settings/",
+        "/needs-you/",
     ]
 
 
@@ -36,7 +37,8 @@ def test_every_page_has_the_shell(client, workspace, agents):
         assert page.by_id("main").tag == "main", url
         nav = page.find("site-nav", tag="nav")
         links = [(link.attrs["href"], link.text) for link in nav.find_all(tag="a")]
-        assert links == [("/", "Workspaces"), ("/settings/", "Settings")], url
+        expected = [("/", "Workspaces"), ("/needs-you/", "Needs you"), ("/settings/", "Settings")]
+        assert links == expected, url
         assert page.find(tag="button", data_theme_toggle="") is not None, url
         assert page.find(tag="html").attrs["lang"] == "en", url
 

@@ -44,6 +44,9 @@ ICONS = {
     "grip": '<circle cx="9" cy="5" r="1"/><circle cx="9" cy="12" r="1"/><circle cx="9" cy="19" '
     'r="1"/><circle cx="15" cy="5" r="1"/><circle cx="15" cy="12" r="1"/>'
     '<circle cx="15" cy="19" r="1"/>',
+    "inbox": '<path d="M22 12h-6l-2 3h-4l-2-3H2"/>'
+    '<path d="M5.45 5.11 2 12v6a2 2 0 0 0 2 2h16a2 2 0 0 0 2-2v-6l-3.45-6.89A2 2 0 0 0 16.76 '
+    '4H7.24a2 2 0 0 0-1.79 1.11z"/>',
     "info": '<circle cx="12" cy="12" r="10"/><path d="M12 16v-4"/><path d="M12 8h.01"/>',
     "kanban": '<rect width="18" height="18" x="3" y="3" rx="2"/><path d="M8 7v7"/>'
     '<path d="M12 7v4"/><path d="M16 7v9"/>',

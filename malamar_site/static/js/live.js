@@ -9,7 +9,8 @@
    Policy: a fragment declares the events that change it, and for which ids (data-live,
    data-live-<name>). Refreshes gather for FLUSH_MS; each declared fragment then fires "live"
    once, unless the person is busy in it (busy()): then its refresh waits, marked
-   data-live-due, and runs when they are done. */
+   data-live-due, and runs when they are done. On a workspace's page, data-all-workspaces also hears the
+   other workspaces' events (the "Needs you" count). */
 (function () {
   "use strict";
 
@@ -37,7 +38,10 @@
       return;
     }
     if (!data || typeof data !== "object") return;
-    if (workspaceId && data.workspace_id && data.workspace_id !== workspaceId) return;
+    if (workspaceId && data.workspace_id && data.workspace_id !== workspaceId) {
+      dueFor(document.querySelectorAll("[data-live][data-all-workspaces]"), [{ type: message.type, data }]);
+      return;
+    }
     announce(message.type, data);
     tell(data);
   }
