@@ -5,8 +5,9 @@ run with its trace), opens it in Debian's Chromium at 1280x800, and writes
 docs/workspace-{light,dark}.png (Agents tab), docs/board-{light,dark}.png (Kanban) and
 docs/task-{light,dark}.png (task popup: comments, activity), docs/chat-{light,dark}.png
 (chat popup), docs/changes-light.png (a task's Changes tab), docs/review-light.png (a line
-comment, a draft and the verdicts) and docs/review-phone{,-changes}.png (the review on a
-390 px phone), each kept under 200 KB.
+comment, a draft and the verdicts), docs/review-phone{,-changes}.png (the review on a
+390 px phone) and docs/needs-you-phone.png (the phone's home screen while something waits),
+each kept under 200 KB.
 
     .venv/bin/python bench/screenshots.py [--out docs]
 """
@@ -183,6 +184,19 @@ def review_shots(page, out: Path) -> None:
     shoot(page, out / "review-light.png")
 
 
+def needs_you_shot(browser, url: str, out: Path) -> None:
+    """The home page on a 390 px phone while a task waits for review and a reply is unread
+    (before the desktop shots open the chat, which marks it read)."""
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True
+    )
+    page = context.new_page()
+    page.goto(url)
+    page.wait_for_selector("#home-needs-you .inbox-row[data-kind=chat]")
+    shoot(page, out / "needs-you-phone.png")
+    context.close()
+
+
 def phone_shots(browser, base: str, review_id: str, out: Path) -> None:
     """The review on a 390 px phone: the one-line head, the line comment, the big Approve;
     then the Changes tab across the whole width."""
@@ -222,6 +236,7 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            needs_you_shot(browser, f"{server.url}/", args.out)
             for theme in ("light", "dark"):
                 context = browser.new_context(
                     viewport={"width": 1280, "height": 800}, color_scheme=theme

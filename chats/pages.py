@@ -3,7 +3,7 @@
 from django.contrib import messages
 from django.http import Http404
 
-from chats import selectors
+from chats import selectors, services
 from chats.models import Chat
 from workspaces.models import Workspace
 
@@ -59,6 +59,7 @@ def chat_tab_context(request, workspace) -> dict:
         if chat is None:
             messages.error(request, "That chat no longer exists.")
         else:
+            services.chat_seen(chat=chat)  # the popup opens with the page ("Needs you")
             context.update(popup_context(chat.id), chat_open=True)
     elif start:
         agent_id = "" if start == "malamar" else start

@@ -259,13 +259,17 @@ def chat_message_send(*, chat: Chat, message: str) -> ChatMessage:
 
 def chat_seen(*, chat: Chat) -> bool:
     """The person looked at the chat: the replies so far no longer "need you". One UPDATE that
-    changes nothing (and is not made) when no agent replied since they last looked. Returns
-    whether it moved."""
+    changes nothing (and is not made) when no agent replied since they last looked; when it
+    moved, `chat.seen` tells the other tabs' "Needs you". Returns whether it moved."""
     now = timezone.now()
     newer = ChatMessage.objects.filter(
         chat_id=OuterRef("pk"), role=ChatRole.AGENT, created_at__gt=OuterRef("last_seen_at")
     )
-    return bool(Chat.objects.filter(id=chat.id).filter(Exists(newer)).update(last_seen_at=now))
+    with transaction.atomic():
+        moved = Chat.objects.filter(id=chat.id).filter(Exists(newer)).update(last_seen_at=now)
+        if moved:
+            events.publish("chat.seen", _chat_payload(chat))
+    return bool(moved)
 
 
 def chat_cancel(*, chat: Chat) -> Chat:

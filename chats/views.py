@@ -12,7 +12,7 @@ from functools import partial
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import push_url, reswap, trigger_client_event
 
@@ -154,9 +154,12 @@ def _live(request, chat: Chat, **extra):
     return render(request, f"{POPUP}#live", popup_context(chat.id, **extra))
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def chat_rename(request, chat_id: str):
+    """GET: the head with the rename form open; POST: rename."""
     chat = _chat(chat_id)
+    if request.method == "GET":
+        return _head(request, chat, editing=True) if request.htmx else redirect(chat_url(chat))
     form = ChatTitleForm(request.POST)
     error = None
     if form.is_valid():

@@ -43,6 +43,7 @@ EVENT_TYPES = frozenset(
         "chat.processing_finished",
         "chat.updated",
         "chat.deleted",
+        "chat.seen",
         "workspace.created",
         "workspace.updated",
         "workspace.deleted",

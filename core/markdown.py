@@ -23,11 +23,13 @@ MAX_MARKDOWN_CHARS = 200_000
 _FORMATTER = HtmlFormatter(nowrap=True)
 
 TAGS = {
+    "div",  # a code block's wrapper (CODE_BLOCK): markdown-it writes no other, raw HTML is off
     *("p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "s"),
     *("code", "pre", "blockquote", "ul", "ol", "li", "a", "span", "input"),
     *("table", "thead", "tbody", "tr", "th", "td"),
 }
 ATTRIBUTES = {
+    "div": {"class"},
     "a": {"href", "title"},
     "span": {"class"},
     "code": {"class"},
@@ -74,6 +76,16 @@ def _escape(text: str) -> str:
     )
 
 
+# Each code block sits in a wrapper that its copy button joins (the `markdown` template filter):
+# wrapped before sanitising, where "<pre" can only be markdown-it's own tag (it escapes every
+# "<" of the text, attributes included).
+CODE_BLOCK = '<div class="code-block">'
+
+
+def _wrap_code_blocks(html: str) -> str:
+    return html.replace("<pre", f"{CODE_BLOCK}<pre").replace("</pre>", "</pre></div>")
+
+
 def sanitize(html: str) -> str:
     return nh3.clean(
         html,
@@ -93,4 +105,4 @@ def render_markdown(text: str) -> str:
         return ""
     if len(text) > MAX_MARKDOWN_CHARS:
         return f"<pre>{_escape(text)}</pre>"
-    return sanitize(_PARSER.render(text))
+    return sanitize(_wrap_code_blocks(_PARSER.render(text)))

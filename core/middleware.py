@@ -233,11 +233,10 @@ class LivePositionMiddleware:
 
 
 def _is_full_page(request: HttpRequest) -> bool:
-    return (
-        request.method == "GET"
-        and "HX-Request" not in request.headers
-        and not request.path.startswith(("/api/", "/static/"))
-    )
+    """Any request but htmx's and the API's may answer with a page (a form posted without
+    JavaScript is answered with the page and its errors)."""
+    api_or_static = request.path.startswith(("/api/", "/static/"))
+    return "HX-Request" not in request.headers and not api_or_static
 
 
 def live_position() -> str:

@@ -43,6 +43,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.module_loading import import_string
 from django_eventstream.event import Event
 from django_eventstream.models import Event as StoredEvent
 from django_eventstream.models import EventCounter
@@ -116,16 +117,26 @@ def _has_new_rows(cursor: int, gaps) -> bool:
         return c.fetchone() is not None
 
 
+def _news(event_type: str, payload: dict) -> list:
+    """What the pages say about the event (settings.EVENT_NEWS words it: the site layer)."""
+    words = getattr(settings, "EVENT_NEWS", "")
+    return import_string(words)(event_type, payload) if words else []
+
+
+def _event_data(row: OutboxEvent) -> dict:
+    data = {**row.payload, "type": row.type, "outbox_id": row.id}
+    if news := _news(row.type, row.payload):
+        data["news"] = news  # toasts and notifications, worded once on the server
+    return data
+
+
 def store_events(rows: list[OutboxEvent]) -> list[Event]:
     """The rows as stored events with the next ids of the channel, in order, in one transaction
     (the counter row locked once, one INSERT, one UPDATE). Each event's data is the row's
-    payload with its type and outbox id, as JSON text (stored encoded once more, as
+    payload with its type, outbox id and news, as JSON text (stored encoded once more, as
     django-eventstream's own storage does)."""
     channel = settings.EVENTS_CHANNEL
-    encoded = [
-        json.dumps({**row.payload, "type": row.type, "outbox_id": row.id}, cls=DjangoJSONEncoder)
-        for row in rows
-    ]
+    encoded = [json.dumps(_event_data(row), cls=DjangoJSONEncoder) for row in rows]
     with transaction.atomic():
         counter = EventCounter.objects.select_for_update().filter(name=channel).first()
         if counter is None:

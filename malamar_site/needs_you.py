@@ -9,6 +9,16 @@ from chats.selectors import chats_with_unseen_replies, unseen_reply_count
 from tasks.selectors import in_review_oldest_first, in_trouble, needing_you_counts
 
 LIST_LIMIT = 100  # rows of each kind listed; the counts cover all of them
+HOME_ROWS = 3  # of each kind in the home page's section (a phone's first screen)
+# The events that may change what needs the person: the page, the home page's section and the
+# header's count refresh on them, whatever workspace they come from (README "Live refreshes").
+LIVE_EVENTS = " ".join(
+    (
+        "task.status_changed task.reviewed task.error_occurred task.updated task.deleted",
+        "cli.limited cli.resumed chat.message_added chat.seen chat.updated chat.deleted",
+        "workspace.updated workspace.deleted",
+    )
+)
 
 
 @dataclass
@@ -42,3 +52,8 @@ def needs_you_count() -> int:
     """The header's number: three COUNT queries."""
     review, trouble = needing_you_counts()
     return review + trouble + unseen_reply_count()
+
+
+def needs_you_home() -> NeedsYou:
+    """The home page's section: the first rows of each kind, and all the counts."""
+    return needs_you(limit=HOME_ROWS)

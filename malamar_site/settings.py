@@ -109,6 +109,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "core.context_processors.access",
+                "malamar_site.context_processors.needs_you",
             ],
         },
     },
@@ -167,6 +168,9 @@ CSRF_COOKIE_SAMESITE = "Lax"
 # Server-sent events: django-eventstream's database storage gives Last-Event-ID replay.
 EVENTSTREAM_STORAGE_CLASS = "django_eventstream.storage.DjangoModelStorage"
 EVENTS_CHANNEL = "malamar"
+# The toasts (and browser notifications) an event brings to the pages: the relay sends them
+# with the event (core.relay), worded by the site layer.
+EVENT_NEWS = "malamar_site.news.news_for"
 EVENT_RELAY_POLL_SECONDS = CONFIG.event_relay_poll
 # On PostgreSQL ids are taken at INSERT and commits land in any order: the relay waits this long
 # for a skipped id's row to commit before giving up on it (a rolled-back transaction).

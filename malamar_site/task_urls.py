@@ -10,6 +10,7 @@ urlpatterns = [
         name="task_column",
     ),
     path("workspaces/<str:workspace_id>/tasks/usage/", views.usage_view, name="task_usage"),
+    path("workspaces/<str:workspace_id>/tasks/move/", views.task_move, name="task_move"),
     path("workspaces/<str:workspace_id>/tasks/new/", views.task_create, name="task_create"),
     path(
         "workspaces/<str:workspace_id>/tasks/new/blockers/",

@@ -8,6 +8,7 @@ tab and every other one (README "Live refreshes").
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
@@ -15,7 +16,7 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 from core.actors import USER
 from core.errors import ServiceError
 from core.forms import apply_service_error
-from core.htmx import gone, toast
+from core.htmx import gone, merge_choice, refused, toast
 from malamar_site.workspace_page import DETAIL as PAGE
 from malamar_site.workspace_page import INVALID, workspace_page_context
 from runner import changes as change_reads
@@ -34,6 +35,7 @@ from tasks.pages import (
     DONE_ID,
     blockers_form,
     board_context,
+    board_filters_from,
     changes_context,
     composer_context,
     create_form,
@@ -65,14 +67,27 @@ def _task_or_404(task_id: str) -> Task:
     return task
 
 
+# The board's search box and filter form (the request they send keeps the page's address
+# in step: a reload shows the same tasks).
+FILTER_CONTROLS = ("board-filters", "board-search")
+
+
 @require_GET
 @vary_on_headers("HX-Request")
 def board_view(request, workspace_id: str):
+    """The board's columns (a live refresh, a search or filter), the filters in the query."""
     workspace = get_object_or_404(Workspace, id=workspace_id)
+    try:
+        filters = board_filters_from(request.GET)
+    except ServiceError as error:
+        return refused(error.message) if request.htmx else redirect(_board_url(workspace.id))
     if not request.htmx:
-        return redirect(_board_url(workspace.id))
-    context = board_context(workspace, show_all=show_all_from(request))
-    return render(request, f"{BOARD}#board", context)
+        return redirect(workspace_tab_url(workspace.id, "tasks", **filters.params()))
+    context = board_context(workspace, show_all=show_all_from(request), filters=filters)
+    response = render(request, f"{BOARD}#board", context)
+    if request.htmx.trigger in FILTER_CONTROLS:
+        response["HX-Replace-Url"] = workspace_tab_url(workspace.id, "tasks", **filters.params())
+    return response
 
 
 @require_GET
@@ -83,8 +98,55 @@ def column_view(request, workspace_id: str, status: str):
         raise Http404("No such column")
     if not request.htmx:
         return redirect(_board_url(workspace.id))
-    column = selectors.board_column(workspace, status, show_all=request.GET.get("all") == "1")
+    try:
+        filters = board_filters_from(request.GET)
+    except ServiceError as error:
+        return refused(error.message)
+    show_all = request.GET.get("all") == "1"
+    column = selectors.board_column(workspace, status, show_all=show_all, filters=filters)
     return render(request, f"{BOARD}#column", {"workspace": workspace, "column": column})
+
+
+def _move(task: Task, status: str, merge: str | None) -> str:
+    """A card dropped on a column (or moved from its menu): the status move, or, to Done with
+    the person's merge choice, the branch task's finish. Returns the toast's words."""
+    if status == TaskStatus.DONE and merge in ("0", "1"):
+        services.task_finish(task=task, merge=merge == "1", actor=USER)
+        return "Merged and finished" if merge == "1" else "Finished without merging"
+    services.task_status_set(task=task, status=status, actor=USER)
+    return f"Moved to {TaskStatus(status).label}"
+
+
+@require_POST
+def task_move(request, workspace_id: str):
+    """Move a card (`task`, `status`, `merge` "1"/"0" for a branch task's finish): answers the
+    board as the filters show it. A move the person may not make is refused with the reason;
+    to Done with unmerged work on the task's branch, a dialog asks to merge or keep it."""
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    task = selectors.task_for_detail(request.POST.get("task", ""))
+    if task is None or task.workspace_id != workspace.id:
+        return refused("This task no longer exists")
+    status, merge = request.POST.get("status", ""), request.POST.get("merge")
+    try:
+        filters = board_filters_from(request.POST)
+        note = _move(task, status, merge)
+    except services.MergeChoiceRequired:
+        return merge_choice(
+            request,
+            task,
+            url=reverse("task_move", args=[workspace.id]),
+            values={"task": task.id, "status": TaskStatus.DONE},
+            target="#task-board",
+            include="#board-filters",
+        )
+    except ServiceError as error:  # (a merge git refused: the dialog that asked closes)
+        return trigger_client_event(refused(error.message), "malamar:dialog-close", {})
+    context = board_context(
+        workspace, show_all=show_all_from(request, request.POST), filters=filters
+    )
+    response = render(request, f"{BOARD}#board", context)
+    trigger_client_event(response, "malamar:dialog-close", {})
+    return toast(response, note, detail=task.summary)
 
 
 @require_GET
@@ -302,10 +364,9 @@ def task_comment_add(request, task_id: str):
             return render(request, f"{DETAIL}#comments", detail_context(task))
     if not request.htmx:
         return _not_htmx_back(request, task)
-    context = {"task": task, "comment_form": form}
-    response = render(request, f"{DETAIL}#comment_form", context)
-    response = reswap(retarget(response, "#task-comment-form"), "outerHTML")
-    return trigger_client_event(response, "tasks:comment-rejected", {"task_id": task.id})
+    # The form with its error, in place (its comment's stand-in goes: app.js, data-pending).
+    response = render(request, f"{DETAIL}#comment_form", {"task": task, "comment_form": form})
+    return reswap(retarget(response, "#task-comment-form"), "outerHTML")
 
 
 REVIEW_TOASTS = {
@@ -352,9 +413,9 @@ def task_review(request, task_id: str):
     if not request.htmx:
         messages.error(request, " ".join(" ".join(e) for e in form.errors.values()))
         return _not_htmx_back(request, task)
+    # The form with its error, in place (its comment's stand-in goes: app.js, data-pending).
     response = render(request, f"{DETAIL}#comment_form", composer_context(task, form))
-    response = reswap(retarget(response, "#task-comment-form"), "outerHTML")
-    return trigger_client_event(response, "tasks:comment-rejected", {"task_id": task.id})
+    return reswap(retarget(response, "#task-comment-form"), "outerHTML")
 
 
 def _after_action(request, task: Task, note: str = "", error=None):

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from core import login, sse
-from malamar_site import agent_views, settings_views, workspace_views
+from malamar_site import agent_views, needs_you_views, settings_views, workspace_views
 from malamar_site.api import api
 
 pages = [
@@ -58,6 +58,22 @@ pages = [
     path("agents/<str:agent_id>/edit/", agent_views.agent_edit, name="agent_edit"),
     path("agents/<str:agent_id>/delete/", agent_views.agent_delete, name="agent_delete"),
     path("agents/<str:agent_id>/move/", agent_views.agent_move, name="agent_move"),
+    path("needs-you/", needs_you_views.needs_you_page, name="needs_you"),
+    path(
+        "needs-you/tasks/<str:task_id>/review/",
+        needs_you_views.needs_you_review,
+        name="needs_you_review",
+    ),
+    path(
+        "needs-you/tasks/<str:task_id>/retry/",
+        needs_you_views.needs_you_retry,
+        name="needs_you_retry",
+    ),
+    path(
+        "needs-you/chats/<str:chat_id>/seen/",
+        needs_you_views.needs_you_chat_seen,
+        name="needs_you_chat_seen",
+    ),
     path("", include("malamar_site.task_urls")),
     path("", include("chats.urls")),
     path("", include("runner.urls")),

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings as django_settings
 from django.db import transaction
+from django.urls import reverse
 
 from core.errors import ServiceError, ValidationFailed
 from core.settings_store import mailgun_configured, settings_get
@@ -37,6 +38,11 @@ def task_link(task) -> str:
     return django_settings.PUBLIC_URL + workspace_tab_url(task.workspace_id, "tasks", task=task.id)
 
 
+def needs_you_link() -> str:
+    """The "Needs you" page: everything that waits for the person, in every workspace."""
+    return django_settings.PUBLIC_URL + reverse("needs_you")
+
+
 def _message(kind: str, task, detail: str) -> dict:
     workspace = task.workspace.title
     if kind == "error":
@@ -48,6 +54,7 @@ def _message(kind: str, task, detail: str) -> dict:
     text = (
         f"Workspace: {workspace}\nTask: {task.summary}\n\n{intro}\n\n{detail or '(none)'}\n\n"
         f"Open the task: {task_link(task)}\n"
+        f"Everything that waits for you: {needs_you_link()}\n"
     )
     return {"subject": subject, "text": text}
 
@@ -60,6 +67,7 @@ def _webhook_payload(kind: str, task, detail: str) -> dict:
         "status": task.status,
         "message": detail,
         "link": task_link(task),
+        "needs_you_link": needs_you_link(),
     }
 
 
@@ -126,9 +134,11 @@ def notify_cli_limited(*, cli_type: str, label: str, until, message: str) -> Non
     when = until.isoformat() if until else None
     text = (
         f"{label} is out of quota{f' until {when}' if when else ''}. Tasks and chats that need it "
-        f"wait and continue where they stopped.\n\n{label} said: {message}\n"
+        f"wait and continue where they stopped.\n\n{label} said: {message}\n\n"
+        f"What waits: {needs_you_link()}\n"
     )
     payload = {"event": "cli.limited", "cli_type": cli_type, "until": when, "message": message}
+    payload["link"] = needs_you_link()
     mail = {"subject": f"[Malamar] {label} is out of quota", "text": text}
     transaction.on_commit(lambda: _deliver_global(payload, mail))
 

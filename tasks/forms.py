@@ -2,7 +2,12 @@
 
 from django import forms
 
+from tasks.selectors import SEARCH_QUERY_MAX, BoardFilters
 from tasks.services import SUMMARY_MAX_LENGTH
+
+# "Waits for": a checkbox per task, which the picker (components/picker.html) lets the person
+# search; without JavaScript it is a plain list of checkboxes.
+PICKER = forms.CheckboxSelectMultiple(attrs={"data-picker-choice": ""})
 
 
 class TaskForm(forms.Form):
@@ -24,8 +29,8 @@ class TaskForm(forms.Form):
     blocked_by = forms.MultipleChoiceField(
         label="Waits for",
         required=False,
-        help_text="It stays in Todo until each of these tasks is Done (Ctrl/⌘-click for more).",
-        widget=forms.SelectMultiple(attrs={"size": 4}),
+        help_text="It stays in Todo until each of these tasks is Done.",
+        widget=PICKER,
     )
 
     def __init__(self, *args, blocker_choices=(), **kwargs):
@@ -39,13 +44,33 @@ class BlockersForm(forms.Form):
     blocked_by = forms.MultipleChoiceField(
         label="Waits for",
         required=False,
-        help_text="Ctrl/⌘-click to pick several; none = it does not wait.",
-        widget=forms.SelectMultiple(attrs={"size": 5}),
+        help_text="None chosen: it does not wait.",
+        widget=PICKER,
     )
 
     def __init__(self, *args, blocker_choices=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["blocked_by"].choices = blocker_choices
+
+
+class BoardFilterForm(forms.Form):
+    """The board's search and filters (tasks.selectors.BoardFilters)."""
+
+    q = forms.CharField(required=False, max_length=SEARCH_QUERY_MAX, label="Search")
+    agent = forms.CharField(required=False, max_length=21)
+    failing = forms.BooleanField(required=False)
+    changes = forms.BooleanField(required=False)
+    waiting = forms.BooleanField(required=False)
+
+    def filters(self) -> BoardFilters:
+        data = self.cleaned_data
+        return BoardFilters(
+            query=data["q"],
+            agent=data["agent"],
+            failing=data["failing"],
+            changes=data["changes"],
+            waiting=data["waiting"],
+        )
 
 
 class SummaryForm(forms.Form):

@@ -3,10 +3,12 @@
 from django.contrib import messages
 from django.template.loader import render_to_string
 
+from core.errors import ValidationFailed
 from runner import changes as change_reads
 from tasks import selectors
 from tasks.forms import (
     BlockersForm,
+    BoardFilterForm,
     BranchDiscardForm,
     CommentForm,
     DeleteDoneForm,
@@ -21,15 +23,33 @@ CREATE_ID = "task_new_%s"
 DONE_ID = "delete_done_%s"
 
 
-def show_all_from(request) -> tuple[str, ...]:
-    value = request.GET.get("all", "")
-    return tuple(s for s in value.split(",") if s in TaskStatus.values)
+def show_all_from(request, data=None) -> tuple[str, ...]:
+    """The columns shown whole: `?all=todo,done`, or one `all` per column (the board's
+    refresh sends the hidden `all` input of each expanded column)."""
+    values = ",".join((request.GET if data is None else data).getlist("all")).split(",")
+    return tuple(s for s in values if s in TaskStatus.values)
 
 
-def board_context(workspace: Workspace, *, show_all: tuple[str, ...] = ()) -> dict:
+def board_filters_from(data) -> selectors.BoardFilters:
+    """The board's search and filters from a request's parameters; ValidationFailed (a search
+    over 1,000 characters or with a NUL) says what is wrong."""
+    form = BoardFilterForm(data)
+    if not form.is_valid():
+        field, errors = next(iter(form.errors.items()))
+        raise ValidationFailed(f"{form[field].label}: {' '.join(errors)}", field=field)
+    return form.filters()
+
+
+def board_context(
+    workspace: Workspace,
+    *,
+    show_all: tuple[str, ...] = (),
+    filters: selectors.BoardFilters = selectors.NO_FILTERS,
+) -> dict:
     return {
         "workspace": workspace,
-        "board": selectors.board(workspace, show_all=show_all),
+        "board": selectors.board(workspace, show_all=show_all, filters=filters),
+        "filters": filters,
         "usage": selectors.workspace_usage(workspace),
         "usage_days": selectors.USAGE_DAYS,
     }
@@ -67,11 +87,17 @@ def detail_context(task: Task) -> dict:
 def task_tab_context(request, workspace) -> dict:
     """Extra context for the workspace detail page when the tasks tab is shown: the board,
     and the task popup to open on load when the URL names one (`?task=<id>`)."""
+    try:
+        filters = board_filters_from(request.GET)
+    except ValidationFailed as error:
+        messages.error(request, error.message)
+        filters = selectors.NO_FILTERS
     context = {
-        **board_context(workspace, show_all=show_all_from(request)),
+        **board_context(workspace, show_all=show_all_from(request), filters=filters),
         # Its "Waits for" list (up to 500 tasks) loads when the dialog opens: task_create_blockers.
         "create_form": TaskForm(auto_id=CREATE_ID),
         "delete_done_form": DeleteDoneForm(workspace=workspace, auto_id=DONE_ID),
+        "statuses": TaskStatus.choices,  # the columns a card may be moved to
     }
     task_id = request.GET.get("task", "").strip()
     if task_id:

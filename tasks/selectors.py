@@ -173,6 +173,11 @@ class Column:
     def hidden(self) -> int:
         return max(0, self.total - len(self.tasks))
 
+    @property
+    def moves(self) -> str:
+        """The columns the person may move this column's cards to (tasks/moves.py)."""
+        return " ".join(sorted(USER_MOVES.get(self.status, ())))
+
 
 ERROR_TEXT_CHARS = 300
 
@@ -280,16 +285,71 @@ def _attach_runs(tasks: list[Task], runs: dict[str, AgentRun]) -> None:
         task.waiting_label = waiting_cli_label(task)
 
 
-def _cards(workspace, statuses, show_all) -> dict[str, list[Task]]:
-    """The cards of these columns, most recently updated first: the first COLUMN_LIMIT of each,
-    every task of the columns in `show_all`. Three queries whatever the number of columns and
-    tasks: the cards, their blockers, the running runs."""
+@dataclass(frozen=True)
+class BoardFilters:
+    """What the board shows ("" / False: everything): tasks whose summary, description or a
+    comment contains `query`, that `agent` ran on, failing, with changes, or waiting (for other
+    tasks or for a CLI)."""
+
+    query: str = ""
+    agent: str = ""
+    failing: bool = False
+    changes: bool = False
+    waiting: bool = False
+
+    @property
+    def active(self) -> bool:
+        return any((self.query, self.agent, self.failing, self.changes, self.waiting))
+
+    def params(self) -> dict[str, str]:
+        """As the board's address has them (`?q=…&failing=1`), the empty ones left out."""
+        flags = {"failing": self.failing, "changes": self.changes, "waiting": self.waiting}
+        values = {"q": self.query, "agent": self.agent}
+        values.update({name: "1" for name, on in flags.items() if on})
+        return {name: value for name, value in values.items() if value}
+
+
+NO_FILTERS = BoardFilters()
+
+
+def filtered(tasks, filters: BoardFilters):
+    """`tasks` narrowed to those the filters keep, in the same query (correlated subqueries:
+    the board's number of queries does not change)."""
+    if filters.query:
+        words = filters.query
+        said = TaskComment.objects.filter(task_id=OuterRef("pk"), content__icontains=words)
+        tasks = tasks.filter(
+            Q(summary__icontains=words) | Q(description__icontains=words) | Exists(said)
+        )
+    if filters.agent:
+        ran = AgentRun.objects.filter(task_id=OuterRef("pk"), agent_id=filters.agent)
+        tasks = tasks.filter(Exists(ran))
+    if filters.failing:
+        tasks = tasks.filter(status__in=RUNNABLE_STATUSES, failure_streak__gt=0)
+    if filters.changes:  # as the card's changes badge counts: its runs' latest totals
+        latest = AgentRun.objects.filter(task_id=OuterRef("pk"), task_files_changed__isnull=False)
+        latest = latest.order_by("-started_at").values("task_files_changed")[:1]
+        tasks = tasks.alias(files_changed=Subquery(latest)).filter(files_changed__gt=0)
+    if filters.waiting:
+        blocker = TaskDependency.objects.filter(task_id=OuterRef("pk"))
+        blocker = blocker.exclude(blocker__status=TaskStatus.DONE)
+        cli = TaskQueueItem.objects.queued().filter(task_id=OuterRef("pk"))
+        cli = cli.exclude(waiting_for_cli="")
+        tasks = tasks.filter(Q(Exists(blocker), status=TaskStatus.TODO) | Exists(cli))
+    return tasks
+
+
+def _cards(workspace, statuses, show_all, filters=NO_FILTERS) -> dict[str, list[Task]]:
+    """The cards the filters keep in these columns, most recently updated first: the first
+    COLUMN_LIMIT of each, every task of the columns in `show_all`. Three queries whatever the
+    number of columns and tasks: the cards, their blockers, the running runs."""
     shown = Q(workspace=workspace, status__in=[status for status in statuses if status in show_all])
     for status in statuses:
         if status not in show_all:
-            first = Task.objects.filter(workspace=workspace, status=status).by_recent_update()
+            first = Task.objects.filter(workspace=workspace, status=status)
+            first = filtered(first, filters).by_recent_update()
             shown |= Q(id__in=first.values("id")[:COLUMN_LIMIT])
-    tasks = list(_card_queryset().filter(shown))
+    tasks = list(filtered(_card_queryset().filter(shown), filters))
     _attach_runs(tasks, running_runs(workspace.id))
     cards = {status: [] for status in statuses}
     for task in tasks:
@@ -297,27 +357,28 @@ def _cards(workspace, statuses, show_all) -> dict[str, list[Task]]:
     return cards
 
 
-def board_column(workspace, status: str, *, show_all: bool = False) -> Column:
-    total = Task.objects.filter(workspace=workspace, status=status).count()
-    cards = _cards(workspace, [status], [status] if show_all else [])
+def board_column(workspace, status: str, *, show_all: bool = False, filters=NO_FILTERS) -> Column:
+    total = filtered(Task.objects.filter(workspace=workspace, status=status), filters).count()
+    cards = _cards(workspace, [status], [status] if show_all else [], filters)
     return Column(status, TaskStatus(status).label, total, cards[status], show_all)
 
 
-def board(workspace, *, show_all: tuple[str, ...] = ()) -> dict:
-    """The four columns (most recently updated first), in a fixed number of queries."""
+def board(workspace, *, show_all: tuple[str, ...] = (), filters=NO_FILTERS) -> dict:
+    """The four columns (most recently updated first) of the tasks the filters keep, in a fixed
+    number of queries."""
     counts = dict(
-        Task.objects.filter(workspace=workspace)
+        filtered(Task.objects.filter(workspace=workspace), filters)
         .order_by()
         .values_list("status")
         .annotate(n=Count("id"))
         .values_list("status", "n")
     )
-    cards = _cards(workspace, TaskStatus.values, show_all)
+    cards = _cards(workspace, TaskStatus.values, show_all, filters)
     columns = [
         Column(status, label, counts.get(status, 0), cards[status], status in show_all)
         for status, label in TaskStatus.choices
     ]
-    return {"columns": columns, "total": sum(counts.values())}
+    return {"columns": columns, "total": sum(counts.values()), "filters": filters}
 
 
 # --- usage ----------------------------------------------------------------------------------
@@ -599,3 +660,8 @@ def needing_you_counts() -> tuple[int, int]:
     """(In Review, failing or waiting for a CLI) in every workspace: two COUNT queries."""
     review = Task.objects.filter(status=TaskStatus.IN_REVIEW).count()
     return review, _troubled(Task.objects.all()).count()
+
+
+def working_count() -> int:
+    """Tasks In Progress in every workspace ("Nothing needs you. Agents are working on N")."""
+    return Task.objects.filter(status=TaskStatus.IN_PROGRESS).count()

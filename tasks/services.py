@@ -32,7 +32,7 @@ from tasks.models import (
     TaskStatus,
     Verdict,
 )
-from tasks.moves import MOVES
+from tasks.moves import MOVES, user_refusal
 from workspaces.models import Workspace
 from workspaces.services import workspace_touch
 
@@ -125,8 +125,10 @@ def task_status_set(*, task: Task, status: str, actor: Actor) -> Task:
     allowed = MOVES[actor.type]
     if status not in allowed.get(old, set()):
         who = {"user": "You", "agent": "Agents", "system": "The runner"}[actor.type]
+        why = user_refusal(old, status) if actor.is_user else ""
         raise Conflict(
-            f"{who} cannot move a task from {TaskStatus(old).label} to {TaskStatus(status).label}",
+            f"{who} cannot move a task from {TaskStatus(old).label} to {TaskStatus(status).label}"
+            + (f": {why}" if why else ""),
             field="status",
         )
     if status != TaskStatus.DONE:

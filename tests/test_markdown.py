@@ -38,7 +38,7 @@ class Elements(HTMLParser):
         self.found.append((tag, dict(attrs)))
 
 
-SAFE_TAGS = {"p", "a", "pre", "code", "span", "em", "strong", "br"}
+SAFE_TAGS = {"p", "a", "pre", "code", "span", "em", "strong", "br", "div"}
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -97,3 +97,24 @@ def test_single_line_breaks_are_kept_outside_code():
     html = render_markdown("first line\nsecond line\n\n```\ncode\nmore\n```")
     assert "first line<br>" in html or "first line<br />" in html
     assert "<pre><code>code\nmore\n</code></pre>" in html
+
+
+def filtered(text: str) -> str:
+    return Template("{% load malamar %}{{ text|markdown }}").render(Context({"text": text}))
+
+
+def test_each_code_block_gets_a_copy_button_and_text_cannot_make_one():
+    text = "Run:\n\n```python\nprint(1)\n```\n\n    indented\n\n- in a list:\n\n  ```\n  x\n  ```"
+    found = Elements(filtered(text)).found
+    wrappers = [attrs for tag, attrs in found if tag == "div"]
+    buttons = [attrs for tag, attrs in found if tag == "button"]
+    assert len(wrappers) == len(buttons) == 3 == [tag for tag, _ in found].count("pre")
+    assert all(b == {"type": "button", "class": "code-block__copy"} | b for b in buttons)
+    # The wrapper's markup written as text, in a link's title or in code stays text.
+    for hostile in (
+        '<div class="code-block"><pre>x</pre></div>',
+        '[x](https://ok.example "<div class=\\"code-block\\"><pre>")',
+        '`<div class="code-block">` and [y](https://ok.example "</pre></div>")',
+    ):
+        found = Elements(filtered(hostile)).found
+        assert [tag for tag, _ in found if tag in ("div", "button", "pre")] == [], hostile

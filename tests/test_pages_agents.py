@@ -66,6 +66,23 @@ def test_new_agent_defaults_to_the_first_available_cli(client, workspace):
     assert cli_checked(html(hx(client, "get", url))) == "claude"
 
 
+def test_the_dialog_opens_on_the_chosen_clis_fields(client, workspace):
+    # Re-rendered with an error, the dialog shows the chosen CLI's fields (the browser then
+    # switches them as another CLI is picked) and keeps what was typed.
+    data = {"name": "", "instruction": "x", "cli_type": "codex", "model": "o3"}
+    data |= {"custom_binary": "q"}
+    page = html(hx(client, "post", f"/workspaces/{workspace.id}/agents/new/", data))
+    assert 'list="agent-models-codex"' in page and 'value="o3"' in page
+    # Only the chosen CLI's effort choices are posted (the others are disabled, unnamed ids).
+    effort = r'<select name="reasoning_effort" id="id_reasoning_effort"[^>]*>'
+    assert len(re.findall(effort, page)) == 1
+    assert re.findall(r'<div data-cli-only="(\w+)">', page) == ["codex"]
+    assert 'data-cli-only="custom" hidden' in page and 'value="q"' in page
+    data |= {"cli_type": "custom"}
+    page = html(hx(client, "post", f"/workspaces/{workspace.id}/agents/new/", data))
+    assert '<div data-cli-only="custom">' in page and "has no reasoning effort setting" in page
+
+
 def test_cli_options_follow_the_preference_order(client, workspace):
     page = html(hx(client, "get", f"/workspaces/{workspace.id}/agents/new/"))
     assert re.findall(r'name="cli_type" value="(\w+)"', page) == [

@@ -383,6 +383,21 @@ def test_rename_without_htmx_redirects_back(client, chat):
     assert response.status_code == 302 and response.url.endswith(f"chat={chat.id}")
 
 
+def test_the_rename_form_is_the_head_opened_for_it(client, chat):
+    head = parse(html(hx(client, "get", f"/chats/{chat.id}/rename/")))
+    form = head.find("chat-title-form").attrs
+    assert "data-editing" in form and form["hx-post"] == f"/chats/{chat.id}/rename/"
+    field = head.by_id("chat-title-input").attrs
+    assert field["value"] == "Plan the launch" and "autofocus" in field
+    [cancel] = head.find_all(tag="button", data_edit_cancel="")  # (Escape clicks it: app.js)
+    assert cancel.attrs["hx-get"] == f"/chats/{chat.id}/"
+    assert head.by_id("chat-title-edit") is None  # (the title shows again on cancel)
+    plain = parse(html(hx(client, "get", f"/chats/{chat.id}/", target="chat-head")))
+    assert plain.find("chat-title-form") is None and plain.by_id("chat-title-edit")
+    response = client.get(f"/chats/{chat.id}/rename/")
+    assert response.status_code == 302 and response.url.endswith(f"chat={chat.id}")
+
+
 def test_switch_agent_keeps_history_and_resets_the_cli(client, agents, chat):
     chat_update(chat=chat, cli_type="gemini")
     response = hx(client, "post", f"/chats/{chat.id}/agent/", {"agent_id": agents[0].id})
@@ -426,8 +441,9 @@ def test_send_stores_queues_and_shows_the_stop_button(client, chat):
     response = hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Hello"})
     assert messages_of(chat) == [("user", "Hello")]
     page = html(response)
-    assert page.lstrip().startswith('<form id="chat-composer"') and "data-busy" in page
+    assert page.lstrip().startswith('<form id="chat-composer"')
     assert parse(page).by_id("chat-message").text == ""  # cleared
+    # The composer follows the state #chat-live shows (chats.css: Stop while busy).
     live = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live"))
     assert "data-busy" in live and "is answering…" in live
     assert f'data-chat-current="{chat.id}"' in live
@@ -455,7 +471,8 @@ def test_no_cli_available_blocks_sending(client, chat):
         CliHealth.objects.create(cli_type=cli, status="unhealthy", error="gone")
     live = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live"))
     assert "No CLI available" in live and "data-blocked" in live
-    assert "disabled" in parse(popup(client, chat)).by_id("chat-send").attrs
+    state = parse(popup(client, chat)).find(tag="span", data_chat_state="")
+    assert "data-blocked" in state.attrs  # its Send follows this state (chats.css)
     page = html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Hi"}))
     assert "No CLI available" in element_text(page, "chat-message_error")
     assert not ChatMessage.objects.filter(role="user").exists()

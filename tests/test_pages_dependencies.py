@@ -17,8 +17,8 @@ def board(client, workspace) -> str:
 
 
 def waits_for_field(page: str):
-    """The parsed new-task dialog's "waits for" field, or None."""
-    return parse(page).find(tag="select", name="blocked_by")
+    """The parsed new-task dialog's first "waits for" choice, or None."""
+    return parse(page).find(tag="input", name="blocked_by")
 
 
 def test_new_task_dialog_offers_tasks_to_wait_for(client, workspace):
@@ -26,9 +26,8 @@ def test_new_task_dialog_offers_tasks_to_wait_for(client, workspace):
     assert 'name="blocked_by"' not in html(hx(client, "get", url))  # nothing to wait for yet
     plan = services.task_create(workspace=workspace, summary="Plan")
     assert 'name="blocked_by"' not in board(client, workspace)  # not on every board load
-    dialog = html(hx(client, "get", url))
-    options = elements(dialog, "option", value=plan.id)
-    assert options and 'name="blocked_by"' in dialog
+    [choice] = elements(html(hx(client, "get", url)), "input", value=plan.id)
+    assert (choice["type"], choice["name"]) == ("checkbox", "blocked_by")
     response = hx(
         client,
         "post",
@@ -49,7 +48,8 @@ def test_waiting_card_shows_a_chip_linking_its_blockers(client, workspace):
     [chip] = elements(page, "p", **{"data-task-waiting": build.id})
     assert chip is not None
     [link] = elements(page, "a", **{"class": "task-card__blocker"})
-    assert link["data-task-open"] == plan.id and f"task={plan.id}" in link["href"]
+    assert link["hx-get"] == f"/tasks/{plan.id}/" and f"task={plan.id}" in link["href"]
+    assert link["hx-push-url"] == link["href"] and link["hx-target"] == "#task-dialog-body"
     services.task_status_set(task=plan, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
     services.task_status_set(task=plan, status=TaskStatus.DONE, actor=USER)
     assert not elements(board(client, workspace), "p", **{"data-task-waiting": build.id})
@@ -93,4 +93,4 @@ def test_the_new_task_dialog_refreshes_its_list_of_tasks(client, workspace):
     assert 'hx-get="' + url in board(client, workspace)
     assert waits_for_field(html(hx(client, "get", url))) is None
     plan = services.task_create(workspace=workspace, summary="Plan")
-    assert elements(html(hx(client, "get", url)), "option", value=plan.id)
+    assert elements(html(hx(client, "get", url)), "input", value=plan.id, type="checkbox")

@@ -43,7 +43,7 @@ def test_section_renders_with_the_key_masked(client):
     assert form.find(tag="button", text="Send test email") is not None
     assert form.find(tag="button", data_browser_notifications="") is not None
     scripts = [script.attrs.get("src", "") for script in tree.find_all(tag="script")]
-    assert any(src.endswith("js/notify.js") for src in scripts)
+    assert any(src.endswith("js/live.js") for src in scripts)  # (live.js asks)
 
 
 def test_save_then_save_the_mask_back(client):

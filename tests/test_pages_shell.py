@@ -26,6 +26,7 @@ def all_pages(workspace):
         f"/workspaces/{workspace.id}/?tab=agents",
         f"/workspaces/{workspace.id}/settings/",
         "/settings/",
+        "/needs-you/",
     ]
 
 
@@ -36,7 +37,8 @@ def test_every_page_has_the_shell(client, workspace, agents):
         assert page.by_id("main").tag == "main", url
         nav = page.find("site-nav", tag="nav")
         links = [(link.attrs["href"], link.text) for link in nav.find_all(tag="a")]
-        assert links == [("/", "Workspaces"), ("/settings/", "Settings")], url
+        expected = [("/", "Workspaces"), ("/needs-you/", "Needs you"), ("/settings/", "Settings")]
+        assert links == expected, url
         assert page.find(tag="button", data_theme_toggle="") is not None, url
         assert page.find(tag="html").attrs["lang"] == "en", url
 
@@ -167,6 +169,17 @@ def test_pages_vary_on_htmx_headers(client, workspace):
 def test_first_paragraph_makes_the_agent_snippet():
     assert first_paragraph("\n\nRole line.\nMore.\n\n- rule one\n- rule two") == "Role line.\nMore."
     assert first_paragraph("") == ""
+
+
+def test_a_page_answering_a_form_posted_without_javascript_knows_the_stream_position(
+    client, workspace
+):
+    send_event(settings.EVENTS_CHANNEL, "task.updated", {"task_id": "t"})
+    newest = DjangoModelStorage().get_current_id(settings.EVENTS_CHANNEL)
+    response = client.post(f"/workspaces/{workspace.id}/tasks/new/", {"summary": ""})
+    assert response.status_code == 422 and "Summary is required" in html(response)
+    body = re.search(r"<body[^>]*>", html(response), re.S).group(0)
+    assert f'data-live-from="{settings.EVENTS_CHANNEL}:{newest}"' in body  # (live.js resumes)
 
 
 def test_full_page_remembers_the_stream_position_fragments_and_api_do_not_ask(client, monkeypatch):

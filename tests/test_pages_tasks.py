@@ -343,8 +343,7 @@ def test_popup_opens_from_the_url(client, workspace):
     for url in (f"{board_url(workspace)}&task={task.id}", plain):
         dialog = parse(html(client.get(url))).by_id("task-dialog")
         assert {"open", "data-open-on-load"} <= dialog.attrs.keys()
-        assert dialog.attrs["data-task-id"] == task.id
-        assert dialog.by_id("task-detail") is not None
+        assert dialog.by_id("task-detail").attrs["data-task-detail"] == task.id
     # Without htmx the popup URL sends you to the page that opens it.
     response = client.get(f"/tasks/{task.id}/")
     assert response.status_code == 302 and response.url.endswith(f"&task={task.id}")
@@ -487,9 +486,10 @@ def test_blank_comment_is_refused(client, workspace):
     response = hx(client, "post", f"/tasks/{task.id}/comments/new/", {"content": "  "})
     assert response.status_code == 200
     assert response.headers["HX-Retarget"] == "#task-comment-form"
-    error = parse(html(response)).by_id("task-comment-form").find("field__error")
-    assert error.text == "Write a comment first"
-    assert "tasks:comment-rejected" in triggers(response)
+    # The form with its error, in place: app.js drops the comment's stand-in (data-pending).
+    form = parse(html(response)).by_id("task-comment-form")
+    assert form.find("field__error").text == "Write a comment first"
+    assert form.find(tag="textarea").attrs["aria-invalid"] == "true"
     assert not task.comments.exists()
 
 

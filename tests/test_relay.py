@@ -21,6 +21,7 @@ from core import events, fanout, relay
 from core.fanout import Listener
 from core.models import OutboxEvent
 from core.relay import TRIM_SECONDS, AdvisoryLock, Relay, stored_outbox_id
+from malamar_site.news import news_for
 from tests.databases import postgres_only
 
 pytestmark = pytest.mark.pg
@@ -75,6 +76,26 @@ def test_a_skipped_id_is_relayed_when_its_row_appears(db, sent):
     assert sent() == [first, first + 2, first + 1]
     assert relay.gaps == {}
     assert relay.step() == 0
+
+
+def stored_datas() -> list[dict]:
+    datas = StoredEvent.objects.filter(eid__gt=0).order_by("eid").values_list("data", flat=True)
+    return [json.loads(fanout.decoded(data)) for data in datas]
+
+
+def test_an_event_goes_with_the_news_the_site_words_for_it(db, settings, sent):
+    review = {"workspace_id": "W", "task_id": "T", "task_summary": "Fix it", "actor_type": "agent"}
+    first = events.publish("task.status_changed", {**review, "new_status": "in_review"}).id
+    events.publish("task.updated", {"workspace_id": "W", "task_id": "T"})
+    _relay_from(first, clock=Clock()).step()
+    news, quiet = stored_datas()
+    assert news["news"] == news_for("task.status_changed", news) != []  # malamar_site/news.py
+    assert news["news"][0]["message"] == "Ready for your review"
+    assert "news" not in quiet  # no news: no field
+    settings.EVENT_NEWS = ""  # no site layer to word them (core alone)
+    events.publish("task.status_changed", {**review, "new_status": "in_review"})
+    _relay_from(first + 2, clock=Clock()).step()
+    assert "news" not in stored_datas()[-1]
 
 
 def test_a_gap_that_never_fills_expires(db, sent):

@@ -175,6 +175,9 @@ def test_run_fragment_view(client, db, workspace, task):
     edit = parse(response.content.decode()).find("trace--edit", tag="li")
     assert edit.find(tag="summary").text == "Changed 1 file"
     assert client.get("/runs/nope/").status_code == 404
+    # A run gone while its timeline is on a page (activity.js asks with htmx): nothing to swap.
+    gone = client.get("/runs/nope/", headers={"HX-Request": "true"})
+    assert gone.status_code == 204 and gone.content == b""
 
 
 def test_finishing_a_run_publishes_its_final_status(task, task_recorder):

@@ -44,6 +44,9 @@ ICONS = {
     "grip": '<circle cx="9" cy="5" r="1"/><circle cx="9" cy="12" r="1"/><circle cx="9" cy="19" '
     'r="1"/><circle cx="15" cy="5" r="1"/><circle cx="15" cy="12" r="1"/>'
     '<circle cx="15" cy="19" r="1"/>',
+    "inbox": '<path d="M22 12h-6l-2 3h-4l-2-3H2"/>'
+    '<path d="M5.45 5.11 2 12v6a2 2 0 0 0 2 2h16a2 2 0 0 0 2-2v-6l-3.45-6.89A2 2 0 0 0 16.76 '
+    '4H7.24a2 2 0 0 0-1.79 1.11z"/>',
     "info": '<circle cx="12" cy="12" r="10"/><path d="M12 16v-4"/><path d="M12 8h.01"/>',
     "kanban": '<rect width="18" height="18" x="3" y="3" rx="2"/><path d="M8 7v7"/>'
     '<path d="M12 7v4"/><path d="M16 7v9"/>',
@@ -105,6 +108,12 @@ def _icon(name: str, size: int, css: str):
     )
 
 
+COPY_BUTTON = (
+    '<button type="button" class="code-block__copy" aria-label="Copy code" title="Copy code">'
+    f"{icon('copy', size=14)}</button>"
+)
+
+
 def relative_time(value: datetime, now: datetime | None = None) -> str:
     """The spec's relative format ("just now", "5 min ago", "3 hours ago", "2 days ago",
     "Jan 15", "Jan 15, 2025"). The browser re-renders it in the user's locale and time zone."""
@@ -162,11 +171,16 @@ def live_event_types() -> str:
 
 @register.filter(name="markdown")
 def markdown_filter(text) -> str:
-    """Render agent/user markdown as sanitised HTML (core.markdown); use inside `.markdown`."""
+    """Render agent/user markdown as sanitised HTML (core.markdown); use inside `.markdown`.
+    Each code block gets its copy button (app.js copies), added after the sanitiser, which
+    never has to allow buttons."""
     # Imported on use: the worker loads this tag library for its system checks only.
-    from core.markdown import render_markdown
+    from core.markdown import CODE_BLOCK, render_markdown
 
-    return mark_safe(render_markdown(str(text or "")))  # sanitised by nh3
+    html = render_markdown(str(text or ""))  # sanitised by nh3
+    # Safe: nh3 writes every quote of an attribute's value as &quot; and every "<" of a text
+    # as &lt;, so this exact tag is always one of core.markdown's wrappers.
+    return mark_safe(html.replace(CODE_BLOCK, CODE_BLOCK + COPY_BUTTON))
 
 
 @register.filter

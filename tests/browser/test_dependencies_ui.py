@@ -22,10 +22,9 @@ def create(page, summary, description, waits_for=None):
     dialog.get_by_label("Summary").fill(summary)
     dialog.get_by_label("Description").fill(description)
     if waits_for:
-        select = dialog.get_by_label("Waits for")
-        expect(select.locator("option", has_text=waits_for)).to_have_count(1)
-        value = select.locator("option", has_text=waits_for).get_attribute("value")
-        select.select_option(value)
+        picker = dialog.locator("[data-picker]")
+        picker.get_by_role("searchbox").fill(waits_for)
+        picker.get_by_role("checkbox", name=waits_for).check()
     dialog.get_by_role("button", name="Create task").click()
     expect(dialog).to_be_hidden()
 

@@ -88,6 +88,12 @@ def test_request_changes_with_three_line_comments_that_reach_the_agent(
     page.keyboard.type("And five.")
     page.keyboard.press("Control+Enter")
     expect(file.locator(".diff__draft")).to_have_count(3)
+    # Escape drops a box (not the popup around it).
+    line_row(file, 4).locator(".diff__code").click()
+    expect(page.locator(".draft-box")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.locator(".draft-box")).to_have_count(0)
+    expect(dialog).to_be_visible()
     pending = dialog.locator("#task-comment-form [data-review-pending]")
     expect(pending).to_have_text("3 comments pending: sent with your verdict")
 

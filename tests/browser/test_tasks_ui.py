@@ -65,7 +65,7 @@ def test_create_watch_it_run_comment_and_restart(browser, stack):
     reviewed.click()
     dialog = popup(page)
     expect(dialog).to_be_visible()
-    task_id = dialog.get_attribute("data-task-id")
+    task_id = dialog.locator("[data-task-detail]").get_attribute("data-task-detail")
     expect(page).to_have_url(re.compile(rf"[?&]task={task_id}"))
     expect(dialog.locator("#task-dialog-title")).to_have_text("Add a cart")
     expect(dialog.locator("#task-status")).to_have_text("In Review")

@@ -13,55 +13,30 @@
   "use strict";
 
   const MAX_LIVE_TEXT = 1500;
-  const pending = new Set(); // runs whose fragment is being fetched
+  const adding = new Set(); // runs whose fragment is on its way to their timelines
   const all = (name, value) => Array.from(document.querySelectorAll(`[${name}="${CSS.escape(value)}"]`));
+  const runUrl = (runId) => `/runs/${encodeURIComponent(runId)}/`;
 
-  // The run's fragment, placed by `place` (fresh element → the elements it inserted).
-  function fetchRun(runId, place) {
-    if (pending.has(runId)) return;
-    pending.add(runId);
-    window
-      .fetch(`/runs/${encodeURIComponent(runId)}/`, { headers: { "HX-Request": "true" } })
-      .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
-      .then((html) => {
-        const holder = document.createElement("div");
-        holder.innerHTML = html.trim();
-        if (!holder.firstElementChild) return;
-        place(holder.firstElementChild).forEach((inserted) => window.htmx && window.htmx.process(inserted));
-        document.body.dispatchEvent(new CustomEvent("malamar:run-rendered", { detail: { run_id: runId } }));
-      })
-      .catch(() => {
-        /* the run or its task may be gone: nothing to show */
-      })
-      .finally(() => pending.delete(runId));
-  }
-
+  // The run's fragment from the server (htmx): in place of each copy on the page (the run
+  // ended or stalled, or lines were missed), or at the end of each timeline that should show a
+  // run it lacks (its "no runs yet" note hides by CSS).
   function replaceRun(runId) {
-    if (!all("data-run-id", runId).length) return;
-    fetchRun(runId, (fresh) =>
-      all("data-run-id", runId).map((old) => {
-        const copy = fresh.cloneNode(true);
-        old.replaceWith(copy);
-        return copy;
-      }),
+    all("data-run-id", runId).forEach((run) =>
+      window.htmx.ajax("GET", runUrl(runId), { source: run, target: run, swap: "outerHTML" }),
     );
   }
 
   function addRun(data) {
-    const containers = [
+    const timelines = [
       ...(data.task_id ? all("data-runs-task", data.task_id) : []),
       ...(data.chat_id ? all("data-runs-chat", data.chat_id) : []),
     ];
-    if (!containers.length) return;
-    fetchRun(data.run_id, (fresh) =>
-      containers
-        .filter((container) => !container.querySelector(`[data-run-id="${CSS.escape(data.run_id)}"]`))
-        .map((container) => {
-          const empty = container.querySelector("[data-runs-empty]");
-          if (empty) empty.remove();
-          return container.appendChild(fresh.cloneNode(true));
-        }),
+    if (!timelines.length || adding.has(data.run_id)) return;
+    adding.add(data.run_id);
+    const added = timelines.map((timeline) =>
+      window.htmx.ajax("GET", runUrl(data.run_id), { source: timeline, target: timeline, swap: "beforeend" }),
     );
+    Promise.allSettled(added).then(() => adding.delete(data.run_id));
   }
 
   // Appends the trace lines newer than the run shows; false when some are missing (a gap).
@@ -129,15 +104,6 @@
     });
   });
 
-  document.body.addEventListener("malamar:run.stalled", (event) => {
-    const data = event.detail || {};
-    const minutes = Math.max(1, Math.round((data.silent_seconds || 0) / 60));
-    window.malamarToast({
-      level: "warning",
-      message: `${data.agent_name || "An agent"} has printed nothing for ${minutes} min`,
-      detail: "The CLI may be stuck, for example without network. Cancel it or wait.",
-      href: data.task_id || data.chat_id ? window.malamarItemLink(data) : "",
-    });
-    if (data.run_id) replaceRun(data.run_id);
-  });
+  // A run that printed nothing for a while says so (live.js toasts it).
+  document.body.addEventListener("malamar:run.stalled", (event) => event.detail.run_id && replaceRun(event.detail.run_id));
 })();

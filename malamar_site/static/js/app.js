@@ -1,69 +1,28 @@
-/* Malamar page behaviour: theme, dialogs, confirmations, toasts, times, agent drag-and-drop,
+/* Malamar page behaviour: dialogs and confirmations, toasts, times, keys and menus,
+   swaps that keep the focus and the scroll, messages shown while they are sent, drag-and-drop,
    copy buttons and small form helpers (live.js keeps fragments live).
    CSP-ready: no inline scripts, no eval, no hx-on, delegated listeners only. */
 (function () {
   "use strict";
 
-  const THEME_KEY = "malamar-theme";
   const TOAST_LIMIT = 3;
   const TOAST_MS = 5000;
+  const TOAST_ROOM_PX = 240;
+  const NEAR_END_PX = 80;
   const $ = (selector, root = document) => root.querySelector(selector);
   const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
   const on = (type, handler, capture = false) => document.addEventListener(type, handler, capture);
-
-  /* ------------------------------------------------------------------ theme */
-
-  function storedTheme() {
-    try {
-      return ["light", "dark"].find((theme) => theme === window.localStorage.getItem(THEME_KEY)) || null;
-    } catch (e) {
-      return null;
-    }
-  }
-
-  function storeTheme(value) {
-    try {
-      if (value) window.localStorage.setItem(THEME_KEY, value);
-      else window.localStorage.removeItem(THEME_KEY);
-    } catch (e) {
-      /* private mode: the choice lasts for this page only */
-    }
-  }
-
-  const darkQuery = window.matchMedia("(prefers-color-scheme: dark)");
-  function applyTheme(forced) {
-    const theme = forced || storedTheme() || (darkQuery.matches ? "dark" : "light");
-    document.documentElement.setAttribute("data-theme", theme);
-    const label = `Switch to ${theme === "dark" ? "light" : "dark"} theme`;
-    $$("[data-theme-toggle]").forEach((button) => {
-      button.setAttribute("aria-label", label);
-      button.title = label;
-    });
-    const choice = storedTheme() || "system";
-    $$("[data-theme-choice] input[name=theme]").forEach((input) => (input.checked = input.value === choice));
-  }
-
-  on("click", (event) => {
-    if (!event.target.closest("[data-theme-toggle]")) return;
-    const next = document.documentElement.getAttribute("data-theme") === "dark" ? "light" : "dark";
-    storeTheme(next);
-    applyTheme(next);
-  });
-  on("change", (event) => {
-    const input = event.target.closest("[data-theme-choice] input[name=theme]");
-    if (!input) return;
-    storeTheme(input.value === "system" ? null : input.value);
-    applyTheme();
-  });
-  darkQuery.addEventListener("change", () => applyTheme());
-  window.addEventListener("storage", (event) => event.key === THEME_KEY && applyTheme());
+  const closest = (event, selector) => (event.target.closest ? event.target.closest(selector) : null);
+  const plainClick = (event) => event.button === 0 && !event.metaKey && !event.ctrlKey && !event.shiftKey && !event.altKey;
 
   /* ------------------------------------------------------------------ dialogs */
 
+  // A popup focuses its title ([data-autofocus]: not [autofocus], which htmx would also
+  // focus on every refresh of that part, pulling the caret out of a field being typed in).
   function focusInitial(dialog) {
     const target =
       $("[aria-invalid=true]", dialog) ||
-      $("[autofocus]", dialog) ||
+      $("[autofocus], [data-autofocus]", dialog) ||
       $("input:not([type=hidden]):not([readonly]):not([type=radio]), textarea, select", dialog) ||
       $("input[type=radio]:checked", dialog);
     if (target) target.focus();
@@ -71,18 +30,19 @@
 
   function openDialog(dialog, opener) {
     if (!dialog) return;
-    if (dialog.open && !dialog.matches(":modal")) dialog.close();
+    if (dialog.open && !dialog.matches(":modal")) dialog.close(); // (rendered open: reopened as a modal)
     if (dialog.open) return;
     dialog.returnFocus = opener || document.activeElement;
     dialog.showModal();
+    placeToasts();
     focusInitial(dialog);
     // Fragments inside may refresh what they show (hx-trigger "... from:closest dialog").
     dialog.dispatchEvent(new CustomEvent("malamar:dialog-opened"));
   }
 
   on("click", (event) => {
-    const opener = event.target.closest("[data-dialog-open]");
-    const closer = event.target.closest("[data-dialog-close]");
+    const opener = closest(event, "[data-dialog-open]");
+    const closer = closest(event, "[data-dialog-close]");
     if (opener) {
       event.preventDefault();
       openDialog(document.getElementById(opener.dataset.dialogOpen), opener);
@@ -104,15 +64,27 @@
     "close",
     (event) => {
       const dialog = event.target;
-      if (!(dialog instanceof HTMLDialogElement)) return;
+      // (A dialog rendered open and reopened as a modal is open again: not a real close.)
+      if (!(dialog instanceof HTMLDialogElement) || dialog.open) return;
+      placeToasts();
       if (dialog.hasAttribute("data-reset-on-close")) {
-        $$("form", dialog).forEach((form) => {
-          form.reset();
-          $$(".field__error, .form-error", form).forEach((el) => el.remove());
-          $$("[aria-invalid]", form).forEach((el) => el.removeAttribute("aria-invalid"));
-          $$(".field--invalid", form).forEach((el) => el.classList.remove("field--invalid"));
-          syncConfirmMatch(form);
-        });
+        // Its forms start empty next time, even after a rejected attempt re-rendered one with
+        // the typed values as its defaults.
+        $$("input:not([type=hidden], [type=radio], [type=checkbox]), textarea", dialog).forEach((f) => (f.defaultValue = ""));
+        $$("form", dialog).forEach((form) => form.reset());
+        $$(".field__error, .form-error", dialog).forEach((el) => el.remove());
+        $$("[aria-invalid]", dialog).forEach((el) => el.removeAttribute("aria-invalid"));
+        $$(".field--invalid", dialog).forEach((el) => el.classList.remove("field--invalid"));
+        syncConfirmMatch(dialog);
+      }
+      // A popup (content loaded into the dialog's slot) is forgotten: its part of the URL
+      // (htmx pushed it on opening) and, once the closing animation is over, its content.
+      const slot = $(".dialog__slot", dialog);
+      if (slot) {
+        const url = new URL(window.location.href);
+        ["task", "chat", "start"].forEach((name) => url.searchParams.delete(name));
+        if (url.href !== window.location.href) window.history.replaceState(window.history.state, "", url);
+        window.setTimeout(() => !dialog.open && slot.replaceChildren(), 200);
       }
       const back = dialog.returnFocus;
       dialog.returnFocus = null;
@@ -142,21 +114,18 @@
   /* ------------------------------------------------------------------ confirmations */
 
   // data-confirm (title), -text, -action (the confirming button), -dismiss (the other one).
+  // While it is open live refreshes wait (live.js): the element that asked stays in place.
   on("htmx:confirm", (event) => {
     const elt = event.detail.elt;
     const dialog = document.getElementById("confirm-dialog");
     if (!elt || !elt.dataset || !elt.dataset.confirm || !dialog) return;
     event.preventDefault();
-    elt.setAttribute("data-in-flight", ""); // live.js: its fragment waits for the answer
     $("#confirm-title", dialog).textContent = elt.dataset.confirm;
     $("#confirm-text", dialog).textContent = elt.dataset.confirmText || "";
     $("#confirm-ok", dialog).textContent = elt.dataset.confirmAction || "Delete";
     $("#confirm-dismiss", dialog).textContent = elt.dataset.confirmDismiss || "Cancel";
     dialog.returnValue = "";
-    const done = () => {
-      elt.removeAttribute("data-in-flight");
-      if (dialog.returnValue === "confirm") event.detail.issueRequest(true);
-    };
+    const done = () => dialog.returnValue === "confirm" && event.detail.issueRequest(true);
     dialog.addEventListener("close", done, { once: true });
     openDialog(dialog);
   });
@@ -172,82 +141,34 @@
 
   /* ------------------------------------------------------------------ toasts */
 
-  const region = () => document.getElementById("toast-region");
-  const popover = (el) => typeof el.showPopover === "function";
+  const toasts = document.getElementById("toast-region");
 
   // A modal dialog makes everything outside it inert, toasts included: while one is open the
-  // toast region lives inside the topmost, so a toast's link or close button still works.
+  // toast region lives inside the topmost (placed on each opening, closing and toast; put back
+  // if a swap took it away), so a toast's link or close button still works. There it never
+  // covers what the popup marks with data-toast-avoid (the chat's composer, the task's comment
+  // box) nor a form dialog's buttons (its footer): it stacks just above it, or at the top when
+  // there is no room there.
   function placeToasts() {
-    const toasts = region();
     if (!toasts) return;
     const home = $$("dialog[open]").filter((d) => d.matches(":modal")).pop() || document.body;
-    if (toasts.parentElement !== home) {
-      home.append(toasts); // moving it hides the popover: show it again
-      if (popover(toasts) && !toasts.matches(":popover-open")) toasts.showPopover();
-    }
-    fitToasts();
-  }
-  new MutationObserver(placeToasts).observe(document.documentElement, {
-    attributes: true,
-    attributeFilter: ["open"],
-    subtree: true,
-  });
-
-  // Before a swap removes the dialog that holds the toasts, take them out of it.
-  on("htmx:beforeSwap", (event) => {
-    const toasts = region();
-    const target = event.detail.target;
-    if (toasts && target && target !== toasts && target.contains(toasts)) {
-      document.body.append(toasts);
-      if (popover(toasts)) toasts.showPopover();
-    }
-  });
-
-  // Toasts never cover what the open popup marks with data-toast-avoid (the chat's composer,
-  // the task's comment box, with their Send buttons) nor a form dialog's buttons (its footer):
-  // they stack just above it, or at the top when there is no room there.
-  const TOAST_ROOM_PX = 240;
-  let avoided = null;
-  const avoidWatch = window.ResizeObserver ? new ResizeObserver(() => fitToasts()) : null;
-
-  function fitToasts() {
-    const toasts = region();
-    if (!toasts) return;
-    const home = toasts.parentElement;
-    const avoid = home && home.matches("dialog") ? $("[data-toast-avoid], .dialog__footer", home) : null;
-    if (avoidWatch && avoid !== avoided) {
-      if (avoided) avoidWatch.unobserve(avoided);
-      if (avoid) avoidWatch.observe(avoid);
-      avoided = avoid;
-    }
+    if (toasts.parentElement !== home) home.append(toasts); // (moving it hides the popover)
+    if (!toasts.matches(":popover-open")) toasts.showPopover();
+    const avoid = home !== document.body && $("[data-toast-avoid], .dialog__footer", home);
     const rect = avoid && avoid.getClientRects().length ? avoid.getBoundingClientRect() : null;
     const height = document.documentElement.clientHeight;
     const place = !rect || rect.top >= height ? "" : rect.top < TOAST_ROOM_PX ? "top" : "above";
-    if (place === "top") toasts.dataset.place = "top";
-    else delete toasts.dataset.place;
+    toasts.toggleAttribute("data-place-top", place === "top");
     if (place === "above") toasts.style.setProperty("--toast-bottom", `${Math.round(height - rect.top + 8)}px`);
     else toasts.style.removeProperty("--toast-bottom"); // (CSSOM: CSP-safe)
-  }
-  window.addEventListener("resize", () => fitToasts());
-
-  function raiseToasts() {
-    placeToasts();
-    const toasts = region();
-    if (!toasts || !popover(toasts)) return;
-    // Re-showing moves the region above a modal dialog opened after it.
-    if (toasts.matches(":popover-open")) {
-      if (!$("dialog:modal")) return;
-      toasts.hidePopover();
-    }
-    toasts.showPopover();
   }
 
   // { level: success|error|info|warning, message, detail?, href? } (base.html #toast-template)
   function toast(options) {
-    const list = document.getElementById("toasts");
     const template = document.getElementById("toast-template");
-    if (!list || !template || !options || !options.message) return;
-    raiseToasts();
+    if (!toasts || !template || !options || !options.message) return;
+    placeToasts();
+    const list = $(".toasts__list", toasts);
     const level = ["success", "error", "info", "warning"].includes(options.level) ? options.level : "info";
     const item = template.content.firstElementChild.cloneNode(true);
     item.classList.add(`toast--${level}`);
@@ -262,13 +183,6 @@
     } else title.textContent = options.message;
     if (options.detail) $(".toast__detail", item).textContent = options.detail;
     else $(".toast__detail", item).remove();
-    $(".toast__close", item).addEventListener("click", (event) => {
-      event.stopPropagation();
-      dismiss(item);
-    });
-    item.addEventListener("click", (event) => {
-      if (item.dataset.href && !event.target.closest("a")) window.location.href = item.dataset.href;
-    });
     let timer = 0;
     const start = () => (timer = window.setTimeout(() => dismiss(item), TOAST_MS));
     const stop = () => window.clearTimeout(timer);
@@ -286,6 +200,21 @@
     window.setTimeout(() => item.remove(), 150);
   }
 
+  // A click on a toast opens what it links to: in place when this page has its own link to it
+  // (a card, a chat row: htmx opens the popup), else by loading the page.
+  on("click", (event) => {
+    const item = closest(event, "#toasts .toast");
+    if (!item || closest(event, ".toast__close")) return item && dismiss(item);
+    const href = item.dataset.href;
+    if (!href || !plainClick(event)) return;
+    event.preventDefault();
+    const here = $(`a[hx-get][href="${CSS.escape(href)}"]`);
+    if (here) {
+      here.click();
+      item.remove();
+    } else window.location.href = href;
+  });
+
   window.malamarToast = toast;
   on("malamar:toast", (event) => toast(event.detail));
 
@@ -294,10 +223,7 @@
     // The server already said what went wrong (e.g. 413 "too large"): its toast is enough.
     if (xhr && (xhr.getResponseHeader("HX-Trigger") || "").includes("malamar:toast")) return;
     const status = xhr ? xhr.status : 0;
-    const message = {
-      404: "That item no longer exists.",
-      409: "That change is not possible right now.",
-    }[status];
+    const message = { 404: "That item no longer exists.", 409: "That change is not possible right now." }[status];
     toast({ level: "error", message: message || "Something went wrong. Please try again.", detail: status ? `HTTP ${status}` : "" });
   });
   on("htmx:sendError", () =>
@@ -341,6 +267,159 @@
     });
   }
 
+  /* ------------------------------------------------------------------ keys and menus */
+
+  // Ctrl/Cmd+Enter sends the form being typed in; in the chat's box ([data-chat-input]) Enter
+  // alone does, Shift+Enter is a new line (on touch screens, the query that hides the .kbd-hint
+  // keyboard hints, Enter is a new line and the button sends). Escape cancels an inline edit
+  // ([data-edit-cancel]) or closes a menu before it closes the popup around it.
+  const coarse = window.matchMedia("(hover: none) and (pointer: coarse)");
+  on("keydown", (event) => {
+    const field = event.target.matches && event.target.matches("textarea, input") ? event.target : null;
+    const enter = field && event.key === "Enter" && !event.isComposing;
+    const chatEnter = enter && field.matches("[data-chat-input]") && !event.shiftKey && !coarse.matches;
+    const editing = event.key === "Escape" && closest(event, "form[data-editing]");
+    const cancel = editing && $("[data-edit-cancel]", editing);
+    const menu = event.key === "Escape" && $("details[data-chat-menu][open]");
+    if (enter && field.form && (event.ctrlKey || event.metaKey || chatEnter)) {
+      event.preventDefault();
+      if (!chatEnter || field.value.trim()) field.form.requestSubmit();
+    } else if (cancel || menu) {
+      event.preventDefault();
+      event.stopPropagation();
+      if (cancel) cancel.click();
+      else closeMenus(null, $("summary", menu));
+    }
+  });
+
+  // Dropdown menus (<details data-chat-menu>): one open at a time, closed by a click outside
+  // or on one of their items (its request has already started).
+  function closeMenus(except, focus) {
+    $$("details[data-chat-menu][open]").forEach((menu) => menu !== except && (menu.open = false));
+    if (focus) focus.focus();
+  }
+  on("click", (event) =>
+    closeMenus(closest(event, "[data-chat-menu] [role=menuitem]") ? null : closest(event, "details[data-chat-menu]")),
+  );
+  on(
+    "toggle",
+    (event) => {
+      const menu = event.target;
+      if (!(menu instanceof HTMLDetailsElement) || !menu.hasAttribute("data-chat-menu") || !menu.open) return;
+      closeMenus(menu, $("[role=menuitem]", menu));
+    },
+    true,
+  );
+
+  // Arrow keys, Home and End move between a menu's items and a tab list's tabs (a tab is
+  // selected as it is reached: tasks.js).
+  const ARROWS = { menuitem: ["ArrowUp", "ArrowDown"], tab: ["ArrowLeft", "ArrowRight"] };
+  on("keydown", (event) => {
+    const item = closest(event, "[role=menuitem], [role=tab]");
+    const role = item && item.getAttribute("role");
+    if (!role || ![...ARROWS[role], "Home", "End"].includes(event.key)) return;
+    const items = $$(`[role=${role}]`, item.closest("[role=menu], [role=tablist]"));
+    const step = ARROWS[role].indexOf(event.key) * 2 - 1; // back: -1, forth: 1
+    const index = { Home: 0, End: items.length - 1 }[event.key] ?? (items.indexOf(item) + step + items.length) % items.length;
+    event.preventDefault();
+    items[index].focus();
+    if (role === "tab") items[index].click();
+  });
+
+  /* ------------------------------------------------------------------ swaps */
+
+  // Content swapped into a dialog's slot (a popup, the agent form) opens it, or takes the
+  // focus in it as on opening, as do errors swapped into an open one.
+  on("htmx:afterSwap", (event) => {
+    const dialog = event.target.closest && event.target.closest("dialog");
+    const slot = event.target.classList.contains("dialog__slot");
+    if (!dialog || !(slot || $("[aria-invalid=true]", dialog))) return;
+    if (dialog.open) focusInitial(dialog);
+    else if (slot) openDialog(dialog, (event.detail.requestConfig || {}).elt);
+  });
+
+  // A swap keeps the person in place. Scroll: the boxes it replaces that have an id and
+  // data-keep-scroll (the board sideways, each column, the chat's messages) stay where they
+  // were scrolled; one scrolled to its end with data-scroll-end (the chat) follows the newest.
+  // Focus: when a click, a submit or a live refresh re-renders the part that held the focus
+  // (or disables the focused button while it waits), the element with the same id gets it
+  // back, else the fragment's fallback (its heading), never <body>.
+  let kept = null;
+  on("htmx:beforeRequest", (event) => {
+    const config = event.detail.requestConfig;
+    const trigger = config && config.triggeringEvent;
+    const active = document.activeElement;
+    if (trigger && ["click", "submit"].includes(trigger.type) && active && active.id) config.focusedId = active.id;
+  });
+  on("htmx:beforeSwap", (event) => {
+    const target = event.detail.target;
+    if (!event.detail.shouldSwap || !target || !target.contains) return;
+    const inside = target.contains(document.activeElement);
+    kept = {
+      focusedId: inside ? document.activeElement.id : "",
+      inside,
+      boxes: $$("[data-keep-scroll][id]", target).map((box) => ({
+        id: box.id,
+        left: box.scrollLeft,
+        top: box.hasAttribute("data-scroll-end") && box.scrollHeight - box.scrollTop - box.clientHeight < NEAR_END_PX ? Infinity : box.scrollTop,
+      })),
+    };
+  });
+  on("htmx:afterSettle", (event) => {
+    const saved = kept || { boxes: [] };
+    kept = null;
+    saved.boxes.forEach(({ id, left, top }) => {
+      const box = document.getElementById(id);
+      if (!box) return;
+      box.scrollLeft = left;
+      box.scrollTop = Math.min(top, box.scrollHeight);
+    });
+    if (document.activeElement && document.activeElement !== document.body) return;
+    const id = (event.detail.requestConfig || {}).focusedId || saved.focusedId;
+    const same = id && document.getElementById(id);
+    if (same && !same.closest("dialog:not([open])")) return same.focus();
+    if (!saved.inside) return;
+    const target = event.detail.target;
+    const fallback = $("[data-focus-fallback]", target && target.isConnected ? target : document) || $("[data-focus-fallback]");
+    if (fallback) fallback.focus();
+  });
+  // A popup (or a refreshed part) starts with its [data-scroll-end] box at the newest content.
+  const scrollToEnd = (root) =>
+    [root, ...$$("[data-scroll-end]", root)].forEach((box) => box.matches && box.matches("[data-scroll-end]") && (box.scrollTop = box.scrollHeight));
+
+  /* ------------------------------------------------------------------ sending */
+
+  // A message or comment shows at once while it is sent: a form with data-pending (the id of
+  // its <template>) adds it to the list data-pending-list names, with its text in
+  // [data-pending-text]. The server's list replaces it; a refusal comes back as the form with
+  // its error (the stand-in goes); a failure marks it "Not sent" and gives the text back.
+  on("htmx:beforeRequest", (event) => {
+    const form = event.detail.elt;
+    const field = form.dataset && form.dataset.pending && $("textarea", form);
+    const list = field && $(form.dataset.pendingList);
+    const template = field && document.getElementById(form.dataset.pending);
+    if (!list || !template || !field.value.trim()) return;
+    const item = template.content.firstElementChild.cloneNode(true);
+    $("[data-pending-text]", item).textContent = field.value.trim();
+    list.insertBefore(item, $(":scope > [data-working]", list));
+    item.scrollIntoView({ block: "nearest" });
+    form.pending = { item, text: field.value };
+    field.value = ""; // (the request already holds the text)
+  });
+  on("htmx:afterRequest", (event) => {
+    const form = event.detail.elt;
+    const pending = form && form.pending;
+    if (!pending) return;
+    form.pending = null;
+    const answer = form.id && document.getElementById(form.id);
+    if (answer && $("[aria-invalid=true]", answer)) pending.item.remove();
+    if (event.detail.successful) return;
+    pending.item.classList.add("is-failed");
+    $("[data-pending-state]", pending.item).textContent = "Not sent";
+    const field = $("textarea", form);
+    if (field && !field.value) field.value = pending.text;
+  });
+
   /* ------------------------------------------------------------------ agent drag and drop */
 
   let dragged = null;
@@ -349,7 +428,7 @@
   const sortableIds = (list) => $$(":scope > li[data-id]", list).map((li) => li.dataset.id).join(",");
 
   on("dragstart", (event) => {
-    const item = event.target.closest && event.target.closest(ROW);
+    const item = closest(event, ROW);
     if (!item) return;
     dragged = item;
     orderBefore = sortableIds(item.parentElement);
@@ -358,7 +437,7 @@
     event.dataTransfer.setData("text/plain", item.dataset.id);
   });
   on("dragover", (event) => {
-    const over = dragged && event.target.closest && event.target.closest(ROW);
+    const over = dragged && closest(event, ROW);
     if (!over || over.parentElement !== dragged.parentElement) return;
     event.preventDefault();
     event.dataTransfer.dropEffect = "move";
@@ -380,17 +459,10 @@
 
   /* ------------------------------------------------------------------ form helpers */
 
+  // Agent dialog: the model suggestions, effort choices and custom command fields follow the
+  // chosen CLI at once (a hidden effort select is disabled: only the chosen CLI's is posted).
   on("change", (event) => {
     const { name, value, form } = event.target;
-    // Working directory: the path only matters in static mode.
-    const block = name === "working_directory_mode" && form && $("[data-mode-static]", form);
-    if (block) {
-      block.hidden = value !== "static";
-      const input = $("input", block);
-      if (!block.hidden && input && !input.value) input.focus();
-    }
-    // Agent dialog: the model suggestions, effort choices and custom command fields follow the
-    // chosen CLI (a hidden effort select is disabled so only the chosen CLI's one is posted).
     const settings = name === "cli_type" && form && $("[data-cli-settings]", form);
     if (!settings) return;
     $$("[data-cli-only]", settings).forEach((el) => {
@@ -401,115 +473,37 @@
         else select.id = "id_reasoning_effort";
       });
     });
-    const model = $("input[name=model]", settings);
-    if (model) model.setAttribute("list", `agent-models-${value}`);
+    $("input[name=model]", settings).setAttribute("list", `agent-models-${value}`);
   });
 
   // Environment variables: add and remove rows.
   on("click", (event) => {
-    const add = event.target.closest("[data-env-add]");
-    const remove = event.target.closest("[data-env-remove]");
+    const add = closest(event, "[data-env-add]");
+    const remove = closest(event, "[data-env-remove]");
     const fieldset = (add || remove) && (add || remove).closest("fieldset");
     if (add) {
-      const template = $("template[data-env-template]", fieldset);
       const rows = $("[data-env-rows]", fieldset);
-      if (!template || !rows) return;
-      rows.append(template.content.cloneNode(true));
+      rows.append($("template[data-env-template]", fieldset).content.cloneNode(true));
       const inputs = $$("input", rows);
       if (inputs.length >= 2) inputs[inputs.length - 2].focus();
     } else if (remove) {
-      const row = remove.closest(".env__row");
-      if (row) row.remove();
-      const addButton = fieldset && $("[data-env-add]", fieldset);
-      if (addButton) addButton.focus();
+      remove.closest(".env__row").remove();
+      $("[data-env-add]", fieldset).focus();
     }
   });
 
   // A masked secret is replaced, not edited: select it all on focus.
   on("focusin", (event) => event.target.matches && event.target.matches("input[data-masked]") && event.target.select());
 
-  /* ------------------------------------------------------------------ htmx glue */
-
-  // Before a swap: note the dialog it lands in (an outerHTML swap detaches the old target)
-  // and the focused element it removes.
-  let swapDialog = null;
-  let swapFillsSlot = false;
-  let focusWasInside = false;
-  let focusedInside = "";
-  on("htmx:beforeSwap", (event) => {
-    const target = event.detail.target;
-    swapDialog = (target && target.closest && target.closest("dialog")) || null;
-    swapFillsSlot = Boolean(target && target.classList && target.classList.contains("dialog__slot"));
-    focusWasInside = Boolean(target && target.contains(document.activeElement));
-    focusedInside = focusWasInside ? document.activeElement.id : "";
-  });
-
-  // Content swapped into a closed dialog's slot opens it (a late refresh of a part of a closed
-  // dialog does not); errors swapped into an open one get focus.
-  on("htmx:afterSwap", (event) => {
-    const dialog = swapDialog;
-    const opens = swapFillsSlot;
-    swapDialog = null;
-    swapFillsSlot = false;
-    if (dialog && !dialog.open && opens) openDialog(dialog, (event.detail.requestConfig || {}).elt);
-    else if (dialog && dialog.open && $("[aria-invalid=true]", dialog)) focusInitial(dialog);
-  });
-
-  // htmx focuses the [autofocus] element of every swapped fragment once it settles (after this
-  // event). A fragment landing while the user types in a field elsewhere (a live refresh, or
-  // the late answer to a button pressed a moment ago: the task popup's head autofocuses its
-  // title) would pull the caret out mid-sentence, and the next keys, Ctrl+Enter included, go to
-  // the title: the comment is silently never sent. Such a fragment gives up its autofocus.
-  const TYPING =
-    "textarea, select, [contenteditable], " +
-    "input:not([type=button], [type=submit], [type=reset], [type=checkbox], [type=radio])";
-  on("htmx:afterSwap", (event) => {
-    const fragment = event.target;
-    const active = document.activeElement;
-    if (!fragment || !fragment.querySelectorAll || !active || !active.matches) return;
-    if (!active.matches(TYPING) || fragment.contains(active)) return;
-    fragment.removeAttribute("autofocus");
-    $$("[autofocus]", fragment).forEach((element) => element.removeAttribute("autofocus"));
-  });
-
-  // Keep keyboard users in place: when a click, a submit or a live refresh re-renders the part
-  // of the page that held focus (or disables the focused button while it waits), focus the
-  // element with the same id afterwards, else the fragment's fallback (its heading), never <body>.
-  on("htmx:beforeRequest", (event) => {
-    const config = event.detail.requestConfig;
-    const trigger = config && config.triggeringEvent;
-    const active = document.activeElement;
-    if (trigger && ["click", "submit"].includes(trigger.type) && active && active.id) config.focusedId = active.id;
-  });
-  on("htmx:afterSettle", (event) => {
-    const lost = !document.activeElement || document.activeElement === document.body;
-    const wasInside = focusWasInside;
-    const id = (event.detail.requestConfig || {}).focusedId || focusedInside;
-    focusWasInside = false;
-    focusedInside = "";
-    if (!lost) return;
-    const same = id && document.getElementById(id);
-    if (same && !same.closest("dialog:not([open])")) return same.focus();
-    if (!wasInside) return;
-    const target = event.detail.target;
-    const fallback = $("[data-focus-fallback]", target && target.isConnected ? target : document) || $("[data-focus-fallback]");
-    if (fallback) fallback.focus();
+  // The chat's uploaded files are sent: the picker empties, the message box asks about them.
+  on("htmx:afterRequest", (event) => {
+    if (event.detail.elt.id !== "chat-upload") return;
+    event.detail.elt.reset();
+    const input = $("[data-chat-input]");
+    if (input) input.focus();
   });
 
   /* ------------------------------------------------------------------ copying */
-
-  // Every code block in rendered markdown gets a copy button (added here, not in the HTML,
-  // so the sanitiser never has to allow buttons; base.html #copy-button-template).
-  function addCopyButtons(root) {
-    const template = document.getElementById("copy-button-template");
-    $$(".markdown pre", root && root.querySelectorAll ? root : document).forEach((pre) => {
-      if (!template || pre.parentElement.classList.contains("code-block")) return;
-      const wrapper = document.createElement("div");
-      wrapper.className = "code-block";
-      pre.replaceWith(wrapper);
-      wrapper.append(pre, template.content.cloneNode(true));
-    });
-  }
 
   function copyText(text) {
     if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
@@ -522,25 +516,26 @@
     return ok ? Promise.resolve() : Promise.reject(new Error("copy failed"));
   }
 
-  const copyFailed = () => toast({ level: "error", message: "Could not copy to the clipboard" });
+  // A button that copies a value it carries (a branch name, a working directory), or the code
+  // block it sits in (the markdown filter adds one to each).
   on("click", (event) => {
-    // A button that copies a value it carries (a branch name, a working directory).
-    const carrier = event.target.closest("[data-copy-text]");
-    if (carrier) {
-      const text = carrier.dataset.copyText;
-      copyText(text).then(() => toast({ level: "success", message: "Copied", detail: text }), copyFailed);
-    }
-    const button = event.target.closest(".code-block__copy");
-    if (!button) return;
-    const pre = $("pre", button.parentElement);
-    copyText(pre ? pre.innerText : "").then(() => {
-      button.dataset.copied = "true";
-      button.setAttribute("aria-label", "Copied");
-      window.setTimeout(() => {
-        delete button.dataset.copied;
-        button.setAttribute("aria-label", "Copy code");
-      }, 1500);
-    }, copyFailed);
+    const carrier = closest(event, "[data-copy-text]");
+    const button = closest(event, ".code-block__copy");
+    const pre = button && $("pre", button.parentElement);
+    if (!carrier && !pre) return;
+    const text = carrier ? carrier.dataset.copyText : pre.innerText;
+    copyText(text).then(
+      () => {
+        if (carrier) return toast({ level: "success", message: "Copied", detail: text });
+        button.dataset.copied = "true";
+        button.setAttribute("aria-label", "Copied");
+        window.setTimeout(() => {
+          delete button.dataset.copied;
+          button.setAttribute("aria-label", "Copy code");
+        }, 1500);
+      },
+      () => toast({ level: "error", message: "Could not copy to the clipboard" }),
+    );
   });
 
   /* ------------------------------------------------------------------ start */
@@ -548,12 +543,11 @@
   function onLoad(root) {
     updateTimes(root);
     syncConfirmMatch(root);
-    addCopyButtons(root);
+    scrollToEnd(root);
   }
 
   function start() {
-    applyTheme();
-    raiseToasts();
+    placeToasts();
     if (window.htmx) window.htmx.onLoad(onLoad);
     else onLoad(document);
     window.setInterval(() => updateTimes(document), 30000);

@@ -11,6 +11,7 @@
   let picking = null; // lines being picked: {table, first, last}
   let focusing = ""; // a line comment whose place in the diff was asked for
   const opened = new Set(); // long comments shown whole
+  const boxes = new WeakMap(); // a draft box → its lines (form.draft would find a field named "draft")
 
   function drafts(taskId) {
     try {
@@ -76,15 +77,16 @@
     $$(".diff__box", changes).forEach((row) => row.remove());
     const box = template.content.firstElementChild.cloneNode(true);
     const form = $("form", box);
-    form.draft = {
+    const draft = {
       path: table.closest(".change-file").dataset.changePath,
       side,
       line: Math.min(...lines),
       end_line: Math.max(...lines),
       run_id: changes.dataset.reviewRun,
     };
-    const where = form.draft.line === form.draft.end_line ? `line ${form.draft.line}` : `lines ${form.draft.line}–${form.draft.end_line}`;
-    $("[data-draft-where]", box).textContent = `${form.draft.path}, ${where}`;
+    boxes.set(form, draft);
+    const where = draft.line === draft.end_line ? `line ${draft.line}` : `lines ${draft.line}–${draft.end_line}`;
+    $("[data-draft-where]", box).textContent = `${draft.path}, ${where}`;
     rows[rows.length - 1].after(box);
     $("textarea", box).focus();
   }
@@ -126,20 +128,23 @@
 
   /* ---------------------------------------------------------------- the box, the drafts */
 
+  // The box is an inline editor (data-editing: app.js adds it with Ctrl/Cmd+Enter, cancels it
+  // with Escape; live.js holds the tab's refresh while it is open).
   on("submit", (event) => {
     const form = event.target;
-    if (!form.draft) return;
+    const draft = boxes.get(form);
+    if (!draft) return;
     event.preventDefault();
     const body = $("textarea", form).value.trim();
     const taskId = form.closest(".changes").dataset.reviewTask;
-    if (body) saveDrafts(taskId, [...drafts(taskId), { ...form.draft, body, id: `${Date.now()}` }]);
+    if (body) saveDrafts(taskId, [...drafts(taskId), { ...draft, body, id: `${Date.now()}` }]);
     form.closest("tr").remove();
     $$(".is-picked").forEach((row) => row.classList.remove("is-picked"));
   });
 
   on("click", (event) => {
     const target = event.target.closest ? event.target : null;
-    const cancel = target && target.closest("[data-draft-cancel]");
+    const cancel = target && target.closest(".draft-box [data-edit-cancel]");
     const remove = target && target.closest("[data-draft-delete]");
     const changes = target && target.closest(".changes[data-review-task]");
     if (cancel) {
@@ -149,25 +154,8 @@
       const taskId = changes.dataset.reviewTask;
       saveDrafts(taskId, drafts(taskId).filter((draft) => draft.id !== remove.dataset.draftDelete));
     }
-    // An In Review task's verdicts stay under its Changes tab too (tasks.js shows the comment
-    // box under Comments only), where the line comments are drafted.
-    const tab = target && target.closest("[data-task-tab], [data-changes-run]");
-    const composer = tab && (tab.dataset.taskTab || "changes") === "changes" && $("#task-composer");
-    if (composer && $("[data-review-form]", composer)) composer.hidden = false;
     const focus = target && target.closest("[data-review-focus]");
     focusing = focus ? focus.dataset.reviewFocus : focusing;
-  });
-
-  on("keydown", (event) => {
-    const form = event.target.closest && event.target.closest("form");
-    if (form && form.draft && event.key === "Escape") {
-      event.preventDefault();
-      event.stopPropagation();
-      $("[data-draft-cancel]", form).click();
-    } else if (form && form.draft && event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-      event.preventDefault();
-      form.requestSubmit();
-    }
   });
 
   // A verdict takes the drafts along (and closes Approve's choice); once taken, they are gone.
