@@ -62,7 +62,7 @@ def test_popup_sets_blockers_and_refuses_a_cycle_with_a_toast(client, workspace)
     assert response.status_code == 200
     blockers = parse(html(response)).by_id("task-blockers")
     assert blockers.find("task-deps__label").text == "Waiting for"
-    assert [link.attrs["data-task-open"] for link in blockers.find_all(tag="a")] == [plan.id]
+    assert [link.attrs["hx-get"] for link in blockers.find_all(tag="a")] == [f"/tasks/{plan.id}/"]
     assert triggers(response)["malamar:toast"]["message"] == "Saved what the task waits for"
     dependents = parse(html(hx(client, "get", f"/tasks/{plan.id}/"))).by_id("task-dependents")
     assert [name.text for name in dependents.find_all("task-deps__summary")] == ["Build"]
