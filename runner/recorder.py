@@ -24,7 +24,7 @@ from runner.services import (
     agent_run_progress,
     agent_run_stalled,
     agent_run_start,
-    cli_health_run_succeeded,
+    cli_health_works,
 )
 from runner.streams import Delta, ModelUsed, Trace, Usage, UserTerms, parse_line
 
@@ -252,7 +252,7 @@ class RunRecorder:
         self.status, self.exit_code = status, exit_code
         self.finish_writes()
         if self.status == RunStatus.COMPLETED:  # the CLI answered: whatever a health check said
-            cli_health_run_succeeded(cli_type=self.run.cli_type)
+            cli_health_works(cli_type=self.run.cli_type)
 
     def finish_writes(self) -> None:
         """Inside the caller's transaction: the last traces, usage and the final status; the

@@ -258,7 +258,9 @@ def list_comments(request, task_id: str):
 @router.post("/tasks/{task_id}/comments", response={201: CommentOut})
 def create_comment(request, task_id: str, payload: CommentCreate):
     task = get_or_404(Task, task_id, "Task")
-    comment = services.comment_create(task=task, content=payload.content, actor=USER)
+    comment = services.comment_create_and_send_around(
+        task=task, content=payload.content, actor=USER
+    )
     comment.author_name = USER.name
     return Status(201, comment)
 

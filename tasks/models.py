@@ -54,9 +54,20 @@ class TaskQuerySet(models.QuerySet):
         return self.order_by("-updated_at", "-created_at")
 
 
+# The comments that keep their task going until an agent has read them (DESIGN "No lost
+# comment"): a person's and an agent's (through Malamar's MCP server too). System notes and
+# error reports inform the next agent without sending the task around.
+KEEPS_GOING = (CommentKind.USER, CommentKind.AGENT)
+
+
 class TaskCommentQuerySet(models.QuerySet):
     def errors(self):
         return self.filter(kind=CommentKind.ERROR)
+
+    def undelivered(self):
+        """Comments that keep their task going and that no agent's answered input contained
+        yet: while one exists, no pass ends in In Review."""
+        return self.filter(kind__in=KEEPS_GOING, delivered_at__isnull=True)
 
 
 class Task(models.Model):
@@ -101,6 +112,9 @@ class TaskComment(models.Model):
     kind = models.CharField(max_length=10, choices=CommentKind.choices)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # When an agent first answered an input that contained this comment (None: not yet). What
+    # each pass's inputs contained, so a comment that arrived while an agent worked is not lost.
+    delivered_at = models.DateTimeField(null=True, blank=True)
 
     objects = TaskCommentQuerySet.as_manager()
 

@@ -5,10 +5,11 @@ from django.db.models import Count, Exists, OuterRef, Q, Subquery
 from django.db.models.functions import Substr
 from django.utils import timezone
 
-from agents.models import Agent, CliType
+from agents.models import Agent
 from core.actors import author_name
 from runner.models import AgentRun, RunStatus
-from runner.selectors import usage_totals
+from runner.plans import health_key_label
+from runner.selectors import cli_broken, usage_totals
 from tasks.models import (
     RUNNABLE_STATUSES,
     Task,
@@ -166,7 +167,8 @@ class ErrorState:
     retry_at: datetime | None = None  # when the next try may start (None: not waiting)
     retrying: bool = False  # a retry is queued or running
     running: bool = False
-    paused_for: str = ""  # the CLI out of quota the retry waits for: its reset decides, not us
+    paused_for: str = ""  # the CLI the retry waits for: its reset (or repair) decides, not us
+    paused_reason: str = ""  # why that CLI cannot run ("": it is out of quota)
 
 
 def error_state(task: Task) -> ErrorState | None:
@@ -190,13 +192,25 @@ def error_state(task: Task) -> ErrorState | None:
         retrying=queued or running,
         running=running,
         paused_for=paused_for,
+        paused_reason=getattr(task, "waiting_reason", "") if paused_for else "",
     )
 
 
 def waiting_cli_label(task: Task) -> str:
-    """The name of the CLI out of quota the task waits for ("" if none; `with_waiting_cli()`)."""
+    """The name of the CLI the task waits for ("" if none; `with_waiting_cli()`)."""
     waiting = getattr(task, "waiting_for_cli", None)
-    return CliType(waiting).label if waiting in CliType.values else ""
+    return health_key_label(waiting) if waiting else ""
+
+
+def attach_cli_waits(tasks: list[Task]) -> None:
+    """Give each task `waiting_label` (the CLI its pass waits for, "" if none) and
+    `waiting_reason` (why that CLI cannot run; "" when it is out of quota): "Waits for Codex
+    CLI: not logged in". One read, only when a task waits (`with_waiting_cli()`)."""
+    waiting = {getattr(task, "waiting_for_cli", None) for task in tasks} - {None, ""}
+    broken = cli_broken() if waiting else {}
+    for task in tasks:
+        task.waiting_label = waiting_cli_label(task)
+        task.waiting_reason = broken.get(getattr(task, "waiting_for_cli", None) or "", "")
 
 
 def with_change_totals(tasks):
@@ -239,10 +253,10 @@ def running_runs(workspace_id: str) -> dict[str, AgentRun]:
 
 def _attach_runs(tasks: list[Task], runs: dict[str, AgentRun]) -> None:
     attach_blockers(tasks)
+    attach_cli_waits(tasks)
     for task in tasks:
         task.current_run = runs.get(task.id) if task.is_processing else None
         task.error_state = error_state(task)
-        task.waiting_label = waiting_cli_label(task)
 
 
 def board_column(workspace, status: str, *, show_all: bool = False, runs=None) -> Column:
@@ -377,6 +391,15 @@ def activity_entries(task: Task) -> list[dict]:
             "task_deprioritized": f"{actor} removed the priority",
             "retry_requested": f"{actor} retried the failing task now",
             "retries_stopped": f"{actor} stopped the retries",
+            "pass_resumed": f"Resumed at {meta.get('agent_name', '?')} after a restart",
+            "waits_for_cli": (
+                f"{meta.get('agent_name', '?')} waits for "
+                f"{health_key_label(meta.get('cli', '?'))}: {meta.get('reason', '')}"
+            ),
+            "review_postponed": (
+                f"{actor} asked for review, but a comment came while it worked: the agents go "
+                "around again"
+            ),
             "blocker_added": f"{actor} made it wait for “{meta.get('blocker_summary', '?')}”",
             "blocker_removed": (
                 f"{actor} removed the wait for “{meta.get('blocker_summary', '?')}”"

@@ -314,7 +314,9 @@ def task_comment_add(request, task_id: str):
     form = CommentForm(request.POST, auto_id="task_comment_%s")
     if form.is_valid():
         try:
-            services.comment_create(task=task, content=form.cleaned_data["content"], actor=USER)
+            services.comment_create_and_send_around(
+                task=task, content=form.cleaned_data["content"], actor=USER
+            )
         except ServiceError as error:
             apply_service_error(form, error)
         else:

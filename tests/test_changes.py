@@ -24,7 +24,7 @@ from runner.models import AgentRun
 from runner.worker import jobs
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import TaskQueueItem, TaskStatus
-from tasks.services import comment_create, task_create, task_delete, task_status_set
+from tasks.services import comment_create_and_send_around, task_create, task_delete, task_status_set
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
 
@@ -152,7 +152,7 @@ def test_per_run_and_whole_task_diffs_in_the_tasks_temp_folder(tmp_path):
     assert not (folder / ".git").exists()  # the folder was not made a repository
     task.refresh_from_db()
     task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
-    comment_create(
+    comment_create_and_send_around(
         task=task, content="@fake Builder: append a.txt more\\n delete b.txt", actor=USER
     )
     run_pass(task)

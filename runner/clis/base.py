@@ -189,6 +189,13 @@ class Cli(ABC):
         names one (read only from the CLI's own error output, never from the agent's text)."""
         return None
 
+    def cannot_run_reason(self, result) -> str | None:
+        """Why this CLI cannot run at all (logged out, unknown model, not this CLI), read from a
+        failed run's process result (runner.worker.process.ProcessResult), else None. Such a
+        run is not retried on a timer: its tasks wait until the CLI works again (DESIGN
+        "Retries"). A process that could not start is that already, for every CLI."""
+        return None
+
 
 def config_with_server(config: object, key: str, name: str, entry: dict) -> dict:
     """A CLI's JSON configuration (anything but an object counts as none) with the MCP server
