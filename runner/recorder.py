@@ -86,7 +86,6 @@ class RunRecorder:
             worker_id=worker_id,
         )
         self.started = False
-        self.start_error: Exception | None = None  # set when the start transaction failed
         if not deferred:
             self.start_writes()
 

@@ -103,12 +103,6 @@ def cli_limits() -> list[dict]:
     ]
 
 
-def cli_health_marked() -> set[str]:
-    """CLIs a health check marked unhealthy or slow (a successful run clears the mark)."""
-    marked = CliHealth.objects.filter(status__in=HEALTH_MARKS)
-    return set(marked.values_list("cli_type", flat=True))
-
-
 def cli_broken() -> dict[str, str]:
     """CLIs that cannot run at all ("unhealthy": a failed check or a run that could not run),
     each with why: work that needs them waits (DESIGN "Retries")."""

@@ -372,6 +372,8 @@ class TaskPass:
         self.first_trees: dict[str, str] = {}  # the task's first snapshot per store
         self.started_log = None  # the next run's agent_started log, shown in its input
         self.activity_at: float | None = None  # when this pass last bumped the workspace
+        self.settings: dict | None = None  # read once the pass may run
+        self.pass_started = None  # its real start (kept when it continues where it stopped)
         # The agent whose run failed last time (its answer ends the failure streak).
         self.retried_agent_id = item.resume_agent_id
 
@@ -590,8 +592,8 @@ class TaskPass:
                 item=self.item,
                 agent=self.agent,
                 message=message,
-                pass_started=getattr(self, "pass_started", None),
-                settings=getattr(self, "settings", None),
+                pass_started=self.pass_started,
+                settings=self.settings,
             )
         self.ended = True
 
