@@ -1,7 +1,8 @@
 # Two commands for a fresh machine: `make run` and `make test`.
 # `make test` runs the tests in two processes (pytest-xdist), a test file in one of them (module
 # fixtures such as the browser or the installed package are set up once): the whole suite on
-# SQLite, then again on a PostgreSQL the session starts (Debian's postgresql package).
+# SQLite, then on a PostgreSQL the session starts (Debian's postgresql package) the tests marked
+# `pg`, those whose proof depends on the database. Mark new tests by the rule in tests/conftest.py.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -31,7 +32,7 @@ test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest -n 2 --dist loadfile
-	MALAMAR_TEST_DATABASE=postgres $(BIN)/pytest -n 2 --dist loadfile
+	MALAMAR_TEST_DATABASE=postgres $(BIN)/pytest -n 2 --dist loadfile -m pg
 
 lint: install-dev
 	$(BIN)/ruff check --fix .

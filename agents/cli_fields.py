@@ -38,6 +38,18 @@ def clean_cli(cli_type: str, *, field: str = "cli_type", choices=AGENT_CLI_TYPES
     return cli_type
 
 
+def clean_override_cli(cli_type) -> str | None:
+    """A chat participant's CLI override: one of the four CLIs, or None (its agent's own). The
+    chat API and a workspace import check it here alike."""
+    if cli_type is None:
+        return None
+    if cli_type not in CliType.values:
+        raise ValidationFailed(
+            f"cli_type must be one of {', '.join(CliType.values)} or null", field="cli_type"
+        )
+    return cli_type
+
+
 def _one_line(value: str, *, field: str, label: str) -> None:
     if any(ch in value for ch in "\n\r\x00"):
         raise ValidationFailed(f"{label} must not contain line breaks or NUL", field=field)

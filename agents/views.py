@@ -34,7 +34,6 @@ def _panel(request, workspace: Workspace, *, toast: str = "", close_dialog: bool
         trigger_client_event(response, "malamar:dialog-close", {})
     if toast:
         toast_event(response, toast)
-    trigger_client_event(response, "malamar:agents-saved", {})
     return response
 
 

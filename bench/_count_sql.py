@@ -5,6 +5,7 @@
 Every database connection the worker opens gets an execute wrapper that counts statements by
 their first word (SELECT, INSERT, UPDATE, DELETE, SAVEPOINT, RELEASE, BEGIN, ...); COMMIT and
 ROLLBACK go to SQLite directly, not through a cursor, so they are counted on the connection.
+The programs the worker starts (`git`, the CLIs) are counted by name too, under "processes".
 SIGUSR1 writes the totals to COUNTS_FILE as JSON (atomically, with a sequence number the bench
 waits for). The command itself runs exactly as `manage.py runworker` does (system checks
 included), through its name, so this keeps working whatever module holds the worker.
@@ -13,6 +14,7 @@ included), through its name, so this keeps working whatever module holds the wor
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 counts: Counter = Counter()
+processes: Counter = Counter()
 lock = threading.Lock()
 dumps = 0
 
@@ -51,11 +54,29 @@ def instrument(sender, connection, **kwargs) -> None:
         setattr(connection, name, counted)
 
 
+def count_processes() -> None:
+    """Every program started through subprocess (git, the CLIs), by its file name."""
+    execute_child = subprocess.Popen._execute_child
+
+    def counted(self, args, executable, *rest, **kwargs):
+        program = executable or (args if isinstance(args, (str, bytes)) else args[0])
+        with lock:
+            processes[os.path.basename(os.fsdecode(program))] += 1
+        return execute_child(self, args, executable, *rest, **kwargs)
+
+    subprocess.Popen._execute_child = counted
+
+
 def dump(path: Path) -> None:
     global dumps
     dumps += 1
     with lock:
-        data = {"seq": dumps, "time": time.time(), "counts": dict(counts)}
+        data = {
+            "seq": dumps,
+            "time": time.time(),
+            "counts": dict(counts),
+            "processes": dict(processes),
+        }
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(data))
     os.replace(partial, path)
@@ -67,6 +88,7 @@ def main() -> None:
     from django.db.backends.signals import connection_created
 
     connection_created.connect(instrument, weak=False)
+    count_processes()
     signal.signal(signal.SIGUSR1, lambda signum, frame: dump(path))
     from django.core.management import execute_from_command_line
 

@@ -8,7 +8,10 @@
  * A task run writes $BENCH_FAKE_OUTPUT (default: one skip action) to the output file.
  * Standard input is drained to EOF, as the real Codex does.
  * $BENCH_FAKE_SLEEP_MS (task runs only) sleeps that long before answering: a CPU-light stand-in
- * for a model that takes time (bench/scale.py).
+ * for a model that takes time (bench/scale.py); "MIN-MAX" sleeps a random time in that range
+ * (bench/events.py --scale).
+ * `--bench-edit FILE` (an agent's extra argument; task runs only) appends a line to FILE in the
+ * working directory: an agent that changes a file at every run (bench/gap.py).
  *
  * Its own lifetime goes to $BENCH_CLI_LOG, one line per run, appended in a single write:
  *   KIND START END PID PROMPT
@@ -51,11 +54,32 @@ static void write_all(int fd, const char *text, size_t size) {
 }
 
 static void sleep_ms(const char *text) {
-    long ms = text ? strtol(text, NULL, 10) : 0;
+    char *rest = NULL;
+    long ms = text ? strtol(text, &rest, 10) : 0;
+    if (rest && *rest == '-') {
+        long most = strtol(rest + 1, NULL, 10);
+        srand((unsigned)(getpid() ^ (unsigned)(now() * 1e6)));
+        if (most > ms) ms += rand() % (most - ms + 1);
+    }
     if (ms <= 0) return;
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
     }
+}
+
+static const char *edit_option(int argc, char **argv) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--bench-edit")) return argv[i + 1];
+    return NULL;
+}
+
+static void append_line(const char *path, double when) {
+    char line[64];
+    int size = snprintf(line, sizeof line, "run %d at %.6f\n", (int)getpid(), when);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) return;
+    write_all(fd, line, (size_t)size);
+    close(fd);
 }
 
 static void drain_stdin(void) {
@@ -74,6 +98,8 @@ int main(int argc, char **argv) {
     drain_stdin();
     if (output_path) {
         sleep_ms(getenv("BENCH_FAKE_SLEEP_MS"));
+        const char *edit = edit_option(argc, argv);
+        if (edit) append_line(edit, start);
         const char *text = getenv("BENCH_FAKE_OUTPUT");
         if (!text || !*text) text = DEFAULT_OUTPUT;
         int fd = open(output_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);

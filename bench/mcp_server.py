@@ -2,12 +2,18 @@
 
     .venv/bin/python bench/mcp_server.py               # a workspace of 2,000 tasks
     .venv/bin/python bench/mcp_server.py --tasks 500
+    .venv/bin/python bench/mcp_server.py --initialize-only --starts 9
+    .venv/bin/python bench/mcp_server.py --initialize-only --source /tmp/older-checkout
 
 Black box: a temp data dir, migrated and filled through the services (tasks with a
 few words of summary and a paragraph of description drawn from a small vocabulary), then the
 server started as an agent CLI starts it (the command Malamar's runs configure), over stdio.
 
 Measured:
+- initialize: process start → the answer to `initialize` (what Claude Code and Codex wait for
+  before their first request), and the CPU time the server spent until then; median of
+  --starts starts. `--source DIR` runs the server from another checkout (e.g. `git archive` of
+  an older commit) for a before/after on the same machine and data.
 - start: process start → tools listed (what a CLI waits for before its first turn)
 - each tool: median and slowest of N calls (search with and without a text filter, get, related)
 - related_tasks alone, in-process: rank_similar over the workspace's texts
@@ -25,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 from mcp import Client, StdioServerParameters
 
 from tasks.similarity import rank_similar
@@ -61,13 +68,56 @@ print(json.dumps({"workspace": ws.id, "tasks": ids}))
 """
 
 
-def env_for(data_dir: Path) -> dict:
+def env_for(data_dir: Path, source: Path = ROOT) -> dict:
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "malamar_site.settings",
         "MALAMAR_DATA_DIR": str(data_dir),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(source),
     }
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"},
+    },
+}
+
+
+def initialize_once(data_dir: Path, workspace: str, source: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds from the server's start to its answer to `initialize`, written to
+    its stdin at once, as a CLI does."""
+    command = [sys.executable, "-P", "-m", "malamar_site.cli", "mcp", f"--workspace={workspace}"]
+    started = time.perf_counter()
+    server = subprocess.Popen(
+        command,
+        cwd=source,
+        env=env_for(data_dir, source),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        server.stdin.write((json.dumps(INITIALIZE) + "\n").encode())
+        server.stdin.flush()
+        answer = server.stdout.readline()
+        wall = time.perf_counter() - started
+        times = psutil.Process(server.pid).cpu_times()
+        assert json.loads(answer)["result"]["serverInfo"]["name"] == "malamar", answer
+        return wall, times.user + times.system
+    finally:
+        server.kill()
+        server.wait()
+
+
+def initialize_times(data_dir: Path, workspace: str, starts: int, source: Path) -> dict:
+    found = [initialize_once(data_dir, workspace, source) for _ in range(starts)]
+    return {"wall": [w for w, _ in found], "cpu": [c for _, c in found]}
 
 
 def prepare(data_dir: Path, count: int) -> dict:
@@ -131,6 +181,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--starts", type=int, default=7, help="starts timed to `initialize`")
+    parser.add_argument("--initialize-only", action="store_true", help="skip the tool calls")
+    parser.add_argument("--source", type=Path, default=ROOT, help="the checkout to serve from")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="malamar-bench-mcp-") as folder:
@@ -138,8 +191,16 @@ def main() -> None:
         data_dir.mkdir()
         (data_dir / "malamar.db").touch()  # not a first launch: no sample workspace
         seeded = prepare(data_dir, args.tasks)
-        results = asyncio.run(measure(data_dir, seeded, args.calls))
+        started = initialize_times(data_dir, seeded["workspace"], args.starts, args.source)
+        results = {} if args.initialize_only else asyncio.run(measure(data_dir, seeded, args.calls))
     print(f"malamar mcp, a workspace of {args.tasks} tasks (load average {load:.2f})")
+    print(f"  served from {args.source}")
+    wall, cpu = ([t * 1000 for t in started[key]] for key in ("wall", "cpu"))
+    print(
+        f"  {'initialize answered':28} median {statistics.median(wall):7.0f} ms "
+        f"(fastest {min(wall):.0f}, slowest {max(wall):.0f}; {len(wall)} starts), "
+        f"CPU until then median {statistics.median(cpu):.0f} ms"
+    )
     for label, times in results.items():
         ms = [t * 1000 for t in times]
         if len(ms) == 1:

@@ -3,7 +3,10 @@ each process's RSS and USS (psutil) and the total; with `--steps N`, run N agent
 4 agents whose stand-in CLI, bench/fakecli.c compiled as `codex`, answers at once) and print
 them again once idle; then stop it with SIGTERM.
 
-    .venv/bin/python bench/memory.py [--settle 5] [--steps 10000] [--root PATH]
+    .venv/bin/python bench/memory.py [--settle 5] [--steps 10000 [--rounds 4]] [--root PATH]
+
+`--rounds 4` runs the steps in four rounds and measures after each: flat memory shows as the
+same numbers from one round to the next.
 
 `--root` measures another checkout (e.g. a `git worktree` of an older commit) with this venv.
 """
@@ -69,26 +72,33 @@ def measure(wrapper_pid: int, title: str) -> None:
     print(f"{'total':<24}{total_rss / MB:>9.1f}{total_uss / MB:>9.1f}", flush=True)
 
 
-def run_steps(port: int, steps: int, log: Path, workspaces: int = 10) -> None:
-    """Queue steps/4 tasks over `workspaces` workspaces of 4 agents, wait until the stub CLI
-    logged `steps` runs."""
+def make_workspaces(port: int, count: int = 10) -> list[dict]:
+    """`count` workspaces of 4 agents on the stub CLI."""
     api = f"http://127.0.0.1:{port}/api"
     spaces = []
-    for n in range(workspaces):
+    for n in range(count):
         ws = requests.post(f"{api}/workspaces", json={"title": f"M{n}"}, timeout=10).json()
         for a in range(4):
             agent = {"name": f"A{a}", "instruction": "Go", "cli_type": "codex"}
             requests.post(f"{api}/workspaces/{ws['id']}/agents", json=agent, timeout=10)
         spaces.append(ws)
+    return spaces
+
+
+def run_steps(port: int, spaces: list[dict], steps: int, log: Path) -> None:
+    """Queue steps/4 tasks over the workspaces, wait until the stub CLI logged `steps` more
+    runs."""
+    api = f"http://127.0.0.1:{port}/api"
+    before = len(log.read_text().splitlines()) if log.exists() else 0
     started = time.monotonic()
     for n in range((steps + 3) // 4):
-        ws = spaces[n % workspaces]
+        ws = spaces[n % len(spaces)]
         task = {"summary": f"t{n}", "description": "bench"}
         requests.post(f"{api}/workspaces/{ws['id']}/tasks", json=task, timeout=10)
     done = 0
     while done < steps:
         time.sleep(1)
-        done = len(log.read_text().splitlines()) if log.exists() else 0
+        done = (len(log.read_text().splitlines()) if log.exists() else 0) - before
     print(f"{done} agent steps in {time.monotonic() - started:.0f} s", flush=True)
 
 
@@ -105,6 +115,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=5, help="seconds idle before measuring")
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to run")
     parser.add_argument("--steps", type=int, default=0, help="agent steps to run, then measure")
+    parser.add_argument("--rounds", type=int, default=1, help="measure after each of N rounds")
     args = parser.parse_args()
     port = free_port()
     data_dir = tempfile.mkdtemp(prefix="malamar-memory-")
@@ -132,9 +143,12 @@ def main() -> None:
         time.sleep(args.settle)
         measure(proc.pid, "idle")
         if args.steps:
-            run_steps(port, args.steps, log)
-            time.sleep(args.settle)
-            measure(proc.pid, f"after {args.steps} steps")
+            spaces = make_workspaces(port)
+            per_round = args.steps // args.rounds
+            for round_number in range(1, args.rounds + 1):
+                run_steps(port, spaces, per_round, log)
+                time.sleep(args.settle)
+                measure(proc.pid, f"after {per_round * round_number} steps")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)

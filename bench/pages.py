@@ -2,7 +2,7 @@
 
 Seeds a workspace with 2,000 tasks (spread over the four columns, with comments and agent runs)
 and a 200-message chat, then renders through Django's test client and prints p50/p95 server
-time and the SQL query count of:
+time, the median CPU time and the SQL query count of:
 - the Kanban board (workspace page, tasks tab)
 - the task detail popup (a task with 40 comments and 10 runs)
 - the chat popup (200 messages)
@@ -145,7 +145,7 @@ def seed(tasks: int, messages: int) -> dict:
     return {"workspace": workspace, "task": detail_task, "chat": chat}
 
 
-def measure(client, url: str, repeat: int, **headers) -> tuple[list[float], int, int]:
+def measure(client, url: str, repeat: int, **headers) -> tuple[list[float], list[float], int, int]:
     from django.db import connection
 
     response = client.get(url, **headers)  # warm caches (templates, markdown)
@@ -153,12 +153,13 @@ def measure(client, url: str, repeat: int, **headers) -> tuple[list[float], int,
     queries = []  # counted with a wrapper: each request start clears Django's query log
     with connection.execute_wrapper(lambda run, sql, *rest: queries.append(sql) or run(sql, *rest)):
         client.get(url, **headers)
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         response = client.get(url, **headers)
         times.append((time.perf_counter() - start) * 1000)
-    return times, len(queries), len(response.content)
+        cpu.append((time.process_time() - start_cpu) * 1000)
+    return times, cpu, len(queries), len(response.content)
 
 
 def main() -> None:
@@ -184,12 +185,17 @@ def main() -> None:
         ),
         (f"chat popup ({args.messages} msgs)", reverse("chat_popup", args=[data["chat"].id]), htmx),
     ]
-    print(f"{'page':<40} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'queries':>8} {'KB':>6}")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load {load}; CPU ms: this process's CPU time (SQLite included), steadier under load")
+    print(
+        f"{'page':<40} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'CPU ms':>8}"
+        f" {'queries':>8} {'KB':>6}"
+    )
     for name, url, headers in pages:
-        times, queries, size = measure(client, url, args.repeat, **headers)
+        times, cpu, queries, size = measure(client, url, args.repeat, **headers)
         print(
             f"{name:<40} {statistics.median(times):8.1f} {percentile(times, 95):8.1f} "
-            f"{max(times):8.1f} {queries:8d} {size / 1024:6.0f}"
+            f"{max(times):8.1f} {statistics.median(cpu):8.1f} {queries:8d} {size / 1024:6.0f}"
         )
 
 

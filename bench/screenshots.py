@@ -4,7 +4,9 @@ Starts a real server on a temp data dir with the sample workspace (tasks, commen
 run with its trace), opens it in Debian's Chromium at 1280x800, and writes
 docs/workspace-{light,dark}.png (Agents tab), docs/board-{light,dark}.png (Kanban) and
 docs/task-{light,dark}.png (task popup: comments, activity), docs/chat-{light,dark}.png
-(chat popup) and docs/changes-light.png (a task's Changes tab), each kept under 200 KB.
+(chat popup), docs/changes-light.png (a task's Changes tab), docs/review-light.png (a line
+comment, a draft and the verdicts) and docs/review-phone{,-changes}.png (the review on a
+390 px phone), each kept under 200 KB.
 
     .venv/bin/python bench/screenshots.py [--out docs]
 """
@@ -149,6 +151,13 @@ AgentRun.objects.create(id=new_id(), workspace=workspace, task=review, agent_id=
     ended_at=now, working_directory=str(folder), snapshot_store=before.store,
     tree_before=before.tree, tree_after=after.tree, files_changed=3, lines_added=15,
     lines_removed=1, task_files_changed=3, task_lines_added=15, task_lines_removed=1)
+# A review note with a line comment on the new file (the line comment is anchored to the run's
+# snapshot, as one made in the Changes tab).
+from tasks.services import task_review_submit
+task_review_submit(task=Task.objects.get(id=review.id), verdict="comment", actor=USER,
+    body="Close. One thing before I approve:", line_comments=[{"path": "app/limits.py",
+    "line": 8, "end_line": 9, "body": "Two requests at once both read 0 here: use "
+    "`cache.add(key, 0, 60)`, then `cache.incr(key)`."}])
 print(workspace.id, busy.id, chat.id, review.id)
 """
 
@@ -160,6 +169,36 @@ def shoot(page, path: Path) -> None:
     print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {size:,} B")
     if size > MAX_BYTES:
         sys.exit(f"{path} is {size:,} bytes; keep screenshots under {MAX_BYTES:,}")
+
+
+def review_shots(page, out: Path) -> None:
+    """The review on a desktop: a line comment under its line, a draft, the verdicts."""
+    file = page.locator('.change-file[data-change-path="app/limits.py"]')
+    last = file.locator("tr.diff__line").filter(has_text="return count >= LIMIT")
+    last.locator(".diff__code").click()
+    page.locator(".draft-box textarea").fill("Say in the form how long it waits.")
+    page.get_by_role("button", name="Add comment").click()
+    page.wait_for_selector(".diff__draft")
+    file.locator(".diff__comment").evaluate("(el) => el.scrollIntoView({block: 'center'})")
+    shoot(page, out / "review-light.png")
+
+
+def phone_shots(browser, base: str, review_id: str, out: Path) -> None:
+    """The review on a 390 px phone: the one-line head, the line comment, the big Approve;
+    then the Changes tab across the whole width."""
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True
+    )
+    page = context.new_page()
+    page.goto(f"{base}?tab=tasks&task={review_id}")
+    page.wait_for_selector("#task-dialog[open] .line-anchor")
+    page.locator("#task-comments .line-anchor").scroll_into_view_if_needed()
+    shoot(page, out / "review-phone.png")
+    page.get_by_role("tab", name="Changes").click()
+    page.wait_for_selector("#task-dialog .diff__comment")
+    page.locator("#task-dialog .diff__comment").scroll_into_view_if_needed()
+    shoot(page, out / "review-phone-changes.png")
+    context.close()
 
 
 def main() -> None:
@@ -211,7 +250,9 @@ def main() -> None:
                     page.get_by_role("tab", name="Changes").click()
                     page.wait_for_selector("#task-dialog .change-file .diff__line--add")
                     shoot(page, args.out / "changes-light.png")
+                    review_shots(page, args.out)
                 context.close()
+            phone_shots(browser, f"{server.url}/workspaces/{workspace_id}/", review_id, args.out)
             browser.close()
     finally:
         if server:

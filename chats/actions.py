@@ -2,7 +2,8 @@
 
 Actions run in order, each on its own: one failing does not stop the others. Workspace agents
 may only rename the chat and create tasks; the Malamar agent may also manage agents and the
-workspace. `rename_chat` only works before the chat's first agent reply (silently ignored after).
+workspace, and review tasks In Review for the person. `rename_chat` only works before the
+chat's first agent reply (silently ignored after).
 """
 
 import logging
@@ -15,7 +16,8 @@ from chats.services import chat_update
 from core.errors import ServiceError
 from runner.schemas import AGENT_CHAT_ACTION_TYPES, MALAMAR_CHAT_ACTION_TYPES
 from runner.selectors import first_available_cli
-from tasks.services import task_create
+from tasks.models import Task
+from tasks.services import task_create, task_review_submit
 from workspaces.services import EDITABLE_FIELDS, workspace_update
 
 log = logging.getLogger(__name__)
@@ -157,12 +159,37 @@ def _create_task(chat: Chat, action: dict, refs: TaskRefs) -> None:
         refs.ids[ref] = task.id
 
 
+def _review_task(chat: Chat, action: dict) -> None:
+    """The person's review of an In Review task of this workspace, left for them by the Malamar
+    agent (same service, same rules as the review buttons and the API)."""
+    task_id = _text(action, "task_id")
+    task = Task.objects.select_related("workspace").filter(id=task_id).first()
+    if task is None or task.workspace_id != chat.workspace_id:
+        raise ActionFailed(f"Task {task_id} not found in this workspace")
+    line_comments = action.get("line_comments") or []
+    if not isinstance(line_comments, list):
+        raise ActionFailed("'line_comments' must be a list")
+    task_review_submit(
+        task=task,
+        verdict=_text(action, "verdict"),
+        body=action.get("body") or "",
+        # The strict schema sends every key: a null means "not given".
+        line_comments=[_given(item) for item in line_comments],
+        merge=action.get("merge"),
+    )
+
+
+def _given(item):
+    return {k: v for k, v in item.items() if v is not None} if isinstance(item, dict) else item
+
+
 HANDLERS = {
     "create_agent": _create_agent,
     "update_agent": _update_agent,
     "delete_agent": _delete_agent,
     "reorder_agents": _reorder_agents,
     "update_workspace": _update_workspace,
+    "review_task": _review_task,
 }
 
 

@@ -25,6 +25,9 @@ class ChatOut(Schema):
     is_processing: bool
     last_message_preview: str
     last_activity_at: datetime
+    last_seen_at: datetime = Field(
+        description="When you last looked at it: replies after this are in GET /api/needs-you."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -160,6 +163,14 @@ def delete_chat(request, chat_id: str):
 def send_message(request, chat_id: str, payload: ChatMessageCreate):
     chat = get_or_404(Chat, chat_id, "Chat")
     return Status(201, services.chat_message_send(chat=chat, message=payload.message))
+
+
+@router.post("/chats/{chat_id}/seen", response=ChatOut)
+def mark_chat_seen(request, chat_id: str):
+    """You read the chat: its replies so far leave GET /api/needs-you (opening it in the app
+    does the same)."""
+    services.chat_seen(chat=get_or_404(Chat, chat_id, "Chat"))
+    return _summary(chat_id)
 
 
 @router.post("/chats/{chat_id}/cancel", response=ChatOut)

@@ -1,4 +1,5 @@
 from django.db import models
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from core.fields import choices_check, id_field
@@ -33,6 +34,8 @@ class Chat(models.Model):
         "workspaces.Workspace", on_delete=models.CASCADE, related_name="chats"
     )
     title = models.CharField(max_length=200, default=DEFAULT_CHAT_TITLE)
+    # When the person last looked at the chat: agent replies after it "need you".
+    last_seen_at = models.DateTimeField(default=timezone.now, db_default=Now())
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

@@ -39,6 +39,7 @@ ACTION_LABELS = {
     "update_workspace": ("Updated workspace settings", None),
     "rename_chat": ("Renamed the chat", "title"),
     "create_task": ("Created task", "summary"),
+    "review_task": ("Reviewed a task", "verdict"),
 }
 
 
@@ -317,3 +318,40 @@ def chat_agent_options(workspace_id: str, chat: Chat | None = None) -> dict:
         "everyone": everyone,
         "clis": cli_options(),
     }
+
+
+# --- "Needs you" ----------------------------------------------------------------------------
+
+
+def _unseen_replies():
+    latest = ChatMessage.objects.filter(chat_id=OuterRef("pk"), role=ChatRole.AGENT).order_by(
+        "-created_at", "-id"
+    )
+    return Chat.objects.annotate(
+        last_reply_at=Subquery(latest.values("created_at")[:1]),
+    ).filter(last_reply_at__gt=F("last_seen_at"))
+
+
+def chats_with_unseen_replies(limit: int) -> list[Chat]:
+    """Chats in every workspace whose agent replied since the person last looked, newest reply
+    first, with `last_reply_at`, `last_reply_agent` and `last_reply_preview`. One query."""
+    latest = ChatMessage.objects.filter(chat_id=OuterRef("pk"), role=ChatRole.AGENT).order_by(
+        "-created_at", "-id"
+    )
+    chats = list(
+        _unseen_replies()
+        .annotate(
+            last_reply_agent=Subquery(latest.values("agent_name")[:1]),
+            last_reply_text=Subquery(latest.values("message")[:1]),
+        )
+        .select_related("workspace")
+        .order_by("-last_reply_at", "id")[:limit]
+    )
+    for chat in chats:
+        chat.last_reply_agent = chat.last_reply_agent or MALAMAR_NAME
+        chat.last_reply_preview = message_preview("agent", chat.last_reply_text)
+    return chats
+
+
+def unseen_reply_count() -> int:
+    return _unseen_replies().count()

@@ -8,9 +8,11 @@ its queue item or deleting its rows; the worker does the rest (DESIGN "Stopping 
 import logging
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agents.models import CUSTOM_CLI, Agent, CliType
+from agents.cli_fields import clean_override_cli
+from agents.models import CUSTOM_CLI, Agent
 from chats import attachments
 from chats.cli_notes import no_cli_message
 from chats.models import (
@@ -29,7 +31,6 @@ from core.wake import wake_worker_on_commit
 from runner.clis import cli_label
 from runner.models import QueueStatus
 from runner.selectors import cli_available
-from runner.services import agent_runs_forget_snapshots
 from workspaces.models import Workspace
 from workspaces.services import workspace_touch
 
@@ -53,13 +54,7 @@ def _clean_title(title) -> str:
 
 
 def _clean_cli(cli_type) -> str | None:
-    if cli_type is None:
-        return None
-    if cli_type not in CliType.values:
-        raise ValidationFailed(
-            f"cli_type must be one of {', '.join(CliType.values)} or null", field="cli_type"
-        )
-    return cli_type
+    return clean_override_cli(cli_type)
 
 
 def chat_agent_resolve(*, workspace_id: str, agent_id: str | None) -> Agent | None:
@@ -155,7 +150,6 @@ def chat_delete(*, chat: Chat) -> None:
     chat_id = chat.id
     with transaction.atomic():
         payload = _chat_payload(chat)
-        agent_runs_forget_snapshots(runs=chat.runs.all())
         chat.delete()
         workspace_touch(payload["workspace_id"])
         events.publish("chat.deleted", payload)
@@ -246,6 +240,7 @@ def chat_message_send(*, chat: Chat, message: str) -> ChatMessage:
             chat=chat, role=ChatRole.USER, message=message, created_at=now
         )
         _added(chat, ChatRole.USER, now)
+        Chat.objects.filter(id=chat.id).update(last_seen_at=now)  # they are looking
         for note in notes:
             chat_message_add_system(chat=chat, message=note)
         for participant in ready:
@@ -259,6 +254,17 @@ def chat_message_send(*, chat: Chat, message: str) -> ChatMessage:
         if ready:
             wake_worker_on_commit()
     return msg
+
+
+def chat_seen(*, chat: Chat) -> bool:
+    """The person looked at the chat: the replies so far no longer "need you". One UPDATE that
+    changes nothing (and is not made) when no agent replied since they last looked. Returns
+    whether it moved."""
+    now = timezone.now()
+    newer = ChatMessage.objects.filter(
+        chat_id=OuterRef("pk"), role=ChatRole.AGENT, created_at__gt=OuterRef("last_seen_at")
+    )
+    return bool(Chat.objects.filter(id=chat.id).filter(Exists(newer)).update(last_seen_at=now))
 
 
 def chat_cancel(*, chat: Chat) -> Chat:

@@ -1,9 +1,10 @@
 """Chats pages (htmx fragments). Thin: parse → service → fragment.
 
 The Chat tab lists the workspace's chats; a chat opens in a popup (`chats/popup.html`) made of
-three regions that refresh on their own: the head (title, agent, CLI), the live part (agent
-pills, messages, the pending reply) and the composer. Validation errors answer 200 with the
-error in the fragment or a toast (browsers log 4xx XHRs as console errors).
+the head (title, agent, CLI), the live part (agent pills, messages, the pending reply) and the
+composer. A change answers with the part it changed; the live event it publishes refreshes the
+others and the list (README "Live refreshes"). Validation errors answer 200 with the error in
+the fragment or a toast (browsers log 4xx XHRs as console errors).
 """
 
 from functools import partial
@@ -27,15 +28,13 @@ from chats.forms import (
 from chats.models import Chat, ChatMessage, ChatParticipant
 from chats.pages import draft_context, list_context, new_options, popup_context
 from core.errors import Conflict, ServiceError
-from core.htmx import toast
+from core.htmx import gone, toast
 from workspaces.links import workspace_tab_url
 from workspaces.models import Workspace
 
 PANEL = "chats/panel.html"
 POPUP = "chats/popup.html"
 MENU = "chats/new_menu.html"
-REFRESH = "chats:refresh"  # the popup re-reads its regions (chats.js)
-LIST_REFRESH = "chats:list-refresh"
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -51,11 +50,6 @@ def chat_url(chat) -> str:
 
 def _chat(chat_id: str) -> Chat:
     return get_object_or_404(Chat, id=chat_id)
-
-
-def _refresh(response, chat_id: str):
-    trigger_client_event(response, REFRESH, {"chat_id": chat_id})
-    return trigger_client_event(response, LIST_REFRESH, {})
 
 
 def _error_only(message: str):
@@ -125,47 +119,31 @@ def chat_new(request, workspace_id: str):
     if not request.htmx:
         return redirect(chat_url(chat))
     response = render(request, POPUP, popup_context(chat.id))
-    push_url(response, chat_url(chat))
-    return trigger_client_event(response, LIST_REFRESH, {})
+    return push_url(response, chat_url(chat))
 
 
 # --- popup ------------------------------------------------------------------------------
 
 
+# The popup's parts, by the id of the element htmx swaps one into (HX-Target).
+POPUP_PARTS = {"chat-head": "head", "chat-live": "live"}
+
+
 @require_GET
-@vary_on_headers("HX-Request")
+@vary_on_headers("HX-Request", "HX-Target")
 def chat_popup(request, chat_id: str):
-    chat = _chat(chat_id)
-    if not request.htmx:
-        return redirect(chat_url(chat))
-    return render(request, POPUP, popup_context(chat.id))
-
-
-def _popup_refresh(request, chat_id: str, partial: str) -> HttpResponse:
-    """A live refresh of an open popup. The chat may have been deleted a moment ago (its
-    refresh was already on its way): nothing to swap, 200 so the browser logs no error, and
-    `chats:gone` closes the popup."""
+    """The chat popup, or the part of it that the request's HX-Target names."""
+    part = POPUP_PARTS.get(request.htmx.target or "") if request.htmx else None
     chat = Chat.objects.filter(id=chat_id).first()
-    if chat is None and request.htmx:
-        response = reswap(HttpResponse(), "none")
-        return trigger_client_event(response, "chats:gone", {"chat_id": chat_id})
+    if chat is None and part:
+        return gone("This chat was deleted")  # a refresh on its way when it was deleted
     if chat is None:
         raise Http404("Chat not found")
     if not request.htmx:
         return redirect(chat_url(chat))
-    return render(request, f"{POPUP}#{partial}", popup_context(chat.id))
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-def chat_head(request, chat_id: str):
-    return _popup_refresh(request, chat_id, "head")
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-def chat_live(request, chat_id: str):
-    return _popup_refresh(request, chat_id, "live")
+    services.chat_seen(chat=chat)  # the person looks at it now ("Needs you")
+    template = f"{POPUP}#{part}" if part else POPUP
+    return render(request, template, popup_context(chat.id))
 
 
 def _head(request, chat: Chat, **extra):
@@ -193,7 +171,7 @@ def chat_rename(request, chat_id: str):
     if error:
         title = request.POST.get("title", "")
         return _head(request, chat, editing=True, title_error=error, title_value=title)
-    return _refresh(_head(request, chat), chat.id)
+    return _head(request, chat)
 
 
 def _agent_choice(request) -> str | None:
@@ -210,10 +188,10 @@ def _write_then(request, chat: Chat, fragment, write) -> HttpResponse:
     except ServiceError as error:
         if not request.htmx:
             return _no_js(request, chat, error)
-        return _refresh(toast(fragment(request, chat), error.message, level="error"), chat.id)
+        return toast(fragment(request, chat), error.message, level="error")
     if not request.htmx:
         return _no_js(request, chat)
-    return _refresh(fragment(request, chat), chat.id)
+    return fragment(request, chat)
 
 
 @require_POST
@@ -243,7 +221,7 @@ def chat_cli(request, chat_id: str):
     response = _head(request, chat)
     if error:
         toast(response, error.message, level="error")
-    return _refresh(response, chat.id)
+    return response
 
 
 @require_POST
@@ -262,8 +240,7 @@ def chat_send(request, chat_id: str):
     if not request.htmx:
         return _no_js(request, chat, ServiceError(error) if error else None)
     extra = {"send_error": error, "message_value": request.POST.get("message", "")} if error else {}
-    response = render(request, f"{POPUP}#composer", popup_context(chat.id, **extra))
-    return _refresh(response, chat.id)
+    return render(request, f"{POPUP}#composer", popup_context(chat.id, **extra))
 
 
 @require_POST
@@ -277,7 +254,7 @@ def chat_stop(request, chat_id: str):
         note = "Nothing to stop: the agents already answered."
     if not request.htmx:
         return _no_js(request, chat, notice=note or "Stopping…")
-    response = _refresh(_live(request, chat), chat.id)
+    response = _live(request, chat)
     if note:
         toast(response, note, level="info")
     return response
@@ -293,12 +270,12 @@ def chat_upload(request, chat_id: str):
     except ServiceError as error:
         if not request.htmx:
             return _no_js(request, chat, error)
-        return _refresh(toast(_live(request, chat), error.message, level="error"), chat.id)
+        return toast(_live(request, chat), error.message, level="error")
     count = len(stored)
     notice = f"Uploaded {count} file{'s' if count != 1 else ''}"
     if not request.htmx:
         return _no_js(request, chat, notice=notice)
-    return _refresh(toast(_live(request, chat), notice), chat.id)
+    return toast(_live(request, chat), notice)
 
 
 @require_POST
@@ -345,7 +322,7 @@ def participant_toggle(request, chat_id: str, participant_id: str):
     services.chat_participant_update(participant=participant, enabled=enabled == "1")
     if not request.htmx:
         return _no_js(request, chat)
-    return _refresh(_live(request, chat), chat.id)
+    return _live(request, chat)
 
 
 @require_POST
@@ -370,7 +347,7 @@ def message_include(request, chat_id: str, message_id: str):
     except ServiceError as error:
         if not request.htmx:
             return _no_js(request, chat, error)
-        return _refresh(_error_only(error.message), chat.id)
+        return _error_only(error.message)
     if not request.htmx:
         return _no_js(request, chat)
     return HttpResponse(status=204)

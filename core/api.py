@@ -52,7 +52,7 @@ def on_validation_error(request, exc: NinjaValidationError):
 
 
 def on_service_error(request, exc: ServiceError):
-    return error_response(exc.status, exc.message, exc.code)
+    return error_response(exc.status, exc.message, exc.code, exc.details)
 
 
 def on_http_error(request, exc: HttpError):

@@ -229,6 +229,12 @@ OPTIONS = (
     Option("testing", "MALAMAR_TESTING", None, "bool", "0", "Test runs: answer the test client"),
 )
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+# Redis (live events across servers, core.fanout): channels-redis waits for a message with a
+# blocking pop of 5 s (RedisChannelLayer.brpop_timeout). A socket timeout no longer than that
+# (redis-py 8's default is 5 s) ends idle waits in a timeout error instead of "nothing came";
+# reads outlast the pop, a Redis that does not answer a connection is given up on sooner.
+REDIS_SOCKET_TIMEOUT = 15.0
+REDIS_CONNECT_TIMEOUT = 5.0
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 _from_flags: set[str] = set()  # variables this process set from its command-line flags
 
@@ -441,6 +447,24 @@ def report(config: Config) -> str:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         lines.append("  " + "  ".join([*cells, row[3]]).rstrip())
     return "\n".join(lines)
+
+
+def channel_layers(redis_url: str) -> dict:
+    """Django Channels' layers for `redis_url`: the one that carries live events to every server.
+    A batch of events is one message; the capacity is far above what a listener can fall behind
+    by, and whatever it still misses it reads from the storage."""
+    host = {
+        "address": redis_url,
+        "socket_timeout": REDIS_SOCKET_TIMEOUT,
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
+        "socket_keepalive": True,
+    }
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [host], "capacity": 10_000, "expiry": 60},
+        }
+    }
 
 
 def ensure_data_dir(config: Config | None = None) -> None:

@@ -5,10 +5,12 @@ class ServiceError(Exception):
     code = "INTERNAL_ERROR"
     status = 500
 
-    def __init__(self, message: str, *, field: str | None = None):
+    def __init__(self, message: str, *, field: str | None = None, details: dict | None = None):
         super().__init__(message)
         self.message = message
         self.field = field
+        # More for API clients, next to the code and message (e.g. the files that conflict).
+        self.details = details or {}
 
 
 class ValidationFailed(ServiceError):

@@ -3,8 +3,8 @@
 `publish()` inserts an outbox row inside the caller's transaction. Nothing here talks to
 clients: the deployment's one relay (core.relay, in a server process) forwards committed rows
 to the SSE streams. The transport behind it is chosen by configuration, never by the caller:
-- no `REDIS_URL` (one server): the relay's `send_event()` stores the event (Last-Event-ID
-  replay) and wakes the streams of its own process;
+- no `REDIS_URL` (one server): the relay stores the events (Last-Event-ID replay) and wakes
+  the streams of its own process;
 - `REDIS_URL` (several servers): the relay stores the event and sends it through the Redis
   channel layer to a listener in every server process (core.fanout), which feeds that server's
   streams in id order and reads anything it missed from the shared storage.
@@ -35,6 +35,7 @@ EVENT_TYPES = frozenset(
         "task.changes_updated",
         "task.unblocked",
         "task.blocked",
+        "task.reviewed",
         "agent.execution_started",
         "agent.execution_finished",
         "chat.message_added",

@@ -10,8 +10,8 @@ hiccup, a takeover), so the missing ones are read from the shared storage first.
 re-joins the group (Redis may have restarted) and catches up from the storage, so a message
 lost at the end of a burst is delivered too.
 
-Without `CHANNEL_LAYERS` (no `REDIS_URL`) nothing here runs: the relay's `send_event()` reaches
-the streams of its own (single) server.
+Without `CHANNEL_LAYERS` (no `REDIS_URL`) nothing here runs: the relay hands the events it stored
+to the streams of its own (single) server.
 """
 
 import asyncio

@@ -7,7 +7,7 @@ code the JSON API uses), and the views show its errors on the fields with apply_
 from django import forms
 
 from core.errors import ServiceError
-from core.settings_store import MASK_PREFIX
+from core.settings_store import HEALTH_TIMEOUT_DEFAULT, HEALTH_TIMEOUT_RANGE, MASK_PREFIX
 
 
 def apply_service_error(
@@ -46,6 +46,17 @@ class CliSettingsForm(forms.Form):
         widget=forms.TextInput(attrs={"placeholder": "Search PATH", "spellcheck": "false"}),
     )
     env = forms.Field(required=False, label="Environment variables")
+    health_timeout_seconds = forms.IntegerField(
+        required=False,
+        min_value=HEALTH_TIMEOUT_RANGE[0],
+        max_value=HEALTH_TIMEOUT_RANGE[1],
+        label="Health check time limit (seconds)",
+        help_text=(
+            "How long the health prompt may take, from the CLI's first output. Slower only "
+            "shows “slow to answer”: chats and tasks keep using the CLI."
+        ),
+        widget=forms.NumberInput(attrs={"placeholder": str(HEALTH_TIMEOUT_DEFAULT)}),
+    )
 
     def __init__(self, *args, cli_type: str, stored_env: dict[str, str], **kwargs):
         super().__init__(*args, prefix=cli_type, **kwargs)
@@ -76,7 +87,11 @@ class CliSettingsForm(forms.Form):
             env[name] = row["value"]
         for name in self.stored_env:
             env.setdefault(name, None)  # removed in the page: delete it
-        cleaned["change"] = {"binary_path": cleaned.get("binary_path", ""), "env": env}
+        cleaned["change"] = {
+            "binary_path": cleaned.get("binary_path", ""),
+            "env": env,
+            "health_timeout_seconds": cleaned.get("health_timeout_seconds"),
+        }
         return cleaned
 
     @staticmethod

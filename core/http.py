@@ -15,9 +15,13 @@ CODES = {
 }
 
 
-def error_response(status: int, message: str, code: str | None = None) -> JsonResponse:
+def error_response(
+    status: int, message: str, code: str | None = None, details: dict | None = None
+) -> JsonResponse:
+    """`details`: more fields of the error object (never `code` or `message`)."""
     code = code or CODES.get(status, "ERROR" if status < 500 else "INTERNAL_ERROR")
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    error = {**(details or {}), "code": code, "message": message}
+    return JsonResponse({"error": error}, status=status)
 
 
 API_DOCS_PATH = "/api/docs"  # a page people open in a browser, though under /api/

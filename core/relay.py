@@ -7,6 +7,13 @@ connection closes, the lock frees and another server's relay takes over within a
 SQLite's relay polls every EVENT_RELAY_POLL_SECONDS; PostgreSQL's sleeps until an outbox insert
 commits (LISTEN/NOTIFY from a trigger), with a slow poll as a fallback.
 
+Each step stores its rows as one batch in django-eventstream's database storage (the
+Last-Event-ID replay log): one transaction that locks the channel's counter once and inserts
+every event in one statement (its own `append_event`, behind `send_event()`, takes 7 statements
+per event, and a relay that fell behind under load stayed behind). The stored events then go to
+this process's streams through django-eventstream's listener manager, as `send_event()` does,
+and with Redis to the other servers as one message (core.fanout).
+
 The cursor is the highest outbox id relayed. It resumes from the larger of the local cursor
 file and the outbox id carried by the newest stored event (the shared storage), so a kill -9
 between sending and saving, or a takeover by a server on another machine, never re-sends events
@@ -31,13 +38,16 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import django_eventstream
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection
+from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
+from django_eventstream.event import Event
 from django_eventstream.models import Event as StoredEvent
+from django_eventstream.models import EventCounter
 from django_eventstream.utils import get_storage
+from django_eventstream.views import get_listener_manager
 
 from core import fanout
 from core.models import OutboxEvent
@@ -49,6 +59,7 @@ ADVISORY_LOCK_KEY = 0x6D616C616D6172  # "malamar": one relay per PostgreSQL data
 LOCK_RETRY_SECONDS = 1.0
 NOTIFY_CHANNEL = "malamar_events"  # an outbox insert notifies it on commit (core migration 0003)
 FALLBACK_POLL_SECONDS = 1.0  # PostgreSQL: a poll between notifications, for expiring gaps
+TRIM_SECONDS = 60.0  # stored events older than django-eventstream's day go this often
 
 _started = False
 _start_lock = threading.Lock()
@@ -105,17 +116,47 @@ def _has_new_rows(cursor: int, gaps) -> bool:
         return c.fetchone() is not None
 
 
-def _send(row: OutboxEvent, relayed: list) -> None:
-    data = {**row.payload, "type": row.type, "outbox_id": row.id}
+def store_events(rows: list[OutboxEvent]) -> list[Event]:
+    """The rows as stored events with the next ids of the channel, in order, in one transaction
+    (the counter row locked once, one INSERT, one UPDATE). Each event's data is the row's
+    payload with its type and outbox id, as JSON text (stored encoded once more, as
+    django-eventstream's own storage does)."""
+    channel = settings.EVENTS_CHANNEL
+    encoded = [
+        json.dumps({**row.payload, "type": row.type, "outbox_id": row.id}, cls=DjangoJSONEncoder)
+        for row in rows
+    ]
+    with transaction.atomic():
+        counter = EventCounter.objects.select_for_update().filter(name=channel).first()
+        if counter is None:
+            counter = EventCounter.objects.create(name=channel)
+        # The storage reads from the event an id names: a stream that starts at 0 needs one.
+        stored = [StoredEvent(channel=channel, eid=0)] if counter.value == 0 else []
+        events = [
+            Event(channel, row.type, data, id=counter.value + n)
+            for n, (row, data) in enumerate(zip(rows, encoded, strict=True), start=1)
+        ]
+        stored += [
+            StoredEvent(channel=channel, type=e.type, data=json.dumps(e.data), eid=e.id)
+            for e in events
+        ]
+        StoredEvent.objects.bulk_create(stored)
+        counter.value = events[-1].id
+        counter.save(update_fields=["value", "updated"])
+    return events
+
+
+def _deliver(events: list[Event]) -> None:
+    """Stored events to this server's streams and, with Redis, to the other servers."""
     if not fanout.enabled():
-        django_eventstream.send_event(settings.EVENTS_CHANNEL, row.type, data)
+        manager = get_listener_manager()
+        for event in events:
+            manager.add_to_queues(event.channel, event)
         return
-    # With Redis: store it (the replay log every server reads), hand it to this server's
-    # streams, and (after the batch) to the other servers through the channel layer.
-    encoded = json.dumps(data, cls=DjangoJSONEncoder)
-    event = get_storage().append_event(settings.EVENTS_CHANNEL, row.type, encoded)
-    fanout.listener().deliver(event)
-    relayed.append(event)
+    listener = fanout.listener()
+    for event in events:
+        listener.deliver(event)
+    listener.broadcast(events)
 
 
 class Relay:
@@ -125,6 +166,7 @@ class Relay:
         self.gap_seconds = settings.EVENT_RELAY_GAP_SECONDS if gap_seconds is None else gap_seconds
         self.clock = clock
         self.gaps: dict[int, float] = {}  # outbox id → when to stop waiting for it (in order)
+        self.next_trim = 0.0
 
     def start(self) -> None:
         self.cursor = max(_read_cursor(), _newest_relayed_outbox_id())
@@ -165,26 +207,33 @@ class Relay:
                 break  # added in deadline order
             del self.gaps[outbox_id]
 
-    def step(self) -> int:
-        """Relay the rows committed since the last step; returns how many were sent."""
+    def step(self, *, notified: bool = False) -> int:
+        """Relay the rows committed since the last step; returns how many were sent. `notified`:
+        an insert committed (PostgreSQL told so), no need for the cheap look first."""
         self._expire_gaps()
-        if not _has_new_rows(self.cursor, self.gaps):
+        if not notified and not _has_new_rows(self.cursor, self.gaps):
             return 0
-        relayed = []
-        late = list(OutboxEvent.objects.filter(id__in=list(self.gaps)).order_by("id"))
-        for row in late:
-            _send(row, relayed)
-            del self.gaps[row.id]
-        rows = list(OutboxEvent.objects.filter(id__gt=self.cursor).order_by("id")[:BATCH])
+        wanted = Q(id__gt=self.cursor) | Q(id__in=list(self.gaps))
+        rows = list(OutboxEvent.objects.filter(wanted).order_by("id")[:BATCH])
+        if not rows:
+            return 0
+        events = store_events(rows)
         for row in rows:
+            if self.gaps.pop(row.id, None) is not None:
+                continue  # late: a lower id committed after the cursor passed it
             for skipped in range(max(self.cursor + 1, row.id - MAX_GAPS), row.id):
                 self._add_gap(skipped)
-            _send(row, relayed)
             self.cursor = row.id
         self.save()
-        if relayed:
-            fanout.listener().broadcast(relayed)
-        return len(late) + len(rows)
+        _deliver(events)
+        self._trim()
+        return len(events)
+
+    def _trim(self) -> None:
+        """What django-eventstream's `append_event` does after each event, once a minute."""
+        if self.clock() >= self.next_trim:
+            get_storage().trim_event_log()
+            self.next_trim = self.clock() + TRIM_SECONDS
 
 
 class FileLock:
@@ -236,7 +285,8 @@ class AdvisoryLock:
         return True
 
     def wait(self, pause: float) -> bool:
-        """Until an outbox insert commits (True) or the fallback poll is due (False)."""
+        """Until an outbox insert commits (True) or the fallback poll is due (False). Takes
+        every notification already received: one step relays all of their rows."""
         woken = False
         for _ in connection.connection.notifies(timeout=self.fallback_poll, stop_after=1):
             woken = True
@@ -258,6 +308,7 @@ def _run() -> None:
     lock = relay_lock()
     relay = None
     pause = settings.EVENT_RELAY_POLL_SECONDS
+    notified = False
     while True:
         try:
             if not lock.held():
@@ -270,8 +321,8 @@ def _run() -> None:
                 log.info("Event relay started in this process")
                 relay = _current["relay"] = Relay()
                 relay.start()
-            if not relay.step():
-                lock.wait(pause)
+            # After a batch more may have come: the cheap look says. Idle: wait to be told.
+            notified = False if relay.step(notified=notified) else lock.wait(pause)
         except Exception:
             log.exception("Event relay step failed; retrying")
             if relay is not None:

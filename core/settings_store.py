@@ -48,8 +48,18 @@ class SettingsInvalid(ValidationFailed):
         super().__init__(message, field=field)
 
 
+# How long a CLI's health prompt may take (seconds, from the CLI's first output where it
+# streams): a check measures whether the CLI can answer, not how busy the machine is (DESIGN
+# "Health checks"); one that takes longer says "slow to answer" and blocks nothing.
+HEALTH_TIMEOUT_DEFAULT = 90
+HEALTH_TIMEOUT_RANGE = (5, 3600)
+
+
 def _default_cli_settings() -> dict:
-    return {cli: {"binary_path": "", "env": {}} for cli in CLI_TYPES}
+    return {
+        cli: {"binary_path": "", "env": {}, "health_timeout_seconds": HEALTH_TIMEOUT_DEFAULT}
+        for cli in CLI_TYPES
+    }
 
 
 DEFAULTS = {
@@ -166,10 +176,10 @@ def _check_url(key: str, url: str) -> None:
 
 def _merge_cli(cli: str, new, stored: dict) -> dict:
     if new is None:
-        return {"binary_path": "", "env": {}}
+        return _default_cli_settings()[cli]
     if not isinstance(new, dict):
         raise _invalid(f"cli_settings.{cli}", "must be an object")
-    unknown = set(new) - {"binary_path", "env"}
+    unknown = set(new) - {"binary_path", "env", "health_timeout_seconds"}
     if unknown:
         raise _invalid(f"cli_settings.{cli}.{sorted(unknown)[0]}", "is not a known setting")
     merged = copy.deepcopy(stored)
@@ -184,7 +194,21 @@ def _merge_cli(cli: str, new, stored: dict) -> dict:
             raise _invalid(field, problem)
     if "env" in new:
         merged["env"] = _merge_env(cli, new["env"], stored.get("env", {}))
+    if "health_timeout_seconds" in new:
+        merged["health_timeout_seconds"] = _clean_health_timeout(cli, new["health_timeout_seconds"])
     return merged
+
+
+def _clean_health_timeout(cli: str, value) -> int:
+    low, high = HEALTH_TIMEOUT_RANGE
+    if value is None:
+        return HEALTH_TIMEOUT_DEFAULT
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _invalid(
+            f"cli_settings.{cli}.health_timeout_seconds",
+            f"Enter a whole number of seconds from {low} to {high}",
+        )
+    return value
 
 
 def _merge_env(cli: str, new, stored: dict) -> dict:

@@ -4,6 +4,7 @@ from agents.api import router as agents_router
 from chats.api import router as chats_router
 from core.api import api_create
 from core.version import VERSION
+from malamar_site.needs_you_api import router as needs_you_router
 from malamar_site.settings_api import router as settings_router
 from runner.api import router as runs_router
 from tasks.api import router as tasks_router
@@ -23,3 +24,4 @@ api.add_router("", tasks_router)
 api.add_router("", chats_router)
 api.add_router("", runs_router)
 api.add_router("", settings_router)
+api.add_router("", needs_you_router)

@@ -8,6 +8,7 @@ it, without ever loading Django itself (~90 MB less)."""
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from core.config import OPTIONS, Config, ConfigError, apply_flags, ensure_data_d
 from core.prompt_exit import exit_now
 from core.version import version_text
 from malamar_site.service import ACTIONS
+from tasks.mcp_handshake import answer_initialize
 
 COMMANDS = ("run", "version", "help", "config", "doctor", "set-password", "service", "mcp")
 # `malamar NAME ARGS…` → `manage.py COMMAND ARGS…` (NAME: their own arguments follow).
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return serve(config)
     if args.command == "mcp":
-        return mcp(args.workspace)
+        return mcp(args.workspace, config)
     _django_setup()
     if args.command in ("config", "doctor"):
         return _manage(args.command)
@@ -155,12 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     return code or _manage("set_password")
 
 
-def mcp(workspace: str | None) -> int:
+def mcp(workspace: str | None, config: Config) -> int:
     """The MCP server on stdin/stdout, without the web server or the worker. It never migrates
-    (stdout is the protocol's): Malamar itself keeps the database up to date."""
+    (stdout is the protocol's): Malamar itself keeps the database up to date. `initialize` is
+    answered before Django loads (tasks.mcp_handshake): agent CLIs wait for that answer."""
     if not workspace:
         print("malamar: mcp needs --workspace=ID (the id in a workspace's URL)", file=sys.stderr)
         return 2
+    answer_initialize(config.max_json_bytes)
     _django_setup()
     from django.core.management.base import CommandError
 
@@ -200,17 +204,33 @@ def serve(config: Config) -> int:
     code = subprocess.run([sys.executable, "-m", "malamar_site.prepare"]).returncode
     if code or stopping:
         return code
-    print(f"Malamar is running at http://{config.host}:{config.port}", flush=True)
     child = subprocess.Popen(_child(config))
-    exit_code = 0
+    exit_code, announced = 0, False
     while not stopping:
         if child.poll() is not None:
             print(f"malamar: the server and worker exited with {child.returncode}", file=sys.stderr)
             exit_code = child.returncode or 1
             break
+        if not announced and port_answers(config.host, config.port):
+            # Only now: a link printed before the server listens leads to "can't be reached".
+            print(f"Malamar is running at http://{config.host}:{config.port}", flush=True)
+            announced = True
         time.sleep(0.05)
     _stop(child)
     exit_now(exit_code)  # the child is gone: skip Python's slow teardown
+
+
+# A server bound to every address answers on the loopback one.
+LOOPBACK = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+def port_answers(host: str, port: int) -> bool:
+    """Whether something accepts connections at host:port now."""
+    try:
+        with socket.create_connection((LOOPBACK.get(host, host), port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def _stop(child: subprocess.Popen) -> None:

@@ -171,14 +171,8 @@ EVENT_RELAY_POLL_SECONDS = CONFIG.event_relay_poll
 EVENT_RELAY_GAP_SECONDS = 60
 if CONFIG.redis_url:
     # Several servers: the relay sends each stored event through this layer to every server's
-    # listener (core.fanout). A batch of events is one message; the capacity is far above what
-    # a listener can fall behind by, and whatever it still misses it reads from the storage.
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [CONFIG.redis_url], "capacity": 10_000, "expiry": 60},
-        }
-    }
+    # listener (core.fanout).
+    CHANNEL_LAYERS = malamar_config.channel_layers(CONFIG.redis_url)
 
 _LEVELS = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING", "error": "ERROR"}
 LOGGING = {

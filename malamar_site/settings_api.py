@@ -27,8 +27,9 @@ def update_settings(request, payload: Body[dict[str, Any]]):
 
     Validated exactly as the settings page validates (email addresses, http(s) URLs with a
     host, minutes above 0, variable names, a binary path that exists, is a file and is
-    executable): any invalid field is a 400 naming each field, and nothing is stored. Saving a
-    CLI's settings asks the worker to re-check that CLI at once (see `/health/cli`)."""
+    executable, a CLI's `health_timeout_seconds` from 5 to 3600): any invalid field is a 400
+    naming each field, and nothing is stored. Saving a CLI's settings asks the worker to
+    re-check that CLI at once (see `/health/cli`)."""
     return runner_services.settings_save(changes=payload)
 
 
@@ -37,8 +38,11 @@ class CliHealthOut(Schema):
     name: str
     status: Literal["not_checked", "healthy", "slow", "unhealthy"] = Field(
         description=(
-            '"slow": a CLI that was healthy did not answer the health check in time, twice; '
-            "it stays available and is checked again in 5 minutes."
+            '"slow": the health prompt took longer than the CLI\'s time limit '
+            "(`cli_settings.<cli>.health_timeout_seconds`, default 90, counted from its first "
+            'output): it stays available and is checked again in 5 minutes. Only "unhealthy" '
+            "(not found, not executable, not that CLI, logged out, an error answer) makes a "
+            "CLI unavailable."
         )
     )
     available: bool

@@ -10,7 +10,7 @@ from agents.models import CliType
 from core import auth, settings_store
 from core.errors import ServiceError
 from core.forms import CliSettingsForm, NotificationSettingsForm, apply_service_error
-from core.htmx import toast
+from core.htmx import live, toast
 from core.models import ApiToken
 from notifications.services import test_email_send
 from runner import selectors as runner_selectors
@@ -148,7 +148,7 @@ def cli_settings_save(request, cli_type: str):
     if saved:
         message = f"{CliType(cli_type).label} settings saved"
         toast(response, message, "success", detail="Checking it now…")
-        trigger_client_event(response, "malamar:cli-refresh", {})  # its card shows "Checking…"
+        live(response, "cli.checking")  # its card shows "Checking…"
     return response
 
 
@@ -175,7 +175,7 @@ def cli_refresh(request):
     if not request.htmx:
         return redirect("global_settings")
     response = HttpResponse(status=204)
-    trigger_client_event(response, "malamar:cli-refresh", {})
+    live(response, "cli.checking")
     toast(response, "Checking every CLI…", "info")
     return response
 

@@ -1,8 +1,10 @@
 """What changed between two snapshot trees: the file list with +/- counts, and per-file
 unified diffs split into highlighted lines. Reads only (git diff-tree in the private store)."""
 
+import codecs
 import functools
 import os
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from html import escape
@@ -14,7 +16,7 @@ from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
-from runner.git import git, git_head
+from runner.git import GitError, git, git_head
 from runner.snapshots import store_path
 
 STATUS = {"A": "added", "M": "modified", "T": "modified", "D": "deleted", "R": "renamed"}
@@ -57,6 +59,20 @@ class FileDiff:
         """The table rows, built here: a template loop over thousands of lines costs ~10x."""
         return mark_safe("".join(_row(line) for line in self.lines))  # parts escaped in _row
 
+    def rows_html_with(self, notes: dict[tuple[str, int], str]) -> tuple[str, set]:
+        """The rows with extra rows (safe HTML) after the lines `notes` names: ("new", n) after
+        the row of line n as the changes left it, ("old", n) after line n as it was before
+        (line comments). Returns the rows and the keys placed (a line the diff does not show
+        places nothing)."""
+        parts, placed = [], set()
+        for line in self.lines:
+            parts.append(_row(line))
+            for key in (("new", line.new), ("old", line.old)):
+                if key[1] is not None and key in notes and key not in placed:
+                    parts.append(notes[key])
+                    placed.add(key)
+        return mark_safe("".join(parts)), placed  # notes are safe HTML, rows escaped in _row
+
 
 def _row(line: DiffLine) -> str:
     if line.kind in ("hunk", "note"):
@@ -84,6 +100,8 @@ def _diff_tree(store: str, before: str, after: str, *args: str, paths=()) -> byt
 
 def changed_files(store: str, before: str, after: str) -> list[FileChange]:
     """Every file that differs between the two trees, in git's (path) order. Do not mutate."""
+    if before == after:
+        return []  # (the store of a folder that was always empty was never made)
     key = (store, before, after)
     files = file_lists.get(key)
     if files is None:
@@ -122,6 +140,49 @@ def _changed_files(store: str, before: str, after: str) -> list[FileChange]:
             )
         )
     return files
+
+
+def totals_between(store: str, pairs: list[tuple[str, str]]) -> list[dict]:
+    """`totals` of each (before, after) pair of trees, in one git call for them all; the same
+    counts as `totals(changed_files(...))` (renames found the same way), without the lists."""
+    asked = list(dict.fromkeys(pair for pair in pairs if pair[0] != pair[1]))
+    found = {pair: totals([]) for pair in pairs}
+    if asked:
+        lines = "".join(f"{before} {after}\n" for before, after in asked).encode()
+        argv = ["diff-tree", "--stdin", "-r", "-M", "-z", "--numstat"]
+        out = git(*argv, cwd=store_path(store), env=_store_env(store), input=lines).stdout
+        counted = _numstat_by_pair(out.decode("utf-8", "surrogateescape"))
+        for pair in asked:
+            if pair not in counted:  # git skips a pair it cannot read: say so
+                raise GitError(f"git diff-tree: cannot compare trees {pair[0]} and {pair[1]}")
+            found[pair] = counted[pair]
+    return [found[pair] for pair in pairs]
+
+
+def _numstat_by_pair(out: str) -> dict[tuple[str, str], dict]:
+    """Read `diff-tree --stdin -z --numstat`: each pair's line of its two trees, then a field
+    per file (added, removed and path, tab-separated; a rename has an empty path and its two
+    paths as the next fields)."""
+    counted: dict[tuple[str, str], dict] = {}
+    current = None
+    fields = iter(out.split("\0"))
+    for field_ in fields:
+        while _PAIR_LINE.match(field_):
+            current = counted.setdefault(tuple(field_[:81].split(" ")), totals([]))
+            field_ = field_[82:]
+        if not field_ or current is None:
+            continue
+        added, removed, path = field_.split("\t", 2)
+        if path == "":  # a rename: its two paths follow
+            next(fields, None), next(fields, None)
+        current["files_changed"] += 1
+        if added != "-":
+            current["lines_added"] += int(added)
+            current["lines_removed"] += int(removed)
+    return counted
+
+
+_PAIR_LINE = re.compile(r"[0-9a-f]{40} [0-9a-f]{40}\n")
 
 
 def _shown(name: str) -> str:
@@ -303,3 +364,77 @@ def _hunk_start(header: str) -> tuple[int, int]:
         return int(old_part[1:].split(",")[0]), int(new_part[1:].split(",")[0])
     except (ValueError, IndexError):
         return 0, 0
+
+
+# line comments (tasks.anchors) -------------------------------------------------------------
+
+FILE_READ_BYTES = 4 * 1024 * 1024  # of one file a line comment quotes: lines past it are refused
+WHOLE_FILE = None  # changed_hunks: the file went (or is binary): every line of it changed
+
+
+def file_lines(store: str, tree: str, path: str) -> tuple[list[str], bool]:
+    """The lines of the file `path` (git's name) in `tree`, without their line ends, and
+    whether the file goes on past FILE_READ_BYTES (its later lines are not read)."""
+    out, more = git_head(
+        "cat-file", "blob", f"{tree}:{path}",
+        cwd=store_path(store), env=_store_env(store), limit=FILE_READ_BYTES,
+    )  # fmt: skip
+    text = out.decode("utf-8", "replace")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the file's last line end
+    elif more and lines:
+        lines.pop()  # cut inside its last line
+    return [line.removesuffix("\r") for line in lines], more
+
+
+def changed_hunks(
+    store: str, before: str, after: str, paths: list[str]
+) -> dict[str, list[tuple[int, int]] | None]:
+    """Which lines of `before` each of `paths` changed on the way to `after`: its hunks as
+    (first line, line count) on the `before` side (a count of 0: lines were inserted after that
+    line), or WHOLE_FILE for a file that is gone or binary. Paths that did not change are not
+    in the answer. Renames count as a removal (the old name is gone)."""
+    if not paths or before == after:
+        return {}
+    argv = ["-c", "core.quotePath=false", "--literal-pathspecs", "diff-tree", "-r", "-p"]
+    argv += ["--no-renames", "-U0", "--no-color", "--no-ext-diff", before, after, "--", *paths]
+    out, _more = git_head(
+        *argv, cwd=store_path(store), env=_store_env(store), limit=DIFF_READ_BYTES
+    )
+    found: dict[str, list[tuple[int, int]] | None] = {}
+    for block in _split_blocks(out.decode("utf-8", "surrogateescape")):
+        lines = block.split("\n")
+        path = _block_path(lines[0])
+        if path is None:
+            continue
+        gone = any(line == "+++ /dev/null" or line.startswith("Binary files") for line in lines)
+        hunks = [_hunk_old_range(line) for line in lines if line.startswith("@@")]
+        found[path] = WHOLE_FILE if gone or not hunks else hunks
+    return found
+
+
+def _block_path(header: str) -> str | None:
+    """The path of a `diff --git a/P b/P` line (no renames: both sides name the same path)."""
+    rest = header.removeprefix("diff --git ")
+    half = (len(rest) - 1) // 2
+    first = rest[:half]
+    if first.startswith('"') and first.endswith('"'):
+        first = _unquoted(first)
+    return first[2:] if first.startswith("a/") else None
+
+
+def _unquoted(text: str) -> str:
+    """A name git printed C-quoted ("a/tab\\there"), as git's own bytes decode."""
+    raw = codecs.escape_decode(text[1:-1].encode("utf-8", "surrogateescape"))[0]
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _hunk_old_range(header: str) -> tuple[int, int]:
+    """`@@ -12,3 +14,5 @@` → (12, 3); `@@ -12 +12 @@` → (12, 1)."""
+    try:
+        old = header.split(" ")[1][1:]
+        start, _, count = old.partition(",")
+        return int(start), int(count) if count else 1
+    except (ValueError, IndexError):
+        return 1, 1 << 30  # unreadable: take it as touching everything

@@ -25,6 +25,18 @@ def temp_dir() -> Path:
     return path
 
 
+def data_subdir(name: str) -> Path:
+    """A private (0700) folder of the data directory, made on first use (mode fixed if it was
+    made otherwise): the CLIs' temp folder ("tmp") and their runs' configuration files
+    ("run-config"). Gemini refuses a configuration file whose folder others may write (the
+    system temp folder's 1777 is refused), so run configuration never lives in the temp dir."""
+    path = Path(settings.DATA_DIR) / name
+    if path not in _made:
+        private_dir(path).chmod(0o700)
+        _made.add(path)
+    return path
+
+
 def write_private(path: Path, text: str) -> Path:
     """Write `text` to `path` readable by this user only (never through a symlink). Written
     over the old content and then cut to length, not opened with O_TRUNC: on ext4 a file

@@ -5,14 +5,24 @@ Snapshots, diffs and branch-per-task worktrees all call `git()` here, so the bin
 its environment (no user config, no pager, no prompts) and its errors are handled once.
 """
 
+import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 GIT_TIMEOUT_SECONDS = 120
+EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+# What `git add` says of a repository nested in the work tree (LC_ALL=C: never translated).
+NESTED_UNBORN = re.compile(r"^error: '(.+?)/' does not have a commit checked out$", re.M | re.S)
+NESTED_EMBEDDED = re.compile(r"^warning: adding embedded git repository: (.+)$", re.M)
+NESTED_MARKER = ".malamar-nested"  # an index entry that makes git enter a nested repository
+NESTED_DEPTH = 8  # repositories nested in nested repositories, at most this deep
 
 
 class GitError(Exception):
@@ -131,6 +141,52 @@ def _read_at_most(stream, limit: int) -> tuple[bytes, bool]:
     return bytes(read[:limit]), True
 
 
+def add_all(
+    root: str | Path, *, env: dict[str, str] | None = None, timeout: float = GIT_TIMEOUT_SECONDS
+) -> str:
+    """`git add -A` of the work tree at `root` that nothing an agent creates makes fail.
+
+    A repository nested in the work tree (a vendored checkout, a sub-repository, `cargo new`)
+    is added as its files, not as a pointer to its last commit (a "gitlink", which git cannot
+    even make before the nested repository's first commit): an index entry under its folder
+    makes git enter it like any folder, and the entry itself, which is no file, goes with the
+    next add. A file git cannot read is left out (`--ignore-errors`). Returns git's complaints
+    about files it left out ("" when none); raises GitError only when git itself failed."""
+    entered: set[str] = set()
+    for _ in range(NESTED_DEPTH + 1):
+        done = git("add", "-A", "--ignore-errors", ".", cwd=root, env=env, timeout=timeout,
+                   check=False)  # fmt: skip
+        said = done.stderr.decode("utf-8", "surrogateescape")
+        if done.returncode not in (0, 1):
+            raise GitError(f"git add: {said.strip() or f'exit code {done.returncode}'}")
+        nested = [path for path in _nested_repositories(root, said) if path not in entered]
+        if not nested:
+            break
+        enter_nested(root, nested, env=env)
+        entered.update(nested)
+    return "" if done.returncode == 0 else said.strip()
+
+
+def _nested_repositories(root: str | Path, said: str) -> list[str]:
+    """The nested repositories `git add` named (only folders that do hold a `.git`)."""
+    named = NESTED_UNBORN.findall(said) + NESTED_EMBEDDED.findall(said)
+    return [path for path in dict.fromkeys(named) if os.path.lexists(Path(root, path, ".git"))]
+
+
+def enter_nested(root: str | Path, paths: list[str], *, env: dict[str, str] | None = None):
+    """Make the next `git add -A` enter these nested repositories (their gitlinks go)."""
+    lines = "".join(f"100644 {EMPTY_BLOB} 0\t{path}/{NESTED_MARKER}\0" for path in paths)
+    git("update-index", "--replace", "-z", "--index-info", cwd=root, env=env,
+        input=os.fsencode(lines))  # fmt: skip
+
+
+def gitlinks(root: str | Path, *, env: dict[str, str] | None = None) -> list[str]:
+    """The index's gitlinks (nested repositories recorded as a commit, submodules)."""
+    out = git("ls-files", "--stage", "-z", cwd=root, env=env).stdout
+    entries = out.decode("utf-8", "surrogateescape").split("\0")
+    return [entry.split("\t", 1)[1] for entry in entries if entry.startswith("160000 ")]
+
+
 def git_text(*args: str, cwd: str | Path, env: dict[str, str] | None = None) -> str:
     """stdout of a git command that must succeed, decoded, without the trailing newline."""
     return git(*args, cwd=cwd, env=env).stdout.decode("utf-8", "replace").rstrip("\n")
@@ -221,9 +277,11 @@ def dirty_files(path: str | Path) -> list[str]:
 
 
 def commit_all(path: str | Path, *, author: str, email: str, message: str) -> str | None:
-    """Commit every change of the work tree at `path` (`git add -A`); the new commit's id, or
-    None when nothing changed."""
-    git("add", "-A", cwd=path)
+    """Commit every change of the work tree at `path` (`add_all`: a repository an agent made
+    inside it is committed as its files); the new commit's id, or None when nothing changed."""
+    left_out = add_all(path)
+    if left_out:
+        log.warning("Some files were not committed: %s", left_out, extra={"path": str(path)})
     if git("diff", "--cached", "--quiet", cwd=path, check=False).returncode == 0:
         return None
     who = {

@@ -61,9 +61,14 @@ def clamp(reset_at: datetime | None, now: datetime) -> datetime | None:
 
 # the reset texts ---------------------------------------------------------------------------
 
-# Claude Code: "resets 5:40pm (Europe/Berlin)", "will reset at 3pm (America/Santiago)".
+# Claude Code: "resets 5:40pm (Europe/Berlin)", "will reset at 3pm (America/Santiago)", and when
+# the reset is more than a day away "resets Nov 29, 1:48am (UTC)" (a year only when it is not
+# this year's: "resets Jan 2, 2027, 1:48am (UTC)"); its formatResetTime drops the seconds.
 _CLOCK_IN_ZONE = re.compile(
-    r"reset(?:s| at|s at)?\s+(?:at\s+)?(\d{1,2})(?::(\d{2}))?\s*([ap]m)\s*\(([^)]+)\)", re.I
+    r"reset(?:s| at|s at)?\s+(?:at\s+)?"
+    r"(?:([A-Z][a-z]{2})\s+(\d{1,2}),?\s+(?:(\d{4}),?\s+)?)?"
+    r"(\d{1,2})(?::(\d{2}))?\s*([ap]m)\s*\(([^)]+)\)",
+    re.I,
 )
 # Claude Code before 2.x: "Claude AI usage limit reached|1749924000" (epoch seconds).
 _EPOCH = re.compile(r"usage limit reached\|(\d{9,12})", re.I)
@@ -81,13 +86,28 @@ _WORD_PART = re.compile(r"(\d+)\s+(day|hour|minute|second)", re.I)
 # Gemini: "Your quota will reset after 4h28m20s." / "Please retry in 37.5s." / "in 900ms".
 _RESET_AFTER = re.compile(r"reset after\s+((?:\d+h)?(?:\d+m)?(?:\d+(?:\.\d+)?s)?)", re.I)
 _RETRY_IN = re.compile(r"retry in\s+(\d+(?:\.\d+)?)\s*(ms|s)\b", re.I)
+# A daily quota ("You have exhausted your daily quota on this model.": Gemini CLI, exit 173)
+# resets once a day; the provider's raw error printed next to it may carry a sub-minute
+# "Please retry in 9s", which is the per-request hint, never the quota's reset.
+_DAILY = re.compile(r"daily quota|quota per day|PerDay", re.I)
 _HMS = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
 _MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, 1)}
 
 
+def _minute_reset(at: datetime, local_now: datetime, *, dated: bool) -> datetime:
+    """A reset the CLI printed to the minute (Claude, Codex): a minute already under way is
+    this minute, so it is over at its end (a "1:42 AM" read at 01:42:00 is not tomorrow); an
+    undated time already past means tomorrow."""
+    if at > local_now:
+        return at
+    if local_now - at < timedelta(minutes=1):
+        return at + timedelta(minutes=1)
+    return at if dated else at + timedelta(days=1)
+
+
 def _clock_in_zone(match: re.Match, now: datetime) -> datetime | None:
-    hour, minute, half, zone = match.groups()
+    month, day, year, hour, minute, half, zone = match.groups()
     try:
         tz = ZoneInfo(zone.strip())
     except (ZoneInfoNotFoundError, ValueError):
@@ -97,7 +117,13 @@ def _clock_in_zone(match: re.Match, now: datetime) -> datetime | None:
         return None
     local_now = now.astimezone(tz)
     at = local_now.replace(hour=hour, minute=int(minute or 0), second=0, microsecond=0)
-    return at if at > local_now else at + timedelta(days=1)
+    if month is not None:
+        number = _MONTHS.get(month.lower())
+        try:
+            at = at.replace(year=int(year or local_now.year), month=number or 0, day=int(day))
+        except ValueError:
+            return None
+    return _minute_reset(at, local_now, dated=month is not None)
 
 
 def _codex_at(match: re.Match, now: datetime) -> datetime | None:
@@ -109,14 +135,15 @@ def _codex_at(match: re.Match, now: datetime) -> datetime | None:
     local_now = now.astimezone(tz)
     if month is None:  # a time only: today, else tomorrow
         at = local_now.replace(hour=hour, minute=int(minute), second=0, microsecond=0)
-        return at if at > local_now else at + timedelta(days=1)
+        return _minute_reset(at, local_now, dated=False)
     number = _MONTHS.get(month.lower())
     if number is None:
         return None
     try:
-        return datetime(int(year), number, int(day), hour, int(minute), tzinfo=tz)
+        at = datetime(int(year), number, int(day), hour, int(minute), tzinfo=tz)
     except ValueError:
         return None
+    return _minute_reset(at, local_now, dated=True)
 
 
 def _in_words(match: re.Match, now: datetime) -> datetime:
@@ -155,6 +182,8 @@ def _raw_reset_time(text: str, now: datetime) -> datetime | None:
         return _in_words(found, now)
     if found := _RESET_AFTER.search(text):
         return _hms(found.group(1), now)
+    if _DAILY.search(text):  # a per-request retry hint in the same text is not its reset
+        return None
     if found := _RETRY_IN.search(text):
         value, unit = float(found.group(1)), found.group(2).lower()
         return now + timedelta(seconds=value / 1000 if unit == "ms" else value)

@@ -38,13 +38,26 @@ def jsonl(rows: list[dict]) -> str:
     return "\n".join(json.dumps(row, ensure_ascii=False) for row in rows)
 
 
-def comment_row(comment, author: str) -> dict:
+# What a review verdict tells the agents, next to the person's comment.
+VERDICT_NOTES = {
+    "request_changes": "requested changes",
+    "comment": "a note from the review (the task waited In Review)",
+    "approve": "approved",
+}
+
+
+def comment_row(comment, author: str, content: str | None = None) -> dict:
+    """`content`: the text agents read when it is not the comment's own (a line comment's
+    markdown with its file, lines and quoted code)."""
     row = {"author": author}
     if comment.agent_id:
         row["agent_id"] = comment.agent_id
     if comment.user_id:
         row["user_id"] = comment.user_id
-    row["content"] = comment.content
+    verdict = getattr(comment, "verdict", "")
+    if verdict in VERDICT_NOTES:
+        row["review"] = VERDICT_NOTES[verdict]
+    row["content"] = comment.content if content is None else content
     repeats = getattr(comment, "repeat_count", 1)
     if repeats > 1:  # identical consecutive errors, collapsed (tasks.selectors)
         row["repeated"] = repeats
@@ -231,9 +244,16 @@ def _agent_cli_settings(agent) -> list[str]:
 
 
 def chat_context(
-    *, workspace, agents: list, clis: list[dict], mailgun_configured: bool, temp_dir: str
+    *,
+    workspace,
+    agents: list,
+    clis: list[dict],
+    mailgun_configured: bool,
+    temp_dir: str,
+    review_tasks: list | None = None,
 ) -> str:
-    """Workspace state for chat agents: settings, agents with ids, CLI health, email status."""
+    """Workspace state for chat agents: settings, agents with ids, CLI health, email status;
+    `review_tasks` (the Malamar agent's): the tasks In Review it may review."""
     directory = (
         f"static: {workspace.working_directory_path}"
         if workspace.working_directory_mode == "static"
@@ -280,4 +300,19 @@ def chat_context(
         "Mailgun is configured." if mailgun_configured else "Mailgun is not configured.",
         "",
     ]
+    if review_tasks is not None:
+        lines += review_section(review_tasks)
     return "\n".join(lines)
+
+
+def review_section(tasks: list) -> list[str]:
+    """The tasks In Review (oldest first), with the branch a review's Approve would merge."""
+    lines = ["# Tasks waiting for review (In Review, oldest first)", ""]
+    if not tasks:
+        lines.append("None.")
+    for task in tasks:
+        branch = ""
+        if task.branch_name and task.merged_at is None:
+            branch = f" (branch {task.branch_name}, not merged into {task.branch_base} yet)"
+        lines.append(f"- {task.id}: {task.summary}{branch}")
+    return [*lines, ""]

@@ -18,6 +18,7 @@ MALAMAR_CHAT_ACTION_TYPES = (
     "update_workspace",
     "rename_chat",
     "create_task",
+    "review_task",
 )
 
 # Every property a chat action may carry, with its JSON type (all nullable in the schema).
@@ -46,6 +47,23 @@ CHAT_ACTION_FIELDS = {
     "retention_days": "integer",
     "notify_on_error": "string",  # "inherit" | "on" | "off"
     "notify_on_in_review": "string",
+    # review_task: an In Review task's id, the verdict ("approve" | "request_changes" |
+    # "comment"), its comment, comments on lines of its changes, and for Approve of a task
+    # with an unmerged branch whether to merge it (false: finish without merging).
+    "task_id": "string",
+    "verdict": "string",
+    "body": "string",
+    "line_comments": "line_comments",
+    "merge": "boolean",
+}
+# A line comment of review_task (strict form: every key listed, optional ones nullable).
+LINE_COMMENT_PROPERTIES = {
+    "path": {"type": "string"},
+    "line": {"type": "integer"},
+    "end_line": {"type": ["integer", "null"]},
+    "side": {"type": ["string", "null"], "enum": ["new", "old", None]},
+    "body": {"type": "string"},
+    "run_id": {"type": ["string", "null"]},
 }
 AGENT_CHAT_FIELDS = ("title", "summary", "description", "ref", "blocked_by")
 
@@ -53,6 +71,8 @@ AGENT_CHAT_FIELDS = ("title", "summary", "description", "ref", "blocked_by")
 def _nullable(json_type: str) -> dict:
     if json_type == "array":
         return {"type": ["array", "null"], "items": {"type": "string"}}
+    if json_type == "line_comments":
+        return {"type": ["array", "null"], "items": _strict_object(LINE_COMMENT_PROPERTIES)}
     return {"type": [json_type, "null"]}
 
 

@@ -3,7 +3,6 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import redis
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -154,6 +153,18 @@ def cli_waits() -> set[str]:
     return set(rows.values_list("cli_type", flat=True))
 
 
+def cli_completed_a_run_since(cli_type: str, since) -> bool:
+    """Whether a real run of this CLI (`custom:<agent id>`: that agent's custom command) ended
+    completed at or after `since`: proof that it works, stored with the runs, so it outlives
+    a restart (DESIGN "Health checks")."""
+    runs = AgentRun.objects.filter(status=RunStatus.COMPLETED, ended_at__gte=since)
+    if cli_type.startswith(f"{CUSTOM_CLI}:"):
+        runs = runs.filter(cli_type=CUSTOM_CLI, agent_id=cli_type.removeprefix(f"{CUSTOM_CLI}:"))
+    else:
+        runs = runs.filter(cli_type=cli_type)
+    return runs.exists()
+
+
 def cli_available(cli_type: str) -> bool:
     row = CliHealth.objects.filter(cli_type=cli_type).first()
     return row is None or row.is_available
@@ -274,6 +285,17 @@ def task_first_tree(task_id: str, store: str) -> str | None:
     return runs.order_by("started_at").values_list("tree_before", flat=True).first()
 
 
+def snapshot_trees_by_store() -> dict[str, set[str]]:
+    """Every tree a run refers to, by snapshot store: what the snapshot cleanup keeps."""
+    trees: dict[str, set[str]] = {}
+    rows = AgentRun.objects.exclude(snapshot_store="").values_list(
+        "snapshot_store", "tree_before", "tree_after"
+    )
+    for store, before, after in rows.iterator(chunk_size=2000):
+        trees.setdefault(store, set()).update(tree for tree in (before, after) if tree)
+    return trees
+
+
 def usage_totals(runs) -> dict:
     """Sum of tokens and cost over an AgentRun queryset (None where no run reported any)."""
     totals = runs.aggregate(
@@ -368,6 +390,8 @@ def redis_status(url: str) -> dict:
     parts = urlsplit(url)
     where = f"{parts.hostname or parts.path}{f':{parts.port}' if parts.port else ''}"
     status = {"where": where, "version": "", "error": ""}
+    import redis  # ~18 MB imported: only `malamar doctor` with REDIS_URL asks
+
     try:
         client = redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3)
         client.ping()

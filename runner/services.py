@@ -10,7 +10,6 @@ from core import events
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
 from notifications.services import notify_cli_broken, notify_cli_limited, notify_cli_resumed
-from runner import snapshots
 from runner.limits import Limit, probe_delay
 from runner.models import (
     HEALTH_MARKS,
@@ -52,14 +51,15 @@ def cli_health_refresh_request() -> None:
 
 
 def cli_health_works(*, cli_type: str) -> None:
-    """The CLI works now (a real run of it completed): whatever its last health check said. An
-    "unhealthy" (or "slow") mark goes, and the work that waited for it because it could not
-    run continues at the agent that needed it. No write when it was not marked (the usual
-    case: a read, no write lock after every run)."""
+    """This CLI works now: a real run of it completed (a task pass or a chat reply), or a check
+    found it healthy (cli_health_store). The one place that records it: an "unhealthy" (or
+    "slow") mark goes, whatever the last check said, and the work that waited for it because
+    it could not run continues at the agent that needed it. No write when it was not marked
+    (the usual case after a run: a read, no write lock)."""
     marked = CliHealth.objects.filter(cli_type=cli_type, status__in=HEALTH_MARKS)
     if not marked.exists():
         return
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         marked = marked.update(status=CliHealthStatus.HEALTHY, error="")
         if marked:
             payload = {"cli_type": cli_type, "status": CliHealthStatus.HEALTHY, "error": ""}
@@ -116,6 +116,8 @@ def cli_health_store(*, cli_type: str, outcome: dict, started_at: datetime, full
     with transaction.atomic():
         row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli_type)
         before = (row.status, row.error, row.answer)
+        if outcome["status"] == CliHealthStatus.HEALTHY and row.status in HEALTH_MARKS:
+            cli_health_works(cli_type=cli_type)  # as a completed run: the waits for it end
         row.status = outcome["status"]
         row.error = outcome.get("error", "")
         row.binary_path = outcome.get("binary_path", "")
@@ -135,8 +137,6 @@ def cli_health_store(*, cli_type: str, outcome: dict, started_at: datetime, full
                 "cli.health_changed",
                 {"cli_type": cli_type, "status": row.status, "error": row.error},
             )
-        if row.status == CliHealthStatus.HEALTHY and before[0] != CliHealthStatus.HEALTHY:
-            _cli_waits_end(cli_type)  # the CLI works now (as a completed run says)
 
 
 # usage limits (DESIGN "Usage limits") -----------------------------------------------------
@@ -305,14 +305,6 @@ def _changes_payload(event: dict, progress: dict) -> dict:
         **{key: progress.get(key) for key in keys},
         **{f"task_{key}": progress.get(f"task_{key}") for key in keys},
     }
-
-
-def agent_runs_forget_snapshots(*, runs) -> None:
-    """Inside the transaction that deletes `runs` (with their task, chat or workspace): once it
-    commits, their snapshots' refs go, so the next cleanup prunes the objects."""
-    pairs = list(runs.exclude(snapshot_store="").values_list("snapshot_store", "id"))
-    if pairs:
-        transaction.on_commit(lambda: snapshots.forget_runs(pairs))
 
 
 def agent_runs_close_interrupted() -> int:

@@ -1,13 +1,18 @@
 """Snapshots of a run's working directory as git trees (DESIGN "Git snapshots").
 
 A snapshot records every file of the working directory (tracked and untracked, `.gitignore`
-honoured, `.git` excluded) as a tree in a private object store under the data directory, one
-per working directory: `<data>/snapshots/<hash of the path>/`. The user's repository is never
-written: git runs with GIT_DIR pointing at the private store, whose `objects/info/alternates`
-names the repository's own objects (so unchanged blobs are not copied), and with a temporary
-index seeded from the previous snapshot's index, or the repository's own index the first
-time, so unchanged files are not hashed again. A ref per run and side
-(`refs/malamar/runs/<run id>/before|after`) keeps its trees from being pruned.
+honoured, `.git` excluded; a repository nested in it is recorded as its files) as a tree in a
+private object store under the data directory, one per working directory:
+`<data>/snapshots/<hash of the path>/`. The user's repository is never written: git runs with
+GIT_DIR pointing at the private store, whose `objects/info/alternates` names the repository's
+own objects (so unchanged blobs are not copied), and with a temporary index seeded from the
+previous snapshot's index, or the repository's own index the first time, so unchanged files are
+not hashed again.
+
+A folder of a few files that did not change since its last snapshot is not given to git at all:
+the stat data of its entries (taken before git read them, like git's own index) says so, and
+the last tree is the answer. The trees a run refers to are kept by the daily cleanup (`prune`),
+from the runs in the database: a snapshot writes no ref.
 """
 
 import contextlib
@@ -18,19 +23,24 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 
-from runner.git import GitError, GitTimeout, git, git_text
+from runner.git import GitError, GitTimeout, add_all, enter_nested, git, git_text, gitlinks
 
 log = logging.getLogger(__name__)
 
-REF_PREFIX = "refs/malamar/runs/"
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbad4904"
-IDLE_SECONDS = 3600  # a store unused this long, without refs, is removed
+KEEP_REF = "refs/malamar/keep"  # a tree of every tree the runs in the database refer to
+OLD_REF_PREFIX = "refs/malamar/runs/"  # a ref per run and side, as snapshots were kept before
+IDLE_SECONDS = 3600  # a store unused this long, without runs, is removed
 ADD_TIMEOUT_SECONDS = 60
+NESTED_CHECKED = "malamar-nested-files"  # the store's index has no gitlink left to enter
+FINGERPRINT_ENTRIES = 1000  # a folder with more entries is always given to git
+BIG_FOLDER_SECONDS = 300  # ...and not walked again for this long
+FINGERPRINTS_KEPT = 32  # folders whose last fingerprint is remembered (per process)
 _creating = threading.Lock()  # two first snapshots of one folder (parallel chats) at once
 
 
@@ -41,6 +51,7 @@ class Snapshot:
     root: str  # the folder the tree describes (a repository's top level, or the run's folder)
     branch: str  # the repository's current branch ("" when none)
     seconds: float
+    git_ran: bool = True  # False: an empty folder, or one unchanged since its last snapshot
 
 
 class SnapshotError(Exception):
@@ -59,34 +70,75 @@ def store_path(name: str) -> Path:
     return snapshots_dir() / name
 
 
-def _repository(cwd: Path) -> tuple[Path, Path, Path, str] | None:
-    """(top level, objects dir, index, branch) of the repository `cwd` is in, or None."""
+# where the folder is: a repository or not ----------------------------------------------------
+@dataclass(frozen=True)
+class _Repository:
+    top: Path
+    objects: Path
+    index: Path
+    head: Path  # the HEAD file: the branch is read from it at every snapshot
+
+
+_repositories: dict[tuple, _Repository | None] = {}  # by (cwd, the .git found above it)
+
+
+def _dot_git_above(cwd: Path) -> tuple:
+    """The nearest `.git` at or above `cwd`, as a key that changes when git's answer may: its
+    path, inode and type, and a `.git` file's content (it names the repository)."""
+    for folder in (cwd, *cwd.parents):
+        dot_git = folder / ".git"
+        try:
+            stat = dot_git.lstat()
+        except OSError:
+            continue
+        content = b""
+        if not os.path.isdir(dot_git):
+            with contextlib.suppress(OSError):
+                content = dot_git.read_bytes()[:4096]
+        return (str(dot_git), stat.st_ino, stat.st_mode, content)
+    return ()
+
+
+def _repository(cwd: Path) -> _Repository | None:
+    """The repository `cwd` is in (None: none), asked of git when the `.git` above changed."""
+    key = (str(cwd), _dot_git_above(cwd))
+    if key in _repositories:
+        return _repositories[key]
+    repository = _ask_git(cwd) if key[1] else None
+    if len(_repositories) > 256:
+        _repositories.clear()
+    _repositories[key] = repository
+    return repository
+
+
+def _ask_git(cwd: Path) -> _Repository | None:
     done = git(
-        "rev-parse",
-        "--is-inside-work-tree",
-        "--show-toplevel",
-        "--git-path",
-        "objects",
-        "--git-path",
-        "index",
-        "--abbrev-ref",
-        "HEAD",
-        cwd=cwd,
-        check=False,
-    )
+        "rev-parse", "--is-inside-work-tree", "--show-toplevel", "--git-path", "objects",
+        "--git-path", "index", "--git-path", "HEAD",
+        cwd=cwd, check=False,
+    )  # fmt: skip
     lines = done.stdout.decode("utf-8", "replace").splitlines()
-    if len(lines) < 4 or lines[0] != "true":
-        return None  # not a repository (or a bare one, or HEAD unborn: no branch line)
-    top = Path(lines[1])
-    branch = lines[4] if len(lines) > 4 and lines[4] != "HEAD" else ""
-    return top, (cwd / lines[2]).resolve(), (cwd / lines[3]).resolve(), branch
+    if len(lines) < 5 or lines[0] != "true":
+        return None  # not a work tree (a bare repository, a .git git does not accept)
+    top, objects, index, head = lines[1:5]
+    return _Repository(Path(top), *((cwd / path).resolve() for path in (objects, index, head)))
 
 
-def _unborn_branch(cwd: Path) -> str:
-    done = git("symbolic-ref", "--short", "-q", "HEAD", cwd=cwd, check=False)
+def _branch(repository: _Repository) -> str:
+    """The branch HEAD names ("" when detached), read from HEAD as git writes it."""
+    try:
+        head = repository.head.read_text("utf-8", "replace").strip()
+    except OSError:
+        head = ""
+    branch = head.removeprefix("ref: refs/heads/") if head.startswith("ref: ") else ""
+    if branch != ".invalid":
+        return branch
+    # A reftable repository's HEAD file is a stub: ask git.
+    done = git("symbolic-ref", "--short", "-q", "HEAD", cwd=repository.top, check=False)
     return done.stdout.decode("utf-8", "replace").strip()
 
 
+# the private store ---------------------------------------------------------------------------
 def _ensure_store(path: Path, alternates: Path | None) -> None:
     with _creating:
         if not (path / "HEAD").exists():
@@ -98,14 +150,26 @@ def _ensure_store(path: Path, alternates: Path | None) -> None:
         info.write_text(wanted)
 
 
+STORE_CONFIG = {
+    "gc.auto": "0",  # the cleanup job prunes, nothing else
+    "core.bare": "false",  # it describes a work tree
+    # Directories whose mtime did not change are not read again for untracked files.
+    "core.untrackedCache": "true",
+}
+
+
 def _create_store(path: Path) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     git("init", "-q", "--bare", str(path), cwd=path.parent)
-    env = {"GIT_DIR": str(path)}
-    git("config", "gc.auto", "0", cwd=path, env=env)  # the cleanup job prunes, nothing else
-    git("config", "core.bare", "false", cwd=path, env=env)  # it describes a work tree
-    # Directories whose mtime did not change are not read again for untracked files.
-    git("config", "core.untrackedCache", "true", cwd=path, env=env)
+    config = path / "config"
+    text = config.read_text()
+    if "\tbare = true\n" in text:  # as git init writes it: one edit, not a git call per key
+        text = text.replace("\tbare = true\n", "\tbare = false\n\tuntrackedCache = true\n")
+        config.write_text(f"{text}[gc]\n\tauto = 0\n")
+    else:
+        for key, value in STORE_CONFIG.items():
+            git("config", key, value, cwd=path, env={"GIT_DIR": str(path)})
+    (path / NESTED_CHECKED).touch()  # an index made here never had a gitlink
 
 
 def _store_env(store: Path, root: Path, index: Path) -> dict[str, str]:
@@ -130,11 +194,14 @@ def _seed_index(store: Path, repo_index: Path | None, target: Path) -> str:
     return ""
 
 
-def _copy_excludes(store: Path, git_dir_objects: Path | None) -> None:
+def _excludes(repository: _Repository | None) -> Path | None:
+    return repository.objects.parent / "info" / "exclude" if repository else None
+
+
+def _copy_excludes(store: Path, source: Path | None) -> None:
     """The repository's own `info/exclude` counts like its `.gitignore` files."""
-    if git_dir_objects is None:
+    if source is None:
         return
-    source = git_dir_objects.parent / "info" / "exclude"
     target = store / "info" / "exclude"
     with contextlib.suppress(OSError):
         if source.is_file() and source.read_bytes() != (
@@ -144,27 +211,32 @@ def _copy_excludes(store: Path, git_dir_objects: Path | None) -> None:
             shutil.copyfile(source, target)
 
 
+# taking a snapshot -----------------------------------------------------------------------------
 def take(cwd: str | Path) -> Snapshot:
     """Record `cwd` as a tree in its private store. Raises SnapshotError."""
     started = time.monotonic()
     cwd = Path(cwd).resolve()
     try:
-        repo = _repository(cwd)
-        if repo is None:
-            root, objects, repo_index, branch = cwd, None, None, ""
-        else:
-            root, objects, repo_index, branch = repo
-            branch = branch or _unborn_branch(cwd)
+        repository = _repository(cwd)
+        root = repository.top if repository else cwd
+        branch = _branch(repository) if repository else ""
+        if not root.is_dir():  # an agent may remove its own folder
+            raise SnapshotError(f"the working directory {root} no longer exists")
         name = store_name(root)
         store = store_path(name)
-        _ensure_store(store, objects)
-        _copy_excludes(store, objects)
-        tree = _write_tree(store, root, repo_index)
+        excludes = _excludes(repository)
+        seen = _Seen(store, root, excludes)
+        tree = seen.unchanged_tree()
+        if tree is None:
+            _ensure_store(store, repository.objects if repository else None)
+            _copy_excludes(store, excludes)
+            tree = _write_tree(store, root, repository.index if repository else None)
+            seen.remember(tree)
     except GitError as exc:
         raise SnapshotError(str(exc)) from exc
     except OSError as exc:
         raise SnapshotError(f"the snapshot store could not be written: {exc}") from exc
-    return Snapshot(name, tree, str(root), branch, time.monotonic() - started)
+    return Snapshot(name, tree, str(root), branch, time.monotonic() - started, seen.git_ran)
 
 
 def _write_tree(store: Path, root: Path, repo_index: Path | None) -> str:
@@ -175,14 +247,14 @@ def _write_tree(store: Path, root: Path, repo_index: Path | None) -> str:
         index.unlink()  # git wants to create the index itself (an empty file is corrupt)
         seeded = _seed_index(store, repo_index, index)
         try:
-            tree = _add_all(store, root, index, refresh=seeded == "repository")
+            tree = _add_all(store, root, index, seeded=seeded)
         except GitError as exc:
             if not seeded or isinstance(exc, GitTimeout):
                 raise
             # A seed git cannot use here (e.g. a split index, a newer format, a corrupt last
             # index): hash everything once, from an empty index.
             index.unlink(missing_ok=True)
-            tree = _add_all(store, root, index, refresh=False)
+            tree = _add_all(store, root, index, seeded="")
         os.replace(index, store / "index")  # the next snapshot starts from here
         return tree
     finally:
@@ -190,69 +262,192 @@ def _write_tree(store: Path, root: Path, repo_index: Path | None) -> str:
             index.unlink()
 
 
-def _add_all(store: Path, root: Path, index: Path, *, refresh: bool) -> str:
+def _add_all(store: Path, root: Path, index: Path, *, seeded: str) -> str:
     env = _store_env(store, root, index)
-    if refresh:
+    if seeded == "repository":
         # Entries the repository's index left "racily clean" (changed in the second it was
         # written) would be hashed again at every snapshot: refresh them once.
         git("update-index", "-q", "--refresh", cwd=root, env=env, check=False)
+    if seeded == "repository" or (seeded == "store" and not (store / NESTED_CHECKED).exists()):
+        _enter_gitlinks(root, env)  # submodules; nested repositories an older Malamar recorded
     # Bounded: a huge folder that is no repository (a home directory) must not hold up the run.
-    git("add", "-A", "--ignore-errors", ".", cwd=root, env=env, timeout=ADD_TIMEOUT_SECONDS)
-    return git_text("write-tree", cwd=root, env=env)
+    left_out = add_all(root, env=env, timeout=ADD_TIMEOUT_SECONDS)
+    if left_out:  # a file git could not read: the snapshot goes on without it
+        log.warning("A snapshot left files out: %s", left_out, extra={"root": str(root)})
+    tree = git_text("write-tree", cwd=root, env=env)
+    if seeded == "store" and not (store / NESTED_CHECKED).exists():
+        (store / NESTED_CHECKED).touch()
+    return tree
 
 
-def keep(snapshot: Snapshot, run_id: str, side: str) -> None:
-    """A ref per run and side, so pruning the store keeps this tree."""
-    store = store_path(snapshot.store)
-    ref = f"{REF_PREFIX}{run_id}/{side}"
-    git("update-ref", ref, snapshot.tree, cwd=store, env={"GIT_DIR": str(store)})
+def _enter_gitlinks(root: Path, env: dict[str, str]) -> None:
+    """Gitlinks of a seed index (the repository's submodules; an older snapshot's nested
+    repositories) are recorded as their files from now on."""
+    nested = [path for path in gitlinks(root, env=env) if (root / path / ".git").exists()]
+    if nested:
+        enter_nested(root, nested, env=env)
 
 
-def forget_runs(runs: list[tuple[str, str]]) -> None:
-    """Drop the refs of these (store, run id) pairs; their objects go at the next prune."""
-    by_store: dict[str, list[str]] = {}
-    for store, run_id in runs:
-        if store:
-            by_store.setdefault(store, []).append(run_id)
-    for name, run_ids in by_store.items():
-        store = store_path(name)
-        if not store.is_dir():
-            continue
-        lines = "".join(
-            f"delete {REF_PREFIX}{run_id}/{side}\n"
-            for run_id in run_ids
-            for side in ("before", "after")
-        )
+# "nothing changed": the stat data of a small folder -------------------------------------------
+def _timestamp_margin_ns() -> int:
+    """How far a file's timestamp may lag the clock: two ticks of the coarse clock the kernel
+    stamps files with (CLOCK_REALTIME_COARSE is 5 on Linux); 20 ms when unknown."""
+    try:
+        return max(int(time.clock_getres(5) * 2e9), 1_000_000)
+    except (OSError, AttributeError):
+        return 20_000_000
+
+
+TIMESTAMP_MARGIN_NS = _timestamp_margin_ns()
+COARSE_MARGIN_NS = 2_500_000_000  # a file system that keeps whole seconds (FAT: two)
+now_ns = time.time_ns  # the clock file timestamps are compared with (tests move it on)
+
+
+TOO_BIG = "too big"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git knows it without storing it
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The stat data of a folder and of every entry under it (`.git` left out, ignored files
+    included), walked without following links; or TOO_BIG past FINGERPRINT_ENTRIES entries.
+    `trusted`: it can prove "unchanged" next time. Not when an entry changed so recently that
+    a change after this walk could leave its timestamps as they are (git calls those entries
+    racy: the walk stops at the first), nor when a folder could not be read (`complete`:
+    the walk saw every entry)."""
+
+    entries: list | str
+    trusted: bool
+    complete: bool = True
+
+    @property
+    def empty(self) -> bool:
+        return self.complete and isinstance(self.entries, list) and len(self.entries) == 1
+
+
+def fingerprint(root: Path, started_ns: int) -> Fingerprint:
+    fresh = started_ns - TIMESTAMP_MARGIN_NS  # a timestamp from here on is racy
+    stat = os.lstat(root)
+    entries: list = [("", stat.st_mode, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)]
+    newest = max(stat.st_mtime_ns, stat.st_ctime_ns)
+    # Change times nobody can set: all in whole seconds is a file system that keeps no more.
+    whole_seconds = stat.st_ctime_ns % 1_000_000_000 == 0
+    folders = [""]
+    while folders:
+        folder = folders.pop()
         try:
-            git(
-                "update-ref",
-                "--stdin",
-                cwd=store,
-                env={"GIT_DIR": str(store)},
-                input=lines.encode(),
+            with os.scandir(os.path.join(root, folder)) as listing:
+                found = sorted(listing, key=lambda entry: entry.name)
+        except OSError:
+            return Fingerprint(entries, trusted=False, complete=False)
+        for entry in found:
+            if entry.name == ".git":
+                continue
+            if len(entries) >= FINGERPRINT_ENTRIES:
+                return Fingerprint(TOO_BIG, trusted=False, complete=False)
+            try:
+                stat = entry.stat(follow_symlinks=False)
+            except OSError:
+                return Fingerprint(entries, trusted=False, complete=False)
+            path = f"{folder}/{entry.name}" if folder else entry.name
+            mtime, ctime = stat.st_mtime_ns, stat.st_ctime_ns
+            entries.append((path, stat.st_mode, stat.st_ino, stat.st_size, mtime, ctime))
+            newest = max(newest, mtime, ctime)
+            whole_seconds = whole_seconds and ctime % 1_000_000_000 == 0
+            if newest >= fresh:  # racy: no need to look further
+                return Fingerprint(entries, trusted=False, complete=False)
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(path)
+    racy = newest >= fresh or (whole_seconds and newest >= started_ns - COARSE_MARGIN_NS)
+    return Fingerprint(entries, trusted=not racy)
+
+
+@dataclass
+class _Last:
+    root: Path
+    seen: Fingerprint
+    tree: str
+    store_index: tuple  # the store index's stat data after that snapshot
+    excludes: tuple
+    at: float
+
+
+def _stat_key(path: Path | None) -> tuple:
+    if path is None:
+        return ()
+    try:
+        stat = path.stat()
+    except OSError:
+        return ("missing",)
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+class _Seen:
+    """One snapshot's look at its folder: the fingerprint taken before git reads the folder,
+    compared with the one remembered from the folder's last snapshot in this process."""
+
+    _last: "OrderedDict[Path, _Last]" = OrderedDict()
+    _lock = threading.Lock()
+
+    def __init__(self, store: Path, root: Path, excludes: Path | None):
+        self.store, self.root, self.excludes = store, root, _stat_key(excludes)
+        self.git_ran = True
+        with self._lock:
+            self.last = self._last.get(store)
+        last = self.last
+        recently_big = last and last.seen.entries == TOO_BIG
+        self.walked = not (recently_big and time.monotonic() - last.at < BIG_FOLDER_SECONDS)
+        # A folder found too big not long ago is not worth walking again so soon.
+        skipped = Fingerprint(TOO_BIG, trusted=False, complete=False)
+        self.seen = fingerprint(root, now_ns()) if self.walked else skipped
+
+    def unchanged_tree(self) -> str | None:
+        """The tree without asking git: the empty tree of an empty folder, or the last
+        snapshot's tree when nothing in the folder changed since (the store's index is still
+        the one that snapshot left, so its tree is still there)."""
+        if self.seen.empty:
+            self.git_ran = False
+            return EMPTY_TREE
+        last = self.last
+        if (
+            last is None
+            or not self.seen.trusted
+            or last.seen != self.seen
+            or last.root != self.root
+            or last.excludes != self.excludes
+            or last.store_index != _stat_key(self.store / "index")
+        ):
+            return None
+        self.git_ran = False
+        return last.tree
+
+    def remember(self, tree: str) -> None:
+        with self._lock:
+            if not (self.seen.trusted or self.seen.entries == TOO_BIG):
+                self._last.pop(self.store, None)  # nothing this snapshot can vouch for
+                return
+            at = time.monotonic() if self.walked else self.last.at
+            self._last[self.store] = _Last(
+                self.root, self.seen, tree, _stat_key(self.store / "index"), self.excludes, at
             )
-        except GitError:
-            log.warning("Could not drop snapshot refs", extra={"store": name})
+            self._last.move_to_end(self.store)
+            while len(self._last) > FINGERPRINTS_KEPT:
+                self._last.popitem(last=False)
 
 
-def _store_run_ids(store: Path) -> set[str]:
-    refs = git_text(
-        "for-each-ref", "--format=%(refname)", REF_PREFIX, cwd=store, env={"GIT_DIR": str(store)}
-    )
-    return {ref[len(REF_PREFIX) :].split("/")[0] for ref in refs.splitlines() if ref}
-
-
-def prune(known_run_ids, *, expire: str = "1.hour.ago") -> dict:
-    """Housekeeping: refs of runs that no longer exist go, unreachable objects older than
-    `expire` are pruned (younger ones may belong to a snapshot being taken), and a store without
-    refs that nobody used since then is removed. `known_run_ids`: the runs that still exist."""
-    counts = {"stores_removed": 0, "refs_removed": 0, "stores_pruned": 0}
+# keeping and pruning ---------------------------------------------------------------------------
+def prune(kept_trees: dict[str, set[str]], *, expire: str = "1.hour.ago") -> dict:
+    """Housekeeping: each store keeps the trees the runs in the database refer to
+    (`kept_trees`: store name → trees) under one ref, unreachable objects older than `expire`
+    are pruned (younger ones may belong to a snapshot being taken), and a store no run refers
+    to that nobody used since then is removed."""
+    counts = {"stores_removed": 0, "stores_pruned": 0, "trees_kept": 0}
     root = snapshots_dir()
     if not root.is_dir():
         return counts
     for store in sorted(root.iterdir()):
         try:
-            counts = _prune_store(store, known_run_ids, counts, expire)
+            _prune_store(store, kept_trees.get(store.name, set()), counts, expire)
         except GitError:
             log.warning("Could not prune a snapshot store", extra={"store": store.name})
     return counts
@@ -265,18 +460,35 @@ def _idle_since(store: Path, expire: str) -> bool:
     return not index.exists() or time.time() - index.stat().st_mtime > IDLE_SECONDS
 
 
-def _prune_store(store: Path, known_run_ids, counts: dict, expire: str) -> dict:
+def _prune_store(store: Path, trees: set[str], counts: dict, expire: str) -> None:
     if not (store / "HEAD").exists():
-        return counts
-    run_ids = _store_run_ids(store)
-    gone = [run_id for run_id in run_ids if run_id not in known_run_ids]
-    if gone:
-        forget_runs([(store.name, run_id) for run_id in gone])
-        counts["refs_removed"] += len(gone)
-    if len(gone) == len(run_ids) and _idle_since(store, expire):
+        return
+    if not trees and _idle_since(store, expire):
         shutil.rmtree(store, ignore_errors=True)
         counts["stores_removed"] += 1
-        return counts
-    git("prune", f"--expire={expire}", cwd=store, env={"GIT_DIR": str(store)})
+        return
+    env = {"GIT_DIR": str(store)}
+    kept = _existing(store, trees)
+    lines = "".join(f"040000 tree {tree}\t{tree}\n" for tree in sorted(kept))
+    keep = ""
+    if kept:
+        keep = git("mktree", cwd=store, env=env, input=lines.encode()).stdout.decode().strip()
+    old = git_text("for-each-ref", "--format=%(refname)", OLD_REF_PREFIX, cwd=store, env=env)
+    updates = [f"update {KEEP_REF} {keep}" if keep else f"delete {KEEP_REF}"]
+    updates += [f"delete {ref}" for ref in old.splitlines() if ref]
+    git("update-ref", "--stdin", cwd=store, env=env, input=("\n".join(updates) + "\n").encode())
+    git("prune", f"--expire={expire}", cwd=store, env=env)
     counts["stores_pruned"] += 1
-    return counts
+    counts["trees_kept"] += len(kept)
+
+
+def _existing(store: Path, trees: set[str]) -> set[str]:
+    """The trees still in the store (one lost with a store that was removed is skipped)."""
+    if not trees:
+        return set()
+    listing = "".join(f"{tree}\n" for tree in trees).encode()
+    out = git(
+        "cat-file", "--batch-check=%(objectname) %(objecttype)", cwd=store,
+        env={"GIT_DIR": str(store)}, input=listing,
+    ).stdout.decode()  # fmt: skip
+    return {line.split()[0] for line in out.splitlines() if line.endswith(" tree")}

@@ -166,6 +166,7 @@ MALAMAR_TOOLS = {
     "related_tasks": "Looking for related tasks",
     "create_task": "Creating a task",
     "comment_on_task": "Commenting on a task",
+    "review_task": "Reviewing a task",
 }
 MALAMAR_TOOL = re.compile(r"(?:mcp__malamar__|malamar(?:__|\.|_))?(?P<tool>\w+)")
 # Any other MCP server's tool, as Claude (`mcp__github__create_issue`) or Codex

@@ -14,6 +14,7 @@ from pathlib import Path
 from django.conf import settings
 from django.utils.text import slugify
 
+from core.errors import Conflict
 from runner import git
 
 log = logging.getLogger(__name__)
@@ -146,11 +147,15 @@ def commit_run(path: Path, *, agent_name: str, task) -> str | None:
         raise BranchProblem(f"Malamar could not commit {agent_name}'s changes: {exc}") from exc
 
 
+ALREADY_MERGED = "already merged"
+
+
 @dataclass(frozen=True)
 class MergeResult:
-    how: str = ""  # "fast-forward" | "merge commit"; "" when refused
+    how: str = ""  # "fast-forward" | "merge commit" | ALREADY_MERGED; "" when refused
     conflicts: tuple[str, ...] = ()
     dirty: tuple[str, ...] = ()
+    commit: str = ""  # the base's commit once merged
 
     @property
     def merged(self) -> bool:
@@ -166,6 +171,8 @@ def merge(task, workspace) -> MergeResult:
         for name in (branch, base):
             if not git.branch_exists(repo, name):
                 raise BranchProblem(f"The branch {name} does not exist in {repo} any more.")
+        if git.is_merged(repo, branch, base):  # nothing of its own (or merged by hand)
+            return MergeResult(how=ALREADY_MERGED, commit=_tip(repo, base))
         conflicts = git.merge_conflicts(repo, branch=branch, into=base)
         if conflicts:
             return MergeResult(conflicts=tuple(conflicts))
@@ -173,13 +180,54 @@ def merge(task, workspace) -> MergeResult:
         checkout = git.checkout_of(repo, base)
         if checkout is None:
             how = git.merge_into_branch(repo, branch=branch, into=base, message=message)
-            return MergeResult(how=how)
+            return MergeResult(how=how, commit=_tip(repo, base))
         dirty = git.dirty_files(checkout)
         if dirty:
             return MergeResult(dirty=tuple(dirty))
-        return MergeResult(how=git.merge_into_checkout(checkout, branch=branch, message=message))
+        how = git.merge_into_checkout(checkout, branch=branch, message=message)
+        return MergeResult(how=how, commit=_tip(repo, base))
     except git.GitError as exc:
         raise BranchProblem(f"Malamar could not merge {branch} into {base}: {exc}") from exc
+
+
+def base_commit(task, workspace) -> str:
+    """The commit the task's base branch is at ("" when git cannot tell)."""
+    try:
+        return _tip(repository(workspace), task.branch_base)
+    except (BranchProblem, git.GitError):
+        return ""
+
+
+def _tip(repo: Path, branch: str) -> str:
+    return git.git_text(
+        "rev-parse", "--verify", "--end-of-options", f"refs/heads/{branch}", cwd=repo
+    )
+
+
+class BranchState:
+    NONE = "none"  # no branch, or Malamar merged it already
+    GONE = "gone"  # the repository or the branch is not there any more
+    IN_BASE = "in_base"  # its base holds every commit of it (no work of its own, or merged)
+    UNMERGED = "unmerged"  # commits its base does not have
+
+
+def branch_state(task, workspace) -> str:
+    """Where the task's branch stands against its base (git reads only). A branch git cannot
+    read counts as unmerged: ask rather than lose work."""
+    if not task.branch_name or task.merged_at is not None:
+        return BranchState.NONE
+    repo = Path(workspace.working_directory_path or "").expanduser()
+    try:
+        if not repo.is_dir() or not git.is_repository(repo):
+            return BranchState.GONE
+        if not git.branch_exists(repo, task.branch_name):
+            return BranchState.GONE
+        base = task.branch_base
+        if base and git.branch_exists(repo, base) and git.is_merged(repo, task.branch_name, base):
+            return BranchState.IN_BASE
+    except git.GitError:
+        pass
+    return BranchState.UNMERGED
 
 
 def remove(*, repo_path: str, task_id: str, branch: str, base: str, keep_merged: bool) -> None:
@@ -218,3 +266,24 @@ def leftovers_remove(task_ids: set[str]) -> None:
     for task_id in task_ids:
         shutil.rmtree(worktree_path(task_id), ignore_errors=True)
         _setup_marker(task_id).unlink(missing_ok=True)
+
+
+class UnmergedBranches(Conflict):
+    """A delete that would throw away work on branches no base holds: asked first."""
+
+    code = "UNMERGED_BRANCHES"
+
+
+def unmerged_refusal(tasks: list, what: str) -> UnmergedBranches:
+    names = ", ".join(f"{t.branch_name} (“{t.summary}”)" for t in tasks[:5])
+    more = f" and {len(tasks) - 5} more" if len(tasks) > 5 else ""
+    listed = [
+        {"task_id": t.id, "summary": t.summary, "branch": t.branch_name, "base": t.branch_base}
+        for t in tasks
+    ]
+    return UnmergedBranches(
+        f"Deleting {what} deletes work that is on no other branch: {names}{more}. Merge it "
+        "first, or confirm the delete (confirm=true).",
+        field="confirm",
+        details={"branches": listed},
+    )

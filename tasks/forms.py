@@ -64,6 +64,8 @@ class DescriptionForm(forms.Form):
         strip=False,
         widget=forms.Textarea(attrs={"rows": 10}),
     )
+    # The text the edit started from: a save over a change made meanwhile is refused.
+    description_base = forms.CharField(required=False, strip=False, widget=forms.HiddenInput)
 
 
 class CommentForm(forms.Form):
@@ -72,6 +74,32 @@ class CommentForm(forms.Form):
         error_messages={"required": "Write a comment first"},
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Add a comment… (Markdown)"}),
     )
+
+
+class ReviewForm(forms.Form):
+    """The In Review composer: a comment with the verdict of the button pressed, and the line
+    comments drafted in the Changes tab (JSON, put in by review.js). Ctrl+Enter presses no
+    button: it requests changes, as a comment on an In Review task always did."""
+
+    # The buttons: the three verdicts, and Approve's two answers for an unmerged branch.
+    VERDICTS = {
+        "request_changes": ("request_changes", None),
+        "comment": ("comment", None),
+        "approve": ("approve", None),
+        "approve_merge": ("approve", True),
+        "approve_keep": ("approve", False),
+    }
+
+    content = forms.CharField(
+        label="Comment",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Your review… (Markdown)"}),
+    )
+    verdict = forms.ChoiceField(choices=[(key, key) for key in VERDICTS], required=False)
+    line_comments = forms.JSONField(required=False)
+
+    def clean_verdict(self) -> tuple[str, bool | None]:
+        return self.VERDICTS[self.cleaned_data["verdict"] or "request_changes"]
 
 
 class DeleteDoneForm(forms.Form):

@@ -1,8 +1,9 @@
 """`malamar mcp --workspace ID`: a Model Context Protocol server over stdio for agents.
 
 Read tools look up the workspace's tasks (list, search, read one with its comments and
-dependencies, related ones by text similarity); write tools create a task and comment, through
-the same services as the web app, as "Agent via MCP" (core.actors.MCP_AGENT). The server acts
+dependencies, related ones by text similarity); write tools create a task, comment, and review a
+task In Review (approve, request changes, comment, with line comments), through the same
+services as the web app, as "Agent via MCP" (core.actors.MCP_AGENT). The server acts
 for one workspace: other workspaces' tasks are refused. Every refusal is a tool error with a
 message (the model reads it); stdout belongs to the protocol, so nothing else prints there.
 """
@@ -11,15 +12,17 @@ import logging
 import sys
 from collections.abc import Callable
 from functools import wraps
+from typing import Literal
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
 
 from core.actors import MCP_AGENT
 from core.errors import ServiceError
-from tasks import services
+from tasks import mcp_handshake, services
 from tasks.mcp_stdio import serve_stdio
 from tasks.models import Task, TaskStatus
 from tasks.selectors import (
@@ -51,6 +54,27 @@ def task_brief(task: Task) -> dict:
     }
 
 
+def comment_row(comment) -> dict:
+    """A comment for get_task; a line comment also says where (file, lines, side, code)."""
+    row = {
+        "author": comment.author_name,
+        "kind": comment.kind,
+        "content": comment.content,
+        "created_at": iso(comment.created_at),
+    }
+    if comment.verdict:
+        row["verdict"] = comment.verdict
+    if comment.anchor_path:
+        row["line"] = {
+            "path": comment.anchor_path,
+            "line": comment.anchor_start_line,
+            "end_line": comment.anchor_end_line,
+            "side": comment.anchor_side,
+            "code": comment.anchor_code,
+        }
+    return row
+
+
 def status_value(status: str) -> str:
     """A status as stored ("todo"), from its value or its label ("In Progress")."""
     wanted = (status or "").strip().casefold().replace(" ", "_")
@@ -77,6 +101,19 @@ def tool_errors(fn: Callable) -> Callable:
             raise ToolError(exc.message) from None
 
     return call
+
+
+class LineComment(BaseModel):
+    """A comment on lines of a task's changes."""
+
+    path: str = Field(description="A file the task's changes list")
+    line: int = Field(description="First line (1-based)")
+    end_line: int | None = Field(None, description="Last line (default: line)")
+    side: Literal["new", "old"] = Field(
+        "new", description="new: lines as the agents left them; old: as they were before"
+    )
+    body: str = Field(description="What you say about those lines (markdown)")
+    run_id: str = Field("", description="The run whose changes you looked at ('' = the task's)")
 
 
 class WorkspaceTools:
@@ -134,18 +171,10 @@ class WorkspaceTools:
 
     def get_task(self, task_id: str) -> dict:
         """One task: summary, description, status, its comments oldest first (author, kind,
-        content, time) and its dependencies (the tasks it waits for, and those waiting for
-        it)."""
+        content, time; a review's verdict, a line comment's place) and its dependencies (the
+        tasks it waits for, and those waiting for it)."""
         task = self.task(task_id)
-        comments = [
-            {
-                "author": comment.author_name,
-                "kind": comment.kind,
-                "content": comment.content,
-                "created_at": iso(comment.created_at),
-            }
-            for comment in comments_for_task(task)
-        ]
+        comments = [comment_row(comment) for comment in comments_for_task(task)]
         return {
             **task_brief(task),
             "description": task.description,
@@ -178,6 +207,40 @@ class WorkspaceTools:
         return task_brief(task)
 
     @tool_errors
+    def review_task(
+        self,
+        task_id: str,
+        verdict: Literal["approve", "request_changes", "comment"],
+        body: str = "",
+        line_comments: list[LineComment] | None = None,
+        merge: bool | None = None,
+    ) -> dict:
+        """Review a task that waits In Review (for the person, as "Agent via MCP").
+        request_changes: post the comments and send the task back to the agents. comment: a
+        note the agents read on their next pass (the task stays In Review). approve: Done; if
+        its branch holds work its base lacks, give `merge`: true merges it first (a conflict
+        refuses, nothing changes), false finishes without merging (the branch is kept).
+        `line_comments` comment on lines of the task's changes (a changed file's path, line,
+        end_line, side "new" or "old")."""
+        task = self.task(task_id)
+        review = services.task_review_submit(
+            task=Task.objects.select_related("workspace").get(id=task.id),
+            verdict=verdict,
+            body=body,
+            line_comments=[item.model_dump() for item in line_comments or []],
+            merge=merge,
+            actor=MCP_AGENT,
+        )
+        merged = review.merge.how if review.merge else ""
+        return {
+            "task_id": task.id,
+            "status": review.task.status,
+            "verdict": review.verdict,
+            "comment_ids": [comment.id for comment in review.comments],
+            "merged": merged,
+        }
+
+    @tool_errors
     def comment_on_task(self, task_id: str, content: str) -> dict:
         """Add a comment (markdown) to one of this workspace's tasks, as "Agent via MCP". Like
         any comment, it sends a task that is not Done through the agents again."""
@@ -189,17 +252,10 @@ class WorkspaceTools:
 
 def build_server(workspace_id: str) -> MCPServer:
     tools = WorkspaceTools(workspace_id)
-    server = MCPServer(
-        "malamar",
-        instructions=(
-            "Malamar's task board for one workspace: look up its tasks (search, read one with "
-            "its comments, find related ones) before duplicating work, create follow-up tasks, "
-            "and comment on tasks."
-        ),
-    )
+    server = MCPServer(mcp_handshake.SERVER_NAME, instructions=mcp_handshake.INSTRUCTIONS)
     for method in (tools.list_workspaces, tools.search_tasks, tools.get_task, tools.related_tasks):
         server.add_tool(method, annotations=READ_ONLY)
-    for method in (tools.create_task, tools.comment_on_task):
+    for method in (tools.create_task, tools.comment_on_task, tools.review_task):
         server.add_tool(method, annotations=WRITES)
     return server
 

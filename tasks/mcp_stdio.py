@@ -10,8 +10,6 @@ on with the next line.
 
 import json
 import logging
-import os
-import sys
 import threading
 from dataclasses import dataclass
 
@@ -23,6 +21,7 @@ from pydantic import ValidationError
 
 from core.json_input import BodyRefused, check_text
 from core.limits import human_size
+from tasks import mcp_handshake
 
 log = logging.getLogger(__name__)
 
@@ -129,15 +128,32 @@ class Lines:
 
 
 class Writer:
-    """The wire's write side for the SDK's answers and ours: one whole line at a time."""
+    """The wire's write side for the SDK's answers and ours: one whole line at a time.
+    `answered`: the id of the `initialize` answered before the SDK loaded; its own answer to
+    that request (replayed to it) is not sent a second time."""
 
-    def __init__(self, wire):
+    def __init__(self, wire, *, answered: str | int | None = None):
         self.wire, self.lock = wire, threading.Lock()
+        self.answered = answered
 
     def _write(self, text: str) -> None:
         with self.lock:
+            if self.answered is not None and self._answers_initialize(text):
+                self.answered = None
+                return
             self.wire.write(text.encode("utf-8"))
             self.wire.flush()
+
+    def _answers_initialize(self, text: str) -> bool:
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return False
+        return (
+            isinstance(message, dict)
+            and "method" not in message
+            and message.get("id") == self.answered
+        )
 
     async def write(self, text: str) -> None:
         await anyio.to_thread.run_sync(self._write, text)
@@ -149,23 +165,16 @@ class Writer:
         await self.write(refusal.line())
 
 
-def claim_stdio():
-    """The wire as private descriptors; fd 0 becomes the null device and fd 1 stderr, so
-    nothing else in the process (a print, a child) can read or corrupt the protocol."""
-    wire_in = os.fdopen(os.dup(0), "rb")
-    wire_out = os.fdopen(os.dup(1), "wb")
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return wire_in, wire_out
-
-
 async def serve_stdio(lowlevel_server) -> None:
-    wire_in, wire_out = claim_stdio()
-    writer = Writer(wire_out)
-    lines = Lines(wire_in, settings.CONFIG.max_json_bytes, writer.refuse)
+    """Serve over the wire: the one `answer_initialize` claimed already when `malamar mcp`
+    answered `initialize` before loading (tasks.mcp_handshake), else stdin/stdout now."""
+    handshake = mcp_handshake.taken
+    if handshake is None:
+        wire_in, wire_out = mcp_handshake.claim_stdio()
+        handshake = mcp_handshake.Handshake(wire_in, wire_out)
+    writer = Writer(handshake.wire_out, answered=handshake.answered)
+    wire = mcp_handshake.Replay(handshake.wire_in, handshake.read)
+    lines = Lines(wire, settings.CONFIG.max_json_bytes, writer.refuse)
     async with stdio_server(stdin=lines, stdout=writer) as (read_stream, write_stream):
         options = lowlevel_server.create_initialization_options()
         await lowlevel_server.run(read_stream, write_stream, options)

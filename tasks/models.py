@@ -1,5 +1,15 @@
 from django.db import models
-from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    IntegerField,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -33,6 +43,22 @@ class CommentKind(models.TextChoices):
     ERROR = "error", "Error"
 
 
+class Verdict(models.TextChoices):
+    """A person's review of an In Review task (DESIGN "Review verdicts")."""
+
+    APPROVE = "approve", "Approve"
+    REQUEST_CHANGES = "request_changes", "Request changes"
+    COMMENT = "comment", "Comment"
+
+
+class LineSide(models.TextChoices):
+    """Which side of a diff a line comment is on: the lines as the run left them (new), or
+    the lines it changed or removed, as they were before it (old)."""
+
+    OLD = "old", "Old"
+    NEW = "new", "New"
+
+
 class TaskQuerySet(models.QuerySet):
     def with_counts(self):
         """Derived read-only fields for lists and details, in one query. Correlated subqueries,
@@ -53,6 +79,29 @@ class TaskQuerySet(models.QuerySet):
     def by_recent_update(self):
         return self.order_by("-updated_at", "-created_at")
 
+    def paused(self):
+        """Todo tasks with no pass queued or running: imported work waiting for the person to
+        resume it, or a task whose retries were stopped."""
+        return self.filter(status=TaskStatus.TODO).exclude(_has_pass())
+
+    def with_pause_state(self):
+        """Annotate `is_paused` (see paused())."""
+        return self.annotate(
+            is_paused=Case(
+                When(Q(status=TaskStatus.TODO) & ~_has_pass(), then=Value(True)),
+                default=Value(False),
+                output_field=models.BooleanField(),
+            )
+        )
+
+
+def _has_pass():
+    """The task has a pass queued, or running that nobody asked to stop."""
+    active = TaskQueueItem.objects.filter(
+        Q(status=QueueStatus.QUEUED) | QueueItemQuerySet.unstopped_q(), task_id=OuterRef("pk")
+    )
+    return Exists(active)
+
 
 # The comments that keep their task going until an agent has read them (DESIGN "No lost
 # comment"): a person's and an agent's (through Malamar's MCP server too). System notes and
@@ -64,10 +113,25 @@ class TaskCommentQuerySet(models.QuerySet):
     def errors(self):
         return self.filter(kind=CommentKind.ERROR)
 
+    def keeping_going(self):
+        """The comments that keep their task going until an agent has read them (KEEPS_GOING),
+        but a review note (the verdict "Comment"): the next pass reads it, it does not start
+        one (DESIGN "No lost comment", its exception)."""
+        return self.filter(kind__in=KEEPS_GOING).exclude(verdict=Verdict.COMMENT)
+
     def undelivered(self):
         """Comments that keep their task going and that no agent's answered input contained
         yet: while one exists, no pass ends in In Review."""
-        return self.filter(kind__in=KEEPS_GOING, delivered_at__isnull=True)
+        return self.keeping_going().filter(delivered_at__isnull=True)
+
+    def notes(self):
+        """Comments sent with the review verdict "Comment": the agents read them on their next
+        pass, but they do not start one (DESIGN "No lost comment", its exception)."""
+        return self.filter(verdict=Verdict.COMMENT)
+
+    def anchored(self):
+        """Line comments: comments on lines of the task's changes."""
+        return self.exclude(anchor_path="")
 
 
 class Task(models.Model):
@@ -85,6 +149,11 @@ class Task(models.Model):
     # Branch per task: the task's branch and the branch it started from ("" = none yet).
     branch_name = models.CharField(max_length=250, blank=True, default="")
     branch_base = models.CharField(max_length=200, blank=True, default="")
+    # When the branch reached its base (merged by Malamar, or found already in it), and the
+    # base's commit then ("" when nothing had to be merged). A Done task with a branch and no
+    # merged_at was finished without merging (the person's choice): "unmerged".
+    merged_at = models.DateTimeField(null=True, blank=True)
+    merge_commit = models.CharField(max_length=64, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -98,6 +167,15 @@ class Task(models.Model):
     def __str__(self) -> str:
         return self.summary
 
+    @property
+    def is_merged(self) -> bool:
+        return self.merged_at is not None
+
+    @property
+    def is_unmerged(self) -> bool:
+        """A Done task whose branch did not reach its base: finished without merging."""
+        return self.status == TaskStatus.DONE and bool(self.branch_name) and not self.is_merged
+
 
 class TaskComment(models.Model):
     id = id_field()
@@ -110,6 +188,24 @@ class TaskComment(models.Model):
     agent_id = models.CharField(max_length=21, null=True, blank=True, db_index=True)
     content = models.TextField()
     kind = models.CharField(max_length=10, choices=CommentKind.choices)
+    # The review verdict this comment was sent with ("" = an ordinary comment).
+    verdict = models.CharField(
+        max_length=16, choices=Verdict.choices, blank=True, default="", db_default=""
+    )
+    # A line comment's anchor ("" / NULL for other comments): the file, the lines (1-based,
+    # inclusive) on one side of the diff, the snapshot the comment was made on (the diff's
+    # "after" tree, in its private store), the run whose changes were shown ("" = the whole
+    # task's), and the lines quoted as they read then (snapshots are pruned; the quote stays).
+    anchor_path = models.TextField(blank=True, default="", db_default="")
+    anchor_side = models.CharField(
+        max_length=3, choices=LineSide.choices, blank=True, default="", db_default=""
+    )
+    anchor_start_line = models.PositiveIntegerField(null=True, blank=True)
+    anchor_end_line = models.PositiveIntegerField(null=True, blank=True)
+    anchor_store = models.CharField(max_length=64, blank=True, default="", db_default="")
+    anchor_tree = models.CharField(max_length=64, blank=True, default="", db_default="")
+    anchor_run_id = models.CharField(max_length=21, blank=True, default="", db_default="")
+    anchor_code = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     # When an agent first answered an input that contained this comment (None: not yet). What
@@ -121,7 +217,21 @@ class TaskComment(models.Model):
     class Meta:
         db_table = "task_comments"
         indexes = [models.Index(fields=["task", "created_at"])]
-        constraints = [choices_check("kind", CommentKind.choices)]
+        constraints = [
+            choices_check("kind", CommentKind.choices),
+            models.CheckConstraint(
+                condition=Q(verdict__in=["", *Verdict.values]), name="task_comment_verdict_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(anchor_path="")
+                | (
+                    Q(anchor_side__in=LineSide.values)
+                    & Q(anchor_start_line__gte=1)
+                    & Q(anchor_end_line__gte=models.F("anchor_start_line"))
+                ),
+                name="task_comment_anchor_complete",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.content[:60]
@@ -137,6 +247,14 @@ class TaskComment(models.Model):
     @property
     def is_error(self) -> bool:
         return self.kind == CommentKind.ERROR
+
+    @property
+    def is_line_comment(self) -> bool:
+        return bool(self.anchor_path)
+
+    @property
+    def is_note(self) -> bool:
+        return self.verdict == Verdict.COMMENT
 
 
 class TaskLog(models.Model):

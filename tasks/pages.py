@@ -1,12 +1,22 @@
 """Contexts of the tasks pages: the board, the task popup, and the workspace page's tasks tab."""
 
 from django.contrib import messages
+from django.template.loader import render_to_string
 
+from runner import changes as change_reads
 from tasks import selectors
-from tasks.forms import BlockersForm, BranchDiscardForm, CommentForm, DeleteDoneForm, TaskForm
+from tasks.forms import (
+    BlockersForm,
+    BranchDiscardForm,
+    CommentForm,
+    DeleteDoneForm,
+    ReviewForm,
+    TaskForm,
+)
 from tasks.models import Task, TaskStatus
 from workspaces.models import Workspace
 
+CHANGES = "tasks/changes.html"
 CREATE_ID = "task_new_%s"
 DONE_ID = "delete_done_%s"
 
@@ -50,7 +60,7 @@ def detail_context(task: Task) -> dict:
         "current_run": run,
         "error_state": selectors.error_state(task),
         "comments": selectors.comments_for_detail(task),
-        "comment_form": CommentForm(auto_id="task_comment_%s"),
+        **composer_context(task),
         "discard_form": BranchDiscardForm(task=task, auto_id="task_discard_%s"),
     }
 
@@ -60,7 +70,8 @@ def task_tab_context(request, workspace) -> dict:
     and the task popup to open on load when the URL names one (`?task=<id>`)."""
     context = {
         **board_context(workspace, show_all=show_all_from(request)),
-        "create_form": create_form(workspace),
+        # Its "Waits for" list (up to 500 tasks) loads when the dialog opens: task_create_blockers.
+        "create_form": TaskForm(auto_id=CREATE_ID),
         "delete_done_form": DeleteDoneForm(workspace=workspace, auto_id=DONE_ID),
     }
     task_id = request.GET.get("task", "").strip()
@@ -72,3 +83,76 @@ def task_tab_context(request, workspace) -> dict:
             context["open_task"] = task
             context.update(detail_context(task))
     return context
+
+
+def composer_context(task: Task, form=None) -> dict:
+    """The popup's footer: the comment box, or for an In Review task the review (its verdicts)."""
+    reviewing = task.status == TaskStatus.IN_REVIEW
+    if form is None:
+        form = (ReviewForm if reviewing else CommentForm)(auto_id="task_comment_%s")
+    return {"task": task, "comment_form": form, "actions": selectors.task_actions(task)}
+
+
+# --- the Changes tab: line comments in the diff ------------------------------------------------
+
+
+def _shown_here(comment, changes) -> bool:
+    """Was the line comment made on exactly this diff (its line numbers hold here)?"""
+    if comment.anchor_tree != changes.after:
+        return False
+    return comment.anchor_side == "new" or comment.anchor_run_id == (
+        changes.run.id if changes.run else ""
+    )
+
+
+def _line_comments(task: Task, changes) -> dict[str, list]:
+    """The task's line comments on the files of these changes, by path (oldest first)."""
+    if changes.problem or not changes.files:
+        return {}
+    paths = {change.path for change in changes.files}
+    found: dict[str, list] = {}
+    for comment in selectors.comments_with_anchors(task):
+        if comment.anchor_path in paths:
+            found.setdefault(comment.anchor_path, []).append(comment)
+    return found
+
+
+def _place_comments(task: Task, changes, view, comments: list) -> None:
+    """Give a file's view its rows with the line comments made on this diff under their last
+    line (`rows`), and the others (made on another snapshot or outdated, or on a line the
+    diff does not show) as `other_comments`, shown above the diff."""
+    notes: dict[tuple[str, int], str] = {}
+    for comment in comments:
+        if _shown_here(comment, changes) and not comment.outdated:
+            key = (comment.anchor_side, comment.anchor_end_line)
+            row = render_to_string(f"{CHANGES}#diff_comment_row", {"comment": comment})
+            notes[key] = notes.get(key, "") + row
+    placed: set = set()
+    if view.diff is not None and notes:
+        view.rows, placed = view.diff.rows_html_with(notes)
+    view.other_comments = [
+        comment
+        for comment in comments
+        if (comment.anchor_side, comment.anchor_end_line) not in placed
+        or not _shown_here(comment, changes)
+        or comment.outdated
+    ]
+
+
+def changes_context(task: Task, changes) -> dict:
+    """The Changes tab: the files and their diffs, with the task's line comments in them; an
+    In Review task's lines take new comments (review.js keeps the drafts)."""
+    views = change_reads.file_views(changes)
+    comments = _line_comments(task, changes)
+    for view in views:
+        _place_comments(task, changes, view, comments.get(view.change.path, []))
+    reviewing = task.status == TaskStatus.IN_REVIEW and not changes.problem
+    return {"task": task, "changes": changes, "views": views, "reviewing": reviewing}
+
+
+def file_diff_context(task: Task, changes, change, *, max_lines: int) -> dict:
+    """One file's diff (opened later in the tab, or on its own page), with its line comments."""
+    view = change_reads.FileView(change, 0)
+    view.diff = change_reads.file_diff(changes, change, max_lines=max_lines)
+    _place_comments(task, changes, view, _line_comments(task, changes).get(change.path, []))
+    return {"task": task, "changes": changes, "change": change, "diff": view.diff, "view": view}

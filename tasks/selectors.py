@@ -1,8 +1,8 @@
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Exists, OuterRef, Q, Subquery
-from django.db.models.functions import Substr
+from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce, Substr
 from django.utils import timezone
 
 from agents.models import Agent
@@ -10,6 +10,7 @@ from core.actors import author_name
 from runner.models import AgentRun, RunStatus
 from runner.plans import health_key_label
 from runner.selectors import cli_broken, usage_totals
+from tasks import anchors, branches
 from tasks.models import (
     RUNNABLE_STATUSES,
     Task,
@@ -28,7 +29,7 @@ USAGE_DAYS = 30
 
 
 def task_with_counts(task_id: str) -> Task | None:
-    return Task.objects.with_counts().filter(id=task_id).first()
+    return Task.objects.with_counts().with_pause_state().filter(id=task_id).first()
 
 
 def agent_names(workspace_id: str) -> dict[str, str]:
@@ -42,6 +43,22 @@ def comments_for_task(task: Task) -> list[TaskComment]:
     for comment in comments:
         comment.author_name = author_name(comment.author_type, comment.agent_id, names)
     return comments
+
+
+def mark_outdated(task_id: str, comments: list[TaskComment]) -> list[TaskComment]:
+    """Line comments get `outdated` (later runs changed their lines; git reads only when the
+    task has line comments)."""
+    return anchors.mark_outdated(task_id, comments)
+
+
+def line_comment_text(comment: TaskComment) -> str:
+    """A line comment as agents read it: the file, the lines, the quoted code, the comment."""
+    return anchors.agent_markdown(comment)
+
+
+def comments_with_anchors(task: Task) -> list[TaskComment]:
+    """comments_for_task, line comments marked `outdated` when later runs changed their lines."""
+    return anchors.mark_outdated(task.id, comments_for_task(task))
 
 
 def collapse_repeated_errors(comments: list[TaskComment]) -> list[TaskComment]:
@@ -81,6 +98,18 @@ def last_agent_comment(task: Task) -> str:
     return comment.content if comment else ""
 
 
+def unmerged_branch_tasks(tasks) -> list[Task]:
+    """Of these tasks (a QuerySet), those whose branch holds work its base lacks (git reads,
+    only for tasks with a branch Malamar did not merge)."""
+    candidates = tasks.exclude(branch_name="").filter(merged_at__isnull=True)
+    candidates = candidates.select_related("workspace").order_by("created_at", "id")
+    return [
+        task
+        for task in candidates
+        if branches.branch_state(task, task.workspace) == branches.BranchState.UNMERGED
+    ]
+
+
 # --- dependencies ---------------------------------------------------------------------------
 
 
@@ -102,6 +131,11 @@ def attach_blockers(tasks: list[Task]) -> list[Task]:
         task.open_blockers = [b for b in task.blockers if b.status != TaskStatus.DONE]
         task.is_waiting = task.status == TaskStatus.TODO and bool(task.open_blockers)
     return tasks
+
+
+def paused_count(workspace_id: str) -> int:
+    """Todo tasks of the workspace that wait for the person to resume them."""
+    return Task.objects.filter(workspace_id=workspace_id).paused().count()
 
 
 def blocked_by_ids(task: Task) -> list[str]:
@@ -226,9 +260,9 @@ def with_change_totals(tasks):
 
 
 def _card_queryset():
-    return with_change_totals(
-        with_waiting_cli(with_error_state(Task.objects.with_counts().by_recent_update()))
-    )
+    """What a card shows (a card never shows the description: agents' can be long)."""
+    tasks = Task.objects.defer("description").with_counts().by_recent_update()
+    return with_change_totals(with_waiting_cli(with_error_state(tasks)))
 
 
 def with_waiting_cli(queryset):
@@ -259,18 +293,27 @@ def _attach_runs(tasks: list[Task], runs: dict[str, AgentRun]) -> None:
         task.error_state = error_state(task)
 
 
-def board_column(workspace, status: str, *, show_all: bool = False, runs=None) -> Column:
+def _cards(workspace, statuses, show_all) -> dict[str, list[Task]]:
+    """The cards of these columns, most recently updated first: the first COLUMN_LIMIT of each,
+    every task of the columns in `show_all`. Three queries whatever the number of columns and
+    tasks: the cards, their blockers, the running runs."""
+    shown = Q(workspace=workspace, status__in=[status for status in statuses if status in show_all])
+    for status in statuses:
+        if status not in show_all:
+            first = Task.objects.filter(workspace=workspace, status=status).by_recent_update()
+            shown |= Q(id__in=first.values("id")[:COLUMN_LIMIT])
+    tasks = list(_card_queryset().filter(shown))
+    _attach_runs(tasks, running_runs(workspace.id))
+    cards = {status: [] for status in statuses}
+    for task in tasks:
+        cards[task.status].append(task)
+    return cards
+
+
+def board_column(workspace, status: str, *, show_all: bool = False) -> Column:
     total = Task.objects.filter(workspace=workspace, status=status).count()
-    return _column(workspace, status, total, show_all=show_all, runs=runs)
-
-
-def _column(workspace, status, total, *, show_all, runs) -> Column:
-    queryset = _card_queryset().filter(workspace=workspace, status=status)
-    if not show_all:
-        queryset = queryset[:COLUMN_LIMIT]
-    tasks = list(queryset)
-    _attach_runs(tasks, runs if runs is not None else running_runs(workspace.id))
-    return Column(status, TaskStatus(status).label, total, tasks, show_all)
+    cards = _cards(workspace, [status], [status] if show_all else [])
+    return Column(status, TaskStatus(status).label, total, cards[status], show_all)
 
 
 def board(workspace, *, show_all: tuple[str, ...] = ()) -> dict:
@@ -282,10 +325,10 @@ def board(workspace, *, show_all: tuple[str, ...] = ()) -> dict:
         .annotate(n=Count("id"))
         .values_list("status", "n")
     )
-    runs = running_runs(workspace.id)
+    cards = _cards(workspace, TaskStatus.values, show_all)
     columns = [
-        _column(workspace, status, counts.get(status, 0), show_all=status in show_all, runs=runs)
-        for status in TaskStatus.values
+        Column(status, label, counts.get(status, 0), cards[status], status in show_all)
+        for status, label in TaskStatus.choices
     ]
     return {"columns": columns, "total": sum(counts.values())}
 
@@ -313,13 +356,14 @@ def task_usage(task: Task) -> dict | None:
 
 
 def comments_for_detail(task: Task) -> list[TaskComment]:
-    """Oldest first, with `author_name`; identical consecutive errors collapsed into one."""
-    return collapse_repeated_errors(comments_for_task(task))
+    """Oldest first, with `author_name` (and `outdated` for line comments); identical
+    consecutive errors collapsed into one."""
+    return collapse_repeated_errors(comments_with_anchors(task))
 
 
 def task_for_detail(task_id: str) -> Task | None:
     tasks = with_waiting_cli(
-        with_error_state(Task.objects.with_counts().select_related("workspace"))
+        with_error_state(Task.objects.with_counts().with_pause_state().select_related("workspace"))
     )
     return tasks.filter(id=task_id).first()
 
@@ -334,16 +378,39 @@ def current_run(task: Task) -> AgentRun | None:
 # The popup's action buttons per status (SPECS "Task Actions").
 def task_actions(task: Task) -> dict:
     moves = USER_MOVES.get(task.status, set())
-    return {
+    actions = {
         "cancel": task.status == TaskStatus.IN_PROGRESS,
         "to_review": TaskStatus.IN_REVIEW in moves,
         "to_todo": TaskStatus.TODO in moves,
         "to_done": TaskStatus.DONE in moves,
         # Same rule as task_prioritize_toggle: only runnable tasks gain a priority.
         "prioritize": task.status in RUNNABLE_STATUSES or task.is_priority,
-        # Branch per task: merge or discard the task's branch once it waits for the user.
-        "branch": bool(task.branch_name) and task.status in (TaskStatus.IN_REVIEW, TaskStatus.DONE),
+        # Branch per task: merge or discard the task's branch once it waits for the user (not
+        # once merged: no second merge, nothing to discard).
+        "branch": bool(task.branch_name)
+        and task.merged_at is None
+        and task.status in (TaskStatus.IN_REVIEW, TaskStatus.DONE),
+        # Done means merged: an In Review branch task finishes by merging (above) or, by the
+        # person's choice, without merging ("Move to Done" would ask).
+        "finish_unmerged": bool(task.branch_name)
+        and task.merged_at is None
+        and task.status == TaskStatus.IN_REVIEW,
+        # Imported work and stopped retries wait in Todo until the person resumes them.
+        "resume": bool(getattr(task, "is_paused", False)),
     }
+    actions["primary"] = _primary_action(task, actions)
+    return actions
+
+
+def _primary_action(task: Task, actions: dict) -> str:
+    """The one action the popup's head shows on a phone's single line (the rest in its menu)."""
+    if actions["resume"]:
+        return "resume"
+    if task.status == TaskStatus.IN_REVIEW:
+        return "done"
+    if actions["cancel"]:
+        return "cancel"
+    return "todo" if actions["to_todo"] else ""
 
 
 def _status_label(value: str) -> str:
@@ -362,11 +429,26 @@ def _branch_texts(actor: str, meta: dict) -> dict[str, str]:
         "branch_committed": f"{actor} committed {str(meta.get('commit', ''))[:8]} on {branch}",
         "branch_merged": f"{actor} merged {branch} into {base} ({meta.get('how', '')})",
         "branch_discarded": f"{actor} discarded branch {branch}",
+        "branch_kept": f"{actor} finished without merging {branch} (the branch is kept)",
         "setup_ran": (
             f"Setup command `{meta.get('command', '')}` "
             + ("succeeded" if code == 0 else f"failed (exit code {code})")
         ),
     }
+
+
+REVIEW_WORDS = {
+    "approve": "approved",
+    "request_changes": "requested changes",
+    "comment": "left a review note",
+}
+
+
+def _review_text(actor: str, meta: dict) -> str:
+    said = REVIEW_WORDS.get(meta.get("verdict", ""), "reviewed")
+    lines = meta.get("line_comments") or 0
+    extra = f" ({lines} line comment{'s' if lines != 1 else ''})" if lines else ""
+    return f"{actor} {said}{extra}"
 
 
 def activity_entries(task: Task) -> list[dict]:
@@ -408,6 +490,8 @@ def activity_entries(task: Task) -> list[dict]:
                 f"“{meta.get('blocker_summary', '?')}”, which it waited for, was deleted"
             ),
             "unblocked": "No longer waiting for other tasks: it can start",
+            "review_submitted": _review_text(actor, meta),
+            "task_resumed": f"{actor} resumed the task",
             "blocked_again": (
                 f"Waiting again: “{meta.get('blocker_summary', '?')}” is no longer Done"
             ),
@@ -472,3 +556,68 @@ def related_tasks(task: Task | None, *, workspace_id: str, text: str = "", limit
     ranked = rank_similar(query, documents, limit=limit)
     found = Task.objects.in_bulk([task_id for task_id, _score in ranked])
     return [(found[task_id], score) for task_id, score in ranked if task_id in found]
+
+
+# --- "Needs you" (across workspaces) --------------------------------------------------------
+
+
+def in_review_oldest_first(limit: int) -> list[Task]:
+    """Tasks In Review in every workspace, oldest first by when they entered In Review
+    (`in_review_since`), with their workspace and `may_need_merge_choice` (a branch Malamar
+    has not merged: Approve may ask). One query."""
+    entered = (
+        TaskLog.objects.filter(
+            task_id=OuterRef("pk"),
+            event_type="status_changed",
+            metadata__new_status=TaskStatus.IN_REVIEW,
+        )
+        .order_by("-created_at")
+        .values("created_at")[:1]
+    )
+    tasks = list(
+        Task.objects.with_counts()
+        .with_pause_state()
+        .filter(status=TaskStatus.IN_REVIEW)
+        .select_related("workspace")
+        .annotate(in_review_since=Coalesce(Subquery(entered), F("updated_at")))
+        .order_by("in_review_since", "id")[:limit]
+    )
+    for task in tasks:
+        task.may_need_merge_choice = bool(task.branch_name) and task.merged_at is None
+    return tasks
+
+
+def _troubled(tasks):
+    """Of `tasks`, the Todo / In Progress ones whose runs fail or that wait for a CLI."""
+    waits = TaskQueueItem.objects.queued().filter(task_id=OuterRef("pk"))
+    waits = waits.exclude(waiting_for_cli="")
+    return tasks.filter(status__in=RUNNABLE_STATUSES).filter(
+        Q(failure_streak__gt=0) | Exists(waits)
+    )
+
+
+def in_review_of_workspace(workspace_id: str, limit: int = 20) -> list[Task]:
+    """The workspace's tasks In Review, oldest first (what the Malamar agent may review)."""
+    tasks = Task.objects.filter(workspace_id=workspace_id, status=TaskStatus.IN_REVIEW)
+    return list(tasks.order_by("updated_at", "id")[:limit])
+
+
+def in_trouble(limit: int) -> list[Task]:
+    """Todo / In Progress tasks in every workspace whose runs fail, or that wait for a CLI
+    (out of quota or unable to run), longest waiting first, each with `error_state`,
+    `waiting_label` and `waiting_reason`. One query, and one more when a task waits."""
+    tasks = list(
+        _troubled(with_waiting_cli(with_error_state(Task.objects.with_counts().with_pause_state())))
+        .select_related("workspace")
+        .order_by("updated_at", "id")[:limit]
+    )
+    attach_cli_waits(tasks)
+    for task in tasks:
+        task.error_state = error_state(task)
+    return tasks
+
+
+def needing_you_counts() -> tuple[int, int]:
+    """(In Review, failing or waiting for a CLI) in every workspace: two COUNT queries."""
+    review = Task.objects.filter(status=TaskStatus.IN_REVIEW).count()
+    return review, _troubled(Task.objects.all()).count()

@@ -5,7 +5,9 @@ workspace `last_activity_at` bump and events, so a rule lives in exactly one pla
 API, the pages, the runner and chat actions.
 """
 
+import dataclasses
 import functools
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import transaction
@@ -22,18 +24,19 @@ from notifications.services import notify_task_error, notify_task_in_review
 from runner.models import QueueStatus
 from runner.plans import Wait, cli_for_run
 from runner.selectors import cli_states
-from runner.services import agent_runs_forget_snapshots, cli_broken_set, cli_limit_set
-from tasks import branches, selectors
+from runner.services import cli_broken_set, cli_limit_set
+from tasks import anchors, branches, selectors
 from tasks.models import (
-    KEEPS_GOING,
     RUNNABLE_STATUSES,
     CommentKind,
+    LineSide,
     Task,
     TaskComment,
     TaskDependency,
     TaskLog,
     TaskQueueItem,
     TaskStatus,
+    Verdict,
 )
 from tasks.moves import MOVES
 from workspaces.models import Workspace
@@ -132,7 +135,12 @@ def task_status_set(*, task: Task, status: str, actor: Actor) -> Task:
             f"{who} cannot move a task from {TaskStatus(old).label} to {TaskStatus(status).label}",
             field="status",
         )
-    _move(task, status, actor)
+    if status != TaskStatus.DONE:
+        _move(task, status, actor)
+        return task
+    with transaction.atomic():
+        _finish_checked(task)  # Done means merged, or finished without merging by choice
+        _move(task, status, actor)
     return task
 
 
@@ -155,6 +163,8 @@ def _move(task: Task, status: str, actor: Actor) -> None:
             _release_dependents(task, now)
         elif old == TaskStatus.DONE:
             _reblock_dependents(task)
+            if task.merged_at is not None:
+                _branch_forget(task)
         log_add(
             task=task,
             event_type="status_changed",
@@ -166,6 +176,16 @@ def _move(task: Task, status: str, actor: Actor) -> None:
             "task.status_changed",
             task_payload(task, old_status=old, new_status=status, actor_type=actor.type),
         )
+
+
+def _branch_forget(task: Task) -> None:
+    """A merged task opened again starts a new branch from its base (which holds the merged
+    work) when it next runs."""
+    task.branch_name = task.branch_base = task.merge_commit = ""
+    task.merged_at = None
+    Task.objects.filter(id=task.id).update(
+        branch_name="", branch_base="", merge_commit="", merged_at=None
+    )
 
 
 def task_create(
@@ -193,6 +213,13 @@ def task_create(
     return task
 
 
+class DescriptionChanged(Conflict):
+    """A description save made from a text that is no longer the task's (another tab, the
+    Malamar agent): refused, with both texts, so nothing is lost."""
+
+    code = "DESCRIPTION_CHANGED"
+
+
 def task_update(
     *,
     task: Task,
@@ -200,22 +227,46 @@ def task_update(
     description: str | None = None,
     status: str | None = None,
     actor: Actor = USER,
+    description_base: str | None = None,
 ) -> Task:
+    """Edit the summary or description, or move the task. `description_base`: the text the
+    editor started from; when the task's description is no longer that, the save is refused
+    (DescriptionChanged, with the current text and the one sent) instead of overwriting."""
     with transaction.atomic():
         changes = {}
         if summary is not None:
             changes["summary"] = _clean_summary(summary)
         if description is not None:
             changes["description"] = description
+            if description_base is not None:
+                _description_unchanged_since(task, description_base, description)
         if changes:
-            for field, value in changes.items():
-                setattr(task, field, value)
+            for name, value in changes.items():
+                setattr(task, name, value)
             Task.objects.filter(id=task.id).update(**changes)
             _touch(task, timezone.now())
             events.publish("task.updated", task_payload(task))
         if status is not None:
             task_status_set(task=task, status=status, actor=actor)
     return task
+
+
+def _description_unchanged_since(task: Task, base: str, yours: str) -> None:
+    """Inside the save's transaction: the stored description is still `base` (locked until the
+    save commits, so two saves from the same text cannot both pass)."""
+    current = (
+        Task.objects.select_for_update()
+        .filter(id=task.id)
+        .values_list("description", flat=True)
+        .first()
+    )
+    if current is not None and current != base and current != yours:
+        raise DescriptionChanged(
+            "The description was changed meanwhile (in another tab or by an agent): your "
+            "text was not saved. Both texts are kept here; merge them and save again.",
+            field="description",
+            details={"current_description": current, "your_description": yours},
+        )
 
 
 def comment_create(
@@ -485,9 +536,10 @@ def task_pass_end(*, task: Task, item: TaskQueueItem, pass_started, settings=Non
 
 
 def _comments_keep_going(task: Task, pass_started) -> bool:
-    """A person's or an agent's comment written during the pass, or one no agent has read."""
+    """A person's or an agent's comment written during the pass, or one no agent has read (a
+    review note neither: it waits for the next pass without starting one)."""
     since = Q(created_at__gte=pass_started) if pass_started else Q()
-    comments = task.comments.filter(kind__in=KEEPS_GOING)
+    comments = task.comments.keeping_going()
     return comments.filter(since | Q(delivered_at__isnull=True)).exists()
 
 
@@ -713,15 +765,19 @@ def task_cancel(*, task: Task) -> Task:
     return task
 
 
-def task_delete(*, task: Task) -> None:
+def task_delete(*, task: Task, confirm_unmerged: bool = False) -> None:
     """Delete a task in any status; a running CLI is killed by the worker (its rows vanish).
     Its worktree goes too, and its branch unless merged (once the delete is committed). Tasks
     that waited for it are told in their activity log, and start if it was their last open
-    blocker."""
+    blocker. A branch with work its base lacks is refused (UnmergedBranches) unless
+    `confirm_unmerged`."""
+    if not confirm_unmerged:
+        unmerged = selectors.unmerged_branch_tasks(Task.objects.filter(id=task.id))
+        if unmerged:
+            raise branches.unmerged_refusal(unmerged, "this task")
     with transaction.atomic():
         payload = task_payload(task)
         _remove_branch_on_commit(task, keep_merged=True)
-        agent_runs_forget_snapshots(runs=task.runs.all())
         dependents = list(Task.objects.filter(blocker_links__blocker=task))
         for dependent in dependents:
             log_add(
@@ -738,16 +794,22 @@ def task_delete(*, task: Task) -> None:
         wake_worker_on_commit()
 
 
-def tasks_delete_done(*, workspace: Workspace) -> int:
+def tasks_delete_done(*, workspace: Workspace, confirm_unmerged: bool = False) -> int:
+    done = Task.objects.filter(workspace=workspace, status=TaskStatus.DONE)
+    if not confirm_unmerged:
+        unmerged = selectors.unmerged_branch_tasks(done)
+        if unmerged:
+            raise branches.unmerged_refusal(unmerged, "the Done tasks")
     with transaction.atomic():
-        done = list(Task.objects.filter(workspace=workspace, status=TaskStatus.DONE))
-        for task in done:
-            task_delete(task=task)
-    return len(done)
+        rows = list(done)
+        for task in rows:
+            task_delete(task=task, confirm_unmerged=True)
+    return len(rows)
 
 
 def tasks_delete_expired(*, now=None) -> int:
-    """Done tasks older than their workspace's retention (when auto-delete is on)."""
+    """Done tasks older than their workspace's retention (when auto-delete is on). A task
+    finished without merging keeps its branch, and so is kept (the person deletes it)."""
     now = now or timezone.now()
     deleted = 0
     workspaces = Workspace.objects.filter(auto_delete_done_tasks=True, retention_days__gt=0)
@@ -755,11 +817,46 @@ def tasks_delete_expired(*, now=None) -> int:
         cutoff = now - timezone.timedelta(days=workspace.retention_days)
         expired = Task.objects.filter(
             Q(workspace=workspace) & Q(status=TaskStatus.DONE) & Q(updated_at__lt=cutoff)
-        )
+        ).exclude(Q(merged_at__isnull=True) & ~Q(branch_name=""))
         for task in expired:
-            task_delete(task=task)
+            task_delete(task=task, confirm_unmerged=True)
             deleted += 1
     return deleted
+
+
+# --- paused tasks ---------------------------------------------------------------------------
+
+
+def _require_paused(task: Task) -> None:
+    if not Task.objects.paused().filter(id=task.id).exists():
+        raise Conflict(
+            "Only a paused Todo task (imported, or whose retries were stopped) can be resumed",
+            field="status",
+        )
+
+
+def task_resume(*, task: Task, actor: Actor = USER) -> Task:
+    """A paused task (Todo with no pass queued: imported work, stopped retries) joins the
+    queue again."""
+    _require_paused(task)
+    now = timezone.now()
+    with transaction.atomic():
+        task.retry_not_before = None
+        Task.objects.filter(id=task.id).update(retry_not_before=None)
+        queue_item_ensure(task=task)
+        log_add(task=task, event_type="task_resumed", actor=actor)
+        _touch(task, now)
+        events.publish("task.updated", task_payload(task))
+    return task
+
+
+def tasks_resume(*, workspace: Workspace, actor: Actor = USER) -> int:
+    """Resume every paused task of the workspace (e.g. all of an import at once)."""
+    with transaction.atomic():
+        paused = list(Task.objects.filter(workspace=workspace).paused().order_by("created_at"))
+        for task in paused:
+            task_resume(task=task, actor=actor)
+    return len(paused)
 
 
 # --- dependencies ---------------------------------------------------------------------------
@@ -1010,9 +1107,42 @@ def task_setup_log(*, task: Task, command: str, exit_code: int | None, output: s
 BRANCH_ACTION_STATUSES = (TaskStatus.IN_REVIEW, TaskStatus.DONE)
 
 
+class MergeChoiceRequired(Conflict):
+    """Done means merged: a task whose branch holds work its base lacks needs the person's
+    choice, merge and finish or finish without merging (DESIGN "Review verdicts")."""
+
+    code = "MERGE_CHOICE_REQUIRED"
+
+
+def _merge_choice_required(task: Task) -> MergeChoiceRequired:
+    branch, base = task.branch_name, task.branch_base
+    return MergeChoiceRequired(
+        f"“{task.summary}” has work on {branch} that {base} does not have yet: choose to merge "
+        f"it into {base} and finish, or to finish without merging (the branch is kept)",
+        field="merge",
+        details={"branch": branch, "base": base},
+    )
+
+
+def _when(moment) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else ""
+
+
+def _already_merged(task: Task) -> Conflict:
+    commit = f"{task.merge_commit[:7]}, " if task.merge_commit else ""
+    return Conflict(
+        f"{task.branch_name} is already merged into {task.branch_base} "
+        f"({commit}{_when(task.merged_at)})",
+        field="branch",
+        details={"merge_commit": task.merge_commit, "merged_at": task.merged_at.isoformat()},
+    )
+
+
 def _require_branch(task: Task, what: str) -> None:
     if not task.branch_name:
         raise Conflict(f"This task has no branch to {what}", field="branch")
+    if task.merged_at is not None:
+        raise _already_merged(task)
     if task.status not in BRANCH_ACTION_STATUSES:
         raise Conflict(
             f"Only an In Review or Done task's branch can be {what}d (wait for the agents)",
@@ -1020,37 +1150,132 @@ def _require_branch(task: Task, what: str) -> None:
         )
 
 
-def task_branch_merge(*, task: Task) -> branches.MergeResult:
-    """Merge the task's branch into its base ("Merge into <base>"). Merged: the task moves to
-    Done. Refused (conflicts, a dirty checkout of the base): nothing changes in git, the task
-    stays where it is and a system comment lists the files. Raises Conflict when git cannot."""
-    _require_branch(task, "merge")
+def _merge_in_git(task: Task) -> branches.MergeResult:
+    """The git side of a merge (outside any transaction). A merge git refused (conflicts, a
+    dirty checkout) changed nothing; a system comment lists the files. Raises Conflict when
+    git cannot merge at all (it says why in a system comment too)."""
     try:
         result = branches.merge(task, task.workspace)
     except branches.BranchProblem as exc:
         with transaction.atomic():
             task_note_add(task=task, content=str(exc))
         raise Conflict(str(exc), field="branch") from exc
+    if not result.merged:
+        with transaction.atomic():
+            task_note_add(task=task, content=merge_message(task, result))
+    return result
+
+
+def _record_merge(task: Task, result: branches.MergeResult, actor: Actor) -> None:
+    """Inside a transaction: the branch reached its base. Recorded once (a second merge that
+    raced this one is refused); the worktree goes, and the branch unless the workspace keeps
+    merged branches (once committed)."""
+    now = timezone.now()
+    recorded = Task.objects.filter(id=task.id, merged_at__isnull=True).update(
+        merged_at=now, merge_commit=result.commit
+    )
+    if not recorded:
+        raise _already_merged(Task.objects.get(id=task.id))
+    task.merged_at, task.merge_commit = now, result.commit
+    log_add(
+        task=task,
+        event_type="branch_merged",
+        actor=actor,
+        metadata={
+            "branch": task.branch_name,
+            "base": task.branch_base,
+            "how": result.how,
+            "commit": result.commit,
+        },
+    )
+    task_note_add(task=task, content=merge_message(task, result))
+    _remove_branch_on_commit(task, keep_merged=task.workspace.keep_merged_branches)
+
+
+def _keep_branch(task: Task, actor: Actor) -> None:
+    """Inside a transaction: the person finishes the task without merging its branch."""
+    log_add(
+        task=task,
+        event_type="branch_kept",
+        actor=actor,
+        metadata={"branch": task.branch_name, "base": task.branch_base},
+    )
+    task_note_add(
+        task=task,
+        content=(
+            f"Finished without merging: `{task.branch_name}` is kept, unmerged; merge it into "
+            f"`{task.branch_base}` later from this task."
+        ),
+    )
+
+
+def _finish_checked(task: Task) -> None:
+    """Before a task moves to Done: refuse without the person's merge choice when its branch
+    holds work its base lacks; a branch its base already holds counts as merged."""
+    state = branches.branch_state(task, task.workspace)
+    if state == branches.BranchState.UNMERGED:
+        raise _merge_choice_required(task)
+    if state == branches.BranchState.IN_BASE:
+        commit = branches.base_commit(task, task.workspace)
+        _record_merge(task, branches.MergeResult(how=branches.ALREADY_MERGED, commit=commit), USER)
+
+
+def task_finish(*, task: Task, merge: bool, actor: Actor = USER) -> branches.MergeResult | None:
+    """Move an In Review task to Done with the person's choice for its branch ("Move to Done"
+    on a branch task): `merge` merges it into its base first and finishes only if that worked
+    (a refused merge raises Conflict with the files and leaves the task In Review); otherwise
+    the task finishes and its branch is kept, unmerged. A task without work on a branch of its
+    own just finishes. Returns the merge's result when one ran."""
+    if task.status != TaskStatus.IN_REVIEW:
+        raise Conflict(
+            f"Only an In Review task can be finished (this one is {task.get_status_display()})",
+            field="status",
+        )
+    if branches.branch_state(task, task.workspace) != branches.BranchState.UNMERGED:
+        with transaction.atomic():
+            _finish_checked(task)
+            _move(task, TaskStatus.DONE, actor)
+        return None
+    if merge:
+        result = task_branch_merge(task=task, actor=actor)
+        if not result.merged:
+            raise merge_refusal(task, result)
+        return result
     with transaction.atomic():
-        if result.merged:
-            log_add(
-                task=task,
-                event_type="branch_merged",
-                actor=USER,
-                metadata={"branch": task.branch_name, "base": task.branch_base, "how": result.how},
-            )
-            task_note_add(task=task, content=merge_message(task, result))
+        _keep_branch(task, actor)
+        _move(task, TaskStatus.DONE, actor)
+    return None
+
+
+def merge_refusal(task: Task, result: branches.MergeResult) -> Conflict:
+    """A merge git refused, as the API's 409: the message and the files."""
+    details = {"conflicts": list(result.conflicts), "dirty": list(result.dirty)}
+    return Conflict(merge_message(task, result), field="merge", details=details)
+
+
+def task_branch_merge(*, task: Task, actor: Actor = USER) -> branches.MergeResult:
+    """Merge the task's branch into its base ("Merge into <base>"; later, for a Done task
+    finished without merging). Merged: the task moves to Done, its worktree (and branch, unless
+    kept) go. Refused (conflicts, a dirty checkout of the base): nothing changes in git, the task
+    stays where it is and a system comment lists the files. Raises Conflict when git cannot, and
+    for a branch merged already (no second merge)."""
+    _require_branch(task, "merge")
+    result = _merge_in_git(task)
+    if result.merged:
+        with transaction.atomic():
+            _record_merge(task, result, actor)
             if task.status != TaskStatus.DONE:
-                task_status_set(task=task, status=TaskStatus.DONE, actor=USER)
-        else:
-            task_note_add(task=task, content=merge_message(task, result))
+                _move(task, TaskStatus.DONE, actor)
     return result
 
 
 def merge_message(task: Task, result: branches.MergeResult) -> str:
     branch, base = task.branch_name, task.branch_base
+    if result.how == branches.ALREADY_MERGED:
+        return f"`{base}` already holds everything on `{branch}`: nothing to merge."
     if result.merged:
-        return f"Merged `{branch}` into `{base}` ({result.how})."
+        commit = f", now at {result.commit[:7]}" if result.commit else ""
+        return f"Merged `{branch}` into `{base}` ({result.how}{commit})."
     if result.conflicts:
         files = "\n".join(f"- `{name}`" for name in result.conflicts)
         return (
@@ -1075,3 +1300,230 @@ def task_branch_discard(*, task: Task) -> Task:
         log_add(task=task, event_type="branch_discarded", actor=USER, metadata={"branch": branch})
         task_note_add(task=task, content=f"Discarded branch `{branch}` and its worktree.")
     return task
+
+
+# --- review verdicts (DESIGN "Review verdicts") ---------------------------------------------
+
+LINE_COMMENT_KEYS = {"path", "line", "end_line", "side", "body", "run_id"}
+
+
+@dataclass(frozen=True)
+class LineCommentIn:
+    """A line comment as asked for, its shape checked (its anchor is checked against the
+    task's snapshots by tasks.anchors.resolve)."""
+
+    path: str
+    start_line: int
+    end_line: int
+    side: str
+    body: str
+    run_id: str
+
+
+@dataclass
+class ReviewResult:
+    task: Task
+    verdict: str
+    comments: list[TaskComment] = dataclasses.field(default_factory=list)
+    merge: branches.MergeResult | None = None
+
+
+def _whole_number(value, field_name: str, label: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationFailed(f"{label} must be a line number (1 or more)", field=field_name)
+    return value
+
+
+def _text_or_empty(value, field_name: str, label: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValidationFailed(f"{label} must be text", field=field_name)
+    if "\x00" in value:
+        raise ValidationFailed(f"{label} contains a NUL character", field=field_name)
+    return value.strip()
+
+
+def _line_comment_in(raw, index: int) -> LineCommentIn:
+    where = f"line_comments.{index}"
+    if not isinstance(raw, dict):
+        raise ValidationFailed("A line comment must be an object", field=where)
+    unknown = sorted(set(raw) - LINE_COMMENT_KEYS)
+    if unknown:
+        raise ValidationFailed(f"{unknown[0]!r} is not a line comment field", field=where)
+    path = _text_or_empty(raw.get("path"), f"{where}.path", "path")
+    if not path:
+        raise ValidationFailed("path is required (a file of the task's changes)", f"{where}.path")
+    start = _whole_number(raw.get("line"), f"{where}.line", "line")
+    end = raw.get("end_line")
+    end = start if end is None else _whole_number(end, f"{where}.end_line", "end_line")
+    if end < start:
+        raise ValidationFailed(
+            f"end_line ({end}) must not come before line ({start})", field=f"{where}.end_line"
+        )
+    side = raw.get("side") or LineSide.NEW
+    if side not in LineSide.values:
+        raise ValidationFailed("side must be 'new' or 'old'", field=f"{where}.side")
+    body = _text_or_empty(raw.get("body"), f"{where}.body", "body")
+    if not body:
+        raise ValidationFailed("A line comment needs a body", field=f"{where}.body")
+    run_id = _text_or_empty(raw.get("run_id"), f"{where}.run_id", "run_id")
+    return LineCommentIn(path, start, end, side, body, run_id)
+
+
+def _line_comments_in(raw) -> list[LineCommentIn]:
+    raw = [] if raw is None else raw
+    if not isinstance(raw, list | tuple):
+        raise ValidationFailed("line_comments must be a list", field="line_comments")
+    if len(raw) > anchors.LINE_COMMENTS_MAX:
+        raise ValidationFailed(
+            f"At most {anchors.LINE_COMMENTS_MAX} line comments go with one review",
+            field="line_comments",
+        )
+    return [_line_comment_in(item, index) for index, item in enumerate(raw)]
+
+
+def _anchored(task: Task, items: list[LineCommentIn]) -> list[tuple[str, anchors.Anchor]]:
+    """Each line comment's text and anchor (git reads; one change set per run shown)."""
+    change_sets: dict[str, object] = {}
+    found = []
+    for index, item in enumerate(items):
+        where = f"line_comments.{index}"
+        if item.run_id not in change_sets:
+            change_sets[item.run_id] = anchors.change_set(task, item.run_id, where)
+        anchor = anchors.resolve(
+            task,
+            path=item.path,
+            side=item.side,
+            start_line=item.start_line,
+            end_line=item.end_line,
+            run_id=item.run_id,
+            field=where,
+            changes=change_sets[item.run_id],
+        )
+        found.append((item.body, anchor))
+    return found
+
+
+def _review_comments_add(
+    task: Task, actor: Actor, verdict: str, body: str, anchored: list, now
+) -> list[TaskComment]:
+    """The review's comments (its body first, then its line comments in order), written
+    without the side effects of comment_create: the verdict decides what happens next."""
+    texts = ([(body, {})] if body else []) + [(text, a.fields()) for text, a in anchored]
+    rows = [
+        TaskComment(
+            task=task,
+            workspace_id=task.workspace_id,
+            user_id=actor.id if actor.is_user else None,
+            agent_id=actor.id if actor.is_agent else None,
+            content=text,
+            kind=actor.type,
+            verdict=verdict,
+            created_at=now + timedelta(microseconds=index),  # they read in the order given
+            updated_at=now,
+            **anchor_fields,
+        )
+        for index, (text, anchor_fields) in enumerate(texts)
+    ]
+    TaskComment.objects.bulk_create(rows)
+    for comment in rows:
+        events.publish(
+            "task.comment_added",
+            task_payload(
+                task, comment_id=comment.id, author_name=actor.name, author_type=actor.type
+            ),
+        )
+    return rows
+
+
+def _send_back(task: Task, actor: Actor) -> None:
+    """Request changes: back to Todo, a pass queued (today's "a comment re-queues")."""
+    _move(task, TaskStatus.TODO, actor)
+    queue_item_ensure(task=task)
+    if task.retry_not_before:  # the person stepped in: no error back-off to wait out
+        task.retry_not_before = None
+        Task.objects.filter(id=task.id).update(retry_not_before=None)
+
+
+def task_review_submit(
+    *,
+    task: Task,
+    verdict: str,
+    body: str = "",
+    line_comments=(),
+    merge: bool | None = None,
+    actor: Actor = USER,
+) -> ReviewResult:
+    """The person's review of an In Review task, with a comment (`body`) and line comments
+    (dicts: path, line, end_line, side "new"/"old", body, run_id ""/a run whose changes were
+    shown). Request changes: the comments are posted and the task goes back to the agents.
+    Comment: a note the agents read on their next pass; it does not start one (the task stays
+    In Review). Approve: Done; a branch with work its base lacks needs `merge`: True merges it
+    first and finishes only if that worked, False finishes without merging (branch kept).
+    Refusals: ValidationFailed (bad input), Conflict (not In Review; a merge git refused, with
+    the files), MergeChoiceRequired. The activity log records the verdict."""
+    if verdict not in Verdict.values:
+        raise ValidationFailed(
+            f"verdict must be one of {', '.join(Verdict.values)}", field="verdict"
+        )
+    body = _text_or_empty(body, "body", "body")
+    items = _line_comments_in(line_comments)
+    if merge is not None and not isinstance(merge, bool):
+        raise ValidationFailed("merge must be true or false", field="merge")
+    if verdict != Verdict.APPROVE and not body and not items:
+        label = Verdict(verdict).label
+        raise ValidationFailed(
+            f"{label} needs a comment: a body, line comments, or both", field="body"
+        )
+    _require_in_review(task)
+    anchored = _anchored(task, items)
+    state = branches.BranchState.NONE
+    result = None
+    if verdict == Verdict.APPROVE:
+        state = branches.branch_state(task, task.workspace)
+        if state == branches.BranchState.UNMERGED and merge is None:
+            raise _merge_choice_required(task)
+        if state == branches.BranchState.UNMERGED and merge:
+            result = _merge_in_git(task)
+            if not result.merged:
+                raise merge_refusal(task, result)
+    now = timezone.now()
+    with transaction.atomic():
+        if result is None:  # (a merge ran: its git side is done, its record must follow)
+            _lock_current_status(task)  # as a comment: a pass ending now sees the verdict
+            _require_in_review(task)
+        comments = _review_comments_add(task, actor, verdict, body, anchored, now)
+        log_add(
+            task=task,
+            event_type="review_submitted",
+            actor=actor,
+            metadata={
+                "verdict": verdict,
+                "comments": len(comments),
+                "line_comments": len(anchored),
+                **({"merge": merge} if verdict == Verdict.APPROVE and merge is not None else {}),
+            },
+        )
+        if verdict == Verdict.REQUEST_CHANGES:
+            _send_back(task, actor)
+        elif verdict == Verdict.APPROVE:
+            if result is not None:
+                _record_merge(task, result, actor)
+            elif state == branches.BranchState.UNMERGED:
+                _keep_branch(task, actor)
+            else:
+                _finish_checked(task)  # (a branch its base already holds counts as merged)
+            _move(task, TaskStatus.DONE, actor)
+        _touch(task, now)
+        events.publish("task.reviewed", task_payload(task, verdict=verdict, actor_type=actor.type))
+    return ReviewResult(task=task, verdict=verdict, comments=comments, merge=result)
+
+
+def _require_in_review(task: Task) -> None:
+    if task.status != TaskStatus.IN_REVIEW:
+        raise Conflict(
+            "Only an In Review task can be reviewed (this one is "
+            f"{TaskStatus(task.status).label}): wait for the agents, or comment instead",
+            field="status",
+        )

@@ -1,8 +1,8 @@
 """Tasks pages (htmx fragments): the Kanban board and the task detail popup.
 
-Thin: parse → service → fragment. Every change answers with the fragment it changed and an
-`HX-Trigger` (`tasks:changed`) that the page's tasks.js turns into refreshes of the affected
-columns and popup sections; the live events do the same in every other open tab.
+Thin: parse → service → fragment. Every change answers with the fragment it changed; the
+live event the change publishes refreshes the rest (the board, the popup's other parts) in this
+tab and every other one (README "Live refreshes").
 """
 
 from django.contrib import messages
@@ -15,7 +15,7 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 from core.actors import USER
 from core.errors import ServiceError
 from core.forms import apply_service_error
-from core.htmx import toast
+from core.htmx import gone, toast
 from runner import changes as change_reads
 from runner.selectors import run_timelines
 from tasks import selectors, services
@@ -24,6 +24,7 @@ from tasks.forms import (
     CommentForm,
     DeleteDoneForm,
     DescriptionForm,
+    ReviewForm,
     SummaryForm,
 )
 from tasks.models import Task, TaskStatus
@@ -31,8 +32,11 @@ from tasks.pages import (
     DONE_ID,
     blockers_form,
     board_context,
+    changes_context,
+    composer_context,
     create_form,
     detail_context,
+    file_diff_context,
     show_all_from,
 )
 from workspaces.links import workspace_tab_url
@@ -46,16 +50,6 @@ DETAIL = "tasks/detail.html"
 
 def _board_url(workspace_id: str, task_id: str | None = None) -> str:
     return workspace_tab_url(workspace_id, "tasks", task=task_id)
-
-
-def _changed(response, task: Task | None, *statuses: str, board: bool = False) -> HttpResponse:
-    """Tell the page what changed: tasks.js refreshes those columns and the open popup."""
-    detail = {
-        "task_id": task.id if task else "",
-        "statuses": [s for s in statuses if s],
-        "board": board,
-    }
-    return trigger_client_event(response, "tasks:changed", detail)
 
 
 def _no_swap() -> HttpResponse:
@@ -113,7 +107,7 @@ def task_create(request, workspace_id: str):
     form = create_form(workspace, request.POST)
     if form.is_valid():
         try:
-            task = services.task_create(workspace=workspace, **form.cleaned_data)
+            services.task_create(workspace=workspace, **form.cleaned_data)
         except ServiceError as error:
             apply_service_error(form, error)
         else:
@@ -121,8 +115,7 @@ def task_create(request, workspace_id: str):
                 return redirect(_board_url(workspace.id))
             response = _no_swap()
             trigger_client_event(response, "malamar:dialog-close", {})
-            toast(response, "Task created")
-            return _changed(response, task, task.status)
+            return toast(response, "Task created")
     if not request.htmx:
         return _page_with(request, workspace, create_form=form, create_open=True)
     return render(request, f"{BOARD}#create_form", {"workspace": workspace, "create_form": form})
@@ -141,13 +134,13 @@ def tasks_delete_done(request, workspace_id: str):
     workspace = get_object_or_404(Workspace, id=workspace_id)
     form = DeleteDoneForm(request.POST, workspace=workspace, auto_id=DONE_ID)
     if form.is_valid():
-        count = services.tasks_delete_done(workspace=workspace)
+        # Typing the workspace's name confirms it all, branches kept unmerged included.
+        count = services.tasks_delete_done(workspace=workspace, confirm_unmerged=True)
         if not request.htmx:
             return redirect(_board_url(workspace.id))
         response = _no_swap()
         trigger_client_event(response, "malamar:dialog-close", {})
-        toast(response, f"Deleted {count} done task{'s' if count != 1 else ''}")
-        return _changed(response, None, board=True)
+        return toast(response, f"Deleted {count} done task{'s' if count != 1 else ''}")
     if not request.htmx:
         return _page_with(request, workspace, delete_done_form=form, delete_done_open=True)
     context = {"workspace": workspace, "delete_done_form": form}
@@ -155,45 +148,6 @@ def tasks_delete_done(request, workspace_id: str):
 
 
 # --- task popup -----------------------------------------------------------------------------
-
-
-def _gone(request, task_id: str):
-    """A refresh for a task deleted meanwhile: say so (200, so the browser logs no error)."""
-    response = render(request, f"{DETAIL}#gone", {"task_id": task_id})
-    return trigger_client_event(response, "tasks:gone", {"task_id": task_id})
-
-
-def _popup_fragment(
-    request, task_id: str, partial: str, context_for, template: str = DETAIL
-) -> HttpResponse:
-    """A read-only piece of the task popup. Without htmx: back to the board with the popup open
-    (404 when the task is gone); with htmx and the task gone: the "gone" fragment."""
-    task = selectors.task_for_detail(task_id)
-    if task is None:
-        if not request.htmx:
-            raise Http404("Task not found")
-        return _gone(request, task_id)
-    if not request.htmx:
-        return redirect(_board_url(task.workspace_id, task.id))
-    return render(request, f"{template}#{partial}", context_for(task))
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-def task_detail(request, task_id: str):
-    return _popup_fragment(request, task_id, "detail", detail_context)
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-def task_head(request, task_id: str):
-    return _popup_fragment(request, task_id, "head", detail_context)
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-def task_comments(request, task_id: str):
-    return _popup_fragment(request, task_id, "comments", detail_context)
 
 
 def _log_context(task: Task) -> dict:
@@ -204,13 +158,35 @@ def _activity_context(task: Task) -> dict:
     return {**_log_context(task), "runs": run_timelines(task=task)}
 
 
+# The popup's parts, by the id of the element htmx swaps one into (HX-Target); anything else
+# (the dialog's slot, a plain link) gets the whole popup.
+POPUP_PARTS = {
+    "task-head": ("head", detail_context),
+    "task-description": ("description", lambda task: {"task": task}),
+    "task-comments": ("comments", detail_context),
+    "task-composer": ("comment_form", composer_context),
+    "task-activity": ("activity", _activity_context),
+    "task-log": ("log", _log_context),  # live refreshes: activity.js keeps the runs live
+}
+
+
 @require_GET
-@vary_on_headers("HX-Request")
-def task_activity(request, task_id: str):
-    if request.GET.get("part") == "log":
-        # Live refreshes redraw the log only; activity.js keeps the runs' traces live.
-        return _popup_fragment(request, task_id, "log", _log_context)
-    return _popup_fragment(request, task_id, "activity", _activity_context)
+@vary_on_headers("HX-Request", "HX-Target")
+def task_detail(request, task_id: str):
+    """The task popup, or the part of it that the request's HX-Target names. Without htmx:
+    back to the board with the popup open (404 when the task is gone)."""
+    part = POPUP_PARTS.get(request.htmx.target or "") if request.htmx else None
+    task = selectors.task_for_detail(task_id)
+    if task is None and part:
+        return gone("This task was deleted")  # a refresh on its way when it was deleted
+    if task is None and request.htmx:
+        return render(request, f"{DETAIL}#gone", {"task_id": task_id})
+    if task is None:
+        raise Http404("Task not found")
+    if not request.htmx:
+        return redirect(_board_url(task.workspace_id, task.id))
+    partial, context_for = part or ("detail", detail_context)
+    return render(request, f"{DETAIL}#{partial}", context_for(task))
 
 
 CHANGES = "tasks/changes.html"
@@ -228,11 +204,15 @@ def _change_set(request, task: Task):
 def task_changes(request, task_id: str):
     """The Changes tab: the whole task's changes, or one run's (`?run=<id>`)."""
 
-    def context(task):
-        changes = _change_set(request, task)
-        return {"task": task, "changes": changes, "views": change_reads.file_views(changes)}
-
-    return _popup_fragment(request, task_id, "changes", context, template=CHANGES)
+    task = selectors.task_for_detail(task_id)
+    if task is None and request.htmx:
+        return gone("This task was deleted")
+    if task is None:
+        raise Http404("Task not found")
+    if not request.htmx:
+        return redirect(_board_url(task.workspace_id, task.id))
+    changes = _change_set(request, task)
+    return render(request, f"{CHANGES}#changes", changes_context(task, changes))
 
 
 @require_GET
@@ -246,19 +226,8 @@ def task_change_file(request, task_id: str):
         raise Http404("This file did not change")
     page = not request.htmx
     limit = change_reads.PAGE_LINES if page else change_reads.FILE_LINES_INLINE + 200
-    context = {
-        "task": task,
-        "changes": changes,
-        "change": change,
-        "diff": change_reads.file_diff(changes, change, max_lines=limit),
-    }
+    context = file_diff_context(task, changes, change, max_lines=limit)
     return render(request, CHANGES if page else f"{CHANGES}#file_diff", context)
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-def task_description(request, task_id: str):
-    return _popup_fragment(request, task_id, "description", lambda task: {"task": task})
 
 
 def _not_htmx_back(request, task: Task):
@@ -283,8 +252,7 @@ def task_summary_edit(request, task_id: str):
                 return _not_htmx_back(request, task)
             task = _task_or_404(task.id)
             response = render(request, f"{DETAIL}#head", detail_context(task))
-            response = reswap(retarget(response, "#task-head"), "innerHTML")
-            return _changed(response, task, task.status)
+            return reswap(retarget(response, "#task-head"), "innerHTML")
     return render(request, f"{DETAIL}#summary_form", {"task": task, "summary_form": form})
 
 
@@ -292,25 +260,35 @@ def task_summary_edit(request, task_id: str):
 @vary_on_headers("HX-Request")
 def task_description_edit(request, task_id: str):
     task = _task_or_404(task_id)
+    auto_id = "task_description_%s"
     if request.method == "GET":
-        form = DescriptionForm(
-            initial={"description": task.description}, auto_id="task_description_%s"
-        )
+        initial = {"description": task.description, "description_base": task.description}
+        form = DescriptionForm(initial=initial, auto_id=auto_id)
         return render(request, f"{DETAIL}#description_form", {"task": task, "form": form})
-    form = DescriptionForm(request.POST, auto_id="task_description_%s")
+    form = DescriptionForm(request.POST, auto_id=auto_id)
     if form.is_valid():
-        services.task_update(task=task, description=form.cleaned_data["description"])
+        # An old page without the base field saves as before (no base: no check).
+        base = form.cleaned_data["description_base"] if "description_base" in request.POST else None
+        try:
+            services.task_update(
+                task=task, description=form.cleaned_data["description"], description_base=base
+            )
+        except services.DescriptionChanged as changed:
+            current = changed.details["current_description"]
+            # The next save is made knowing the current text: it may replace it.
+            data = {"description": changed.details["your_description"], "description_base": current}
+            context = {"task": task, "form": DescriptionForm(data, auto_id=auto_id)}
+            context["current_description"] = current
+            return render(request, f"{DETAIL}#description_form", context)
         if not request.htmx:
             return _not_htmx_back(request, task)
-        response = render(request, f"{DETAIL}#description", {"task": task})
-        return _changed(response, task, task.status)
+        return render(request, f"{DETAIL}#description", {"task": task})
     return render(request, f"{DETAIL}#description_form", {"task": task, "form": form})
 
 
 @require_POST
 def task_comment_add(request, task_id: str):
     task = _task_or_404(task_id)
-    old_status = task.status
     form = CommentForm(request.POST, auto_id="task_comment_%s")
     if form.is_valid():
         try:
@@ -323,8 +301,7 @@ def task_comment_add(request, task_id: str):
             if not request.htmx:
                 return _not_htmx_back(request, task)
             task = _task_or_404(task.id)
-            response = render(request, f"{DETAIL}#comments", detail_context(task))
-            return _changed(response, task, old_status, task.status)
+            return render(request, f"{DETAIL}#comments", detail_context(task))
     if not request.htmx:
         return _not_htmx_back(request, task)
     context = {"task": task, "comment_form": form}
@@ -333,7 +310,56 @@ def task_comment_add(request, task_id: str):
     return trigger_client_event(response, "tasks:comment-rejected", {"task_id": task.id})
 
 
-def _after_action(request, task: Task, old_status: str, note: str = "", error=None):
+REVIEW_TOASTS = {
+    "request_changes": "Changes requested: the agents take it from here",
+    "comment": "Note added: the agents read it on their next pass",
+    "approve": "Approved",
+}
+
+
+def _review_toast(result, merge: bool | None) -> str:
+    if result.merge is not None:
+        return f"Approved and merged into {result.task.branch_base}"
+    if result.verdict == "approve" and merge is False:
+        return "Approved; the branch is kept, unmerged"
+    return REVIEW_TOASTS[result.verdict]
+
+
+@require_POST
+def task_review(request, task_id: str):
+    """The In Review composer's verdicts (README "Reviewing a task"): the comment and the
+    line comments drafted in the Changes tab go with it. Refused (a merge git refused, a line
+    that is gone): the composer says why, keeping what was typed; the drafts stay too."""
+    task = _task_or_404(task_id)
+    form = ReviewForm(request.POST, auto_id="task_comment_%s")
+    if form.is_valid():
+        verdict, merge = form.cleaned_data["verdict"]
+        try:
+            result = services.task_review_submit(
+                task=task,
+                verdict=verdict,
+                body=form.cleaned_data["content"],
+                line_comments=form.cleaned_data["line_comments"] or [],
+                merge=merge,
+                actor=USER,
+            )
+        except ServiceError as error:
+            apply_service_error(form, error)
+        else:
+            if not request.htmx:
+                return _not_htmx_back(request, task)
+            response = render(request, f"{DETAIL}#comments", detail_context(_task_or_404(task.id)))
+            trigger_client_event(response, "review:sent", {"task_id": task.id})
+            return toast(response, _review_toast(result, merge))
+    if not request.htmx:
+        messages.error(request, " ".join(" ".join(e) for e in form.errors.values()))
+        return _not_htmx_back(request, task)
+    response = render(request, f"{DETAIL}#comment_form", composer_context(task, form))
+    response = reswap(retarget(response, "#task-comment-form"), "outerHTML")
+    return trigger_client_event(response, "tasks:comment-rejected", {"task_id": task.id})
+
+
+def _after_action(request, task: Task, note: str = "", error=None):
     """The refreshed popup head (actions, status) after a status move or priority toggle."""
     if not request.htmx:
         if error is not None:
@@ -346,27 +372,42 @@ def _after_action(request, task: Task, old_status: str, note: str = "", error=No
         toast(response, error.message, "error")
     elif note:
         toast(response, note)
-    return _changed(response, task, old_status, task.status)
+    return response
 
 
 def _task_action(request, task_id: str, action, note: str = ""):
     """Run a service on the task, then refresh the popup head (or toast the refusal)."""
     task = _task_or_404(task_id)
-    old_status = task.status
     try:
         action(task)
     except ServiceError as error:
-        return _after_action(request, task, old_status, error=error)
-    return _after_action(request, task, old_status, note=note)
+        return _after_action(request, task, error=error)
+    return _after_action(request, task, note=note)
 
 
 @require_POST
 def task_status(request, task_id: str):
-    status = request.POST.get("status", "")
+    """A status move; "done" with `merge` ("1" / "0") is a branch task's finish: merged first,
+    or without merging (Done means merged: without it, such a move is refused)."""
+    status, merge = request.POST.get("status", ""), request.POST.get("merge")
+    if status == TaskStatus.DONE and merge in ("0", "1"):
+        return _task_action(
+            request,
+            task_id,
+            lambda task: services.task_finish(task=task, merge=merge == "1", actor=USER),
+            note="Merged and finished" if merge == "1" else "Finished without merging",
+        )
     return _task_action(
         request,
         task_id,
         lambda task: services.task_status_set(task=task, status=status, actor=USER),
+    )
+
+
+@require_POST
+def task_resume(request, task_id: str):
+    return _task_action(
+        request, task_id, lambda task: services.task_resume(task=task), note="Resumed"
     )
 
 
@@ -401,7 +442,7 @@ def task_blockers(request, task_id: str):
     form = blockers_form(task, request.POST)
     if not form.is_valid():
         error = ServiceError(" ".join(form.errors.get("blocked_by", ["Pick tasks of the list"])))
-        return _after_action(request, task, task.status, error=error)
+        return _after_action(request, task, error=error)
     ids = form.cleaned_data["blocked_by"]
     return _task_action(
         request,
@@ -419,18 +460,15 @@ def task_prioritize(request, task_id: str):
 @require_POST
 def task_delete(request, task_id: str):
     task = _task_or_404(task_id)
-    workspace_id, status, summary = task.workspace_id, task.status, task.summary
-    services.task_delete(task=task)
+    workspace_id, summary = task.workspace_id, task.summary
+    # The popup's confirmation names the branch and its unmerged changes.
+    services.task_delete(task=task, confirm_unmerged=True)
     if not request.htmx:
         messages.success(request, f"Deleted “{summary}”")
         return redirect(_board_url(workspace_id))
     response = _no_swap()
     trigger_client_event(response, "malamar:dialog-close", {})
-    toast(response, "Task deleted")
-    response = trigger_client_event(
-        response, "tasks:changed", {"task_id": task_id, "statuses": [status], "board": True}
-    )
-    return response
+    return toast(response, "Task deleted")
 
 
 # --- branch per task ----------------------------------------------------------------------
@@ -441,15 +479,14 @@ def task_branch_merge(request, task_id: str):
     """ "Merge into <base>": merged → Done; refused (conflicts, a dirty checkout) → the task
     stays, a system comment lists the files and a toast says so."""
     task = _task_or_404(task_id)
-    old_status = task.status
     try:
         result = services.task_branch_merge(task=task)
     except ServiceError as error:
-        return _after_action(request, task, old_status, error=error)
+        return _after_action(request, task, error=error)
     if result.merged:
-        return _after_action(request, task, old_status, note=f"Merged into {task.branch_base}")
+        return _after_action(request, task, note=f"Merged into {task.branch_base}")
     why = "files conflict" if result.conflicts else f"{task.branch_base} has uncommitted changes"
-    response = _after_action(request, task, old_status)
+    response = _after_action(request, task)
     if request.htmx:
         toast(response, f"Not merged: {why}. The comment lists the files.", "error")
     else:

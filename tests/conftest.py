@@ -1,3 +1,24 @@
+"""Fixtures of the whole suite, and the rule for the `pg` marker.
+
+`make test` runs the whole suite on SQLite, then only the tests marked `pg` on PostgreSQL
+(`MALAMAR_TEST_DATABASE=postgres pytest -m pg`). Mark a test `pg` (`@pytest.mark.pg`, or
+`pytestmark` for a whole module) when what it proves could hold on SQLite and fail on
+PostgreSQL:
+- concurrency: claims and locks (SKIP LOCKED, FOR NO KEY UPDATE), the pickup, the worker's
+  threads or several workers racing, stop requests, wake-ups (LISTEN/NOTIFY), the event relay;
+- the database's own rules: constraints and IntegrityError paths, transactions rolled back,
+  text or numbers it refuses (NUL, values longer than a column, out of range: the "never a 500"
+  hostile-input tests), case-insensitive search, NULL ordering, migrations, statement counts;
+- storage read back through SQL: settings, CLI health and limits, back-off times, backup;
+- a kind of real process finding the test's database (the server and worker, the `malamar mcp`
+  a CLI starts): one test each, not every test that starts one.
+Not `pg`: what renders, parses, validates before the database or runs the same on both (pages,
+the API's validation, CLI adapters, the fake CLIs, git, browser tests), what another `pg` test
+proves already, and tests that start their own PostgreSQL (scale-out): those run once, in the
+SQLite pass. A test for PostgreSQL alone uses `tests.databases.postgres_only(reason)`: marked
+`pg`, skipped on SQLite.
+"""
+
 import json
 import os
 import sys

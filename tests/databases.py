@@ -23,6 +23,15 @@ SQLITE_ONE_WORKER = pytest.mark.skipif(
     ON_POSTGRES, reason="SQLite's one worker per data dir: PostgreSQL allows several workers"
 )
 
+
+def postgres_only(reason: str):
+    """A decorator for a test that proves something on PostgreSQL alone: marked `pg` (the
+    PostgreSQL pass of `make test` runs only those, tests/conftest.py) and skipped on SQLite
+    with `reason` printed. A bare `skipif(not ON_POSTGRES)` would run nowhere."""
+    skip_on_sqlite = pytest.mark.skipif(not ON_POSTGRES, reason=reason)
+    return lambda test: pytest.mark.pg(skip_on_sqlite(test))
+
+
 _urls: dict[Path, str] = {}  # data dir → its PostgreSQL database
 _lock = threading.Lock()
 
@@ -96,6 +105,49 @@ def query(data_dir: Path, sql: str, *params) -> list[tuple]:
     with psycopg.connect(url_for(data_dir), autocommit=True) as conn:
         cursor = conn.execute(sql.replace("?", "%s"), params)
         return cursor.fetchall() if cursor.description else []  # a write returns no rows
+
+
+# What `wipe` keeps: the rows the migrations wrote, and the live events of a running server (its
+# relay's cursor and the streams' event ids go on from where they were).
+KEPT_BY_WIPE = {
+    "django_migrations",
+    "django_content_type",
+    "auth_permission",
+    "sqlite_sequence",
+    "event_outbox",
+    "django_eventstream_event",
+    "django_eventstream_eventcounter",
+}
+
+
+def tables(data_dir: Path) -> list[str]:
+    """The tables of `data_dir`'s database."""
+    sql = (
+        "SELECT table_name FROM information_schema.tables"
+        " WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+        if ON_POSTGRES
+        else "SELECT name FROM sqlite_master WHERE type = 'table'"
+    )
+    return sorted(name for (name,) in query(data_dir, sql))
+
+
+def wipe(data_dir: Path) -> None:
+    """Delete the rows of every table of `data_dir`'s database but KEPT_BY_WIPE, in one
+    transaction: a running server's database as a new one copied from the template (tests that
+    share a server start each from it). Its worker, if any, must be stopped."""
+    deletes = [f'DELETE FROM "{table}"' for table in tables(data_dir) if table not in KEPT_BY_WIPE]
+    if not ON_POSTGRES:
+        db = sqlite3.connect(Path(data_dir) / "malamar.db", timeout=30)
+        with contextlib.closing(db), db:  # one transaction; no foreign keys enforced here
+            for delete in deletes:
+                db.execute(delete)
+        return
+    import psycopg
+
+    with psycopg.connect(url_for(data_dir)) as conn:  # one transaction, committed at the end
+        conn.execute("SET CONSTRAINTS ALL DEFERRED")  # Django's foreign keys are deferrable
+        for delete in deletes:
+            conn.execute(delete)
 
 
 class Template:

@@ -19,11 +19,12 @@ class Element:
 
     @property
     def text(self) -> str:
-        """The text content, whitespace collapsed."""
-        parts = []
-        for child in self.children:
-            parts.append(child.text if isinstance(child, Element) else child)
-        return " ".join("".join(parts).split())
+        """The text content, whitespace collapsed (once, as a browser's textContent shows it:
+        `2<span> comments</span>` is "2 comments")."""
+        return " ".join(self._raw_text().split())
+
+    def _raw_text(self) -> str:
+        return "".join(c._raw_text() if isinstance(c, Element) else c for c in self.children)
 
     def iter(self):
         for child in self.children:
@@ -31,14 +32,18 @@ class Element:
                 yield child
                 yield from child.iter()
 
-    def find_all(self, cls: str | None = None, *, tag: str | None = None, **attrs) -> list:
-        """Descendants with that class (and tag, and attribute values; `data_x` = `data-x`)."""
-        wanted = {name.replace("_", "-"): value for name, value in attrs.items()}
+    def find_all(
+        self, cls: str | None = None, *, tag: str | None = None, text: str | None = None, **attrs
+    ) -> list:
+        """Descendants with that class (and tag, text contained in theirs, and attribute values;
+        `data_x` = `data-x`, `for_` = `for`)."""
+        wanted = {name.rstrip("_").replace("_", "-"): value for name, value in attrs.items()}
         return [
             el
             for el in self.iter()
             if (cls is None or cls in el.classes)
             and (tag is None or el.tag == tag)
+            and (text is None or text in el.text)
             and all(el.attrs.get(name) == value for name, value in wanted.items())
         ]
 

@@ -8,16 +8,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self, *, status: int = 200, delay: float = 0.0, body: dict | None = None):
+    """Records each POST and answers it (`status`, `body`). A test that needs a slow endpoint
+    clears `open` and sets it when it wants the held answers to go out."""
+
+    def __init__(self, *, status: int = 200, body: dict | None = None):
         self.requests: list[dict] = []
-        self.status, self.delay, self.body = status, delay, body or {"message": "Queued"}
+        self.status, self.body = status, body or {"message": "Queued"}
+        self.open = threading.Event()
+        self.open.set()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 received = time.time()
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                time.sleep(receiver.delay)
+                receiver.open.wait(timeout=60)  # a test that forgot to open it fails, not hangs
                 payload = raw.decode()
                 if self.headers.get("Content-Type", "").startswith("application/json"):
                     parsed = json.loads(payload)
@@ -52,5 +57,6 @@ class Receiver:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def close(self) -> None:
+        self.open.set()
         self.server.shutdown()
         self.server.server_close()

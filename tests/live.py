@@ -124,7 +124,11 @@ class Server:
         )
         if self.log:
             stdout.close()
-        wait_until(self._ready, timeout=20, what="server to answer /api/health")
+        try:
+            wait_until(self._ready, timeout=START, what="server to answer /api/health")
+        except BaseException:
+            self.stop()  # a server that never answered is not left running after its test
+            raise
         return self
 
     def _ready(self) -> bool:
@@ -146,6 +150,10 @@ class Server:
 # 5 s on an idle 2-core machine, ten times that when the machine is saturated). Only a broken
 # start waits this long.
 FIRST_START = 120.0
+# How long a server or worker on a migrated database may take to be ready: a second on an idle
+# machine, past 20 s at a load of 30 (a shorter limit failed tests there). Only a broken start,
+# one that neither serves nor exits, waits this long.
+START = 120.0
 
 
 def wait_until(check, *, timeout: float, what: str, interval: float = 0.05):
@@ -212,14 +220,18 @@ class SseClient:
 
 class FreezableProxy:
     """A TCP relay to host:port (a database) that can stop answering without closing anything,
-    as a server that hangs or a network that drops packets does: `freeze()`."""
+    as a server that hangs or a network that drops packets does: `freeze()`. With
+    `reply_delay`, every answer reaches the client that many seconds late (a loaded machine or
+    a slow network); `requested` holds what the clients sent."""
 
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, reply_delay: float = 0):
         self.target = (host, port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.frozen = threading.Event()
         self.sockets: list[socket.socket] = []
+        self.reply_delay = reply_delay
+        self.requested = bytearray()
 
     def start(self) -> "FreezableProxy":
         threading.Thread(target=self._accept, daemon=True).start()
@@ -231,15 +243,20 @@ class FreezableProxy:
                 client, _ = self.listener.accept()
                 upstream = socket.create_connection(self.target)
                 self.sockets += [client, upstream]
-                threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-                threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+                requests = (client, upstream, self.requested, 0)
+                replies = (upstream, client, None, self.reply_delay)
+                threading.Thread(target=self._pump, args=requests, daemon=True).start()
+                threading.Thread(target=self._pump, args=replies, daemon=True).start()
 
-    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+    def _pump(self, source, target, seen: bytearray | None, delay: float) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
                 if self.frozen.is_set():
                     self.frozen.wait()
                     return  # the bytes are swallowed: nothing ever answers again
+                if seen is not None:
+                    seen += data
+                time.sleep(delay)
                 target.sendall(data)
 
     def freeze(self) -> None:

@@ -20,6 +20,17 @@ def triggers(response) -> dict:
     return json.loads(raw) if raw else {}
 
 
+def live_events(page: str, region_id: str) -> set[str]:
+    """The live events that refresh a page's region (its `data-live`, README "Live refreshes");
+    fails unless the region refreshes by the live policy (hx-trigger "live")."""
+    from tests.htmltree import parse
+
+    region = parse(page).by_id(region_id)
+    assert region is not None, f"no #{region_id}"
+    assert region.attrs.get("hx-trigger", "").split(",")[-1].strip() == "live", region.attrs
+    return set(region.attrs["data-live"].split())
+
+
 def html(response) -> str:
     return response.content.decode()
 

@@ -70,10 +70,11 @@ class Postgres:
 
     user = "malamar"
 
-    def __init__(self):
+    def __init__(self, *settings: str):
         self.folder = _owned_folder("malamar-pg-")
         self.data = self.folder / "data"
         self.port = free_port()
+        self.settings = settings  # more server settings, "name=value"
 
     def start(self) -> "Postgres":
         _run(
@@ -101,6 +102,7 @@ class Postgres:
                 "-c full_page_writes=off",
                 "-c max_connections=300",
                 "-c shared_buffers=64MB",
+                *(f"-c {setting}" for setting in self.settings),
             ]
         )
         _run(

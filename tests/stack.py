@@ -28,6 +28,7 @@ from tests import databases
 from tests.live import (
     FAKES_BIN,
     ROOT,
+    START,
     Server,
     blank_database,
     manage,
@@ -168,7 +169,11 @@ class Stack(StackBase):
     def start(self, worker: bool = True) -> "Stack":
         self.server.start()
         if worker:
-            self.start_worker()
+            try:
+                self.start_worker()
+            except BaseException:
+                self.stop()  # nothing is left running by a start that failed
+                raise
         return self
 
     def start_worker(self) -> subprocess.Popen:
@@ -183,18 +188,24 @@ class Stack(StackBase):
         )
         wait_until(
             lambda: (self.data_dir / "worker.sock").exists() or self.worker.poll() is not None,
-            timeout=20,
+            timeout=START,
             what="worker start",
         )
         return self.worker
 
-    def stop(self) -> None:
+    def stop_worker(self) -> None:
         if self.worker and self.worker.poll() is None:
             self.worker.send_signal(signal.SIGTERM)
             try:
                 self.worker.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.worker.kill()
+                self.worker.wait()
+        # A killed worker leaves its wake socket: the next start_worker must wait for its own.
+        (self.data_dir / "worker.sock").unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        self.stop_worker()
         self.server.stop()
         databases.release(self.data_dir)
 
@@ -278,8 +289,7 @@ class InProcessStack(StackBase):
             threads = list(self.worker.chat_threads)
             for runners in self.worker.workspaces.values():  # a thread, or a set of them
                 threads += runners if isinstance(runners, set | list) else [runners]
-        if self.worker.health.thread is not None:
-            threads.append(self.worker.health.thread)
+        threads += list(self.worker.health.started)  # both lanes of health checks
         for thread in threads:
             thread.join(timeout=30)
         assert not self.thread.is_alive() and not any(t.is_alive() for t in threads), (

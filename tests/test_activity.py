@@ -114,9 +114,10 @@ def test_odd_lines_are_ignored(cli, line):
     assert all(not isinstance(i, Trace) or i.text for i in parse_line(parser, line))
 
 
+@pytest.mark.pg
 def test_traces_appear_while_the_run_is_still_running(stack):
     ws = stack.workspace(agents=[("Planner", "claude")])
-    task = stack.task(ws, "@fake sleep 3 review finished")
+    task = stack.task(ws, "@fake hold 60 review finished")  # until the test releases it
 
     def live_trace():
         runs = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
@@ -126,6 +127,7 @@ def test_traces_appear_while_the_run_is_still_running(stack):
     run = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"][0]
     assert run["traces"][0]["kind"] == "status"
     assert stack.comments(task) == []  # the run has not ended yet
+    (stack.temp_dir / f"malamar_task_{task['id']}" / "release").touch()
     stack.wait_status(task, "in_review")
     runs = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
     first = runs[0]
@@ -136,6 +138,7 @@ def test_traces_appear_while_the_run_is_still_running(stack):
     assert total["runs"] == len(runs) and total["cost_usd"] > 0
 
 
+@pytest.mark.pg
 @pytest.mark.live
 def test_restart_marks_a_killed_run_interrupted(live_stack):
     stack = live_stack
@@ -155,6 +158,7 @@ def test_restart_marks_a_killed_run_interrupted(live_stack):
     wait_until(lambda: not alive(run["pid"]), timeout=10, what="orphan killed")
 
 
+@pytest.mark.pg
 def test_a_silent_run_raises_a_stall_warning_and_the_hard_limit_kills_it(stack):
     stack.api("PUT", "/settings", {"stall_warning_minutes": 0.02}, expect=200)  # 1.2 s
     ws = stack.workspace(agents=[("Planner", "gemini")], stall_kill_minutes=0.05)  # 3 s
@@ -174,6 +178,7 @@ def test_a_silent_run_raises_a_stall_warning_and_the_hard_limit_kills_it(stack):
     assert stack.api("GET", f"/tasks/{task['id']}/runs")["runs"][0]["stalled_at"]
 
 
+@pytest.mark.pg
 def test_trace_events_are_batched(db, workspace):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext

@@ -10,6 +10,7 @@ from tests.stack import FAKES_BIN
 FAKE_CLAUDE = str(FAKES_BIN / "claude")
 
 
+@pytest.mark.pg
 def test_workspace_crud_and_search(api):
     created = api.post("/api/workspaces", {"title": "Alpha site", "description": "d"})
     assert created.status_code == 201

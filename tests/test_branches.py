@@ -28,6 +28,7 @@ from tasks.services import (
 )
 from tests.conftest import error_of
 from tests.gitrepo import commit, make_repo
+from tests.htmltree import parse
 from tests.pages import element_text, elements, html, hx, triggers
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create, workspace_delete, workspace_update
@@ -104,7 +105,14 @@ def test_branch_per_task_needs_a_static_git_repository(db, repo, tmp_path):
     assert error.value.field == "isolation"
     plain = tmp_path / "plain"
     plain.mkdir()
-    for path in (plain, repo / "sub", tmp_path / "missing"):
+    with pytest.raises(ValidationFailed, match="missing does not exist: create it first"):
+        workspace_create(
+            title="T",
+            working_directory_mode="static",
+            working_directory_path=str(tmp_path / "missing"),
+            isolation="branch",
+        )
+    for path in (plain, repo / "sub"):
         (repo / "sub").mkdir(exist_ok=True)
         with pytest.raises(ValidationFailed, match="not the top folder of one"):
             workspace_create(
@@ -180,10 +188,11 @@ def test_the_settings_page_shows_the_isolation_error(client, db, tmp_path):
     }
     response = client.post(f"/workspaces/{workspace.id}/settings/", form)
     assert response.status_code == 422
-    assert "Branch per task needs a static working directory" in response.content.decode()
-    page = client.get(f"/workspaces/{workspace.id}/settings/").content.decode()
+    errors = [error.text for error in parse(html(response)).find_all("field__error")]
+    assert "Branch per task needs a static working directory" in " ".join(errors)
+    page = parse(client.get(f"/workspaces/{workspace.id}/settings/").content.decode())
     for name in ("isolation", "base_branch", "setup_command", "parallel_tasks"):
-        assert f'name="{name}"' in page
+        assert page.by_id("isolation-settings").find(name=name) is not None, name
 
 
 # --- a task on its branch --------------------------------------------------------------------
@@ -242,6 +251,30 @@ def test_a_second_pass_continues_on_the_same_branch(repo):
     assert len(git_text("log", "--format=%H", f"main..{first}", cwd=repo).splitlines()) == 2
 
 
+@pass_db
+def test_a_repository_an_agent_makes_in_the_worktree_is_committed_as_its_files(repo):
+    # `git init newapp` (no commit yet), then a file: `git add -A` alone refuses the folder
+    # ("does not have a commit checked out") and every run of the task failed on it.
+    git_init = (
+        "write newapp/.git/HEAD ref:\\srefs/heads/main\\n write newapp/.git/objects/.keep x"
+        " write newapp/.git/refs/.keep x"
+    )
+    workspace = isolated(
+        repo,
+        agents=[
+            ("Builder", f"@fake {git_init} write newapp/src/main.rs fn\\smain(){{}}"),
+            ("Fixer", "@fake append newapp/src/main.rs //ok"),
+        ],
+    )
+    task = run_pass(task_create(workspace=workspace, summary="New app"))
+    assert task.status == TaskStatus.IN_REVIEW, system_comments(task)
+    assert "newapp/src/main.rs" in branch_files(repo, task.branch_name)
+    assert git_text("show", f"{task.branch_name}:newapp/src/main.rs", cwd=repo) == (
+        "fn main(){}//ok"
+    )
+    assert [m["agent_name"] for m in log_of(task, "branch_committed")] == ["Builder", "Fixer"]
+
+
 # --- setup command ---------------------------------------------------------------------------
 
 
@@ -287,13 +320,20 @@ def test_merge_fast_forwards_the_checked_out_base_and_moves_the_task_to_done(rep
     assert response.json()["how"] == "fast-forward"
     assert response.json()["task"]["status"] == "done"
     assert (repo / "feature.txt").read_text() == "done\n"
-    assert git_text("rev-parse", "main", cwd=repo) == git_text(
-        "rev-parse", task.branch_name, cwd=repo
-    )
+    main = git_text("rev-parse", "main", cwd=repo)
+    assert git_text("log", "-1", "--format=%an", "main", cwd=repo) == "Implementer"
     task.refresh_from_db()
     assert task.status == TaskStatus.DONE
-    assert "Merged `malamar/" in system_comments(task)[-1]
+    assert (task.merge_commit, task.merged_at is not None) == (main, True)
+    assert response.json()["task"]["merge_commit"] == main
+    assert (
+        f"Merged `{task.branch_name}` into `main` (fast-forward, now at {main[:7]})"
+        in (system_comments(task)[-1])
+    )
     assert git_text("status", "--porcelain", cwd=repo) == ""
+    # Once merged: the worktree and the branch go (the workspace does not keep them).
+    assert not branches.worktree_path(task.id).exists()
+    assert not git_text("branch", "--list", task.branch_name, cwd=repo)
 
 
 @pass_db
@@ -382,25 +422,26 @@ def test_discard_removes_the_worktree_and_the_branch(repo, api):
 def test_deleting_a_task_removes_its_worktree_and_its_unmerged_branch(repo):
     task = reviewed(repo)
     task_id = task.id
-    task_delete(task=task)
+    task_delete(task=task, confirm_unmerged=True)
     assert not branches.worktree_path(task_id).exists()
     assert not git_text("branch", "--list", "malamar/*", cwd=repo)
 
 
 @pass_db
-def test_deleting_a_merged_task_keeps_its_branch(repo):
-    task = reviewed(repo)
+def test_a_workspace_that_keeps_merged_branches_keeps_them_through_merge_and_delete(repo):
+    task = reviewed(repo, keep_merged_branches=True)
     task_id = task.id
     task_branch_merge(task=task)
+    assert not branches.worktree_path(task_id).exists()  # the worktree goes either way
+    assert git_text("branch", "--list", task.branch_name, cwd=repo)
     task_delete(task=Task.objects.select_related("workspace").get(id=task_id))
-    assert not branches.worktree_path(task_id).exists()
     assert git_text("branch", "--list", task.branch_name, cwd=repo)
 
 
 @pass_db
 def test_deleting_the_workspace_removes_the_worktrees(repo):
     task = reviewed(repo)
-    workspace_delete(workspace=task.workspace)
+    workspace_delete(workspace=task.workspace, confirm_unmerged=True)
     assert not branches.worktree_path(task.id).exists()
     assert not git_text("branch", "--list", "malamar/*", cwd=repo)
 
@@ -479,6 +520,7 @@ def test_a_checkout_on_a_branch_named_like_an_option_is_a_task_error(repo):
 # --- parallel tasks --------------------------------------------------------------------------
 
 
+@pytest.mark.pg
 def test_the_claim_honours_the_parallel_limit_and_the_pickup_order(repo, db):
     workspace = isolated(repo, parallel_tasks=2)
     old, new, urgent = (task_create(workspace=workspace, summary=s) for s in ("o", "n", "u"))
@@ -502,6 +544,7 @@ def test_the_claim_honours_the_parallel_limit_and_the_pickup_order(repo, db):
     assert pickup.claim_next(workspace.id, limit=2).task_id == old.id  # urgent still runs
 
 
+@pytest.mark.pg
 def test_parallel_tasks_run_at_once_in_their_own_worktrees(stack, repo):
     """The worker's loop (in-process): two of three tasks run at once."""
     before = user_state(repo)
@@ -527,6 +570,7 @@ def test_parallel_tasks_run_at_once_in_their_own_worktrees(stack, repo):
     assert user_state(repo) == before
 
 
+@pytest.mark.pg
 @pass_db
 def test_a_plain_workspace_still_runs_one_task_at_a_time(tmp_path):
     workspace = workspace_create(title="Plain")
@@ -550,17 +594,20 @@ def test_a_plain_workspace_still_runs_one_task_at_a_time(tmp_path):
 @pass_db
 def test_the_popup_shows_the_branch_with_merge_and_discard_once_in_review(repo, client):
     task = reviewed(repo)
-    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
     assert element_text(page, "task-branch-name") == task.branch_name
     assert elements(page, "button", id="task-branch-copy")[0]["data-copy-text"] == task.branch_name
     assert "Merge into main" in element_text(page, "task-merge")
     assert elements(page, "input", **{"data-confirm-match": task.branch_name})
     Task.objects.filter(id=task.id).update(status=TaskStatus.IN_PROGRESS)
-    page = html(hx(client, "get", f"/tasks/{task.id}/head/"))
+    page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
     assert element_text(page, "task-branch-name") == task.branch_name
-    assert element_text(page, "task-merge") is None and "task-discard" not in page
-    activity = html(hx(client, "get", f"/tasks/{task.id}/activity/?part=log"))
-    assert "Implementer committed" in activity and f"made branch {task.branch_name}" in activity
+    ids = [element.attrs.get("id", "") for element in parse(page).iter()]
+    assert element_text(page, "task-merge") is None
+    assert not [found for found in ids if found.startswith("task-discard")]
+    activity = parse(html(hx(client, "get", f"/tasks/{task.id}/", target="task-log")))
+    texts = " | ".join(text.text for text in activity.find_all("task-log__text"))
+    assert "Implementer committed" in texts and f"made branch {task.branch_name}" in texts
 
 
 @pass_db
@@ -574,7 +621,7 @@ def test_merge_from_the_popup_toasts_and_refreshes_the_head(repo, client):
     response = hx(client, "post", f"/tasks/{task.id}/merge/")
     toast = triggers(response)["malamar:toast"]
     assert toast == {"level": "success", "message": "Merged into main"}
-    assert 'data-status="done"' in html(response)
+    assert parse(html(response)).by_id("task-status").attrs["data-status"] == "done"
 
 
 @pass_db
@@ -582,13 +629,15 @@ def test_discard_from_the_popup_needs_the_branch_name(repo, client):
     task = reviewed(repo)
     url = f"/tasks/{task.id}/discard/"
     response = hx(client, "post", url, {"confirm_branch": "malamar/wrong"})
-    assert "The branch name does not match" in html(response)
+    form = parse(html(response)).by_id("task-discard-form")
+    assert "The branch name does not match" in form.find("field--invalid").text
     assert response["HX-Retarget"] == "#task-discard-form"
     assert branches.worktree_path(task.id).exists()
     response = hx(client, "post", url, {"confirm_branch": task.branch_name})
     assert triggers(response)["malamar:toast"]["message"] == "Branch discarded"
     assert not branches.worktree_path(task.id).exists()
-    assert "task-branch" not in html(response)
+    ids = [element.attrs.get("id", "") for element in parse(html(response)).iter()]
+    assert not [found for found in ids if found.startswith("task-branch")]
 
 
 @pass_db

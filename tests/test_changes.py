@@ -21,10 +21,18 @@ from runner import changes as changes_reads
 from runner import diffs, snapshots
 from runner.files import temp_dir
 from runner.models import AgentRun
+from runner.selectors import snapshot_trees_by_store
 from runner.worker import jobs
 from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import TaskQueueItem, TaskStatus
-from tasks.services import comment_create_and_send_around, task_create, task_delete, task_status_set
+from tasks.services import (
+    comment_create_and_send_around,
+    task_create,
+    task_delete,
+    task_status_set,
+)
+from tests.htmltree import parse
+from tests.live import wait_until
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
 
@@ -124,6 +132,97 @@ def test_per_run_and_whole_task_diffs_in_a_users_repository(tmp_path):
     assert updated.last().payload["task_files_changed"] == 5
 
 
+def test_edits_inside_a_repository_nested_in_the_users_repository_are_listed(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    vendored = repo / "vendor" / "lib"
+    vendored.mkdir(parents=True)
+    sh(vendored, "init", "-q", "-b", "main")
+    (vendored / "lib.py").write_text("VERSION = 1\n")
+    sh(vendored, "add", ".")
+    sh(vendored, "-c", "user.name=U", "-c", "user.email=u@x", "commit", "-qm", "vendored")
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    task = run_task(workspace, "@fake write vendor/lib/lib.py VERSION\\s=\\s2\\n")
+    run = task.runs.get()
+    assert run.snapshot_error == "" and run.files_changed == 1
+    assert by_path(changes_reads.task_changes(task, run.id).files) == {
+        "vendor/lib/lib.py": ("modified", False, 1, 1, "vendor/lib/lib.py")
+    }
+
+
+# What `git init newapp` leaves (a repository before its first commit), written by the agent.
+GIT_INIT = (
+    "write newapp/.git/HEAD ref:\\srefs/heads/main\\n write newapp/.git/objects/.keep x"
+    " write newapp/.git/refs/.keep x"
+)
+
+
+def test_an_agent_that_runs_git_init_breaks_neither_the_changes_nor_later_runs(tmp_path):
+    workspace = workspace_create(title="Temp")
+    task = run_task(
+        workspace,
+        f"@fake Builder: {GIT_INIT} write newapp/src/main.rs fn\\smain()\\s{{}}\\n\n"
+        "@fake Reviewer: append newapp/src/main.rs //\\sok\\n",
+        names=("Builder", "Reviewer"),
+    )
+    first, second = task.runs.order_by("started_at")
+    assert (first.snapshot_error, second.snapshot_error) == ("", "")
+    assert by_path(changes_reads.task_changes(task, first.id).files) == {
+        "newapp/src/main.rs": ("added", False, 1, 0, "newapp/src/main.rs")
+    }
+    assert by_path(changes_reads.task_changes(task, second.id).files) == {
+        "newapp/src/main.rs": ("modified", False, 1, 0, "newapp/src/main.rs")
+    }
+    assert second.tree_before == first.tree_after  # one snapshot between the two runs
+
+
+@pytest.fixture
+def git_commands(monkeypatch):
+    """How many times each git command ran (every git process goes through subprocess.run)."""
+    counted: dict[str, int] = {}
+    real = subprocess.run
+
+    def run(argv, *args, **kwargs):
+        if os.path.basename(str(argv[0])) == "git":
+            words = iter(argv[1:])
+            for word in words:
+                if word == "-c":
+                    next(words)
+                elif not word.startswith("-"):
+                    counted[word] = counted.get(word, 0) + 1
+                    break
+        return real(argv, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    return counted
+
+
+def test_one_snapshot_between_two_agents_and_none_while_nothing_changes(monkeypatch, git_commands):
+    monkeypatch.setattr(snapshots, "now_ns", lambda: 2**62)  # no file looks racily new
+    workspace = workspace_create(title="Temp")
+    names = ("A", "B", "C", "D")
+    edits = "\n".join(f"@fake {name}: append a.txt {name}\\n" for name in names)
+    task = run_task(workspace, edits, names=names)
+    # The empty folder needs no git; then the store is made once (one git call); one snapshot
+    # after each run, which is the next run's "before"; each run's totals and the task's in
+    # one call; no ref written on the way.
+    assert git_commands == {"init": 1, "add": 4, "write-tree": 4, "diff-tree": 4}
+    runs = list(task.runs.order_by("started_at"))
+    assert [r.tree_before for r in runs[1:]] == [r.tree_after for r in runs[:-1]]
+    assert [r.task_lines_added for r in runs] == [1, 2, 3, 4]
+
+    git_commands.clear()
+    task.refresh_from_db()
+    task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
+    comment_create_and_send_around(task=task, content="@fake skip", actor=USER)
+    run_pass(task)
+    assert git_commands == {"diff-tree": 1}  # only the task's totals, once a pass
+    last = task.runs.order_by("started_at").last()
+    assert (last.files_changed, last.task_files_changed, last.task_lines_added) == (0, 1, 4)
+
+
+@pytest.mark.pg
 def test_a_branch_name_longer_than_the_column_is_cut_not_a_failed_run(tmp_path):
     # git allows long branch names (folders of refs); PostgreSQL refuses to store more than
     # the column holds where SQLite kept everything.
@@ -208,7 +307,16 @@ def test_snapshots_never_write_the_users_repository(tmp_path):
     assert task.runs.get().files_changed == 3
 
 
-def test_a_chat_reply_is_snapshotted_and_deleting_the_chat_forgets_it(tmp_path):
+def has_object(store, sha) -> bool:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_DIR": str(store)}
+    return subprocess.run(["git", "cat-file", "-e", sha], cwd=store, env=env).returncode == 0
+
+
+def prune_now():
+    return snapshots.prune(snapshot_trees_by_store(), expire="now")
+
+
+def test_a_chat_reply_is_snapshotted_and_deleting_the_chat_lets_cleanup_remove_it(tmp_path):
     workspace = workspace_create(title="Chat")
     chat = chat_start(workspace=workspace, message="@fake write hello.txt hi\\n reply done")
     item = ChatQueueItem.objects.queued().get(chat=chat)
@@ -217,33 +325,74 @@ def test_a_chat_reply_is_snapshotted_and_deleting_the_chat_forgets_it(tmp_path):
     run = AgentRun.objects.get(chat=chat)
     assert run.files_changed == 1 and run.tree_after
     store = snapshots.store_path(run.snapshot_store)
-    assert sh(store, "--git-dir", str(store), "for-each-ref").count("refs/malamar/runs/") == 2
+    assert prune_now()["trees_kept"] == 2  # even pruned right away, the run's trees stay
+    assert has_object(store, run.tree_before) and has_object(store, run.tree_after)
     chat_delete(chat=chat)
-    assert sh(store, "--git-dir", str(store), "for-each-ref") == ""
-
-
-def test_deleting_a_task_drops_its_refs_and_cleanup_prunes_the_store(tmp_path):
-    workspace = workspace_create(title="Temp")
-    task = run_task(workspace, "@fake write a.txt one")
-    run = task.runs.get()
-    store = snapshots.store_path(run.snapshot_store)
-    blob = sh(store, "--git-dir", str(store), "rev-parse", f"{run.tree_after}:a.txt").strip()
-    task_delete(task=task)
-    assert sh(store, "--git-dir", str(store), "for-each-ref") == ""
-    assert snapshots.prune(set(), expire="now")["stores_removed"] == 1
+    assert prune_now()["stores_removed"] == 1
     assert not store.exists()
-    assert blob  # (the object went with its store)
 
 
-def test_cleanup_prunes_refs_of_runs_that_no_longer_exist(tmp_path):
+def test_cleanup_keeps_the_trees_of_runs_and_prunes_those_of_deleted_tasks(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    dropped = run_task(workspace, "@fake write dropped.txt two")
+    dropped_tree = dropped.runs.get().tree_after
+    (repo / "dropped.txt").unlink()
+    kept = run_task(workspace, "@fake write kept.txt one")
+    store = snapshots.store_path(kept.runs.get().snapshot_store)
+    assert dropped.runs.get().snapshot_store == kept.runs.get().snapshot_store  # one store
+    task_delete(task=dropped)
+    assert jobs.cleanup()["snapshot_stores_pruned"] == 1  # (keeps what is under an hour old)
+    assert has_object(store, dropped_tree)
+    assert prune_now() == {"stores_removed": 0, "stores_pruned": 1, "trees_kept": 2}
+    assert not has_object(store, dropped_tree)
+    assert by_path(changes_reads.task_changes(kept).files) == {
+        "kept.txt": ("added", False, 1, 0, "kept.txt")
+    }
+
+
+def test_a_cleanup_while_a_run_works_keeps_the_tree_it_started_from(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    (repo / "draft.txt").write_text("only in the snapshot store\n")
+    workspace = workspace_create(
+        title="Repo", working_directory_mode="static", working_directory_path=str(repo)
+    )
+    agent_create(workspace=workspace, name="Builder", instruction="Work.", cli_type="claude")
+    task = task_create(workspace=workspace, summary="Slow", description="@fake hold 60 skip")
+    item = TaskQueueItem.objects.queued().get(task=task)
+    assert TaskQueueItem.objects.claim(item.id)
+    worker = threading.Thread(
+        target=TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run
+    )
+    worker.start()
+    try:
+        wait_until(lambda: task.runs.exists(), timeout=60, what="the run to start")
+        before = task.runs.get().tree_before  # in the run's row from its start
+        store = snapshots.store_path(task.runs.get().snapshot_store)
+        (repo / "draft.txt").write_text("changed meanwhile\n")
+        snapshots.take(repo)  # another snapshot of the folder: the store's index moves on
+        prune_now()
+        assert has_object(store, before)
+    finally:
+        (repo / "release").touch()
+        worker.join()
+    run = task.runs.get()
+    assert run.tree_before == before and run.files_changed == 1
+
+
+def test_cleanup_drops_the_refs_older_versions_kept_per_run(tmp_path):
     workspace = workspace_create(title="Temp")
     task = run_task(workspace, "@fake write a.txt one")
     run = task.runs.get()
     store = snapshots.store_path(run.snapshot_store)
-    AgentRun.objects.filter(id=run.id).delete()  # e.g. removed while the server was down
-    counts = jobs.cleanup()
-    assert counts["snapshot_refs_removed"] == 1
-    assert sh(store, "--git-dir", str(store), "for-each-ref") == ""
+    for side, tree in (("before", run.tree_before), ("after", run.tree_after)):
+        sh(store, "--git-dir", str(store), "update-ref", f"refs/malamar/runs/{run.id}/{side}", tree)
+    jobs.cleanup()
+    refs = sh(store, "--git-dir", str(store), "for-each-ref", "--format=%(refname)")
+    assert refs.split() == ["refs/malamar/keep"]
+    assert prune_now()["trees_kept"] == 2 and has_object(store, run.tree_after)
 
 
 def test_without_git_the_run_goes_on_and_the_tab_says_why(tmp_path, monkeypatch):
@@ -328,9 +477,12 @@ def test_the_api_returns_what_the_tab_shows(tmp_path, api):
     fragment = client.get(
         f"/tasks/{task.id}/changes/file/?path=app.py", HTTP_HX_REQUEST="true"
     ).content.decode()
-    assert "diff__line--add" in fragment and "<html" not in fragment
-    page = client.get(f"/tasks/{task.id}/changes/file/?path=app.py").content.decode()
-    assert "<html" in page and "diff__line--del" in page
+    fragment = parse(fragment)
+    assert fragment.find(tag="html") is None
+    assert fragment.find("diff__line--add", tag="tr").text.endswith("return 2")
+    page = parse(client.get(f"/tasks/{task.id}/changes/file/?path=app.py").content.decode())
+    assert page.find(tag="html") is not None
+    assert page.find("diff__line--del", tag="tr").text.endswith("return 1")
 
     assert api.get(f"/api/tasks/{task.id}/changes/file?path=nope").status_code == 400
     assert api.get(f"/api/tasks/{task.id}/changes?run_id=nope").status_code == 404
@@ -349,19 +501,22 @@ def test_the_board_card_and_the_activity_timeline_show_the_totals(tmp_path, api)
     board = api.client.get(f"/workspaces/{workspace.id}/tasks/", HTTP_HX_REQUEST="true")
     card = board.content.decode().split(f'id="task-card-{task.id}"')[1].split("</li>")[0]
     assert re.search(r"\+3</span> <span class=\"diff-minus\">\u22122", card)
-    activity = api.client.get(f"/tasks/{task.id}/activity/", HTTP_HX_REQUEST="true")
+    activity = api.client.get(
+        f"/tasks/{task.id}/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="task-activity"
+    )
     first = task.runs.order_by("started_at").first()
-    assert f'data-changes-run="{first.id}"' in activity.content.decode()
-    assert "changed 1 file," in activity.content.decode()
+    link = parse(activity.content.decode()).find("run__changes", data_changes_run=first.id)
+    assert link.text.startswith("changed 1 file,")
 
 
 def test_the_tab_says_why_it_is_empty(tmp_path, api, monkeypatch):
     workspace = workspace_create(title="Temp")
     task = task_create(workspace=workspace, summary="Nothing yet")
-    assert "No agent has run on this task yet" in tab(api.client, task)
+    empty = parse(tab(api.client, task)).by_id("task-changes-empty")
+    assert empty.text.startswith("No agent has run on this task yet")
     monkeypatch.setattr("runner.git.git_binary", lambda: None)
     task = run_task(workspace, "@fake write a.txt one")
-    assert "git is not installed" in tab(api.client, task)
+    assert "git is not installed" in parse(tab(api.client, task)).by_id("task-changes-empty").text
 
 
 def test_a_repository_index_git_cannot_reuse_is_not_a_failure(tmp_path):

@@ -203,6 +203,7 @@ def test_send_requires_text(chat):
     assert not ChatQueueItem.objects.exists()
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize("status", ["queued", "in_progress"])
 def test_second_send_refused_while_pending(chat, status):
     services.chat_message_send(chat=chat, message="one")
@@ -466,6 +467,7 @@ def test_missing_temp_dir_is_created(chat, tmp_path, settings):
 # --- selectors -----------------------------------------------------------------------------------
 
 
+@pytest.mark.pg
 def test_list_orders_by_latest_message_then_creation(workspace):
     a = services.chat_create(workspace=workspace, title="A")
     b = services.chat_create(workspace=workspace, title="B")
@@ -484,6 +486,7 @@ def test_list_orders_by_latest_message_then_creation(workspace):
     assert listed[0].id == c.id and listed[0].last_activity_at > c.created_at
 
 
+@pytest.mark.pg
 def test_list_search_and_workspace_scope(workspace):
     services.chat_create(workspace=workspace, title="Reviewer setup")
     services.chat_create(workspace=workspace, title="Deploy questions")
@@ -531,6 +534,7 @@ def test_long_preview_is_truncated(chat):
     assert len(preview) <= selectors.PREVIEW_LENGTH and preview.endswith("…")
 
 
+@pytest.mark.pg
 def test_list_query_count_does_not_grow(workspace, agents, django_assert_num_queries):
     def make(n):
         for i in range(n):
@@ -605,6 +609,7 @@ def test_malamar_instruction(db):
 # --- migration -------------------------------------------------------------------------------
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_migration_gives_every_chat_its_participant_before_the_chat_fields_go():
     from django.db import connection

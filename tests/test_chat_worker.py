@@ -4,6 +4,7 @@
 import json
 from pathlib import Path
 
+import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.live import wait_until
@@ -61,6 +62,7 @@ def chat_runs(stack):
     return [r for r in stack.fake_runs() if (r.get("input_path") or "").find("malamar_chat_") >= 0]
 
 
+@pytest.mark.pg
 def test_malamar_creates_an_agent_and_renames_the_chat(stack):
     ws = stack.workspace()
     c = chat(stack, ws)
@@ -207,6 +209,7 @@ def test_cli_override_agent_switch_and_agent_deletion(stack):
     assert d["agent_name"] == "Malamar"
 
 
+@pytest.mark.pg
 def test_malamar_falls_back_to_the_next_healthy_cli(stack):
     # Its login breaks: saving its settings re-checks it.
     body = {"cli_settings": {"claude": {"env": {"MALAMAR_FAKE_HEALTH": "fail"}}}}
@@ -223,6 +226,7 @@ def test_malamar_falls_back_to_the_next_healthy_cli(stack):
     assert chat_runs(stack)[0]["cli"] == "codex"  # Claude → Codex → Gemini → OpenCode
 
 
+@pytest.mark.pg
 def test_second_send_is_refused_and_cancel_kills_the_run(stack):
     ws = stack.workspace()
     c = chat(stack, ws)
@@ -246,6 +250,7 @@ def test_second_send_is_refused_and_cancel_kills_the_run(stack):
     assert finished_outcomes(stack, c) == ["stopped", "replied"]
 
 
+@pytest.mark.pg
 def test_two_chats_of_one_workspace_answer_at_the_same_time(stack):
     ws = stack.workspace()
     chats = [chat(stack, ws) for _ in range(2)]
@@ -265,7 +270,7 @@ def test_chat_errors_become_system_messages(stack):
     c = chat(stack, stack.workspace())
     assert first_reply(stack, c, "@fake exit 2 quota exceeded") == (
         "system",
-        "CLI exited with code 2. quota exceeded",
+        "quota exceeded (CLI exited with code 2)",
     )
     wait_until(lambda: finished_outcomes(stack, c), timeout=10, what="processing_finished")
     assert finished_outcomes(stack, c) == ["failed"]

@@ -24,6 +24,7 @@ CHAT_FIELDS = {
     "is_processing",
     "last_message_preview",
     "last_activity_at",
+    "last_seen_at",  # "Needs you": replies after it wait for the person
     "created_at",
     "updated_at",
 }
@@ -65,6 +66,7 @@ def upload(api, chat_id, files, field="files", **extra):
     )
 
 
+@pytest.mark.pg
 def test_create_list_search_and_order(api, workspace, agents):
     base = f"/api/workspaces/{workspace.id}/chats"
     created = api.post(base, {})

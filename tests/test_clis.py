@@ -143,13 +143,15 @@ def test_every_cli_implements_the_whole_contract(cli, tmp_path):
 
 
 def test_health_commands_as_measured():
+    """Streamed output, as a run's: the check's time limit counts from the first event."""
     assert cli_for("claude").health_command("c").argv == [
         "c",
         "-p",
         HEALTH_PROMPT,
         "--dangerously-skip-permissions",
         "--output-format",
-        "json",
+        "stream-json",
+        "--verbose",
     ]
     assert cli_for("gemini").health_command("g").argv == [
         "g",
@@ -158,7 +160,7 @@ def test_health_commands_as_measured():
         "--yolo",
         "--skip-trust",
         "-o",
-        "json",
+        "stream-json",
     ]
     codex = cli_for("codex").health_command("x")
     assert codex.argv == [
@@ -166,11 +168,15 @@ def test_health_commands_as_measured():
         "exec",
         "--dangerously-bypass-approvals-and-sandbox",
         "--skip-git-repo-check",
+        "--json",
         HEALTH_PROMPT,
     ]
     assert codex.stdin is None
     opencode = cli_for("opencode").health_command("o")
-    assert opencode.argv == ["o", "run", "--auto", "--format", "json"]
+    assert opencode.argv == [
+        "o",
+        *["run", "--auto", "--format", "json", "--print-logs", "--log-level", "WARN"],
+    ]
     assert opencode.stdin == HEALTH_PROMPT.encode()
 
 
@@ -178,7 +184,10 @@ def test_health_commands_as_measured():
     ("cli", "sample", "answer"),
     [
         ("claude", "claude_json_401.json", "Invalid API key · Fix external API key"),
+        ("claude", "claude_stream_write.jsonl", "FAKE_DONE: the file has been written."),
         ("gemini", "gemini_json_write.json", "FAKE_DONE: the file has been written."),
+        ("gemini", "gemini_stream_write.jsonl", "FAKE_DONE: the file has been written."),
+        ("codex", "codex_exec_json_cmd.jsonl", "FAKE_DONE: command executed."),
         (
             "opencode",
             "opencode_json_write.jsonl",
@@ -196,16 +205,17 @@ def test_health_answers_from_recorded_output(cli, sample, answer):
 def test_stderr_noise_is_left_out_of_run_and_health_errors(tmp_path):
     failed = ProcessResult(exit_code=1, stderr="YOLO mode is enabled. All tools approved.\nboom")
     out = tmp_path / "out.json"
-    assert interpret("gemini", failed, out).error == "CLI exited with code 1. boom"
-    assert health._failure("gemini", failed) == "CLI exited with code 1: boom"
+    assert interpret("gemini", failed, out).error == "boom (CLI exited with code 1)"
+    assert health._failure("gemini", failed) == "boom (CLI exited with code 1)"
     noisy = interpret("claude", failed, out).error
-    assert noisy.startswith("CLI exited with code 1. YOLO mode is enabled.")
+    assert noisy.startswith("YOLO mode is enabled.")
 
 
 def test_health_failures_explain_known_traps():
     stderr = "--dangerously-skip-permissions cannot be used with root/sudo privileges"
     error = health._failure("claude", ProcessResult(exit_code=1, stderr=stderr))
-    assert error.startswith("CLI exited with code 1: --dangerously") and "IS_SANDBOX=1" in error
+    assert error.startswith("--dangerously-skip-permissions cannot be used with root/sudo")
+    assert "(CLI exited with code 1)" in error and "IS_SANDBOX=1" in error
 
 
 # --- MCP servers for one run (runner/clis/*.mcp_setup) -----------------------------------------
@@ -221,7 +231,8 @@ SERVER = McpServer(
 def test_claude_gets_a_mcp_config_file_of_its_own(tmp_path):
     config = tmp_path / "run_mcp.json"
     setup = cli_for("claude").mcp_setup(SERVER, env={}, config_path=config)
-    assert setup.args == ("--mcp-config", str(config)) and setup.env == ()
+    assert setup.args == ("--mcp-config", str(config))
+    assert setup.env == (("MCP_CONNECTION_NONBLOCKING", "false"),)  # connect before turn 1
     [(path, text)] = setup.files
     assert path == config
     assert json.loads(text) == {
@@ -265,6 +276,8 @@ def test_codex_gets_config_overrides_in_toml(tmp_path):
         "command": SERVER.command,
         "args": list(SERVER.args),
         "env": {"MALAMAR_DATA_DIR": "/data/ma lamar"},
+        "required": True,  # exec waits for it (and fails without it) before its first request
+        "startup_timeout_sec": 120,
     }
     # Before the prompt (the last argument), after Malamar's own options.
     codex = cli_invocation(tmp_path, binary="codex", prompt="PROMPT", mcp_args=setup.args)

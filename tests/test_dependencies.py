@@ -48,6 +48,7 @@ def chain(workspace):
     return plan, build, ship
 
 
+@pytest.mark.pg
 def test_a_blocked_task_is_not_picked_up_until_its_last_blocker_is_done(workspace):
     first, second = make(workspace, "First"), make(workspace, "Second")
     third = make(workspace, "Third", blocked_by=[first.id, second.id])
@@ -64,6 +65,7 @@ def test_a_blocked_task_is_not_picked_up_until_its_last_blocker_is_done(workspac
     assert log_types(third)[-1] == "unblocked"
 
 
+@pytest.mark.pg
 def test_queue_order_skips_blocked_tasks_and_keeps_the_usual_order(workspace):
     blocker = make(workspace, "Blocker")
     older = make(workspace, "Older")
@@ -83,6 +85,7 @@ def test_queue_order_skips_blocked_tasks_and_keeps_the_usual_order(workspace):
     assert pickup.workspaces_with_work() == {}
 
 
+@pytest.mark.pg
 def test_the_claim_itself_refuses_a_task_that_waits(workspace):
     blocker = make(workspace, "Blocker")
     waiting = make(workspace, "Waiting", blocked_by=[blocker.id])
@@ -130,6 +133,7 @@ def test_cross_workspace_and_unknown_blockers_are_refused(workspace):
     assert not Task.objects.filter(summary="Mine").exists()  # nothing half-created
 
 
+@pytest.mark.pg
 def test_a_huge_list_of_unknown_ids_is_a_short_message(api, workspace):
     task = make(workspace, "T")
     ids = ["x" * 100_000, *(f"id{n}" for n in range(50_000))]

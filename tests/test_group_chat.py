@@ -38,6 +38,7 @@ def test_participants_join_in_order_with_a_note(group, agents):
     assert notes == ["Implementer joined the chat", "Malamar joined the chat"]
 
 
+@pytest.mark.pg
 def test_a_participant_joins_once(group, agents):
     with pytest.raises(Conflict):
         chat_participant_add(chat=group, agent_id=agents[1].id)
@@ -159,6 +160,7 @@ def chat_runs(stack):
     return [r for r in stack.fake_runs() if "malamar_chat_" in (r.get("input_path") or "")]
 
 
+@pytest.mark.pg
 def test_three_participants_answer_one_message_concurrently(stack):
     chat = live_group(stack, ("Ann", "claude"), ("Bob", "gemini"), ("Cy", "codex"))
     stack.api(
@@ -217,6 +219,7 @@ def test_disabled_participant_is_left_out_and_exclusion_reaches_the_input_file(s
     assert "SECRET-ONE" in Path(chat_runs(stack)[-1]["input_path"]).read_text()
 
 
+@pytest.mark.pg
 def test_stop_cancels_every_run_of_the_group(stack):
     chat = live_group(stack, ("Ann", "claude"), ("Bob", "gemini"))
     stack.api(

@@ -22,6 +22,7 @@ from chats.services import chat_create, chat_message_add_system
 from core.config import ConfigError, load
 from malamar_site.api import api
 from tests.conftest import error_of
+from tests.htmltree import parse
 from tests.live import Server, django_script
 from tests.stack import data_dir_from
 from tests.test_chats_api import multipart
@@ -146,6 +147,7 @@ def test_the_parameter_list_has_path_and_query_parameters():
     assert ("get", "/api/tasks/{task_id}/changes/file", "path", "query") in PARAMETERS
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize(("method", "path", "name", "where"), PARAMETERS)
 def test_hostile_path_and_query_parameters_are_never_a_500(client, ids, method, path, name, where):
     body = "{}" if method in ("post", "put", "patch") else None
@@ -198,6 +200,7 @@ def test_malformed_bodies_are_a_400_with_a_message(client, body, message):
     assert not Workspace.objects.exists()
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -217,6 +220,7 @@ def test_numbers_out_of_range_are_a_400(client, workspace, body, message):
     assert Workspace.objects.get(id=workspace.id).retention_days == 7
 
 
+@pytest.mark.pg
 def test_an_agent_action_with_an_impossible_number_fails_cleanly(workspace):
     chat = chat_create(workspace=workspace)
     actions = [{"type": "update_workspace", "stall_kill_minutes": float("nan")}]
@@ -241,6 +245,7 @@ def _limits(ids):
     ]
 
 
+@pytest.mark.pg
 def test_over_long_names_are_a_400_and_the_limit_itself_is_fine(api, ids):
     for method, path, base, field, limit in _limits(ids):
         for length in (50_000, limit + 1):
@@ -254,6 +259,7 @@ def test_over_long_names_are_a_400_and_the_limit_itself_is_fine(api, ids):
         assert response.json()[field] == longest
 
 
+@pytest.mark.pg
 def test_texts_have_no_length_limit_besides_the_request_size(api, ids):
     long_text = "word " * 200_000  # 1 MB
     response = api.post(f"/api/tasks/{ids['task_id']}/comments", {"content": long_text})
@@ -262,6 +268,7 @@ def test_texts_have_no_length_limit_besides_the_request_size(api, ids):
     assert response.status_code == 200
 
 
+@pytest.mark.pg
 def test_malamar_chat_actions_with_over_long_names_fail_with_a_clear_message(ids, workspace):
     chat = chat_create(workspace=workspace)
     long = "N" * 50_000
@@ -382,6 +389,7 @@ def test_limits_come_from_the_environment(monkeypatch):
 # --- query parameters ----------------------------------------------------------------------
 
 
+@pytest.mark.pg
 def test_huge_and_nul_query_parameters(client, ids, workspace):
     huge = "a" * 60_000
     for path in ("/api/workspaces", f"/api/workspaces/{workspace.id}/chats"):
@@ -464,8 +472,9 @@ def test_a_plain_form_post_over_the_limit_gets_a_page(live):
     assert headers["Content-Type"] == "text/html; charset=utf-8"
     assert headers["Content-Security-Policy"] == "default-src 'none'"
     assert int(headers["Content-Length"]) == len(payload)
-    page = payload.decode()
-    assert "<h1>Content Too Large</h1>" in page and "MALAMAR_MAX_JSON_BYTES" in page
+    page = parse(payload.decode())
+    assert page.find(tag="h1").text == "Content Too Large"
+    assert "MALAMAR_MAX_JSON_BYTES" in page.text
 
 
 def test_a_chunked_body_is_cut_off_at_the_limit(live):
@@ -544,6 +553,7 @@ def test_with_a_password_credentials_are_checked_before_the_body_is_read(live):
         django_script(live.data_dir, "from core.auth import password_set; password_set(raw=None)")
 
 
+@pytest.mark.pg
 def test_a_malamar_reply_with_over_long_names_becomes_a_clear_system_message(stack):
     from tests.test_chat_worker import action, chat, send, wait_reply
 
@@ -575,6 +585,7 @@ def test_a_malamar_reply_with_over_long_names_becomes_a_clear_system_message(sta
 # --- what agents' CLIs print is hostile input too -------------------------------------------
 
 
+@pytest.mark.pg
 def test_cli_output_strings_are_made_storable_and_deep_nesting_is_invalid_json():
     from core.storable import loads_storable
     from runner.clis import cli_for
@@ -588,6 +599,7 @@ def test_cli_output_strings_are_made_storable_and_deep_nesting_is_invalid_json()
     assert parse_line(parser, '{"type": ' + "[" * 100_000 + "]" * 100_000 + "}") == []
 
 
+@pytest.mark.pg
 def test_an_agent_comment_with_a_lone_surrogate_is_stored_not_a_crashed_run(stack):
     ws = stack.workspace(agents=[("Planner", "gemini")])
     escaped = (
@@ -607,6 +619,7 @@ def test_an_agent_comment_with_a_lone_surrogate_is_stored_not_a_crashed_run(stac
     )
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize("cli", ["claude", "codex"])
 def test_nul_bytes_a_cli_prints_are_dropped_where_they_are_kept(stack, cli):
     # PostgreSQL refuses NUL in text: a CLI printing one must not crash the run's recording.

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -30,9 +31,11 @@ pytestmark = pytest.mark.live
 
 
 # `malamar` on a new data dir migrates from zero first (on PostgreSQL, into an empty database:
-# over 30 s at a load of 11 on 2 cores): the waits for it to serve allow 90 s.
+# over 30 s at a load of 11 on 2 cores): the waits for it to serve allow 90 s. Only the first
+# test needs a first launch; the others start on a copy of the migrated template.
 
 
+@pytest.mark.pg
 def test_malamar_runs_server_and_worker_and_stops_cleanly(tmp_path):
     port = free_port()
     proc = _start_with_fakes(tmp_path, port)
@@ -87,10 +90,11 @@ def _gone(processes: list[psutil.Process]) -> list[psutil.Process]:
     return [p for p in processes if alive(p.pid)]
 
 
-def test_sigterm_mid_run_with_a_tab_open_stops_everything_cleanly(tmp_path):
+def test_sigterm_mid_run_with_a_tab_open_stops_everything_cleanly(tmp_path, template_db):
     """SIGTERM while an agent's CLI runs and a browser holds the event stream: the server, the
     worker and the CLI all end by themselves (none killed by the supervisor), exit code 0."""
     port = free_port()
+    data_dir_from(template_db, tmp_path / "data")
     proc = _start_with_fakes(tmp_path, port)
     url = f"http://127.0.0.1:{port}"
     base = f"{url}/api"
@@ -134,9 +138,10 @@ def _start_with_fakes(tmp_path, port: int):
     )
 
 
-def test_json_logs_stay_json_lines_including_each_request(tmp_path):
+def test_json_logs_stay_json_lines_including_each_request(tmp_path, template_db):
     port = free_port()
-    proc = start_malamar(tmp_path / "data", tmp_path, MALAMAR_PORT=port, MALAMAR_LOG_FORMAT="json")
+    data_dir = data_dir_from(template_db, tmp_path / "data")
+    proc = start_malamar(data_dir, tmp_path, MALAMAR_PORT=port, MALAMAR_LOG_FORMAT="json")
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: serving(base), timeout=FIRST_START, what="malamar to serve")
@@ -154,11 +159,11 @@ def test_json_logs_stay_json_lines_including_each_request(tmp_path):
 
 
 @SQLITE_ONE_WORKER
-def test_a_failing_worker_stops_the_server_and_malamar_exits_1(tmp_path):
+def test_a_failing_worker_stops_the_server_and_malamar_exits_1(tmp_path, template_db):
     """The worker runs in the server's process: when it fails (here: a second `malamar` on the
     same data dir, whose worker finds the first one's lock), the server stops too."""
     first_port, second_port = free_port(), free_port()
-    data_dir = tmp_path / "data"
+    data_dir = data_dir_from(template_db, tmp_path / "data")
 
     def start(port):
         return start_malamar(data_dir, tmp_path, MALAMAR_PORT=port, MALAMAR_TEMP_DIR=tmp_path)
@@ -189,7 +194,7 @@ task_create(workspace=ws, summary="long", description="@fake sleep 60")
 """
 
 
-@pytest.mark.skipif(not databases.ON_POSTGRES, reason="a database server that stops answering")
+@databases.postgres_only("a database server that stops answering")
 @pytest.mark.parametrize("command", ["runworker", "malamar"])
 def test_sigterm_stops_promptly_while_the_database_does_not_answer(tmp_path, template_db, command):
     """PostgreSQL hangs (or the network drops its packets) mid-run: SIGTERM still ends the
@@ -238,3 +243,23 @@ def test_sigterm_stops_promptly_while_the_database_does_not_answer(tmp_path, tem
     assert code == 0, output
     assert "did not stop" not in output, output
     wait_until(lambda: not _gone(cli), timeout=5, what="the CLI to be gone")
+
+
+def test_the_link_is_printed_only_once_the_server_answers(tmp_path):
+    """ "Malamar is running at …" came 14-40 s before the server listened (the link gave
+    "site can't be reached"): the moment it is printed, the port answers."""
+    port = free_port()
+    proc = start_malamar(tmp_path / "data", tmp_path, MALAMAR_PORT=port)
+    try:
+        for line in proc.stdout:  # the child's log shares this pipe
+            if line.startswith("Malamar is running at"):
+                break
+        else:
+            raise AssertionError("malamar ended without printing its link")
+        assert line.strip() == f"Malamar is running at http://127.0.0.1:{port}"
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # accepted at once: no "site can't be reached"
+        assert requests.get(f"http://127.0.0.1:{port}/api/health", timeout=30).ok
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -10,7 +10,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from runner.worker.execution import mcp_server_for
-from tests.live import django_script, process_env
+from tests.live import ROOT, django_script, process_env
 from tests.stack import data_dir_from
 
 pytestmark = pytest.mark.live
@@ -133,6 +133,7 @@ def test_the_server_offers_read_and_write_tools(conversation):
         "related_tasks",
         "create_task",
         "comment_on_task",
+        "review_task",
     }
 
 
@@ -144,6 +145,7 @@ def test_list_workspaces_marks_the_current_one(conversation):
     assert sum(current.values()) == 1
 
 
+@pytest.mark.pg
 def test_search_filters_by_text_and_status_within_the_workspace(conversation):
     ids, talk = conversation
     every, login, done = (data(result) for result in talk["results"][1:4])
@@ -219,6 +221,7 @@ def test_bad_input_is_a_tool_error_with_a_message(conversation):
     assert not any("Traceback" in message for message in messages)
 
 
+@pytest.mark.pg
 def test_writes_land_in_the_database_with_their_activity(seeded, conversation):
     data_dir, ids = seeded
     check = f"""
@@ -308,14 +311,75 @@ def test_stdout_carries_only_protocol_messages(seeded):
         process.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
         process.stdin.flush()
         lines = []
-        while sum("id" in json.loads(line) for line in lines) < 3:  # each line is JSON
+        while not {2, 3} <= {json.loads(line).get("id") for line in lines}:  # each line is JSON
             line = process.stdout.readline()
             assert line, f"the server ended early, after {lines}"
             lines.append(line)
     finally:
         process.stdin.close()
         process.wait(timeout=30)
+    ids = [answer.get("id") for answer in map(json.loads, lines)]
+    assert ids.count(1) == 1  # `initialize` answered once (early), not again by the SDK
     answers = {answer["id"]: answer for answer in map(json.loads, lines) if "id" in answer}
     assert set(answers) == {1, 2, 3}
     assert answers[2]["result"]["isError"] is True
     assert answers[3]["result"]["isError"] is False
+
+
+def initialize(version: str, request_id=1) -> dict:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version,
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+
+
+def first_answer(argv: list[str], env: dict, cwd, message: dict) -> tuple[dict, int]:
+    """The first line the server writes after `message`, and its exit code once its stdin
+    closes."""
+    done = subprocess.run(
+        argv,
+        env=env,
+        cwd=cwd,
+        input=json.dumps(message) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stdout.splitlines()
+    assert lines, done.stderr
+    return json.loads(lines[0]), done.returncode
+
+
+@pytest.mark.parametrize("version", ["2024-11-05", "2025-11-25", "1999-01-01"])
+def test_the_early_initialize_answer_is_the_one_the_sdk_gives(seeded, version):
+    """`malamar mcp` answers `initialize` before loading Django and the SDK
+    (tasks/mcp_handshake.py); `manage.py mcp` leaves it to the SDK: the same answer, the
+    protocol version chosen the same way (an unknown one gets the newest)."""
+    data_dir, ids = seeded
+    params = server(data_dir, ids["home"])
+    early, _ = first_answer(
+        [params.command, *params.args], params.env, params.cwd, initialize(version, "a")
+    )
+    manage = [params.command, str(ROOT / "manage.py"), "mcp", f"--workspace={ids['home']}"]
+    sdk, _ = first_answer(manage, params.env, params.cwd, initialize(version, "a"))
+    assert early == sdk
+    assert early["result"]["serverInfo"]["name"] == "malamar"
+
+
+def test_initialize_is_answered_before_django_loads(seeded):
+    """The answer does not wait for Django: with settings that cannot even be imported, the
+    server still answers `initialize` (and then stops with the import error)."""
+    data_dir, ids = seeded
+    params = server(data_dir, ids["home"])
+    env = {**params.env, "DJANGO_SETTINGS_MODULE": "no_such_settings_module"}
+    answer, code = first_answer(
+        [params.command, *params.args], env, params.cwd, initialize("2025-06-18")
+    )
+    assert answer["id"] == 1 and answer["result"]["protocolVersion"] == "2025-06-18"
+    assert code != 0

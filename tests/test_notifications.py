@@ -198,12 +198,13 @@ def test_no_notifications_when_toggled_off_for_user_moves_or_chats(notified):
 
 def test_a_slow_webhook_does_not_delay_the_next_agent_step(notified):
     stack, _mail, hook = notified
-    hook.delay = 4
+    hook.open.clear()  # the webhook answers only when the test lets it
     ws = stack.workspace(agents=[("Planner", "claude")])
     first = stack.task(ws, "@fake review first done", summary="first")
     stack.wait_status(first, "in_review")
     second = stack.task(ws, "@fake review second done", summary="second")
     stack.wait_status(second, "in_review", timeout=20)
+    hook.open.set()
     wait_until(lambda: len(hook.requests) >= 1, timeout=20, what="the slow webhook to answer")
     second_run = stack.task_runs()[-1]
     assert second_run["time"] < hook.requests[0]["answered"], "the next run waited for the webhook"

@@ -21,7 +21,8 @@ from chats.services import (
 )
 from core.models import OutboxEvent
 from runner.models import CliHealth, QueueStatus
-from tests.pages import html, hx, triggers
+from tests.htmltree import parse
+from tests.pages import element_text, html, hx, triggers
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +43,24 @@ def tab(client, workspace, query: str = "") -> str:
 
 
 def list_titles(page: str) -> list[str]:
-    return re.findall(r'<span class="chat-row__title">([^<]+)</span>', page)
+    return [title.text for title in parse(page).find_all("chat-row__title")]
+
+
+def selected(element) -> list[tuple[str, str]]:
+    """(value, text) of the selected options in a parsed element."""
+    options = element.find_all(tag="option")
+    return [
+        (option.attrs["value"], option.text) for option in options if "selected" in option.attrs
+    ]
+
+
+def pills(page) -> list[str]:
+    """The names on a parsed popup's participant pills."""
+    return [pill.find("chat-pill__name").text for pill in page.find_all("chat-pill__toggle")]
+
+
+def flash_messages(page: str) -> list[str]:
+    return [item.text for item in parse(page).by_id("flash-messages").find_all(tag="li")]
 
 
 def popup(client, chat) -> str:
@@ -59,16 +77,14 @@ def messages_of(chat) -> list[tuple[str, str]]:
 
 
 def test_empty_tab_says_no_conversations_and_offers_every_agent(client, workspace, agents):
-    page = tab(client, workspace)
-    assert '<section id="chat-panel" class="tab-panel" aria-labelledby="tab-chat">' in page
-    assert "No conversations yet" in page and "Start a chat" in page
-    menu = re.search(r'<div class="chat-menu__panel".*?</div>\s*</details>', page, re.S).group(0)
-    assert re.findall(r'class="chat-menu__text">([A-Za-z]+)', menu) == [
-        "Malamar",
-        "Planner",
-        "Implementer",
-        "Reviewer",
-    ]
+    panel = parse(tab(client, workspace)).by_id("chat-panel")
+    assert (panel.tag, panel.attrs["aria-labelledby"]) == ("section", "tab-chat")
+    empty = panel.find("empty-state")
+    assert empty.find("empty-state__title").text == "No conversations yet"
+    assert empty.find("chat-menu", tag="details").find(tag="summary").text == "Start a chat"
+    menu = panel.find("chat-menu__panel")
+    names = [text.children[0] for text in menu.find_all("chat-menu__text")]
+    assert names == ["Malamar", "Planner", "Implementer", "Reviewer"]
 
 
 def test_list_shows_title_agents_preview_time_latest_first(client, workspace, agents):
@@ -78,9 +94,14 @@ def test_list_shows_title_agents_preview_time_latest_first(client, workspace, ag
     chat_participant_add(chat=new, agent_id=agents[1].id)
     page = tab(client, workspace)
     assert list_titles(page) == ["Newer chat", "Older chat"]
-    assert "Malamar, Implementer" in page and "Planner" in page
-    assert "Here is the plan" in page and "<strong>" not in page  # plain text preview
-    assert "<time datetime=" in page
+    rows = parse(page).find_all("chat-row", tag="li")
+    assert [row.find("chat-row__agents").text for row in rows] == [
+        "Malamar, Implementer",
+        "Planner",
+    ]
+    assert rows[1].find("chat-row__preview").text == "Here is the plan"
+    assert parse(page).find(tag="strong") is None  # a plain text preview
+    assert all(row.find("chat-row__time").find(tag="time").attrs["datetime"] for row in rows)
     # A new message moves a chat to the top.
     chat_message_add_system(chat=old, message="Switched from A to B")
     assert list_titles(html(hx(client, "get", f"/workspaces/{workspace.id}/chats/"))) == [
@@ -94,26 +115,28 @@ def test_action_only_reply_previews_its_actions(client, workspace):
     chat_message_add_agent(
         chat=chat, message="", actions=[{"type": "create_agent", "name": "Reviewer"}]
     )
-    assert "Created agent &quot;Reviewer&quot;" in tab(client, workspace)
+    preview = parse(tab(client, workspace)).find("chat-row__preview")
+    assert preview.text == 'Created agent "Reviewer"'
 
 
+@pytest.mark.pg
 def test_search_filters_by_title(client, workspace):
     chat_create(workspace=workspace, title="Login page")
     chat_create(workspace=workspace, title="Billing")
     page = html(hx(client, "get", f"/workspaces/{workspace.id}/chats/?q=log"))
-    assert "<html" not in page and list_titles(page) == ["Login page"]
-    page = html(hx(client, "get", f"/workspaces/{workspace.id}/chats/?q=zzz"))
-    assert "No chats match “zzz”" in page
+    assert parse(page).find(tag="html") is None and list_titles(page) == ["Login page"]
+    page = parse(html(hx(client, "get", f"/workspaces/{workspace.id}/chats/?q=zzz")))
+    assert page.find("empty-state__title").text == "No chats match “zzz”"
     # Reload with the query keeps it.
     assert list_titles(tab(client, workspace, "&q=bill")) == ["Billing"]
 
 
 def test_list_refreshes_itself_on_chat_events(client, workspace):
-    page = tab(client, workspace)
-    region = re.search(r'<div id="chat-list"[^>]*>', page).group(0)
+    region = parse(tab(client, workspace)).by_id("chat-list").attrs
+    assert region["hx-trigger"] == "live"
     for event in ("message_added", "updated", "deleted", "processing_started"):
-        assert f"malamar:chat.{event} from:body delay:250ms" in region
-    assert 'hx-include="#chat-search"' in region
+        assert f"chat.{event}" in region["data-live"].split()
+    assert region["hx-include"] == "#chat-search"
 
 
 def test_list_without_htmx_goes_to_the_tab(client, workspace):
@@ -158,10 +181,10 @@ def test_new_chat_from_the_dropdown_opens_its_popup(client, workspace, agents):
     chat = Chat.objects.get()
     assert chat.participants.lead().agent == agents[1]
     assert response.headers["HX-Push-Url"] == f"/workspaces/{workspace.id}/?tab=chat&chat={chat.id}"
-    assert "chats:list-refresh" in triggers(response)
-    page = html(response)
-    assert 'id="chat-head"' in page and 'id="chat-composer"' in page
-    assert f'<option value="{agents[1].id}" selected>Implementer' in page
+    assert triggers(response) == {}  # its chat.updated event refreshes the list
+    page = parse(html(response))
+    assert page.by_id("chat-head") is not None and page.by_id("chat-composer") is not None
+    assert selected(page)[0] == (agents[1].id, "Implementer")
 
 
 def test_new_chat_with_malamar(client, workspace):
@@ -177,10 +200,12 @@ def test_new_chat_with_a_foreign_agent_is_refused_with_a_toast(client, workspace
 
 
 def test_start_malamar_opens_a_new_chat_form_without_creating_anything(client, workspace):
-    page = tab(client, workspace, "&start=malamar")
+    page = parse(tab(client, workspace, "&start=malamar"))
     assert not Chat.objects.exists()
-    assert "data-chat-draft" in page and "data-open-on-load" in page
-    assert re.search(r'<option value="" selected>Malamar', page)
+    dialog = page.by_id("chat-dialog")
+    assert "data-open-on-load" in dialog.attrs
+    draft = dialog.find(data_chat_draft="")
+    assert selected(draft.by_id("chat-draft-agent")) == [("", "Malamar")]
 
 
 def test_first_message_from_the_new_chat_form_creates_and_sends(client, workspace):
@@ -190,16 +215,18 @@ def test_first_message_from_the_new_chat_form_creates_and_sends(client, workspac
     assert messages_of(chat) == [("user", "Hi there")]
     assert ChatQueueItem.objects.filter(chat=chat).count() == 1
     assert response.headers["HX-Push-Url"].endswith(f"chat={chat.id}")
-    assert "Hi there" in html(response)
+    [mine] = parse(html(response)).find_all("chat-msg--user", tag="li")
+    assert mine.find("chat-msg__bubble").text == "Hi there"
 
 
 def test_empty_first_message_keeps_the_form_with_the_error(client, workspace):
     url = f"/workspaces/{workspace.id}/chats/new/"
     response = hx(client, "post", url, {"draft": "1", "agent_id": "", "message": "  "})
-    page = html(response)
+    page = parse(html(response))
     assert response.status_code == 200 and not Chat.objects.exists()
-    assert "Message is required" in page and 'aria-invalid="true"' in page
-    assert "data-chat-draft" in page
+    assert page.by_id("chat-message_error").text == "Message is required"
+    assert page.by_id("chat-message").attrs["aria-invalid"] == "true"
+    assert page.find(data_chat_draft="") is not None
 
 
 def test_first_message_without_any_cli_leaves_no_empty_chat(client, workspace):
@@ -207,9 +234,10 @@ def test_first_message_without_any_cli_leaves_no_empty_chat(client, workspace):
         CliHealth.objects.create(cli_type=cli, status="unhealthy", error="gone")
     url = f"/workspaces/{workspace.id}/chats/new/"
     response = hx(client, "post", url, {"draft": "1", "agent_id": "", "message": "Hello"})
-    page = html(response)
-    assert "No CLI available" in page and not Chat.objects.exists()
-    assert ">Hello</textarea>" in page
+    page = parse(html(response))
+    assert "No CLI available" in page.by_id("chat-message_error").text
+    assert not Chat.objects.exists()
+    assert page.by_id("chat-message").text == "Hello"
 
 
 # --- popup ------------------------------------------------------------------------------
@@ -217,9 +245,10 @@ def test_first_message_without_any_cli_leaves_no_empty_chat(client, workspace):
 
 def test_reload_with_chat_in_the_url_opens_the_popup(client, workspace, chat):
     chat_message_send(chat=chat, message="What do we ship **first**?")
-    page = tab(client, workspace, f"&chat={chat.id}")
-    assert '<dialog id="chat-dialog"' in page and "data-open-on-load" in page
-    assert "Plan the launch" in page and "<strong>first</strong>" in page  # markdown
+    dialog = parse(tab(client, workspace, f"&chat={chat.id}")).by_id("chat-dialog")
+    assert dialog.tag == "dialog" and "data-open-on-load" in dialog.attrs
+    assert dialog.find("chat-title__text").text == "Plan the launch"
+    assert dialog.find("chat-msg__bubble").find(tag="strong").text == "first"  # markdown
 
 
 def test_unknown_chat_in_the_url_says_so(client, workspace, chat):
@@ -228,7 +257,8 @@ def test_unknown_chat_in_the_url_says_so(client, workspace, chat):
     other = chat_create(workspace=workspace_create(title="Other"))
     for chat_id in ("missing", other.id):
         page = tab(client, workspace, f"&chat={chat_id}")
-        assert "That chat no longer exists." in page and "data-open-on-load" not in page
+        assert flash_messages(page) == ["That chat no longer exists."]
+        assert "data-open-on-load" not in parse(page).by_id("chat-dialog").attrs
 
 
 def test_popup_renders_messages_oldest_first_with_authors(client, workspace, agents, chat):
@@ -238,12 +268,24 @@ def test_popup_renders_messages_oldest_first_with_authors(client, workspace, age
     chat_message_add_system(chat=chat, message="CLI exited with code 1: boom")
     chat_message_add_system(chat=chat, message="Stopped by user")
     page = popup(client, chat)
-    assert page.index("First") < page.index("Second") < page.index("CLI exited")
+    messages = parse(page).find_all("chat-msg", tag="li")
+
+    def said(message) -> tuple[str, str]:
+        if "chat-msg--system" in message.classes:
+            return "system", message.find("chat-system__text").text
+        return message.find("chat-msg__author").text, message.find("chat-msg__bubble").text
+
+    assert [said(message) for message in messages] == [
+        ("You", "First"),
+        ("Malamar", "Second <script>x</script>"),  # the agent's markup shown as text
+        ("system", "CLI exited with code 1: boom"),
+        ("system", "Stopped by user"),
+    ]
+    assert [message.attrs["class"] for message in messages[2:]] == [
+        "chat-msg chat-msg--system chat-msg--error",  # errors are tinted
+        "chat-msg chat-msg--system chat-msg--info",
+    ]
     assert "<script>x</script>" not in page
-    assert "chat-msg--system chat-msg--error" in page  # errors are tinted
-    assert "chat-msg--system chat-msg--info" in page
-    assert page.count('class="chat-msg__author">You<') == 1
-    assert re.search(r"chat-msg__author\">.*?Malamar</span>", page, re.S)
 
 
 def test_agent_actions_show_as_cards_and_a_task_link(client, workspace, chat):
@@ -252,10 +294,14 @@ def test_agent_actions_show_as_cards_and_a_task_link(client, workspace, chat):
         {"type": "delete_agent", "agent_id": "x", "result": "failed", "error": "not found"},
     ]
     chat_message_add_agent(chat=chat, message="", actions=actions)
-    page = popup(client, chat)
-    assert 'data-action-type="create_task" data-task-id="T1"' in page
-    assert f'href="/workspaces/{workspace.id}/?tab=tasks&amp;task=T1"' in page
-    assert "Failed: not found" in page
+    cards = parse(popup(client, chat)).find_all("chat-action", tag="li")
+    assert [(c.attrs["data-action-type"], c.attrs.get("data-task-id")) for c in cards] == [
+        ("create_task", "T1"),
+        ("delete_agent", None),
+    ]
+    link = cards[0].find("chat-action__link", tag="a")
+    assert link.attrs["href"] == f"/workspaces/{workspace.id}/?tab=tasks&task=T1"
+    assert cards[1].find("chat-action__status").text == "Failed: not found"
 
 
 def test_create_task_reply_event_carries_the_task_for_the_toast(workspace, chat):
@@ -271,21 +317,22 @@ def test_popup_without_htmx_redirects_to_the_tab(client, workspace, chat):
     assert response.url == f"/workspaces/{workspace.id}/?tab=chat&chat={chat.id}"
 
 
-@pytest.mark.parametrize("path", ["", "head/", "live/"])
-def test_unknown_chat_is_404(client, path):
-    assert client.get(f"/chats/nope/{path}").status_code == 404
-    if not path:
-        assert hx(client, "get", "/chats/nope/").status_code == 404
+def test_unknown_chat_is_404(client):
+    assert client.get("/chats/nope/").status_code == 404
+    assert hx(client, "get", "/chats/nope/").status_code == 404
+    assert hx(client, "get", "/chats/nope/", target="chat-dialog-body").status_code == 404
 
 
-@pytest.mark.parametrize("path", ["head/", "live/"])
-def test_a_refresh_of_a_chat_deleted_meanwhile_swaps_nothing_and_closes_it(client, path):
+@pytest.mark.parametrize("part", ["chat-head", "chat-live"])
+def test_a_refresh_of_a_chat_deleted_meanwhile_swaps_nothing_and_closes_it(client, part):
     """The popup's refresh was on its way when the chat was deleted: no 404 (a console error
-    in the browser), nothing swapped, and the page learns the chat is gone."""
-    response = hx(client, "get", f"/chats/nope/{path}")
+    in the browser), nothing swapped, and the popup closes saying so."""
+    response = hx(client, "get", "/chats/nope/", target=part)
     assert response.status_code == 200
     assert response["HX-Reswap"] == "none"
-    assert json.loads(response["HX-Trigger"]) == {"chats:gone": {"chat_id": "nope"}}
+    assert json.loads(response["HX-Trigger"]) == {
+        "malamar:gone": {"message": "This chat was deleted"}
+    }
 
 
 @pytest.mark.parametrize(
@@ -295,11 +342,18 @@ def test_posts_to_an_unknown_chat_are_404(client, path):
     assert hx(client, "post", f"/chats/nope/{path}").status_code == 404
 
 
-def test_live_and_head_fragments_refresh_on_demand(client, chat):
-    live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
-    assert live.lstrip().startswith('<div id="chat-live"') and 'hx-trigger="chat-refresh"' in live
-    head = html(hx(client, "get", f"/chats/{chat.id}/head/"))
-    assert head.lstrip().startswith('<header id="chat-head"')
+def test_the_popup_view_answers_the_part_its_target_names(client, chat):
+    """One URL: the whole popup, or the head or the live part for their live refreshes."""
+    popup = parse(html(hx(client, "get", f"/chats/{chat.id}/")))
+    for part in ("chat-head", "chat-live"):
+        region = popup.by_id(part).attrs
+        assert region["hx-get"] == f"/chats/{chat.id}/" and region["hx-trigger"] == "live"
+        assert region["hx-swap"] == "innerHTML" and region["data-live-chat"] == chat.id
+        assert "chat.updated" in region["data-live"].split()
+    live = parse(html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live")))
+    assert live.find("chat-pills") and live.by_id("chat-live") is None  # its content only
+    head = parse(html(hx(client, "get", f"/chats/{chat.id}/", target="chat-head")))
+    assert head.find("chat-title") and head.find("chat-pills") is None
 
 
 # --- rename, agent, CLI -----------------------------------------------------------------
@@ -309,15 +363,17 @@ def test_rename(client, chat):
     response = hx(client, "post", f"/chats/{chat.id}/rename/", {"title": "  Launch plan "})
     chat.refresh_from_db()
     assert chat.title == "Launch plan"
-    assert 'class="chat-title__text">Launch plan<' in html(response)
-    assert "chats:refresh" in triggers(response)
+    assert parse(html(response)).find("chat-title__text").text == "Launch plan"
+    assert triggers(response) == {}  # its chat.updated event refreshes the rest
 
 
 def test_rename_to_nothing_keeps_the_form_open_with_the_error(client, chat):
     response = hx(client, "post", f"/chats/{chat.id}/rename/", {"title": "   "})
     page = html(response)
     assert response.status_code == 200 and "data-editing" in page
-    assert "Title is required" in page and 'aria-describedby="chat-title-input_error"' in page
+    assert element_text(page, "chat-title-input_error") == "Title is required"
+    described = parse(page).by_id("chat-title-input").attrs["aria-describedby"]
+    assert described == "chat-title-input_error"
     chat.refresh_from_db()
     assert chat.title == "Plan the launch"
 
@@ -333,9 +389,9 @@ def test_switch_agent_keeps_history_and_resets_the_cli(client, agents, chat):
     lead = chat.participants.lead()
     assert lead.agent == agents[0] and lead.cli_type is None
     assert messages_of(chat) == [("system", "Switched from Malamar to Planner")]
-    page = html(response)
-    assert f'<option value="{agents[0].id}" selected>Planner' in page
-    assert '<option value="" selected>Default · Claude Code' in page
+    page = parse(html(response))
+    assert selected(page.by_id("chat-agent")) == [(agents[0].id, "Planner")]
+    assert selected(page.by_id("chat-cli")) == [("", "Default · Claude Code")]
     hx(client, "post", f"/chats/{chat.id}/agent/", {"agent_id": ""})
     assert chat.participants.lead().agent is None
 
@@ -350,9 +406,9 @@ def test_cli_override_and_clear(client, chat):
     CliHealth.objects.create(cli_type="codex", status="unhealthy", error="401")
     response = hx(client, "post", f"/chats/{chat.id}/cli/", {"cli_type": "gemini"})
     assert chat.participants.get().cli_type == "gemini"
-    page = html(response)
-    assert '<option value="gemini" selected>Gemini CLI' in page
-    assert "Codex CLI (unavailable)" in page  # unhealthy CLIs are marked
+    clis = parse(html(response)).by_id("chat-cli")
+    assert selected(clis) == [("gemini", "Gemini CLI (not checked)")]
+    assert clis.find(tag="option", value="codex").text == "Codex CLI (unavailable)"  # marked
     hx(client, "post", f"/chats/{chat.id}/cli/", {"cli_type": ""})
     assert chat.participants.get().cli_type is None
 
@@ -371,9 +427,8 @@ def test_send_stores_queues_and_shows_the_stop_button(client, chat):
     assert messages_of(chat) == [("user", "Hello")]
     page = html(response)
     assert page.lstrip().startswith('<form id="chat-composer"') and "data-busy" in page
-    assert "></textarea>" in page  # cleared
-    assert triggers(response)["chats:refresh"] == {"chat_id": chat.id}
-    live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
+    assert parse(page).by_id("chat-message").text == ""  # cleared
+    live = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live"))
     assert "data-busy" in live and "is answering…" in live
     assert f'data-chat-current="{chat.id}"' in live
     # The live trace: activity.js adds runs that start into this timeline.
@@ -381,31 +436,33 @@ def test_send_stores_queues_and_shows_the_stop_button(client, chat):
 
 
 def test_empty_message_keeps_the_text_box_with_the_error(client, chat):
-    page = html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "  "}))
-    assert "Write a message first" in page and 'aria-invalid="true"' in page
+    page = parse(html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "  "})))
+    assert page.by_id("chat-message_error").text == "Write a message first"
+    assert page.by_id("chat-message").attrs["aria-invalid"] == "true"
     assert not ChatMessage.objects.exists()
 
 
 def test_second_message_while_answering_is_refused_with_the_text_kept(client, chat):
     hx(client, "post", f"/chats/{chat.id}/send/", {"message": "One"})
-    page = html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Two"}))
-    assert "still answering" in page and ">Two</textarea>" in page
+    page = parse(html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Two"})))
+    assert "still answering" in page.by_id("chat-message_error").text
+    assert page.by_id("chat-message").text == "Two"
     assert messages_of(chat) == [("user", "One")]
 
 
 def test_no_cli_available_blocks_sending(client, chat):
     for cli in ("claude", "codex", "gemini", "opencode"):
         CliHealth.objects.create(cli_type=cli, status="unhealthy", error="gone")
-    live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
+    live = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live"))
     assert "No CLI available" in live and "data-blocked" in live
-    page = popup(client, chat)
-    assert re.search(r'id="chat-send"[^>]*disabled', page)
+    assert "disabled" in parse(popup(client, chat)).by_id("chat-send").attrs
     page = html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Hi"}))
-    assert "No CLI available" in page and not ChatMessage.objects.filter(role="user").exists()
+    assert "No CLI available" in element_text(page, "chat-message_error")
+    assert not ChatMessage.objects.filter(role="user").exists()
 
 
 def test_idle_chat_has_no_pending_region(client, chat):
-    live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
+    live = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live"))
     assert "data-runs-chat" not in live and "chat-pending" not in live
 
 
@@ -414,7 +471,8 @@ def test_stop_cancels_every_pending_answer(client, chat):
     response = hx(client, "post", f"/chats/{chat.id}/stop/")
     assert not ChatQueueItem.objects.filter(status=QueueStatus.QUEUED).exists()
     page = html(response)
-    assert "Stopped by user" in page and "data-busy" not in page.split(">", 1)[0]
+    notes = [note.text for note in parse(page).find_all("chat-system__text")]
+    assert notes == ["Stopped by user"] and "data-busy" not in page.split(">", 1)[0]
 
 
 def test_stop_when_nothing_runs_is_a_gentle_note(client, chat):
@@ -436,8 +494,8 @@ def test_upload_several_files_adds_a_system_message_each(client, chat, temp_dir)
     )
     assert response.status_code == 200
     assert triggers(response)["malamar:toast"]["message"] == "Uploaded 2 files"
-    page = html(response)
-    assert "notes.txt" in page and "evil.md" in page and "chat-msg--upload" in page
+    uploads = parse(html(response)).find_all("chat-msg--upload", tag="li")
+    assert [upload.find("chat-system__file").text for upload in uploads] == ["notes.txt", "evil.md"]
     stored = sorted(p.name for p in temp_dir.rglob("*") if p.is_file())
     assert stored == ["evil.md", "notes.txt"]
 
@@ -453,7 +511,8 @@ def test_delete_closes_the_popup_and_refreshes_the_list(client, chat):
     assert not Chat.objects.exists()
     events = triggers(response)
     assert "malamar:dialog-close" in events
-    assert "No conversations yet" in html(response)  # the refreshed list
+    empty = parse(html(response)).find("empty-state__title")  # the refreshed list
+    assert empty.text == "No conversations yet"
     assert events["malamar:toast"]["message"] == "Deleted “Plan the launch”"
 
 
@@ -466,16 +525,22 @@ def test_delete_without_htmx_goes_back_to_the_list(client, workspace, chat):
 
 
 def test_pills_show_participants_and_add_removes(client, agents, chat):
-    page = popup(client, chat)
-    assert page.count('class="chat-pill__toggle"') == 1
-    addable = re.search(r'aria-label="Add to this chat">(.*?)</div>', page, re.S).group(1)
-    assert "Planner" in addable and "Malamar" not in addable
+    page = parse(popup(client, chat))
+    assert pills(page) == ["Malamar"]
+    addable = page.find("chat-menu__panel", aria_label="Add to this chat")
+    assert [name.text for name in addable.find_all("chat-menu__text")] == [
+        "Planner",
+        "Implementer",
+        "Reviewer",
+    ]
     response = hx(client, "post", f"/chats/{chat.id}/participants/", {"agent_id": agents[0].id})
-    page = html(response)
-    assert page.count('class="chat-pill__toggle"') == 2 and "Planner joined the chat" in page
+    page = parse(html(response))
+    assert pills(page) == ["Malamar", "Planner"]
+    assert page.find_all("chat-system__text")[-1].text == "Planner joined the chat"
     planner = ChatParticipant.objects.get(agent=agents[0])
-    page = html(hx(client, "post", f"/chats/{chat.id}/participants/{planner.id}/remove/"))
-    assert page.count('class="chat-pill__toggle"') == 1 and "Planner left the chat" in page
+    page = parse(html(hx(client, "post", f"/chats/{chat.id}/participants/{planner.id}/remove/")))
+    assert pills(page) == ["Malamar"]
+    assert page.find_all("chat-system__text")[-1].text == "Planner left the chat"
 
 
 def test_adding_twice_and_removing_the_last_are_toasts(client, chat):
@@ -489,24 +554,26 @@ def test_adding_twice_and_removing_the_last_are_toasts(client, chat):
 def test_toggle_pills_down_to_solo_mode(client, agents, chat):
     malamar = chat.participants.get()
     url = f"/chats/{chat.id}/participants/{malamar.id}/toggle/"
-    page = html(hx(client, "post", url, {"enabled": "0"}))
+    page = parse(html(hx(client, "post", url, {"enabled": "0"})))
     malamar.refresh_from_db()
-    assert not malamar.enabled and 'aria-pressed="false"' in page
-    assert "All agents are muted" in page
+    assert not malamar.enabled and page.by_id(f"pill-{malamar.id}").attrs["aria-pressed"] == "false"
+    assert page.find("chat-hint").text.startswith("All agents are muted")
     # Solo mode: the message is stored, nothing runs.
     hx(client, "post", f"/chats/{chat.id}/send/", {"message": "note to self"})
     assert messages_of(chat) == [("user", "note to self")]
     assert not ChatQueueItem.objects.exists()
-    page = html(hx(client, "post", url, {"enabled": "1"}))
-    assert 'aria-pressed="true"' in page and "All agents are muted" not in page
+    page = parse(html(hx(client, "post", url, {"enabled": "1"})))
+    assert page.by_id(f"pill-{malamar.id}").attrs["aria-pressed"] == "true"
+    assert page.find("chat-hint", text="All agents are muted") is None
     assert hx(client, "post", url, {"enabled": "maybe"}).status_code == 200
 
 
 def test_lead_agent_choices_leave_out_other_participants(client, agents, chat):
     chat_participant_add(chat=chat, agent_id=agents[0].id)
-    head = html(hx(client, "get", f"/chats/{chat.id}/head/"))
-    lead = re.search(r'<select id="chat-agent".*?</select>', head, re.S).group(0)
-    assert "Planner" not in lead and "Implementer" in lead and "Lead agent" in head
+    head = parse(html(hx(client, "get", f"/chats/{chat.id}/", target="chat-head")))
+    lead = [option.text for option in head.by_id("chat-agent").find_all(tag="option")]
+    assert "Planner" not in lead and "Implementer" in lead
+    assert head.find(tag="label", for_="chat-agent").text == "Lead agent"
     response = hx(client, "post", f"/chats/{chat.id}/agent/", {"agent_id": agents[0].id})
     assert "already in this chat" in triggers(response)["malamar:toast"]["message"]
 
@@ -514,13 +581,12 @@ def test_lead_agent_choices_leave_out_other_participants(client, agents, chat):
 def test_include_checkbox_saves_at_once(client, chat):
     message = chat_message_send(chat=chat, message="Ignore me")
     url = f"/chats/{chat.id}/messages/{message.id}/included/"
-    page = popup(client, chat)
-    assert re.search(rf'id="include-{message.id}"[^>]*checked', page)
+    assert "checked" in parse(popup(client, chat)).by_id(f"include-{message.id}").attrs
     response = hx(client, "post", url, {})  # unchecked: no value
     assert response.status_code == 204
     message.refresh_from_db()
     assert message.included is False
-    assert "is-excluded" in popup(client, chat)
+    assert "is-excluded" in parse(popup(client, chat)).by_id(f"msg-{message.id}").classes
     hx(client, "post", url, {"included": "1"})
     message.refresh_from_db()
     assert message.included is True
@@ -537,15 +603,17 @@ def test_system_messages_cannot_be_excluded(client, chat):
 def test_pending_region_shows_each_answering_agent(client, agents, chat):
     chat_participant_add(chat=chat, agent_id=agents[0].id)
     hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Both of you"})
-    live = html(hx(client, "get", f"/chats/{chat.id}/live/"))
+    live = html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live"))
     assert re.findall(r'data-typing="([^"]+)"', live) == ["Malamar", "Planner"]
     assert "is-working" in live
 
 
 def test_user_line_breaks_are_kept_outside_code(client, chat):
     chat_message_send(chat=chat, message="line one\nline two\n```\ncode a\ncode b\n```")
-    page = popup(client, chat)
-    assert "line one<br" in page and "code a\ncode b" in page
+    bubble = parse(popup(client, chat)).find("chat-msg__bubble")
+    paragraph = bubble.find(tag="p")
+    assert paragraph.children[:3] == ["line one", paragraph.find(tag="br"), "\nline two"]
+    assert bubble.find(tag="code").children == ["code a\ncode b\n"]  # no <br> inside code
 
 
 def test_an_upload_previews_as_its_file_name(db, workspace):

@@ -5,6 +5,7 @@ import pytest
 from core.actors import SYSTEM, USER
 from tasks import services
 from tasks.models import TaskStatus
+from tests.htmltree import parse
 from tests.pages import elements, html, hx, triggers
 from workspaces.services import workspace_create
 
@@ -15,12 +16,19 @@ def board(client, workspace) -> str:
     return html(client.get(f"/workspaces/{workspace.id}/?tab=tasks"))
 
 
+def waits_for_field(page: str):
+    """The parsed new-task dialog's "waits for" field, or None."""
+    return parse(page).find(tag="select", name="blocked_by")
+
+
 def test_new_task_dialog_offers_tasks_to_wait_for(client, workspace):
-    assert 'name="blocked_by"' not in board(client, workspace)  # nothing to wait for yet
+    url = f"/workspaces/{workspace.id}/tasks/new/blockers/"  # loaded when the dialog opens
+    assert 'name="blocked_by"' not in html(hx(client, "get", url))  # nothing to wait for yet
     plan = services.task_create(workspace=workspace, summary="Plan")
-    page = board(client, workspace)
-    options = elements(page, "option", value=plan.id)
-    assert options and 'name="blocked_by"' in page
+    assert 'name="blocked_by"' not in board(client, workspace)  # not on every board load
+    dialog = html(hx(client, "get", url))
+    options = elements(dialog, "option", value=plan.id)
+    assert options and 'name="blocked_by"' in dialog
     response = hx(
         client,
         "post",
@@ -52,10 +60,12 @@ def test_popup_sets_blockers_and_refuses_a_cycle_with_a_toast(client, workspace)
     build = services.task_create(workspace=workspace, summary="Build")
     response = hx(client, "post", f"/tasks/{build.id}/blockers/", {"blocked_by": [plan.id]})
     assert response.status_code == 200
-    assert 'id="task-blockers"' in html(response) and "Waiting for" in html(response)
+    blockers = parse(html(response)).by_id("task-blockers")
+    assert blockers.find("task-deps__label").text == "Waiting for"
+    assert [link.attrs["data-task-open"] for link in blockers.find_all(tag="a")] == [plan.id]
     assert triggers(response)["malamar:toast"]["message"] == "Saved what the task waits for"
-    detail = html(hx(client, "get", f"/tasks/{plan.id}/"))
-    assert 'id="task-dependents"' in detail and "Build" in detail
+    dependents = parse(html(hx(client, "get", f"/tasks/{plan.id}/"))).by_id("task-dependents")
+    assert [name.text for name in dependents.find_all("task-deps__summary")] == ["Build"]
     response = hx(client, "post", f"/tasks/{plan.id}/blockers/", {"blocked_by": [build.id]})
     toast = triggers(response)["malamar:toast"]
     assert toast["level"] == "error" and "cycle" in toast["message"]
@@ -71,15 +81,16 @@ def test_activity_log_tells_about_blockers(client, workspace):
     plan = services.task_create(workspace=workspace, summary="Plan")
     build = services.task_create(workspace=workspace, summary="Build", blocked_by=[plan.id])
     services.task_delete(task=plan)
-    page = html(hx(client, "get", f"/tasks/{build.id}/activity/", {"part": "log"}))
-    assert "made it wait for “Plan”" in page
-    assert "“Plan”, which it waited for, was deleted" in page
-    assert "No longer waiting for other tasks" in page
+    page = parse(html(hx(client, "get", f"/tasks/{build.id}/", target="task-log")))
+    texts = [text.text for text in page.find_all("task-log__text")]
+    assert any(text.endswith("made it wait for “Plan”") for text in texts), texts
+    assert "“Plan”, which it waited for, was deleted" in texts
+    assert any(text.startswith("No longer waiting for other tasks") for text in texts), texts
 
 
 def test_the_new_task_dialog_refreshes_its_list_of_tasks(client, workspace):
     url = f"/workspaces/{workspace.id}/tasks/new/blockers/"
     assert 'hx-get="' + url in board(client, workspace)
-    assert 'name="blocked_by"' not in html(hx(client, "get", url))
+    assert waits_for_field(html(hx(client, "get", url))) is None
     plan = services.task_create(workspace=workspace, summary="Plan")
     assert elements(html(hx(client, "get", url)), "option", value=plan.id)

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from core.settings_store import mask, settings_get
 from runner.models import CliHealth
+from tests.htmltree import parse
 from tests.pages import element_text, field_error_is_tied, html, hx, triggers
 from tests.stack import FAKES_BIN
 
@@ -43,11 +44,22 @@ def test_page_lists_every_cli_with_its_health(client):
         ("gemini", "Gemini CLI"),
         ("opencode", "OpenCode"),
     ]
-    claude = page[page.index('id="cli-status-claude"') : page.index('id="cli-form-claude"')]
-    assert "Healthy" in claude and "2.0.1 (Claude Code)" in claude and "/usr/bin/claude" in claude
-    gemini = page[page.index('id="cli-status-gemini"') : page.index('id="cli-form-gemini"')]
-    assert "Unhealthy" in gemini and "Binary not found in PATH" in gemini
-    assert "Not checked yet" in page and "Refresh CLI Status" in page
+    tree = parse(page)
+
+    def status(cli: str) -> tuple[str, dict[str, str]]:
+        """A CLI card's status badge and its facts (Version, Binary, ...)."""
+        card = tree.by_id(f"cli-status-{cli}")
+        pairs = zip(card.find_all(tag="dt"), card.find_all(tag="dd"), strict=True)
+        return card.find("badge").text, {dt.text: dd.text for dt, dd in pairs}
+
+    badge, facts = status("claude")
+    assert badge == "Healthy"
+    assert (facts["Version"], facts["Binary"]) == ("2.0.1 (Claude Code)", "/usr/bin/claude")
+    assert status("gemini")[0] == "Unhealthy"
+    error = tree.by_id("cli-status-gemini").find(data_cli_error="")
+    assert error.text == "Binary not found in PATH"
+    assert status("opencode")[0] == "Not checked yet"
+    assert tree.by_id("refresh-clis").text == "Refresh CLI Status"
 
 
 def test_save_binary_path_and_environment(client):
@@ -58,10 +70,14 @@ def test_save_binary_path_and_environment(client):
     assert stored == {
         "binary_path": FAKE["codex"],
         "env": {"OPENAI_API_KEY": "sk-secret-value-1234"},
+        "health_timeout_seconds": 90,  # left empty: the default
     }
     page = html(response)
     assert "sk-secret-value-1234" not in page  # masked after saving
-    assert 'value="••••1234"' in page and "readonly" in page
+    row = parse(page).find("env__row")
+    name, value = row.find_all(tag="input")
+    assert (name.attrs["value"], "readonly" in name.attrs) == ("OPENAI_API_KEY", True)
+    assert value.attrs["value"] == "••••1234"
     assert "sk-secret" not in html(client.get("/settings/"))
 
 
@@ -88,9 +104,10 @@ def test_saving_the_mask_keeps_the_secret_and_removing_a_row_deletes_it(client):
 )
 def test_invalid_environment_is_an_error_on_the_fieldset(client, rows, message):
     response = hx(client, "post", "/settings/clis/gemini/", env_post("gemini", "", rows))
-    page = html(response)
-    assert message in page and 'id="gemini-env-error"' in page
-    assert re.search(r'<fieldset[^>]*aria-describedby="gemini-env-hint gemini-env-error"', page)
+    page = parse(html(response))
+    assert message in page.by_id("gemini-env-error").text
+    fieldset = page.by_id("cli-form-gemini").find(tag="fieldset")
+    assert fieldset.attrs["aria-describedby"] == "gemini-env-hint gemini-env-error"
     assert "malamar:toast" not in triggers(response)
     assert settings_get()["cli_settings"]["gemini"]["env"] == {}
 
@@ -109,7 +126,7 @@ def test_unknown_cli_is_a_404(client):
 def test_refresh_asks_the_worker_and_shows_checking(client):
     response = hx(client, "post", "/settings/clis/refresh/")
     assert response.status_code == 204
-    assert "malamar:cli-refresh" in triggers(response)
+    assert triggers(response)["malamar:live"] == {"type": "cli.checking"}
     assert CliHealth.objects.filter(refresh_requested_at__isnull=False).count() == 4
     status = html(hx(client, "get", "/settings/clis/claude/status/"))
     assert "Checking…" in status and 'hx-trigger="load delay:2s"' in status  # polls
@@ -146,7 +163,7 @@ def test_saving_a_cli_rechecks_it_at_once(client):
     CliHealth.objects.create(cli_type="gemini", status="healthy", checked_at=timezone.now())
     response = hx(client, "post", "/settings/clis/gemini/", env_post("gemini", FAKE["gemini"]))
     assert triggers(response)["malamar:toast"]["detail"] == "Checking it now…"
-    assert "malamar:cli-refresh" in triggers(response)  # the cards fetch their status again
+    assert triggers(response)["malamar:live"] == {"type": "cli.checking"}  # cards re-read
     requested = CliHealth.objects.filter(refresh_requested_at__isnull=False)
     assert list(requested.values_list("cli_type", flat=True)) == ["gemini"]  # only that CLI
     status = html(hx(client, "get", "/settings/clis/gemini/status/"))
@@ -209,3 +226,18 @@ def test_a_request_stays_checking_until_a_check_started_after_it_has_answered(cl
     )
     status = html(hx(client, "get", "/settings/clis/codex/status/"))
     assert "Still waiting for the worker" in status
+
+
+def test_each_cli_has_a_health_check_time_limit_in_its_form(client):
+    """A CLI slow on this machine (OpenCode needed ~63 s at load 10) gets a longer limit; one
+    out of range is refused on its field."""
+    data = {**env_post("opencode"), "opencode-health_timeout_seconds": "240"}
+    response = hx(client, "post", "/settings/clis/opencode/", data)
+    assert settings_get()["cli_settings"]["opencode"]["health_timeout_seconds"] == 240
+    field = parse(html(response)).by_id("id_opencode-health_timeout_seconds")
+    assert field.attrs["value"] == "240"
+    data["opencode-health_timeout_seconds"] = "2"
+    refused = html(hx(client, "post", "/settings/clis/opencode/", data))
+    assert "greater than or equal to 5" in refused
+    assert field_error_is_tied(refused, "id_opencode-health_timeout_seconds")
+    assert settings_get()["cli_settings"]["opencode"]["health_timeout_seconds"] == 240

@@ -12,6 +12,7 @@ from django_eventstream.storage import DjangoModelStorage
 from core.events import EVENT_TYPES
 from core.templatetags.malamar import first_paragraph, relative_time, reltime
 from runner.models import CliHealth
+from tests.htmltree import parse
 from tests.pages import html, hx
 
 pytestmark = pytest.mark.django_db
@@ -30,12 +31,14 @@ def all_pages(workspace):
 
 def test_every_page_has_the_shell(client, workspace, agents):
     for url in all_pages(workspace):
-        page = html(client.get(url))
-        assert '<a class="skip-link" href="#main">Skip to content</a>' in page, url
-        assert '<main id="main"' in page, url
-        assert 'href="/settings/"' in page and ">Workspaces</a>" in page, url
-        assert "data-theme-toggle" in page, url
-        assert '<html lang="en">' in page, url
+        page = parse(html(client.get(url)))
+        assert page.find("skip-link", tag="a", href="#main").text == "Skip to content", url
+        assert page.by_id("main").tag == "main", url
+        nav = page.find("site-nav", tag="nav")
+        links = [(link.attrs["href"], link.text) for link in nav.find_all(tag="a")]
+        assert links == [("/", "Workspaces"), ("/settings/", "Settings")], url
+        assert page.find(tag="button", data_theme_toggle="") is not None, url
+        assert page.find(tag="html").attrs["lang"] == "en", url
 
 
 def test_front_end_is_csp_ready(client, workspace, agents):
@@ -68,7 +71,8 @@ def test_body_carries_csrf_header_and_live_event_names(client):
     page = html(client.get("/"))
     body = re.search(r"<body[^>]*>", page, re.S).group(0)
     assert re.search(r"hx-headers='\{\"X-CSRFToken\": \"[A-Za-z0-9]+\"\}'", body)
-    assert 'data-live-url="/api/events"' in body
+    stream = parse(page).by_id("live-stream").attrs
+    assert stream["hx-ext"] == "sse" and stream["sse-connect"] == "/api/events"
     names = re.search(r'data-live-events="([^"]*)"', body).group(1).split()
     assert set(names) == set(EVENT_TYPES)
 
@@ -80,24 +84,32 @@ def test_static_files_are_served(client):
     assert client.get("/static/django_htmx/htmx-2.min.js").status_code == 200
 
 
+def cli_warning(response) -> str | None:
+    """The text of the header's no-CLI warning, None without one."""
+    warning = parse(html(response)).find("global-warning")
+    return warning.text if warning is not None else None
+
+
 def test_no_cli_warning_while_any_cli_is_available_or_unchecked(client):
-    assert "No CLIs available" not in html(client.get("/"))
+    assert cli_warning(client.get("/")) is None
     for cli in ("claude", "codex", "gemini"):
         CliHealth.objects.create(cli_type=cli, status="unhealthy", error="missing")
-    assert "No CLIs available" not in html(client.get("/"))  # OpenCode: not checked yet
+    assert cli_warning(client.get("/")) is None  # OpenCode: not checked yet
 
 
 def test_header_warns_when_no_cli_is_healthy(client, workspace):
     for cli in ("claude", "codex", "gemini", "opencode"):
         CliHealth.objects.create(cli_type=cli, status="unhealthy", error="missing")
     for url in ("/", f"/workspaces/{workspace.id}/", "/settings/"):
-        page = html(client.get(url))
-        assert "No CLIs available - configure in settings" in page, url
-    fragment = html(client.get("/settings/cli-warning/", HTTP_HX_REQUEST="true"))
-    assert "No CLIs available - configure in settings" in fragment
-    assert "<html" not in fragment
+        page = parse(html(client.get(url)))
+        warning = page.by_id("cli-warning").find("global-warning")
+        link = warning.find(tag="a", href="/settings/")
+        assert link.text == "No CLIs available - configure in settings", url
+    fragment = client.get("/settings/cli-warning/", HTTP_HX_REQUEST="true")
+    assert cli_warning(fragment) == "No CLIs available - configure in settings"
+    assert parse(html(fragment)).find(tag="html") is None
     CliHealth.objects.filter(cli_type="codex").update(status="healthy")
-    assert "No CLIs available" not in html(client.get("/settings/cli-warning/"))
+    assert cli_warning(client.get("/settings/cli-warning/")) is None
 
 
 NOW = datetime(2026, 6, 20, 12, 0, tzinfo=UTC)
@@ -136,8 +148,12 @@ def test_time_tag_has_iso_datetime_fallback_text_and_full_timestamp():
 def test_error_pages_are_styled_pages_outside_the_api(client):
     response = client.get("/workspaces/doesnotexist/")
     assert response.status_code == 404
-    page = html(response)
-    assert "Not found" in page and "Back to workspaces" in page and "/static/css/app.css" in page
+    page = parse(html(response))
+    error = page.find("empty-state--page")
+    assert error.find("empty-state__title").text == "Not found"
+    assert error.find(tag="a", href="/").text == "Back to workspaces"
+    styles = [link.attrs["href"] for link in page.find_all(tag="link", rel="stylesheet")]
+    assert any(href.startswith("/static/css/app.css") for href in styles)
     api = client.get("/api/workspaces/doesnotexist")
     assert api.status_code == 404 and api.json()["error"]["code"] == "NOT_FOUND"
 

@@ -15,7 +15,8 @@ from runner.services import agent_run_start, cli_limit_lift, cli_limit_set
 from tasks.models import TaskQueueItem
 from tasks.services import task_create
 from tests.conftest import error_of
-from tests.pages import html
+from tests.htmltree import parse
+from tests.pages import html, hx
 
 pytestmark = pytest.mark.django_db
 
@@ -26,6 +27,13 @@ def _waiting_task(workspace, summary: str, cli: str):
     return task
 
 
+def limit_banner(client, workspace, cli: str | None = "claude"):
+    """The parsed workspace's banner about a CLI's quota (`cli`, or any when None), or None."""
+    banners = parse(html(client.get(f"/workspaces/{workspace.id}/banners/")))
+    found = banners.find_all(data_banner="cli-limited")
+    return next((banner for banner in found if cli in (None, banner.attrs["data-cli"])), None)
+
+
 def test_the_board_shows_the_limited_cli_and_its_waiting_tasks(client, workspace, agents):
     until = timezone.now() + timedelta(hours=3)
     cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit", until))
@@ -33,40 +41,46 @@ def test_the_board_shows_the_limited_cli_and_its_waiting_tasks(client, workspace
     task_create(workspace=workspace, summary="Runs")
     _waiting_task(workspace, "Waits too", "claude")
 
-    banners = html(client.get(f"/workspaces/{workspace.id}/banners/"))
+    banner = limit_banner(client, workspace)
     local = timezone.localtime(until).strftime("%H:%M")
-    assert "Claude Code is out of quota until" in banners and local in banners
-    assert "2 tasks wait" in banners
-    assert "You&#x27;ve hit your session limit" in banners or "hit your session limit" in banners
+    title = banner.find("banner__title").text
+    assert title.startswith("Claude Code is out of quota until") and local in title
+    assert title.endswith("— 2 tasks wait")
+    assert banner.find("banner__detail").text == "You've hit your session limit"
 
-    board = html(client.get(f"/workspaces/{workspace.id}/"))
-    assert f'data-task-waiting="{waiting.id}"' in board
-    assert board.count("Waits for Claude Code") == 2
+    board = parse(html(client.get(f"/workspaces/{workspace.id}/")))
+    chips = board.find_all("task-card__waiting", tag="span")
+    assert [chip.text for chip in chips] == ["Waits for Claude Code"] * 2
+    assert waiting.id in {chip.attrs["data-task-waiting"] for chip in chips}
 
     cli_limit_lift(cli_type="claude")
-    assert "out of quota" not in html(client.get(f"/workspaces/{workspace.id}/banners/"))
-    # (the new-task dialog's "Waits for" field is about dependencies: count the CLI's chips)
-    assert "Waits for Claude Code" not in html(client.get(f"/workspaces/{workspace.id}/"))
+    assert limit_banner(client, workspace, cli=None) is None
+    board = parse(html(client.get(f"/workspaces/{workspace.id}/")))
+    assert board.find("task-card__waiting", tag="span") is None
 
 
 def test_the_banner_without_a_reset_time_says_when_it_checks_again(client, workspace, agents):
     cli_limit_set(cli_type="claude", limit=Limit("429 rate_limit_error"))
-    banners = html(client.get(f"/workspaces/{workspace.id}/banners/"))
-    assert "Claude Code is out of quota" in banners and "checks it again at" in banners
+    banner = limit_banner(client, workspace)
+    assert banner.find("banner__title").text == "Claude Code is out of quota"
+    assert "Malamar checks it again at" in banner.find("banner__text").text
 
 
 def test_a_limited_cli_the_workspace_does_not_use_has_no_banner(client, workspace, agents):
     cli_limit_set(cli_type="opencode", limit=Limit("rate limit"))
-    assert "out of quota" not in html(client.get(f"/workspaces/{workspace.id}/banners/"))
+    assert limit_banner(client, workspace, cli=None) is None
 
 
 def test_settings_show_how_long_a_cli_is_limited(client):
     until = timezone.now() + timedelta(days=2)
     cli_limit_set(cli_type="codex", limit=Limit("You've hit your usage limit.", until))
-    page = html(client.get("/settings/"))
-    assert "Out of quota" in page and "data-cli-limited-until" in page
-    assert f'datetime="{until.isoformat()}" data-clock="weekday"' in page
-    assert "hit your usage limit" in page
+    page = parse(html(client.get("/settings/")))
+    [badge] = [el for el in page.iter() if "data-cli-limited" in el.attrs]
+    assert badge.text == "Out of quota"
+    [until_shown] = [el for el in page.iter() if "data-cli-limited-until" in el.attrs]
+    time = until_shown.find(tag="time")
+    assert (time.attrs["datetime"], time.attrs["data-clock"]) == (until.isoformat(), "weekday")
+    assert page.find(tag="dd", text="You've hit your usage limit.") is not None
 
 
 def test_the_agent_api_takes_a_fallback_cli(api, workspace):
@@ -86,8 +100,9 @@ def test_the_agent_api_takes_a_fallback_cli(api, workspace):
 
 def test_the_agent_dialog_offers_a_fallback_cli(client, workspace):
     agent = agent_create(workspace=workspace, name="Coder", instruction="Code")
-    form = html(client.get(f"/agents/{agent.id}/edit/", HTTP_HX_REQUEST="true"))
-    assert 'name="fallback_cli_type"' in form and "Fallback CLI" in form
+    form = parse(html(client.get(f"/agents/{agent.id}/edit/", HTTP_HX_REQUEST="true")))
+    fallback = form.find(tag="select", name="fallback_cli_type")
+    assert form.find(tag="label", for_=fallback.attrs["id"]).text.startswith("Fallback CLI")
     saved = client.post(
         f"/agents/{agent.id}/edit/",
         {
@@ -117,8 +132,9 @@ def test_a_run_on_the_fallback_cli_says_so_in_the_activity(client, workspace):
         )
     )
     AgentRun.objects.filter(id=run.id).update(status="completed", ended_at=timezone.now())
-    page = html(client.get(f"/tasks/{task.id}/activity/", HTTP_HX_REQUEST="true"))
-    assert "Claude Code (fallback for Codex CLI)" in page
+    page = parse(html(hx(client, "get", f"/tasks/{task.id}/", target="task-activity")))
+    shown = page.by_id(f"run-{run.id}").find("run__meta").find(tag="span")
+    assert shown.text == "Claude Code (fallback for Codex CLI)"
 
 
 def test_the_health_api_says_which_cli_is_limited_until_when(api):

@@ -453,7 +453,7 @@ def test_a_comment_during_a_pass_makes_every_agent_read_it_before_review(inputs,
 
 def test_comments_written_before_delivery_was_tracked_count_as_read(workspace):
     """The migration: old comments never send their tasks around again."""
-    migration = importlib.import_module("tasks.migrations.0008_comment_delivery")
+    migration = importlib.import_module("tasks.migrations.0009_comment_delivery")
     task = task_create(workspace=workspace, summary="Old")
     comment_create_and_send_around(task=task, content="old", actor=USER)
     TaskComment.objects.update(delivered_at=None)

@@ -91,6 +91,7 @@ def _run_pass(item):
     TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_a_task_pass_step_stays_within_its_statement_budget(fake_clis, capsys, monkeypatch):
     workspace = workspace_create(title="Bench")
@@ -118,6 +119,7 @@ def test_a_task_pass_step_stays_within_its_statement_budget(fake_clis, capsys, m
     assert Task.objects.filter(id=task.id).exists()
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_a_chat_reply_is_one_step_without_savepoints(fake_clis, capsys, monkeypatch):
     workspace = workspace_create(title="Chat bench")
@@ -142,6 +144,7 @@ def test_a_chat_reply_is_one_step_without_savepoints(fake_clis, capsys, monkeypa
     assert counter.kinds["SAVEPOINT"] == 0
 
 
+@pytest.mark.pg
 def test_batched_events_go_out_in_one_insert_in_publishing_order(db):
     counter = StatementCounter()
     with connection.execute_wrapper(counter), events.batched():
@@ -153,6 +156,7 @@ def test_batched_events_go_out_in_one_insert_in_publishing_order(db):
     assert [e.payload["n"] for e in OutboxEvent.objects.order_by("id")] == [1, 2]
 
 
+@pytest.mark.pg
 def test_a_failed_batch_publishes_nothing(db):
     with pytest.raises(RuntimeError), events.batched():
         events.publish("task.updated", {"n": 1})
@@ -176,6 +180,7 @@ def test_cleanup_prunes_old_finished_queue_items_of_both_kinds(workspace):
     assert list(TaskQueueItem.objects.values_list("task_id", flat=True)) == [queued.id]
 
 
+@pytest.mark.pg
 def test_one_stop_watcher_stops_task_passes_and_chat_replies(workspace):
     worker = Worker(poll_interval=1)
     tasks = [task_create(workspace=workspace, summary=name) for name in ("Kept", "Cancelled")]
@@ -203,6 +208,7 @@ def test_one_stop_watcher_stops_task_passes_and_chat_replies(workspace):
     }
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_a_task_step_that_completes_clears_its_clis_slow_mark(fake_clis):
     """(A CLI marked broken is not run at all: tests/test_pass_edges.py.)"""
@@ -218,6 +224,7 @@ def test_a_task_step_that_completes_clears_its_clis_slow_mark(fake_clis):
     assert (row.status, row.error) == (CliHealthStatus.HEALTHY, "")
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_a_chat_reply_that_completes_clears_its_clis_slow_mark(fake_clis):
     CliHealth.objects.create(cli_type="claude", status=CliHealthStatus.SLOW, error="slow")

@@ -3,24 +3,29 @@ are relayed when they appear, the cursor and the recent window survive a takeove
 shared storage, one relay holds the lock; and a server's listener hands stored events to its
 streams once each, in id order (core.fanout)."""
 
+import json
 import threading
 from contextlib import contextmanager
+from datetime import timedelta
 
 import django_eventstream
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from django_eventstream.event import Event
 from django_eventstream.models import Event as StoredEvent
+from django_eventstream.views import get_listener_manager
 
-from core import events, relay
+from core import events, fanout, relay
 from core.fanout import Listener
 from core.models import OutboxEvent
-from core.relay import AdvisoryLock, Relay, stored_outbox_id
+from core.relay import TRIM_SECONDS, AdvisoryLock, Relay, stored_outbox_id
+from tests.databases import postgres_only
 
-on_postgres = pytest.mark.skipif(
-    "connection.vendor != 'postgresql'",
-    reason="PostgreSQL only (commit order, advisory lock, NOTIFY)",
-)
+pytestmark = pytest.mark.pg
+
+on_postgres = postgres_only("PostgreSQL only (commit order, advisory lock, NOTIFY)")
 
 
 class Clock:
@@ -31,15 +36,17 @@ class Clock:
         return self.now
 
 
+def stored_ids() -> list[int]:
+    """The outbox ids of the stored events, in event id order."""
+    datas = StoredEvent.objects.filter(eid__gt=0).order_by("eid").values_list("data", flat=True)
+    return [stored_outbox_id(data) for data in datas]
+
+
 @pytest.fixture
-def sent(settings, tmp_path, monkeypatch):
-    """Outbox ids the relay sends, in order (storage and streams left out)."""
+def sent(settings, tmp_path):
+    """The outbox ids the relay has sent (stored), in order."""
     settings.DATA_DIR = tmp_path
-    ids = []
-    monkeypatch.setattr(
-        "django_eventstream.send_event", lambda ch, t, data: ids.append(data["outbox_id"])
-    )
-    return ids
+    return stored_ids
 
 
 def _row(outbox_id: int) -> OutboxEvent:
@@ -65,7 +72,7 @@ def test_a_skipped_id_is_relayed_when_its_row_appears(db, sent):
 
     _row(first + 1)  # the slower transaction commits
     assert relay.step() == 1
-    assert sent == [first, first + 2, first + 1]
+    assert sent() == [first, first + 2, first + 1]
     assert relay.gaps == {}
     assert relay.step() == 0
 
@@ -91,6 +98,79 @@ def test_the_gaps_are_bounded(db, sent, monkeypatch):
     tracker = _relay_from(first, clock=Clock())
     tracker.step()
     assert list(tracker.gaps) == [first + 7, first + 8, first + 9]
+
+
+def test_a_batch_costs_the_same_statements_whatever_its_size(db, sent):
+    """The relay stores a step's rows in one batch (django-eventstream's own storage writes 7
+    statements per event, and a relay behind under load stayed behind)."""
+    relay = _relay_from(events.publish("task.updated", {}).id + 1)
+
+    def statements_for(count: int) -> int:
+        for n in range(count):
+            events.publish("task.updated", {"n": n})
+        with CaptureQueriesContext(connection) as queries:
+            assert relay.step() == count
+        return len(queries)
+
+    statements_for(1)  # the first batch creates the channel's counter
+    assert statements_for(2) == statements_for(40)
+    assert len(sent()) == 1 + 2 + 40
+
+
+def test_the_relay_trims_day_old_stored_events_once_a_minute(db, sent):
+    clock = Clock()
+    relay = _relay_from(events.publish("task.updated", {}).id, clock=clock)
+    day_old = timezone.now() - timedelta(days=2)
+
+    def old_event() -> int:
+        event = StoredEvent.objects.create(channel="malamar", type="x", data="{}", eid=10**9)
+        StoredEvent.objects.filter(id=event.id).update(created=day_old)
+        return event.id
+
+    first = old_event()
+    assert relay.step() == 1
+    assert not StoredEvent.objects.filter(id=first).exists()
+    second = old_event()
+    events.publish("task.updated", {})
+    assert relay.step() == 1
+    assert StoredEvent.objects.filter(id=second).exists()  # not yet: once a minute
+    clock.now += TRIM_SECONDS
+    events.publish("task.updated", {})
+    assert relay.step() == 1
+    assert not StoredEvent.objects.filter(id=second).exists()
+
+
+class StreamStandIn:
+    """What django-eventstream's listener manager hands a stream's queue to (a stream of this
+    server), without an event loop."""
+
+    def __init__(self):
+        self.channels = {"malamar"}
+        self.channel_items = {}
+        self.overflow = False
+        self.wakes = 0
+
+    def wake_threadsafe(self):
+        self.wakes += 1
+
+
+def test_the_relay_hands_stored_events_to_this_servers_streams_in_order(db, sent):
+    stream = StreamStandIn()
+    manager = get_listener_manager()
+    manager.add_listener(stream)
+    try:
+        rows = [events.publish("task.updated", {"n": n}).id for n in range(3)]
+        relay = _relay_from(rows[0])
+        assert relay.step() == 3
+    finally:
+        manager.remove_listener(stream)
+    handed = stream.channel_items["malamar"]
+    stored = list(StoredEvent.objects.filter(eid__gt=0).order_by("eid"))
+    assert [e.id for e in handed] == [e.eid for e in stored]
+    assert [json.loads(e.data) for e in handed] == [
+        {"n": n, "type": "task.updated", "outbox_id": row} for n, row in enumerate(rows)
+    ]
+    assert [fanout.decoded(e.data) for e in stored] == [e.data for e in handed]
 
 
 def test_stored_events_carry_the_outbox_id_through_the_double_encoding(db):
@@ -164,7 +244,7 @@ def test_postgres_lower_id_committed_last_is_relayed_once(sent):
         assert slow_id in relay.gaps
     assert relay.step() == 1
     assert relay.step() == 0
-    assert sent == [fast, slow_id]
+    assert sent() == [fast, slow_id]
 
 
 @on_postgres
@@ -203,6 +283,11 @@ def test_postgres_relay_sleeps_until_an_outbox_insert_commits():
         assert lock.wait(0) is False  # not committed: no notification yet
     lock.fallback_poll = 10
     assert lock.wait(0) is True
+    for n in range(3):  # three commits: one wake-up, one step relays their rows
+        events.publish("task.updated", {"n": n})
+    assert lock.wait(0) is True
+    lock.fallback_poll = 0.2
+    assert lock.wait(0) is False
     lock.release()
 
 

@@ -12,6 +12,7 @@ import requests
 from django.test import Client
 
 from core.auth import login_limiter, password_set, token_create, token_revoke
+from tests.htmltree import parse
 from tests.live import FIRST_START, ROOT, django_script, free_port, manage, process_env, wait_until
 from tests.stack import data_dir_from
 
@@ -237,16 +238,19 @@ def test_check_deploy_only_warns_about_https(tmp_path):
 
 
 def test_sign_out_button_only_with_a_password(db):
-    assert 'action="/logout/"' not in Client().get("/").content.decode()
+    assert parse(Client().get("/").content.decode()).find(tag="form", action="/logout/") is None
     password_set(raw=PASSWORD)
     client = signed_in(Client())
-    assert 'action="/logout/"' in client.get("/").content.decode()
+    sign_out = parse(client.get("/").content.decode()).find(tag="form", action="/logout/")
+    assert sign_out.find(tag="button").attrs["aria-label"] == "Sign out"
 
 
 def test_settings_page_creates_shows_once_and_revokes_tokens(protected):
     client = signed_in(protected)
-    page = client.get("/settings/").content.decode()
-    assert "API tokens" in page and "Password required" in page
+    page = parse(client.get("/settings/").content.decode())
+    access = page.find("section-head", text="Access")
+    assert access.find("section-subtitle").text.startswith("Password required")
+    assert page.by_id("api-tokens").find("section-title").text == "API tokens"
     created = client.post("/settings/tokens/", {"name": "phone"}, HTTP_HX_REQUEST="true")
     html = created.content.decode()
     raw = re.search(r"mlm_[A-Za-z0-9_-]{20,}", html).group(0)

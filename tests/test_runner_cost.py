@@ -30,6 +30,8 @@ from tasks.services import (
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
 
+pytestmark = pytest.mark.pg
+
 # One step: start (process record = "still wanted", run, activity log, outbox) and finish (task
 # re-read = "still wanted", traces, run, activity log, outbox); the workspace's activity is
 # bumped by the first step of a pass and then at most once a minute (ACTIVITY_EVERY).

@@ -21,12 +21,12 @@ from core.actors import USER
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import stderr_message
-from runner.files import task_input_path, write_private
+from runner.files import data_subdir, task_input_path, write_private
 from runner.models import TraceEvent
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.streams import Trace, parse_line
 from runner.worker import pickup, process
-from runner.worker.execution import execute, interpret, mcp_server_for
+from runner.worker.execution import RUN_CONFIG_DIR, execute, interpret, mcp_server_for
 from runner.worker.pipeline import task_input_text
 from runner.worker.process import ProcessResult
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
@@ -158,7 +158,10 @@ def test_clis_build_the_measured_argv(tmp_path):
         inv.prompt,
     ]
     opencode = CLIS["opencode"].command(inv)
-    assert opencode.argv == ["/bin/cli", "run", "--auto", "--format", "json"]
+    assert opencode.argv == [
+        *["/bin/cli", "run", "--auto", "--format", "json"],
+        *["--print-logs", "--log-level", "WARN"],
+    ]
     assert opencode.stdin == inv.prompt.encode()
 
 
@@ -189,7 +192,7 @@ def test_interpret_follows_the_spec_error_order(tmp_path):
     bad_exit = interpret(
         "gemini", result(exit_code=145, stderr='{"error": {"message": "401"}}'), out
     )
-    assert bad_exit.error == "CLI exited with code 145. 401"
+    assert bad_exit.error == "401 (CLI exited with code 145)"
     assert interpret("codex", result(), out).error.startswith(
         "CLI completed but output file was not created at "
     )
@@ -215,7 +218,8 @@ def test_an_mcp_configuration_that_cannot_be_written_is_a_run_error(tmp_path):
     """The run's MCP config file cannot be written (here a folder is in the way): the run
     ends with an error the user sees, the CLI is not started without its tools."""
     output = tmp_path / "malamar_output_ab12.json"
-    (tmp_path / "malamar_output_ab12_mcp.json").mkdir()
+    in_the_way = data_subdir(RUN_CONFIG_DIR) / "malamar_output_ab12_mcp.json"
+    in_the_way.mkdir()
     server = mcp_server_for(SimpleNamespace(id="w1", mcp_tools_enabled=True))
     run = execute(
         cli_type="claude",
@@ -228,6 +232,7 @@ def test_an_mcp_configuration_that_cannot_be_written_is_a_run_error(tmp_path):
         cli_conf={"binary_path": str(FAKES_BIN / "claude")},
         mcp=server,
     )
+    in_the_way.rmdir()
     assert run.error.startswith("CLI could not be started: the MCP configuration: ")
     assert run.result is None  # never started
 
@@ -275,7 +280,7 @@ def test_deeply_nested_stdout_and_stderr_are_read_as_text(tmp_path):
     claude_ok = json.dumps({"type": "result", "is_error": False, "structured_output": {"a": 1}})
     assert CLIS["claude"].read_stdout(claude_ok + "\n" + deep).structured == {"a": 1}
     execution = interpret("claude", result(exit_code=1, stdout=deep, stderr=deep), tmp_path / "x")
-    assert execution.error.startswith("CLI exited with code 1. ")
+    assert execution.error.endswith("]} (CLI exited with code 1)")
     assert stderr_message('{"error": ' + nested(100_000) + "}").startswith('{"error": [[[')
 
 
@@ -288,6 +293,7 @@ def _queued(task):
     return TaskQueueItem.objects.get(task=task, status=QueueStatus.QUEUED)
 
 
+@pytest.mark.pg
 def test_pickup_order(workspace):
     old = task_create(workspace=workspace, summary="old")
     new = task_create(workspace=workspace, summary="new")
@@ -306,6 +312,7 @@ def test_pickup_order(workspace):
     assert third.id != old.id
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize("status", ["in_review", "done"])
 def test_pickup_skips_tasks_waiting_for_the_user(workspace, status):
     task = task_create(workspace=workspace, summary="t")
@@ -314,6 +321,7 @@ def test_pickup_skips_tasks_waiting_for_the_user(workspace, status):
     assert workspace.id not in pickup.workspaces_with_work()
 
 
+@pytest.mark.pg
 def test_pickup_waits_out_the_error_back_off(workspace):
     failing = task_create(workspace=workspace, summary="failing")
     Task.objects.filter(id=failing.id).update(
@@ -324,6 +332,7 @@ def test_pickup_waits_out_the_error_back_off(workspace):
     assert pickup.next_item(workspace.id).task_id == other.id
 
 
+@pytest.mark.pg
 def test_claim_is_atomic(workspace):
     task = task_create(workspace=workspace, summary="t")
     first = pickup.claim_next(workspace.id)
@@ -520,6 +529,7 @@ def test_a_removed_temp_dir_is_made_again_for_the_next_input(tmp_path, settings)
     assert first.read_text() == "two"
 
 
+@pytest.mark.pg
 def test_a_run_deleted_with_its_task_ends_without_a_trace(task, task_recorder):
     """The task was deleted while its CLI ran: the run's final record finds nothing to update
     and writes no traces (they would point at a run that is gone: a FOREIGN KEY failure)."""

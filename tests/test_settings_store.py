@@ -13,11 +13,16 @@ from tests.stack import FAKES_BIN
 KEY = "key-0123456789abcdef"
 
 
+@pytest.mark.pg
 def test_defaults(db):
     values = settings_get()
     assert values["notify_on_error"] is True
     assert set(values["cli_settings"]) == {"claude", "gemini", "codex", "opencode"}
-    assert values["cli_settings"]["codex"] == {"binary_path": "", "env": {}}
+    assert values["cli_settings"]["codex"] == {
+        "binary_path": "",
+        "env": {},
+        "health_timeout_seconds": 90,
+    }
 
 
 def test_secrets_are_masked_in_public_view(db):
@@ -34,6 +39,7 @@ def test_secrets_are_masked_in_public_view(db):
     assert settings_get()["mailgun_api_key"] == KEY
 
 
+@pytest.mark.pg
 def test_saving_the_mask_back_keeps_the_secret(db):
     settings_update(
         changes={
@@ -47,12 +53,14 @@ def test_saving_the_mask_back_keeps_the_secret(db):
     assert stored["cli_settings"]["codex"]["env"]["CODEX_API_KEY"] == "sk-secret-value-1"
 
 
+@pytest.mark.pg
 def test_env_merge_per_key_and_null_deletes(db):
     settings_update(changes={"cli_settings": {"gemini": {"env": {"A": "1", "B": "2"}}}})
     settings_update(changes={"cli_settings": {"gemini": {"env": {"A": None, "C": "3"}}}})
     assert settings_get()["cli_settings"]["gemini"]["env"] == {"B": "2", "C": "3"}
 
 
+@pytest.mark.pg
 def test_omitted_cli_keeps_its_settings(db):
     claude, gemini = str(FAKES_BIN / "claude"), str(FAKES_BIN / "gemini")
     settings_update(changes={"cli_settings": {"claude": {"binary_path": claude}}})
@@ -79,6 +87,7 @@ def test_bad_settings_are_refused(db, changes):
         settings_update(changes=changes)
 
 
+@pytest.mark.pg
 @pytest.mark.parametrize(
     ("changes", "field", "needle"),
     [
@@ -117,6 +126,7 @@ def test_every_invalid_field_is_reported_at_once(db):
     assert "mailgun_from_email: " in err.value.message and "mailgun_to_email: " in err.value.message
 
 
+@pytest.mark.pg
 def test_valid_addresses_and_urls_are_stored(db):
     settings_update(
         changes={

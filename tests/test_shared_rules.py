@@ -38,8 +38,8 @@ def test_the_chat_search_clear_link_is_the_helpers(client, workspace):
 
 def test_scripts_build_workspace_links_in_one_place():
     writers = sorted(p.name for p in STATIC_JS.glob("*.js") if "?tab=" in p.read_text())
-    assert writers == []  # app.js builds them with URLSearchParams, the others call it
-    assert "window.malamarItemLink = itemLink" in (STATIC_JS / "app.js").read_text()
+    assert writers == []  # live.js builds them with URLSearchParams, the others call it
+    assert "window.malamarItemLink = itemLink" in (STATIC_JS / "live.js").read_text()
 
 
 def test_author_names():
@@ -61,7 +61,7 @@ def test_the_chat_banner_says_what_the_send_refusal_says(client, workspace):
     for cli in ("claude", "codex", "gemini", "opencode"):
         CliHealth.objects.create(cli_type=cli, status="unhealthy", error="gone")
     assert ChatParticipant.objects.filter(chat=chat).exists()
-    live = unescape(html(hx(client, "get", f"/chats/{chat.id}/live/")))
+    live = unescape(html(hx(client, "get", f"/chats/{chat.id}/", target="chat-live")))
     refused = unescape(html(hx(client, "post", f"/chats/{chat.id}/send/", {"message": "Hi"})))
     reason = no_cli_reason([])
     assert reason in live and reason in refused

@@ -47,6 +47,7 @@ def test_create_task_bumps_workspace_activity(workspace):
     assert Workspace.objects.get(id=workspace.id).last_activity_at > before
 
 
+@pytest.mark.pg
 def test_comment_bumps_existing_queued_item_instead_of_duplicating(task):
     item = queued(task).get()
     services.comment_create_and_send_around(task=task, content="more detail", actor=USER)
@@ -176,6 +177,7 @@ def test_user_move_back_to_todo_queues_the_task(task, old):
     assert queued(task).count() == 1
 
 
+@pytest.mark.pg
 def test_move_back_to_todo_bumps_instead_of_duplicating(task):
     force_status(task, TaskStatus.IN_REVIEW)
     services.task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
@@ -197,6 +199,7 @@ def test_runner_demotion_does_not_stop_itself(task):
     assert TaskQueueItem.objects.get(task=task).stop_requested_at is None
 
 
+@pytest.mark.pg
 def test_prioritize_is_exclusive_per_workspace(workspace):
     first = services.task_create(workspace=workspace, summary="first")
     second = services.task_create(workspace=workspace, summary="second")
@@ -293,21 +296,25 @@ def test_update_summary_and_description(task):
     assert OutboxEvent.objects.filter(type="task.updated").exists()
 
 
-def test_expired_done_tasks_deleted_per_workspace_retention(workspace):
+def test_done_tasks_are_kept_unless_auto_delete_is_on(workspace):
     from datetime import timedelta
 
     from django.utils import timezone
 
+    assert workspace.auto_delete_done_tasks is False  # the default (issue 29)
     old = services.task_create(workspace=workspace, summary="old")
     fresh = services.task_create(workspace=workspace, summary="fresh")
-    for t in (old, fresh):
+    unmerged = services.task_create(workspace=workspace, summary="finished without merging")
+    for t in (old, fresh, unmerged):
         force_status(t, TaskStatus.DONE)
-    Task.objects.filter(id=old.id).update(updated_at=timezone.now() - timedelta(days=8))
+    Task.objects.filter(id=unmerged.id).update(branch_name="malamar/kept", branch_base="main")
+    long_ago = timezone.now() - timedelta(days=8)
+    Task.objects.filter(id__in=[old.id, unmerged.id]).update(updated_at=long_ago)
+    assert services.tasks_delete_expired() == 0  # kept: auto-delete is off
+    Workspace.objects.filter(id=workspace.id).update(auto_delete_done_tasks=True)
     assert services.tasks_delete_expired() == 1
-    assert list(Task.objects.values_list("id", flat=True)) == [fresh.id]
-    Workspace.objects.filter(id=workspace.id).update(auto_delete_done_tasks=False)
-    Task.objects.filter(id=fresh.id).update(updated_at=timezone.now() - timedelta(days=30))
-    assert services.tasks_delete_expired() == 0
+    # The branch kept unmerged keeps its task: the person deletes it.
+    assert set(Task.objects.values_list("id", flat=True)) == {fresh.id, unmerged.id}
 
 
 # --- failing runs: the error state, "Retry now", "Stop retrying" -----------------------------
@@ -379,6 +386,7 @@ def test_retry_now_clears_the_back_off_and_queues_the_task(task):
     assert OutboxEvent.objects.filter(type="task.updated").exists()
 
 
+@pytest.mark.pg
 def test_retry_now_does_not_queue_a_second_pass_while_one_runs(task):
     failing(task)
     queued(task).update(status=QueueStatus.IN_PROGRESS)
@@ -422,6 +430,7 @@ def test_retry_and_stop_only_for_failing_runnable_tasks(task, status):
             action(task=task)
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_migration_stores_kinds_for_existing_comments():
     from django.db import connection

@@ -15,6 +15,7 @@ from core.models import OutboxEvent
 from runner.models import AgentRun, TraceEvent
 from runner.selectors import TIMELINE_RUNS, run_timelines
 from runner.timeline import group_traces
+from tests.htmltree import parse
 
 
 def t(kind, text="", action_kind="", **detail):
@@ -171,7 +172,8 @@ def test_run_fragment_view(client, db, workspace, task):
     run = _run(workspace, task, traces=[("action", "file-edit", "Editing a.py")])
     response = client.get(f"/runs/{run.id}/")
     assert response.status_code == 200
-    assert b"Changed 1 file" in response.content
+    edit = parse(response.content.decode()).find("trace--edit", tag="li")
+    assert edit.find(tag="summary").text == "Changed 1 file"
     assert client.get("/runs/nope/").status_code == 404
 
 

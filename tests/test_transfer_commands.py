@@ -12,6 +12,7 @@ import pytest
 from core.backup import BackupError, sqlite_backup
 from tests import databases
 from tests.live import ROOT, process_env
+from tests.stack import data_dir_from
 
 pytestmark = pytest.mark.live
 
@@ -102,8 +103,8 @@ def _task(task_id, summary, status, created_at):
     }
 
 
-def test_export_then_import_into_another_instance(source, tmp_path):
-    data, temp = source
+def test_export_then_import_into_another_instance(source, tmp_path, template_db):
+    data, temp = source  # a new data dir: `malamar import` migrated it from zero
     out = tmp_path / "shop.json"
     result = malamar(
         "export", "Shop", "-o", str(out), "--attachments", data_dir=data, temp_dir=temp
@@ -112,13 +113,17 @@ def test_export_then_import_into_another_instance(source, tmp_path):
     document = json.loads(out.read_text())
     assert [t["summary"] for t in document["tasks"]] == ["Plan", "Build"]
     assert document["chats"][0]["attachments"][0]["name"] == "notes.txt"
-    other, other_temp = tmp_path / "other", tmp_path / "other-temp"
+    other = data_dir_from(template_db, tmp_path / "other")  # an instance in use: migrated
+    other_temp = tmp_path / "other-temp"
     other_temp.mkdir()
     result = malamar("import", str(out), "--title", "Shop 2", data_dir=other, temp_dir=other_temp)
     assert result.returncode == 0, result.stderr
     titles = {t for (t,) in databases.query(other, "SELECT title FROM workspaces")}
     assert "Shop 2" in titles
     assert databases.query(other, "SELECT COUNT(*) FROM task_dependencies") == [(1,)]
+    # Imported work starts paused: nothing queued, and the command says how to resume it.
+    assert databases.query(other, "SELECT COUNT(*) FROM task_queue") == [(0,)]
+    assert "Its 1 task(s) start paused" in result.stdout
     [folder] = [p for p in other_temp.iterdir() if p.name.endswith("_attachments")]
     assert (folder / "notes.txt").read_text() == "hello"
     # A file from a newer Malamar: refused, exit 1, a message, nothing imported.
@@ -205,7 +210,7 @@ def test_sqlite_backup_refuses_an_existing_file(tmp_path):
     assert (tmp_path / "b.db").read_text() == "keep"
 
 
-@pytest.mark.skipif(not databases.ON_POSTGRES, reason="PostgreSQL only")
+@databases.postgres_only("PostgreSQL only")
 def test_backup_on_postgresql_says_to_use_pg_dump(source, tmp_path):
     data, temp = source
     result = malamar("backup", str(tmp_path / "backup"), data_dir=data, temp_dir=temp)

@@ -29,6 +29,7 @@ from runner.worker.pipeline import ChatReply, TaskPass
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import comment_create_and_send_around, task_create
 from tests.failures import fail_task
+from tests.htmltree import parse
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
 from workspaces.services import workspace_create
@@ -98,6 +99,7 @@ def _limited_task(reset=None):
     return workspace, agents, task
 
 
+@pytest.mark.pg
 def test_a_limited_run_pauses_the_task_without_an_error(notified):
     reset = _whole_minute(3 * 3600)
     workspace, (_planner, implementer), task = _limited_task(reset)
@@ -122,6 +124,7 @@ def test_a_limited_run_pauses_the_task_without_an_error(notified):
     assert pickup.claim_next(workspace.id) is None, "the paused task waits for its CLI"
 
 
+@pytest.mark.pg
 def test_a_failing_task_that_hits_a_limit_is_paused_not_an_error_loop(client):
     """A task whose runs kept failing (a wrong binary, fixed since) now runs out of quota: it
     waits for its CLI, and its card says so instead of "Failed 2 times, retry pending"."""
@@ -136,11 +139,12 @@ def test_a_failing_task_that_hits_a_limit_is_paused_not_an_error_loop(client):
 
     task.refresh_from_db()
     assert (task.failure_streak, task.retry_not_before) == (0, None)
-    board = client.get(f"/workspaces/{workspace.id}/").content.decode()
-    assert f'data-task-waiting="{task.id}"' in board
-    assert f'data-task-error="{task.id}"' not in board
+    board = parse(client.get(f"/workspaces/{workspace.id}/").content.decode())
+    assert board.find("task-card__waiting", data_task_waiting=task.id) is not None
+    assert board.find(data_task_error=task.id) is None
 
 
+@pytest.mark.pg
 def test_other_workspaces_keep_running_while_a_cli_is_limited():
     workspace, _agents, _task = _limited_task(_whole_minute(3600))
     _run_workspace(workspace)
@@ -151,6 +155,7 @@ def test_other_workspaces_keep_running_while_a_cli_is_limited():
     assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
 
 
+@pytest.mark.pg
 def test_the_task_resumes_at_the_same_agent_at_the_reset_time(notified):
     reset = _whole_minute(3 * 3600)
     workspace, _agents, task = _limited_task(reset)
@@ -181,6 +186,7 @@ def test_the_task_resumes_at_the_same_agent_at_the_reset_time(notified):
     assert [kind for kind, _ in notified] == ["limited", "resumed"]
 
 
+@pytest.mark.pg
 def test_without_a_reset_time_the_cli_is_probed_on_a_back_off():
     workspace, _agents, task = _limited_task()
     started = timezone.now()
@@ -212,6 +218,7 @@ def test_without_a_reset_time_the_cli_is_probed_on_a_back_off():
     assert TaskQueueItem.objects.get(task=task, status=QueueStatus.QUEUED).waiting_for_cli == ""
 
 
+@pytest.mark.pg
 def test_a_cli_limited_forever_is_probed_at_most_hourly():
     cli_limit_set(cli_type="gemini", limit=Limit("RESOURCE_EXHAUSTED"))
     now = [timezone.now()]
@@ -234,6 +241,7 @@ def test_the_real_probe_sends_the_health_prompt():
     assert probe("claude") == ProbeResult(answered=True)
 
 
+@pytest.mark.pg
 def test_a_task_whose_cli_is_limited_waits_without_running_it():
     workspace, _agents = _team("Waiting", ("Solo", "codex"))
     cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
@@ -245,6 +253,7 @@ def test_a_task_whose_cli_is_limited_waits_without_running_it():
     assert pickup.claim_next(workspace.id) is None
 
 
+@pytest.mark.pg
 def test_the_fallback_cli_runs_while_the_agents_cli_is_limited():
     workspace, (solo,) = _team("Fallback", ("Solo", "codex"))
     agent_update(agent=solo, fallback_cli_type="claude")
@@ -256,6 +265,7 @@ def test_the_fallback_cli_runs_while_the_agents_cli_is_limited():
     assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
 
 
+@pytest.mark.pg
 def test_a_completed_run_on_the_fallback_cli_clears_its_slow_mark():
     """The fallback CLI answered a real run: it works, whatever its last check said. (A CLI
     marked broken is not run at all: tests/test_pass_edges.py.)"""
@@ -287,6 +297,7 @@ def test_the_fallback_cli_runs_without_the_agents_own_model(tmp_path, monkeypatc
     assert claude["cli"] == "claude" and "gpt-5-codex" not in claude["argv"]
 
 
+@pytest.mark.pg
 def test_a_limited_run_switches_to_the_fallback_cli_at_once():
     """The agent's CLI runs out mid-pass: the same agent runs again at once on its fallback CLI
     (here out of quota too, so the pass then waits for the agent's own CLI)."""
@@ -303,6 +314,7 @@ def test_a_limited_run_switches_to_the_fallback_cli_at_once():
     assert AgentRun.objects.filter(task=task, fallback_for="codex").count() == 1
 
 
+@pytest.mark.pg
 def test_a_chat_reply_waits_for_its_limited_cli():
     workspace, (solo,) = _team("Chat", ("Solo", "codex"))
     cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
@@ -319,6 +331,7 @@ def test_a_chat_reply_waits_for_its_limited_cli():
     assert pickup.claim_next_chat() is not None
 
 
+@pytest.mark.pg
 def test_a_limit_noticed_again_updates_the_reset_without_a_second_notification(notified):
     first = timezone.now() + timedelta(hours=1)
     cli_limit_set(cli_type="claude", limit=Limit("limit", first))
@@ -340,12 +353,14 @@ def test_a_health_check_out_of_quota_limits_the_cli_instead_of_marking_it_unheal
     assert cli not in health.needs_full_check(), "its probes have their own back-off"
 
 
+@pytest.mark.pg
 def test_a_health_check_that_answers_lifts_the_limit():
     cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
     health.check_and_store("codex", full=True)
     assert not CliHealth.objects.get(cli_type="codex").is_limited
 
 
+@pytest.mark.pg
 def test_a_check_that_started_before_a_run_hit_the_limit_does_not_lift_it(monkeypatch):
     """The worker's start-up check answers while a run meets the limit: the newer news wins."""
     real_check = health.check
@@ -360,6 +375,7 @@ def test_a_check_that_started_before_a_run_hit_the_limit_does_not_lift_it(monkey
     assert CliHealth.objects.get(cli_type="codex").is_limited
 
 
+@pytest.mark.pg
 def test_the_malamar_agent_prefers_a_cli_that_is_not_out_of_quota():
     assert first_available_cli() == "claude"
     cli_limit_set(cli_type="claude", limit=Limit("limit"))
@@ -369,6 +385,7 @@ def test_the_malamar_agent_prefers_a_cli_that_is_not_out_of_quota():
     assert first_available_cli() == "claude", "all limited: the first one (the reply waits)"
 
 
+@pytest.mark.pg
 @pytest.mark.live
 def test_the_real_worker_pauses_a_limited_task_and_runs_the_others(stack):
     """End to end (runworker and server): the limited run leaves no error comment and the task

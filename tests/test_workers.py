@@ -34,6 +34,7 @@ from runner.worker.loop import Worker as WorkerLoop
 from runner.worker.membership import recover
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import task_cancel, task_create
+from tests.htmltree import parse
 from tests.live import ROOT, process_env, wait_until
 from tests.services import Redis, free_port
 from tests.stack import FAKES_BIN, alive
@@ -139,6 +140,7 @@ def _process_recorded(task) -> bool:
 # rows and capacity (both databases) ----------------------------------------------------------
 
 
+@pytest.mark.pg
 def test_a_worker_registers_beats_and_retires(workers):
     running = workers(capacity=3, **FAST)
     row = Worker.objects.get(id=running.id)
@@ -153,6 +155,7 @@ def test_a_worker_registers_beats_and_retires(workers):
     assert not Worker.objects.filter(id=running.id).exists()
 
 
+@pytest.mark.pg
 def test_a_worker_never_runs_more_than_its_capacity(workers):
     tasks = [
         task_create(workspace=_workspace(f"W{n}"), summary="T", description="@fake sleep 0.4")
@@ -165,6 +168,7 @@ def test_a_worker_never_runs_more_than_its_capacity(workers):
     assert _overlaps(spans) == 2  # two at once (four workspaces could run four)
 
 
+@pytest.mark.pg
 def test_claims_record_the_claiming_worker_on_the_item_and_the_run(workers):
     task = task_create(workspace=_workspace("Owned"), summary="T", description="@fake skip")
     running = workers(**FAST)
@@ -173,6 +177,7 @@ def test_claims_record_the_claiming_worker_on_the_item_and_the_run(workers):
     assert AgentRun.objects.get(task=task).worker_id == running.id
 
 
+@pytest.mark.pg
 def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
     live = _beating_for_an_hour(hostname="a", pid=1, capacity=1, clis=[], version="t")
     me = _beating_for_an_hour(hostname="b", pid=2, capacity=1, clis=[], version="t")
@@ -191,6 +196,7 @@ def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
     assert runs == {tasks[0].id: RunStatus.RUNNING, tasks[1].id: RunStatus.INTERRUPTED}
 
 
+@pytest.mark.pg
 def test_a_worker_of_this_machine_whose_process_is_gone_is_taken_over_at_once(db):
     """Killed, then restarted on the same machine: its runs need not wait for its heartbeat to
     go stale. Another machine's worker with the same pid still beats: it is left alone."""
@@ -336,6 +342,7 @@ def test_a_worker_that_was_taken_over_writes_nothing_for_its_runs(workers):
     assert (reclaimed.status, reclaimed.worker_id) == (QueueStatus.IN_PROGRESS, other.id)
 
 
+@pytest.mark.pg
 def test_a_worker_that_finds_itself_taken_over_kills_its_runs_and_comes_back(workers):
     running = workers(**FAST)
     old_id = running.id
@@ -521,6 +528,7 @@ def _two_workers():
     return busy, idle
 
 
+@pytest.mark.pg
 def test_doctor_lists_the_live_workers_and_the_database(db, settings, monkeypatch):
     _two_workers()
     password = "s3cret-Pa55"
@@ -550,17 +558,24 @@ def test_doctor_pings_redis_when_it_is_configured(db, settings):
 def test_the_settings_page_lists_the_workers(db, client, settings):
     busy, idle = _two_workers()
     settings.CONFIG = dataclasses.replace(settings.CONFIG, database_url="postgres://x/y")
-    page = client.get("/settings/").content.decode()
-    assert f'data-worker="{busy.id}"' in page and f'data-worker="{idle.id}"' in page
-    assert "1 of 2 running" in page and "0 of 4 running" in page
-    assert "box-c" not in page
-    assert "No healthy CLI" in page
+    page = parse(client.get("/settings/").content.decode())
+    rows = {row.attrs["data-worker"]: row for row in page.find_all("worker-row", tag="li")}
+    assert set(rows) == {busy.id, idle.id}  # not box-c: its heartbeat is an hour old
+
+    def shown(worker_id: str) -> tuple[str, str]:
+        text = rows[worker_id].find("token-row__text")
+        return text.find(tag="strong").text, text.find_all(tag="span")[1].text
+
+    assert shown(busy.id) == ("box-a", "1 of 2 running")
+    assert shown(idle.id) == ("box-b", "0 of 4 running")
+    assert rows[idle.id].find("worker-row__clis").text == "No healthy CLI"
 
 
 def test_the_settings_page_says_one_line_about_a_single_sqlite_worker(db, client, settings):
     settings.CONFIG = dataclasses.replace(settings.CONFIG, database_url="")
-    page = client.get("/settings/").content.decode()
-    assert "No worker is running" in page
+    line = parse(client.get("/settings/").content.decode()).find(data_single_worker="")
+    assert line.text.startswith("No worker is running")
     worker_register(hostname="here", pid=77, capacity=0, clis=["claude"], version="t")
-    page = client.get("/settings/").content.decode()
-    assert "One worker on this machine (pid" in page and "data-worker=" not in page
+    page = parse(client.get("/settings/").content.decode())
+    assert page.find(data_single_worker="").text.startswith("One worker on this machine (pid 77)")
+    assert page.find("worker-row") is None

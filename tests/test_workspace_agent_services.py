@@ -18,7 +18,8 @@ from workspaces.services import workspace_create, workspace_delete, workspace_up
 
 def test_workspace_defaults(workspace):
     assert workspace.working_directory_mode == "temp"
-    assert workspace.auto_delete_done_tasks is True
+    assert workspace.auto_delete_done_tasks is False  # Done tasks are kept (issue 29)
+    assert workspace.keep_merged_branches is False
     assert workspace.retention_days == 7
     assert (workspace.notify_on_error, workspace.notify_on_in_review) == ("inherit", "inherit")
     assert len(workspace.id) == 21
@@ -51,16 +52,22 @@ def test_workspace_requires_title(db):
     assert err.value.field == "title"
 
 
-def test_static_mode_requires_a_path_but_not_an_existing_one(workspace):
+def test_static_mode_requires_a_path_to_an_existing_folder(workspace, tmp_path):
     with pytest.raises(ValidationFailed) as err:
         workspace_update(workspace=workspace, working_directory_mode="static")
     assert err.value.field == "working_directory_path"
+    with pytest.raises(ValidationFailed, match="does not exist: create it first") as err:
+        workspace_update(
+            workspace=workspace,
+            working_directory_mode="static",
+            working_directory_path="/does/not/exist/yet",
+        )
+    assert err.value.field == "working_directory_path"
+    assert Workspace.objects.get(id=workspace.id).working_directory_mode == "temp"
     workspace_update(
-        workspace=workspace,
-        working_directory_mode="static",
-        working_directory_path="/does/not/exist/yet",
+        workspace=workspace, working_directory_mode="static", working_directory_path=str(tmp_path)
     )
-    assert Workspace.objects.get(id=workspace.id).working_directory_path == "/does/not/exist/yet"
+    assert Workspace.objects.get(id=workspace.id).working_directory_path == str(tmp_path)
 
 
 def test_workspace_update_every_setting(workspace):
@@ -100,11 +107,13 @@ def test_agents_are_appended_in_order(agents):
     assert [a.order for a in agents] == [1, 2, 3]
 
 
+@pytest.mark.pg
 def test_agent_order_after_deleting_the_last(workspace, agents):
     agent_delete(agent=agents[-1])
     assert agent_create(workspace=workspace, name="New", instruction="i").order == 3
 
 
+@pytest.mark.pg
 def test_agent_name_unique_per_workspace(workspace, agents):
     with pytest.raises(Conflict) as err:
         agent_create(workspace=workspace, name="planner", instruction="dup")
@@ -113,6 +122,7 @@ def test_agent_name_unique_per_workspace(workspace, agents):
     assert agent_create(workspace=other, name="Planner", instruction="ok")
 
 
+@pytest.mark.pg
 def test_agent_rename_to_taken_name_conflicts(agents):
     with pytest.raises(Conflict):
         agent_update(agent=agents[1], name="Planner")
@@ -135,6 +145,7 @@ def test_agent_validation(workspace, fields, field):
     assert err.value.field == field
 
 
+@pytest.mark.pg
 def test_reorder_sets_exact_order(workspace, agents):
     new = [agents[2].id, agents[0].id, agents[1].id]
     result = agent_reorder(workspace=workspace, agent_ids=new)
@@ -184,6 +195,7 @@ def test_deleted_agent_chats_switch_to_malamar(workspace, agents):
     assert (note.role, note.message) == ("system", "Switched from Planner to Malamar")
 
 
+@pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_migration_makes_values_equal_to_the_global_default_inherit():
     from django.db import connection

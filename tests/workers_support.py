@@ -7,15 +7,14 @@ import contextlib
 import os
 import threading
 
-import pytest
 from django.db import connection
 
 from runner.worker.loop import Worker
+from tests import databases
 from tests.live import wait_until
 
-postgres_only = pytest.mark.skipif(
-    os.environ.get("MALAMAR_TEST_DATABASE") != "postgres",
-    reason="several workers share PostgreSQL (MALAMAR_TEST_DATABASE=postgres)",
+postgres_only = databases.postgres_only(
+    "several workers share PostgreSQL (MALAMAR_TEST_DATABASE=postgres)"
 )
 
 
@@ -55,8 +54,7 @@ class WorkerThread:
             threads = list(worker.chat_threads)
             for runners in worker.workspaces.values():
                 threads += list(runners)
-        if worker.health.thread is not None:
-            threads.append(worker.health.thread)
+        threads += list(worker.health.started)  # both lanes of health checks
         if worker.beats is not None:
             threads.append(worker.beats)
         for thread in threads:

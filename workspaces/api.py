@@ -47,6 +47,9 @@ class WorkspaceOut(Schema):
     base_branch: str = Field(description="Branch tasks start from ('' = the current one).")
     setup_command: str = Field(description="Run once in each new worktree (no shell).")
     parallel_tasks: int = Field(description="Tasks that may run at once (>1 needs branch).")
+    keep_merged_branches: bool = Field(
+        description="Branch per task: keep a task's branch once merged (its worktree goes)."
+    )
     mcp_tools_enabled: bool = Field(
         description="Give agents Malamar's tools: runs get the `malamar mcp` server (MCP)."
     )
@@ -79,6 +82,7 @@ class WorkspaceUpdate(Schema):
     base_branch: str | None = None
     setup_command: str | None = None
     parallel_tasks: int | None = None
+    keep_merged_branches: bool | None = None
     mcp_tools_enabled: bool | None = None
 
 
@@ -111,7 +115,7 @@ def create_workspace(request, payload: WorkspaceCreate):
 def import_workspace(request, document: Annotated[dict[str, Any], Body()]):
     """Create a workspace anew from an export file (the JSON body): new ids, references
     remapped. A broken file or one from a newer format version is refused (400), nothing
-    imported."""
+    imported. Its tasks start paused: POST /api/workspaces/{id}/tasks/resume starts them."""
     return Status(201, services.workspace_import(document=parse_document(document)))
 
 
@@ -127,8 +131,11 @@ def update_workspace(request, workspace_id: str, payload: WorkspaceUpdate):
 
 
 @router.delete("/workspaces/{workspace_id}", response={204: None})
-def delete_workspace(request, workspace_id: str):
-    services.workspace_delete(workspace=get_or_404(Workspace, workspace_id, "Workspace"))
+def delete_workspace(request, workspace_id: str, confirm: bool = False):
+    """Delete the workspace and everything in it. Task branches holding work their base lacks
+    answer 409 UNMERGED_BRANCHES (naming them in `branches`) unless `?confirm=true`."""
+    workspace = get_or_404(Workspace, workspace_id, "Workspace")
+    services.workspace_delete(workspace=workspace, confirm_unmerged=confirm)
     return Status(204, None)
 
 

@@ -105,10 +105,18 @@ class WorkspaceSettingsForm(forms.Form):
         },
         widget=forms.NumberInput(attrs={"min": 1, "inputmode": "numeric"}),
     )
+    keep_merged_branches = forms.BooleanField(
+        label="Keep merged branches",
+        required=False,
+        help_text="Once a task's branch is merged its worktree is removed; its branch too, "
+        "unless this is on.",
+        widget=SWITCH,
+    )
     auto_delete_done_tasks = forms.BooleanField(
         label="Delete done tasks automatically",
         required=False,
-        help_text="Done tasks older than the retention period are removed once a day.",
+        help_text="Off: Done tasks stay until you delete them. On: those older than the "
+        "retention period are removed once a day (not those finished without merging).",
         widget=SWITCH,
     )
     retention_days = forms.IntegerField(

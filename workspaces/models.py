@@ -57,9 +57,12 @@ class Workspace(models.Model):
     base_branch = models.CharField(max_length=200, blank=True, default="")
     # Run once in each new worktree (argv by shlex.split, no shell), e.g. "npm ci".
     setup_command = models.TextField(blank=True, default="")
+    # Branch per task: keep a task's branch once it is merged (its worktree goes either way).
+    keep_merged_branches = models.BooleanField(default=False, db_default=False)
     # How many tasks run at once (more than 1 only with isolation).
     parallel_tasks = models.PositiveIntegerField(default=1)
-    auto_delete_done_tasks = models.BooleanField(default=True)
+    # Done tasks are kept unless the person turns this on (issue 29).
+    auto_delete_done_tasks = models.BooleanField(default=False)
     retention_days = models.PositiveIntegerField(default=7)
     # "inherit" follows the global setting of the same name (workspaces.selectors.notify_effective).
     notify_on_error = models.CharField(

@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agents.cli_fields import agent_cli_fields_clean
+from agents.cli_fields import agent_cli_fields_clean, clean_override_cli
 from agents.models import Agent
 from chats.attachments import (
     attachment_name,
@@ -23,7 +23,6 @@ from core.fields import max_length_of, own_fields
 from core.models import Marker
 from core.wake import wake_worker_on_commit
 from runner.git import GitError, branch_exists, branch_name_problem, git_binary, git_text
-from runner.services import agent_runs_forget_snapshots
 from tasks import branches
 from tasks.models import (
     RUNNABLE_STATUSES,
@@ -31,9 +30,9 @@ from tasks.models import (
     TaskComment,
     TaskDependency,
     TaskLog,
-    TaskQueueItem,
     TaskStatus,
 )
+from tasks.selectors import unmerged_branch_tasks
 from workspaces import transfer
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
@@ -63,6 +62,7 @@ EDITABLE_FIELDS = (
     "base_branch",
     "setup_command",
     "parallel_tasks",
+    "keep_merged_branches",
     "mcp_tools_enabled",
 )
 # A change to one of these checks the branch-per-task rules again.
@@ -74,6 +74,8 @@ ISOLATION_FIELDS = {
     "parallel_tasks",
 }
 NOTIFY_FIELDS = ("notify_on_error", "notify_on_in_review")
+# Saving one of these checks that a static folder exists.
+DIRECTORY_FIELDS = {"working_directory_mode", "working_directory_path"}
 
 
 def workspace_touch(workspace_id: str, *, now=None, configured: bool = False) -> None:
@@ -128,8 +130,9 @@ def _clean(fields: dict) -> dict:
                 f" from 0 to {STALL_KILL_MINUTES_MAX}",
                 field="stall_kill_minutes",
             )
-    if "mcp_tools_enabled" in clean and not isinstance(clean["mcp_tools_enabled"], bool):
-        raise ValidationFailed("mcp_tools_enabled must be true or false", field="mcp_tools_enabled")
+    for flag in ("mcp_tools_enabled", "keep_merged_branches"):
+        if flag in clean and not isinstance(clean[flag], bool):
+            raise ValidationFailed(f"{flag} must be true or false", field=flag)
     for key in NOTIFY_FIELDS:
         if key in clean:
             clean[key] = _notify_value(key, clean[key])
@@ -176,12 +179,21 @@ def _notify_value(key: str, value) -> str:
     return value
 
 
-def _check_directory(workspace: Workspace) -> None:
-    if workspace.working_directory_mode == WorkingDirectoryMode.STATIC and not (
-        workspace.working_directory_path
-    ):
+def _check_directory(workspace: Workspace, *, must_exist: bool = False) -> None:
+    """A static workspace names its folder; one being saved (`must_exist`) names a folder
+    that exists (an import may name a folder of another machine: its tasks start paused)."""
+    if workspace.working_directory_mode != WorkingDirectoryMode.STATIC:
+        return
+    if not workspace.working_directory_path:
         raise ValidationFailed(
             "working_directory_path is required when the working directory mode is static",
+            field="working_directory_path",
+        )
+    path = Path(workspace.working_directory_path).expanduser()
+    if must_exist and not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise ValidationFailed(
+            f"{workspace.working_directory_path} {what}: create it first, or pick another folder",
             field="working_directory_path",
         )
 
@@ -245,7 +257,7 @@ def workspace_create(*, title: str, **fields) -> Workspace:
     clean = _clean({"title": title, **fields})
     now = timezone.now()
     workspace = Workspace(**clean, created_at=now, updated_at=now, last_activity_at=now)
-    _check_directory(workspace)
+    _check_directory(workspace, must_exist=True)
     _check_isolation(workspace)
     with transaction.atomic():
         workspace.save(force_insert=True)
@@ -257,7 +269,7 @@ def workspace_update(*, workspace: Workspace, **fields) -> Workspace:
     clean = _clean(fields)
     for name, value in clean.items():
         setattr(workspace, name, value)
-    _check_directory(workspace)
+    _check_directory(workspace, must_exist=bool(DIRECTORY_FIELDS & set(clean)))
     if ISOLATION_FIELDS & set(clean):
         _check_isolation(workspace)
     now = timezone.now()
@@ -271,20 +283,23 @@ def workspace_update(*, workspace: Workspace, **fields) -> Workspace:
     return workspace
 
 
-def workspace_delete(*, workspace: Workspace) -> None:
+def workspace_delete(*, workspace: Workspace, confirm_unmerged: bool = False) -> None:
     """Cascade-delete everything in the workspace.
 
     Running CLIs are stopped by the worker, which sees its queue rows disappear (DESIGN
-    "Stopping runs"): the server never touches a process.
+    "Stopping runs"): the server never touches a process. Task branches with work their base
+    lacks are refused (UnmergedBranches, naming them) unless `confirm_unmerged`.
     """
-
+    if not confirm_unmerged:
+        unmerged = unmerged_branch_tasks(workspace.tasks.all())
+        if unmerged:
+            raise branches.unmerged_refusal(unmerged, "this workspace")
     with transaction.atomic():
         payload = _payload(workspace)
         chat_ids = list(workspace.chats.values_list("id", flat=True))
         task_branches = list(
             workspace.tasks.values_list("id", "branch_name", "branch_base").exclude(branch_name="")
         )
-        agent_runs_forget_snapshots(runs=workspace.runs.all())
         workspace.delete()
         transaction.on_commit(lambda: _remove_task_branches(workspace, task_branches))
         chat_attachment_folders_remove(chat_ids=chat_ids)
@@ -316,7 +331,9 @@ def workspace_import(*, document, title: str | None = None) -> Workspace:
     workspaces.transfer_format.parse_document: new ids, every reference remapped. Nothing is
     half-imported: one transaction (a row the database refuses is a ValidationFailed), and
     attachment files written during it are removed if it fails. Tasks that were In Progress come
-    back as Todo (nothing runs for them here yet); Todo tasks are queued as usual."""
+    back as Todo (nothing runs for them here yet). Imported tasks start paused: no agent runs
+    until the person resumes them (tasks.services.task_resume / tasks_resume), so an import
+    never sets several agents on one repository at once."""
     written: list[str] = []
     try:
         with transaction.atomic():
@@ -484,17 +501,6 @@ def _import_tasks(workspace: Workspace, document, ids: dict[str, str], now) -> N
         )
         for link in document.dependencies
     )
-    TaskQueueItem.objects.bulk_create(
-        TaskQueueItem(
-            task=row,
-            workspace=workspace,
-            is_priority=row.is_priority,
-            created_at=now,
-            updated_at=now,
-        )
-        for row in tasks
-        if row.status == TaskStatus.TODO
-    )
 
 
 def _import_chat(workspace: Workspace, chat, ids: dict[str, str], written: list[str]) -> None:
@@ -506,6 +512,13 @@ def _import_chat(workspace: Workspace, chat, ids: dict[str, str], written: list[
     )
     row.save(force_insert=True)
     ids[chat.id] = row.id
+    for participant in chat.participants:  # checked as the chat API checks an override
+        try:
+            clean_override_cli(participant.cli_type)
+        except ValidationFailed as exc:
+            raise ValidationFailed(
+                f"The file is broken: chat “{chat.title}”: {exc.message}", field="file"
+            ) from exc
     ChatParticipant.objects.bulk_create(
         _checked(
             ChatParticipant(

@@ -10,6 +10,7 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from core.errors import ServiceError
 from core.forms import apply_service_error
 from core.htmx import toast
+from tasks.selectors import paused_count, unmerged_branch_tasks
 from workspaces import selectors, services
 from workspaces.api import export_response
 from workspaces.forms import WorkspaceCreateForm, WorkspaceDeleteForm, WorkspaceSettingsForm
@@ -115,6 +116,8 @@ def _settings_context(workspace: Workspace, form, delete_form=None) -> dict:
         "workspace": workspace,
         "form": form,
         "delete_form": delete_form or WorkspaceDeleteForm(workspace=workspace),
+        # The delete's confirmation names the branches whose work was never merged.
+        "unmerged": unmerged_branch_tasks(workspace.tasks.all()),
         "path_warning": selectors.directory_warning(
             form["working_directory_mode"].value(), form["working_directory_path"].value()
         ),
@@ -168,11 +171,13 @@ def workspace_delete(request, workspace_id: str):
     form = WorkspaceDeleteForm(request.POST, workspace=workspace)
     if form.is_valid():
         title = workspace.title
-        services.workspace_delete(workspace=workspace)
+        # Typing the name confirms it all, unmerged branches included.
+        services.workspace_delete(workspace=workspace, confirm_unmerged=True)
         messages.success(request, f"Deleted “{title}”")
         return _client_redirect(request, reverse("home"))
     if request.htmx:
-        context = {"workspace": workspace, "delete_form": form}
+        unmerged = unmerged_branch_tasks(workspace.tasks.all())
+        context = {"workspace": workspace, "delete_form": form, "unmerged": unmerged}
         return render(request, f"{SETTINGS}#delete_form", context)
     settings_form = WorkspaceSettingsForm.for_workspace(workspace)
     context = {**_settings_context(workspace, settings_form, form), "delete_open": True}
@@ -205,6 +210,14 @@ def workspace_clone(request, workspace_id: str):
     return redirect("workspace_settings", workspace_id=clone.id)
 
 
+def imported_message(workspace: Workspace) -> str:
+    paused = paused_count(workspace.id)
+    if not paused:
+        return f"Imported “{workspace.title}”"
+    tasks = f"{paused} task{'s' if paused != 1 else ''}"
+    return f"Imported “{workspace.title}”: its {tasks} wait, paused, until you resume them"
+
+
 @require_POST
 def workspace_import(request):
     """Create a workspace from an uploaded export file (a plain multipart form post)."""
@@ -217,5 +230,5 @@ def workspace_import(request):
     except ServiceError as error:
         messages.error(request, f"Nothing was imported: {error.message}")
         return redirect("home")
-    messages.success(request, f"Imported “{workspace.title}”")
+    messages.success(request, imported_message(workspace))
     return redirect("workspace_detail", workspace_id=workspace.id)

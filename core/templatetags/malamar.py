@@ -1,10 +1,11 @@
 """Template helpers for the pages: inline SVG icons, relative times, live-event names."""
 
+import functools
 from datetime import datetime
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
 from core.events import EVENT_TYPES
@@ -78,6 +79,8 @@ ICONS = {
     "users": '<path d="M16 21v-2a4 4 0 0 0-4-4H6a4 4 0 0 0-4 4v2"/><circle cx="9" cy="7" r="4"/>'
     '<path d="M22 21v-2a4 4 0 0 0-3-3.87"/><path d="M16 3.13a4 4 0 0 1 0 7.75"/>',
     "x": '<path d="M18 6 6 18"/><path d="m6 6 12 12"/>',
+    "more": '<circle cx="12" cy="12" r="1"/><circle cx="19" cy="12" r="1"/>'
+    '<circle cx="5" cy="12" r="1"/>',
     "diff": '<path d="M12 3v14"/><path d="M5 10h14"/><path d="M5 21h14"/>',
 }
 
@@ -85,6 +88,12 @@ ICONS = {
 @register.simple_tag
 def icon(name: str, size: int = 16, css: str = ""):
     """An inline SVG icon, hidden from assistive technology (label the button instead)."""
+    return _icon(name, size, css)
+
+
+@functools.lru_cache(maxsize=512)
+def _icon(name: str, size: int, css: str):
+    """Built once per name, size and class: a board draws hundreds of the same few."""
     return format_html(
         '<svg class="icon{}" width="{}" height="{}" viewBox="0 0 24 24" fill="none" '
         'stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round" '
@@ -127,13 +136,12 @@ def reltime(value, prefix: str = ""):
     """`<time>` with ISO datetime, a server-side fallback text and the full time on hover."""
     if not value:
         return ""
-    return format_html(
-        '<time datetime="{}" data-relative data-prefix="{}" title="{}">{}{}</time>',
-        value.isoformat(),
-        prefix,
-        full_time(value),
-        prefix,
-        relative_time(value),
+    # Only the prefix needs escaping: the times are digits, month names and punctuation (a
+    # board draws hundreds of these, and format_html's escaping of each part was most of it).
+    prefix = escape(prefix)
+    return mark_safe(
+        f'<time datetime="{value.isoformat()}" data-relative data-prefix="{prefix}"'
+        f' title="{full_time(value)}">{prefix}{relative_time(value)}</time>'
     )
 
 

@@ -4,6 +4,8 @@ A CLI class is pure: it builds argv lists (never a shell string) and reads CLI o
 Only runner/worker/process.py starts processes.
 """
 
+import json
+import re
 import shlex
 import string
 from abc import ABC, abstractmethod
@@ -110,6 +112,10 @@ class Cli(ABC):
     label: ClassVar[str]  # how the user knows it
     # Prefixes of routine stderr lines, never an error.
     stderr_noise: ClassVar[tuple[str, ...]] = ()
+    # What `--version` prints (a regular expression; empty: anything), and the `type`s of its
+    # streamed events: a binary that prints neither is another program, not this CLI.
+    version_pattern = ""
+    event_types = frozenset()  # type: frozenset[str]
 
     # What an agent may set for this CLI (from its --help in shared/cli-samples/help/); the
     # defaults say "nothing": no model flag, no reasoning effort, every argument allowed.
@@ -152,6 +158,28 @@ class Cli(ABC):
         """A hint appended to a failed run's error when stderr shows a known trap, else ""."""
         return ""
 
+    def error_message(self, *, stdout: str, stderr: str) -> str:
+        """The CLI's own words about a failed run: from its structured output where it has
+        one (each CLI knows its events), else its stderr without start-up noise; "" when it
+        said nothing. Error comments and limit messages show these words first."""
+        return stderr_message(stderr, self.stderr_noise)
+
+    def cannot_run_reason(self, result) -> str | None:
+        """Why this CLI cannot run at all (logged out, key refused, unknown model, not this
+        CLI), read from a failed run's process result (runner.worker.process.ProcessResult),
+        else None. Such a run is not retried on a timer: its tasks wait until the CLI works
+        again (DESIGN "Retries"). A process that could not start is that already, for every
+        CLI (runner.worker.execution.interpret)."""
+        return None
+
+    def version_problem(self, version: str) -> str:
+        """Why `--version`'s output (its first line) shows another program than this CLI, or
+        "" (e.g. a binary path set to a wrong program passes `--version` with exit 0)."""
+        if not self.version_pattern or re.match(self.version_pattern, version.strip()):
+            return ""
+        shown = version.strip()[:80] or "nothing"
+        return f"not {self.label}: `--version` printed {shown!r}"
+
     def mcp_setup(
         self, server: McpServer, *, env: Mapping[str, str], config_path: Path
     ) -> McpSetup:
@@ -189,12 +217,24 @@ class Cli(ABC):
         names one (read only from the CLI's own error output, never from the agent's text)."""
         return None
 
-    def cannot_run_reason(self, result) -> str | None:
-        """Why this CLI cannot run at all (logged out, unknown model, not this CLI), read from a
-        failed run's process result (runner.worker.process.ProcessResult), else None. Such a
-        run is not retried on a timer: its tasks wait until the CLI works again (DESIGN
-        "Retries"). A process that could not start is that already, for every CLI."""
+    def waits_out_a_limit(self, stderr_line: str, now: datetime) -> Limit | None:
+        """A line the CLI printed on stderr while it runs, saying it now waits, silently, for a
+        provider's limit to reset (the run is then stopped and paused as a usage limit)."""
         return None
+
+
+def not_this_cli(cli: Cli, result) -> str | None:
+    """A finished run whose stdout holds none of the CLI's streamed events although it printed
+    something, or exited 0: the binary is another program (a CLI failing before its stream,
+    e.g. on an unknown option, exits non-zero with stdout empty and is not called that)."""
+    ended = result.exit_code is not None and not result.start_error
+    if not ended or result.stopped or result.timed_out or getattr(result, "stalled", False):
+        return None
+    if any(event.get("type") in cli.event_types for event in json_lines(result.stdout)):
+        return None
+    if result.exit_code != 0 and not result.stdout.strip():
+        return None
+    return f"not {cli.label}: its binary printed none of {cli.label}'s events"
 
 
 def config_with_server(config: object, key: str, name: str, entry: dict) -> dict:
@@ -247,6 +287,26 @@ def stderr_message(stderr: str, noise: tuple[str, ...] = ()) -> str:
             if isinstance(error, dict) and error.get("message"):
                 return str(error["message"])
     return text
+
+
+def last_json_document(text: str) -> dict | None:
+    """The JSON object `text` ends with, starting a line (possibly over several lines: Gemini's
+    `-o json` prints its result or error after the other output)."""
+    decoder, end = json.JSONDecoder(), len(text.rstrip())
+    index = end
+    for _attempt in range(50):  # a document starts at one of the last few lines, or none
+        index = text.rfind("\n{", 0, index)
+        start = index + 1 if index != -1 else 0
+        if not text.startswith("{", start):
+            return None
+        try:
+            _value, stop = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            if index == -1:
+                return None
+            continue  # a line inside the document, or a broken one: look further up
+        return json_document(text[start:end]) if stop == end else None
+    return None
 
 
 def json_document(text: str) -> dict | None:

@@ -18,6 +18,7 @@ from runner.clis.base import (
     McpSetup,
     StdoutResult,
     last_json_object,
+    not_this_cli,
 )
 from runner.limits import Limit, first_limit
 from runner.schemas import schema_json
@@ -41,6 +42,17 @@ LIMIT_TEXT = re.compile(
     r"hit your (?:\w+ )?limit|usage limit reached|rate_limit_error|\b429\b", re.I
 )
 
+# A run that cannot work until the user acts (DESIGN "Retries"), in Claude Code 2.1.197's words
+# (from its binary): logged out, a refused key or token, a model it cannot use.
+AUTH_REFUSED = re.compile(
+    r"Not logged in|Invalid API key|OAuth token (?:has expired|revoked)|authentication_error|"
+    r"Please run /login|claude auth login",
+    re.I,
+)
+UNKNOWN_MODEL = re.compile(
+    r"issue with the selected model|model_not_found|is not available on your .* deployment", re.I
+)
+
 ROOT_HINT = (
     " Claude Code refuses --dangerously-skip-permissions as root: add IS_SANDBOX=1 to its "
     "environment variables in Settings → CLIs."
@@ -50,6 +62,8 @@ ROOT_HINT = (
 class Claude(Cli):
     name = CliType.CLAUDE.value
     label = str(CliType.CLAUDE.label)
+    version_pattern = r"\d+\.\d+\.\d+ \(Claude Code\)"  # "2.1.197 (Claude Code)"
+    event_types = frozenset({"system", "assistant", "user", "result", "stream_event"})
     model_flag = "--model"
     model_hint = "an alias (opus, sonnet) or a full model name"
     model_suggestions = ("opus", "sonnet", "haiku")
@@ -100,14 +114,20 @@ class Claude(Cli):
     def mcp_setup(
         self, server: McpServer, *, env: Mapping[str, str], config_path: Path
     ) -> McpSetup:
-        """`--mcp-config FILE`: added to the user's own servers (no --strict-mcp-config)."""
+        """`--mcp-config FILE`: added to the user's own servers (no --strict-mcp-config).
+        MCP_CONNECTION_NONBLOCKING=false: 2.1.197 connects servers in the background by
+        default, so the first model requests went out without Malamar's tools; with it, the
+        connection is made before the first request."""
         config = {"mcpServers": {server.name: {"type": "stdio", **server.stdio_entry()}}}
         return McpSetup(
             args=("--mcp-config", str(config_path)),
+            env=(("MCP_CONNECTION_NONBLOCKING", "false"),),
             files=((config_path, json.dumps(config, indent=2)),),
         )
 
     def health_command(self, binary: str) -> Command:
+        """Streamed, as a run is: its `system/init` event is its first output, from which the
+        check's time limit counts (a loaded machine's start-up does not)."""
         return Command(
             [
                 binary,
@@ -115,7 +135,8 @@ class Claude(Cli):
                 HEALTH_PROMPT,
                 "--dangerously-skip-permissions",
                 "--output-format",
-                "json",
+                "stream-json",
+                "--verbose",
             ]
         )
 
@@ -132,7 +153,8 @@ class Claude(Cli):
         return StdoutResult(structured=structured if isinstance(structured, dict) else None)
 
     def health_answer(self, stdout: str) -> str:
-        """`--output-format json` prints one result object: the answer is its `result`."""
+        """The final `result` event (the last line, also of `--output-format json`) holds the
+        answer as its `result`."""
         result = last_json_object(stdout)
         if not result or result.get("type") != "result":
             return stdout.strip()
@@ -151,6 +173,23 @@ class Claude(Cli):
 
     def explain(self, stderr: str) -> str:
         return ROOT_HINT if "root" in stderr and "dangerously-skip-permissions" in stderr else ""
+
+    def error_message(self, *, stdout: str, stderr: str) -> str:
+        """The result event's text when it reports an error, else stderr."""
+        result = last_json_object(stdout)
+        if result and result.get("type") == "result" and result.get("is_error"):
+            return str(result.get("result") or "").strip() or "Claude Code reported an error"
+        return super().error_message(stdout=stdout, stderr=stderr)
+
+    def cannot_run_reason(self, result) -> str | None:
+        if result.exit_code != 0 or self.read_stdout(result.stdout).error:
+            said = self.error_message(stdout=result.stdout, stderr=result.stderr)
+            status = (last_json_object(result.stdout) or {}).get("api_error_status")
+            if status in (401, 403) or AUTH_REFUSED.search(said):
+                return f"logged out, or its login was refused: {said}"
+            if UNKNOWN_MODEL.search(said):
+                return f"unknown model: {said}"
+        return not_this_cli(self, result)
 
 
 class ClaudeStream:

@@ -18,6 +18,7 @@ from runner.clis.base import (
     McpSetup,
     error_message,
     json_lines,
+    not_this_cli,
 )
 from runner.limits import Limit, first_limit
 from runner.streams import (
@@ -41,6 +42,22 @@ LIMIT_TEXT = re.compile(
     re.I,
 )
 
+# A run that cannot work until the user acts (DESIGN "Retries"): its login refused (the API's
+# 401/403 as codex 0.169.0 relays it: "unexpected status 401 Unauthorized: …"), or a model the
+# API does not know ("The requested model 'x' does not exist.").
+AUTH_REFUSED = re.compile(
+    r"\b40[13] (?:Unauthorized|Forbidden)|invalid_api_key|Incorrect API key|Not logged in|"
+    r"refresh token|codex login",
+    re.I,
+)
+UNKNOWN_MODEL = re.compile(
+    r"model \S+ does not exist|model_not_found|model is not supported|unsupported model", re.I
+)
+
+# How long codex exec waits for Malamar's MCP server to answer `initialize` and `tools/list`
+# (its default is 10 s; `malamar mcp` lists its tools once Django is loaded, 2-3 CPU-seconds).
+MCP_STARTUP_TIMEOUT_SECONDS = 120
+
 _EXEC = ["exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
 # Config keys (`-c key=value`) that have a field of their own or would undo the contract.
 _RESERVED_CONFIG = ("model", "model_reasoning_effort", "sandbox_mode", "approval_policy")
@@ -49,6 +66,21 @@ _RESERVED_CONFIG = ("model", "model_reasoning_effort", "sandbox_mode", "approval
 class Codex(Cli):
     name = CliType.CODEX.value
     label = str(CliType.CODEX.label)
+    # Printed on stderr by every run that closes stdin (as Malamar's do); never an error.
+    stderr_noise = ("Reading additional input from stdin",)
+    version_pattern = r"codex-cli \d+\.\d+"  # "codex-cli 0.169.0"
+    event_types = frozenset(
+        {
+            "thread.started",
+            "turn.started",
+            "turn.completed",
+            "turn.failed",
+            "item.started",
+            "item.updated",
+            "item.completed",
+            "error",
+        }
+    )
     model_flag = "-m"
     model_hint = "an OpenAI model name (or one of your config's providers)"
     model_suggestions = ("gpt-5-codex", "gpt-5", "o3")
@@ -106,12 +138,17 @@ class Codex(Cli):
     ) -> McpSetup:
         """`-c mcp_servers.NAME.KEY=VALUE` overrides (values in TOML): Codex has no flag for a
         server file, and the overrides leave $CODEX_HOME/config.toml alone. Codex starts MCP
-        servers with a minimal environment, so theirs is given in full."""
+        servers with a minimal environment, so theirs is given in full. `required`: `codex
+        exec` waits for the server before its first request (it starts without it otherwise)
+        and fails if it cannot start; `startup_timeout_sec` (default 10 s, for `initialize`
+        and the first `tools/list`) gives a busy machine time to load the tools."""
         key = f"mcp_servers.{server.name}"
         settings = {
             "command": toml_value(server.command),
             "args": toml_value(list(server.args)),
             "env": toml_table(dict(server.env)),
+            "required": "true",
+            "startup_timeout_sec": str(MCP_STARTUP_TIMEOUT_SECONDS),
         }
         args: list[str] = []
         for name, value in settings.items():
@@ -119,7 +156,9 @@ class Codex(Cli):
         return McpSetup(args=tuple(args))
 
     def health_command(self, binary: str) -> Command:
-        return Command([binary, *_EXEC, HEALTH_PROMPT])
+        """Streamed (`--json`), as a run is: `thread.started` is its first output, from which
+        the check's time limit counts."""
+        return Command([binary, *_EXEC, "--json", HEALTH_PROMPT])
 
     def stream_parser(self) -> StreamParser:
         return CodexStream()
@@ -137,8 +176,42 @@ class Codex(Cli):
         return first_limit(texts, LIMIT_TEXT, now)
 
     def health_answer(self, stdout: str) -> str:
-        # Without --json, codex prints only its final message on stdout (the banner: stderr).
-        return stdout.strip()
+        """With `--json`, the text of its `agent_message` items; without, codex prints only its
+        final message on stdout (the banner goes to stderr)."""
+        events = [event for event in json_lines(stdout) if event.get("type") in self.event_types]
+        if not events:
+            return stdout.strip()
+        said = [
+            str(item.get("text") or "")
+            for event in events
+            if event.get("type") == "item.completed"
+            and isinstance(item := event.get("item"), dict)
+            and item.get("type") == "agent_message"
+        ]
+        return "\n".join(said).strip()
+
+    def error_message(self, *, stdout: str, stderr: str) -> str:
+        """Its stream's last `turn.failed` error, else its last final `error` event (not one of
+        the "Reconnecting…" it retries itself), else stderr."""
+        failed, errors = "", ""
+        for event in json_lines(stdout):
+            if event.get("type") == "turn.failed":
+                failed = error_message(event.get("error")) or failed
+            elif event.get("type") == "error":
+                message = str(event.get("message") or "")
+                if message and not message.startswith("Reconnecting"):
+                    errors = message
+        said = (failed or errors).strip()
+        return said or super().error_message(stdout=stdout, stderr=stderr)
+
+    def cannot_run_reason(self, result) -> str | None:
+        if result.exit_code not in (0, None):
+            said = self.error_message(stdout=result.stdout, stderr=result.stderr)
+            if AUTH_REFUSED.search(said):
+                return f"logged out, or its login was refused: {said}"
+            if UNKNOWN_MODEL.search(said):
+                return f"unknown model: {said}"
+        return not_this_cli(self, result)
 
 
 def toml_value(value: str | list[str]) -> str:

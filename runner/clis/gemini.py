@@ -24,6 +24,8 @@ from runner.clis.base import (
     error_message,
     json_document,
     json_lines,
+    last_json_document,
+    not_this_cli,
 )
 from runner.limits import Limit, first_limit
 from runner.streams import (
@@ -40,14 +42,30 @@ from runner.streams import (
 )
 
 # "RESOURCE_EXHAUSTED" (429) with "Please retry in 37.5s.", "You have exhausted your capacity on
-# this model. Your quota will reset after 4h28m20s.", "You exceeded your current quota"
-# (tests/fixtures/limits/gemini_*). A bare "quota exceeded" is not enough: Gemini's real quota
-# errors always carry RESOURCE_EXHAUSTED or 429 with it.
+# this model. Your quota will reset after 4h28m20s.", "You exceeded your current quota", and its
+# own TerminalQuotaError for a daily quota, "You have exhausted your daily quota on this model."
+# (exit 173: 429 & 0xFF) (tests/fixtures/limits/gemini_*). A bare "quota exceeded" is not
+# enough: Gemini's real quota errors always carry one of these.
 LIMIT_TEXT = re.compile(
-    r"RESOURCE_EXHAUSTED|exhausted your capacity|exceeded your current quota|rateLimitExceeded|"
-    r"\b429\b",
+    r"RESOURCE_EXHAUSTED|exhausted your (?:capacity|daily quota)|exceeded your current quota|"
+    r"rateLimitExceeded|\b429\b",
     re.I,
 )
+# A run that cannot work until the user acts (DESIGN "Retries"), as gemini-cli 0.61.0 says it:
+# exit 41 (FatalAuthenticationError: no login), a 401/403 (exit 145/147: the status & 0xFF) or
+# its words for a refused key; a model it cannot find (ModelNotFoundError, 404: exit 148).
+AUTH_EXIT_CODES = (41, 401 & 0xFF, 403 & 0xFF)
+AUTH_REFUSED = re.compile(
+    r"UNAUTHENTICATED|PERMISSION_DENIED|API key not valid|authentication_error|"
+    r"\b401\b|\b403\b|Please set an Auth method|GEMINI_API_KEY",
+)
+UNKNOWN_MODEL_EXIT_CODE = 404 & 0xFF
+UNKNOWN_MODEL = re.compile(r"ModelNotFoundError|Model not found|models/\S+ is not found", re.I)
+# How 0.61 wraps an API error in its messages: "[API Error: MESSAGE]" then, for a 429, a line of
+# advice (packages/core/src/utils/errorParsing.ts).
+API_ERROR = re.compile(r"^\[API Error: (.*)\]$", re.S)
+# Stack frames of the errors Gemini prints while it retries ("    at async retryWithBackoff…").
+STACK_FRAME = re.compile(r"^\s+at\s")
 # Gemini reads a "system" settings file that overrides the user's and the project's settings,
 # at a path this variable can change (its objects, such as mcpServers, are merged with theirs).
 SYSTEM_SETTINGS_ENV = "GEMINI_CLI_SYSTEM_SETTINGS_PATH"
@@ -56,6 +74,29 @@ SYSTEM_SETTINGS_PATHS = {
     "win32": "C:\\ProgramData\\gemini-cli\\settings.json",
 }
 LINUX_SYSTEM_SETTINGS = "/etc/gemini-cli/settings.json"
+
+
+def own_words(text: str) -> str:
+    """Gemini's message without its "[API Error: …]" wrapper (a provider's JSON body inside it
+    reduced to its `error.message`), on one line."""
+    text = text.strip()
+    head, _, advice = text.partition("\n")
+    found = API_ERROR.match(head.strip())
+    if found:
+        text = f"{_body_message(found.group(1))}\n{advice}"
+    return " ".join(text.split())
+
+
+def _body_message(text: str) -> str:
+    """A provider's error body (`{"error": {"message": …}}`, or a list of them) as its message;
+    any other text as it is."""
+    try:
+        body = loads_storable(text)
+    except ValueError:
+        return text
+    body = body[0] if isinstance(body, list) and body else body
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("message") or text) if isinstance(error, dict) else text
 
 
 def system_settings(env: Mapping[str, str]) -> dict:
@@ -74,8 +115,15 @@ def system_settings(env: Mapping[str, str]) -> dict:
 class Gemini(Cli):
     name = CliType.GEMINI.value
     label = str(CliType.GEMINI.label)
-    # Printed on stderr by every --yolo run; not part of any error.
-    stderr_noise = ("YOLO mode is enabled",)
+    version_pattern = r"\d+\.\d+\.\d+\S*$"  # "0.61.0"
+    event_types = frozenset({"init", "message", "tool_use", "tool_result", "error", "result"})
+    # Printed on stderr at start-up (every --yolo run; a terminal without 256 colours; no
+    # ripgrep installed); never part of any error.
+    stderr_noise = (
+        "YOLO mode is enabled",
+        "Warning: 256-color support not detected",
+        "Ripgrep is not available",
+    )
     model_flag = "-m"
     model_hint = "a Gemini model name"
     model_suggestions = ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite")
@@ -123,27 +171,73 @@ class Gemini(Cli):
         )
 
     def health_command(self, binary: str) -> Command:
-        return Command([binary, "-p", HEALTH_PROMPT, "--yolo", "--skip-trust", "-o", "json"])
+        """Streamed, as a run is: its `init` event is its first output, from which the check's
+        time limit counts."""
+        argv = [binary, "-p", HEALTH_PROMPT, "--yolo", "--skip-trust", "-o", "stream-json"]
+        return Command(argv)
 
     def stream_parser(self) -> StreamParser:
         return GeminiStream()
 
     def usage_limit(self, *, stdout: str, stderr: str, now: datetime) -> Limit | None:
-        texts = []
+        """Read from its error texts as printed (the status words and the reset time are in
+        them), shown in its own words (error_message)."""
+        texts = [*self._error_texts(stdout, stderr), self._stderr_text(stderr)]
+        found = first_limit(texts, LIMIT_TEXT, now)
+        if found is None:
+            return None
+        own = self.error_message(stdout=stdout, stderr=stderr)
+        return Limit(message=(own or found.message)[:500], reset_at=found.reset_at)
+
+    def error_message(self, *, stdout: str, stderr: str) -> str:
+        """Its stream's `result` error or `error` events, else the JSON error `-o json` prints
+        (on stderr, after the retries' dumps), else stderr without start-up noise or stack
+        frames: with "[API Error: …]" unwrapped and on one line."""
+        said = self._error_texts(stdout, stderr)
+        return own_words(said[-1] if said else self._stderr_text(stderr))
+
+    def cannot_run_reason(self, result) -> str | None:
+        if result.exit_code not in (0, None):  # its error events alone may be warnings
+            raw = " ".join(self._error_texts(result.stdout, result.stderr))
+            said = self.error_message(stdout=result.stdout, stderr=result.stderr)
+            if result.exit_code in AUTH_EXIT_CODES or AUTH_REFUSED.search(raw):
+                return f"logged out, or its login was refused: {said}"
+            if result.exit_code == UNKNOWN_MODEL_EXIT_CODE or UNKNOWN_MODEL.search(raw + said):
+                return f"unknown model: {said}"
+        return not_this_cli(self, result)
+
+    def _error_texts(self, stdout: str, stderr: str) -> list[str]:
+        said = []
         for event in json_lines(stdout):
             if event.get("type") == "result" and event.get("status") == "error":
-                texts.append(error_message(event.get("error")))
+                said.append(error_message(event.get("error")))
             elif event.get("type") == "error":
-                texts.append(str(event.get("message") or ""))
-        document = json_document(stdout)  # `-o json` (the health prompt): one indented object
-        if document and isinstance(document.get("error"), dict):
-            texts.append(str(document["error"].get("message") or ""))
+                said.append(str(event.get("message") or ""))
+        for text in (stdout, stderr):
+            document = last_json_document(text)
+            if document and isinstance(document.get("error"), dict):
+                said.append(str(document["error"].get("message") or ""))
+        return [text for text in said if text.strip()]
+
+    def _stderr_text(self, stderr: str) -> str:
         lines = stderr.splitlines()
-        texts.append("\n".join(line for line in lines if not line.startswith(self.stderr_noise)))
-        return first_limit(texts, LIMIT_TEXT, now)
+        return "\n".join(
+            line
+            for line in lines
+            if not line.startswith(self.stderr_noise) and not STACK_FRAME.match(line)
+        ).strip()
 
     def health_answer(self, stdout: str) -> str:
-        """`-o json` prints one (indented) object: the answer is its `response`."""
+        """`-o stream-json`: the assistant's `message` events (deltas) joined; `-o json` prints
+        one (indented) object whose `response` is the answer."""
+        events = list(json_lines(stdout))
+        said = [
+            str(event.get("content") or "")
+            for event in events
+            if event.get("type") == "message" and event.get("role") == "assistant"
+        ]
+        if events and any(event.get("type") in self.event_types for event in events):
+            return "".join(said).strip()
         document = json_document(stdout)
         if document is None or "response" not in document:
             return stdout.strip()

@@ -22,6 +22,7 @@ from runner.clis.base import (
     McpSetup,
     config_with_server,
     json_lines,
+    not_this_cli,
 )
 from runner.limits import Limit, first_limit, seconds_after
 from runner.streams import (
@@ -41,15 +42,34 @@ from runner.streams import (
 LIMIT_TEXT = re.compile(
     r"\b429\b|rate.?limit|insufficient_quota|exceeded your current quota|usage limit", re.I
 )
+# A run that cannot work until the user acts (DESIGN "Retries"): the provider refused its key
+# (an `APIError` with statusCode 401/403, or its ProviderAuthError), or the model is unknown
+# (opencode 1.18.33: "Model not found: provider/model." from ProviderModelNotFoundError).
+AUTH_STATUS = (401, 403)
+AUTH_ERRORS = ("ProviderAuthError",)
+UNKNOWN_MODEL = re.compile(r"Model not found|ProviderModelNotFoundError")
+
 # Inline configuration merged over every config file, the user's global one included.
 CONFIG_CONTENT_ENV = "OPENCODE_CONFIG_CONTENT"
 
-_RUN = ["run", "--auto", "--format", "json"]
+# `--print-logs --log-level WARN`: its warnings and errors on stderr instead of a log file, so
+# a model request refused with a 429 and a `retry-after` is seen while OpenCode waits it out.
+_RUN = ["run", "--auto", "--format", "json", "--print-logs", "--log-level", "WARN"]
+# opencode 1.18.33 (session/retry.ts in its binary) honours a provider's `retry-after` (or
+# `retry-after-ms`) up to 2^31-1 ms (~24.8 days), 5 times, and prints nothing meanwhile in
+# `--format json`; each refused request is logged ("stream error", with the provider's error).
+# A wait longer than this is a usage limit, not a pause to sit through.
+LONGEST_SILENT_WAIT_SECONDS = 120
+RATE_LIMITED = re.compile(r"statusCode\W{0,3}429|\b429\b|rate.?limit", re.I)
+RETRY_AFTER = re.compile(r"retry-after(-ms)?\W{1,6}(\d+(?:\.\d+)?)", re.I)
+PROVIDER_MESSAGE = re.compile(r"message\W{1,6}(?!stream error)([^\"\\]{8,300})", re.I)
 
 
 class OpenCode(Cli):
     name = CliType.OPENCODE.value
     label = str(CliType.OPENCODE.label)
+    version_pattern = r"\d+\.\d+\.\d+\S*$"  # "1.18.33"
+    event_types = frozenset({"step_start", "step_finish", "text", "reasoning", "tool_use", "error"})
     model_flag = "-m"
     model_hint = "provider/model, as `opencode models` lists them"
     model_suggestions = (
@@ -107,6 +127,20 @@ class OpenCode(Cli):
     def health_command(self, binary: str) -> Command:
         return Command([binary, *_RUN], stdin=HEALTH_PROMPT.encode())
 
+    def waits_out_a_limit(self, stderr_line: str, now: datetime) -> Limit | None:
+        """A logged 429 whose `retry-after` is longer than LONGEST_SILENT_WAIT_SECONDS: OpenCode
+        now sleeps that long without a word (CLIS.md); shorter waits it sits through itself."""
+        after = RETRY_AFTER.search(stderr_line)
+        if after is None or not RATE_LIMITED.search(stderr_line):
+            return None
+        seconds = float(after.group(2)) / (1000 if after.group(1) else 1)
+        if seconds <= LONGEST_SILENT_WAIT_SECONDS:
+            return None
+        said = [m.strip() for m in PROVIDER_MESSAGE.findall(stderr_line) if m.strip()]
+        waiting = f"OpenCode is waiting {seconds:g} s for the provider's rate limit (retry-after)"
+        message = f"{said[-1]} ({waiting})" if said else waiting
+        return Limit(message=message[:500], reset_at=seconds_after(seconds, now))
+
     def stream_parser(self) -> StreamParser:
         return OpenCodeStream()
 
@@ -126,6 +160,26 @@ class OpenCode(Cli):
                 return Limit(message=message, reset_at=after or limit.reset_at)
         return first_limit([stderr], LIMIT_TEXT, now)
 
+    def error_message(self, *, stdout: str, stderr: str) -> str:
+        """Its last `error` event's message, else stderr."""
+        said = [error_text(error) for error in error_events(stdout)]
+        said = [text for text in said if text]
+        return said[-1] if said else super().error_message(stdout=stdout, stderr=stderr)
+
+    def cannot_run_reason(self, result) -> str | None:
+        errors = error_events(result.stdout)
+        if result.exit_code not in (0, None):  # a session error makes it exit 1
+            said = self.error_message(stdout=result.stdout, stderr=result.stderr)
+            for error in errors:
+                data = error.get("data") if isinstance(error.get("data"), dict) else {}
+                if data.get("statusCode") in AUTH_STATUS or error.get("name") in AUTH_ERRORS:
+                    return f"logged out, or its login was refused: {error_text(error)}"
+                if UNKNOWN_MODEL.search(f"{error.get('name')} {error_text(error)}"):
+                    return f"unknown model: {error_text(error)}"
+            if UNKNOWN_MODEL.search(said):
+                return f"unknown model: {said}"
+        return not_this_cli(self, result)
+
     def health_answer(self, stdout: str) -> str:
         """`--format json` prints JSONL events: the answer is the text of its `text` events."""
         texts, events = [], 0
@@ -135,6 +189,21 @@ class OpenCode(Cli):
             if event.get("type") == "text" and isinstance(part, dict):
                 texts.append(str(part.get("text") or ""))
         return "".join(texts).strip() if events else stdout.strip()
+
+
+def error_events(stdout: str) -> list[dict]:
+    """The `error` objects of its `error` events, in order."""
+    return [
+        event["error"]
+        for event in json_lines(stdout)
+        if event.get("type") == "error" and isinstance(event.get("error"), dict)
+    ]
+
+
+def error_text(error: dict) -> str:
+    """An error's message (its `data.message`), else its name."""
+    data = error.get("data") if isinstance(error.get("data"), dict) else {}
+    return str(data.get("message") or error.get("name") or "").strip()
 
 
 class OpenCodeStream:

@@ -27,11 +27,9 @@ from runner.clis.base import (
     McpServer,
     McpSetup,
     RunOptions,
-    stderr_message,
 )
-from runner.files import read_output, remove_quietly, schema_path, write_private
+from runner.files import data_subdir, read_output, remove_quietly, schema_path, write_private
 from runner.limits import Limit
-from runner.plans import options_for  # noqa: F401 - the health checks import it from here
 from runner.prompts import PROMPT_TEMPLATE
 from runner.schemas import schema_json
 from runner.worker import process
@@ -81,14 +79,19 @@ def _mcp_server_env() -> tuple[tuple[str, str], ...]:
 
 
 def _mcp_setup(cli: Cli, server: McpServer | None, env: dict, output_path: Path) -> McpSetup:
-    """The run's MCP configuration, its files written (private, next to the output file)."""
+    """The run's MCP configuration, its files written (private, in the data directory's
+    private run-config folder, named after the run's output file)."""
     if server is None:
         return McpSetup()
-    config_path = output_path.with_name(f"{output_path.stem}_mcp.json")
+    config_path = data_subdir(RUN_CONFIG_DIR) / f"{output_path.stem}_mcp.json"
     setup = cli.mcp_setup(server, env=env, config_path=config_path)
     for path, text in setup.files:
         write_private(path, text)
     return setup
+
+
+RUN_CONFIG_DIR = "run-config"
+CLI_TEMP_DIR = "tmp"
 
 
 def cli_env(cli_type: str, conf: dict | None = None) -> dict[str, str]:
@@ -96,6 +99,20 @@ def cli_env(cli_type: str, conf: dict | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update((conf or cli_settings_for(cli_type)).get("env") or {})
     return env
+
+
+def process_env(base: dict[str, str], *, cwd: str | Path, extra=()) -> dict[str, str]:
+    """The environment of every CLI process (runs, health checks, doctor), built here only:
+    `base` (cli_env, or a custom command's), PWD = the process's working directory (OpenCode
+    works in $PWD, not in its cwd: an inherited PWD made it edit the folder Malamar was started
+    from), TMPDIR = a private folder of the data directory (not the shared system temp), and
+    `extra`: the run's MCP variables (McpSetup.env)."""
+    return {
+        **base,
+        "PWD": str(cwd),
+        "TMPDIR": str(data_subdir(CLI_TEMP_DIR)),
+        **dict(extra),
+    }
 
 
 def resolve_binary(
@@ -179,9 +196,7 @@ def _interpret(cli: Cli, result: process.ProcessResult, output_path: Path) -> Ex
         return Execution(error=f"CLI could not be started: {result.start_error}", result=result)
     reported = cli.read_stdout(result.stdout)
     if result.exit_code != 0:
-        detail = stderr_message(result.stderr, cli.stderr_noise) or reported.error or ""
-        message = f"CLI exited with code {result.exit_code}. {_trim(detail)}".strip()
-        return Execution(error=message + cli.explain(result.stderr), result=result)
+        return Execution(error=exit_message(cli, result), result=result)
     if reported.error:
         return Execution(error=f"CLI reported an error: {_trim(reported.error)}", result=result)
     if reported.structured is not None:
@@ -201,6 +216,14 @@ def _interpret(cli: Cli, result: process.ProcessResult, output_path: Path) -> Ex
         return Execution(error=f"CLI output was not valid JSON: {exc}", result=result)
 
 
+def exit_message(cli: Cli, result: process.ProcessResult) -> str:
+    """A CLI that exited non-zero, in its own words first (from its structured output where it
+    has one; start-up noise dropped), then the exit code, then a hint for a known trap."""
+    said = _trim(cli.error_message(stdout=result.stdout, stderr=result.stderr))
+    code = f"CLI exited with code {result.exit_code}"
+    return (f"{said} ({code})" if said else code) + cli.explain(result.stderr)
+
+
 def _blame_extra_args(run: Execution, options: RunOptions) -> Execution:
     """A CLI refusing one of the agent's extra arguments (an unknown option, e.g. after an
     update of the CLI) says so on stderr: name the argument and where to change it."""
@@ -218,10 +241,28 @@ def _blame_extra_args(run: Execution, options: RunOptions) -> Execution:
     return run
 
 
+class LimitWait:
+    """Watches a run's stderr for the CLI saying it now waits out a provider's limit silently
+    (Cli.waits_out_a_limit): the run is then stopped at the next tick and paused as a usage
+    limit instead of sitting through days of silence."""
+
+    def __init__(self, cli: Cli):
+        self.cli, self.limit = cli, None
+
+    def on_error_line(self, line: str) -> None:
+        if self.limit is None:
+            self.limit = self.cli.waits_out_a_limit(line, timezone.now())
+
+    def tick(self) -> bool:
+        return self.limit is not None
+
+
 @dataclass
 class Launch:
-    """A run ready to start (`prepare`): its CLI, command and environment, and the files that
-    live as long as the run (its answer file and MCP configuration)."""
+    """A run ready to start (`prepare`): its CLI, command and environment (process_env), the
+    files that live as long as the run (its answer file and MCP configuration), and the watch
+    on its stderr for a limit it would wait out silently (`waiting`: its hooks go to the
+    process)."""
 
     cli: Cli
     command: Command
@@ -229,6 +270,7 @@ class Launch:
     cwd: Path
     output_path: Path
     options: RunOptions
+    waiting: LimitWait
     files: tuple[Path, ...] = ()
 
     def cleanup(self) -> None:
@@ -266,6 +308,7 @@ def prepare(
         setup = _mcp_setup(cli, mcp, env, output_path)
     except OSError as exc:
         return Execution(error=f"CLI could not be started: the MCP configuration: {exc}")
+    env = process_env(env, cwd=cwd, extra=setup.env)
     invocation = Invocation(
         binary=binary,
         prompt=PROMPT_TEMPLATE.format(path=input_path),
@@ -281,10 +324,11 @@ def prepare(
     return Launch(
         cli=cli,
         command=cli.command(invocation),
-        env={**env, **dict(setup.env)},
+        env=env,
         cwd=cwd,
         output_path=output_path,
         options=options,
+        waiting=LimitWait(cli),
         files=tuple(path for path, _text in setup.files),
     )
 
@@ -294,6 +338,9 @@ def conclude(launch: Launch, result: process.ProcessResult, *, stall_minutes: fl
     that cannot run at all, a silent CLI stopped, or any other failure)."""
     if result.stopped:
         return Execution(stopped=True, result=result)
+    limit = launch.waiting.limit
+    if limit is not None:  # stopped: it would have waited out the limit silently
+        return Execution(error=f"CLI stopped: {limit.message}", result=result, limit=limit)
     if result.stalled:
         message = f"CLI produced no output for {stall_minutes:g} minutes and was stopped"
         return Execution(error=message, result=result)
@@ -332,7 +379,15 @@ def execute(
     if isinstance(launch, Execution):
         return launch
     try:
-        result = process.run(launch.command, cwd=str(cwd), env=launch.env, stop=stop)
+        waiting = launch.waiting
+        result = process.run(
+            launch.command,
+            cwd=str(cwd),
+            env=launch.env,
+            stop=stop,
+            on_error_line=waiting.on_error_line,
+            on_tick=waiting.tick,
+        )
         return conclude(launch, result)
     finally:
         launch.cleanup()

@@ -1,56 +1,83 @@
-"""CLI health: is the binary there, and does a minimal prompt answer?
+"""CLI health: is the binary there and that CLI, and does a minimal prompt answer?
 
-`--version` is cheap and runs every 5 minutes; the real prompt (a model call) runs at worker
-start, on the user's "Refresh" or "Test", after the CLI's settings are saved, and after a
-failure. Results are stored for the server.
+DESIGN "Health checks". `--version` is cheap and runs every 5 minutes; the real prompt (a model
+call) runs at worker start, on the user's "Refresh" or "Test", after the CLI's settings are
+saved, and after a failure. Results are stored for the server. `malamar doctor` runs the same
+`check()` (runner/management/commands/doctor.py), so both say the same thing.
 
-Our own load must not look like a broken CLI: a round runs at most CONCURRENCY CLIs at a time
-(four model calls at once on a busy machine used to time out healthy CLIs), each prompt's time
-limit counts from that CLI's own start, and a prompt that times out is retried once. If the
-retry times out too, a CLI that was healthy is reported "slow to answer" (still available; the
-next round re-checks it with the real prompt), and only a CLI that was not healthy, or is slow
-again in the next round, becomes unhealthy.
+A check measures whether the CLI can answer, not how busy the machine is:
+- each CLI has a generous time limit (Settings → CLIs, default 90 s), counted from the CLI's
+  first output (its start-up on a loaded machine does not count; one silent for the whole limit
+  times out);
+- the background checks (start-up, every 5 minutes) run one CLI at a time: four model calls at
+  once on a busy machine made healthy CLIs look dead;
+- a check that merely timed out says "slow to answer" and blocks nothing; a CLI that completed a
+  real run in the last hour stays healthy (the run is the better proof, and it outlives a
+  restart: runs are stored);
+- only a check that failed makes a CLI unhealthy: not found, not executable, not that CLI, logged
+  out or its login refused, an error answer.
+Checks someone asked for (Refresh, Test, saved settings) run at once, beside the background
+round, never queued behind it; a newer check's result is never overwritten by an older one's.
 """
 
+import itertools
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from datetime import timedelta
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from agents.models import CUSTOM_CLI, Agent, CliType
-from core.settings_store import cli_settings_for
+from core.settings_store import HEALTH_TIMEOUT_DEFAULT, cli_settings_for
 from runner.clis import cli_for
-from runner.clis.base import HEALTH_PROMPT, Cli, Command, stderr_message
+from runner.clis.base import HEALTH_PROMPT, Cli, Command
 from runner.files import private_dir, temp_dir, write_private
 from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
-from runner.selectors import cli_limited
+from runner.plans import options_for
+from runner.selectors import cli_completed_a_run_since, cli_limited
 from runner.services import cli_health_forget, cli_health_store, cli_limit_lift, cli_limit_set
 from runner.worker import process
-from runner.worker.execution import cli_env, options_for, resolve_binary, resolve_custom
+from runner.worker.execution import (
+    cli_env,
+    exit_message,
+    process_env,
+    resolve_binary,
+    resolve_custom,
+)
 
 log = logging.getLogger(__name__)
-PROMPT_TIMEOUT = 30
-VERSION_TIMEOUT = 10
-CONCURRENCY = 2  # CLIs checked at the same time
 ANSWER_CHARS = 500
+# A CLI that completed a real run this recently is healthy whatever a slow check says.
+RUN_PROVES_HEALTH = timedelta(hours=1)
 
 
 def _run(
-    command: Command, env: dict, timeout: float, stop: threading.Event | None
+    command: Command,
+    env: dict,
+    timeout: float,
+    stop: threading.Event | None,
+    *,
+    from_output: bool = False,
 ) -> process.ProcessResult:
     cwd = private_dir(temp_dir() / "malamar_health")
-    return process.run(command, cwd=str(cwd), env=env, timeout=timeout, stop=stop)
+    env = process_env(env, cwd=cwd)
+    return process.run(
+        command,
+        cwd=str(cwd),
+        env=env,
+        timeout=timeout,
+        stop=stop,
+        timeout_from_output=from_output,
+    )
 
 
 def _failure(cli: str, result: process.ProcessResult) -> str:
     if result.start_error:
         return f"CLI could not be started: {result.start_error}"
-    detail = stderr_message(result.stderr, cli_for(cli).stderr_noise)[-500:]
-    explain = cli_for(cli).explain(result.stderr)
-    return f"CLI exited with code {result.exit_code}" + (f": {detail}" if detail else "") + explain
+    return exit_message(cli_for(cli), result)
 
 
 def _usage_limit(cli: Cli, result: process.ProcessResult) -> Limit | None:
@@ -61,26 +88,32 @@ def _usage_limit(cli: Cli, result: process.ProcessResult) -> Limit | None:
     return cli.usage_limit(stdout=result.stdout, stderr=result.stderr, now=timezone.now())
 
 
-def _patient_run(
-    cli: str, command: Command, env: dict, timeout: float, stop: threading.Event | None
-) -> process.ProcessResult:
-    """Run a check command; once more if it times out. The limit counts from the CLI's own
-    start, so waiting for a free slot in the round never counts against it."""
-    result = _run(command, env, timeout, stop)
-    if result.timed_out and not (stop and stop.is_set()):
-        log.info("CLI health check timed out; retrying once", extra={"cli": cli})
-        result = _run(command, env, timeout, stop)
-    return result
+def time_limit(conf: dict | None) -> float:
+    """A CLI's health check time limit (seconds): its setting, else the default."""
+    return float((conf or {}).get("health_timeout_seconds") or HEALTH_TIMEOUT_DEFAULT)
 
 
-def _timed_out(found: dict, *, was_healthy: bool, timeout: float) -> dict:
-    if was_healthy:
-        error = (
-            f"Slow to answer: no answer to the health check within {timeout:g} s, twice (a "
-            "busy machine?). Malamar keeps using it and checks again in 5 minutes."
-        )
-        return {**found, "status": CliHealthStatus.SLOW, "error": error}
-    error = f"CLI health check timed out (no answer within {timeout:g} s, twice)"
+def _slow(key: str, found: dict, what: str, timeout: float) -> dict:
+    """A check that timed out: "slow to answer", available; healthy still when a real run of
+    the CLI completed within the last hour."""
+    if _proved_by_a_run(key):
+        found = {name: value for name, value in found.items() if name != "answer"}
+        return {**found, "status": CliHealthStatus.HEALTHY, "error": ""}
+    error = (
+        f"Slow to answer: {what} did not answer within {timeout:g} s (a busy machine?). "
+        "Malamar keeps using it and checks again in 5 minutes."
+    )
+    return {**found, "status": CliHealthStatus.SLOW, "error": error}
+
+
+def _proved_by_a_run(key: str) -> bool:
+    try:
+        return cli_completed_a_run_since(key, timezone.now() - RUN_PROVES_HEALTH)
+    except DatabaseError:  # `malamar doctor` without a database: no runs to prove anything
+        return False
+
+
+def _unhealthy(found: dict, error: str) -> dict:
     return {**found, "status": CliHealthStatus.UNHEALTHY, "error": error}
 
 
@@ -88,9 +121,7 @@ def _custom_agent(key: str) -> Agent | None:
     return Agent.objects.filter(id=key.removeprefix(f"{CUSTOM_CLI}:"), cli_type=CUSTOM_CLI).first()
 
 
-def check_custom(
-    key: str, *, was_healthy: bool = False, stop: threading.Event | None = None
-) -> dict | None:
+def check_custom(key: str, *, stop: threading.Event | None = None) -> dict | None:
     """A custom-command agent's check: its template with the health prompt must exit 0 and
     print something (it has no --version to ask). None when the agent is gone or changed."""
     agent = _custom_agent(key)
@@ -99,78 +130,97 @@ def check_custom(
     options = options_for(agent)
     binary, env, problem = resolve_custom(options.custom)
     if binary is None:
-        return {"status": CliHealthStatus.UNHEALTHY, "error": problem, "binary_path": ""}
+        return _unhealthy({"binary_path": ""}, problem)
     found = {"binary_path": binary, "answer": "", "version": ""}
     cli = cli_for(CUSTOM_CLI).configured(options)
     folder = private_dir(temp_dir() / "malamar_health")
     input_path = write_private(folder / "malamar_health_input.md", HEALTH_PROMPT + "\n")
     command = cli.health_command_in(binary, input_path)
-    answer = _patient_run(key, command, env, PROMPT_TIMEOUT, stop)
-    return _prompt_outcome(CUSTOM_CLI, cli, found, answer, was_healthy)
+    answer = _run(command, env, HEALTH_TIMEOUT_DEFAULT, stop)  # no known stream: from its start
+    return _prompt_outcome(key, cli, found, answer, HEALTH_TIMEOUT_DEFAULT)
 
 
 def check(
-    cli: str, *, full: bool, was_healthy: bool = False, stop: threading.Event | None = None
+    cli: str,
+    *,
+    full: bool,
+    stop: threading.Event | None = None,
+    conf: dict | None = None,
+    timeout: float | None = None,
 ) -> dict | None:
-    """Check one CLI. `full` also sends the minimal prompt; `was_healthy` (its last stored
-    status) decides whether two timeouts make it "slow" or "unhealthy"; setting `stop` kills
-    the check's CLI. A custom-command agent's key (`custom:<agent id>`) checks its command."""
+    """Check one CLI: its binary, `--version` (it must print this CLI's version), and with
+    `full` the minimal prompt. `conf`: its settings when the caller read them (doctor without a
+    database); `timeout` overrides its time limit; setting `stop` kills the check's CLI. A
+    custom-command agent's key (`custom:<agent id>`) checks its command."""
     if cli.startswith(f"{CUSTOM_CLI}:"):
-        return check_custom(cli, was_healthy=was_healthy, stop=stop)
-    conf = cli_settings_for(cli)
+        return check_custom(cli, stop=stop)
+    conf = conf if conf is not None else cli_settings_for(cli)
+    limit = timeout or time_limit(conf)
     env = cli_env(cli, conf)
     binary, problem = resolve_binary(cli, env, conf)
     if binary is None:
-        return {"status": CliHealthStatus.UNHEALTHY, "error": problem, "binary_path": ""}
+        return _unhealthy({"binary_path": ""}, problem)
     found = {"binary_path": binary, **({"answer": ""} if full else {})}
-    version = _patient_run(cli, Command([binary, "--version"]), env, VERSION_TIMEOUT, stop)
+    version = _run(Command([binary, "--version"]), env, limit, stop)
     if version.timed_out:
-        return _timed_out(found, was_healthy=was_healthy, timeout=VERSION_TIMEOUT)
-    if version.exit_code != 0:
-        return {**found, "status": CliHealthStatus.UNHEALTHY, "error": _failure(cli, version)}
+        return _slow(cli, found, "`--version`", limit)
+    if version.start_error or version.exit_code != 0:
+        return _unhealthy(found, _failure(cli, version))
     found["version"] = (version.stdout.strip().splitlines() or [""])[0][:200]
+    other = cli_for(cli).version_problem(found["version"])
+    if other:
+        return _unhealthy(found, f"{other[0].upper()}{other[1:]} (check Settings → CLIs)")
     if not full:
         return {**found, "status": CliHealthStatus.HEALTHY, "error": ""}
     prompt = cli_for(cli).health_command(binary)
-    answer = _patient_run(cli, prompt, env, PROMPT_TIMEOUT, stop)
-    return _prompt_outcome(cli, cli_for(cli), found, answer, was_healthy)
+    answer = _run(prompt, env, limit, stop, from_output=True)
+    return _prompt_outcome(cli, cli_for(cli), found, answer, limit)
 
 
 def _prompt_outcome(
-    cli_type: str, cli: Cli, found: dict, answer: process.ProcessResult, was_healthy: bool
+    key: str, cli: Cli, found: dict, answer: process.ProcessResult, timeout: float
 ) -> dict:
     """What the answer to the health prompt says about the CLI."""
     if answer.timed_out:
-        return _timed_out(found, was_healthy=was_healthy, timeout=PROMPT_TIMEOUT)
+        return _slow(key, found, "the health prompt", timeout)
     limit = _usage_limit(cli, answer)
     if limit is not None:  # installed and logged in, only out of quota: not "unhealthy"
         return {**found, "status": CliHealthStatus.HEALTHY, "error": "", "limit": limit}
-    if answer.exit_code != 0 or answer.start_error:
-        return {**found, "status": CliHealthStatus.UNHEALTHY, "error": _failure(cli_type, answer)}
-    reported = None if cli_type == CUSTOM_CLI else cli.read_stdout(answer.stdout).error
+    if answer.start_error:
+        return _unhealthy(found, _failure(cli.name, answer))
+    reason = cli.cannot_run_reason(answer)
+    if reason:
+        code = f" (CLI exited with code {answer.exit_code})" if answer.exit_code else ""
+        return _unhealthy(found, f"{reason[0].upper()}{reason[1:]}{code}")
+    if answer.exit_code != 0:
+        return _unhealthy(found, _failure(cli.name, answer))
+    reported = None if cli.name == CUSTOM_CLI else cli.read_stdout(answer.stdout).error
     if reported:
-        error = f"CLI reported an error: {reported[-500:]}"
-        return {**found, "status": CliHealthStatus.UNHEALTHY, "error": error}
+        return _unhealthy(found, f"CLI reported an error: {reported[-500:]}")
     text = cli.health_answer(answer.stdout)
     if not text:
-        return {
-            **found,
-            "status": CliHealthStatus.UNHEALTHY,
-            "error": "CLI returned empty response",
-        }
+        return _unhealthy(found, "CLI returned empty response")
     return {**found, "status": CliHealthStatus.HEALTHY, "error": "", "answer": text[:ANSWER_CHARS]}
 
 
-def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None) -> str | None:
-    """Check one CLI and save the outcome, unless `stop` (the worker's shutdown) cut it short."""
+def check_and_store(
+    cli: str,
+    *,
+    full: bool,
+    stop: threading.Event | None = None,
+    current: Callable[[], bool] | None = None,
+) -> str | None:
+    """Check one CLI and save the outcome, unless `stop` (the worker's shutdown) cut it short
+    or `current()` says a newer check of the same CLI started meanwhile."""
     started_at = timezone.now()
-    was_healthy = CliHealth.objects.filter(cli_type=cli, status=CliHealthStatus.HEALTHY).exists()
     try:
-        outcome = check(cli, full=full, was_healthy=was_healthy, stop=stop)
+        outcome = check(cli, full=full, stop=stop)
     except Exception as exc:  # a health check must never take the worker down
         log.exception("CLI health check failed", extra={"cli": cli})
-        outcome = {"status": CliHealthStatus.UNHEALTHY, "error": f"Health check error: {exc}"}
+        outcome = _unhealthy({}, f"Health check error: {exc}")
     if stop is not None and stop.is_set():  # its CLI was killed: no result to keep
+        return None
+    if current is not None and not current():  # superseded by a newer check
         return None
     if outcome is None:  # a custom-command agent deleted or switched to another CLI meanwhile
         cli_health_forget(cli_type=cli)
@@ -186,71 +236,99 @@ def check_and_store(cli: str, *, full: bool, stop: threading.Event | None = None
     return outcome["status"]
 
 
+def check_order(clis) -> list[str]:
+    """The four CLIs first (the preference of the table), then custom-command agents' checks."""
+    order = [cli for cli in CliType.values if cli in clis]
+    return order + sorted(cli for cli in clis if cli not in order)
+
+
 class HealthChecks:
-    """Runs check rounds in the background, one round at a time.
+    """Runs checks in the background: one CLI at a time in each of two lanes. The background
+    lane takes the start-up and periodic checks; the asked lane the checks someone asked for
+    (Refresh, Test, saved settings), at once, whatever the background lane is doing.
 
-    A request while a round runs is remembered (per CLI: the real prompt wins over --version)
-    and runs right after it, so an older, slower result can never overwrite a newer one.
-    `stop()` (the worker's shutdown) kills the CLIs being checked, never left running after we
-    exit, and ends the rounds for good."""
+    A request for a CLI already waiting in a lane is merged (the real prompt wins over
+    --version); a CLI asked for is dropped from the background lane. Each check has a number:
+    only the newest started check of a CLI stores its result, so an older, slower result never
+    overwrites a newer one. `stop()` (the worker's shutdown) kills the CLIs being checked,
+    never left running after we exit, and ends the lanes for good."""
 
-    def __init__(self):
+    def __init__(self, checker=check_and_store):
+        self.checker = checker
         self.lock = threading.Lock()
-        self.running = False
-        self.pending: dict[str, bool] = {}  # CLI → full check
+        self.pending: dict[str, dict[str, bool]] = {"background": {}, "asked": {}}
+        self.threads: dict[str, threading.Thread | None] = {"background": None, "asked": None}
+        self.started: list[threading.Thread] = []  # the lanes' threads, for join()
         self.stopping = threading.Event()
-        self.thread: threading.Thread | None = None
+        self.numbers = itertools.count(1)
+        self.newest: dict[str, int] = {}  # CLI → the number of its newest started check
         # CLI → the status this worker's own last check found (the database's row is shared
         # by every worker; this is what the worker advertises, DESIGN "Scale-out").
         self.results: dict[str, str] = {}
 
     def request(self, *, full_for: set[str], clis=None) -> None:
-        """Check `clis` (default: every CLI), with the real prompt for those in `full_for`."""
+        """Check `clis` (default: every CLI), with the real prompt for those in `full_for`.
+        Named `clis` are checks someone asked for: the asked lane runs them at once."""
+        asked = clis is not None
         wanted = set(CliType.values if clis is None else clis) | set(full_for)
+        lane = "asked" if asked else "background"
         with self.lock:
+            queue = self.pending[lane]
             for cli in wanted:
-                self.pending[cli] = self.pending.get(cli, False) or cli in full_for
-            if self.running:
+                queue[cli] = queue.get(cli, False) or cli in full_for
+                if asked:
+                    self.pending["background"].pop(cli, None)
+            thread = self.threads[lane]
+            if thread is not None and thread.is_alive():
                 return
-            self.running = True
-        self.thread = threading.Thread(target=self._rounds, name="malamar-health", daemon=True)
-        self.thread.start()
+            thread = threading.Thread(
+                target=self._lane, args=(lane,), name=f"malamar-health-{lane}", daemon=True
+            )
+            self.threads[lane] = thread
+            self.started = [t for t in self.started if t.is_alive()] + [thread]
+        thread.start()
+
+    def join(self, timeout: float) -> bool:
+        """Wait (up to `timeout` each) for the checks requested so far; True when all ended."""
+        with self.lock:
+            started = list(self.started)
+        for thread in started:
+            thread.join(timeout)
+        return not any(thread.is_alive() for thread in started)
 
     def stop(self, timeout: float) -> None:
-        """Kill the CLIs being checked and wait (up to `timeout`) for the round to end."""
+        """Kill the CLIs being checked and wait (up to `timeout`) for the lanes to end."""
         self.stopping.set()
-        if self.thread is not None:
-            self.thread.join(timeout)
+        self.join(timeout)
 
-    def _rounds(self) -> None:
-        while True:
-            with self.lock:
-                if not self.pending or self.stopping.is_set():
-                    self.running = False
-                    return
-                jobs, self.pending = self.pending, {}
-            try:
-                self.results.update(run_round(jobs, stop=self.stopping) or {})
-            except Exception:  # never leave `running` set with nobody running
-                log.exception("CLI health round failed")
+    def _next(self, lane: str) -> tuple[str, bool, int] | None:
+        with self.lock:
+            queue = self.pending[lane]
+            if not queue or self.stopping.is_set():
+                self.threads[lane] = None
+                return None
+            cli = check_order(queue)[0]
+            full = queue.pop(cli)
+            number = self.newest[cli] = next(self.numbers)
+            return cli, full, number
 
-
-def run_round(jobs: dict[str, bool], *, stop: threading.Event | None = None) -> dict[str, str]:
-    """Check the CLIs of `jobs` (CLI → full), CONCURRENCY at a time, and wait for all; returns
-    CLI → the status found (for the CLIs a check answered)."""
-    # The four CLIs first (preference of the table), then custom-command agents' own checks.
-    order = [cli for cli in CliType.values if cli in jobs]
-    order += sorted(cli for cli in jobs if cli not in order)
-    with ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="malamar-health") as pool:
-        found = list(pool.map(lambda cli: _checked_in_thread(cli, jobs[cli], stop), order))
-    return {cli: status for cli, status in zip(order, found, strict=True) if status}
-
-
-def _checked_in_thread(cli: str, full: bool, stop: threading.Event | None) -> str | None:
-    try:
-        return check_and_store(cli, full=full, stop=stop)
-    finally:
-        connection.close()
+    def _lane(self, lane: str) -> None:
+        try:
+            while (job := self._next(lane)) is not None:
+                cli, full, number = job
+                try:
+                    status = self.checker(
+                        cli,
+                        full=full,
+                        stop=self.stopping,
+                        current=lambda cli=cli, number=number: self.newest.get(cli) == number,
+                    )
+                    if status:
+                        self.results[cli] = status
+                except Exception:  # never leave a lane marked running with nobody running
+                    log.exception("CLI health check failed", extra={"cli": cli})
+        finally:
+            connection.close()
 
 
 def custom_keys() -> set[str]:
@@ -260,8 +338,8 @@ def custom_keys() -> set[str]:
 
 
 def needs_full_check() -> set[str]:
-    """CLIs whose last check failed (or never ran) get the real prompt again; never a CLI out
-    of quota (its probes run on their own back-off, runner.worker.limits)."""
+    """CLIs whose last check failed, was slow (or never ran) get the real prompt again; never a
+    CLI out of quota (its probes run on their own back-off, runner.worker.limits)."""
     healthy = set(
         CliHealth.objects.filter(status=CliHealthStatus.HEALTHY).values_list("cli_type", flat=True)
     )

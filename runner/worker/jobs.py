@@ -1,5 +1,5 @@
 """Scheduled housekeeping: old queue items, expired Done tasks, old events, worktrees of
-deleted tasks."""
+deleted tasks, snapshots no run refers to."""
 
 import logging
 from datetime import timedelta
@@ -10,7 +10,7 @@ from django_eventstream.models import Event
 from chats.models import ChatQueueItem
 from core.models import OutboxEvent
 from runner import snapshots
-from runner.models import AgentRun
+from runner.selectors import snapshot_trees_by_store
 from tasks import branches
 from tasks.models import Task, TaskQueueItem
 from tasks.services import tasks_delete_expired
@@ -31,9 +31,8 @@ def cleanup(*, now=None) -> dict:
         "stream_events": Event.objects.filter(created__lt=now - KEEP_EVENTS, eid__gt=0).delete()[0],
     }
     counts["orphan_worktrees"] = _orphan_worktrees_remove()
-    pruned = snapshots.prune(
-        set(AgentRun.objects.exclude(snapshot_store="").values_list("id", flat=True))
-    )
+    # Read after the deletions above: the trees of tasks deleted now are not kept.
+    pruned = snapshots.prune(snapshot_trees_by_store())
     counts.update({f"snapshot_{key}": value for key, value in pruned.items()})
     log.info("Cleanup finished", extra=counts)
     return counts

@@ -9,11 +9,14 @@ connection is reopened at the next wake-up or poll).
 import contextlib
 import logging
 import time
+from typing import TYPE_CHECKING
 
-import psycopg
 from django.db import connection
 
 from core.wake import NOTIFY_CHANNEL
+
+if TYPE_CHECKING:
+    import psycopg
 
 log = logging.getLogger(__name__)
 RECONNECT_EVERY = 5.0
@@ -40,6 +43,9 @@ class WorkListener:
         return listener
 
     def open(self) -> None:
+        # Imported here: on SQLite (no listener) the worker does without its ~20 MB.
+        import psycopg
+
         self.next_try = time.monotonic() + RECONNECT_EVERY
         try:
             self.conn = psycopg.connect(**_connection_params(), autocommit=True)
@@ -60,6 +66,8 @@ class WorkListener:
         """Read what arrived (any number of notifications is one wake-up)."""
         if self.conn is None:
             return 0
+        import psycopg  # loaded by open()
+
         try:
             self.conn.pgconn.consume_input()
             count = 0

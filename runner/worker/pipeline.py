@@ -75,7 +75,7 @@ from runner.schemas import (
 from runner.selectors import CliStates, cli_health_all, cli_states, cli_states_from
 from runner.services import cli_health_works
 from runner.worker import execution, process
-from runner.worker.snapshotting import RunSnapshots
+from runner.worker.snapshotting import PassSnapshots, RunSnapshots
 from tasks import branches
 from tasks import selectors as task_selectors
 from tasks import services as task_services
@@ -137,7 +137,7 @@ class RunOwner(Protocol):
     schema_kind: str
     output_prefix: str
     invalid_output_fails_run: bool  # an answer of the wrong shape fails the run
-    first_trees: dict[str, str]  # the task's first snapshot tree per store (RunSnapshots)
+    snapshots: PassSnapshots  # the pass's snapshots: the one between two runs, the first trees
 
     @property
     def workspace(self): ...
@@ -221,7 +221,7 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
         return Failure(problem)
     output_path = fresh_output_path(owner.output_prefix)
     input_path = owner.write_input(output_path)
-    snapshots = RunSnapshots(recorder, cwd, owner.first_trees)
+    snapshots = RunSnapshots(recorder, cwd, owner.snapshots)
     snapshots.take_before()
     launch = execution.prepare(
         cli_type=plan.cli_type,
@@ -269,11 +269,13 @@ def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
             held.cancel()  # never runs: nobody wants it, or its start could not be written
             raise
         held.release()
+    waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(
         stop=owner.stop,
         on_line=recorder.on_line,
         on_output=recorder.on_output,
-        on_tick=recorder.tick,
+        on_error_line=waiting.on_error_line,
+        on_tick=lambda: waiting.tick() or recorder.tick(),
     )
     return execution.conclude(launch, result, stall_minutes=recorder.stall_kill_seconds / 60)
 
@@ -319,8 +321,14 @@ def task_input_text(
     comments, logs = history if history is not None else task_selectors.task_history(task)
     names = dict(agents)
     comments = [
-        prompts.comment_row(c, author_name(c.author_type, c.agent_id, names))
-        for c in task_selectors.collapse_repeated_errors(comments)
+        prompts.comment_row(
+            c,
+            author_name(c.author_type, c.agent_id, names),
+            task_selectors.line_comment_text(c) if c.is_line_comment else None,
+        )
+        for c in task_selectors.collapse_repeated_errors(
+            task_selectors.mark_outdated(task.id, comments)
+        )
     ]
     return prompts.task_input(
         workspace=task.workspace,
@@ -369,7 +377,7 @@ class TaskPass:
         self.worktree: branches.Worktree | None = None
         self.commit: str | None = None
         self.ended = False  # the item is finished or waits (a failure, In Review, the end)
-        self.first_trees: dict[str, str] = {}  # the task's first snapshot per store
+        self.snapshots = PassSnapshots()  # one snapshot between two runs, the first trees
         self.started_log = None  # the next run's agent_started log, shown in its input
         self.activity_at: float | None = None  # when this pass last bumped the workspace
         self.settings: dict | None = None  # read once the pass may run
@@ -449,7 +457,7 @@ class TaskPass:
         done = process.run(
             Command(argv),
             cwd=str(worktree.path),
-            env=dict(os.environ),
+            env=execution.process_env(dict(os.environ), cwd=worktree.path),
             stop=self.stop,
             timeout=SETUP_TIMEOUT_SECONDS,
         )
@@ -770,7 +778,7 @@ class ChatReply:
         self.ended = False  # chats.replies announced how the reply ended
         self.clis = CliStates(limited=frozenset(), broken={}, marked=frozenset())
         self.plan: RunPlan | None = None
-        self.first_trees: dict[str, str] = {}  # (a chat has no task totals)
+        self.snapshots = PassSnapshots()  # (a chat has no task totals)
 
     def run(self) -> None:
         chat = Chat.objects.select_related("workspace").filter(id=self.item.chat_id).first()
@@ -908,6 +916,9 @@ class ChatReply:
                 clis=self.health,
                 mailgun_configured=mailgun_configured(self.settings),
                 temp_dir=str(temp_dir()),
+                review_tasks=(
+                    task_selectors.in_review_of_workspace(chat.workspace_id) if is_malamar else None
+                ),
             ),
         )
         text = prompts.chat_input(

@@ -215,10 +215,13 @@ class Held:
         on_line: Callable[[str], None] | None = None,
         on_output: Callable[[], None] | None = None,
         on_tick: Callable[[], bool] | None = None,
+        timeout_from_output: bool = False,
+        on_error_line: Callable[[str], None] | None = None,
     ) -> ProcessResult:
         """Follow the released command to completion, or until `stop` is set, `timeout`
         passes or `on_tick` (called every few milliseconds on this thread) returns True; then
-        kill it."""
+        kill it. `on_line` and `on_error_line` get stdout's and stderr's complete lines as they
+        arrive; `timeout_from_output`: see run()."""
         result, proc = self.result, self.proc
         if proc is None or result.start_error:
             if proc is not None:
@@ -227,20 +230,29 @@ class Held:
             result.ended_at = time.time()
             return result
         out, err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
+        first_output: list[float] = []  # monotonic time of the first output, once there is one
+
+        def output() -> None:
+            if not first_output:
+                first_output.append(time.monotonic())
+            if on_output:
+                on_output()
+
         readers = [
-            _thread(_drain, proc.stdout, out, on_line, on_output),
-            _thread(_drain, proc.stderr, err, None, on_output),
+            _thread(_drain, proc.stdout, out, on_line, output),
+            _thread(_drain, proc.stderr, err, on_error_line, output),
         ]
         if self.command.stdin is not None:
             _thread(_feed, proc.stdin, self.command.stdin)
         exited = threading.Event()
         _thread(lambda: (proc.wait(), exited.set()))
-        deadline = None if timeout is None else time.monotonic() + timeout
+        started = time.monotonic()
         create_time = self.started.create_time
         while not exited.wait(STOP_CHECK_SECONDS):
+            ends = deadline(started, first_output[:1], timeout, from_output=timeout_from_output)
             if stop is not None and stop.is_set():
                 result.stopped = True
-            elif deadline is not None and time.monotonic() > deadline:
+            elif ends is not None and time.monotonic() > ends:
                 result.timed_out = True
             elif on_tick is not None and on_tick():
                 result.stalled = True
@@ -279,15 +291,39 @@ def run(
     on_line: Callable[[str], None] | None = None,
     on_output: Callable[[], None] | None = None,
     on_tick: Callable[[], bool] | None = None,
+    timeout_from_output: bool = False,
+    on_error_line: Callable[[str], None] | None = None,
 ) -> ProcessResult:
     """Run `command` to completion, or until `stop` is set, `timeout` passes or `on_tick`
-    returns True (then kill it): a process nobody needs to record first (health checks, a
-    worktree's setup command)."""
+    (called every few milliseconds on this thread) returns True (then kill it): a process
+    nobody needs to record first (health checks, a worktree's setup command). `on_line` and
+    `on_error_line` get stdout's and stderr's complete lines as they arrive.
+    `timeout_from_output`: the timeout counts again from the process's first output (stdout or
+    stderr), so the time a loaded machine takes to start it counts only until it prints."""
     held = spawn(command, cwd=cwd, env=env)
     held.release()
     return held.wait(
-        stop=stop, timeout=timeout, on_line=on_line, on_output=on_output, on_tick=on_tick
+        stop=stop,
+        timeout=timeout,
+        on_line=on_line,
+        on_output=on_output,
+        on_tick=on_tick,
+        timeout_from_output=timeout_from_output,
+        on_error_line=on_error_line,
     )
+
+
+def deadline(
+    started: float, first_output: list[float], timeout: float | None, *, from_output: bool
+) -> float | None:
+    """When a process times out (monotonic seconds; None: never): `timeout` after its start,
+    or with `from_output`, once it printed, `timeout` after its first output (`first_output`:
+    [] or [when]). A process silent for the whole timeout times out either way."""
+    if timeout is None:
+        return None
+    if from_output and first_output:
+        return first_output[0] + timeout
+    return started + timeout
 
 
 def _create_time(pid: int) -> float:

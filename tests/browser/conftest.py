@@ -2,6 +2,11 @@
 
 Without /usr/bin/chromium they skip with a printed reason, unless MALAMAR_REQUIRE_BROWSER=1
 (set by .ci/run after installing it), where a missing browser is a failure.
+
+A test module shares one server (a start costs seconds of CPU): `server` and `stack` wipe its
+database before each test (tests.databases.wipe), so a test sees only what it makes and the
+tests of a module pass in any order; `stack` starts a worker of the test's own and stops it
+after the test.
 """
 
 import os
@@ -10,9 +15,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.databases import Template, release
+from tests.databases import Template, release, wipe
 from tests.live import Server
-from tests.stack import data_dir_from
+from tests.stack import Stack, data_dir_from
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -78,13 +83,20 @@ class LiveServer(Server):
         return self.api("POST", f"/workspaces/{workspace_id}/agents", body)
 
 
-@pytest.fixture
-def server(browser, tmp_path, migrated_db):
-    data_dir = data_dir_from(migrated_db, tmp_path / "data")
+@pytest.fixture(scope="module")
+def module_server(browser, tmp_path_factory, migrated_db):
+    data_dir = data_dir_from(migrated_db, tmp_path_factory.mktemp("server") / "data")
     running = LiveServer(data_dir).start()
     yield running
     running.stop()
     release(data_dir)
+
+
+@pytest.fixture
+def server(module_server):
+    """The module's server on a database as new (wiped)."""
+    wipe(module_server.data_dir)
+    return module_server
 
 
 class ConsoleErrors(list):
@@ -158,11 +170,23 @@ def page(browser, server):
     errors.check()  # and the CSP violations
 
 
-@pytest.fixture
-def stack(browser, tmp_path, migrated_db):
-    """Server + worker with the fake CLIs first on PATH (tests.stack.Stack); `.server.url`."""
-    from tests.stack import Stack
-
-    running = Stack(tmp_path, migrated_db).start()
+@pytest.fixture(scope="module")
+def module_stack(browser, tmp_path_factory, migrated_db):
+    """The module's server of `stack`, and its temp dir (the server keeps chat uploads there,
+    the worker's runs read them)."""
+    running = Stack(tmp_path_factory.mktemp("stack"), migrated_db).start(worker=False)
     yield running
     running.stop()
+
+
+@pytest.fixture
+def stack(module_stack, tmp_path):
+    """Server + worker with the fake CLIs first on PATH (tests.stack.Stack); `.server.url`: the
+    module's server on a database as new (wiped), a worker of this test's own, the fake CLIs'
+    log (`fake_runs`) in this test's tmp_path."""
+    wipe(module_stack.data_dir)
+    module_stack.fake_log = tmp_path / "fake.jsonl"
+    module_stack.env["MALAMAR_FAKE_LOG"] = str(module_stack.fake_log)
+    module_stack.start_worker()
+    yield module_stack
+    module_stack.stop_worker()

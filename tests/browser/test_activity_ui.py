@@ -47,7 +47,7 @@ def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     # newest action this page has seen, not the older one the fragment was rendered with.
     page.evaluate(NEWER_TRACE, [task["id"], runs[-1]["id"]])
     expect(card_action).to_have_text("Newer than the fragment")
-    page.evaluate(REFRESH_COLUMN, task["id"])
+    page.evaluate(REFRESH_BOARD, task["id"])
     expect(page.locator(f"#task-card-{task['id']}:not([data-before-refresh])")).to_be_attached()
     expect(card_action).to_have_text("Newer than the fragment")
     release_the_cli(stack, task)
@@ -72,11 +72,10 @@ NEWER_TRACE = """([task, run]) => document.body.dispatchEvent(new CustomEvent("m
   },
 }))"""
 
-# Marks the card, then re-renders its column from the server (a new card replaces the marked one).
-REFRESH_COLUMN = """(task) => {
-  const card = document.getElementById(`task-card-${task}`);
-  card.setAttribute("data-before-refresh", "");
-  window.htmx.trigger(card.closest(".kanban-col"), "tasks:refresh");
+# Marks the card, then re-renders the board from the server (a new card replaces the marked one).
+REFRESH_BOARD = """(task) => {
+  document.getElementById(`task-card-${task}`).setAttribute("data-before-refresh", "");
+  window.htmx.trigger("#task-board", "live");
 }"""
 
 

@@ -10,14 +10,15 @@ def names(page):
     return page.locator(".agent-row__name").all_inner_texts()
 
 
-# Resolves once the agents panel settled after the next agents.changed event.
+# Resolves once the agents panel settled after its next live refresh (live.js fires "live" on
+# it after an agents.changed event; the save's own answer, which may land after or before that
+# event, does not count).
 AGENTS_REFRESHED = """() => {
   window.agentsRefreshed = new Promise((resolve) => {
-    document.body.addEventListener("malamar:agents.changed", () => {
-      document.body.addEventListener("htmx:afterSettle", (event) => {
-        if (event.target.id === "agents-panel") resolve(true);
-      });
-    }, { once: true });
+    document.body.addEventListener("htmx:afterSettle", (event) => {
+      const trigger = event.detail.requestConfig && event.detail.requestConfig.triggeringEvent;
+      if (event.target.id === "agents-panel" && trigger && trigger.type === "live") resolve(true);
+    });
   });
 }"""
 

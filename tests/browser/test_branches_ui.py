@@ -19,14 +19,18 @@ def open_task(page, stack, workspace, task):
     return page.locator("#task-dialog")
 
 
-def test_the_setting_refuses_a_folder_that_is_no_repository(browser, stack):
+def test_the_setting_refuses_a_folder_that_is_no_repository(browser, stack, tmp_path):
     workspace = stack.workspace("Plain")
     page = new_page(browser)
     page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/settings/")
+    # A temp folder is no repository: the git-only settings show with a static directory.
+    expect(page.get_by_label("Isolation")).to_be_hidden()
+    page.get_by_text("Static directory", exact=True).click()
+    page.get_by_label("Directory path").fill(str(tmp_path))
     page.get_by_label("Isolation").select_option("branch")
     page.get_by_role("button", name="Save settings").click()
     expect(page.locator("#settings-form")).to_contain_text(
-        "Branch per task needs a static working directory that is a git repository"
+        f"Branch per task needs a git repository: {tmp_path} is not the top folder of one"
     )
     expect(page.get_by_label("Isolation")).to_have_attribute("aria-invalid", "true")
     page.console_errors.check()
@@ -83,6 +87,7 @@ def test_copy_discard_and_merge_a_task_branch(browser, stack, tmp_path):
 
     phone = new_page(browser, viewport=PHONE)
     dialog = open_task(phone, stack, workspace, second)
+    dialog.get_by_role("button", name="More actions").click()  # (a phone's head: its menu)
     expect(dialog.locator("#task-branch-name")).to_be_visible()
     width = phone.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], "the branch row fits a phone"

@@ -2,7 +2,6 @@
 repository, it shows the diff once the run ends (task.changes_updated), without a reload."""
 
 import os
-import re
 import subprocess
 
 import pytest
@@ -105,57 +104,48 @@ def test_the_activity_timeline_links_a_run_to_its_changes(browser, stack):
     page.console_errors.check()
 
 
-class HeldRequest:
-    """Holds the page's next request to `url` until `release_after` (later ones go through)."""
-
-    def __init__(self, page, url):
-        self.page, self.url, self.held = page, url, []
-        page.unroute(url)
-        page.route(url, self.handle)
-
-    def handle(self, route):
-        if self.held:
-            route.continue_()
-        else:
-            self.held.append(route)
-
-    def release_after(self, action):
-        while not self.held:
-            self.page.wait_for_timeout(50)  # (route handlers run while the page is waited on)
-        action()
-        self.page.wait_for_timeout(300)  # what the action asks for is sent, or queued
-        self.held[0].continue_()
+# Counts the swaps into the Changes tab (body[data-changes-swaps]).
+COUNT_SWAPS = """() => document.addEventListener("htmx:afterSwap", (event) => {
+    if (event.detail.target.id !== "task-changes") return;
+    document.body.dataset.changesSwaps = Number(document.body.dataset.changesSwaps || 0) + 1;
+})"""
 
 
 def test_a_run_ending_while_the_tab_loads_queues_behind_the_load(browser, stack):
     """A run's end (task.changes_updated) used to abort a load of the tab in flight, which htmx
-    logs as a console error; now every load of the tab queues behind the one in flight, and a
-    run picked in the Activity tab stays the run shown."""
-    task, page, dialog = two_runs_in_their_popup(browser, stack)
+    logs as a console error; now every load of the tab queues behind the one in flight, and the
+    run the tab shows (its selector, or one picked in the Activity tab) stays the run shown."""
+    _task, page, dialog = two_runs_in_their_popup(browser, stack)
     changes = dialog.locator("#task-changes")
-    changes_url = re.compile(rf"/tasks/{task['id']}/changes")
-    held = HeldRequest(page, changes_url)
-    run_ended = f"""document.body.dispatchEvent(new CustomEvent(
-        "malamar:task.changes_updated", {{detail: {{task_id: "{task["id"]}"}}}}))"""
-
-    dialog.get_by_role("tab", name="Changes").click()  # its load is held
-    held.release_after(lambda: page.evaluate(run_ended))  # as the live updates deliver it
+    swaps = page.locator("body")
+    page.evaluate(COUNT_SWAPS)
+    # In one turn of the page: the tab opens (its load is sent) and a run ends (live.js fires
+    # the tab's "live" refresh) while that load is on its way.
+    page.evaluate(
+        """() => {
+            document.querySelector('[data-task-tab="changes"]').click();
+            window.htmx.trigger("#task-changes", "live");
+        }"""
+    )
+    expect(swaps).to_have_attribute("data-changes-swaps", "2")
     expect(changes.locator("[data-change-path]")).to_have_count(2)
     expect(changes.locator("#task-changes-run")).to_have_value("")
 
-    # A run picked in the Activity tab, its load held, and a run ends: that run stays shown.
+    # A run picked in the Activity tab, and a run ends while its load is on its way.
     dialog.get_by_role("tab", name="Activity").click()
     link = dialog.locator(".run", has_text="Builder").locator("[data-changes-run]")
-    held = HeldRequest(page, changes_url)
-    link.click()
-    held.release_after(lambda: page.evaluate(run_ended))
+    expect(link).to_be_visible()
+    page.evaluate(
+        """(run) => {
+            document.querySelector(`[data-changes-run="${run}"]`).click();
+            window.htmx.trigger("#task-changes", "live");
+        }""",
+        link.get_attribute("data-changes-run"),
+    )
+    expect(swaps).to_have_attribute("data-changes-swaps", "4")  # both landed
     expect(changes.locator("#task-changes-run")).to_have_value(
         link.get_attribute("data-changes-run")
     )
     expect(changes.locator("[data-change-path]")).to_have_count(1)
     expect(changes.locator('[data-change-path="a.txt"]')).to_be_visible()
-    page.wait_for_timeout(300)  # the queued load lands too, and keeps the run
-    expect(changes.locator("#task-changes-run")).to_have_value(
-        link.get_attribute("data-changes-run")
-    )
     page.console_errors.check()

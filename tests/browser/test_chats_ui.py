@@ -290,14 +290,14 @@ def test_a_rename_in_progress_survives_a_live_refresh_of_the_head(browser, stack
     page.locator("#chat-title-edit").click()
     title = page.locator("#chat-title-input")
     title.fill("Half typed")
-    # Renamed elsewhere: the head refreshes live, and the answer must not close the editor.
-    with page.expect_response(re.compile(rf"/chats/{chat['id']}/head/")):
-        stack.api("PUT", f"/chats/{chat['id']}", {"title": "Renamed elsewhere"}, expect=200)
-    page.wait_for_timeout(100)  # the dropped swap has had its turn
+    # Renamed elsewhere: the head's live refresh waits for the editor (live.js).
+    stack.api("PUT", f"/chats/{chat['id']}", {"title": "Renamed elsewhere"}, expect=200)
+    expect(page.locator("#chat-head")).to_have_attribute("data-live-due", "")
     expect(title).to_be_visible()
     expect(title).to_have_value("Half typed")
     title.press("Escape")  # leaving the editor shows what changed meanwhile
     expect(page.locator("#chat-dialog-title")).to_have_text("Renamed elsewhere")
+    expect(page.locator("#chat-head")).not_to_have_attribute("data-live-due", "")
     page.console_errors.check()
 
 
@@ -323,21 +323,22 @@ def test_a_search_typed_while_the_list_refreshes_waits_for_it(browser, stack):
     workspace = stack.workspace("Search")
     kickoff = api_chat(stack, workspace)
     stack.api("PUT", f"/chats/{kickoff['id']}", {"title": "Kickoff"}, expect=200)
+    api_chat(stack, workspace)
     page = new_page(browser)
     chat_tab(page, stack, workspace)
-    expect(page.locator(".chat-row")).to_have_count(1)
-    held = []
-    list_url = re.compile(rf"/workspaces/{workspace['id']}/chats/\?")
-    page.route(list_url, lambda route: route.continue_() if held else held.append(route))
-    api_chat(stack, workspace)  # its event refreshes the list: that request is held
-    while not held:
-        page.wait_for_timeout(50)  # (route handlers run while the page is waited on)
-    page.locator("#chat-search").fill("kick")
-    page.wait_for_timeout(400)  # past the search's 200 ms debounce: it has been queued
-    held[0].continue_()
+    expect(page.locator(".chat-row")).to_have_count(2)
+    # In one turn of the page: a live refresh of the list is sent, then a search (its "search"
+    # event, without the typing delay) while that refresh is still on its way.
+    page.evaluate(
+        """() => {
+            window.htmx.trigger("#chat-list", "live");
+            const search = document.getElementById("chat-search");
+            search.value = "kick";
+            search.dispatchEvent(new Event("search"));
+        }"""
+    )
     expect(page.locator(".chat-row")).to_have_count(1)
     expect(page.locator(".chat-row")).to_contain_text("Kickoff")
-    page.unroute(list_url)
     page.console_errors.check()
 
 

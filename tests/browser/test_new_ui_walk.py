@@ -12,7 +12,7 @@ from tests import databases
 from tests.browser.conftest import new_page
 from tests.browser.test_board_ui import LONG_SUMMARY, PHONE_390, fill_board, no_sideways_scroll
 from tests.gitrepo import make_repo
-from tests.live import django_script, wait_until
+from tests.live import django_script
 
 pytestmark = pytest.mark.browser
 
@@ -54,8 +54,12 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     page.goto(f"{base}?tab=tasks&task={first['id']}")
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
     dialog = page.locator("#task-dialog")
+    if viewport:  # a phone's head keeps the branch in its menu
+        dialog.get_by_role("button", name="More actions").click()
     expect(dialog.locator("#task-branch-name")).to_be_visible()
     fits(page, "popup with a branch")
+    if viewport:
+        page.keyboard.press("Escape")
 
     # The Changes tab: a long path and a long line scroll inside their own box.
     dialog.get_by_role("tab", name="Changes").click()
@@ -88,7 +92,10 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     fits(page, "activity tab")
     dialog.get_by_role("tab", name="Comments").click()
 
-    # Dependencies: make it wait for the second task, from the popup's head.
+    # Dependencies: make it wait for the second task, from the popup's head (its menu).
+    more = dialog.get_by_role("button", name="More actions")
+    if viewport:
+        more.click()
     dialog.locator("#task-deps-edit summary").click()
     form = dialog.locator("#task-blockers-form")
     form.get_by_label("Waits for").select_option(label="Second task (In Review)")
@@ -97,12 +104,17 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     fits(page, "popup with dependencies")
 
     # The branch's discard dialog, opened and dismissed.
+    if viewport:
+        more.click()
     dialog.get_by_role("button", name="Discard").click()
     discard = page.locator("#task-discard-dialog")
     discard.get_by_label("Type").fill("not it")
     fits(page, "discard dialog")
     discard.get_by_role("button", name="Cancel").click()
     expect(discard).to_be_hidden()
+    if viewport:
+        page.keyboard.press("Escape")  # the menu first
+        expect(dialog.locator("#task-head-more")).to_be_hidden()
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
     fits(page, "board with a chain")
@@ -226,7 +238,8 @@ def test_new_card_and_popup_states_fit_a_phone(browser, server):
         dialog = page.locator("#task-dialog")
         expect(dialog.locator("#task-status")).to_be_visible()
         no_sideways_scroll(page, f"popup of the {key} task")
-        expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+        # (Send comment, or an In Review task's verdicts)
+        expect(dialog.locator(".composer__send, #task-review-approve")).to_be_in_viewport()
         expect(dialog.locator("#task-actions .btn").first).to_be_in_viewport()
     page.console_errors.check()
     page.context.close()
@@ -234,8 +247,8 @@ def test_new_card_and_popup_states_fit_a_phone(browser, server):
 
 def test_a_live_refresh_never_lands_on_the_open_dependencies_editor(browser, server):
     """The "Wait for other tasks…" editor in the popup's head, opened with a choice made when a
-    live event refreshes the head: the choice survives (the swap-time guard covers it), and
-    the refresh it held back runs once the editor is closed."""
+    live event would refresh the head: the refresh waits (the choice survives), and runs once
+    the editor is closed."""
     workspace = server.workspace("Deps")
     other = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Other"})
     task = server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Mine"})
@@ -243,14 +256,8 @@ def test_a_live_refresh_never_lands_on_the_open_dependencies_editor(browser, ser
     page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
     dialog = page.locator("#task-dialog")
+    head = dialog.locator("#task-head")
     title = dialog.locator("#task-dialog-title")
-    page.evaluate(
-        """() => document.addEventListener('htmx:afterRequest', (event) => {
-            if (!event.detail.pathInfo.requestPath.endsWith('/head/')) return;
-            document.body.dataset.headAnswers = Number(document.body.dataset.headAnswers || 0) + 1;
-        })"""
-    )
-    answers = lambda: int(page.evaluate("document.body.dataset.headAnswers || 0"))  # noqa: E731
     rename = lambda summary: server.api(  # noqa: E731
         "PUT", f"/tasks/{task['id']}", {"summary": summary}
     )
@@ -259,10 +266,10 @@ def test_a_live_refresh_never_lands_on_the_open_dependencies_editor(browser, ser
     editor.locator("summary").click()
     select = dialog.get_by_label("Waits for")
     select.select_option(other["id"])
-    # Renamed elsewhere: the live event refreshes the popup's head while the editor is open.
-    before = answers()
+    # Renamed elsewhere: the card shows it, the head's refresh waits for the editor.
     rename("Renamed while I chose")
-    wait_until(lambda: answers() > before, timeout=10, what="the head's live refresh")
+    expect(page.locator(f"#task-card-{task['id']}")).to_contain_text("Renamed while I chose")
+    expect(head).to_have_attribute("data-live-due", "")
     expect(editor).to_have_attribute("open", "")
     expect(select).to_have_values([other["id"]])
     expect(title).to_have_text("Mine")
@@ -273,12 +280,12 @@ def test_a_live_refresh_never_lands_on_the_open_dependencies_editor(browser, ser
     # Held back while open, the refresh runs when the editor is closed without saving.
     editor.locator("summary").click()
     expect(editor).to_have_attribute("open", "")
-    before = answers()
     rename("Renamed again")
-    wait_until(lambda: answers() > before, timeout=10, what="the head's live refresh")
+    expect(head).to_have_attribute("data-live-due", "")
     expect(title).to_have_text("Renamed while I chose")
     editor.locator("summary").click()
     expect(title).to_have_text("Renamed again")
+    expect(head).not_to_have_attribute("data-live-due", "")
     page.console_errors.check()
     page.context.close()
 
@@ -454,15 +461,20 @@ def test_a_crowded_popup_head_keeps_its_actions_and_comment_box_in_reach(
     page = new_page(browser, viewport=viewport)
     for key, actions in (
         ("failing", ["Retry now", "Stop retrying", "Delete"]),
-        ("branched", ["Merge into main", "Discard", "Move to Done", "Delete"]),
+        ("branched", ["Move to Done", "Merge into main", "Discard", "Delete"]),
     ):
         page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={made[key]['id']}")
         dialog = page.locator("#task-dialog")
+        expect(dialog.locator("#task-status")).to_be_visible()
+        if viewport == PHONE_390:  # a phone's head: one line, the rest in its menu
+            dialog.get_by_role("button", name="More actions").click()
         expect(dialog.locator("#task-blockers")).to_be_visible()
         for name in actions:
             expect(dialog.get_by_role("button", name=name, exact=True)).to_be_in_viewport()
+        if viewport == PHONE_390:
+            page.keyboard.press("Escape")
         expect(dialog.get_by_label("Add a comment")).to_be_in_viewport()
-        expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
+        expect(dialog.locator(".composer__send, #task-review-approve")).to_be_in_viewport()
         no_sideways_scroll(page, f"crowded popup ({key})")
     page.console_errors.check()
     page.context.close()
@@ -571,7 +583,9 @@ def test_workspace_settings_with_a_long_path_and_branch_per_task_fit_a_phone(bro
     page.get_by_label("Isolation").select_option("branch")
     page.get_by_label("Setup command").fill("npm ci --prefix " + LONG_WORD)
     page.get_by_role("button", name="Save settings").click()
-    expect(page.get_by_label("Isolation")).to_have_attribute("aria-invalid", "true")
+    # A folder that does not exist is refused on save (issue 29), its long path included.
+    expect(page.get_by_label("Directory path")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#settings-form")).to_contain_text("does not exist: create it first")
     no_sideways_scroll(page, "workspace settings refused")
     page.console_errors.check()
     page.context.close()

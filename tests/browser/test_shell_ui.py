@@ -82,7 +82,8 @@ def test_phone_layout_has_no_horizontal_scroll(browser, server):
     page.locator("#add-agent").tap()
     dialog = page.locator("#agent-dialog")
     expect(dialog).to_be_visible()
-    page.wait_for_timeout(300)  # the opening animation
+    # Measured once its opening animation is over.
+    dialog.evaluate("(el) => Promise.all(el.getAnimations().map((a) => a.finished))")
     box = dialog.bounding_box()
     assert [round(box[k]) for k in ("x", "y", "width", "height")] == [0, 0, 375, 812], box
     page.console_errors.check()

@@ -1651,7 +1651,9 @@ class Invocation:
 
 
 def _stdin_is_tty() -> bool:
-    return sys.stdin is None or os.isatty(0)
+    # Through sys.stdin (fd 0 in a real process): the tests run the fake in-process too, with
+    # sys.stdin swapped for a file.
+    return sys.stdin is None or sys.stdin.isatty()
 
 
 def read_stdin(wait: float | None = None) -> str:
@@ -1660,7 +1662,7 @@ def read_stdin(wait: float | None = None) -> str:
     if _stdin_is_tty():
         return ""
     try:
-        if wait is not None and not select.select([0], [], [], wait)[0]:
+        if wait is not None and not select.select([sys.stdin], [], [], wait)[0]:
             return ""
         return sys.stdin.buffer.read().decode("utf-8", "replace")
     except (OSError, ValueError):
@@ -1933,6 +1935,13 @@ class OpenCode(FakeCli):
             raise unsupported(self.name, "interactive mode (-i)")
         return inv
 
+    def check_traps(self, inv: Invocation) -> None:
+        # opencode 1.18.33 `run` works in $PWD, not in its process's working directory
+        # (run.ts: `root = Filesystem.resolve(process.env.PWD ?? process.cwd())`).
+        pwd = os.environ.get("PWD")
+        if pwd and Path(pwd).is_dir():
+            os.chdir(pwd)
+
     def read_prompt(self, inv: Invocation) -> None:
         # Like opencode: an argument with a space reaches the model wrapped in quotes.
         words = inv.parsed.positionals
@@ -1953,6 +1962,16 @@ CLIS: dict[str, type[FakeCli]] = {cli.name: cli for cli in (Claude, Gemini, Code
 # --------------------------------------------------------------------------------------------
 
 
+# Variables whose value a test checks (the environment Malamar builds for every CLI).
+LOGGED_ENV = (
+    "IS_SANDBOX",
+    "PWD",
+    "TMPDIR",
+    "MCP_CONNECTION_NONBLOCKING",
+    "GEMINI_CLI_SYSTEM_SETTINGS_PATH",
+)
+
+
 def log_invocation(cli: str, argv: list[str], inv: Invocation | None) -> None:
     path = os.environ.get("MALAMAR_FAKE_LOG")
     if not path:
@@ -1968,7 +1987,7 @@ def log_invocation(cli: str, argv: list[str], inv: Invocation | None) -> None:
         "env": {
             k: v
             for k, v in os.environ.items()
-            if k.startswith(("MALAMAR_TEST_", "FAKE_")) or k == "IS_SANDBOX"
+            if k.startswith(("MALAMAR_TEST_", "FAKE_")) or k in LOGGED_ENV
         },
         "pid": os.getpid(),
         "pgid": os.getpgid(0),
@@ -2173,11 +2192,11 @@ def main(argv: list[str]) -> int:
     return run_prompt(cli, inv)
 
 
-def entry() -> int:
+def entry(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(encoding="utf-8", errors="replace")
     try:
-        return main(sys.argv)
+        return main(sys.argv if argv is None else argv)
     except CliExit as exc:
         if exc.message:
             sys.stderr.write(exc.message + "\n")

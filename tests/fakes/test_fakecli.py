@@ -1,16 +1,23 @@
-"""Tests of the fake agent CLIs (fakecli.py), each run as a subprocess through bin/."""
+"""Tests of the fake agent CLIs (fakecli.py). Most run the fake in this process (`run`: its
+environment, working directory, standard streams and exit code as a process would have them):
+a Python start per run made these tests slow. Those about the process itself (the executables in
+bin/, stdin pipes, timing while it runs, process groups, a hang) start it as the worker does
+(`run_process`, `Box.start`)."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import json
 import os
 import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -42,12 +49,51 @@ def fake_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run(argv, cwd, *, env=None, stdin=None, timeout=30):
-    """Run a fake; stdin is /dev/null unless text is given."""
+FAKECLI = load_fakecli()
+
+
+def run(argv, cwd, *, env=None, stdin=None) -> subprocess.CompletedProcess:
+    """Run a fake in this process as `run_process` runs it (stdin /dev/null unless text is
+    given): its environment, working directory and standard streams swapped in for the call."""
+    saved = dict(os.environ), os.getcwd(), sys.stdin, sys.stdout, sys.stderr
+    environment = fake_env(**(env or {}))
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8") for _ in range(2))
+    with open(os.devnull) if stdin is None else tempfile.TemporaryFile("w+") as source:
+        if stdin is not None:  # a file, not a pipe: select() sees it ready as a written pipe
+            source.write(stdin)
+            source.seek(0)
+        os.environ.clear()
+        os.environ.update(environment)
+        os.chdir(cwd)
+        sys.stdin, sys.stdout, sys.stderr = source, out, err
+        try:
+            code = FAKECLI.entry(list(argv))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except Exception:  # as the interpreter ends a process on an uncaught exception
+            traceback.print_exc(file=err)
+            code = 1
+        finally:
+            environ, cwd_before, sys.stdin, sys.stdout, sys.stderr = saved
+            os.environ.clear()
+            os.environ.update(environ)
+            os.chdir(cwd_before)
+    return subprocess.CompletedProcess(list(argv), code, _text(out), _text(err))
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    """What `subprocess.run(text=True)` reads: UTF-8, universal newlines."""
+    stream.flush()
+    return io.TextIOWrapper(io.BytesIO(stream.buffer.getvalue()), encoding="utf-8").read()
+
+
+def run_process(argv, cwd, *, env=None, stdin=None, timeout=30):
+    """Start a fake as the worker does (through bin/ on PATH); stdin is /dev/null unless text
+    is given."""
     return subprocess.run(
         argv,
         cwd=cwd,
-        env=fake_env(**(env or {})),
+        env=fake_env(**{"PWD": str(cwd), **(env or {})}),  # as a shell starts it
         input=stdin,
         stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
@@ -165,17 +211,20 @@ class Box:
                     "-o", str(self.output), *(["--json"] if stream else []), prompt]  # fmt: skip
         return ["opencode", "run", "--auto", "--format", "json"]
 
-    def run(self, cli: str, *, stream=False, env=None, argv=None, timeout=30):
+    def run(self, cli: str, *, stream=False, env=None, argv=None, process=False):
+        """Malamar's run of `cli` in this process (`run`), or as a process (`process=True`)."""
         argv = argv or self.argv(cli, stream=stream)
         stdin = self.prompt if cli == "opencode" and argv[-1] == "json" else None
-        return run(argv, self.work, env=env, stdin=stdin, timeout=timeout)
+        if process:
+            return run_process(argv, self.work, env=env, stdin=stdin)
+        return run(argv, self.work, env=env, stdin=stdin)
 
     def start(self, argv: list[str], **popen) -> subprocess.Popen:
         """Start the fake without waiting, for tests that act while it runs (pipes and text
         unless `popen` says otherwise)."""
         pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         options = {"stdin": subprocess.DEVNULL, **pipes, "text": True} | popen
-        return subprocess.Popen(argv, cwd=self.work, env=fake_env(), **options)
+        return subprocess.Popen(argv, cwd=self.work, env=fake_env(PWD=str(self.work)), **options)
 
     def result(self, cli: str, proc: subprocess.CompletedProcess) -> object:
         """What Malamar reads: claude's structured_output, else the output file (parsed when
@@ -236,7 +285,7 @@ def test_symlinks_are_relative():
 
 
 def test_can_be_run_as_fakecli_with_name(box):
-    proc = run([sys.executable, str(FAKES / "fakecli.py"), "gemini", "--version"], box.work)
+    proc = run_process([sys.executable, str(FAKES / "fakecli.py"), "gemini", "--version"], box.work)
     assert proc.stdout.strip() == "0.61.0"
 
 
@@ -244,7 +293,9 @@ def test_can_be_run_as_fakecli_with_name(box):
 @pytest.mark.parametrize("cli", CLIS)
 def test_malamar_argv_without_directive_skips(box, cli, stream):
     box.task()
-    proc = box.run(cli, stream=stream)
+    proc = box.run(
+        cli, stream=stream, process=True
+    )  # the executables in bin/, as Malamar runs them
     assert proc.returncode == 0, proc.stderr
     assert box.result(cli, proc) == SKIP
 
@@ -706,7 +757,7 @@ def test_health_fail_and_empty(box, cli):
 
 def test_health_hang(box):
     with pytest.raises(subprocess.TimeoutExpired):
-        run(box.argv("gemini", prompt="Reply with OK"), box.work,
+        run_process(box.argv("gemini", prompt="Reply with OK"), box.work,
             env={"MALAMAR_FAKE_HEALTH": "hang"}, timeout=1.5)  # fmt: skip
 
 
@@ -724,14 +775,16 @@ def test_log_records_each_start(box, tmp_path):
     box.task()
     env = {"MALAMAR_FAKE_LOG": str(log), "MALAMAR_TEST_ID": "42", "FAKE_X": "y",
            "IS_SANDBOX": "1", "OTHER_VAR": "no"}  # fmt: skip
-    box.run("claude", env=env)
-    box.run("opencode", env=env)
-    run(["codex", "--bogus"], box.work, env=env)
+    box.run("claude", env=env, process=True)  # the log names the process: pid, group, session
+    box.run("opencode", env=env, process=True)
+    run_process(["codex", "--bogus"], box.work, env=env)
     claude, opencode, codex = jsonl(log.read_text())
     assert claude["cli"] == "claude"
     assert claude["argv"] == box.argv("claude")[1:]
     assert claude["cwd"] == str(box.work)
     assert claude["stdin"] is None
+    assert claude["env"].pop("PWD") == str(box.work)
+    claude["env"].pop("TMPDIR", None)  # inherited, when the test process has one
     assert claude["env"] == {"MALAMAR_TEST_ID": "42", "FAKE_X": "y", "IS_SANDBOX": "1"}
     assert claude["input_path"] == str(box.input)
     assert (claude["pgid"], claude["sid"]) == (os.getpgid(0), os.getsid(0))  # not detached
@@ -890,7 +943,7 @@ def test_claude_invalid_json_schema(box):
 
 def test_claude_waits_for_and_uses_piped_stdin(box):
     box.task(description="@fake comment x")
-    proc = run(box.argv("claude"), box.work, stdin="extra context")
+    proc = run_process(box.argv("claude"), box.work, stdin="extra context")  # a pipe
     assert json.loads(proc.stdout)["result"] == "OK"  # the prompt is no longer the task prompt
 
 
@@ -960,7 +1013,7 @@ def test_codex_missing_schema_file(box):
 
 def test_codex_appends_piped_stdin(box):
     box.task(description="@fake comment x")
-    proc = run(box.argv("codex"), box.work, stdin="more")
+    proc = run_process(box.argv("codex"), box.work, stdin="more")  # a pipe
     assert proc.stdout.strip() == "OK"
     assert "<stdin>\nmore\n</stdin>" in proc.stderr
 

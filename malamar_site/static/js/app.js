@@ -1,32 +1,24 @@
-/* Malamar page behaviour: theme, dialogs, confirmations, toasts, the live event stream,
-   relative times, agent drag-and-drop and small form helpers.
-
-   CSP-ready: no inline scripts, no eval, no hx-on. Server fragments listen for plain DOM
-   events ("malamar:<event type>" on document.body) with hx-trigger="... from:body". */
+/* Malamar page behaviour: theme, dialogs, confirmations, toasts, times, agent drag-and-drop,
+   copy buttons and small form helpers (live.js keeps fragments live).
+   CSP-ready: no inline scripts, no eval, no hx-on, delegated listeners only. */
 (function () {
   "use strict";
 
   const THEME_KEY = "malamar-theme";
-  const LAST_EVENT_KEY = "malamar-last-event";
   const TOAST_LIMIT = 3;
   const TOAST_MS = 5000;
-
   const $ = (selector, root = document) => root.querySelector(selector);
   const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
+  const on = (type, handler, capture = false) => document.addEventListener(type, handler, capture);
 
   /* ------------------------------------------------------------------ theme */
 
   function storedTheme() {
     try {
-      const value = window.localStorage.getItem(THEME_KEY);
-      return value === "light" || value === "dark" ? value : null;
+      return ["light", "dark"].find((theme) => theme === window.localStorage.getItem(THEME_KEY)) || null;
     } catch (e) {
       return null;
     }
-  }
-
-  function systemTheme() {
-    return window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
   }
 
   function storeTheme(value) {
@@ -38,39 +30,33 @@
     }
   }
 
+  const darkQuery = window.matchMedia("(prefers-color-scheme: dark)");
   function applyTheme(forced) {
-    const theme = forced || storedTheme() || systemTheme();
+    const theme = forced || storedTheme() || (darkQuery.matches ? "dark" : "light");
     document.documentElement.setAttribute("data-theme", theme);
-    const next = theme === "dark" ? "light" : "dark";
+    const label = `Switch to ${theme === "dark" ? "light" : "dark"} theme`;
     $$("[data-theme-toggle]").forEach((button) => {
-      button.setAttribute("aria-label", `Switch to ${next} theme`);
-      button.title = `Switch to ${next} theme`;
+      button.setAttribute("aria-label", label);
+      button.title = label;
     });
     const choice = storedTheme() || "system";
-    $$("[data-theme-choice] input[name=theme]").forEach((input) => {
-      input.checked = input.value === choice;
-    });
+    $$("[data-theme-choice] input[name=theme]").forEach((input) => (input.checked = input.value === choice));
   }
 
-  document.addEventListener("click", (event) => {
+  on("click", (event) => {
     if (!event.target.closest("[data-theme-toggle]")) return;
-    const current = document.documentElement.getAttribute("data-theme");
-    const next = current === "dark" ? "light" : "dark";
+    const next = document.documentElement.getAttribute("data-theme") === "dark" ? "light" : "dark";
     storeTheme(next);
     applyTheme(next);
   });
-
-  document.addEventListener("change", (event) => {
+  on("change", (event) => {
     const input = event.target.closest("[data-theme-choice] input[name=theme]");
     if (!input) return;
     storeTheme(input.value === "system" ? null : input.value);
     applyTheme();
   });
-
-  window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => applyTheme());
-  window.addEventListener("storage", (event) => {
-    if (event.key === THEME_KEY) applyTheme();
-  });
+  darkQuery.addEventListener("change", () => applyTheme());
+  window.addEventListener("storage", (event) => event.key === THEME_KEY && applyTheme());
 
   /* ------------------------------------------------------------------ dialogs */
 
@@ -94,369 +80,203 @@
     dialog.dispatchEvent(new CustomEvent("malamar:dialog-opened"));
   }
 
-  function resetDialogForm(dialog) {
-    $$("form", dialog).forEach((form) => {
-      form.reset();
-      $$(".field__error, .form-error", form).forEach((el) => el.remove());
-      $$("[aria-invalid]", form).forEach((el) => el.removeAttribute("aria-invalid"));
-      $$(".field--invalid", form).forEach((el) => el.classList.remove("field--invalid"));
-      syncConfirmMatch(form);
-    });
-  }
-
-  document.addEventListener("click", (event) => {
+  on("click", (event) => {
     const opener = event.target.closest("[data-dialog-open]");
+    const closer = event.target.closest("[data-dialog-close]");
     if (opener) {
       event.preventDefault();
       openDialog(document.getElementById(opener.dataset.dialogOpen), opener);
-      return;
-    }
-    const closer = event.target.closest("[data-dialog-close]");
-    if (closer) {
-      const dialog = closer.closest("dialog");
-      if (dialog) dialog.close("cancel");
-    }
+    } else if (closer && closer.closest("dialog")) closer.closest("dialog").close("cancel");
   });
 
   // A click on the backdrop (the dialog element itself, outside its panel) closes it.
   let pressTarget = null;
-  document.addEventListener("pointerdown", (event) => {
-    pressTarget = event.target;
-  });
-  document.addEventListener("click", (event) => {
+  on("pointerdown", (event) => (pressTarget = event.target));
+  on("click", (event) => {
     const dialog = event.target;
     if (!(dialog instanceof HTMLDialogElement) || !dialog.open || pressTarget !== dialog) return;
     const box = dialog.getBoundingClientRect();
-    const inside =
-      event.clientX >= box.left &&
-      event.clientX <= box.right &&
-      event.clientY >= box.top &&
-      event.clientY <= box.bottom;
-    if (!inside) dialog.close("cancel");
+    const { clientX: x, clientY: y } = event;
+    if (x < box.left || x > box.right || y < box.top || y > box.bottom) dialog.close("cancel");
   });
 
-  document.addEventListener(
+  on(
     "close",
     (event) => {
       const dialog = event.target;
       if (!(dialog instanceof HTMLDialogElement)) return;
-      if (dialog.hasAttribute("data-reset-on-close")) resetDialogForm(dialog);
+      if (dialog.hasAttribute("data-reset-on-close")) {
+        $$("form", dialog).forEach((form) => {
+          form.reset();
+          $$(".field__error, .form-error", form).forEach((el) => el.remove());
+          $$("[aria-invalid]", form).forEach((el) => el.removeAttribute("aria-invalid"));
+          $$(".field--invalid", form).forEach((el) => el.classList.remove("field--invalid"));
+          syncConfirmMatch(form);
+        });
+      }
       const back = dialog.returnFocus;
       dialog.returnFocus = null;
       // Browsers restore focus themselves; help when the opener was re-rendered meanwhile.
       window.requestAnimationFrame(() => {
         if (document.activeElement && document.activeElement !== document.body) return;
-        if (back && back.isConnected) back.focus();
-        else if (back && back.id && document.getElementById(back.id)) {
-          document.getElementById(back.id).focus();
-        }
+        const again = back && (back.isConnected ? back : back.id && document.getElementById(back.id));
+        if (again) again.focus();
       });
     },
     true,
   );
 
-  // Server asked to close the dialog that holds the element which sent the request.
-  document.addEventListener("malamar:dialog-close", (event) => {
-    const dialog = event.target.closest && event.target.closest("dialog");
-    if (dialog && dialog.open) dialog.close("done");
+  // The server closes the dialog that holds the element which sent the request; or found what
+  // a popup shows gone (its refresh after a delete elsewhere): the popup closes, saying so.
+  on("malamar:dialog-close", (event) => {
+    const dialog = event.target.closest && event.target.closest("dialog[open]");
+    if (dialog) dialog.close("done");
   });
-
-  /* ------------------------------------------------------------------ holds */
-
-  // While the user drags a row, confirms an action, or waits for a change they sent, a live
-  // refresh must not replace that part of the page: htmx drops requests from removed elements
-  // and cannot re-target responses sent from them. Refreshes arriving meanwhile are skipped
-  // and re-issued once nothing is held.
-  const held = new Map(); // element -> number of reasons it is held
-  const skipped = new Set();
-
-  const isRead = (config) => String((config && config.verb) || "").toLowerCase() === "get";
-
-  function hold(element) {
-    held.set(element, (held.get(element) || 0) + 1);
-  }
-
-  function release(element, { refresh = true } = {}) {
-    const count = (held.get(element) || 0) - 1;
-    if (count > 0) held.set(element, count);
-    else held.delete(element);
-    if (held.size) return;
-    if (refresh) {
-      skipped.forEach((target) => {
-        const url = target.isConnected && target.getAttribute("hx-get");
-        const swap = target.getAttribute("hx-swap") || "innerHTML";
-        if (url && window.htmx) window.htmx.ajax("GET", url, { source: target, target, swap });
-      });
-    }
-    skipped.clear();
-  }
-
-  document.addEventListener("htmx:beforeSwap", (event) => {
-    const target = event.detail.target;
-    if (!target || !isRead(event.detail.requestConfig)) return;
-    for (const element of held.keys()) {
-      if (target.contains(element)) {
-        event.detail.shouldSwap = false;
-        skipped.add(target);
-        return;
-      }
-    }
-  });
-
-  // A live refresh (window.malamarRefresh) never replaces an open inline editor
-  // ([data-editing]: a form, or a region in editing mode). Checked here, when the response
-  // arrives, not when the refresh is asked for: the user may open the editor and type while
-  // the request is on its way. What the user does (open, cancel, save) swaps as usual.
-  const LIVE = "malamarRefresh";
-  const isLiveRefresh = (config) => {
-    const trigger = config && config.triggeringEvent;
-    return Boolean(trigger && trigger.detail && trigger.detail[LIVE]);
-  };
-  // A <dialog> or <details> with data-editing counts while it is open (the task head's
-  // "Discard" dialog, its "Wait for other tasks…" editor); any other element always.
-  const EDITING =
-    "[data-editing]:not(dialog, details), dialog[data-editing][open], details[data-editing][open]";
-  const isEditing = (element) => element.matches(EDITING) || Boolean($(EDITING, element));
-  const heldBack = new Map(); // region whose live refresh was dropped -> its trigger's name
-
-  document.addEventListener("htmx:beforeSwap", (event) => {
-    const { target, requestConfig: config } = event.detail;
-    if (!target || !event.detail.shouldSwap || !isLiveRefresh(config)) return;
-    if (isEditing(target)) {
-      event.detail.shouldSwap = false;
-      if (target.id) heldBack.set(target.id, config.triggeringEvent.type);
-    }
-  });
-
-  // A dialog or <details> editor closed without a request of its own (dismissed, Escape):
-  // the refreshes it held back run now, so the region does not stay stale until the next event.
-  function catchUp() {
-    heldBack.forEach((eventName, id) => {
-      const region = document.getElementById(id);
-      if (region && isEditing(region)) return;
-      heldBack.delete(id);
-      if (region) refreshWhenIdle(id, eventName);
-    });
-  }
-  document.addEventListener(
-    "toggle",
-    (event) => {
-      if (event.target.matches && event.target.matches("details[data-editing]")) catchUp();
-    },
-    true,
-  );
-  document.addEventListener(
-    "close",
-    (event) => {
-      if (event.target.matches && event.target.matches("dialog[data-editing]")) catchUp();
-    },
-    true,
-  );
-  document.addEventListener("htmx:afterSwap", (event) => {
-    const target = event.detail.target;
-    if (target && target.id) heldBack.delete(target.id); // swapped since: up to date
-  });
-
-  document.addEventListener("htmx:beforeRequest", (event) => {
-    const config = event.detail.requestConfig;
-    if (config && !isRead(config) && config.elt) hold(config.elt);
-  });
-
-  document.addEventListener("htmx:afterRequest", (event) => {
-    const config = event.detail.requestConfig;
-    if (config && !isRead(config) && config.elt) release(config.elt);
+  on("malamar:gone", (event) => {
+    const dialog = event.target.closest && event.target.closest("dialog[open]");
+    if (!dialog) return;
+    dialog.close("gone");
+    toast({ level: "info", message: event.detail.message });
   });
 
   /* ------------------------------------------------------------------ confirmations */
 
-  // `dismiss` names the button that changes nothing ("Keep running" next to "Cancel task").
-  function confirmDialog(title, text, action, dismiss) {
-    const dialog = document.getElementById("confirm-dialog");
-    if (!dialog) return Promise.resolve(window.confirm(title));
-    $("#confirm-title", dialog).textContent = title;
-    $("#confirm-text", dialog).textContent = text || "";
-    $("#confirm-ok", dialog).textContent = action || "Delete";
-    $("#confirm-dismiss", dialog).textContent = dismiss || "Cancel";
-    dialog.returnValue = "";
-    return new Promise((resolve) => {
-      dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), {
-        once: true,
-      });
-      openDialog(dialog);
-    });
-  }
-
-  document.addEventListener("htmx:confirm", (event) => {
+  // data-confirm (title), -text, -action (the confirming button), -dismiss (the other one).
+  on("htmx:confirm", (event) => {
     const elt = event.detail.elt;
-    if (!elt || !elt.dataset || !elt.dataset.confirm) return;
+    const dialog = document.getElementById("confirm-dialog");
+    if (!elt || !elt.dataset || !elt.dataset.confirm || !dialog) return;
     event.preventDefault();
-    hold(elt);
-    const { confirm, confirmText, confirmAction, confirmDismiss } = elt.dataset;
-    confirmDialog(confirm, confirmText, confirmAction, confirmDismiss).then(
-      (ok) => {
-        if (ok) event.detail.issueRequest(true);
-        release(elt);
-      },
-    );
+    elt.setAttribute("data-in-flight", ""); // live.js: its fragment waits for the answer
+    $("#confirm-title", dialog).textContent = elt.dataset.confirm;
+    $("#confirm-text", dialog).textContent = elt.dataset.confirmText || "";
+    $("#confirm-ok", dialog).textContent = elt.dataset.confirmAction || "Delete";
+    $("#confirm-dismiss", dialog).textContent = elt.dataset.confirmDismiss || "Cancel";
+    dialog.returnValue = "";
+    const done = () => {
+      elt.removeAttribute("data-in-flight");
+      if (dialog.returnValue === "confirm") event.detail.issueRequest(true);
+    };
+    dialog.addEventListener("close", done, { once: true });
+    openDialog(dialog);
   });
 
   // "Type the name to confirm": the submit button waits for an exact match.
   function syncConfirmMatch(root) {
     $$("[data-confirm-match]", root).forEach((input) => {
-      const form = input.form;
-      const button = form && $("[data-confirm-submit]", form);
+      const button = input.form && $("[data-confirm-submit]", input.form);
       if (button) button.disabled = input.value.trim() !== input.dataset.confirmMatch;
     });
   }
-
-  document.addEventListener("input", (event) => {
-    if (event.target.matches("[data-confirm-match]")) syncConfirmMatch(event.target.form);
-  });
+  on("input", (event) => event.target.matches("[data-confirm-match]") && syncConfirmMatch(event.target.form));
 
   /* ------------------------------------------------------------------ toasts */
+
+  const region = () => document.getElementById("toast-region");
+  const popover = (el) => typeof el.showPopover === "function";
 
   // A modal dialog makes everything outside it inert, toasts included: while one is open the
   // toast region lives inside the topmost, so a toast's link or close button still works.
   function placeToasts() {
-    const region = document.getElementById("toast-region");
-    if (!region) return;
-    const modals = Array.from(document.querySelectorAll("dialog[open]")).filter((d) =>
-      d.matches(":modal"),
-    );
-    const home = modals.length ? modals[modals.length - 1] : document.body;
-    if (region.parentElement === home) return fitToasts();
-    home.append(region); // moving it hides the popover: show it again
-    if (typeof region.showPopover === "function" && !region.matches(":popover-open")) {
-      region.showPopover();
+    const toasts = region();
+    if (!toasts) return;
+    const home = $$("dialog[open]").filter((d) => d.matches(":modal")).pop() || document.body;
+    if (toasts.parentElement !== home) {
+      home.append(toasts); // moving it hides the popover: show it again
+      if (popover(toasts) && !toasts.matches(":popover-open")) toasts.showPopover();
     }
     fitToasts();
   }
-
-  new MutationObserver(() => placeToasts()).observe(document.documentElement, {
+  new MutationObserver(placeToasts).observe(document.documentElement, {
     attributes: true,
     attributeFilter: ["open"],
     subtree: true,
   });
 
   // Before a swap removes the dialog that holds the toasts, take them out of it.
-  document.addEventListener("htmx:beforeSwap", (event) => {
-    const region = document.getElementById("toast-region");
+  on("htmx:beforeSwap", (event) => {
+    const toasts = region();
     const target = event.detail.target;
-    if (region && target && target !== region && target.contains(region)) {
-      document.body.append(region);
-      if (typeof region.showPopover === "function") region.showPopover();
+    if (toasts && target && target !== toasts && target.contains(toasts)) {
+      document.body.append(toasts);
+      if (popover(toasts)) toasts.showPopover();
     }
   });
 
   // Toasts never cover what the open popup marks with data-toast-avoid (the chat's composer,
   // the task's comment box, with their Send buttons) nor a form dialog's buttons (its footer):
   // they stack just above it, or at the top when there is no room there.
-  const AVOID = "[data-toast-avoid], .dialog__footer";
   const TOAST_ROOM_PX = 240;
   let avoided = null;
   const avoidWatch = window.ResizeObserver ? new ResizeObserver(() => fitToasts()) : null;
 
   function fitToasts() {
-    const region = document.getElementById("toast-region");
-    if (!region) return;
-    const home = region.parentElement;
-    const avoid = home && home.matches("dialog") ? home.querySelector(AVOID) : null;
+    const toasts = region();
+    if (!toasts) return;
+    const home = toasts.parentElement;
+    const avoid = home && home.matches("dialog") ? $("[data-toast-avoid], .dialog__footer", home) : null;
     if (avoidWatch && avoid !== avoided) {
       if (avoided) avoidWatch.unobserve(avoided);
       if (avoid) avoidWatch.observe(avoid);
       avoided = avoid;
     }
     const rect = avoid && avoid.getClientRects().length ? avoid.getBoundingClientRect() : null;
-    if (!rect || rect.top >= document.documentElement.clientHeight) {
-      region.style.removeProperty("--toast-bottom");
-      delete region.dataset.place;
-    } else if (rect.top < TOAST_ROOM_PX) {
-      region.style.removeProperty("--toast-bottom");
-      region.dataset.place = "top";
-    } else {
-      delete region.dataset.place;
-      const bottom = document.documentElement.clientHeight - rect.top + 8;
-      region.style.setProperty("--toast-bottom", `${Math.round(bottom)}px`); // CSSOM: CSP-safe
-    }
+    const height = document.documentElement.clientHeight;
+    const place = !rect || rect.top >= height ? "" : rect.top < TOAST_ROOM_PX ? "top" : "above";
+    if (place === "top") toasts.dataset.place = "top";
+    else delete toasts.dataset.place;
+    if (place === "above") toasts.style.setProperty("--toast-bottom", `${Math.round(height - rect.top + 8)}px`);
+    else toasts.style.removeProperty("--toast-bottom"); // (CSSOM: CSP-safe)
   }
-
   window.addEventListener("resize", () => fitToasts());
 
   function raiseToasts() {
     placeToasts();
-    fitToasts();
-    const region = document.getElementById("toast-region");
-    if (!region || typeof region.showPopover !== "function") return;
+    const toasts = region();
+    if (!toasts || !popover(toasts)) return;
     // Re-showing moves the region above a modal dialog opened after it.
-    if (region.matches(":popover-open")) {
-      if (!document.querySelector("dialog:modal")) return;
-      region.hidePopover();
+    if (toasts.matches(":popover-open")) {
+      if (!$("dialog:modal")) return;
+      toasts.hidePopover();
     }
-    region.showPopover();
+    toasts.showPopover();
   }
 
+  // { level: success|error|info|warning, message, detail?, href? } (base.html #toast-template)
   function toast(options) {
     const list = document.getElementById("toasts");
-    if (!list || !options || !options.message) return;
+    const template = document.getElementById("toast-template");
+    if (!list || !template || !options || !options.message) return;
     raiseToasts();
     const level = ["success", "error", "info", "warning"].includes(options.level) ? options.level : "info";
-    const item = document.createElement("li");
-    item.className = `toast toast--${level}`;
+    const item = template.content.firstElementChild.cloneNode(true);
+    item.classList.add(`toast--${level}`);
     item.setAttribute("role", level === "error" ? "alert" : "status");
-
     const icon = document.getElementById(`toast-icon-${level}`);
-    if (icon) item.append(icon.content.cloneNode(true));
-
-    const body = document.createElement("div");
-    const title = document.createElement("p");
-    title.className = "toast__title";
+    if (icon) item.prepend(icon.content.cloneNode(true));
+    const title = $(".toast__title", item);
     if (options.href) {
-      const link = document.createElement("a");
-      link.href = options.href;
+      const link = title.appendChild(document.createElement("a"));
+      link.href = item.dataset.href = options.href;
       link.textContent = options.message;
-      title.append(link);
-      item.dataset.href = options.href;
-    } else {
-      title.textContent = options.message;
-    }
-    body.append(title);
-    if (options.detail) {
-      const detail = document.createElement("p");
-      detail.className = "toast__detail";
-      detail.textContent = options.detail;
-      body.append(detail);
-    }
-    item.append(body);
-
-    const close = document.createElement("button");
-    close.type = "button";
-    close.className = "btn btn--ghost btn--icon toast__close";
-    close.setAttribute("aria-label", "Dismiss notification");
-    const closeIcon = document.getElementById("toast-icon-close");
-    if (closeIcon) close.append(closeIcon.content.cloneNode(true));
-    close.addEventListener("click", (event) => {
+    } else title.textContent = options.message;
+    if (options.detail) $(".toast__detail", item).textContent = options.detail;
+    else $(".toast__detail", item).remove();
+    $(".toast__close", item).addEventListener("click", (event) => {
       event.stopPropagation();
       dismiss(item);
     });
-    item.append(close);
-
     item.addEventListener("click", (event) => {
       if (item.dataset.href && !event.target.closest("a")) window.location.href = item.dataset.href;
     });
-
-    let timer = null;
-    const start = () => {
-      timer = window.setTimeout(() => dismiss(item), TOAST_MS);
-    };
+    let timer = 0;
+    const start = () => (timer = window.setTimeout(() => dismiss(item), TOAST_MS));
     const stop = () => window.clearTimeout(timer);
-    item.addEventListener("mouseenter", stop);
-    item.addEventListener("mouseleave", start);
-    item.addEventListener("focusin", stop);
-    item.addEventListener("focusout", start);
-
+    ["mouseenter", "focusin"].forEach((type) => item.addEventListener(type, stop));
+    ["mouseleave", "focusout"].forEach((type) => item.addEventListener(type, start));
     list.append(item);
-    const live = $$(".toast:not(.is-leaving)", list);
-    live.slice(0, Math.max(0, live.length - TOAST_LIMIT)).forEach((old) => old.remove());
+    const shown = $$(".toast:not(.is-leaving)", list);
+    shown.slice(0, Math.max(0, shown.length - TOAST_LIMIT)).forEach((old) => old.remove());
     start();
   }
 
@@ -467,260 +287,57 @@
   }
 
   window.malamarToast = toast;
-  document.addEventListener("malamar:toast", (event) => toast(event.detail));
+  on("malamar:toast", (event) => toast(event.detail));
 
-  document.addEventListener("htmx:responseError", (event) => {
-    const status = event.detail.xhr ? event.detail.xhr.status : 0;
+  on("htmx:responseError", (event) => {
+    const xhr = event.detail.xhr;
     // The server already said what went wrong (e.g. 413 "too large"): its toast is enough.
-    const trigger = event.detail.xhr ? event.detail.xhr.getResponseHeader("HX-Trigger") : "";
-    if (trigger && trigger.includes("malamar:toast")) return;
-    const message =
-      status === 404
-        ? "That item no longer exists."
-        : status === 409
-          ? "That change is not possible right now."
-          : "Something went wrong. Please try again.";
-    toast({ level: "error", message, detail: status ? `HTTP ${status}` : "" });
+    if (xhr && (xhr.getResponseHeader("HX-Trigger") || "").includes("malamar:toast")) return;
+    const status = xhr ? xhr.status : 0;
+    const message = {
+      404: "That item no longer exists.",
+      409: "That change is not possible right now.",
+    }[status];
+    toast({ level: "error", message: message || "Something went wrong. Please try again.", detail: status ? `HTTP ${status}` : "" });
   });
+  on("htmx:sendError", () =>
+    toast({ level: "error", message: "Malamar is not reachable.", detail: "Is it still running?" }),
+  );
 
-  document.addEventListener("htmx:sendError", () => {
-    toast({ level: "error", message: "Malamar is not reachable.", detail: "Is it still running?" });
-  });
+  /* ------------------------------------------------------------------ times */
 
-  /* ------------------------------------------------------------------ live events (SSE) */
-
-  // The one JavaScript copy of workspaces/links.py's format: the workspace page on the item's
-  // tab (the other scripts call window.malamarItemLink).
-  function itemLink(data) {
-    const workspace = data.workspace_id;
-    if (!workspace) return "";
-    const base = `/workspaces/${encodeURIComponent(workspace)}/`;
-    let params = null;
-    if (data.task_id) params = { tab: "tasks", task: data.task_id };
-    else if (data.chat_id) params = { tab: "chat", chat: data.chat_id };
-    return params ? `${base}?${new URLSearchParams(params)}` : base;
-  }
-  window.malamarItemLink = itemLink;
-
-  /** Is chat `id` open in a popup (the user is looking at it: no toast for its news)? */
-  function chatOnScreen(id) {
-    if (!id) return false;
-    return $$("dialog[open] [data-chat-popup]").some((popup) => popup.dataset.chatPopup === id);
-  }
-
-  /** Is task `id` open in a popup (its new comments show there)? */
-  function taskOnScreen(id) {
-    if (!id) return false;
-    return $$("dialog[open] [data-task-detail]").some((detail) => detail.dataset.taskDetail === id);
-  }
-
-  // Which events deserve a toast (the rest only refresh fragments).
-  function toastFor(type, data) {
-    const summary = data.task_summary || "";
-    switch (type) {
-      case "task.error_occurred":
-        if (taskOnScreen(data.task_id)) return null; // its popup shows the error banner live
-        return {
-          level: "error",
-          message: summary ? `Error in “${summary}”` : "An agent run failed",
-          detail: data.error_message || "",
-          href: itemLink(data),
-        };
-      case "task.status_changed":
-        if (data.new_status !== "in_review" || data.actor_type === "user") return null;
-        return {
-          level: "success",
-          message: "Ready for your review",
-          detail: summary,
-          href: itemLink(data),
-        };
-      case "task.unblocked":
-        return {
-          level: "info",
-          message: "No longer waiting: it can start",
-          detail: summary,
-          href: itemLink(data),
-        };
-      case "task.comment_added":
-        if (data.author_type !== "agent" || taskOnScreen(data.task_id)) return null;
-        return {
-          level: "info",
-          message: `${data.author_name || "An agent"} commented`,
-          detail: summary,
-          href: itemLink(data),
-        };
-      case "cli.limited":
-        // One toast per pause of a CLI (never one per waiting task): DESIGN "Usage limits".
-        return {
-          level: "info",
-          message: `${data.name || "A CLI"} is out of quota`,
-          detail: data.until
-            ? `Work that needs it waits until ${new Date(data.until).toLocaleString()}.`
-            : "Work that needs it waits; Malamar checks again on a back-off.",
-        };
-      case "cli.resumed":
-        return {
-          level: "success",
-          message: `${data.name || "A CLI"} works again`,
-          detail: "The work that waited for it continues.",
-        };
-      case "chat.processing_finished":
-        // A stopped reply says nothing; the chat on screen shows its own news; a reply that
-        // waits for a CLI out of quota says so in the CLI's own toast.
-        if (data.outcome === "stopped" || data.outcome === "waiting") return null;
-        if (chatOnScreen(data.chat_id)) return null;
-        if (data.outcome === "failed") {
-          return {
-            level: "error",
-            message: `${data.agent_name || "An agent"} could not reply`,
-            detail: data.chat_title || "",
-            href: itemLink(data),
-          };
-        }
-        return {
-          level: "info",
-          message: `${data.agent_name || "An agent"} replied`,
-          detail: data.chat_title || "",
-          href: itemLink(data),
-        };
-      default:
-        return null;
-    }
-  }
-
-  function numericId(raw) {
-    const match = /(\d+)\s*$/.exec(raw || "");
-    return match ? Number(match[1]) : 0;
-  }
-
-  function readLastEvent() {
-    try {
-      const saved = JSON.parse(window.sessionStorage.getItem(LAST_EVENT_KEY) || "null");
-      // Replay what happened while the previous page was being left, not an old backlog.
-      if (saved && Date.now() - saved.at < 120000) return saved.id;
-    } catch (e) {
-      /* ignore */
-    }
-    return "";
-  }
-
-  function saveLastEvent(id) {
-    try {
-      window.sessionStorage.setItem(LAST_EVENT_KEY, JSON.stringify({ id, at: Date.now() }));
-    } catch (e) {
-      /* ignore */
-    }
-  }
-
-  function connectLive() {
-    const body = document.body;
-    const url = body.dataset.liveUrl;
-    const types = (body.dataset.liveEvents || "").split(/\s+/).filter(Boolean);
-    if (!url || !types.length || !window.EventSource) return;
-    const workspaceId = body.dataset.workspaceId || "";
-    const status = document.getElementById("live-status");
-    let source = null;
-    // Resume where the stream stood when this page was rendered (events committed since are
-    // replayed, none missed); else where the previous page of this tab left it.
-    let lastRaw = body.dataset.liveFrom || readLastEvent();
-    let lastSeen = numericId(lastRaw);
-    let retryMs = 1000;
-    let reopenTimer = null;
-    let statusTimer = null;
-
-    const setConnected = (connected) => {
-      body.dataset.liveState = connected ? "open" : "closed";
-      window.clearTimeout(statusTimer);
-      if (!status) return;
-      if (connected) status.hidden = true;
-      else statusTimer = window.setTimeout(() => (status.hidden = false), 2500);
-    };
-
-    const onEvent = (message) => {
-      const id = numericId(message.lastEventId);
-      if (id) {
-        if (id <= lastSeen) return; // a replay we already handled
-        lastSeen = id;
-        lastRaw = message.lastEventId;
-        saveLastEvent(lastRaw);
-      }
-      let data;
-      try {
-        data = JSON.parse(message.data);
-      } catch (e) {
-        return;
-      }
-      if (!data || typeof data !== "object") return;
-      if (workspaceId && data.workspace_id && data.workspace_id !== workspaceId) return;
-      body.dispatchEvent(new CustomEvent(`malamar:${message.type}`, { detail: data }));
-      if (message.type === "workspace.deleted" && workspaceId && data.workspace_id === workspaceId) {
-        toast({ level: "info", message: "This workspace was deleted", detail: data.title || "" });
-        window.setTimeout(() => window.location.assign("/"), 1500);
-        return;
-      }
-      const note = toastFor(message.type, data);
-      if (note) toast(note);
-    };
-
-    const open = () => {
-      const target = lastRaw ? `${url}?lastEventId=${encodeURIComponent(lastRaw)}` : url;
-      source = new EventSource(target);
-      source.addEventListener("open", () => {
-        retryMs = 1000;
-        setConnected(true);
-      });
-      source.addEventListener("error", () => {
-        setConnected(false);
-        if (source.readyState === EventSource.CLOSED) reopen();
-      });
-      source.addEventListener("stream-error", reopen);
-      types.forEach((type) => source.addEventListener(type, onEvent));
-    };
-
-    const reopen = () => {
-      if (source) source.close();
-      window.clearTimeout(reopenTimer);
-      reopenTimer = window.setTimeout(open, retryMs);
-      retryMs = Math.min(retryMs * 2, 30000);
-    };
-
-    window.addEventListener("pagehide", () => {
-      if (source) source.close();
-    });
-    open();
-  }
-
-  /* ------------------------------------------------------------------ relative times */
-
-  const fullFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
-  const dayFormat = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric" });
-  const yearFormat = new Intl.DateTimeFormat(undefined, {
-    month: "short",
-    day: "numeric",
-    year: "numeric",
-  });
+  const format = (options) => new Intl.DateTimeFormat(undefined, options);
+  const FULL = format({ dateStyle: "medium", timeStyle: "short" });
+  const DAY = format({ month: "short", day: "numeric" });
+  const YEAR = format({ month: "short", day: "numeric", year: "numeric" });
+  // Clock times (<time data-clock="time|minutes|weekday">, e.g. a retry or a quota's reset) in
+  // the browser's time zone; the server renders them in UTC as a fallback.
+  const CLOCK = {
+    time: format({ hour: "2-digit", minute: "2-digit", second: "2-digit" }),
+    minutes: format({ hour: "2-digit", minute: "2-digit" }),
+    weekday: format({ weekday: "short", hour: "2-digit", minute: "2-digit" }),
+  };
+  const CLOCK_FULL = format({ dateStyle: "medium", timeStyle: "medium" });
 
   function relative(date, now) {
-    const seconds = (now - date) / 1000;
-    if (seconds < 60) return "just now";
-    const minutes = Math.floor(seconds / 60);
-    if (minutes < 60) return `${minutes} min ago`;
+    const minutes = Math.floor((now - date) / 60000);
     const hours = Math.floor(minutes / 60);
-    if (hours < 24) return hours === 1 ? "1 hour ago" : `${hours} hours ago`;
     const days = Math.floor(hours / 24);
+    if (minutes < 1) return "just now";
+    if (minutes < 60) return `${minutes} min ago`;
+    if (hours < 24) return hours === 1 ? "1 hour ago" : `${hours} hours ago`;
     if (days < 7) return days === 1 ? "1 day ago" : `${days} days ago`;
-    return date.getFullYear() === now.getFullYear()
-      ? dayFormat.format(date)
-      : yearFormat.format(date);
+    return (date.getFullYear() === now.getFullYear() ? DAY : YEAR).format(date);
   }
 
   function updateTimes(root) {
     const now = new Date();
-    $$("time[data-relative]", root || document).forEach((el) => {
+    $$("time[data-relative], time[data-clock]", root || document).forEach((el) => {
       const date = new Date(el.getAttribute("datetime"));
       if (Number.isNaN(date.getTime())) return;
-      el.textContent = (el.dataset.prefix || "") + relative(date, now);
-      el.title = fullFormat.format(date);
+      const clock = el.dataset.clock;
+      el.textContent = clock ? (CLOCK[clock] || CLOCK.time).format(date) : (el.dataset.prefix || "") + relative(date, now);
+      el.title = (clock ? CLOCK_FULL : FULL).format(date);
     });
   }
 
@@ -728,80 +345,56 @@
 
   let dragged = null;
   let orderBefore = "";
+  const ROW = "[data-sortable] > li[data-id]";
+  const sortableIds = (list) => $$(":scope > li[data-id]", list).map((li) => li.dataset.id).join(",");
 
-  const sortableIds = (list) => $$(":scope > li[data-id]", list).map((li) => li.dataset.id);
-
-  document.addEventListener("dragstart", (event) => {
-    const item = event.target.closest && event.target.closest("[data-sortable] > li[data-id]");
+  on("dragstart", (event) => {
+    const item = event.target.closest && event.target.closest(ROW);
     if (!item) return;
     dragged = item;
-    hold(item);
-    orderBefore = sortableIds(item.parentElement).join(",");
-    item.classList.add("is-dragging");
+    orderBefore = sortableIds(item.parentElement);
+    item.classList.add("is-dragging"); // live.js: its list is not refreshed meanwhile
     event.dataTransfer.effectAllowed = "move";
     event.dataTransfer.setData("text/plain", item.dataset.id);
   });
-
-  document.addEventListener("dragover", (event) => {
-    if (!dragged) return;
-    const list = dragged.parentElement;
-    const over = event.target.closest && event.target.closest("[data-sortable] > li[data-id]");
-    if (!over || over.parentElement !== list) return;
+  on("dragover", (event) => {
+    const over = dragged && event.target.closest && event.target.closest(ROW);
+    if (!over || over.parentElement !== dragged.parentElement) return;
     event.preventDefault();
     event.dataTransfer.dropEffect = "move";
     if (over === dragged) return;
     const box = over.getBoundingClientRect();
-    const after = event.clientY > box.top + box.height / 2;
-    list.insertBefore(dragged, after ? over.nextSibling : over);
+    over.parentElement.insertBefore(dragged, event.clientY > box.top + box.height / 2 ? over.nextSibling : over);
   });
-
-  document.addEventListener("drop", (event) => {
-    if (dragged) event.preventDefault();
-  });
-
-  document.addEventListener("dragend", () => {
+  on("drop", (event) => dragged && event.preventDefault());
+  on("dragend", () => {
     if (!dragged) return;
-    const item = dragged;
-    const list = item.parentElement;
+    const list = dragged.parentElement;
+    dragged.classList.remove("is-dragging");
     dragged = null;
-    item.classList.remove("is-dragging");
-    if (sortableIds(list).join(",") === orderBefore) {
-      release(item);
-      return;
-    }
-    release(item, { refresh: false }); // the submitted order re-renders the list
-    $$(":scope > li [data-position]", list).forEach((el, index) => {
-      el.textContent = String(index + 1);
-    });
+    if (sortableIds(list) === orderBefore) return;
+    $$(":scope > li [data-position]", list).forEach((el, index) => (el.textContent = String(index + 1)));
     const form = list.closest("form");
     if (form) form.requestSubmit();
   });
 
   /* ------------------------------------------------------------------ form helpers */
 
-  // Working directory: the path only matters in static mode.
-  document.addEventListener("change", (event) => {
-    if (event.target.name !== "working_directory_mode") return;
-    const form = event.target.form;
-    const block = form && $("[data-mode-static]", form);
-    if (!block) return;
-    block.hidden = event.target.value !== "static";
-    if (!block.hidden) {
+  on("change", (event) => {
+    const { name, value, form } = event.target;
+    // Working directory: the path only matters in static mode.
+    const block = name === "working_directory_mode" && form && $("[data-mode-static]", form);
+    if (block) {
+      block.hidden = value !== "static";
       const input = $("input", block);
-      if (input && !input.value) input.focus();
+      if (!block.hidden && input && !input.value) input.focus();
     }
-  });
-
-  // Agent dialog: the model suggestions, effort choices and custom command fields follow the
-  // chosen CLI (a hidden effort select is disabled so only the chosen CLI's one is posted).
-  document.addEventListener("change", (event) => {
-    if (event.target.name !== "cli_type") return;
-    const form = event.target.form;
-    const settings = form && $("[data-cli-settings]", form);
+    // Agent dialog: the model suggestions, effort choices and custom command fields follow the
+    // chosen CLI (a hidden effort select is disabled so only the chosen CLI's one is posted).
+    const settings = name === "cli_type" && form && $("[data-cli-settings]", form);
     if (!settings) return;
-    const cli = event.target.value;
     $$("[data-cli-only]", settings).forEach((el) => {
-      el.hidden = el.getAttribute("data-cli-only") !== cli;
+      el.hidden = el.getAttribute("data-cli-only") !== value;
       $$("select[data-effort]", el).forEach((select) => {
         select.disabled = el.hidden;
         if (el.hidden) select.removeAttribute("id");
@@ -809,26 +402,23 @@
       });
     });
     const model = $("input[name=model]", settings);
-    if (model) model.setAttribute("list", `agent-models-${cli}`);
+    if (model) model.setAttribute("list", `agent-models-${value}`);
   });
 
   // Environment variables: add and remove rows.
-  document.addEventListener("click", (event) => {
+  on("click", (event) => {
     const add = event.target.closest("[data-env-add]");
+    const remove = event.target.closest("[data-env-remove]");
+    const fieldset = (add || remove) && (add || remove).closest("fieldset");
     if (add) {
-      const fieldset = add.closest("fieldset");
       const template = $("template[data-env-template]", fieldset);
       const rows = $("[data-env-rows]", fieldset);
       if (!template || !rows) return;
       rows.append(template.content.cloneNode(true));
       const inputs = $$("input", rows);
       if (inputs.length >= 2) inputs[inputs.length - 2].focus();
-      return;
-    }
-    const remove = event.target.closest("[data-env-remove]");
-    if (remove) {
+    } else if (remove) {
       const row = remove.closest(".env__row");
-      const fieldset = remove.closest("fieldset");
       if (row) row.remove();
       const addButton = fieldset && $("[data-env-add]", fieldset);
       if (addButton) addButton.focus();
@@ -836,35 +426,33 @@
   });
 
   // A masked secret is replaced, not edited: select it all on focus.
-  document.addEventListener("focusin", (event) => {
-    if (event.target.matches && event.target.matches("input[data-masked]")) event.target.select();
-  });
+  on("focusin", (event) => event.target.matches && event.target.matches("input[data-masked]") && event.target.select());
 
   /* ------------------------------------------------------------------ htmx glue */
 
   // Before a swap: note the dialog it lands in (an outerHTML swap detaches the old target)
-  // and whether it is about to remove the focused element.
+  // and the focused element it removes.
   let swapDialog = null;
   let swapFillsSlot = false;
   let focusWasInside = false;
-  document.addEventListener("htmx:beforeSwap", (event) => {
+  let focusedInside = "";
+  on("htmx:beforeSwap", (event) => {
     const target = event.detail.target;
     swapDialog = (target && target.closest && target.closest("dialog")) || null;
     swapFillsSlot = Boolean(target && target.classList && target.classList.contains("dialog__slot"));
     focusWasInside = Boolean(target && target.contains(document.activeElement));
+    focusedInside = focusWasInside ? document.activeElement.id : "";
   });
 
   // Content swapped into a closed dialog's slot opens it (a late refresh of a part of a closed
   // dialog does not); errors swapped into an open one get focus.
-  document.addEventListener("htmx:afterSwap", (event) => {
+  on("htmx:afterSwap", (event) => {
     const dialog = swapDialog;
     const opens = swapFillsSlot;
     swapDialog = null;
     swapFillsSlot = false;
-    if (!dialog) return;
-    if (!dialog.open) {
-      if (opens) openDialog(dialog, event.detail.requestConfig && event.detail.requestConfig.elt);
-    } else if ($("[aria-invalid=true]", dialog)) focusInitial(dialog);
+    if (dialog && !dialog.open && opens) openDialog(dialog, (event.detail.requestConfig || {}).elt);
+    else if (dialog && dialog.open && $("[aria-invalid=true]", dialog)) focusInitial(dialog);
   });
 
   // htmx focuses the [autofocus] element of every swapped fragment once it settles (after this
@@ -875,139 +463,87 @@
   const TYPING =
     "textarea, select, [contenteditable], " +
     "input:not([type=button], [type=submit], [type=reset], [type=checkbox], [type=radio])";
-  document.addEventListener("htmx:afterSwap", (event) => {
+  on("htmx:afterSwap", (event) => {
     const fragment = event.target;
     const active = document.activeElement;
     if (!fragment || !fragment.querySelectorAll || !active || !active.matches) return;
     if (!active.matches(TYPING) || fragment.contains(active)) return;
-    if (fragment.hasAttribute("autofocus")) fragment.removeAttribute("autofocus");
+    fragment.removeAttribute("autofocus");
     $$("[autofocus]", fragment).forEach((element) => element.removeAttribute("autofocus"));
   });
 
-  // Keep keyboard users in place: when a click or submit re-renders the part of the page that
-  // held focus (or disables the focused button while it waits), focus the element with the
-  // same id afterwards, else the fragment's fallback (e.g. its heading), never <body>.
-  document.addEventListener("htmx:beforeRequest", (event) => {
+  // Keep keyboard users in place: when a click, a submit or a live refresh re-renders the part
+  // of the page that held focus (or disables the focused button while it waits), focus the
+  // element with the same id afterwards, else the fragment's fallback (its heading), never <body>.
+  on("htmx:beforeRequest", (event) => {
     const config = event.detail.requestConfig;
     const trigger = config && config.triggeringEvent;
     const active = document.activeElement;
-    if (config && trigger && ["click", "submit"].includes(trigger.type) && active && active.id) {
-      config.focusedId = active.id;
-    }
+    if (trigger && ["click", "submit"].includes(trigger.type) && active && active.id) config.focusedId = active.id;
   });
-  document.addEventListener("htmx:afterSettle", (event) => {
+  on("htmx:afterSettle", (event) => {
     const lost = !document.activeElement || document.activeElement === document.body;
     const wasInside = focusWasInside;
+    const id = (event.detail.requestConfig || {}).focusedId || focusedInside;
     focusWasInside = false;
+    focusedInside = "";
     if (!lost) return;
-    const config = event.detail.requestConfig;
-    const same = config && config.focusedId && document.getElementById(config.focusedId);
-    if (same && !same.closest("dialog:not([open])")) {
-      same.focus();
-      return;
-    }
+    const same = id && document.getElementById(id);
+    if (same && !same.closest("dialog:not([open])")) return same.focus();
     if (!wasInside) return;
     const target = event.detail.target;
-    const scope = target && target.isConnected ? target : document;
-    const fallback = $("[data-focus-fallback]", scope) || $("[data-focus-fallback]");
+    const fallback = $("[data-focus-fallback]", target && target.isConnected ? target : document) || $("[data-focus-fallback]");
     if (fallback) fallback.focus();
   });
 
-  /* ------------------------------------------------------------------ live refreshes */
-
-  // Refresh a live region by firing `eventName` on it (its hx-trigger). While the region's own
-  // request is still in flight, wait: htmx would queue the trigger on that element, and an
-  // outerHTML swap replaces the element and drops the queued request with it, leaving the
-  // region stale (seen: two chat answers arriving together showed only one).
-  function refreshWhenIdle(id, eventName, delay) {
-    window.setTimeout(() => {
-      const element = document.getElementById(id);
-      if (!element || !window.htmx) return;
-      if (element.classList.contains("htmx-request")) {
-        refreshWhenIdle(id, eventName, 80);
-        return;
-      }
-      window.htmx.trigger(element, eventName, { [LIVE]: true });
-    }, delay || 0);
-  }
-  window.malamarRefresh = refreshWhenIdle;
-
-  /* ------------------------------------------------------------------ code blocks */
-
-  const COPY_ICON =
-    '<svg width="14" height="14" viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" ' +
-    'stroke-linecap="round" stroke-linejoin="round" aria-hidden="true"><rect width="14" height="14" x="8" y="8" ' +
-    'rx="2"/><path d="M4 16c-1.1 0-2-.9-2-2V4c0-1.1.9-2 2-2h10c1.1 0 2 .9 2 2"/></svg>';
+  /* ------------------------------------------------------------------ copying */
 
   // Every code block in rendered markdown gets a copy button (added here, not in the HTML,
-  // so the sanitiser never has to allow buttons).
+  // so the sanitiser never has to allow buttons; base.html #copy-button-template).
   function addCopyButtons(root) {
-    const scope = root && root.querySelectorAll ? root : document;
-    scope.querySelectorAll(".markdown pre").forEach((pre) => {
-      if (pre.parentElement && pre.parentElement.classList.contains("code-block")) return;
+    const template = document.getElementById("copy-button-template");
+    $$(".markdown pre", root && root.querySelectorAll ? root : document).forEach((pre) => {
+      if (!template || pre.parentElement.classList.contains("code-block")) return;
       const wrapper = document.createElement("div");
       wrapper.className = "code-block";
       pre.replaceWith(wrapper);
-      wrapper.appendChild(pre);
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "code-block__copy";
-      button.setAttribute("aria-label", "Copy code");
-      button.title = "Copy code";
-      button.innerHTML = COPY_ICON;
-      wrapper.appendChild(button);
+      wrapper.append(pre, template.content.cloneNode(true));
     });
   }
 
   function copyText(text) {
     if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
-    const area = document.createElement("textarea");
+    const area = document.body.appendChild(document.createElement("textarea"));
     area.value = text;
-    area.setAttribute("readonly", "");
     area.className = "visually-hidden";
-    document.body.appendChild(area);
     area.select();
     const ok = document.execCommand("copy");
     area.remove();
     return ok ? Promise.resolve() : Promise.reject(new Error("copy failed"));
   }
 
-  // A button that copies a value it carries (e.g. the Changes tab's working directory).
-  document.addEventListener("click", (event) => {
-    const button = event.target.closest && event.target.closest("[data-copy-text]");
-    if (!button) return;
-    copyText(button.dataset.copyText).then(
-      () => toast({ level: "success", message: "Copied", detail: button.dataset.copyText }),
-      () => toast({ level: "error", message: "Could not copy to the clipboard" }),
-    );
-  });
-
-  document.addEventListener("click", (event) => {
+  const copyFailed = () => toast({ level: "error", message: "Could not copy to the clipboard" });
+  on("click", (event) => {
+    // A button that copies a value it carries (a branch name, a working directory).
+    const carrier = event.target.closest("[data-copy-text]");
+    if (carrier) {
+      const text = carrier.dataset.copyText;
+      copyText(text).then(() => toast({ level: "success", message: "Copied", detail: text }), copyFailed);
+    }
     const button = event.target.closest(".code-block__copy");
     if (!button) return;
-    const pre = button.parentElement.querySelector("pre");
-    copyText(pre ? pre.innerText : "").then(
-      () => {
-        button.dataset.copied = "true";
-        button.setAttribute("aria-label", "Copied");
-        window.setTimeout(() => {
-          delete button.dataset.copied;
-          button.setAttribute("aria-label", "Copy code");
-        }, 1500);
-      },
-      () => toast({ level: "error", message: "Could not copy to the clipboard" }),
-    );
+    const pre = $("pre", button.parentElement);
+    copyText(pre ? pre.innerText : "").then(() => {
+      button.dataset.copied = "true";
+      button.setAttribute("aria-label", "Copied");
+      window.setTimeout(() => {
+        delete button.dataset.copied;
+        button.setAttribute("aria-label", "Copy code");
+      }, 1500);
+    }, copyFailed);
   });
 
-  // A button with `data-copy-text` copies that text (a branch name, a path).
-  document.addEventListener("click", (event) => {
-    const button = event.target.closest("[data-copy-text]");
-    if (!button) return;
-    copyText(button.dataset.copyText).then(
-      () => toast({ level: "success", message: "Copied" }),
-      () => toast({ level: "error", message: "Could not copy to the clipboard" }),
-    );
-  });
+  /* ------------------------------------------------------------------ start */
 
   function onLoad(root) {
     updateTimes(root);
@@ -1015,24 +551,19 @@
     addCopyButtons(root);
   }
 
-  /* ------------------------------------------------------------------ start */
-
   function start() {
     applyTheme();
     raiseToasts();
     if (window.htmx) window.htmx.onLoad(onLoad);
     else onLoad(document);
     window.setInterval(() => updateTimes(document), 30000);
-    document.addEventListener("visibilitychange", () => {
-      if (!document.hidden) updateTimes(document);
-    });
+    on("visibilitychange", () => !document.hidden && updateTimes(document));
     $$("dialog[data-open-on-load]").forEach((dialog) => openDialog(dialog));
     $$("#flash-messages li").forEach((li) =>
       toast({ level: li.dataset.level === "error" ? "error" : "success", message: li.textContent }),
     );
-    connectLive();
   }
 
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  if (document.readyState === "loading") on("DOMContentLoaded", start);
   else start();
 })();

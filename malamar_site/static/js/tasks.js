@@ -1,39 +1,19 @@
-/* Malamar tasks tab: live Kanban columns, the task popup (open from cards, toasts and the URL),
-   popup tabs, optimistic comments and priority, inline-edit keyboard helpers.
-
-   The server renders everything; this file only decides which fragment to refresh when a live
-   event (app.js dispatches "malamar:<type>" on document.body) or a response ("tasks:changed")
-   says something changed. Fragments listen for "tasks:refresh" with a short htmx delay, so
-   bursts collapse into one request and replays are harmless (every swap replaces by id). */
+/* Malamar tasks tab: the board's expanded columns, scroll, column chips and dependency chains;
+   the task popup (open from cards, toasts and the URL), its tabs, optimistic comments and
+   priority, inline-edit keys. What refreshes on which live event is declared in the templates
+   (data-live, see live.js). */
 (function () {
   "use strict";
 
-  const STATUSES = ["todo", "in_progress", "in_review", "done"];
-  const TASK_EVENTS = [
-    "task.created",
-    "task.updated",
-    "task.status_changed",
-    "task.comment_added",
-    "task.deleted",
-    "task.error_occurred",
-    "task.unblocked",
-    "task.blocked",
-    "agent.execution_started",
-    "agent.execution_finished",
-    "cli.resumed", // waiting cards lose their "waits for" chip
-  ];
-
   const $ = (selector, root = document) => root.querySelector(selector);
   const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
-
-  const panel = () => document.querySelector("[data-tasks-panel]");
+  const on = (type, handler, capture = false) => document.addEventListener(type, handler, capture);
+  const closest = (event, selector) => (event.target.closest ? event.target.closest(selector) : null);
+  const plainClick = (event) => event.button === 0 && !event.metaKey && !event.ctrlKey && !event.shiftKey;
+  const panel = () => $("[data-tasks-panel]");
   const taskDialog = () => document.getElementById("task-dialog");
-
-  function refresh(element, name = "tasks:refresh") {
-    if (!element || !element.isConnected || !window.htmx) return;
-    if (element.id && window.malamarRefresh) window.malamarRefresh(element.id, name);
-    else window.htmx.trigger(element, name);
-  }
+  const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
+  const smooth = () => (reducedMotion.matches ? "auto" : "smooth");
 
   function openTaskId() {
     const dialog = taskDialog();
@@ -42,137 +22,69 @@
 
   /* ------------------------------------------------------------------ board */
 
-  function refreshBoard() {
-    refresh(document.getElementById("task-board"));
-  }
-
   // A board refresh keeps the columns the user expanded with "Show all".
-  document.addEventListener("htmx:configRequest", (event) => {
+  on("htmx:configRequest", (event) => {
     if (!event.detail.elt || event.detail.elt.id !== "task-board") return;
-    const expanded = $$("#task-board .kanban-col")
-      .filter((column) => (column.getAttribute("hx-get") || "").includes("all=1"))
-      .map((column) => column.dataset.status);
+    const expanded = $$("#task-board .kanban-col[data-show-all]").map((column) => column.dataset.status);
     if (expanded.length) event.detail.parameters.all = expanded.join(",");
   });
 
   // A refresh keeps the board where the user scrolled it: the board sideways (phones swipe
   // between columns) and each column's list (long columns scroll on their own).
   let scrolled = null;
-  document.addEventListener("htmx:beforeSwap", (event) => {
+  on("htmx:beforeSwap", (event) => {
     const target = event.detail.target;
     scrolled = null;
-    if (!event.detail.shouldSwap || !target || !target.matches) return;
-    if (!target.matches("#task-board, .kanban-col")) return;
+    if (!event.detail.shouldSwap || !target || !target.matches || !target.matches("#task-board, .kanban-col")) return;
     const kanban = $("#task-board .kanban");
     scrolled = { target, left: kanban ? kanban.scrollLeft : 0, lists: {} };
-    $$(".kanban-col", document.getElementById("task-board") || document).forEach((column) => {
+    $$("#task-board .kanban-col").forEach((column) => {
       const list = $(".kanban-col__list", column);
       if (list && list.scrollTop) scrolled.lists[column.id] = list.scrollTop;
     });
   });
-  document.addEventListener("htmx:afterSwap", (event) => {
+  on("htmx:afterSwap", (event) => {
     const saved = scrolled;
     scrolled = null;
     if (!saved || saved.target !== event.detail.target) return;
     const kanban = $("#task-board .kanban");
     if (jumpingTo) scrollToColumn(jumpingTo); // the swap stopped a jump on its way
-    else if (kanban && kanban.scrollLeft !== saved.left) kanban.scrollLeft = saved.left;
+    else if (kanban) kanban.scrollLeft = saved.left;
     Object.entries(saved.lists).forEach(([id, top]) => {
       const list = $(`#${CSS.escape(id)} .kanban-col__list`);
-      if (list && list.scrollTop !== top) list.scrollTop = top;
+      if (list) list.scrollTop = top;
     });
   });
-
-  function refreshColumns(statuses) {
-    const board = document.getElementById("task-board");
-    if (!board) return;
-    if (!$(".kanban", board)) {
-      refreshBoard(); // the empty state gives way to the columns
-      return;
-    }
-    new Set(statuses.filter((s) => STATUSES.includes(s))).forEach((status) =>
-      refresh(document.getElementById(`col-${status}`)),
-    );
-  }
-
-  function columnOf(taskId) {
-    const card = taskId && document.getElementById(`task-card-${taskId}`);
-    const column = card && card.closest(".kanban-col");
-    return column ? column.dataset.status : "";
-  }
-
-  function onTaskEvent(type, data) {
-    if (!panel() || !data) return;
-    const id = data.task_id || "";
-    if (type === "task.deleted") {
-      const card = document.getElementById(`task-card-${id}`);
-      if (card) card.remove();
-      refreshBoard(); // counts, and the empty state when it was the last one
-    } else if (type === "task.created") {
-      refreshColumns([data.status || "todo"]);
-    } else if (type === "task.status_changed") {
-      refreshColumns([data.old_status, data.new_status]);
-    } else {
-      // Updated in place (or moved to the top of its column): refresh where its card is; a
-      // card not rendered (a long column) may now belong at the top of any of them.
-      const status = columnOf(id);
-      refreshColumns(status ? [status] : STATUSES);
-    }
-    if (id && id === openTaskId()) {
-      if (type === "task.deleted") taskGone(id);
-      else refreshPopup();
-    }
-  }
-
-  // app.js dispatches live events on <body> (they do not bubble).
-  TASK_EVENTS.forEach((type) => {
-    document.body.addEventListener(`malamar:${type}`, (event) => onTaskEvent(type, event.detail));
-  });
-
-  // A change made from this page (its response names what changed).
-  document.addEventListener("tasks:changed", (event) => {
-    const detail = event.detail || {};
-    if (detail.board) refreshBoard();
-    else refreshColumns(detail.statuses || []);
-    if (detail.task_id && detail.task_id === openTaskId()) refreshPopup();
-  });
-
-  /* ------------------------------------------------------------------ dependency chains */
 
   // Hover or focus on a card lights up its chain: every card it waits for (data-blocked-by,
   // transitively) and every card that waits for it. Only the cards on the board take part.
   function chainOf(startId) {
-    const blockers = new Map();
-    const dependents = new Map();
+    const edges = new Map(); // task → the tasks it waits for and those waiting for it
+    const link = (a, b) => edges.set(a, [...(edges.get(a) || []), b]);
     $$("#task-board .task-card-item[data-task-id]").forEach((item) => {
-      const ids = (item.dataset.blockedBy || "").split(" ").filter(Boolean);
-      blockers.set(item.dataset.taskId, ids);
-      ids.forEach((id) => {
-        if (!dependents.has(id)) dependents.set(id, []);
-        dependents.get(id).push(item.dataset.taskId);
+      (item.dataset.blockedBy || "").split(" ").filter(Boolean).forEach((id) => {
+        link(item.dataset.taskId, `>${id}`);
+        link(id, `<${item.dataset.taskId}`);
       });
     });
     const chain = new Set([startId]);
-    [blockers, dependents].forEach((edges) => {
+    ["<", ">"].forEach((way) => {
       const todo = [startId];
       while (todo.length) {
-        (edges.get(todo.pop()) || []).forEach((next) => {
-          if (!chain.has(next)) {
-            chain.add(next);
-            todo.push(next);
-          }
+        (edges.get(todo.pop()) || []).forEach((edge) => {
+          const next = edge.slice(1);
+          if (edge[0] !== way || chain.has(next)) return;
+          chain.add(next);
+          todo.push(next);
         });
       }
     });
     return chain;
   }
 
-  function clearChain() {
-    $$("#task-board .task-card-item.is-chain").forEach((item) => item.classList.remove("is-chain"));
-  }
-
+  const clearChain = () => $$("#task-board .is-chain").forEach((item) => item.classList.remove("is-chain"));
   function showChain(event) {
-    const item = event.target.closest && event.target.closest("#task-board .task-card-item");
+    const item = closest(event, "#task-board .task-card-item");
     if (!item) return;
     const chain = chainOf(item.dataset.taskId);
     clearChain();
@@ -182,202 +94,106 @@
       if (card) card.classList.add("is-chain");
     });
   }
-
   function hideChain(event) {
-    const item = event.target.closest && event.target.closest("#task-board .task-card-item");
-    const next = event.relatedTarget;
-    if (item && next && item.contains(next)) return; // still inside the same card
-    clearChain();
+    const item = closest(event, "#task-board .task-card-item");
+    if (!item || !event.relatedTarget || !item.contains(event.relatedTarget)) clearChain();
   }
+  ["mouseover", "focusin"].forEach((type) => on(type, showChain));
+  ["mouseout", "focusout"].forEach((type) => on(type, hideChain));
 
-  document.addEventListener("mouseover", showChain);
-  document.addEventListener("focusin", showChain);
-  document.addEventListener("mouseout", hideChain);
-  document.addEventListener("focusout", hideChain);
-
-  /* ------------------------------------------------------------------ column jump */
-
-  // Phones: the chips above the board bring a column into view, show each column's count
-  // (columns refresh on their own, so the counts follow them) and mark the column in view.
-  const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
-
+  // Phones: the chips above the board bring a column into view and mark the column in view.
   function syncColumnJump() {
-    const board = document.getElementById("task-board");
-    const kanban = board && $(".kanban", board);
+    const kanban = $("#task-board .kanban");
     if (!kanban) return;
-    const box = kanban.getBoundingClientRect();
-    let current = null;
-    let nearest = Infinity;
-    $$("[data-column-jump]", board).forEach((chip) => {
+    const left = kanban.getBoundingClientRect().left;
+    const chips = $$("#task-board [data-column-jump]");
+    const distance = (chip) => {
       const column = document.getElementById(`col-${chip.dataset.columnJump}`);
-      if (!column) return;
-      const count = $(".kanban-col__count", column);
-      const badge = $("[data-column-count]", chip);
-      if (count && badge && badge.textContent !== count.textContent) {
-        badge.textContent = count.textContent;
-        const tasks = count.getAttribute("aria-label") || count.textContent;
-        chip.setAttribute("aria-label", `${chip.dataset.label}, ${tasks}`);
-      }
-      const distance = Math.abs(column.getBoundingClientRect().left - box.left);
-      if (distance < nearest) {
-        nearest = distance;
-        current = chip;
-      }
-    });
-    $$("[data-column-jump]", board).forEach((chip) => {
-      if (chip === current) chip.setAttribute("aria-current", "true");
-      else chip.removeAttribute("aria-current");
-    });
+      return column ? Math.abs(column.getBoundingClientRect().left - left) : Infinity;
+    };
+    const current = chips.reduce((best, chip) => (!best || distance(chip) < distance(best) ? chip : best), null);
+    chips.forEach((chip) => (chip === current ? chip.setAttribute("aria-current", "true") : chip.removeAttribute("aria-current")));
   }
 
-  document.addEventListener("click", (event) => {
-    const chip = event.target.closest && event.target.closest("[data-column-jump]");
-    if (!chip || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey) return;
-    if (!scrollToColumn(chip.dataset.columnJump)) return;
+  on("click", (event) => {
+    const chip = closest(event, "[data-column-jump]");
+    if (!chip || !plainClick(event) || !scrollToColumn(chip.dataset.columnJump)) return;
     event.preventDefault();
-    const title = $(".kanban-col__title", document.getElementById(`col-${chip.dataset.columnJump}`));
+    const title = $(`#col-${chip.dataset.columnJump} .kanban-col__title`);
     if (title) title.focus({ preventScroll: true });
   });
 
   // The column a jump is bringing into view, until the board stops scrolling.
   let jumpingTo = "";
   let jumpTimer = 0;
-
   function scrollToColumn(status) {
     const column = document.getElementById(`col-${status}`);
     if (!column) return false;
     jumpingTo = status;
     window.clearTimeout(jumpTimer);
     jumpTimer = window.setTimeout(() => (jumpingTo = ""), 1500); // no scrollend (Safari)
-    column.scrollIntoView({
-      behavior: reducedMotion.matches ? "auto" : "smooth",
-      block: "nearest",
-      inline: "start",
-    });
+    column.scrollIntoView({ behavior: smooth(), block: "nearest", inline: "start" });
     return true;
   }
 
-  document.addEventListener(
-    "scrollend",
-    (event) => {
-      if (event.target.classList && event.target.classList.contains("kanban")) jumpingTo = "";
-    },
-    true,
-  );
-
+  const isKanban = (event) => event.target.classList && event.target.classList.contains("kanban");
+  on("scrollend", (event) => isKanban(event) && (jumpingTo = ""), true);
   let jumpFrame = 0;
   document.addEventListener(
     "scroll",
     (event) => {
-      if (!event.target.classList || !event.target.classList.contains("kanban")) return;
+      if (!isKanban(event)) return;
       window.cancelAnimationFrame(jumpFrame);
       jumpFrame = window.requestAnimationFrame(syncColumnJump);
     },
     { capture: true, passive: true },
   );
-  document.addEventListener("htmx:afterSettle", syncColumnJump);
+  on("htmx:afterSettle", syncColumnJump);
 
   /* ------------------------------------------------------------------ popup */
-
-  function refreshPopup() {
-    const detail = document.getElementById("task-detail");
-    if (!detail) return;
-    // A section holding an open editor keeps it: app.js drops such a swap when it lands.
-    $$("[data-task-section]", detail).forEach((section) => refresh(section));
-  }
-
-  function taskUrl(id) {
-    const root = panel();
-    return root ? root.dataset.taskUrl.replace("TASK_ID", encodeURIComponent(id)) : "";
-  }
-
-  function boardPath() {
-    const root = panel();
-    return root ? new URL(root.dataset.boardUrl, window.location.href).pathname : "";
-  }
 
   function setUrl(id, mode) {
     const url = new URL(window.location.href);
     if (id) {
       url.searchParams.set("tab", "tasks");
       url.searchParams.set("task", id);
-    } else {
-      url.searchParams.delete("task");
-    }
+    } else url.searchParams.delete("task");
     if (url.href === window.location.href) return;
-    const state = { malamarTask: id || null };
-    if (mode === "push") window.history.pushState(state, "", url);
-    else window.history.replaceState(state, "", url);
+    window.history[mode === "push" ? "pushState" : "replaceState"]({ malamarTask: id || null }, "", url);
   }
 
   function openTask(id, { push = true } = {}) {
     const dialog = taskDialog();
-    const url = taskUrl(id);
-    if (!dialog || !url || !window.htmx) return false;
+    const root = panel();
+    if (!dialog || !root || !window.htmx) return false;
     if (dialog.open && dialog.dataset.taskId === id) return true;
     dialog.dataset.taskId = id;
-    // app.js opens a closed dialog when content is swapped into it.
+    // app.js opens a closed dialog when content is swapped into its slot.
+    const url = root.dataset.taskUrl.replace("TASK_ID", encodeURIComponent(id));
     window.htmx.ajax("GET", url, { source: "#task-dialog-body", target: "#task-dialog-body", swap: "innerHTML" });
     setUrl(id, push ? "push" : "replace");
     return true;
   }
 
-  function closeTask() {
-    const dialog = taskDialog();
-    if (dialog && dialog.open) dialog.close("cancel");
-  }
-
-  function taskGone(id) {
-    if (openTaskId() !== id) return;
-    if (deleting === id) return; // this page deleted it: its own response closes the popup
-    closeTask();
-    window.malamarToast &&
-      window.malamarToast({ level: "info", message: "This task was deleted" });
-  }
-
-  document.addEventListener("tasks:gone", (event) => {
-    const id = (event.detail && event.detail.task_id) || "";
-    if (id && openTaskId() === id) taskGone(id);
-  });
-
-  let deleting = "";
-  document.addEventListener("htmx:beforeRequest", (event) => {
-    if (event.detail.elt && event.detail.elt.id === "task-delete") deleting = openTaskId();
-  });
-  document.addEventListener("htmx:afterRequest", (event) => {
-    if (event.detail.elt && event.detail.elt.id === "task-delete") deleting = "";
-  });
-
-  // The create dialog starts empty next time, even after a rejected attempt re-rendered its
-  // form with the typed values as defaults (app.js resets forms to their defaults on close).
-  document.addEventListener(
-    "close",
-    (event) => {
-      if (event.target.id !== "task-create-dialog" || event.target.open) return;
-      $$("input:not([type=hidden]), textarea", event.target).forEach((field) => {
-        field.defaultValue = "";
-        field.value = "";
-      });
-    },
-    true,
-  );
-
-  document.addEventListener(
+  on(
     "close",
     (event) => {
       const dialog = event.target;
-      if (!(dialog instanceof HTMLDialogElement) || dialog.id !== "task-dialog") return;
-      // app.js closes a server-rendered open dialog to reopen it as a modal: not a real close.
-      if (dialog.open) return;
+      // The create dialog starts empty next time, even after a rejected attempt re-rendered
+      // its form with the typed values as defaults (app.js resets forms to their defaults).
+      if (dialog.id === "task-create-dialog" && !dialog.open) {
+        $$("input:not([type=hidden]), textarea", dialog).forEach((field) => (field.defaultValue = field.value = ""));
+      }
+      // (app.js closes a server-rendered open dialog to reopen it as a modal: not a real close.)
+      if (dialog.id !== "task-dialog" || dialog.open) return;
       const id = dialog.dataset.taskId;
       delete dialog.dataset.taskId;
-      const body = document.getElementById("task-dialog-body");
-      if (body) body.replaceChildren();
+      document.getElementById("task-dialog-body").replaceChildren();
       setUrl(null, "replace");
       // Focus goes back to the card when the one that opened the popup was re-rendered.
       window.requestAnimationFrame(() => {
         if (document.activeElement && document.activeElement !== document.body) return;
-        const card = id && document.querySelector(`#task-card-${CSS.escape(id)} a`);
+        const card = id && $(`#task-card-${CSS.escape(id)} a`);
         if (card) card.focus();
       });
     },
@@ -385,33 +201,28 @@
   );
 
   // Cards: open the popup in place (a new tab / window keeps the plain link).
-  document.addEventListener("click", (event) => {
-    const link = event.target.closest && event.target.closest("a[data-task-open]");
-    if (!link || event.defaultPrevented || event.button !== 0) return;
-    if (event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+  on("click", (event) => {
+    const link = closest(event, "a[data-task-open]");
+    if (!link || event.defaultPrevented || !plainClick(event) || event.altKey) return;
     if (openTask(link.dataset.taskOpen)) event.preventDefault();
   });
 
   // Toast (and other) links to a task of this workspace open the popup without a reload.
   function sameBoardTask(href) {
-    if (!href || !panel()) return "";
     const url = new URL(href, window.location.href);
-    if (url.origin !== window.location.origin || url.pathname !== boardPath()) return "";
+    const board = new URL(panel().dataset.boardUrl, window.location.href);
     const tab = url.searchParams.get("tab");
-    if (tab && tab !== "tasks") return "";
+    if (url.origin !== board.origin || url.pathname !== board.pathname || (tab && tab !== "tasks")) return "";
     return url.searchParams.get("task") || "";
   }
 
-  document.addEventListener(
+  on(
     "click",
     (event) => {
-      if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey) return;
-      const target = event.target;
-      if (!target.closest || target.closest(".toast__close")) return;
-      const toast = target.closest(".toast[data-href]");
-      const link = toast ? null : target.closest("a[data-task-link]");
-      if (!toast && !link) return;
-      const id = sameBoardTask(toast ? toast.dataset.href : link.href);
+      if (!plainClick(event) || !panel() || closest(event, ".toast__close")) return;
+      const toast = closest(event, ".toast[data-href]");
+      const link = toast ? null : closest(event, "a[data-task-link]");
+      const id = (toast || link) && sameBoardTask(toast ? toast.dataset.href : link.href);
       if (!id || !openTask(id)) return;
       event.preventDefault();
       event.stopPropagation();
@@ -424,8 +235,9 @@
   window.addEventListener("popstate", (event) => {
     if (!panel() || (event.state && event.state.htmx)) return;
     const id = new URL(window.location.href).searchParams.get("task") || "";
+    const dialog = taskDialog();
     if (id && id !== openTaskId()) openTask(id, { push: false });
-    else if (!id && openTaskId()) closeTask();
+    else if (!id && openTaskId()) dialog.close("cancel");
   });
 
   /* ------------------------------------------------------------------ popup tabs */
@@ -434,212 +246,122 @@
     const detail = tab.closest("#task-detail");
     if (!detail) return;
     $$("[data-task-tab]", detail).forEach((other) => {
-      const on = other === tab;
-      other.setAttribute("aria-selected", on ? "true" : "false");
-      other.tabIndex = on ? 0 : -1;
+      other.setAttribute("aria-selected", String(other === tab));
+      other.tabIndex = other === tab ? 0 : -1;
       const tabPanel = document.getElementById(other.getAttribute("aria-controls"));
-      if (tabPanel) tabPanel.hidden = !on;
+      if (tabPanel) tabPanel.hidden = other !== tab;
     });
     const composer = $("[data-composer]", detail);
     if (composer) composer.hidden = tab.dataset.taskTab !== "comments";
-    const lazy = { activity: "#task-activity", changes: "#task-changes" }[tab.dataset.taskTab];
-    const content = lazy && $(lazy, detail);
-    if (content && content.hasAttribute("data-lazy")) {
+    const content = $(`#task-${tab.dataset.taskTab}[data-lazy]`, detail); // Activity, Changes
+    if (content) {
       content.removeAttribute("data-lazy");
-      refresh(content, "tasks:load");
+      window.htmx.trigger(content, "tasks:load");
     }
     if (focus) tab.focus();
   }
 
-  /* ------------------------------------------------------------------ changes tab */
-
-  // After each run of a task: its card shows the new +/- totals, and its open Changes tab
-  // reloads (keeping the chosen run; a tab never opened stays unloaded).
-  document.body.addEventListener("malamar:task.changes_updated", (event) => {
-    const data = event.detail || {};
-    if (!panel() || !data.task_id) return;
-    const status = columnOf(data.task_id);
-    if (status) refreshColumns([status]);
-    const changes = document.getElementById("task-changes");
-    if (data.task_id !== openTaskId() || !changes || changes.hasAttribute("data-lazy")) return;
-    // Loads of the tab queue behind the one in flight (aborting it would log an error); a run
-    // picked in the Activity tab whose load has not landed yet is the run to show again.
-    const pending = changes.dataset.pendingRun;
-    const select = $("#task-changes-run", changes);
-    loadChanges(changes, pending !== undefined ? pending : select ? select.value : "");
-  });
-
-  function loadChanges(changes, runId) {
-    if (!window.htmx) return;
-    const base = changes.getAttribute("hx-get");
-    const url = runId ? `${base}?run=${encodeURIComponent(runId)}` : base;
-    changes.dataset.pendingRun = runId || "";
-    window.htmx.ajax("GET", url, { source: changes, target: changes, swap: "innerHTML" });
-  }
-
-  // A run picked in the tab's own selector is the one to show from now on.
-  document.addEventListener("change", (event) => {
-    const select = event.target;
-    const changes = select.id === "task-changes-run" && select.closest("#task-changes");
-    if (changes) changes.dataset.pendingRun = select.value;
-  });
-
-  // The picked run has landed (a queued load's promise resolves when it is queued, not then).
-  document.addEventListener("htmx:afterSwap", (event) => {
-    const changes = event.detail.target;
-    if (!changes || changes.id !== "task-changes" || changes.dataset.pendingRun === undefined) {
-      return;
-    }
-    const info = event.detail.pathInfo || {};
-    const path = info.finalRequestPath || info.requestPath || "";
-    const run = new URL(path, window.location.href).searchParams.get("run") || "";
-    if (run === changes.dataset.pendingRun) delete changes.dataset.pendingRun;
-  });
-
-  // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes.
-  document.addEventListener("click", (event) => {
-    const link = event.target.closest && event.target.closest("[data-changes-run]");
-    const detail = link && link.closest("#task-detail");
-    const changes = detail && $("#task-changes", detail);
-    if (!changes) return;
-    event.preventDefault();
-    changes.removeAttribute("data-lazy"); // loaded below, with the run
-    selectTab($('[data-task-tab="changes"]', detail), false);
-    loadChanges(changes, link.dataset.changesRun);
-  });
-
-  // A file in the list: open its diff and bring it into view.
-  document.addEventListener("click", (event) => {
-    const link = event.target.closest && event.target.closest("[data-change-jump]");
-    const target = link && document.getElementById(link.getAttribute("href").slice(1));
-    if (!target) return;
-    event.preventDefault();
-    target.open = true;
-    target.scrollIntoView({ block: "start", behavior: reducedMotion.matches ? "auto" : "smooth" });
-  });
-
-  document.addEventListener("click", (event) => {
-    const tab = event.target.closest && event.target.closest("[data-task-tab]");
+  on("click", (event) => {
+    const tab = closest(event, "[data-task-tab]");
     if (tab) selectTab(tab, false);
+    // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes. (After each
+    // run the tab reloads the run its selector shows, queued behind a load in flight.)
+    const run = closest(event, "[data-changes-run]");
+    const changes = run && run.closest("#task-detail") && $("#task-changes");
+    if (changes && window.htmx) {
+      event.preventDefault();
+      changes.removeAttribute("data-lazy"); // loaded below, with the run
+      selectTab($('[data-task-tab="changes"]'), false);
+      const values = { run: run.dataset.changesRun }; // (over the run its selector shows)
+      window.htmx.ajax("GET", changes.getAttribute("hx-get"), { source: changes, target: changes, swap: "innerHTML", values });
+    }
+    // A file in the Changes tab's list: open its diff and bring it into view.
+    const jump = closest(event, "[data-change-jump]");
+    const file = jump && document.getElementById(jump.getAttribute("href").slice(1));
+    if (file) {
+      event.preventDefault();
+      file.open = true;
+      file.scrollIntoView({ block: "start", behavior: smooth() });
+    }
   });
 
-  document.addEventListener("keydown", (event) => {
-    const tab = event.target.closest && event.target.closest("[data-task-tab]");
+  on("keydown", (event) => {
+    const tab = closest(event, "[data-task-tab]");
     if (!tab || !["ArrowLeft", "ArrowRight", "Home", "End"].includes(event.key)) return;
     const tabs = $$("[data-task-tab]", tab.parentElement);
-    const index = tabs.indexOf(tab);
-    const next =
-      event.key === "Home"
-        ? tabs[0]
-        : event.key === "End"
-          ? tabs[tabs.length - 1]
-          : tabs[(index + (event.key === "ArrowRight" ? 1 : -1) + tabs.length) % tabs.length];
+    const step = (tabs.indexOf(tab) + (event.key === "ArrowRight" ? 1 : -1) + tabs.length) % tabs.length;
+    const index = { Home: 0, End: tabs.length - 1 }[event.key] ?? step;
     event.preventDefault();
-    selectTab(next, true);
+    selectTab(tabs[index], true);
   });
 
   /* ------------------------------------------------------------------ comments */
 
-  function pendingComment(text) {
-    const item = document.createElement("li");
-    item.className = "comment comment--user is-pending";
-    item.dataset.pending = "";
-    const head = document.createElement("div");
-    head.className = "comment__head";
-    const author = document.createElement("span");
-    author.className = "comment__author";
-    author.textContent = "User";
-    const state = document.createElement("span");
-    state.className = "comment__state";
-    state.textContent = "Sending…";
-    head.append(author, state);
-    const body = document.createElement("div");
-    body.className = "comment__body comment__body--plain";
-    body.textContent = text;
-    item.append(head, body);
-    return item;
-  }
-
-  // Comments not (yet) taken by the server. A live refresh of the list may land while one is
-  // being sent: put them back, so a refused comment stays visible, marked "Not sent".
+  // Comments not (yet) taken by the server ("Sending…", then "Not sent" if refused): a refresh
+  // of the list puts them back (board.html #task-comment-pending).
   const unsent = new Set();
-  document.addEventListener("htmx:afterSwap", (event) => {
+  on("htmx:afterSwap", (event) => {
     const list = document.getElementById("task-comments");
     if (!list || !unsent.size) return;
     // The answer to a comment's own request (it swaps before htmx:afterRequest) lists that
     // comment: it was taken, so its stand-in must not come back next to it.
     const form = event.detail.requestConfig && event.detail.requestConfig.elt;
-    if (event.detail.target === list && form && form.pendingComment) {
-      unsent.delete(form.pendingComment.item);
-    }
+    if (event.detail.target === list && form && form.pendingComment) unsent.delete(form.pendingComment.item);
     unsent.forEach((item) => {
-      if (item.isConnected || item.dataset.taskId !== openTaskId()) return;
-      list.insertBefore(item, $("[data-working]", list));
+      if (!item.isConnected && item.dataset.taskId === openTaskId()) list.insertBefore(item, $("[data-working]", list));
     });
   });
 
-  document.addEventListener("htmx:beforeRequest", (event) => {
+  on("htmx:beforeRequest", (event) => {
     const form = event.detail.elt;
-    if (!form || !form.matches || !form.matches("[data-comment-form]")) return;
-    const textarea = $("textarea", form);
-    const text = textarea ? textarea.value : "";
-    if (!text.trim()) return;
+    const textarea = form && form.matches && form.matches("[data-comment-form]") && $("textarea", form);
     const list = document.getElementById("task-comments");
-    if (!list) return;
+    const template = document.getElementById("task-comment-pending");
+    if (!textarea || !textarea.value.trim() || !list || !template) return;
     $$("[data-comments-empty]", list).forEach((el) => el.remove());
-    const item = pendingComment(text);
+    const item = template.content.firstElementChild.cloneNode(true);
+    $(".comment__body", item).textContent = textarea.value;
     item.dataset.taskId = openTaskId();
     unsent.add(item);
-    const working = $("[data-working]", list);
-    list.insertBefore(item, working);
+    list.insertBefore(item, $("[data-working]", list));
     item.scrollIntoView({ block: "nearest" });
-    form.pendingComment = { item, text };
+    form.pendingComment = { item, text: textarea.value };
     textarea.value = "";
   });
 
-  document.addEventListener("htmx:afterRequest", (event) => {
+  on("htmx:afterRequest", (event) => {
     const form = event.detail.elt;
-    if (!form || !form.matches || !form.matches("[data-comment-form]")) return;
-    const pending = form.pendingComment;
-    form.pendingComment = null;
+    const pending = form && form.pendingComment;
     if (!pending) return;
-    if (event.detail.successful) {
-      unsent.clear(); // the server re-rendered the list with what it has
-      return;
-    }
+    form.pendingComment = null;
+    if (event.detail.successful) return unsent.clear(); // the server re-rendered the list
     // Not sent: mark it and give the text back.
     pending.item.classList.add("is-failed");
-    const state = $(".comment__state", pending.item);
-    if (state) state.textContent = "Not sent";
+    $(".comment__state", pending.item).textContent = "Not sent";
     const textarea = $("textarea", form);
     if (textarea && !textarea.value) textarea.value = pending.text;
   });
 
-  document.addEventListener("tasks:comment-rejected", () => {
+  on("tasks:comment-rejected", () => {
     unsent.clear();
     $$("#task-comments [data-pending]").forEach((el) => el.remove());
   });
 
   // Ctrl/Cmd+Enter sends; Escape cancels an inline edit instead of closing the popup.
-  document.addEventListener("keydown", (event) => {
+  on("keydown", (event) => {
     const target = event.target;
     if (!target.closest) return;
-    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-      const form = target.closest("[data-comment-form], form[data-editing]");
-      if (form && target.matches("textarea, input")) {
-        event.preventDefault();
-        form.requestSubmit();
-      }
-      return;
-    }
-    if (event.key === "Escape") {
-      const form = target.closest("form[data-editing]");
-      const cancel = form && $("[data-edit-cancel]", form);
-      if (cancel) {
-        event.preventDefault();
-        event.stopPropagation();
-        cancel.click();
-      }
+    const send = event.key === "Enter" && (event.ctrlKey || event.metaKey);
+    const form = send && target.matches("textarea, input") && target.closest("[data-comment-form], form[data-editing]");
+    const editing = event.key === "Escape" && target.closest("form[data-editing]");
+    const cancel = editing && $("[data-edit-cancel]", editing);
+    if (form) {
+      event.preventDefault();
+      form.requestSubmit();
+    } else if (cancel) {
+      event.preventDefault();
+      event.stopPropagation();
+      cancel.click();
     }
   });
 
@@ -648,20 +370,13 @@
   // Optimistic: the label flips at once; the server's answer (or a failure) sets it right.
   function flipPriority(button) {
     const pressed = button.getAttribute("aria-pressed") === "true";
-    button.setAttribute("aria-pressed", pressed ? "false" : "true");
+    button.setAttribute("aria-pressed", String(!pressed));
     const label = $("[data-priority-label]", button);
     if (label) label.textContent = pressed ? "Prioritize" : "Remove Priority";
   }
-
-  document.addEventListener("htmx:beforeRequest", (event) => {
-    const elt = event.detail.elt;
-    if (elt && elt.matches && elt.matches("[data-priority-toggle]")) flipPriority(elt);
-  });
-
-  document.addEventListener("htmx:afterRequest", (event) => {
-    const elt = event.detail.elt;
-    if (elt && elt.matches && elt.matches("[data-priority-toggle]") && !event.detail.successful) {
-      if (elt.isConnected) flipPriority(elt);
-    }
+  const priority = (event) => event.detail.elt && event.detail.elt.matches && event.detail.elt.matches("[data-priority-toggle]");
+  on("htmx:beforeRequest", (event) => priority(event) && flipPriority(event.detail.elt));
+  on("htmx:afterRequest", (event) => {
+    if (priority(event) && !event.detail.successful && event.detail.elt.isConnected) flipPriority(event.detail.elt);
   });
 })();

@@ -14,8 +14,9 @@ from core.auth import access_mode, remote_access_refusal
 from core.config import ConfigError, ensure_data_dir, load
 from core.settings_store import cli_settings_for
 from runner.git import GitError, git_binary, git_text
+from runner.models import CliHealthStatus
 from runner.selectors import cli_health_all, database_status, redis_status, workers_live
-from runner.worker.probe import NO_SETTINGS, cli_probe
+from runner.worker import health
 
 
 def _check_data_dir(path) -> tuple[bool, str]:
@@ -102,20 +103,23 @@ def _stored_health(db_ok: bool) -> dict[str, dict]:
         return {}
 
 
-def _cli_settings(db_ok: bool) -> dict | None:
-    """None: read each CLI's settings from the database; else no configured paths."""
+NO_SETTINGS = {"binary_path": "", "env": {}}
+
+
+def _cli_settings(db_ok: bool, cli: str) -> dict:
+    """The CLI's settings from the database; without one, no configured path (PATH only)."""
     if db_ok:
         try:
-            cli_settings_for("claude")
-            return None
+            return cli_settings_for(cli)
         except Exception:
             pass
     return NO_SETTINGS
 
 
-def _probe(cli: str, conf):
+def _check(cli: str, db_ok: bool) -> dict:
+    """The worker's own check (runner.worker.health), `--version` only: found, and that CLI."""
     try:
-        return cli_probe(cli, conf=conf)
+        return health.check(cli, full=False, conf=_cli_settings(db_ok, cli))
     finally:
         connection.close()  # the pool's thread may have read the settings: no idle session left
 
@@ -124,26 +128,47 @@ def _worker_line(stored: dict | None) -> str:
     if not stored or not stored.get("checked_at") or stored["status"] == "not_checked":
         return "    worker's check (a test prompt): none yet (it runs when `malamar` starts)"
     age = timesince(stored["checked_at"], depth=1).replace("\xa0", " ")
+    status = CliHealthStatus(stored["status"]).label.lower()
     error = f": {stored['error']}" if stored["status"] != "healthy" and stored["error"] else ""
-    return f"    worker's check (a test prompt): {stored['status']}, {age} ago{error}"
+    return f"    worker's check (a test prompt): {status}, {age} ago{error}"
 
 
-def _cli_lines(db_ok: bool) -> tuple[list[tuple[bool, str]], int]:
-    """Probe every CLI now (binary, `--version`), next to the worker's last stored result."""
-    conf = _cli_settings(db_ok)
+def _verdict(found: str, stored: dict | None) -> str:
+    """One status for the CLI, by the rule the worker and the server use: unhealthy if either
+    check failed, slow if either was slow (still available), else healthy."""
+    statuses = {found, (stored or {}).get("status", CliHealthStatus.NOT_CHECKED)}
+    for status in (CliHealthStatus.UNHEALTHY, CliHealthStatus.SLOW):
+        if status in statuses:
+            return status
+    return CliHealthStatus.HEALTHY
+
+
+MARKS = {
+    CliHealthStatus.HEALTHY: "✓",
+    CliHealthStatus.SLOW: "•",  # available, only slow to answer
+    CliHealthStatus.UNHEALTHY: "✗",
+}
+
+
+def _cli_lines(db_ok: bool) -> tuple[list[str], int]:
+    """Check every CLI now (binary, `--version`, as the worker does), next to the worker's last
+    stored check (which also sent the real prompt); available unless one of them failed."""
     stored = _stored_health(db_ok)
     with ThreadPoolExecutor(max_workers=len(CliType.values)) as pool:
-        probes = list(pool.map(lambda cli: _probe(cli, conf), CliType.values))
-    lines: list[tuple[bool | None, str]] = []
-    for cli, probe in zip(CliType, probes, strict=True):
-        if probe.ok:
-            version = f" {probe.version}" if probe.version else ""
-            lines.append((True, f"{cli.label}:{version} ({probe.binary})"))
+        found = list(pool.map(lambda cli: _check(cli, db_ok), CliType.values))
+    lines: list[str] = []
+    available = 0
+    for cli, outcome in zip(CliType, found, strict=True):
+        verdict = _verdict(outcome["status"], stored.get(cli.value))
+        available += verdict != CliHealthStatus.UNHEALTHY
+        where = f" ({outcome['binary_path']})" if outcome.get("binary_path") else ""
+        if outcome["status"] == CliHealthStatus.HEALTHY:
+            version = f" {outcome['version']}" if outcome.get("version") else ""
+            text = f"{cli.label}:{version}{where}"
         else:
-            where = f" ({probe.binary})" if probe.binary else ""
-            lines.append((False, f"{cli.label}: {probe.problem}{where}"))
-        lines.append((None, _worker_line(stored.get(cli.value))))
-    return lines, sum(1 for probe in probes if probe.ok)
+            text = f"{cli.label}: {outcome['error']}{where}"
+        lines += [f"{MARKS[verdict]} {text}", _worker_line(stored.get(cli.value))]
+    return lines, available
 
 
 def _access_line(db_ok: bool, fresh: bool) -> str:
@@ -186,11 +211,11 @@ class Command(BaseCommand):
         out.append(_access_line(db_ok, fresh))
         git_ok, git_text_ = _check_git()
         out.append(f"{marks[git_ok]} Git (snapshots, Changes tab): {git_text_}")
-        out += ["", "CLI Status (found, and `--version` answers now):"]
+        out += ["", "CLI Status (found, and `--version` answers now, as the worker checks):"]
         readable = db_ok and not fresh  # (SQLite: reading would create the file)
         lines, available = _cli_lines(readable) if data_ok else ([], 0)
-        out += [text if ok is None else f"{marks[ok]} {text}" for ok, text in lines]
-        out += ["", f"{available} of 4 CLIs available"]
+        out += lines
+        out += ["", f"{available} of 4 CLIs available (slow to answer counts as available)"]
         self.stdout.write("\n".join(out))
         if not (data_ok and db_ok):
             sys.exit(1)

@@ -3,6 +3,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ServiceError
+from tasks.selectors import paused_count
 from workspaces.services import workspace_import
 from workspaces.transfer_format import parse_document
 
@@ -28,4 +29,10 @@ class Command(BaseCommand):
             workspace = workspace_import(document=parse_document(raw), title=title)
         except ServiceError as exc:
             raise CommandError(f"Nothing was imported: {exc.message}") from exc
+        paused = paused_count(workspace.id)
         self.stdout.write(f"Imported “{workspace.title}” as workspace {workspace.id}")
+        if paused:
+            self.stdout.write(
+                f"Its {paused} task(s) start paused: resume them on the board, or with "
+                f"POST /api/workspaces/{workspace.id}/tasks/resume"
+            )

@@ -5,7 +5,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chats', '0008_workers'),
+        ('chats', '0009_chat_last_seen'),
     ]
 
     operations = [

@@ -11,7 +11,7 @@ def comments_so_far_were_delivered(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tasks", "0007_workers"),
+        ("tasks", "0008_review_verdicts"),
     ]
 
     operations = [

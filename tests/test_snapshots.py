@@ -1,0 +1,356 @@
+"""runner/snapshots.py on real git repositories (tests/gitrepo.py): repositories nested in the
+working directory are recorded as their files (issue 25), whatever agents make there never
+fails a snapshot, a folder that did not change is not given to git again (issue 28), and the
+totals of several pairs of trees come from one git call."""
+
+import hashlib
+import os
+import subprocess
+
+import pytest
+from django.conf import settings
+
+from runner import diffs, snapshots
+from runner.git import git, git_text
+from tests.gitrepo import commit, make_repo
+
+FAR_FUTURE_NS = 2**62  # every file looks long unchanged: its timestamps can be trusted
+
+
+@pytest.fixture(autouse=True)
+def data_dir(monkeypatch, tmp_path):
+    monkeypatch.setattr(settings, "DATA_DIR", str(tmp_path / "data"))
+
+
+@pytest.fixture
+def git_calls(monkeypatch):
+    """The git subcommands snapshots run, in order."""
+    calls = []
+    real = snapshots.git
+
+    def counted(*args, **kwargs):
+        calls.append(next(arg for arg in args if not arg.startswith("-")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(snapshots, "git", counted)
+    monkeypatch.setattr("runner.git.git", counted)  # add_all and its helpers
+    return calls
+
+
+def changes(a, b) -> dict:
+    return {f.path: f.status for f in diffs.changed_files(a.store, a.tree, b.tree)}
+
+
+def listed(snapshot) -> list[str]:
+    store = snapshots.store_path(snapshot.store)
+    env = {"GIT_DIR": str(store)}
+    return git_text("ls-tree", "-r", "--name-only", snapshot.tree, cwd=store, env=env).split("\n")
+
+
+def git_init(path, *, commit_files: dict | None = None):
+    """`git init` in `path` (made if needed), like `cargo new`; with a first commit if asked."""
+    path.mkdir(parents=True, exist_ok=True)
+    git("init", "-q", "-b", "main", cwd=path)
+    if commit_files:
+        commit(path, commit_files, "vendored")
+
+
+def repository_state(repo) -> dict:
+    """Everything of a repository's own that a snapshot must never write."""
+    dot_git = repo / ".git"
+    return {
+        "index": hashlib.sha256((dot_git / "index").read_bytes()).hexdigest()
+        if (dot_git / "index").exists()
+        else "",
+        "refs": git_text("for-each-ref", cwd=repo),
+        "objects": git_text("count-objects", "-v", cwd=repo),
+        "files": sorted(str(p.relative_to(dot_git)) for p in dot_git.rglob("*")),
+    }
+
+
+# --- nested repositories (issue 25) -------------------------------------------------------------
+
+
+def test_edits_inside_a_repository_nested_in_the_repository_are_listed(tmp_path):
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n", ".gitignore": "build/\n"})
+    lib = repo / "vendor" / "lib"
+    git_init(lib, commit_files={"lib.py": "y = 1\n", ".gitignore": "target/\n"})
+    before = snapshots.take(repo)
+    assert "vendor/lib/lib.py" in listed(before)  # its files, not a pointer to its commit
+    (lib / "lib.py").write_text("y = 2\n")
+    (lib / "new.py").write_text("z = 3\n")
+    (lib / "target").mkdir()
+    (lib / "target" / "out.o").write_text("ignored by the nested repository\n")
+    after = snapshots.take(repo)
+    assert changes(before, after) == {"vendor/lib/lib.py": "modified", "vendor/lib/new.py": "added"}
+
+
+def test_a_git_init_before_any_commit_never_fails_a_snapshot(tmp_path):
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "notes.md").write_text("plan\n")
+    before = snapshots.take(folder)
+    app = folder / "newapp"
+    git_init(app)  # what `cargo new newapp` does: a repository without a commit
+    (app / "src").mkdir()
+    (app / "src" / "main.rs").write_text("fn main() {}\n")
+    (app / "Cargo.toml").write_text("[package]\n")
+    after = snapshots.take(folder)
+    assert changes(before, after) == {"newapp/Cargo.toml": "added", "newapp/src/main.rs": "added"}
+    (app / "src" / "main.rs").write_text('fn main() { println!("hi"); }\n')
+    later = snapshots.take(folder)  # and every snapshot after it
+    assert changes(after, later) == {"newapp/src/main.rs": "modified"}
+
+
+def test_repositories_nested_in_nested_repositories_are_listed_too(tmp_path):
+    folder = tmp_path / "task"
+    inner = folder / "outer" / "inner"
+    git_init(folder / "outer", commit_files={"o.txt": "o\n"})
+    git_init(inner)
+    (inner / "i.txt").write_text("i\n")
+    snapshot = snapshots.take(folder)
+    assert listed(snapshot) == ["outer/inner/i.txt", "outer/o.txt"]
+
+
+def test_a_submodule_of_the_repository_is_listed_as_its_files_and_never_written(tmp_path):
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n"})
+    sub = repo / "sub"
+    git_init(sub, commit_files={"s.py": "s = 1\n"})
+    commit(repo, {}, "add sub")  # the repository's index and HEAD now hold a gitlink for sub/
+    assert git_text("ls-files", "--stage", "sub", cwd=repo).startswith("160000 ")
+    states = (repository_state(repo), repository_state(sub))
+    before = snapshots.take(repo)
+    (sub / "s.py").write_text("s = 2\n")
+    after = snapshots.take(repo)
+    assert changes(before, after) == {"sub/s.py": "modified"}
+    (sub / "s.py").write_text("s = 1\n")
+    assert (repository_state(repo), repository_state(sub)) == states
+
+
+def test_a_store_an_older_malamar_left_with_gitlinks_lists_their_files(tmp_path):
+    folder = tmp_path / "task"
+    git_init(folder / "lib", commit_files={"l.py": "l\n"})
+    first = snapshots.take(folder)
+    store = snapshots.store_path(first.store)
+    # What an older version left: the nested repository as a gitlink in the store's index.
+    env = {
+        "GIT_DIR": str(store),
+        "GIT_WORK_TREE": str(folder),
+        "GIT_INDEX_FILE": str(store / "index"),
+    }
+    git("rm", "-q", "-r", "--cached", "lib", cwd=folder, env=env)
+    git("add", "lib", cwd=folder, env=env)
+    assert git_text("ls-files", "--stage", cwd=folder, env=env).startswith("160000 ")
+    (store / snapshots.NESTED_CHECKED).unlink()
+    again = snapshots.take(folder)
+    assert listed(again) == ["lib/l.py"] and again.tree == first.tree
+
+
+def test_a_nested_repository_with_a_line_break_in_its_name_is_listed_too(tmp_path):
+    folder = tmp_path / "task"
+    git_init(folder / "odd\nname")  # git's message about it spans two lines
+    (folder / "odd\nname" / "f.txt").write_text("f\n")
+    snapshot = snapshots.take(folder)
+    store = snapshots.store_path(snapshot.store)
+    out = git("ls-tree", "-r", "-z", "--name-only", snapshot.tree, cwd=store,
+              env={"GIT_DIR": str(store)}).stdout  # fmt: skip
+    assert out == b"odd\nname/f.txt\0"
+
+
+def test_what_git_cannot_add_is_left_out_not_a_failure(tmp_path, monkeypatch):
+    monkeypatch.setattr("runner.git.enter_nested", lambda *args, **kwargs: None)
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    git_init(folder / "newapp")  # git add fails on it (exit code 1) and adds the rest
+    (folder / "newapp" / "main.rs").write_text("fn main() {}\n")
+    assert listed(snapshots.take(folder)) == ["a.txt"]
+
+
+def test_a_folder_that_is_gone_is_a_readable_error(tmp_path):
+    folder = tmp_path / "task"
+    folder.mkdir()
+    snapshots.take(folder)
+    folder.rmdir()  # the agent removed its own folder
+    with pytest.raises(snapshots.SnapshotError, match="no longer exists"):
+        snapshots.take(folder)
+
+
+# --- a folder that did not change (issue 28) ----------------------------------------------------
+
+
+def test_an_unchanged_folder_is_not_given_to_git_again(tmp_path, monkeypatch, git_calls):
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n"})
+    first = snapshots.take(repo)
+    calls = len(git_calls)
+    second = snapshots.take(repo)
+    assert (second.tree, second.git_ran, len(git_calls)) == (first.tree, False, calls)
+    assert second.branch == "main"
+    git("checkout", "-q", "-b", "feature", cwd=repo)  # HEAD is read at every snapshot
+    assert snapshots.take(repo).branch == "feature"
+
+
+def test_an_empty_folder_needs_no_git_and_no_store(tmp_path, git_calls):
+    folder = tmp_path / "task"
+    folder.mkdir()
+    empty = snapshots.take(folder)
+    assert (empty.tree, empty.git_ran, git_calls) == (snapshots.EMPTY_TREE, False, [])
+    assert not snapshots.store_path(empty.store).exists()
+    assert diffs.changed_files(empty.store, empty.tree, empty.tree) == []
+    (folder / "a.txt").write_text("a\n")
+    full = snapshots.take(folder)
+    assert git_calls == ["init", "add", "write-tree"]  # the store, made with one git call
+    assert changes(empty, full) == {"a.txt": "added"}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "edit",
+        "same size, mtime put back",
+        "new file",
+        "new file in a new folder",
+        "file in an empty folder",
+        "delete",
+        "rename",
+        "chmod",
+        "nested repository",
+        "gitignore",
+        "info/exclude",
+    ],
+)
+def test_every_kind_of_change_is_seen(tmp_path, monkeypatch, change):
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n", "lib/util.py": "u = 1\n"})
+    (repo / "empty").mkdir()
+    git_init(repo / "vendor", commit_files={"v.py": "v = 1\n"})
+    (repo / ".git" / "info" / "exclude").write_text("*.tmp\n")
+    (repo / "scratch.tmp").write_text("excluded until info/exclude changes\n")
+    first = snapshots.take(repo)
+    stat = (repo / "app.py").stat()
+    if change == "edit":
+        (repo / "app.py").write_text("x = 22\n")
+    elif change == "same size, mtime put back":
+        (repo / "app.py").write_text("x = 2\n")
+        os.utime(repo / "app.py", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    elif change == "new file":
+        (repo / "new.py").write_text("n\n")
+    elif change == "new file in a new folder":
+        (repo / "pkg" / "deep").mkdir(parents=True)
+        (repo / "pkg" / "deep" / "m.py").write_text("m\n")
+    elif change == "file in an empty folder":
+        (repo / "empty" / "e.py").write_text("e\n")
+    elif change == "delete":
+        (repo / "lib" / "util.py").unlink()
+    elif change == "rename":
+        (repo / "lib" / "util.py").rename(repo / "lib" / "tools.py")
+    elif change == "chmod":
+        (repo / "app.py").chmod(0o755)
+    elif change == "nested repository":
+        (repo / "vendor" / "v.py").write_text("v = 2\n")
+    elif change == "gitignore":
+        (repo / ".gitignore").write_text("*.log\n")
+    elif change == "info/exclude":
+        (repo / ".git" / "info" / "exclude").write_text("")
+    second = snapshots.take(repo)
+    assert second.git_ran and second.tree != first.tree
+
+
+def test_a_change_right_after_a_snapshot_is_not_lost_to_coarse_timestamps(tmp_path):
+    # The real clock: a file changed in the same clock tick as a snapshot that read it can
+    # keep its size and timestamps (git calls it racy); such a folder is given to git again.
+    folder = tmp_path / "task"
+    folder.mkdir()
+    path = folder / "a.txt"
+    path.write_text("one\n")
+    stat = path.stat()
+    first = snapshots.take(folder)
+    path.write_text("two\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    second = snapshots.take(folder)
+    store = snapshots.store_path(second.store)
+    shown = git_text("show", f"{second.tree}:a.txt", cwd=store, env={"GIT_DIR": str(store)})
+    assert shown == "two" and second.tree != first.tree
+
+
+def test_a_folder_with_too_many_entries_is_always_given_to_git(tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    monkeypatch.setattr(snapshots, "FINGERPRINT_ENTRIES", 5)
+    folder = tmp_path / "task"
+    folder.mkdir()
+    for n in range(10):
+        (folder / f"f{n}.txt").write_text(f"{n}\n")
+    first = snapshots.take(folder)
+    second = snapshots.take(folder)
+    assert second.git_ran and second.tree == first.tree
+    (folder / "f3.txt").write_text("changed\n")
+    assert snapshots.take(folder).tree != first.tree
+
+
+def test_a_store_changed_by_someone_else_is_given_to_git_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    first = snapshots.take(folder)
+    store = snapshots.store_path(first.store)
+    (store / "index").unlink()  # e.g. the store was removed and made again meanwhile
+    assert snapshots.take(folder).git_ran
+
+
+# --- totals -------------------------------------------------------------------------------------
+
+
+def test_totals_of_several_pairs_come_from_one_git_call_and_match_the_file_lists(tmp_path):
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "old name.txt").write_text("".join(f"line {n}\n" for n in range(30)))
+    (folder / "edit.py").write_text("a = 1\nb = 2\n")
+    (folder / "gone.txt").write_text("bye\n")
+    a = snapshots.take(folder)
+    (folder / "old name.txt").rename(folder / "new\nname.txt")
+    (folder / "edit.py").write_text("a = 1\nb = 3\nc = 4\n")
+    (folder / "gone.txt").unlink()
+    (folder / "blob.bin").write_bytes(bytes(range(256)))
+    b = snapshots.take(folder)
+    (folder / "later.txt").write_text("x\ny\n")
+    c = snapshots.take(folder)
+    pairs = [(a.tree, b.tree), (b.tree, c.tree), (a.tree, c.tree), (c.tree, c.tree)]
+    calls = []
+    real = diffs.git
+    diffs.git = lambda *args, **kwargs: calls.append(args) or real(*args, **kwargs)
+    try:
+        counted = diffs.totals_between(a.store, pairs)
+    finally:
+        diffs.git = real
+    assert len(calls) == 1
+    expected = [diffs.totals(diffs.changed_files(a.store, *pair)) for pair in pairs]
+    assert counted == expected
+    assert counted[0] == {"files_changed": 4, "lines_added": 2, "lines_removed": 2}
+    assert counted[3] == {"files_changed": 0, "lines_added": 0, "lines_removed": 0}
+
+
+def test_the_totals_of_a_tree_that_is_gone_are_an_error(tmp_path):
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    a = snapshots.take(folder)
+    with pytest.raises(diffs.GitError):
+        diffs.totals_between(a.store, [(a.tree, "1" * 40)])
+
+
+def test_a_snapshot_never_runs_git_in_the_users_repository(tmp_path, monkeypatch):
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n"})
+    git_init(repo / "newapp")
+    (repo / "newapp" / "main.rs").write_text("fn main() {}\n")
+    states = (repository_state(repo), repository_state(repo / "newapp"))
+    snapshots.take(repo)
+    (repo / "app.py").write_text("x = 2\n")
+    snapshots.take(repo)
+    (repo / "app.py").write_text("x = 1\n")
+    status = subprocess.run(
+        ["git", "--no-optional-locks", "status", "--porcelain"], cwd=repo, capture_output=True
+    )
+    assert status.stdout.decode() == "?? newapp/\n"
+    assert (repository_state(repo), repository_state(repo / "newapp")) == states

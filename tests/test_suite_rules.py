@@ -1,0 +1,93 @@
+"""The test suite's own rules: a PostgreSQL-only test runs in the PostgreSQL pass (the `pg`
+marker, tests/conftest.py), and the wipe that lets browser tests share a server leaves its
+database as new."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests import databases
+from tests.live import django_script
+from tests.stack import data_dir_from
+
+TESTS = Path(__file__).resolve().parent
+# A skip on SQLite written by hand: the test would run in no pass (the PostgreSQL pass runs only
+# `pg` tests). tests.databases.postgres_only(reason) marks it too.
+HAND_WRITTEN_SQLITE_SKIP = re.compile(
+    r"skipif\(\s*(not\s+[\w.]*ON_POSTGRES|[\"']connection\.vendor\s*!=|[\w.]*environ[^)]*\)\s*!=)"
+)
+
+
+def test_a_test_skipped_on_sqlite_is_marked_for_the_postgresql_pass():
+    hand_written = [
+        f"{path.relative_to(TESTS)}:{text[: match.start()].count(chr(10)) + 1}"
+        for path in sorted(TESTS.rglob("*.py"))
+        if path.name != "databases.py"
+        for text in [path.read_text()]
+        for match in HAND_WRITTEN_SQLITE_SKIP.finditer(text)
+    ]
+    assert not hand_written, f"use tests.databases.postgres_only(reason) at {hand_written}"
+
+
+def test_no_pg_test_is_skipped_on_postgresql(request):
+    sqlite_only = databases.SQLITE_ONE_WORKER.kwargs["reason"]
+    contradictions = [
+        item.nodeid
+        for item in request.session.items
+        if item.get_closest_marker("pg")
+        and any(mark.kwargs.get("reason") == sqlite_only for mark in item.iter_markers("skipif"))
+    ]
+    assert not contradictions, f"marked pg but skipped on PostgreSQL: {contradictions}"
+
+
+POPULATE = """
+from core.models import Marker
+from core.settings_store import settings_update
+from tasks.services import task_create
+from workspaces.models import FIRST_RUN_DISMISSED
+from workspaces.services import workspace_create
+
+task_create(workspace=workspace_create(title="Before"), summary="Left by an earlier test")
+settings_update(changes={"stall_warning_minutes": 3})
+Marker.objects.create(name=FIRST_RUN_DISMISSED)
+"""
+
+
+# What a running server's live events keep using (SQLite's id counters among them): the rows
+# the wipe leaves.
+LIVE_EVENTS = {
+    "event_outbox",
+    "django_eventstream_event",
+    "django_eventstream_eventcounter",
+    "sqlite_sequence",
+}
+
+
+def _counts(data_dir: Path) -> dict[str, int]:
+    return {
+        table: databases.query(data_dir, f'SELECT COUNT(*) FROM "{table}"')[0][0]
+        for table in databases.tables(data_dir)
+    }
+
+
+@pytest.mark.pg
+def test_wipe_leaves_the_database_as_new_but_for_the_live_events(template_db, tmp_path):
+    data_dir = data_dir_from(template_db, tmp_path / "data")
+    try:
+        new = _counts(data_dir)
+        django_script(data_dir, POPULATE)
+        written = _counts(data_dir)
+        assert {"workspaces", "tasks", "settings", "markers", "event_outbox"} <= {
+            table for table, count in written.items() if count > new[table]
+        }
+        databases.wipe(data_dir)
+        wiped = _counts(data_dir)
+        assert {t: n for t, n in wiped.items() if t not in LIVE_EVENTS} == {
+            t: n for t, n in new.items() if t not in LIVE_EVENTS
+        }
+        assert {t: n for t, n in wiped.items() if t in LIVE_EVENTS} == {
+            t: n for t, n in written.items() if t in LIVE_EVENTS
+        }
+    finally:
+        databases.release(data_dir)
