@@ -272,8 +272,15 @@ class RunStatus(models.TextChoices):
     LIMITED = "limited", "Paused: usage limit"
 
 
+class RunKind(models.TextChoices):
+    AGENT = "agent", "Agent"
+    # One of a workspace's checks (issue 30): a command, not a CLI; its traces are its output.
+    CHECK = "check", "Check"
+
+
 class AgentRun(models.Model):
-    """One CLI invocation for a task step or a chat reply, with its usage and trace."""
+    """One CLI invocation for a task step or a chat reply, with its usage and trace; or one
+    check command of a task (kind "check")."""
 
     id = models.CharField(primary_key=True, max_length=21)
     workspace = models.ForeignKey(
@@ -284,6 +291,9 @@ class AgentRun(models.Model):
     )
     chat = models.ForeignKey(
         "chats.Chat", on_delete=models.CASCADE, null=True, blank=True, related_name="runs"
+    )
+    kind = models.CharField(
+        max_length=8, choices=RunKind.choices, default=RunKind.AGENT, db_default=RunKind.AGENT
     )
     agent_id = models.CharField(max_length=21, null=True, blank=True)
     agent_name = models.CharField(max_length=200)

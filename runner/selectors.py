@@ -19,6 +19,7 @@ from runner.models import (
     AgentRun,
     CliHealth,
     CliHealthStatus,
+    RunKind,
     RunStatus,
     TraceEvent,
     Worker,
@@ -246,7 +247,7 @@ def _with_groups(runs: list) -> list:
         run.last_seq = traces[-1].seq if traces else 0
         run.hidden_traces = max(0, run.trace_count - len(traces))
         run.is_running = run.status == RunStatus.RUNNING
-        run.cli_label = cli_label(run.cli_type)
+        run.cli_label = "Check" if run.kind == RunKind.CHECK else cli_label(run.cli_type)
         if run.fallback_for in CliType.values:  # its agent's own CLI was out of quota
             run.cli_label = f"{run.cli_label} (fallback for {CliType(run.fallback_for).label})"
     return runs
@@ -277,6 +278,15 @@ def run_timeline(run_id: str):
     """One run with its grouped traces (the live JS fetches it when it meets a new run)."""
     run = AgentRun.objects.filter(id=run_id).first()
     return _with_groups([run])[0] if run else None
+
+
+def run_output_text(run_id: str) -> str | None:
+    """A check run's output as it printed it (its "output" traces in order); None when there
+    is no such check run."""
+    if not AgentRun.objects.filter(id=run_id, kind=RunKind.CHECK).exists():
+        return None
+    chunks = TraceEvent.objects.filter(run_id=run_id, kind="output").order_by("seq")
+    return "\n".join(chunks.values_list("text", flat=True).iterator(chunk_size=200))
 
 
 def task_first_tree(task_id: str, store: str) -> str | None:

@@ -48,6 +48,14 @@ class TaskOut(Schema):
         description="Todo with no pass queued or running (imported work, stopped retries): "
         "POST /api/tasks/{id}/resume starts it."
     )
+    checks_status: str = Field(
+        description='The workspace\'s checks: "" (not run), "passed", "failed" (the agents '
+        'are fixing it) or "failing" (In Review after the set number of failed rounds).'
+    )
+    checks_result: list[dict] = Field(
+        description="The last round: [{name, command, status, exit_code, duration, run_id}]."
+    )
+    checks_at: datetime | None
     created_at: datetime
     updated_at: datetime
 

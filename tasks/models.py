@@ -41,6 +41,9 @@ class CommentKind(models.TextChoices):
     AGENT = "agent", "Agent"
     SYSTEM = "system", "System"
     ERROR = "error", "Error"
+    # A failed round of the workspace's checks (issue 30): the command, its exit code and the
+    # end of its output, written by "Checks" for the agents to fix.
+    CHECKS = "checks", "Checks"
 
 
 class Verdict(models.TextChoices):
@@ -106,7 +109,25 @@ def _has_pass():
 # The comments that keep their task going until an agent has read them (DESIGN "No lost
 # comment"): a person's and an agent's (through Malamar's MCP server too). System notes and
 # error reports inform the next agent without sending the task around.
-KEEPS_GOING = (CommentKind.USER, CommentKind.AGENT)
+KEEPS_GOING = (CommentKind.USER, CommentKind.AGENT, CommentKind.CHECKS)
+
+
+class ChecksStatus(models.TextChoices):
+    """Where a task's checks stand (issue 30): not run (""), all passed, the last round failed
+    (the agents are fixing it), or failing after the workspace's attempts (In Review anyway)."""
+
+    NONE = "", "Not run"
+    PASSED = "passed", "Checks passed"
+    FAILED = "failed", "Checks failed"
+    FAILING = "failing", "Checks failing"
+
+
+class PassPhase(models.TextChoices):
+    """Where a pass is: its agents run, or they are done and the workspace's checks run (so a
+    restart re-runs the checks, not the agents)."""
+
+    AGENTS = "", "Agents"
+    CHECKS = "checks", "Checks"
 
 
 class TaskCommentQuerySet(models.QuerySet):
@@ -154,6 +175,14 @@ class Task(models.Model):
     # merged_at was finished without merging (the person's choice): "unmerged".
     merged_at = models.DateTimeField(null=True, blank=True)
     merge_commit = models.CharField(max_length=64, blank=True, default="", db_default="")
+    # The workspace's checks (issue 30): where they stand, failed rounds in a row, and the last
+    # round's result ([{name, command, status, exit_code, duration, run_id}]).
+    checks_status = models.CharField(
+        max_length=8, choices=ChecksStatus.choices, blank=True, default="", db_default=""
+    )
+    checks_failed_rounds = models.PositiveIntegerField(default=0, db_default=0)
+    checks_result = models.JSONField(default=list, blank=True, db_default=[])
+    checks_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -351,6 +380,10 @@ class TaskQueueItem(QueueItem):
     # pass's real start (DESIGN "Usage limits").
     resume_agent_id = models.CharField(max_length=21, null=True, blank=True)
     pass_started_at = models.DateTimeField(null=True, blank=True)
+    # The agents ran; the workspace's checks run (PassPhase).
+    phase = models.CharField(
+        max_length=8, choices=PassPhase.choices, blank=True, default="", db_default=""
+    )
 
     objects = TaskQueueQuerySet.as_manager()
 

@@ -41,7 +41,9 @@ def comments_for_task(task: Task) -> list[TaskComment]:
     names = agent_names(task.workspace_id)
     comments = list(task.comments.order_by("created_at", "id"))
     for comment in comments:
-        comment.author_name = author_name(comment.author_type, comment.agent_id, names)
+        comment.author_name = author_name(
+            comment.author_type, comment.agent_id, names, comment.kind
+        )
     return comments
 
 
@@ -451,6 +453,27 @@ def _review_text(actor: str, meta: dict) -> str:
     return f"{actor} {said}{extra}"
 
 
+def _names(names) -> str:
+    return ", ".join(str(name) for name in names or [] if not isinstance(name, dict)) or "?"
+
+
+def check_duration(seconds) -> str:
+    """A check's duration as people read it ("0.4 s", "12 s", "2 min 5 s")."""
+    if seconds is None:
+        return "?"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+
+
+def _durations(checks) -> str:
+    rows = [c for c in checks or [] if isinstance(c, dict)]  # (every text is built: any log)
+    return ", ".join(f"{c.get('name')} ({check_duration(c.get('duration'))})" for c in rows)
+
+
 def activity_entries(task: Task) -> list[dict]:
     """The task's activity log in words, oldest first ("Reviewer finished: comment")."""
     names = agent_names(task.workspace_id)
@@ -492,6 +515,15 @@ def activity_entries(task: Task) -> list[dict]:
             "unblocked": "No longer waiting for other tasks: it can start",
             "review_submitted": _review_text(actor, meta),
             "task_resumed": f"{actor} resumed the task",
+            "checks_started": f"Checks: running {_names(meta.get('checks'))}",
+            "checks_passed": f"Checks passed: {_durations(meta.get('checks'))}",
+            "checks_failed": (
+                f"Check “{meta.get('name', '?')}” failed (round {meta.get('rounds', '?')}): "
+                "the agents go around again"
+            ),
+            "checks_failing": (
+                f"Checks failing after {meta.get('rounds', '?')} rounds: In Review for you"
+            ),
             "blocked_again": (
                 f"Waiting again: “{meta.get('blocker_summary', '?')}” is no longer Done"
             ),

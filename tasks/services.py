@@ -7,6 +7,7 @@ API, the pages, the runner and chat actions.
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -28,8 +29,10 @@ from runner.services import cli_broken_set, cli_limit_set
 from tasks import anchors, branches, selectors
 from tasks.models import (
     RUNNABLE_STATUSES,
+    ChecksStatus,
     CommentKind,
     LineSide,
+    PassPhase,
     Task,
     TaskComment,
     TaskDependency,
@@ -278,7 +281,8 @@ def comment_create(
     author's type, or "error" for a system comment that reports a failed run."""
     content = require_text(content, field="content", label="Comment")
     kind = kind or actor.type
-    if kind != actor.type and not (kind == CommentKind.ERROR and actor.type == "system"):
+    system_kinds = (CommentKind.ERROR, CommentKind.CHECKS)
+    if kind != actor.type and not (kind in system_kinds and actor.type == "system"):
         raise ValidationFailed(f"A {actor.type} comment cannot be of kind {kind!r}", field="kind")
     now = timezone.now()
     with transaction.atomic(savepoint=False):  # validated above: nothing to roll back alone
@@ -505,8 +509,7 @@ def task_step_answered(
         task=task, actor=actor, action_type=answer.action_type, touch_workspace=touch_workspace
     )
     if review:
-        _to_review(task, actor, settings)
-        TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+        _review_or_checks(task, item, actor, settings)
         return finished, True
     if answer.in_review:  # asked too soon: a comment arrived after its input was written
         log_add(
@@ -531,8 +534,7 @@ def task_pass_end(*, task: Task, item: TaskQueueItem, pass_started, settings=Non
     if _comments_keep_going(task, pass_started):
         _next_pass(task, item)
         return
-    _to_review(task, SYSTEM, settings)
-    TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+    _review_or_checks(task, item, SYSTEM, settings)
 
 
 def _comments_keep_going(task: Task, pass_started) -> bool:
@@ -548,12 +550,123 @@ def _next_pass(task: Task, item: TaskQueueItem) -> None:
     queue_item_ensure(task=task)
 
 
-def _to_review(task: Task, actor: Actor, settings: dict | None) -> None:
+def _to_review(task: Task, actor: Actor, settings: dict | None, *, note: str = "") -> None:
     """An agent or the system (never the user) puts the task In Review: the only place, with
-    its one notification."""
+    its one notification (quoting `note`, else the agents' last comment)."""
     task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=actor)
-    last = functools.partial(selectors.last_agent_comment, task)  # read if there is a recipient
+    last = note or functools.partial(selectors.last_agent_comment, task)  # read if needed
     notify_task_in_review(task=task, last_comment=last, settings=settings)
+
+
+def _review_or_checks(task: Task, item: TaskQueueItem, actor: Actor, settings) -> None:
+    """The pass would put the task In Review. With checks in its workspace they run first
+    (DESIGN "Checks"): the pass stays in progress in its checks phase, which the worker runs
+    next (and a restart runs again); tasks_checks_ended decides. Without, In Review now."""
+    if not task.workspace.checks:
+        _to_review(task, actor, settings)
+        TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+        return
+    item.phase, item.resume_agent_id = PassPhase.CHECKS, None
+    TaskQueueItem.objects.owned(item).update(phase=PassPhase.CHECKS, resume_agent_id=None)
+    names = [check.get("name") for check in task.workspace.checks]
+    log_add(task=task, event_type="checks_started", actor=SYSTEM, metadata={"checks": names})
+    events.publish("task.updated", task_payload(task))
+
+
+# --- checks (issue 30; DESIGN "Checks") -------------------------------------------------------
+
+CHECKS_NAME = "Checks"
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in `text` (output may hold fences)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def checks_failure_text(failure: dict) -> str:
+    """The "Checks" comment of a failed check: which, how, and the end of its output."""
+    name, command = failure["name"], failure["command"]
+    if failure.get("timed_out"):
+        minutes = failure.get("timeout_minutes")
+        head = f'Check "{name}" timed out after {minutes:g} min (killed)'
+    elif failure.get("start_error"):
+        head = f'Check "{name}" could not start: {failure["start_error"]}'
+    else:
+        head = f'Check "{name}" failed (exit code {failure.get("exit_code")})'
+    lines = [f"**{head}**", "", f"Command: `{command}`", ""]
+    tail = failure.get("tail") or ""
+    if tail:
+        shown = failure.get("tail_lines") or len(tail.splitlines())
+        link = f"[full output](/runs/{failure['run_id']}/output)" if failure.get("run_id") else ""
+        lines += [f"The last {shown} lines of its output{f' ({link})' if link else ''}:", ""]
+        fence = _fence(tail)
+        lines += [f"{fence}text", tail.rstrip("\n"), fence, ""]
+    lines.append("Fix the cause so that this check passes; the checks run again at the end.")
+    return "\n".join(lines)
+
+
+def task_check_started(*, task: Task, name: str) -> None:
+    """One check's command runs for the task (inside its start transaction): open boards and
+    popups show it working, as they do an agent's run."""
+    events.publish("agent.execution_started", task_payload(task, agent_id=None, agent_name=name))
+
+
+def _checks_record(task: Task, **fields) -> None:
+    for name, value in fields.items():
+        setattr(task, name, value)
+    Task.objects.filter(id=task.id).update(**fields)
+
+
+def task_checks_ended(
+    *, task: Task, item: TaskQueueItem, results: list[dict], failure: dict | None, settings=None
+) -> None:
+    """A round of the workspace's checks ended (the pass's checks phase; inside its finish
+    transaction). `results`: each check run ({name, command, status, exit_code, duration,
+    run_id}), in order, up to the first failure; `failure`: that one with its output's tail.
+    All passed: In Review, "Checks passed". One failed: a comment by "Checks" (it keeps the
+    task going: the agents read it) and the agents go around again from the first; after the
+    workspace's attempts in a row, In Review anyway marked "Checks failing", one notification."""
+    now = timezone.now()
+    summary = [{"name": r["name"], "duration": r.get("duration")} for r in results]
+    if failure is None:
+        _checks_record(
+            task,
+            checks_status=ChecksStatus.PASSED,
+            checks_failed_rounds=0,
+            checks_result=results,
+            checks_at=now,
+        )
+        log_add(task=task, event_type="checks_passed", actor=SYSTEM, metadata={"checks": summary})
+        _to_review(task, SYSTEM, settings)
+        TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+        return
+    rounds = task.checks_failed_rounds + 1
+    text = checks_failure_text(failure)
+    comment_create(task=task, content=text, actor=SYSTEM, kind=CommentKind.CHECKS)
+    metadata = {"name": failure["name"], "rounds": rounds, "run_id": failure.get("run_id")}
+    if rounds >= task.workspace.checks_attempts:
+        _checks_record(
+            task,
+            checks_status=ChecksStatus.FAILING,
+            checks_failed_rounds=0,
+            checks_result=results,
+            checks_at=now,
+        )
+        log_add(task=task, event_type="checks_failing", actor=SYSTEM, metadata=metadata)
+        note = f"Checks failing after {rounds} rounds: the agents could not make them pass.\n\n"
+        _to_review(task, SYSTEM, settings, note=note + text)
+        TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+        return
+    _checks_record(
+        task,
+        checks_status=ChecksStatus.FAILED,
+        checks_failed_rounds=rounds,
+        checks_result=results,
+        checks_at=now,
+    )
+    log_add(task=task, event_type="checks_failed", actor=SYSTEM, metadata=metadata)
+    _next_pass(task, item)
 
 
 def task_pass_failed(
@@ -674,6 +787,8 @@ def task_pass_interrupted(*, item: TaskQueueItem, stopped: bool) -> bool:
         task = Task.objects.filter(id=item.task_id).first()
         name = Agent.objects.filter(id=item.resume_agent_id).values_list("name", flat=True)
         name = name.first() if item.resume_agent_id else None
+        if item.phase == PassPhase.CHECKS:  # the agents were done: the checks run again
+            name = CHECKS_NAME
         if task is not None and name:
             log_add(
                 task=task,

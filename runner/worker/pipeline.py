@@ -75,11 +75,20 @@ from runner.schemas import (
 from runner.selectors import CliStates, cli_health_all, cli_states, cli_states_from
 from runner.services import cli_health_works
 from runner.worker import execution, process
+from runner.worker.checks import ChecksStopped, run_checks
 from runner.worker.snapshotting import PassSnapshots, RunSnapshots
 from tasks import branches
 from tasks import selectors as task_selectors
 from tasks import services as task_services
-from tasks.models import KEEPS_GOING, Task, TaskComment, TaskLog, TaskQueueItem, TaskStatus
+from tasks.models import (
+    KEEPS_GOING,
+    PassPhase,
+    Task,
+    TaskComment,
+    TaskLog,
+    TaskQueueItem,
+    TaskStatus,
+)
 
 log = logging.getLogger(__name__)
 ACTIVITY_EVERY = 60.0  # seconds: how often a pass's quiet steps bump the workspace's activity
@@ -323,7 +332,7 @@ def task_input_text(
     comments = [
         prompts.comment_row(
             c,
-            author_name(c.author_type, c.agent_id, names),
+            author_name(c.author_type, c.agent_id, names, c.kind),
             task_selectors.line_comment_text(c) if c.is_line_comment else None,
         )
         for c in task_selectors.collapse_repeated_errors(
@@ -403,24 +412,33 @@ class TaskPass:
             self.clis = cli_states()
             # A pass that stopped on the way (a failure, a wait, a restart) keeps its start.
             self.pass_started = self.item.pass_started_at or timezone.now()
-            order = None
-            while (agent := self._next_agent(order)) is not None:
-                order, self.agent = agent.order, agent
-                plan = plan_run(agent, limited=self.clis.limited, broken=self.clis.broken)
-                if isinstance(plan, Wait):
-                    self._wait_for(plan.cli)
-                    return  # the item waits for its CLI
-                self.plan = plan
-                run_step(self, plan)
-                if self.ended:
-                    return  # apply() finished the item (or made it wait)
-            self._end_pass()
-        except Stopped:
+            if self.item.phase != PassPhase.CHECKS:  # (after a restart: the checks again)
+                self._run_agents()
+            if self.item.phase == PassPhase.CHECKS:  # the agents would put it In Review
+                self.ended = False
+                run_checks(self)
+        except (Stopped, ChecksStopped):
             if not self.shutdown.is_set():
                 TaskQueueItem.objects.finish(self.item, QueueStatus.FAILED)
         except Exception as exc:  # a bug must not leave the task stuck without a word
             log.exception("Task pass failed", extra={"task_id": self.item.task_id})
             self._fail_outside_a_step(internal_error_message(exc))
+
+    def _run_agents(self) -> None:
+        """The agents in order, from where the pass is, until one step ends the pass (its
+        item finished, waiting, or in its checks phase) or none is left."""
+        order = None
+        while (agent := self._next_agent(order)) is not None:
+            order, self.agent = agent.order, agent
+            plan = plan_run(agent, limited=self.clis.limited, broken=self.clis.broken)
+            if isinstance(plan, Wait):
+                self._wait_for(plan.cli)
+                return  # the item waits for its CLI
+            self.plan = plan
+            run_step(self, plan)
+            if self.ended:
+                return  # apply() finished the item (or made it wait, or check)
+        self._end_pass()
 
     # branch per task ---------------------------------------------------------------------------
     def _prepare_worktree(self) -> bool:

@@ -1,0 +1,203 @@
+"""Checks (issue 30, DESIGN "Checks"): the project's own commands gate a task before it goes In
+Review, and a failure goes back to the agents. Real git repositories with a real test command
+(a tiny script), the fake CLIs as agents, the worker in-process."""
+
+import sys
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from notifications import services as notification_services
+from runner.models import AgentRun
+from tests.gitrepo import make_repo
+from tests.http_fakes import Receiver
+from tests.live import wait_until
+from tests.test_notifications import all_sent, new_sending_pool
+
+PY = sys.executable
+# The project's test: add(2, 3) must be 5. It prints its failure in colour, as test runners do.
+CHECK_SCRIPT = """import calc
+got = calc.add(2, 3)
+if got != 5:
+    print("collecting 1 item")
+    print("\\x1b[31mFAILED\\x1b[0m test_add: expected 5 got %s" % got)
+    raise SystemExit(1)
+print("1 passed")
+"""
+BROKEN = r"def\sadd(a,\sb):\n\s\s\s\sreturn\sa\s-\sb\n"
+FIXED = r"def\sadd(a,\sb):\n\s\s\s\sreturn\sa\s+\sb\n"
+# The Implementer writes broken code, and the fix once the failure's output reaches its input.
+FIXING_IMPLEMENTER = f"@fake Implementer: fix calc.py {BROKEN} {FIXED} expected\\s5\\sgot\\s-1"
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    return make_repo(
+        tmp_path / "repo", {"calc.py": "def add(a, b):\n    return 0\n", "check.py": CHECK_SCRIPT}
+    )
+
+
+def checked_workspace(stack, repo: Path, checks, **fields) -> dict:
+    return stack.workspace(
+        agents=[("Implementer", "claude")],
+        working_directory_mode="static",
+        working_directory_path=str(repo),
+        checks=checks,
+        **fields,
+    )
+
+
+def check_runs(task: dict) -> list[AgentRun]:
+    return list(AgentRun.objects.filter(task_id=task["id"], kind="check").order_by("started_at"))
+
+
+def by_checks(stack, task: dict) -> list[str]:
+    return [c["content"] for c in stack.comments(task) if c["author_name"] == "Checks"]
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if marker in (proc.info["cmdline"] or []):
+            found.append(proc.pid)
+    return found
+
+
+def test_failing_code_goes_back_to_the_agents_who_fix_it_then_in_review_with_checks_passed(
+    stack, repo
+):
+    ws = checked_workspace(stack, repo, [{"name": "tests", "command": f"{PY} check.py"}])
+    task = stack.task(ws, f"Make add() add.\n{FIXING_IMPLEMENTER}")
+    stack.wait_status(task, "in_review", timeout=60)
+
+    # Round 1 failed: one comment by "Checks" with the command, exit code and colourless tail.
+    [failure] = by_checks(stack, task)
+    assert 'Check "tests" failed (exit code 1)' in failure
+    assert f"`{PY} check.py`" in failure
+    assert "FAILED test_add: expected 5 got -1" in failure
+    assert "\x1b" not in failure
+    first, second = check_runs(task)
+    assert (first.status, first.exit_code, second.status, second.exit_code) == (
+        "failed",
+        1,
+        "completed",
+        0,
+    )
+    assert f"/runs/{first.id}/output" in failure  # the full output, one click away
+    output = stack.client.get(f"/runs/{first.id}/output")
+    assert output["Content-Type"].startswith("text/plain")
+    assert "collecting 1 item\nFAILED test_add: expected 5 got -1" in output.content.decode()
+    # The Implementer ran twice: the second time its input held the failure (the fake wrote
+    # the fix only then), and the whole loop started from the first agent again.
+    assert len(stack.task_runs()) == 2
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    body = stack.api("GET", f"/tasks/{task['id']}")
+    assert body["checks_status"] == "passed"
+    assert [(r["name"], r["status"]) for r in body["checks_result"]] == [("tests", "passed")]
+    texts = [log["event_type"] for log in stack.logs(task)]
+    assert texts.count("checks_failed") == 1 and texts.count("checks_passed") == 1
+    assert stack.worker_alive()
+
+
+@pytest.fixture
+def hooked(start_stack, monkeypatch):
+    hook = Receiver()
+    monkeypatch.setattr(notification_services, "_pool", new_sending_pool())
+    stack = start_stack()
+    stack.api("PUT", "/settings", {"webhook_urls": [f"{hook.url}/hook"]}, expect=200)
+    yield stack, hook
+    stack.stop()
+    hook.close()
+
+
+def test_a_check_that_always_fails_ends_in_review_failing_after_3_rounds_notifying_once(
+    hooked, repo
+):
+    stack, hook = hooked
+    checks = [
+        {"name": "lint", "command": f"{PY} -c pass"},
+        {"name": "tests", "command": f"{PY} check.py"},
+        {"name": "never reached", "command": f"{PY} -c pass"},
+    ]
+    ws = checked_workspace(stack, repo, checks)
+    task = stack.task(ws, "The agents cannot fix this.")
+    stack.wait_status(task, "in_review", timeout=90)
+    all_sent(stack)
+
+    assert len(stack.task_runs()) == 3  # three rounds of the agents
+    assert len(by_checks(stack, task)) == 3
+    runs = [(run.agent_name, run.status) for run in check_runs(task)]
+    assert runs == [("lint", "completed"), ("tests", "failed")] * 3  # stops at the failure
+    body = stack.api("GET", f"/tasks/{task['id']}")
+    assert body["checks_status"] == "failing"
+    assert [r["status"] for r in body["checks_result"]] == ["passed", "failed"]
+    assert [r["data"]["event"] for r in hook.requests] == ["task.in_review"]
+    assert stack.worker_alive()
+
+
+def test_a_hanging_check_is_killed_at_its_limit_and_counts_as_failed(stack, repo):
+    marker = f"hang-{uuid.uuid4().hex}"
+    hang = {
+        "name": "hangs",
+        "command": f'{PY} -c "import time; time.sleep(600)" {marker}',
+        "timeout_minutes": 0.02,
+    }
+    ws = checked_workspace(stack, repo, [hang], checks_attempts=1)
+    task = stack.task(ws, "Anything.")
+    stack.wait_status(task, "in_review", timeout=60)
+
+    [failure] = by_checks(stack, task)
+    assert 'Check "hangs" timed out after 0.02 min (killed)' in failure
+    [run] = check_runs(task)
+    assert run.status == "failed"
+    assert processes_with(marker) == []
+    assert stack.api("GET", f"/tasks/{task['id']}")["checks_status"] == "failing"
+
+
+def test_cancel_during_a_check_leaves_no_process(stack, repo):
+    marker = f"slow-{uuid.uuid4().hex}"
+    slow = {"name": "slow", "command": f'{PY} -c "import time; time.sleep(600)" {marker}'}
+    ws = checked_workspace(stack, repo, [slow])
+    task = stack.task(ws, "Anything.")
+    wait_until(lambda: processes_with(marker), timeout=60, what="the check to run")
+    stack.api("POST", f"/tasks/{task['id']}/cancel", expect=200)
+    wait_until(lambda: not processes_with(marker), timeout=10, what="the check to be killed")
+    stack.wait_idle()
+    [run] = check_runs(task)
+    assert run.status == "stopped"
+    assert by_checks(stack, task) == []  # a stopped run is discarded
+    assert stack.worker_alive()
+
+
+HOLD_SCRIPT = """import os, time
+while not os.path.exists("release"):
+    time.sleep(0.05)
+os.remove("release")
+print("held check done")
+"""
+
+
+def test_a_restart_during_a_check_runs_the_checks_again_not_the_agents(stack, repo):
+    (repo / "hold.py").write_text(HOLD_SCRIPT)
+    ws = checked_workspace(stack, repo, [{"name": "held", "command": f"{PY} hold.py"}])
+    task = stack.task(ws, "Anything.")
+    wait_until(
+        lambda: [r.status for r in check_runs(task)] == ["running"],
+        timeout=60,
+        what="the check to run",
+    )
+    stack.stop()  # Malamar stops while the check runs
+    stack.start_worker()
+    wait_until(lambda: len(check_runs(task)) == 2, timeout=60, what="the check to run again")
+    (repo / "release").touch()
+    stack.wait_status(task, "in_review", timeout=60)
+
+    assert [r.status for r in check_runs(task)] == ["interrupted", "completed"]
+    assert len(stack.task_runs()) == 1  # the Implementer is not run again
+    page = stack.client.get(
+        f"/tasks/{task['id']}/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="task-activity"
+    )
+    assert "Resumed at Checks after a restart" in page.content.decode()
+    assert stack.api("GET", f"/tasks/{task['id']}")["checks_status"] == "passed"
