@@ -2,6 +2,7 @@
 Review, and a failure goes back to the agents. Real git repositories with a real test command
 (a tiny script), the fake CLIs as agents, the worker in-process."""
 
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -9,12 +10,25 @@ from pathlib import Path
 import psutil
 import pytest
 
+from chats.actions import execute_actions
+from chats.services import chat_start
 from notifications import services as notification_services
+from runner.git import git_text
 from runner.models import AgentRun
+from runner.schemas import chat_schema
+from tasks import branches
+from tasks.services import task_create
+from tests.conftest import error_of
 from tests.gitrepo import make_repo
 from tests.http_fakes import Receiver
 from tests.live import wait_until
+from tests.stack import FAKES_BIN
+from tests.test_branches import isolated, run_pass
 from tests.test_notifications import all_sent, new_sending_pool
+from workspaces.models import Workspace
+from workspaces.services import workspace_create, workspace_import
+from workspaces.transfer import export_document
+from workspaces.transfer_format import parse_document
 
 PY = sys.executable
 # The project's test: add(2, 3) must be 5. It prints its failure in colour, as test runners do.
@@ -30,6 +44,74 @@ BROKEN = r"def\sadd(a,\sb):\n\s\s\s\sreturn\sa\s-\sb\n"
 FIXED = r"def\sadd(a,\sb):\n\s\s\s\sreturn\sa\s+\sb\n"
 # The Implementer writes broken code, and the fix once the failure's output reaches its input.
 FIXING_IMPLEMENTER = f"@fake Implementer: fix calc.py {BROKEN} {FIXED} expected\\s5\\sgot\\s-1"
+
+
+# --- what the user sets ---------------------------------------------------------------------
+
+
+def test_the_api_sets_checks_with_defaults_and_refuses_bad_ones_with_a_message(api):
+    created = api.post("/api/workspaces", {"title": "W"}).json()
+    assert (created["checks"], created["checks_attempts"]) == ([], 3)
+    url = f"/api/workspaces/{created['id']}"
+    body = {"checks": [{"command": "python -m pytest -q"}, {"name": "lint", "command": "ruff ."}]}
+    saved = api.put(url, {**body, "checks_attempts": 5}).json()
+    assert saved["checks"] == [
+        {"name": "python", "command": "python -m pytest -q", "timeout_minutes": 10},
+        {"name": "lint", "command": "ruff .", "timeout_minutes": 10},
+    ]
+    assert api.get(url).json()["checks_attempts"] == 5
+    refused = {
+        "a check without a command": ({"checks": [{"name": "x"}]}, "check 1 needs a command"),
+        "quotes left open": (
+            {"checks": [{"command": "pytest 'x"}]},
+            "check 1: the command cannot be read: No closing quotation",
+        ),
+        "a bad limit": (
+            {"checks": [{"command": "true"}, {"command": "true", "timeout_minutes": -1}]},
+            "check 2: timeout_minutes must be a number",
+        ),
+        "an unknown key": ({"checks": [{"command": "t", "shell": 1}]}, "shell is not a check"),
+        "not a list": ({"checks": "pytest"}, "checks: Input should be a valid list"),
+        "zero attempts": ({"checks_attempts": 0}, "checks_attempts must be a whole number"),
+    }
+    for case, (payload, message) in refused.items():
+        response = api.put(url, payload)
+        assert response.status_code == 400, case
+        assert message in error_of(response)["message"], case
+    assert api.get(url).json()["checks"] == saved["checks"]  # nothing lost
+
+
+def test_export_and_import_carry_the_checks(db):
+    checks = [{"name": "tests", "command": "pytest -q", "timeout_minutes": 2.5}]
+    workspace = workspace_create(title="W", checks=checks, checks_attempts=4)
+    copy = workspace_import(document=parse_document(export_document(workspace)))
+    assert (copy.checks, copy.checks_attempts) == (checks, 4)
+
+
+def test_the_malamar_agent_can_set_checks(db):
+    workspace = workspace_create(title="W")
+    chat = chat_start(workspace=workspace, message="run pytest before review")
+    action = {
+        "type": "update_workspace",
+        "checks": [{"name": "tests", "command": "python -m pytest -q", "timeout_minutes": None}],
+        "checks_attempts": 2,
+    }
+    [done] = execute_actions(chat=chat, actions=[action], is_malamar=True)
+    assert done.error is None
+    workspace = Workspace.objects.get(id=workspace.id)
+    assert workspace.checks == [
+        {"name": "tests", "command": "python -m pytest -q", "timeout_minutes": 10}
+    ]
+    assert workspace.checks_attempts == 2
+    [bad] = execute_actions(
+        chat=chat, actions=[{"type": "update_workspace", "checks": [{}]}], is_malamar=True
+    )
+    assert "check 1 needs a command" in bad.error
+    item = chat_schema(malamar=True)["properties"]["actions"]["items"]["properties"]["checks"]
+    assert item["items"]["required"] == ["name", "command", "timeout_minutes"]
+
+
+# --- the loop -----------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -201,3 +283,32 @@ def test_a_restart_during_a_check_runs_the_checks_again_not_the_agents(stack, re
     )
     assert "Resumed at Checks after a restart" in page.content.decode()
     assert stack.api("GET", f"/tasks/{task['id']}")["checks_status"] == "passed"
+
+
+# --- branch per task --------------------------------------------------------------------------
+
+FORMATTER = f"""{PY} -c "open('calc.py','a').write('# formatted\\\\n')" """
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_task_branch_runs_its_checks_in_its_worktree_and_keeps_a_formatters_changes(
+    repo, tmp_path, settings, monkeypatch
+):
+    settings.DATA_DIR = tmp_path / "malamar-data"
+    settings.DATA_DIR.mkdir()
+    monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
+    workspace = isolated(
+        repo, parallel_tasks=2, checks=[{"name": "fmt", "command": FORMATTER.strip()}]
+    )
+    first = task_create(workspace=workspace, summary="One", description="x")
+    second = task_create(workspace=workspace, summary="Two", description="x")
+    first, second = run_pass(first), run_pass(second)
+
+    for task in (first, second):
+        assert (task.status, task.checks_status) == ("in_review", "passed")
+        [check] = AgentRun.objects.filter(task=task, kind="check")
+        assert check.working_directory == str(branches.worktree_path(task.id))
+        assert check.files_changed == 1  # the formatter's change is in the task's Changes
+        assert "# formatted" in git_text("show", f"{task.branch_name}:calc.py", cwd=repo)
+        assert git_text("log", "-1", "--format=%an", task.branch_name, cwd=repo) == "Check fmt"
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return 0\n"  # yours: untouched
