@@ -413,6 +413,13 @@ def retry_task(request, task_id: str):
     return _act(task_id, services.task_retry_now)
 
 
+@router.post("/tasks/{task_id}/checks/run", response=TaskOut)
+def run_task_checks(request, task_id: str):
+    """Run the workspace's checks on an In Review task by hand; the result lands in
+    checks_status / checks_result (409 when it is not In Review, has no checks, or they run)."""
+    return _act(task_id, services.task_checks_run)
+
+
 @router.post("/tasks/{task_id}/stop-retrying", response=TaskOut)
 def stop_retrying_task(request, task_id: str):
     """Stop retrying a failing task: it waits in Todo until a comment or a retry."""

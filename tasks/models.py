@@ -128,6 +128,17 @@ class PassPhase(models.TextChoices):
 
     AGENTS = "", "Agents"
     CHECKS = "checks", "Checks"
+    # A person's "Run checks" on an In Review task: only the checks, nothing moves.
+    MANUAL = "manual", "Checks run by hand"
+
+
+def runnable_pass_q(prefix: str = "") -> Q:
+    """A pass that may run as far as its task's status goes: the task is Todo or In Progress,
+    or it is In Review and the pass is a person's "Run checks" (`prefix`: the path to the
+    queue item from another model)."""
+    return Q(**{f"{prefix}task__status__in": RUNNABLE_STATUSES}) | Q(
+        **{f"{prefix}phase": PassPhase.MANUAL, f"{prefix}task__status": TaskStatus.IN_REVIEW}
+    )
 
 
 class TaskCommentQuerySet(models.QuerySet):
@@ -365,8 +376,9 @@ class TaskQueueQuerySet(QueueItemQuerySet):
 
     def wanted(self):
         """A pass is also unwanted once its task left Todo/In Progress. (Right after a claim
-        the task is still Todo for a moment, so Todo counts as wanted.)"""
-        return self.unstopped().filter(task__status__in=RUNNABLE_STATUSES)
+        the task is still Todo for a moment, so Todo counts as wanted.) A person's "Run
+        checks" runs on an In Review task."""
+        return self.unstopped().filter(runnable_pass_q())
 
 
 class TaskQueueItem(QueueItem):

@@ -13,6 +13,7 @@ from runner.selectors import cli_broken, usage_totals
 from tasks import anchors, branches
 from tasks.models import (
     RUNNABLE_STATUSES,
+    ChecksStatus,
     Task,
     TaskComment,
     TaskDependency,
@@ -399,6 +400,10 @@ def task_actions(task: Task) -> dict:
         and task.status == TaskStatus.IN_REVIEW,
         # Imported work and stopped retries wait in Todo until the person resumes them.
         "resume": bool(getattr(task, "is_paused", False)),
+        # The workspace's checks, by hand, on a task that waits for the person.
+        "run_checks": task.status == TaskStatus.IN_REVIEW
+        and bool(task.workspace.checks)
+        and not getattr(task, "is_processing", False),
     }
     actions["primary"] = _primary_action(task, actions)
     return actions
@@ -649,7 +654,11 @@ def in_trouble(limit: int) -> list[Task]:
     return tasks
 
 
-def needing_you_counts() -> tuple[int, int]:
-    """(In Review, failing or waiting for a CLI) in every workspace: two COUNT queries."""
-    review = Task.objects.filter(status=TaskStatus.IN_REVIEW).count()
-    return review, _troubled(Task.objects.all()).count()
+def needing_you_counts() -> tuple[int, int, int]:
+    """(In Review, of those the ones whose checks fail, failing or waiting for a CLI) in every
+    workspace: two COUNT queries."""
+    failing = Count("id", filter=Q(checks_status=ChecksStatus.FAILING))
+    review = Task.objects.filter(status=TaskStatus.IN_REVIEW).aggregate(
+        all=Count("id"), failing=failing
+    )
+    return review["all"], review["failing"], _troubled(Task.objects.all()).count()

@@ -96,8 +96,10 @@ def queue_item_ensure(*, task: Task) -> TaskQueueItem:
     now = timezone.now()
     item = TaskQueueItem.objects.queued().filter(task=task).first()
     if item:
-        TaskQueueItem.objects.filter(id=item.id).update(updated_at=now)
-        item.updated_at = now
+        # A person's "Run checks" that had not started becomes the pass it now is.
+        phase = "" if item.phase == PassPhase.MANUAL else item.phase
+        TaskQueueItem.objects.filter(id=item.id).update(updated_at=now, phase=phase)
+        item.updated_at, item.phase = now, phase
     else:
         item = TaskQueueItem.objects.create(
             task=task,
@@ -606,6 +608,47 @@ def checks_failure_text(failure: dict) -> str:
     return "\n".join(lines)
 
 
+def _checks_by_hand_ended(task: Task, item, results: list[dict], failure, now) -> None:
+    """A person's "Run checks" ended: its result and badge, nothing else (no comment, no
+    move: the person reads the result and decides)."""
+    status = ChecksStatus.PASSED if failure is None else ChecksStatus.FAILING
+    _checks_record(task, checks_status=status, checks_result=results, checks_at=now)
+    metadata = {"passed": failure is None, "name": (failure or {}).get("name")}
+    log_add(task=task, event_type="checks_run_by_hand", actor=SYSTEM, metadata=metadata)
+    events.publish("task.updated", task_payload(task))
+    TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+
+
+def task_checks_run(*, task: Task, actor: Actor = USER) -> Task:
+    """A person runs the workspace's checks on an In Review task by hand ("Run checks"): one
+    pass of the checks only, queued for the worker; the result shows on the task."""
+    with transaction.atomic():
+        _lock_current_status(task)
+        if task.status != TaskStatus.IN_REVIEW:
+            raise Conflict("Checks run by hand on an In Review task", field="status")
+        if not task.workspace.checks:
+            raise Conflict("This workspace has no checks: add them in its settings")
+        if (
+            TaskQueueItem.objects.filter(task=task)
+            .exclude(status__in=[QueueStatus.COMPLETED, QueueStatus.FAILED])
+            .exists()
+        ):
+            raise Conflict("The checks are already running for this task")
+        now = timezone.now()
+        TaskQueueItem.objects.create(
+            task=task,
+            workspace_id=task.workspace_id,
+            phase=PassPhase.MANUAL,
+            created_at=now,
+            updated_at=now,
+        )
+        log_add(task=task, event_type="checks_requested", actor=actor)
+        _touch(task, now)
+        events.publish("task.updated", task_payload(task))
+        wake_worker_on_commit()
+    return task
+
+
 def task_check_started(*, task: Task, name: str) -> None:
     """One check's command runs for the task (inside its start transaction): open boards and
     popups show it working, as they do an agent's run."""
@@ -629,6 +672,16 @@ def task_checks_ended(
     workspace's attempts in a row, In Review anyway marked "Checks failing", one notification."""
     now = timezone.now()
     summary = [{"name": r["name"], "duration": r.get("duration")} for r in results]
+    if item.phase == PassPhase.MANUAL:
+        _checks_by_hand_ended(task, item, results, failure, now)
+        return
+    if failure is None and task.comments.undelivered().exists():
+        # A comment came while the checks ran (DESIGN "No lost comment"): the agents first.
+        _checks_record(
+            task, checks_status=ChecksStatus.PASSED, checks_result=results, checks_at=now
+        )
+        _next_pass(task, item)
+        return
     if failure is None:
         _checks_record(
             task,

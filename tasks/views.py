@@ -426,6 +426,16 @@ def task_retry(request, task_id: str):
 
 
 @require_POST
+def task_checks_run(request, task_id: str):
+    return _task_action(
+        request,
+        task_id,
+        lambda task: services.task_checks_run(task=task),
+        note="Running the checks",
+    )
+
+
+@require_POST
 def task_retries_stop(request, task_id: str):
     return _task_action(
         request,

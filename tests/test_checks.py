@@ -12,12 +12,21 @@ import pytest
 
 from chats.actions import execute_actions
 from chats.services import chat_start
+from core.actors import SYSTEM, USER
 from notifications import services as notification_services
 from runner.git import git_text
 from runner.models import AgentRun
 from runner.schemas import chat_schema
 from tasks import branches
-from tasks.services import task_create
+from tasks.models import Task, TaskComment, TaskQueueItem
+from tasks.services import (
+    checks_failure_text,
+    comment_create,
+    comment_create_and_send_around,
+    task_checks_ended,
+    task_create,
+    task_status_set,
+)
 from tests.conftest import error_of
 from tests.gitrepo import make_repo
 from tests.http_fakes import Receiver
@@ -26,7 +35,7 @@ from tests.stack import FAKES_BIN
 from tests.test_branches import isolated, run_pass
 from tests.test_notifications import all_sent, new_sending_pool
 from workspaces.models import Workspace
-from workspaces.services import workspace_create, workspace_import
+from workspaces.services import workspace_create, workspace_import, workspace_update
 from workspaces.transfer import export_document
 from workspaces.transfer_format import parse_document
 
@@ -174,6 +183,8 @@ def test_failing_code_goes_back_to_the_agents_who_fix_it_then_in_review_with_che
     # The Implementer ran twice: the second time its input held the failure (the fake wrote
     # the fix only then), and the whole loop started from the first agent again.
     assert len(stack.task_runs()) == 2
+    [read] = TaskComment.objects.filter(task_id=task["id"], kind="checks")
+    assert read.delivered_at is not None  # it kept the task going until an agent read it
     assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
     body = stack.api("GET", f"/tasks/{task['id']}")
     assert body["checks_status"] == "passed"
@@ -312,3 +323,100 @@ def test_each_task_branch_runs_its_checks_in_its_worktree_and_keeps_a_formatters
         assert "# formatted" in git_text("show", f"{task.branch_name}:calc.py", cwd=repo)
         assert git_text("log", "-1", "--format=%an", task.branch_name, cwd=repo) == "Check fmt"
     assert (repo / "calc.py").read_text() == "def add(a, b):\n    return 0\n"  # yours: untouched
+
+
+# --- by hand, and what the person sees ---------------------------------------------------------
+
+
+def test_run_checks_by_hand_on_an_in_review_task_shows_the_result_and_moves_nothing(stack, repo):
+    ws = checked_workspace(
+        stack, repo, [{"name": "tests", "command": f"{PY} check.py"}], checks_attempts=1
+    )
+    task = stack.task(ws, "The agents skip.")
+    stack.wait_status(task, "in_review", timeout=60)
+    assert stack.api("GET", f"/tasks/{task['id']}")["checks_status"] == "failing"
+    board = stack.client.get(f"/workspaces/{ws['id']}/?tab=tasks").content.decode()
+    assert "Checks failing" in board
+    needs = stack.api("GET", "/needs-you")
+    assert needs["checks_failing_count"] == 1 and needs["review"][0]["checks_failing"] is True
+    popup = stack.client.get(f"/tasks/{task['id']}/", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="task-checks-badge"' in popup and 'id="task-run-checks"' in popup
+
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")  # the person fixes it
+    stack.api("POST", f"/tasks/{task['id']}/checks/run", expect=200)
+    wait_until(
+        lambda: stack.api("GET", f"/tasks/{task['id']}")["checks_status"] == "passed",
+        timeout=60,
+        what="the checks run by hand",
+    )
+    stack.wait_idle()
+    body = stack.api("GET", f"/tasks/{task['id']}")
+    assert body["status"] == "in_review"
+    assert [r["status"] for r in body["checks_result"]] == ["passed"]
+    assert len(by_checks(stack, task)) == 1  # the round's comment only: a hand run writes none
+    assert len(stack.task_runs()) == 1  # no agent ran
+    popup = stack.client.get(f"/tasks/{task['id']}/", HTTP_HX_REQUEST="true").content.decode()
+    assert "Checks passed" in popup
+    assert stack.worker_alive()
+
+
+def test_run_checks_by_hand_is_refused_unless_in_review_with_checks_and_not_twice(api, db):
+    workspace = workspace_create(title="W")
+    task = task_create(workspace=workspace, summary="T")
+    response = api.post(f"/api/tasks/{task.id}/checks/run")
+    assert response.status_code == 409
+    assert "In Review" in error_of(response)["message"]
+    for status in ("in_progress", "in_review"):
+        task_status_set(task=task, status=status, actor=SYSTEM)
+    TaskQueueItem.objects.filter(task=task).delete()  # its pass ended
+    response = api.post(f"/api/tasks/{task.id}/checks/run")
+    assert "no checks" in error_of(response)["message"]
+    workspace_update(workspace=workspace, checks=[{"command": "true"}])
+    assert api.post(f"/api/tasks/{task.id}/checks/run").status_code == 200
+    response = api.post(f"/api/tasks/{task.id}/checks/run")  # queued: not a second at once
+    assert (response.status_code, error_of(response)["message"]) == (
+        409,
+        "The checks are already running for this task",
+    )
+    [item] = TaskQueueItem.objects.filter(task=task)
+    assert item.phase == "manual"
+    comment_create_and_send_around(task=task, content="Do more", actor=USER)
+    item.refresh_from_db()
+    assert item.phase == ""  # a comment makes it the agents' pass it now is
+
+
+# --- the round's rules --------------------------------------------------------------------------
+
+
+def test_a_comment_written_while_the_checks_ran_sends_the_agents_around_before_review(db):
+    workspace = workspace_create(title="W", checks=[{"command": "true"}])
+    task = task_create(workspace=workspace, summary="T")
+    item = TaskQueueItem.objects.get(task=task)
+    assert TaskQueueItem.objects.claim(item.id)
+    item.refresh_from_db()
+    task_status_set(task=task, status="in_progress", actor=SYSTEM)
+    comment_create(task=task, content="Also handle zero", actor=USER)  # no agent read it yet
+    item.phase = "checks"
+    passed = [{"name": "true", "command": "true", "status": "passed", "duration": 0.1}]
+    task = Task.objects.select_related("workspace").get(id=task.id)
+    task_checks_ended(task=task, item=item, results=passed, failure=None)
+
+    task.refresh_from_db()
+    assert (task.status, task.checks_status) == ("in_progress", "passed")
+    assert TaskQueueItem.objects.queued().filter(task=task, phase="").exists()
+
+
+def test_the_failure_comment_fences_output_that_holds_fences_and_says_a_timeout():
+    failure = {
+        "name": "docs",
+        "command": "make docs",
+        "exit_code": 2,
+        "tail": "```\nbroken\n````",
+        "tail_lines": 3,
+        "run_id": "r1",
+    }
+    text = checks_failure_text(failure)
+    assert "`````text\n```\nbroken\n````\n`````" in text
+    assert "The last 3 lines of its output ([full output](/runs/r1/output)):" in text
+    timed_out = checks_failure_text({**failure, "timed_out": True, "timeout_minutes": 10.0})
+    assert '**Check "docs" timed out after 10 min (killed)**' in timed_out

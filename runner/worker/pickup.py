@@ -19,13 +19,13 @@ from django.utils import timezone
 from agents.models import Agent, CliType
 from chats.models import ChatQueueItem
 from runner.selectors import cli_waits
-from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
+from tasks.models import QueueStatus, TaskQueueItem, runnable_pass_q
 from workspaces.models import Workspace
 
 
 def _candidates(workspace_id: str | None = None, now=None):
     now = now or timezone.now()
-    items = TaskQueueItem.objects.eligible().filter(task__status__in=RUNNABLE_STATUSES)
+    items = TaskQueueItem.objects.eligible().filter(runnable_pass_q())
     if workspace_id:
         items = items.filter(workspace_id=workspace_id)
     # A task runs one pass at a time (a pass being stopped does not count: it is ending).

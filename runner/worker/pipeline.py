@@ -399,6 +399,9 @@ class TaskPass:
         """Never raises for CLI or agent trouble. At shutdown the item stays in progress so that
         startup recovery re-queues it, at the agent it was running."""
         try:
+            if self.item.phase == PassPhase.MANUAL:
+                self._checks_by_hand()
+                return
             begun = task_services.task_pass_begin(item=self.item)
             if begun is None:
                 return
@@ -423,6 +426,19 @@ class TaskPass:
         except Exception as exc:  # a bug must not leave the task stuck without a word
             log.exception("Task pass failed", extra={"task_id": self.item.task_id})
             self._fail_outside_a_step(internal_error_message(exc))
+
+    def _checks_by_hand(self) -> None:
+        """A person's "Run checks" on an In Review task: the checks only, where its agents
+        work; the task does not move (it ran away meanwhile: nothing to do)."""
+        task = Task.objects.select_related("workspace").filter(id=self.item.task_id).first()
+        if task is None or task.status != TaskStatus.IN_REVIEW:
+            TaskQueueItem.objects.finish(self.item, QueueStatus.COMPLETED)
+            return
+        self.task = task
+        if not self._prepare_worktree():
+            return
+        self.settings = settings_get()
+        run_checks(self)
 
     def _run_agents(self) -> None:
         """The agents in order, from where the pass is, until one step ends the pass (its
@@ -557,7 +573,9 @@ class TaskPass:
         # Locks the item (and its task and workspace) with PostgreSQL until this transaction
         # ends: a recovery's requeue of the item waits, then finds it as this finish left it;
         # a comment written meanwhile waits too (tasks.services.comment_create_and_send_around).
-        rows = rows.filter(status=TaskStatus.IN_PROGRESS).select_for_update(no_key=True)
+        by_hand = self.item.phase == PassPhase.MANUAL  # checks on an In Review task
+        status = TaskStatus.IN_REVIEW if by_hand else TaskStatus.IN_PROGRESS
+        rows = rows.filter(status=status).select_for_update(no_key=True)
         task = next(iter(rows[:1]), None)  # (a join, not a subquery: cheaper to compile)
         if self.stop.is_set() or task is None:
             raise Stopped
