@@ -526,6 +526,12 @@ def activity_entries(task: Task) -> list[dict]:
                 f"Check “{meta.get('name', '?')}” failed (round {meta.get('rounds', '?')}): "
                 "the agents go around again"
             ),
+            "checks_requested": f"{actor} ran the checks by hand",
+            "checks_run_by_hand": (
+                "Checks run by hand: passed"
+                if meta.get("passed")
+                else f"Checks run by hand: “{meta.get('name', '?')}” failed"
+            ),
             "checks_failing": (
                 f"Checks failing after {meta.get('rounds', '?')} rounds: In Review for you"
             ),

@@ -16,6 +16,7 @@ from core.actors import SYSTEM, USER
 from notifications import services as notification_services
 from runner.git import git_text
 from runner.models import AgentRun
+from runner.prompts import chat_context
 from runner.schemas import chat_schema
 from tasks import branches
 from tasks.models import Task, TaskComment, TaskQueueItem
@@ -116,6 +117,11 @@ def test_the_malamar_agent_can_set_checks(db):
         chat=chat, actions=[{"type": "update_workspace", "checks": [{}]}], is_malamar=True
     )
     assert "check 1 needs a command" in bad.error
+    context = chat_context(
+        workspace=workspace, agents=[], clis=[], mailgun_configured=False, temp_dir="/tmp"
+    )
+    assert "- Checks before In Review: tests: `python -m pytest -q` (10 min)" in context
+    assert "(attempts before asking the user: 2)" in context
     item = chat_schema(malamar=True)["properties"]["actions"]["items"]["properties"]["checks"]
     assert item["items"]["required"] == ["name", "command", "timeout_minutes"]
 
@@ -357,6 +363,11 @@ def test_run_checks_by_hand_on_an_in_review_task_shows_the_result_and_moves_noth
     assert len(stack.task_runs()) == 1  # no agent ran
     popup = stack.client.get(f"/tasks/{task['id']}/", HTTP_HX_REQUEST="true").content.decode()
     assert "Checks passed" in popup
+    activity = stack.client.get(
+        f"/tasks/{task['id']}/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="task-activity"
+    ).content.decode()
+    assert "User ran the checks by hand" in activity
+    assert "Checks run by hand: passed" in activity
     assert stack.worker_alive()
 
 
