@@ -255,18 +255,27 @@ def test_a_hanging_check_is_killed_at_its_limit_and_counts_as_failed(stack, repo
     assert stack.api("GET", f"/tasks/{task['id']}")["checks_status"] == "failing"
 
 
-def test_cancel_during_a_check_leaves_no_process(stack, repo):
+STOPS = {
+    "cancel": ("POST", "/cancel", None),
+    "delete": ("DELETE", "", None),
+    "move": ("PUT", "", {"status": "in_review"}),
+}
+
+
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_cancel_delete_or_move_during_a_check_leaves_no_process(stack, repo, stop):
     marker = f"slow-{uuid.uuid4().hex}"
     slow = {"name": "slow", "command": f'{PY} -c "import time; time.sleep(600)" {marker}'}
     ws = checked_workspace(stack, repo, [slow])
     task = stack.task(ws, "Anything.")
     wait_until(lambda: processes_with(marker), timeout=60, what="the check to run")
-    stack.api("POST", f"/tasks/{task['id']}/cancel", expect=200)
+    method, path, body = STOPS[stop]
+    stack.api(method, f"/tasks/{task['id']}{path}", body)
     wait_until(lambda: not processes_with(marker), timeout=10, what="the check to be killed")
     stack.wait_idle()
-    [run] = check_runs(task)
-    assert run.status == "stopped"
-    assert by_checks(stack, task) == []  # a stopped run is discarded
+    if stop != "delete":
+        assert [run.status for run in check_runs(task)] == ["stopped"]
+        assert by_checks(stack, task) == []  # a stopped run is discarded
     assert stack.worker_alive()
 
 
