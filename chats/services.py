@@ -421,5 +421,5 @@ def chat_run_started(*, chat: Chat, agent_name: str) -> None:
 
 
 def chat_run_finished(*, chat: Chat, agent_name: str, outcome: str) -> None:
-    """The answer ended: "replied", "failed" (a system message says why) or "stopped"."""
+    """The answer ended (chats.replies.ReplyEnd): open pages learn how."""
     events.publish("chat.processing_finished", _run_payload(chat, agent_name, outcome=outcome))

@@ -9,7 +9,7 @@ from chats.models import ChatQueueItem
 from core import events
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
-from notifications.services import notify_cli_limited, notify_cli_resumed
+from notifications.services import notify_cli_broken, notify_cli_limited, notify_cli_resumed
 from runner.limits import Limit, probe_delay
 from runner.models import (
     HEALTH_MARKS,
@@ -20,6 +20,7 @@ from runner.models import (
     TraceEvent,
     Worker,
 )
+from runner.plans import health_key_label
 from tasks.models import TaskQueueItem
 
 
@@ -49,18 +50,58 @@ def cli_health_refresh_request() -> None:
     cli_health_check_request(cli_types=CliType.values)
 
 
-def cli_health_run_succeeded(*, cli_type: str) -> None:
-    """This CLI works now: a real run of it completed (a task pass or a chat reply), or its
-    health prompt answered (cli_health_store). The one place that records it: clears an
-    "unhealthy" (or "slow") mark, whatever the last check said; no write otherwise."""
+def cli_health_works(*, cli_type: str) -> None:
+    """This CLI works now: a real run of it completed (a task pass or a chat reply), or a check
+    found it healthy (cli_health_store). The one place that records it: an "unhealthy" (or
+    "slow") mark goes, whatever the last check said, and the work that waited for it because
+    it could not run continues at the agent that needed it. No write when it was not marked
+    (the usual case after a run: a read, no write lock)."""
     marked = CliHealth.objects.filter(cli_type=cli_type, status__in=HEALTH_MARKS)
-    if not marked.exists():  # the usual case: a read, no write lock after every run
+    if not marked.exists():
         return
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         marked = marked.update(status=CliHealthStatus.HEALTHY, error="")
         if marked:
             payload = {"cli_type": cli_type, "status": CliHealthStatus.HEALTHY, "error": ""}
             events.publish("cli.health_changed", payload)
+            _cli_waits_end(cli_type)
+
+
+def _cli_waits_end(cli_type: str) -> None:
+    """Inside a transaction: `cli_type` may run again, so the work that waited for it goes back
+    to the queue (it continues at the agent where it stopped), unless it is out of quota."""
+    if CliHealth.objects.filter(cli_type=cli_type, limited_since__isnull=False).exists():
+        return
+    now = timezone.now()
+    waiting = 0
+    for queue in (TaskQueueItem, ChatQueueItem):
+        waiting += (
+            queue.objects.queued()
+            .filter(waiting_for_cli=cli_type)
+            .update(waiting_for_cli="", updated_at=now)
+        )
+    if waiting:
+        wake_worker_on_commit()
+
+
+def cli_broken_set(*, cli_type: str, reason: str) -> CliHealth:
+    """A run found that the CLI cannot run at all (not installed, not executable, not that CLI,
+    logged out, an unknown model): it is marked so ("unhealthy", with why) until a check
+    passes or a run completes, and the work that needs it waits (DESIGN "Retries"). One
+    notification when it was working until now. Part of the caller's transaction."""
+    with transaction.atomic(savepoint=False):
+        row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli_type)
+        newly = row.status != CliHealthStatus.UNHEALTHY
+        if newly or row.error != reason:
+            row.status, row.error, row.answer = CliHealthStatus.UNHEALTHY, reason, ""
+            row.checked_at = timezone.now()
+            row.save()
+            events.publish(
+                "cli.health_changed", {"cli_type": cli_type, "status": row.status, "error": reason}
+            )
+        if newly:
+            notify_cli_broken(cli_type=cli_type, label=health_key_label(cli_type), reason=reason)
+    return row
 
 
 def cli_health_forget(*, cli_type: str) -> None:
@@ -75,6 +116,8 @@ def cli_health_store(*, cli_type: str, outcome: dict, started_at: datetime, full
     with transaction.atomic():
         row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli_type)
         before = (row.status, row.error, row.answer)
+        if outcome["status"] == CliHealthStatus.HEALTHY and row.status in HEALTH_MARKS:
+            cli_health_works(cli_type=cli_type)  # as a completed run: the waits for it end
         row.status = outcome["status"]
         row.error = outcome.get("error", "")
         row.binary_path = outcome.get("binary_path", "")
@@ -94,8 +137,6 @@ def cli_health_store(*, cli_type: str, outcome: dict, started_at: datetime, full
                 "cli.health_changed",
                 {"cli_type": cli_type, "status": row.status, "error": row.error},
             )
-        if full and row.status == CliHealthStatus.HEALTHY:
-            cli_health_run_succeeded(cli_type=cli_type)
 
 
 # usage limits (DESIGN "Usage limits") -----------------------------------------------------

@@ -36,13 +36,13 @@ from runner.clis.base import HEALTH_PROMPT, Cli, Command
 from runner.files import private_dir, temp_dir, write_private
 from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
+from runner.plans import options_for
 from runner.selectors import cli_completed_a_run_since, cli_limited
 from runner.services import cli_health_forget, cli_health_store, cli_limit_lift, cli_limit_set
 from runner.worker import process
 from runner.worker.execution import (
     cli_env,
     exit_message,
-    options_for,
     process_env,
     resolve_binary,
     resolve_custom,
