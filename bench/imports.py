@@ -16,16 +16,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # The packages bottom to top (issue 27, "Apps in one order"): each imports only the ones before
 # it. core: ids, config, events; runner: the runs domain (queue items, runs, CLI health and
-# limits, the CLI registry and classes); the apps; the worker, which runs what they queue; the
+# limits, the CLI registry and classes); the apps (notifications under those whose rules notify:
+# a task pass's errors and reviews, a CLI's limit); the worker, which runs what they queue; the
 # site layer (settings, urls, the API, the pages that put several apps together).
 ORDER = (
     "core",
     "runner",
     "workspaces",
+    "notifications",
     "agents",
     "tasks",
     "chats",
-    "notifications",
     "worker",
     "malamar_site",
 )

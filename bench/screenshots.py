@@ -6,8 +6,9 @@ docs/workspace-{light,dark}.png (Agents tab), docs/board-{light,dark}.png (Kanba
 docs/task-{light,dark}.png (task popup: comments, activity), docs/chat-{light,dark}.png
 (chat popup), docs/changes-light.png (a task's Changes tab), docs/review-light.png (a line
 comment, a draft and the verdicts), docs/review-phone{,-changes}.png (the review on a
-390 px phone) and docs/needs-you-phone.png (the phone's home screen while something waits),
-each kept under 200 KB.
+390 px phone), docs/needs-you-phone.png (the phone's home screen while something waits) and
+docs/checks-light.png (a task the workspace's checks sent back once, then passed), each kept
+under 200 KB.
 
     .venv/bin/python bench/screenshots.py [--out docs]
 """
@@ -159,7 +160,37 @@ task_review_submit(task=Task.objects.get(id=review.id), verdict="comment", actor
     body="Close. One thing before I approve:", line_comments=[{"path": "app/limits.py",
     "line": 8, "end_line": 9, "body": "Two requests at once both read 0 here: use "
     "`cache.add(key, 0, 60)`, then `cache.incr(key)`."}])
-print(workspace.id, busy.id, chat.id, review.id)
+# Checks (issue 30): the workspace's tests gate each task; one failed round went back to the
+# agents, the next passed.
+from tasks.models import CommentKind
+from tasks.services import checks_failure_text
+from workspaces.services import workspace_update
+workspace_update(workspace=workspace, checks=[
+    {"name": "tests", "command": "pytest -q"}, {"name": "lint", "command": "ruff check ."}])
+gated = task_create(workspace=workspace, summary="Fix the cart total rounding",
+    description="`cart.total()` is off by a cent for some discounts.")
+comment_create(task=gated, actor=agent_actor(agents[1]),
+    content="Rounded the total with `Decimal.quantize` in `cart/total.py`.")
+failed_run = AgentRun.objects.create(id=new_id(), workspace=workspace, task=gated, kind="check",
+    agent_name="tests", model="pytest -q", cli_type="check", status="failed", exit_code=1,
+    started_at=now, ended_at=now, trace_count=1)
+TAIL = ("...........F.                                            [100%]\\n"
+        "FAILED tests/test_cart.py::test_discounted_total - assert Decimal('9.99') == "
+        "Decimal('10.00')\\n1 failed, 12 passed in 11.84s")
+TraceEvent.objects.create(run=failed_run, seq=1, kind="output", text=TAIL, created_at=now)
+comment_create(task=gated, actor=SYSTEM, kind=CommentKind.CHECKS, content=checks_failure_text({
+    "name": "tests", "command": "pytest -q", "exit_code": 1, "tail": TAIL, "tail_lines": 3,
+    "run_id": failed_run.id}))
+comment_create(task=gated, actor=agent_actor(agents[1]),
+    content="The tax was rounded before the discount: it is now applied to the exact amount "
+    "and rounded once, at the end.")
+Task.objects.filter(id=gated.id).update(status="in_review", checks_status="passed",
+    checks_at=now, checks_result=[
+        {"name": "tests", "command": "pytest -q", "status": "passed", "exit_code": 0,
+         "duration": 12.4, "run_id": failed_run.id},
+        {"name": "lint", "command": "ruff check .", "status": "passed", "exit_code": 0,
+         "duration": 0.8, "run_id": failed_run.id}])
+print(workspace.id, busy.id, chat.id, review.id, gated.id)
 """
 
 
@@ -231,7 +262,7 @@ def main() -> None:
         if result.returncode:
             sys.exit(result.stderr)
         seeded = django_script(data_dir, SEED).stdout.strip().splitlines()[-1]
-        workspace_id, task_id, chat_id, review_id = seeded.split()
+        workspace_id, task_id, chat_id, review_id, gated_id = seeded.split()
         server = Server(data_dir).start()
         args.out.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as playwright:
@@ -266,6 +297,9 @@ def main() -> None:
                     page.wait_for_selector("#task-dialog .change-file .diff__line--add")
                     shoot(page, args.out / "changes-light.png")
                     review_shots(page, args.out)
+                    page.goto(f"{base}?tab=tasks&task={gated_id}")  # checks gated it
+                    page.wait_for_selector("#task-dialog[open] #task-checks")
+                    shoot(page, args.out / "checks-light.png")
                 context.close()
             phone_shots(browser, f"{server.url}/workspaces/{workspace_id}/", review_id, args.out)
             browser.close()

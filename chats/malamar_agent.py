@@ -132,7 +132,12 @@ Also:
   working_directory_mode ("static" needs working_directory_path, an existing absolute path
   the user gave you; "temp"), auto_delete_done_tasks, retention_days (days a Done task is
   kept), notify_on_error and notify_on_in_review ("inherit" follows the global setting,
-  "on" or "off" overrides it for this workspace).
+  "on" or "off" overrides it for this workspace), checks (the project's own commands run in
+  order in the task's folder before a task may go In Review, e.g. "run pytest before review":
+  [{"name": "tests", "command": "python -m pytest -q", "timeout_minutes": null}]; no shell,
+  so no pipes or `&&`; the whole list replaces the old one, [] removes them; a failure goes
+  back to the agents as a comment by "Checks"), checks_attempts (failed rounds before the task
+  goes In Review anyway, marked "Checks failing"; default 3).
 - create_task: summary and a description holding all the context agents need (comments are
   for steering later). Only when the user asks for a task; it is queued (Todo) at once.
   To break a request into steps that run in order, create several tasks in one answer: give

@@ -436,5 +436,5 @@ def chat_queue_release(*, cli_type: str) -> int:
 
 
 def chat_run_finished(*, chat: Chat, agent_name: str, outcome: str) -> None:
-    """The answer ended: "replied", "failed" (a system message says why) or "stopped"."""
+    """The answer ended (chats.replies.ReplyEnd): open pages learn how."""
     events.publish("chat.processing_finished", _run_payload(chat, agent_name, outcome=outcome))

@@ -30,9 +30,17 @@ MCP_AGENT = Actor("agent", "mcp", "Agent via MCP")
 DELETED_AGENT_NAME = "(Deleted Agent)"
 
 
-def author_name(actor_type: str, agent_id: str | None, agent_names: dict[str, str]) -> str:
+# The author of a failed check's comment (a system comment of kind "checks").
+CHECKS_AUTHOR = "Checks"
+
+
+def author_name(
+    actor_type: str, agent_id: str | None, agent_names: dict[str, str], kind: str = ""
+) -> str:
     """How a comment's or an activity's author reads: "User", the agent's name ("(Deleted
-    Agent)" once the agent is gone), or "System"."""
+    Agent)" once the agent is gone), "Checks" for a failed check's comment, or "System"."""
+    if kind == "checks":
+        return CHECKS_AUTHOR
     if actor_type == USER.type:
         return USER.name
     if actor_type == "agent":

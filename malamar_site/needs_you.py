@@ -1,7 +1,8 @@
 """What waits for the person across every workspace ("Needs you", issue 29): tasks In Review
-(oldest first), tasks failing or waiting for a CLI, and chats whose agent replied since the
-person last looked. Reads only, in a fixed number of queries whatever the number of
-workspaces, tasks or chats; the page, the header count and the JSON API share them."""
+(oldest first; those whose checks fail are marked and counted), tasks failing or waiting for a
+CLI, and chats whose agent replied since the person last looked. Reads only, in a fixed number
+of queries whatever the number of workspaces, tasks or chats; the page, the header count and
+the JSON API share them."""
 
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ class NeedsYou:
     trouble: list = field(default_factory=list)  # Tasks failing or waiting for a CLI
     chats: list = field(default_factory=list)  # Chats with a reply not seen yet
     review_count: int = 0
+    checks_failing_count: int = 0  # of review_count: checks failing after the attempts
     trouble_count: int = 0
     chat_count: int = 0
 
@@ -36,13 +38,15 @@ class NeedsYou:
 
 
 def needs_you(*, limit: int = LIST_LIMIT) -> NeedsYou:
-    """Six queries: three lists and three counts."""
-    review_count, trouble_count = needing_you_counts()
+    """Six queries (three lists and three counts), and one more when a task waits for a CLI
+    (why it cannot run, tasks.selectors.attach_cli_waits)."""
+    review_count, checks_failing, trouble_count = needing_you_counts()
     return NeedsYou(
         review=in_review_oldest_first(limit),
         trouble=in_trouble(limit),
         chats=chats_with_unseen_replies(limit),
         review_count=review_count,
+        checks_failing_count=checks_failing,
         trouble_count=trouble_count,
         chat_count=unseen_reply_count(),
     )
@@ -50,7 +54,7 @@ def needs_you(*, limit: int = LIST_LIMIT) -> NeedsYou:
 
 def needs_you_count() -> int:
     """The header's number: three COUNT queries."""
-    review, trouble = needing_you_counts()
+    review, _checks_failing, trouble = needing_you_counts()
     return review + trouble + unseen_reply_count()
 
 

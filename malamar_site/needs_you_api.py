@@ -6,6 +6,7 @@ from ninja import Field, Router, Schema
 
 from malamar_site.needs_you import needs_you
 from tasks.api import TaskOut
+from tasks.models import ChecksStatus
 from tasks.selectors import attach_blockers
 
 router = Router(tags=["needs you"])
@@ -17,6 +18,13 @@ class ReviewRow(TaskOut):
     may_need_merge_choice: bool = Field(
         description="Its branch is not merged: Approve may need `merge` (true or false)."
     )
+    checks_failing: bool = Field(
+        description="The workspace's checks still fail after the agents' attempts: you decide."
+    )
+
+    @staticmethod
+    def resolve_checks_failing(obj) -> bool:
+        return obj.checks_status == ChecksStatus.FAILING
 
     @staticmethod
     def resolve_workspace_title(obj) -> str:
@@ -26,7 +34,12 @@ class ReviewRow(TaskOut):
 class TroubleRow(TaskOut):
     workspace_title: str
     error: str = Field(description="The first line of its latest error ('' if none).")
-    waiting_for_cli: str = Field(description="The CLI out of quota it waits for ('' if none).")
+    waiting_for_cli: str = Field(
+        description="The CLI it waits for, out of quota or unable to run ('' if none)."
+    )
+    waiting_reason: str = Field(
+        description="Why that CLI cannot run ('' if it is out of quota, or none is waited for)."
+    )
 
     @staticmethod
     def resolve_workspace_title(obj) -> str:
@@ -39,6 +52,10 @@ class TroubleRow(TaskOut):
     @staticmethod
     def resolve_waiting_for_cli(obj) -> str:
         return obj.waiting_label
+
+    @staticmethod
+    def resolve_waiting_reason(obj) -> str:
+        return obj.waiting_reason
 
 
 class ChatRow(Schema):
@@ -60,6 +77,9 @@ class NeedsYouOut(Schema):
     count: int = Field(description="Everything below, all rows counted (lists stop at 100).")
     review: list[ReviewRow] = Field(description="Tasks In Review, oldest first.")
     review_count: int
+    checks_failing_count: int = Field(
+        description="Of the tasks In Review, those whose checks fail (all counted)."
+    )
     trouble: list[TroubleRow] = Field(description="Tasks failing or waiting for a CLI.")
     trouble_count: int
     chats: list[ChatRow] = Field(description="Chats whose agent replied since you last looked.")
@@ -77,6 +97,7 @@ def get_needs_you(request):
         "count": found.count,
         "review": found.review,
         "review_count": found.review_count,
+        "checks_failing_count": found.checks_failing_count,
         "trouble": found.trouble,
         "trouble_count": found.trouble_count,
         "chats": found.chats,

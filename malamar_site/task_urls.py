@@ -39,6 +39,7 @@ urlpatterns = [
     path("tasks/<str:task_id>/prioritize/", views.task_prioritize, name="task_prioritize"),
     path("tasks/<str:task_id>/retry/", views.task_retry, name="task_retry"),
     path("tasks/<str:task_id>/resume/", views.task_resume, name="task_resume"),
+    path("tasks/<str:task_id>/checks/run/", views.task_checks_run, name="task_checks_run"),
     path("tasks/<str:task_id>/stop-retrying/", views.task_retries_stop, name="task_retries_stop"),
     path("tasks/<str:task_id>/delete/", views.task_delete, name="task_delete"),
     path("tasks/<str:task_id>/merge/", views.task_branch_merge, name="task_branch_merge"),

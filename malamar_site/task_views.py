@@ -354,7 +354,9 @@ def task_comment_add(request, task_id: str):
     form = CommentForm(request.POST, auto_id="task_comment_%s")
     if form.is_valid():
         try:
-            services.comment_create(task=task, content=form.cleaned_data["content"], actor=USER)
+            services.comment_create_and_send_around(
+                task=task, content=form.cleaned_data["content"], actor=USER
+            )
         except ServiceError as error:
             apply_service_error(form, error)
         else:
@@ -481,6 +483,16 @@ def task_cancel(request, task_id: str):
 def task_retry(request, task_id: str):
     return _task_action(
         request, task_id, lambda task: services.task_retry_now(task=task), note="Retrying now"
+    )
+
+
+@require_POST
+def task_checks_run(request, task_id: str):
+    return _task_action(
+        request,
+        task_id,
+        lambda task: services.task_checks_run(task=task),
+        note="Running the checks",
     )
 
 

@@ -55,6 +55,13 @@ class WorkspaceOut(Schema):
     mcp_tools_enabled: bool = Field(
         description="Give agents Malamar's tools: runs get the `malamar mcp` server (MCP)."
     )
+    checks: list[dict] = Field(
+        description="Run in order in the task's folder before it may go In Review: "
+        "[{name, command, timeout_minutes}]."
+    )
+    checks_attempts: int = Field(
+        description="Failed rounds of checks in a row before the task goes In Review anyway."
+    )
     last_activity_at: datetime
     created_at: datetime
     updated_at: datetime
@@ -86,6 +93,11 @@ class WorkspaceUpdate(Schema):
     parallel_tasks: int | None = None
     keep_merged_branches: bool | None = None
     mcp_tools_enabled: bool | None = None
+    # Checked by the services (400 with which check is wrong), so any list is let through.
+    checks: list[Any] | None = Field(
+        None, description="[{name, command, timeout_minutes}]; [] removes every check."
+    )
+    checks_attempts: int | None = None
 
 
 class WorkspaceCreate(WorkspaceUpdate):

@@ -71,9 +71,12 @@ def _webhook_payload(kind: str, task, detail: str) -> dict:
     }
 
 
-def _deliver(kind: str, task, detail: str, values: dict | None = None) -> None:
-    """`values`: the settings, when the caller read them already (the runner, once per pass)."""
+def _deliver(kind: str, task, detail, values: dict | None = None) -> None:
+    """`values`: the settings, when the caller read them already (the runner, once per pass);
+    `detail`: the text, or a function that reads it (only when there is somewhere to send)."""
     values = values or settings_get()
+    if callable(detail) and (mailgun_configured(values) or values.get("webhook_urls")):
+        detail = detail()
     if mailgun_configured(values):
         message = _message(kind, task, detail)
         _pool.submit(_send_email, values, message, task.id)
@@ -111,8 +114,9 @@ def notify_task_error(
     transaction.on_commit(lambda: _deliver("error", task, message, settings))
 
 
-def notify_task_in_review(*, task, last_comment: str, settings: dict | None = None) -> None:
-    """An agent or the runner moved the task to In Review (never the user's own move)."""
+def notify_task_in_review(*, task, last_comment, settings: dict | None = None) -> None:
+    """An agent or the runner moved the task to In Review (never the user's own move).
+    `last_comment`: the latest agent comment, or a function that reads it once committed."""
     if not notify_effective(task.workspace, "notify_on_in_review", settings):
         return
     transaction.on_commit(lambda: _deliver("in_review", task, last_comment, settings))
@@ -140,6 +144,21 @@ def notify_cli_limited(*, cli_type: str, label: str, until, message: str) -> Non
     payload = {"event": "cli.limited", "cli_type": cli_type, "until": when, "message": message}
     payload["link"] = needs_you_link()
     mail = {"subject": f"[Malamar] {label} is out of quota", "text": text}
+    transaction.on_commit(lambda: _deliver_global(payload, mail))
+
+
+def notify_cli_broken(*, cli_type: str, label: str, reason: str) -> None:
+    """A CLI cannot run at all: one notification for all the work that now waits for it
+    (never one per task), when error notifications are on."""
+    if not settings_get()["notify_on_error"]:
+        return
+    text = (
+        f"{label} cannot run: {reason}\n\nTasks that need it wait and continue at the agent "
+        "where they stopped once it works again (Settings → CLIs checks it when you save its "
+        "settings).\n"
+    )
+    payload = {"event": "cli.broken", "cli_type": cli_type, "message": reason}
+    mail = {"subject": f"[Malamar] {label} cannot run", "text": text}
     transaction.on_commit(lambda: _deliver_global(payload, mail))
 
 

@@ -50,19 +50,24 @@ class QueueItemQuerySet(models.QuerySet):
         worker whose runs another worker took over writes nothing."""
         return self.filter(id=item.id, worker_id=item.worker_id)
 
-    def finish(self, item, status: str) -> None:
-        """in_progress → completed/failed, forgetting the process (it has ended)."""
-        self.owned(item).filter(status=QueueStatus.IN_PROGRESS).update(
-            status=status, pid=None, pgid=None, updated_at=timezone.now()
+    def finish(self, item, status: str) -> bool:
+        """in_progress → completed/failed, forgetting the process (it has ended). False when
+        the item was not ours to finish (taken over, or ended already)."""
+        return bool(
+            self.owned(item)
+            .filter(status=QueueStatus.IN_PROGRESS)
+            .update(status=status, pid=None, pgid=None, updated_at=timezone.now())
         )
 
-    def record_process(self, item, *, pid: int, pgid: int, started_at: float) -> bool:
-        """The CLI that runs this item, so a restarted worker can kill it if we die. One
-        statement (no join) that is also the start's "still wanted" check: False, nothing
-        written, when the item was stopped (every move by a user asks that), is gone (with
-        its task or chat) or is no longer ours. The finish checks the rest (`wanted()`)."""
+    def record_process(self, item, *, pid: int, pgid: int, started_at: float, **fields) -> bool:
+        """The CLI that runs this item, recorded before it may run (worker.process
+        holds it at its gate), so a recovery can kill it whatever happens to us; `fields`: what
+        else the item keeps about the run (where a task pass continues). One statement (no
+        join) that is also the start's "still wanted" check: False, nothing written, when the
+        item was stopped (every move by a user asks that), is gone (with its task or chat) or
+        is no longer ours. The finish checks the rest (`wanted()`)."""
         unstopped = self.unstopped().filter(id=item.id, worker_id=item.worker_id)
-        return bool(unstopped.update(pid=pid, pgid=pgid, process_started_at=started_at))
+        return bool(unstopped.update(pid=pid, pgid=pgid, process_started_at=started_at, **fields))
 
     def pause(self, item, *, cli_type: str, **resume) -> bool:
         """in_progress → queued, waiting for `cli_type` (out of quota); `resume` says where the
@@ -127,9 +132,10 @@ class QueueItemQuerySet(models.QuerySet):
         """Running items whose run is still wanted (a kind may add conditions)."""
         return self.unstopped()
 
-    def still_wanted(self, item_ids, *, worker_id: str | None = None) -> set[str]:
+    def wanted_ids(self, item_ids, *, worker_id: str | None = None) -> set[str]:
         """Of these running items of `worker_id`, the ones still wanted (and that still exist,
-        and that no other worker took over)."""
+        and that no other worker took over): a plain read, for the stop watcher (the run's own
+        finish locks its rows instead)."""
         wanted = self.wanted().filter(id__in=list(item_ids), worker_id=worker_id)
         return set(wanted.values_list("id", flat=True))
 
@@ -149,9 +155,10 @@ class QueueItem(models.Model):
     process_started_at = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
-    # The CLI this queued item waits for (it ran out of quota): pickup skips the item while
-    # that CLI is limited (DESIGN "Usage limits").
-    waiting_for_cli = models.CharField(max_length=10, blank=True, default="")
+    # The CLI this queued item waits for (a health key: out of quota, or unable to run at all):
+    # pickup skips the item while that CLI is limited or broken (DESIGN "Usage limits",
+    # "Retries").
+    waiting_for_cli = models.CharField(max_length=40, blank=True, default="")
     # The worker that claimed it (a Worker id; not a foreign key: the row of a worker that was
     # taken over goes, its items' ids stay until they are recovered). Every write after the
     # claim is guarded by it, so a worker that lost its runs to another can write nothing.
@@ -270,8 +277,15 @@ class RunStatus(models.TextChoices):
     LIMITED = "limited", "Paused: usage limit"
 
 
+class RunKind(models.TextChoices):
+    AGENT = "agent", "Agent"
+    # One of a workspace's checks (issue 30): a command, not a CLI; its traces are its output.
+    CHECK = "check", "Check"
+
+
 class AgentRun(models.Model):
-    """One CLI invocation for a task step or a chat reply, with its usage and trace."""
+    """One CLI invocation for a task step or a chat reply, with its usage and trace; or one
+    check command of a task (kind "check")."""
 
     id = models.CharField(primary_key=True, max_length=21)
     workspace = models.ForeignKey(
@@ -282,6 +296,9 @@ class AgentRun(models.Model):
     )
     chat = models.ForeignKey(
         "chats.Chat", on_delete=models.CASCADE, null=True, blank=True, related_name="runs"
+    )
+    kind = models.CharField(
+        max_length=8, choices=RunKind.choices, default=RunKind.AGENT, db_default=RunKind.AGENT
     )
     agent_id = models.CharField(max_length=21, null=True, blank=True)
     agent_name = models.CharField(max_length=200)

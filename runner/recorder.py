@@ -8,6 +8,7 @@ costs a few writes a second, not one per line.
 
 import collections
 import logging
+import re
 import threading
 import time
 
@@ -16,14 +17,14 @@ from django.utils import timezone
 from core.ids import new_id
 from core.settings_store import settings_get
 from runner.clis import cli_for
-from runner.models import AgentRun, RunStatus, TraceEvent
+from runner.models import AgentRun, RunKind, RunStatus, TraceEvent
 from runner.services import (
     agent_run_event,
     agent_run_finish,
     agent_run_progress,
     agent_run_stalled,
     agent_run_start,
-    cli_health_run_succeeded,
+    cli_health_works,
 )
 from runner.streams import Delta, ModelUsed, Trace, Usage, UserTerms, parse_line
 
@@ -55,7 +56,7 @@ class RunRecorder:
         """`deferred`: the run's row is written later, by `start_writes()` in the run step's
         start transaction (once its CLI runs); otherwise now. `knowledge_dir`: the Malamar
         agent's knowledge base, which the timeline calls "Malamar's guide"."""
-        self.parser = cli_for(cli_type).stream_parser()
+        self.parser = self._stream_parser(cli_type)
         self.terms = UserTerms(knowledge_dir=knowledge_dir)
         self.lines: collections.deque[str] = collections.deque()
         self.backlog_chars = 0
@@ -87,9 +88,11 @@ class RunRecorder:
             worker_id=worker_id,
         )
         self.started = False
-        self.start_error: Exception | None = None  # set when the start transaction failed
         if not deferred:
             self.start_writes()
+
+    def _stream_parser(self, cli_type: str):
+        return cli_for(cli_type).stream_parser()
 
     def start_writes(self) -> None:
         """Inside the caller's transaction: the run's row."""
@@ -253,7 +256,7 @@ class RunRecorder:
         self.status, self.exit_code = status, exit_code
         self.finish_writes()
         if self.status == RunStatus.COMPLETED:  # the CLI answered: whatever a health check said
-            cli_health_run_succeeded(cli_type=self.run.cli_type)
+            cli_health_works(cli_type=self.run.cli_type)
 
     def finish_writes(self) -> None:
         """Inside the caller's transaction: the last traces, usage and the final status; the
@@ -276,6 +279,70 @@ class RunRecorder:
             progress={**self._progress(), **self.snapshot_fields},
             event={**self._payload(rows, []), "status": status},
         )
+
+
+# A check's output (issue 30): what a failure comment quotes, and what is kept in all.
+TAIL_LINES = 200
+TAIL_CHARS = 20_000
+CHECK_OUTPUT_CHARS = 2 * 1024 * 1024
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
+
+
+def plain_line(line: str) -> str:
+    """A terminal line as text: colour and cursor codes out, a progress bar's last state only
+    (what follows its last carriage return)."""
+    line = ANSI.sub("", line).rstrip("\r")
+    return line.rsplit("\r", 1)[-1]
+
+
+class CheckRecorder(RunRecorder):
+    """The record of one check command (a run of kind "check"): its output lines, colour codes
+    stripped, are its traces (kind "output", one per flush, so live in the Activity tab), kept
+    up to CHECK_OUTPUT_CHARS (the full output page) with the last TAIL_LINES for its comment."""
+
+    def __init__(self, *, check_name: str, command: str, **kwargs):
+        super().__init__(cli_type=RunKind.CHECK, agent_id=None, agent_name=check_name, **kwargs)
+        self.run.kind = RunKind.CHECK
+        self.run.model = command[:200]  # shown next to the name, as an agent's model is
+        self.model = self.reported_model = self.run.model
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.kept_chars = 0
+        self.cut = False
+
+    def _stream_parser(self, cli_type: str):
+        return None
+
+    def on_line(self, line: str) -> None:  # stdout and stderr, from two reader threads
+        self.last_output = time.monotonic()
+        line = plain_line(line)
+        with self.lock:
+            self.tail.append(line)
+            if self.kept_chars + len(line) + 1 > CHECK_OUTPUT_CHARS:
+                self.cut = True
+                return
+            self.kept_chars += len(line) + 1
+            self.lines.append(line)
+
+    def _drain(self) -> list:
+        with self.lock:
+            lines = list(self.lines)
+            self.lines.clear()
+        if not lines:
+            return []
+        self.current = next((line for line in reversed(lines) if line.strip()), self.current)
+        return [Trace("output", "\n".join(lines))]
+
+    def _traces(self, items: list) -> tuple[list[Trace], list[str]]:
+        return items, []
+
+    def tail_text(self) -> str:
+        """The end of the output: the last TAIL_LINES lines, at most TAIL_CHARS."""
+        with self.lock:
+            text = "\n".join(self.tail)
+        return text[-TAIL_CHARS:]
+
+    def tail_lines(self) -> int:
+        return len(self.tail_text().splitlines())
 
 
 def stall_limits(workspace, settings: dict | None = None) -> dict:

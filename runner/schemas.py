@@ -47,6 +47,10 @@ CHAT_ACTION_FIELDS = {
     "retention_days": "integer",
     "notify_on_error": "string",  # "inherit" | "on" | "off"
     "notify_on_in_review": "string",
+    # update_workspace: the checks run before a task may go In Review, and how many failed
+    # rounds the agents get before it goes In Review anyway.
+    "checks": "checks",
+    "checks_attempts": "integer",
     # review_task: an In Review task's id, the verdict ("approve" | "request_changes" |
     # "comment"), its comment, comments on lines of its changes, and for Approve of a task
     # with an unmerged branch whether to merge it (false: finish without merging).
@@ -65,12 +69,20 @@ LINE_COMMENT_PROPERTIES = {
     "body": {"type": "string"},
     "run_id": {"type": ["string", "null"]},
 }
+# One check of update_workspace's `checks` (strict form).
+CHECK_PROPERTIES = {
+    "name": {"type": ["string", "null"]},
+    "command": {"type": "string"},
+    "timeout_minutes": {"type": ["number", "null"]},
+}
 AGENT_CHAT_FIELDS = ("title", "summary", "description", "ref", "blocked_by")
 
 
 def _nullable(json_type: str) -> dict:
     if json_type == "array":
         return {"type": ["array", "null"], "items": {"type": "string"}}
+    if json_type == "checks":
+        return {"type": ["array", "null"], "items": _strict_object(CHECK_PROPERTIES)}
     if json_type == "line_comments":
         return {"type": ["array", "null"], "items": _strict_object(LINE_COMMENT_PROPERTIES)}
     return {"type": [json_type, "null"]}

@@ -1,3 +1,4 @@
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -5,7 +6,7 @@ from urllib.parse import urlsplit
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from core.settings_store import settings_public
@@ -17,7 +18,15 @@ from runner.clis import (
     cli_label,
     custom_health_key,
 )
-from runner.models import HEALTH_MARKS, AgentRun, CliHealth, RunStatus, TraceEvent
+from runner.models import (
+    HEALTH_MARKS,
+    AgentRun,
+    CliHealth,
+    CliHealthStatus,
+    RunKind,
+    RunStatus,
+    TraceEvent,
+)
 from runner.timeline import group_traces
 
 
@@ -83,10 +92,55 @@ def cli_limits() -> list[dict]:
     ]
 
 
-def cli_health_marked() -> set[str]:
-    """CLIs a health check marked unhealthy or slow (a successful run clears the mark)."""
-    marked = CliHealth.objects.filter(status__in=HEALTH_MARKS)
-    return set(marked.values_list("cli_type", flat=True))
+def cli_broken() -> dict[str, str]:
+    """CLIs that cannot run at all ("unhealthy": a failed check or a run that could not run),
+    each with why: work that needs them waits (DESIGN "Retries")."""
+    broken = CliHealth.objects.filter(status=CliHealthStatus.UNHEALTHY)
+    return dict(broken.values_list("cli_type", "error"))
+
+
+@dataclass(frozen=True)
+class CliStates:
+    """What a run needs to know about the CLIs before it chooses one (runner.plans): those out
+    of quota, those that cannot run (with why) and those a health check marked at all."""
+
+    limited: frozenset[str]
+    broken: dict[str, str]
+    marked: frozenset[str]
+
+
+def cli_states() -> CliStates:
+    """The CLIs' states in one read (a task pass and a chat reply read it once)."""
+    rows = CliHealth.objects.filter(
+        Q(limited_since__isnull=False) | Q(status__in=HEALTH_MARKS)
+    ).values_list("cli_type", "status", "error", "limited_since")
+    rows = list(rows)
+    return CliStates(
+        limited=frozenset(cli for cli, _s, _e, since in rows if since is not None),
+        broken={
+            cli: error for cli, status, error, _l in rows if status == CliHealthStatus.UNHEALTHY
+        },
+        marked=frozenset(cli for cli, status, _e, _l in rows if status in HEALTH_MARKS),
+    )
+
+
+def cli_states_from(health: list[dict]) -> CliStates:
+    """The states of the four CLIs from their health (cli_health_all), read already."""
+    return CliStates(
+        limited=frozenset(h["cli_type"] for h in health if h["limited"]),
+        broken={
+            h["cli_type"]: h["error"] for h in health if h["status"] == CliHealthStatus.UNHEALTHY
+        },
+        marked=frozenset(h["cli_type"] for h in health if h["status"] in HEALTH_MARKS),
+    )
+
+
+def cli_waits() -> set[str]:
+    """CLIs whose waiting work may not run now: out of quota, or unable to run at all."""
+    rows = CliHealth.objects.filter(
+        Q(limited_since__isnull=False) | Q(status=CliHealthStatus.UNHEALTHY)
+    )
+    return set(rows.values_list("cli_type", flat=True))
 
 
 def cli_completed_a_run_since(cli_type: str, since) -> bool:
@@ -182,7 +236,7 @@ def _with_groups(runs: list) -> list:
         run.last_seq = traces[-1].seq if traces else 0
         run.hidden_traces = max(0, run.trace_count - len(traces))
         run.is_running = run.status == RunStatus.RUNNING
-        run.cli_label = cli_label(run.cli_type)
+        run.cli_label = "Check" if run.kind == RunKind.CHECK else cli_label(run.cli_type)
         if run.fallback_for in CliType.values:  # its agent's own CLI was out of quota
             run.cli_label = f"{run.cli_label} (fallback for {CliType(run.fallback_for).label})"
     return runs
@@ -213,6 +267,15 @@ def run_timeline(run_id: str):
     """One run with its grouped traces (the live JS fetches it when it meets a new run)."""
     run = AgentRun.objects.filter(id=run_id).first()
     return _with_groups([run])[0] if run else None
+
+
+def run_output_text(run_id: str) -> str | None:
+    """A check run's output as it printed it (its "output" traces in order); None when there
+    is no such check run."""
+    if not AgentRun.objects.filter(id=run_id, kind=RunKind.CHECK).exists():
+        return None
+    chunks = TraceEvent.objects.filter(run_id=run_id, kind="output").order_by("seq")
+    return "\n".join(chunks.values_list("text", flat=True).iterator(chunk_size=200))
 
 
 def task_first_tree(task_id: str, store: str) -> str | None:

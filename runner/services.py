@@ -1,5 +1,6 @@
 from datetime import datetime
 
+from django.apps import apps as django_apps
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -14,6 +15,7 @@ from runner.models import (
     AgentRun,
     CliHealth,
     CliHealthStatus,
+    QueueItem,
     RunStatus,
     TraceEvent,
     Worker,
@@ -46,18 +48,56 @@ def cli_health_refresh_request() -> None:
     cli_health_check_request(cli_types=CliType.values)
 
 
-def cli_health_run_succeeded(*, cli_type: str) -> None:
-    """This CLI works now: a real run of it completed (a task pass or a chat reply), or its
-    health prompt answered (cli_health_store). The one place that records it: clears an
-    "unhealthy" (or "slow") mark, whatever the last check said; no write otherwise."""
+def cli_health_works(*, cli_type: str) -> None:
+    """This CLI works now: a real run of it completed (a task pass or a chat reply), or a check
+    found it healthy (cli_health_store). The one place that records it: an "unhealthy" (or
+    "slow") mark goes, whatever the last check said, and the work that waited for it because
+    it could not run continues at the agent that needed it. No write when it was not marked
+    (the usual case after a run: a read, no write lock)."""
     marked = CliHealth.objects.filter(cli_type=cli_type, status__in=HEALTH_MARKS)
-    if not marked.exists():  # the usual case: a read, no write lock after every run
+    if not marked.exists():
         return
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         marked = marked.update(status=CliHealthStatus.HEALTHY, error="")
         if marked:
             payload = {"cli_type": cli_type, "status": CliHealthStatus.HEALTHY, "error": ""}
             events.publish("cli.health_changed", payload)
+            _cli_waits_end(cli_type)
+
+
+def _cli_waits_end(cli_type: str) -> None:
+    """Inside a transaction: `cli_type` may run again, so the work that waited for it goes back
+    to the queue (it continues at the agent where it stopped), unless it is out of quota."""
+    if CliHealth.objects.filter(cli_type=cli_type, limited_since__isnull=False).exists():
+        return
+    waiting = sum(queue.objects.release(cli_type=cli_type) for queue in _queues())
+    if waiting:
+        wake_worker_on_commit()
+
+
+def _queues() -> list[type[QueueItem]]:
+    """Every queue of runs (the tasks' and the chats'): the models built on QueueItem, read from
+    the app registry, so the runs domain imports none of the apps above it."""
+    return [model for model in django_apps.get_models() if issubclass(model, QueueItem)]
+
+
+def cli_broken_mark(*, cli_type: str, reason: str) -> tuple[CliHealth, bool]:
+    """A run found that the CLI cannot run at all (not installed, not executable, not that CLI,
+    logged out, an unknown model): it is marked so ("unhealthy", with why) until a check
+    passes or a run completes, and the work that needs it waits (DESIGN "Retries"). True when
+    it was working until now (notifications.cli_states.cli_broken_set then tells the user).
+    Part of the caller's transaction."""
+    with transaction.atomic(savepoint=False):
+        row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli_type)
+        newly = row.status != CliHealthStatus.UNHEALTHY
+        if newly or row.error != reason:
+            row.status, row.error, row.answer = CliHealthStatus.UNHEALTHY, reason, ""
+            row.checked_at = timezone.now()
+            row.save()
+            events.publish(
+                "cli.health_changed", {"cli_type": cli_type, "status": row.status, "error": reason}
+            )
+    return row, newly
 
 
 def cli_health_forget(*, cli_type: str) -> None:
@@ -72,6 +112,8 @@ def cli_health_store(*, cli_type: str, outcome: dict, started_at: datetime, full
     with transaction.atomic():
         row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli_type)
         before = (row.status, row.error, row.answer)
+        if outcome["status"] == CliHealthStatus.HEALTHY and row.status in HEALTH_MARKS:
+            cli_health_works(cli_type=cli_type)  # as a completed run: the waits for it end
         row.status = outcome["status"]
         row.error = outcome.get("error", "")
         row.binary_path = outcome.get("binary_path", "")
@@ -91,8 +133,6 @@ def cli_health_store(*, cli_type: str, outcome: dict, started_at: datetime, full
                 "cli.health_changed",
                 {"cli_type": cli_type, "status": row.status, "error": row.error},
             )
-        if full and row.status == CliHealthStatus.HEALTHY:
-            cli_health_run_succeeded(cli_type=cli_type)
 
 
 # usage limits (DESIGN "Usage limits") -----------------------------------------------------
@@ -111,7 +151,7 @@ def cli_limit_mark(*, cli_type: str, limit: Limit, now=None) -> tuple[CliHealth,
     """The CLI ran out of quota: it is "limited until T" (None: unknown, probed on a back-off).
     `cli.limited` only when it was not limited already (then True: newly limited); a later run
     that hits the limit again only updates the reset time. Part of the caller's transaction
-    (worker.cli_limits.cli_limit_set, which also notifies)."""
+    (notifications.cli_states.cli_limit_set, which also tells the user)."""
     now = now or timezone.now()
     with transaction.atomic(savepoint=False):
         row, _ = CliHealth.objects.select_for_update().get_or_create(cli_type=cli_type)

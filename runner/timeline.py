@@ -18,6 +18,7 @@ NOTE_CHARS = 600
 @dataclass
 class Group:
     kind: str  # command | explore | edit | plan | thought | text | status | error | action
+    # | output (a check's)
     text: str = ""
     items: list = field(default_factory=list)
     command: str = ""
@@ -31,6 +32,13 @@ class Group:
 def _note(text: str) -> str:
     text = (text or "").strip()
     return text if len(text) <= NOTE_CHARS else text[:NOTE_CHARS].rstrip() + "…"
+
+
+OUTPUT_LINES = 200  # of a check's output in its run's timeline (the whole: its output page)
+
+
+def _last_lines(text: str) -> str:
+    return "\n".join(text.splitlines()[-OUTPUT_LINES:])
 
 
 def _checklist(text: str) -> list[dict]:
@@ -89,6 +97,11 @@ def group_traces(traces) -> list[Group]:
                 groups.append(Group(group_kind))
             groups[-1].items.append({"kind": action, "text": trace.text})
             groups[-1].text = _summary(group_kind, groups[-1].items)
+            continue
+        if kind == "output":  # a check's output (issue 30): one block, its last lines
+            if not groups or groups[-1].kind != "output":
+                groups.append(Group("output", text="Output"))
+            groups[-1].output = _last_lines(f"{groups[-1].output}\n{trace.text}".lstrip("\n"))
             continue
         if kind == "plan":
             groups.append(Group("plan", text="Plan", items=_checklist(trace.text)))

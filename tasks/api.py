@@ -48,6 +48,14 @@ class TaskOut(Schema):
         description="Todo with no pass queued or running (imported work, stopped retries): "
         "POST /api/tasks/{id}/resume starts it."
     )
+    checks_status: str = Field(
+        description='The workspace\'s checks: "" (not run), "passed", "failed" (the agents '
+        'are fixing it) or "failing" (In Review after the set number of failed rounds).'
+    )
+    checks_result: list[dict] = Field(
+        description="The last round: [{name, command, status, exit_code, duration, run_id}]."
+    )
+    checks_at: datetime | None
     created_at: datetime
     updated_at: datetime
 
@@ -405,6 +413,13 @@ def retry_task(request, task_id: str):
     return _act(task_id, services.task_retry_now)
 
 
+@router.post("/tasks/{task_id}/checks/run", response=TaskOut)
+def run_task_checks(request, task_id: str):
+    """Run the workspace's checks on an In Review task by hand; the result lands in
+    checks_status / checks_result (409 when it is not In Review, has no checks, or they run)."""
+    return _act(task_id, services.task_checks_run)
+
+
 @router.post("/tasks/{task_id}/stop-retrying", response=TaskOut)
 def stop_retrying_task(request, task_id: str):
     """Stop retrying a failing task: it waits in Todo until a comment or a retry."""
@@ -446,7 +461,9 @@ def list_comments(request, task_id: str):
 @router.post("/tasks/{task_id}/comments", response={201: CommentOut})
 def create_comment(request, task_id: str, payload: CommentCreate):
     task = get_or_404(Task, task_id, "Task")
-    comment = services.comment_create(task=task, content=payload.content, actor=USER)
+    comment = services.comment_create_and_send_around(
+        task=task, content=payload.content, actor=USER
+    )
     comment.author_name = USER.name
     return Status(201, comment)
 

@@ -244,7 +244,9 @@ class WorkspaceTools:
     def comment_on_task(self, task_id: str, content: str) -> dict:
         """Add a comment (markdown) to one of this workspace's tasks, as "Agent via MCP". Like
         any comment, it sends a task that is not Done through the agents again."""
-        comment = services.comment_create(task=self.task(task_id), content=content, actor=MCP_AGENT)
+        comment = services.comment_create_and_send_around(
+            task=self.task(task_id), content=content, actor=MCP_AGENT
+        )
         return {"id": comment.id, "task_id": comment.task_id, "created_at": iso(comment.created_at)}
 
 

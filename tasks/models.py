@@ -41,6 +41,9 @@ class CommentKind(models.TextChoices):
     AGENT = "agent", "Agent"
     SYSTEM = "system", "System"
     ERROR = "error", "Error"
+    # A failed round of the workspace's checks (issue 30): the command, its exit code and the
+    # end of its output, written by "Checks" for the agents to fix.
+    CHECKS = "checks", "Checks"
 
 
 class Verdict(models.TextChoices):
@@ -103,9 +106,55 @@ def _has_pass():
     return Exists(active)
 
 
+# The comments that keep their task going until an agent has read them (DESIGN "No lost
+# comment"): a person's and an agent's (through Malamar's MCP server too). System notes and
+# error reports inform the next agent without sending the task around.
+KEEPS_GOING = (CommentKind.USER, CommentKind.AGENT, CommentKind.CHECKS)
+
+
+class ChecksStatus(models.TextChoices):
+    """Where a task's checks stand (issue 30): not run (""), all passed, the last round failed
+    (the agents are fixing it), or failing after the workspace's attempts (In Review anyway)."""
+
+    NONE = "", "Not run"
+    PASSED = "passed", "Checks passed"
+    FAILED = "failed", "Checks failed"
+    FAILING = "failing", "Checks failing"
+
+
+class PassPhase(models.TextChoices):
+    """Where a pass is: its agents run, or they are done and the workspace's checks run (so a
+    restart re-runs the checks, not the agents)."""
+
+    AGENTS = "", "Agents"
+    CHECKS = "checks", "Checks"
+    # A person's "Run checks" on an In Review task: only the checks, nothing moves.
+    MANUAL = "manual", "Checks run by hand"
+
+
+def runnable_pass_q(prefix: str = "") -> Q:
+    """A pass that may run as far as its task's status goes: the task is Todo or In Progress,
+    or it is In Review and the pass is a person's "Run checks" (`prefix`: the path to the
+    queue item from another model)."""
+    return Q(**{f"{prefix}task__status__in": RUNNABLE_STATUSES}) | Q(
+        **{f"{prefix}phase": PassPhase.MANUAL, f"{prefix}task__status": TaskStatus.IN_REVIEW}
+    )
+
+
 class TaskCommentQuerySet(models.QuerySet):
     def errors(self):
         return self.filter(kind=CommentKind.ERROR)
+
+    def keeping_going(self):
+        """The comments that keep their task going until an agent has read them (KEEPS_GOING),
+        but a review note (the verdict "Comment"): the next pass reads it, it does not start
+        one (DESIGN "No lost comment", its exception)."""
+        return self.filter(kind__in=KEEPS_GOING).exclude(verdict=Verdict.COMMENT)
+
+    def undelivered(self):
+        """Comments that keep their task going and that no agent's answered input contained
+        yet: while one exists, no pass ends in In Review."""
+        return self.keeping_going().filter(delivered_at__isnull=True)
 
     def notes(self):
         """Comments sent with the review verdict "Comment": the agents read them on their next
@@ -137,6 +186,14 @@ class Task(models.Model):
     # merged_at was finished without merging (the person's choice): "unmerged".
     merged_at = models.DateTimeField(null=True, blank=True)
     merge_commit = models.CharField(max_length=64, blank=True, default="", db_default="")
+    # The workspace's checks (issue 30): where they stand, failed rounds in a row, and the last
+    # round's result ([{name, command, status, exit_code, duration, run_id}]).
+    checks_status = models.CharField(
+        max_length=8, choices=ChecksStatus.choices, blank=True, default="", db_default=""
+    )
+    checks_failed_rounds = models.PositiveIntegerField(default=0, db_default=0)
+    checks_result = models.JSONField(default=list, blank=True, db_default=[])
+    checks_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -191,6 +248,9 @@ class TaskComment(models.Model):
     anchor_code = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # When an agent first answered an input that contained this comment (None: not yet). What
+    # each pass's inputs contained, so a comment that arrived while an agent worked is not lost.
+    delivered_at = models.DateTimeField(null=True, blank=True)
 
     objects = TaskCommentQuerySet.as_manager()
 
@@ -316,8 +376,9 @@ class TaskQueueQuerySet(QueueItemQuerySet):
 
     def wanted(self):
         """A pass is also unwanted once its task left Todo/In Progress. (Right after a claim
-        the task is still Todo for a moment, so Todo counts as wanted.)"""
-        return self.unstopped().filter(task__status__in=RUNNABLE_STATUSES)
+        the task is still Todo for a moment, so Todo counts as wanted.) A person's "Run
+        checks" runs on an In Review task."""
+        return self.unstopped().filter(runnable_pass_q())
 
 
 class TaskQueueItem(QueueItem):
@@ -331,6 +392,10 @@ class TaskQueueItem(QueueItem):
     # pass's real start (DESIGN "Usage limits").
     resume_agent_id = models.CharField(max_length=21, null=True, blank=True)
     pass_started_at = models.DateTimeField(null=True, blank=True)
+    # The agents ran; the workspace's checks run (PassPhase).
+    phase = models.CharField(
+        max_length=8, choices=PassPhase.choices, blank=True, default="", db_default=""
+    )
 
     objects = TaskQueueQuerySet.as_manager()
 

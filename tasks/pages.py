@@ -69,6 +69,7 @@ def blockers_form(task: Task, data=None) -> BlockersForm:
 def detail_context(task: Task) -> dict:
     run = selectors.current_run(task)
     selectors.attach_blockers([task])
+    selectors.attach_cli_waits([task])
     return {
         "task": task,
         "dependents": selectors.dependents_of(task),

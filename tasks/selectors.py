@@ -7,12 +7,13 @@ from django.utils import timezone
 
 from agents.models import Agent
 from core.actors import author_name
-from runner.clis import CliType
 from runner.models import AgentRun, RunStatus
-from runner.selectors import usage_totals
+from runner.plans import health_key_label
+from runner.selectors import cli_broken, usage_totals
 from tasks import anchors, branches
 from tasks.models import (
     RUNNABLE_STATUSES,
+    ChecksStatus,
     Task,
     TaskComment,
     TaskDependency,
@@ -41,7 +42,9 @@ def comments_for_task(task: Task) -> list[TaskComment]:
     names = agent_names(task.workspace_id)
     comments = list(task.comments.order_by("created_at", "id"))
     for comment in comments:
-        comment.author_name = author_name(comment.author_type, comment.agent_id, names)
+        comment.author_name = author_name(
+            comment.author_type, comment.agent_id, names, comment.kind
+        )
     return comments
 
 
@@ -206,7 +209,8 @@ class ErrorState:
     retry_at: datetime | None = None  # when the next try may start (None: not waiting)
     retrying: bool = False  # a retry is queued or running
     running: bool = False
-    paused_for: str = ""  # the CLI out of quota the retry waits for: its reset decides, not us
+    paused_for: str = ""  # the CLI the retry waits for: its reset (or repair) decides, not us
+    paused_reason: str = ""  # why that CLI cannot run ("": it is out of quota)
 
 
 def error_state(task: Task) -> ErrorState | None:
@@ -230,13 +234,25 @@ def error_state(task: Task) -> ErrorState | None:
         retrying=queued or running,
         running=running,
         paused_for=paused_for,
+        paused_reason=getattr(task, "waiting_reason", "") if paused_for else "",
     )
 
 
 def waiting_cli_label(task: Task) -> str:
-    """The name of the CLI out of quota the task waits for ("" if none; `with_waiting_cli()`)."""
+    """The name of the CLI the task waits for ("" if none; `with_waiting_cli()`)."""
     waiting = getattr(task, "waiting_for_cli", None)
-    return CliType(waiting).label if waiting in CliType.values else ""
+    return health_key_label(waiting) if waiting else ""
+
+
+def attach_cli_waits(tasks: list[Task]) -> None:
+    """Give each task `waiting_label` (the CLI its pass waits for, "" if none) and
+    `waiting_reason` (why that CLI cannot run; "" when it is out of quota): "Waits for Codex
+    CLI: not logged in". One read, only when a task waits (`with_waiting_cli()`)."""
+    waiting = {getattr(task, "waiting_for_cli", None) for task in tasks} - {None, ""}
+    broken = cli_broken() if waiting else {}
+    for task in tasks:
+        task.waiting_label = waiting_cli_label(task)
+        task.waiting_reason = broken.get(getattr(task, "waiting_for_cli", None) or "", "")
 
 
 def with_change_totals(tasks):
@@ -279,10 +295,10 @@ def running_runs(workspace_id: str) -> dict[str, AgentRun]:
 
 def _attach_runs(tasks: list[Task], runs: dict[str, AgentRun]) -> None:
     attach_blockers(tasks)
+    attach_cli_waits(tasks)
     for task in tasks:
         task.current_run = runs.get(task.id) if task.is_processing else None
         task.error_state = error_state(task)
-        task.waiting_label = waiting_cli_label(task)
 
 
 @dataclass(frozen=True)
@@ -445,6 +461,10 @@ def task_actions(task: Task) -> dict:
         and task.status == TaskStatus.IN_REVIEW,
         # Imported work and stopped retries wait in Todo until the person resumes them.
         "resume": bool(getattr(task, "is_paused", False)),
+        # The workspace's checks, by hand, on a task that waits for the person.
+        "run_checks": task.status == TaskStatus.IN_REVIEW
+        and bool(task.workspace.checks)
+        and not getattr(task, "is_processing", False),
     }
     actions["primary"] = _primary_action(task, actions)
     return actions
@@ -499,6 +519,27 @@ def _review_text(actor: str, meta: dict) -> str:
     return f"{actor} {said}{extra}"
 
 
+def _names(names) -> str:
+    return ", ".join(str(name) for name in names or [] if not isinstance(name, dict)) or "?"
+
+
+def check_duration(seconds) -> str:
+    """A check's duration as people read it ("0.4 s", "12 s", "2 min 5 s")."""
+    if seconds is None:
+        return "?"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+
+
+def _durations(checks) -> str:
+    rows = [c for c in checks or [] if isinstance(c, dict)]  # (every text is built: any log)
+    return ", ".join(f"{c.get('name')} ({check_duration(c.get('duration'))})" for c in rows)
+
+
 def activity_entries(task: Task) -> list[dict]:
     """The task's activity log in words, oldest first ("Reviewer finished: comment")."""
     names = agent_names(task.workspace_id)
@@ -521,6 +562,15 @@ def activity_entries(task: Task) -> list[dict]:
             "task_deprioritized": f"{actor} removed the priority",
             "retry_requested": f"{actor} retried the failing task now",
             "retries_stopped": f"{actor} stopped the retries",
+            "pass_resumed": f"Resumed at {meta.get('agent_name', '?')} after a restart",
+            "waits_for_cli": (
+                f"{meta.get('agent_name', '?')} waits for "
+                f"{health_key_label(meta.get('cli', '?'))}: {meta.get('reason', '')}"
+            ),
+            "review_postponed": (
+                f"{actor} asked for review, but a comment came while it worked: the agents go "
+                "around again"
+            ),
             "blocker_added": f"{actor} made it wait for “{meta.get('blocker_summary', '?')}”",
             "blocker_removed": (
                 f"{actor} removed the wait for “{meta.get('blocker_summary', '?')}”"
@@ -531,6 +581,21 @@ def activity_entries(task: Task) -> list[dict]:
             "unblocked": "No longer waiting for other tasks: it can start",
             "review_submitted": _review_text(actor, meta),
             "task_resumed": f"{actor} resumed the task",
+            "checks_started": f"Checks: running {_names(meta.get('checks'))}",
+            "checks_passed": f"Checks passed: {_durations(meta.get('checks'))}",
+            "checks_failed": (
+                f"Check “{meta.get('name', '?')}” failed (round {meta.get('rounds', '?')}): "
+                "the agents go around again"
+            ),
+            "checks_requested": f"{actor} ran the checks by hand",
+            "checks_run_by_hand": (
+                "Checks run by hand: passed"
+                if meta.get("passed")
+                else f"Checks run by hand: “{meta.get('name', '?')}” failed"
+            ),
+            "checks_failing": (
+                f"Checks failing after {meta.get('rounds', '?')} rounds: In Review for you"
+            ),
             "blocked_again": (
                 f"Waiting again: “{meta.get('blocker_summary', '?')}” is no longer Done"
             ),
@@ -643,23 +708,27 @@ def in_review_of_workspace(workspace_id: str, limit: int = 20) -> list[Task]:
 
 def in_trouble(limit: int) -> list[Task]:
     """Todo / In Progress tasks in every workspace whose runs fail, or that wait for a CLI
-    out of quota, longest waiting first, each with `error_state` and `waiting_label`. One
-    query."""
+    (out of quota or unable to run), longest waiting first, each with `error_state`,
+    `waiting_label` and `waiting_reason`. One query, and one more when a task waits."""
     tasks = list(
         _troubled(with_waiting_cli(with_error_state(Task.objects.with_counts().with_pause_state())))
         .select_related("workspace")
         .order_by("updated_at", "id")[:limit]
     )
+    attach_cli_waits(tasks)
     for task in tasks:
         task.error_state = error_state(task)
-        task.waiting_label = waiting_cli_label(task)
     return tasks
 
 
-def needing_you_counts() -> tuple[int, int]:
-    """(In Review, failing or waiting for a CLI) in every workspace: two COUNT queries."""
-    review = Task.objects.filter(status=TaskStatus.IN_REVIEW).count()
-    return review, _troubled(Task.objects.all()).count()
+def needing_you_counts() -> tuple[int, int, int]:
+    """(In Review, of those the ones whose checks fail, failing or waiting for a CLI) in every
+    workspace: two COUNT queries."""
+    failing = Count("id", filter=Q(checks_status=ChecksStatus.FAILING))
+    review = Task.objects.filter(status=TaskStatus.IN_REVIEW).aggregate(
+        all=Count("id"), failing=failing
+    )
+    return review["all"], review["failing"], _troubled(Task.objects.all()).count()
 
 
 def working_count() -> int:

@@ -7,6 +7,7 @@ API, the pages, the runner and chat actions.
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -14,16 +15,24 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agents.models import Agent
 from core import events
-from core.actors import SYSTEM, USER, Actor
+from core.actors import SYSTEM, USER, Actor, agent_actor
 from core.errors import Conflict, NotFound, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
+from notifications.cli_states import cli_broken_set, cli_limit_set
+from notifications.services import notify_task_error, notify_task_in_review
+from runner.models import QueueStatus
+from runner.plans import Wait, cli_for_run
+from runner.selectors import cli_states
 from tasks import anchors, branches, selectors
 from tasks.models import (
     RUNNABLE_STATUSES,
+    ChecksStatus,
     CommentKind,
     LineSide,
+    PassPhase,
     Task,
     TaskComment,
     TaskDependency,
@@ -87,8 +96,10 @@ def queue_item_ensure(*, task: Task) -> TaskQueueItem:
     now = timezone.now()
     item = TaskQueueItem.objects.queued().filter(task=task).first()
     if item:
-        TaskQueueItem.objects.filter(id=item.id).update(updated_at=now)
-        item.updated_at = now
+        # A person's "Run checks" that had not started becomes the pass it now is.
+        phase = "" if item.phase == PassPhase.MANUAL else item.phase
+        TaskQueueItem.objects.filter(id=item.id).update(updated_at=now, phase=phase)
+        item.updated_at, item.phase = now, phase
     else:
         item = TaskQueueItem.objects.create(
             task=task,
@@ -268,12 +279,14 @@ def _description_unchanged_since(task: Task, base: str, yours: str) -> None:
 def comment_create(
     *, task: Task, content: str, actor: Actor, kind: str | None = None
 ) -> TaskComment:
-    """Add a comment. It queues the next pass (unless the task is Done); a user comment on an
-    In Review task sends it back to Todo so the loop restarts. `kind` is the author's type,
-    or "error" for a system comment that reports a failed run (see task_run_failed)."""
+    """A comment, and only that: its row, activity log, the task's and workspace's activity and
+    `task.comment_added`. It sends nothing around (comment_create_and_send_around does, for a
+    comment that asks the agents; a pass's end counts its own agents' comments). `kind` is the
+    author's type, or "error" for a system comment that reports a failed run."""
     content = require_text(content, field="content", label="Comment")
     kind = kind or actor.type
-    if kind != actor.type and not (kind == CommentKind.ERROR and actor.type == "system"):
+    system_kinds = (CommentKind.ERROR, CommentKind.CHECKS)
+    if kind != actor.type and not (kind in system_kinds and actor.type == "system"):
         raise ValidationFailed(f"A {actor.type} comment cannot be of kind {kind!r}", field="kind")
     now = timezone.now()
     with transaction.atomic(savepoint=False):  # validated above: nothing to roll back alone
@@ -288,14 +301,6 @@ def comment_create(
             updated_at=now,
         )
         log_add(task=task, event_type="comment_added", actor=actor)
-        if actor.is_user and task.status == TaskStatus.IN_REVIEW:
-            task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
-        if actor.is_user and task.retry_not_before:
-            # The user stepped in: don't make them wait out the error back-off.
-            task.retry_not_before = None
-            Task.objects.filter(id=task.id).update(retry_not_before=None)
-        if task.status != TaskStatus.DONE:
-            queue_item_ensure(task=task)
         _touch(task, now)
         events.publish(
             "task.comment_added",
@@ -306,44 +311,68 @@ def comment_create(
     return comment
 
 
+def comment_create_and_send_around(*, task: Task, content: str, actor: Actor) -> TaskComment:
+    """A comment for the agents (a person's, or an agent's through Malamar's MCP server), which
+    sends the task around again (DESIGN "No lost comment"): an In Review task goes back to
+    Todo whoever wrote it, the next pass is queued (unless the task is Done), and a person's
+    comment ends the error back-off. The task's status is read again under its row lock, so a
+    pass that ends at this moment either sees the comment or is sent back by it."""
+    with transaction.atomic():
+        _lock_current_status(task)
+        comment = comment_create(task=task, content=content, actor=actor)
+        _send_around(task, actor)
+    return comment
+
+
+def _lock_current_status(task: Task) -> None:
+    """Inside a transaction: the task's row locked (PostgreSQL; SQLite's write transaction
+    already excludes every other writer) and `task.status` as committed now."""
+    status = (
+        Task.objects.select_for_update(no_key=True)
+        .filter(id=task.id)
+        .values_list("status", flat=True)
+        .first()
+    )
+    if status is None:
+        raise NotFound("Task not found")
+    task.status = status
+
+
+def _send_around(task: Task, actor: Actor) -> None:
+    if task.status == TaskStatus.IN_REVIEW:
+        _move(task, TaskStatus.TODO, actor)  # whoever commented: the agents must read it
+    if actor.is_user and task.retry_not_before:
+        # The user stepped in: don't make them wait out the error back-off.
+        task.retry_not_before = None
+        Task.objects.filter(id=task.id).update(retry_not_before=None)
+    if task.status != TaskStatus.DONE:
+        queue_item_ensure(task=task)
+
+
+def comments_delivered(*, comments) -> None:
+    """An agent answered an input that contained these comments: they no longer keep the task
+    going by themselves. Part of the step's finish; no statement when all were delivered."""
+    waiting = [comment for comment in comments if comment.delivered_at is None]
+    if not waiting:
+        return
+    now = timezone.now()
+    TaskComment.objects.filter(id__in=[c.id for c in waiting], delivered_at__isnull=True).update(
+        delivered_at=now
+    )
+    for comment in waiting:
+        comment.delivered_at = now
+
+
 def retry_delay(failures: int) -> timedelta:
     """Back-off before a task whose last `failures` runs failed may run again."""
     seconds = min(BACKOFF_BASE_SECONDS * 2 ** max(failures - 1, 0), BACKOFF_MAX_SECONDS)
     return timedelta(seconds=seconds)
 
 
-def task_run_failed(*, task: Task, message: str, agent_name: str | None = None) -> int:
-    """A run of the task failed: one more failure in its streak, the back-off before the next
-    try, the error comment (which queues that retry) and `task.error_occurred`. Returns the
-    streak. The caller holds the transaction that also finishes the run's queue item."""
-    now = timezone.now()
-    with transaction.atomic(savepoint=False):
-        failures = (
-            Task.objects.filter(id=task.id).values_list("failure_streak", flat=True).first() or 0
-        ) + 1
-        task.failure_streak = failures
-        task.retry_not_before = now + retry_delay(failures)
-        Task.objects.filter(id=task.id).update(
-            failure_streak=failures, retry_not_before=task.retry_not_before
-        )
-        comment_create(task=task, content=message, actor=SYSTEM, kind=CommentKind.ERROR)
-        extra = {"agent_name": agent_name} if agent_name else {}
-        events.publish(
-            "task.error_occurred",
-            task_payload(
-                task,
-                error_message=message,
-                failure_streak=failures,
-                retry_not_before=task.retry_not_before.isoformat(),
-                **extra,
-            ),
-        )
-    return failures
-
-
 def task_run_succeeded(*, task: Task) -> None:
-    """A run of the task succeeded: its failure streak (and the error state shown on its card)
-    ends. `task` is read in the caller's transaction: a task without a streak costs no write."""
+    """The task's failure streak (and the error state shown on its card) ends: the agent that
+    failed answered, or a whole pass ran through. `task` is read in the caller's transaction:
+    a task without a streak costs no write."""
     if not task.failure_streak and task.retry_not_before is None:
         return
     with transaction.atomic(savepoint=False):
@@ -382,11 +411,12 @@ def task_agent_started(
 def task_agent_finished(
     *, task: Task, actor: Actor, action_type: str, touch_workspace: bool = True
 ) -> TaskLog | None:
-    """An agent's run ended with an answer ("error" when it failed: the error comment is
-    task_run_failed's): its activity log, the workspace's activity (unless the caller bumped
-    it moments ago) and `agent.execution_finished`. Returns the log row."""
+    """An agent's run ended ("error" when it failed, "limited" or "waiting" when its CLI ran out
+    of quota or could not run: the error comment or the wait says the rest): its activity log,
+    the workspace's activity (unless the caller bumped it moments ago) and
+    `agent.execution_finished`."""
     entry = None
-    if action_type != "error":  # (a failure's error comment already logged and touched)
+    if action_type not in ("error", "waiting", "limited"):
         entry = log_add(
             task=task,
             event_type="agent_finished",
@@ -402,21 +432,427 @@ def task_agent_finished(
     return entry
 
 
-def task_pass_pause(
-    *, task: Task, item, actor: Actor, cli_type: str, pass_started, limited: bool
+# --- a task pass: its rules, once (DESIGN "Retries", "No lost comment", "One run pipeline") ---
+#
+# The worker orchestrates a pass (worker/pipeline.py): it claims the item, runs each
+# agent's CLI and calls these in its transactions. When does a task reach In Review? Only in
+# `_to_review`, from an agent's in_review answer (task_step_answered) or a pass in which
+# nobody commented (task_pass_end), and never while a comment waits for the agents. What
+# happens when a run fails? task_pass_failed.
+
+
+def task_pass_begin(*, item: TaskQueueItem) -> tuple[Task, bool] | None:
+    """A claimed pass begins: the task → In Progress, the workspace's other In Progress tasks
+    back to Todo (queued). Returns (task, whether it moved); None when the task is gone or
+    waits for the user (the item is then finished). One read: the task together with the
+    workspace's In Progress tasks. Only the task rows are locked, and not against key reads:
+    locking the workspace row too (select_related) deadlocked on PostgreSQL with a parallel
+    pass that held its task row and inserted a row referencing the workspace (CI, parallel
+    tasks in one workspace)."""
+    with transaction.atomic(), events.batched():
+        rows = list(
+            Task.objects.select_for_update(no_key=True, of=("self",))
+            .select_related("workspace")
+            .filter(
+                Q(id=item.task_id)
+                | Q(workspace_id=item.workspace_id, status=TaskStatus.IN_PROGRESS)
+            )
+        )
+        task = next((row for row in rows if row.id == item.task_id), None)
+        if task is None:
+            return None
+        if task.status not in RUNNABLE_STATUSES:
+            TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+            return None
+        # Parallel tasks (branch per task) keep running; a task that waits goes back to Todo.
+        others = [row for row in rows if row.id != task.id]
+        running = set()
+        if others:
+            running = set(
+                TaskQueueItem.objects.filter(
+                    task_id__in=[other.id for other in others], status=QueueStatus.IN_PROGRESS
+                ).values_list("task_id", flat=True)
+            )
+        for other in others:
+            if other.id not in running:
+                task_status_set(task=other, status=TaskStatus.TODO, actor=SYSTEM)
+                queue_item_ensure(task=other)
+        moved = task.status == TaskStatus.TODO
+        if moved:
+            task_status_set(task=task, status=TaskStatus.IN_PROGRESS, actor=SYSTEM)
+    return task, moved
+
+
+def task_step_answered(
+    *,
+    task: Task,
+    item: TaskQueueItem,
+    agent,
+    answer,
+    pass_started,
+    read: list[TaskComment],
+    retried: bool,
+    last_step: bool,
+    settings: dict | None = None,
+    touch_workspace: bool = True,
+) -> tuple[TaskLog | None, bool]:
+    """An agent answered (runner.schemas.TaskOutcome): the comments its input contained
+    (`read`) are delivered, its comments written, and the task asks for review when it said so
+    and no comment waits for the agents (one that came while it worked: the agents go around
+    again instead, from the first). `retried`: this agent's run had failed, so the failure
+    streak ends; `last_step`: no agent comes after it, so the pass ends. Inside the step's
+    finish transaction. Returns (its agent_finished log, whether the pass ended)."""
+    actor = agent_actor(agent)
+    comments_delivered(comments=read)
+    if retried:
+        task_run_succeeded(task=task)
+    review = answer.in_review and not task.comments.undelivered().exists()
+    for content in answer.comments:
+        comment_create(task=task, content=content, actor=actor)
+    finished = task_agent_finished(
+        task=task, actor=actor, action_type=answer.action_type, touch_workspace=touch_workspace
+    )
+    if review:
+        _review_or_checks(task, item, actor, settings)
+        return finished, True
+    if answer.in_review:  # asked too soon: a comment arrived after its input was written
+        log_add(
+            task=task,
+            event_type="review_postponed",
+            actor=actor,
+            metadata={"agent_name": agent.name},
+        )
+        _next_pass(task, item)
+        return finished, True
+    if last_step:
+        task_pass_end(task=task, item=item, pass_started=pass_started, settings=settings)
+        return finished, True
+    return finished, False
+
+
+def task_pass_end(*, task: Task, item: TaskQueueItem, pass_started, settings=None) -> None:
+    """Every agent had its turn. A pass in which somebody commented (or that left a comment no
+    agent has read) makes the agents go around again, from the first; one where all skipped
+    puts the task In Review. Either way the failure streak ends: the whole pass ran."""
+    task_run_succeeded(task=task)
+    if _comments_keep_going(task, pass_started):
+        _next_pass(task, item)
+        return
+    _review_or_checks(task, item, SYSTEM, settings)
+
+
+def _comments_keep_going(task: Task, pass_started) -> bool:
+    """A person's or an agent's comment written during the pass, or one no agent has read (a
+    review note neither: it waits for the next pass without starting one)."""
+    since = Q(created_at__gte=pass_started) if pass_started else Q()
+    comments = task.comments.keeping_going()
+    return comments.filter(since | Q(delivered_at__isnull=True)).exists()
+
+
+def _next_pass(task: Task, item: TaskQueueItem) -> None:
+    TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+    queue_item_ensure(task=task)
+
+
+def _to_review(task: Task, actor: Actor, settings: dict | None, *, note: str = "") -> None:
+    """An agent or the system (never the user) puts the task In Review: the only place, with
+    its one notification (quoting `note`, else the agents' last comment)."""
+    task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=actor)
+    last = note or functools.partial(selectors.last_agent_comment, task)  # read if needed
+    notify_task_in_review(task=task, last_comment=last, settings=settings)
+
+
+def _review_or_checks(task: Task, item: TaskQueueItem, actor: Actor, settings) -> None:
+    """The pass would put the task In Review. With checks in its workspace they run first
+    (DESIGN "Checks"): the pass stays in progress in its checks phase, which the worker runs
+    next (and a restart runs again); tasks_checks_ended decides. Without, In Review now."""
+    if not task.workspace.checks:
+        _to_review(task, actor, settings)
+        TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+        return
+    item.phase, item.resume_agent_id = PassPhase.CHECKS, None
+    TaskQueueItem.objects.owned(item).update(phase=PassPhase.CHECKS, resume_agent_id=None)
+    names = [check.get("name") for check in task.workspace.checks]
+    log_add(task=task, event_type="checks_started", actor=SYSTEM, metadata={"checks": names})
+    events.publish("task.updated", task_payload(task))
+
+
+# --- checks (issue 30; DESIGN "Checks") -------------------------------------------------------
+
+CHECKS_NAME = "Checks"
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in `text` (output may hold fences)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def checks_failure_text(failure: dict) -> str:
+    """The "Checks" comment of a failed check: which, how, and the end of its output."""
+    name, command = failure["name"], failure["command"]
+    if failure.get("timed_out"):
+        minutes = failure.get("timeout_minutes")
+        head = f'Check "{name}" timed out after {minutes:g} min (killed)'
+    elif failure.get("start_error"):
+        head = f'Check "{name}" could not start: {failure["start_error"]}'
+    else:
+        head = f'Check "{name}" failed (exit code {failure.get("exit_code")})'
+    lines = [f"**{head}**", "", f"Command: `{command}`", ""]
+    tail = failure.get("tail") or ""
+    if tail:
+        shown = failure.get("tail_lines") or len(tail.splitlines())
+        link = f"[full output](/runs/{failure['run_id']}/output)" if failure.get("run_id") else ""
+        lines += [f"The last {shown} lines of its output{f' ({link})' if link else ''}:", ""]
+        fence = _fence(tail)
+        lines += [f"{fence}text", tail.rstrip("\n"), fence, ""]
+    lines.append("Fix the cause so that this check passes; the checks run again at the end.")
+    return "\n".join(lines)
+
+
+def _checks_by_hand_ended(task: Task, item, results: list[dict], failure, now) -> None:
+    """A person's "Run checks" ended: its result and badge, nothing else (no comment, no
+    move: the person reads the result and decides)."""
+    status = ChecksStatus.PASSED if failure is None else ChecksStatus.FAILING
+    _checks_record(task, checks_status=status, checks_result=results, checks_at=now)
+    metadata = {"passed": failure is None, "name": (failure or {}).get("name")}
+    log_add(task=task, event_type="checks_run_by_hand", actor=SYSTEM, metadata=metadata)
+    events.publish("task.updated", task_payload(task))
+    TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+
+
+def task_checks_run(*, task: Task, actor: Actor = USER) -> Task:
+    """A person runs the workspace's checks on an In Review task by hand ("Run checks"): one
+    pass of the checks only, queued for the worker; the result shows on the task."""
+    with transaction.atomic():
+        _lock_current_status(task)
+        if task.status != TaskStatus.IN_REVIEW:
+            raise Conflict("Checks run by hand on an In Review task", field="status")
+        if not task.workspace.checks:
+            raise Conflict("This workspace has no checks: add them in its settings")
+        if (
+            TaskQueueItem.objects.filter(task=task)
+            .exclude(status__in=[QueueStatus.COMPLETED, QueueStatus.FAILED])
+            .exists()
+        ):
+            raise Conflict("The checks are already running for this task")
+        now = timezone.now()
+        TaskQueueItem.objects.create(
+            task=task,
+            workspace_id=task.workspace_id,
+            phase=PassPhase.MANUAL,
+            created_at=now,
+            updated_at=now,
+        )
+        log_add(task=task, event_type="checks_requested", actor=actor)
+        _touch(task, now)
+        events.publish("task.updated", task_payload(task))
+        wake_worker_on_commit()
+    return task
+
+
+def task_check_started(*, task: Task, name: str) -> None:
+    """One check's command runs for the task (inside its start transaction): open boards and
+    popups show it working, as they do an agent's run."""
+    events.publish("agent.execution_started", task_payload(task, agent_id=None, agent_name=name))
+
+
+def _checks_record(task: Task, **fields) -> None:
+    for name, value in fields.items():
+        setattr(task, name, value)
+    Task.objects.filter(id=task.id).update(**fields)
+
+
+def task_checks_ended(
+    *, task: Task, item: TaskQueueItem, results: list[dict], failure: dict | None, settings=None
 ) -> None:
-    """A pass waits for `cli_type` (out of quota; "" = it runs again at once, on the agent's
-    fallback CLI) and continues at the agent `actor` with the same pass start. A newer item of
-    the same task (queued by a comment during this pass) gives way: the resumed pass queues the
-    next one. `limited`: the agent's run just hit the limit (its run ended, not an error)."""
+    """A round of the workspace's checks ended (the pass's checks phase; inside its finish
+    transaction). `results`: each check run ({name, command, status, exit_code, duration,
+    run_id}), in order, up to the first failure; `failure`: that one with its output's tail.
+    All passed: In Review, "Checks passed". One failed: a comment by "Checks" (it keeps the
+    task going: the agents read it) and the agents go around again from the first; after the
+    workspace's attempts in a row, In Review anyway marked "Checks failing", one notification."""
+    now = timezone.now()
+    summary = [{"name": r["name"], "duration": r.get("duration")} for r in results]
+    if item.phase == PassPhase.MANUAL:
+        _checks_by_hand_ended(task, item, results, failure, now)
+        return
+    if failure is None and task.comments.undelivered().exists():
+        # A comment came while the checks ran (DESIGN "No lost comment"): the agents first.
+        _checks_record(
+            task, checks_status=ChecksStatus.PASSED, checks_result=results, checks_at=now
+        )
+        _next_pass(task, item)
+        return
+    if failure is None:
+        _checks_record(
+            task,
+            checks_status=ChecksStatus.PASSED,
+            checks_failed_rounds=0,
+            checks_result=results,
+            checks_at=now,
+        )
+        log_add(task=task, event_type="checks_passed", actor=SYSTEM, metadata={"checks": summary})
+        _to_review(task, SYSTEM, settings)
+        TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+        return
+    rounds = task.checks_failed_rounds + 1
+    text = checks_failure_text(failure)
+    comment_create(task=task, content=text, actor=SYSTEM, kind=CommentKind.CHECKS)
+    metadata = {"name": failure["name"], "rounds": rounds, "run_id": failure.get("run_id")}
+    if rounds >= task.workspace.checks_attempts:
+        _checks_record(
+            task,
+            checks_status=ChecksStatus.FAILING,
+            checks_failed_rounds=0,
+            checks_result=results,
+            checks_at=now,
+        )
+        log_add(task=task, event_type="checks_failing", actor=SYSTEM, metadata=metadata)
+        note = f"Checks failing after {rounds} rounds: the agents could not make them pass.\n\n"
+        _to_review(task, SYSTEM, settings, note=note + text)
+        TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
+        return
+    _checks_record(
+        task,
+        checks_status=ChecksStatus.FAILED,
+        checks_failed_rounds=rounds,
+        checks_result=results,
+        checks_at=now,
+    )
+    log_add(task=task, event_type="checks_failed", actor=SYSTEM, metadata=metadata)
+    _next_pass(task, item)
+
+
+def task_pass_failed(
+    *,
+    task: Task,
+    item: TaskQueueItem,
+    agent=None,
+    message: str,
+    pass_started=None,
+    settings: dict | None = None,
+    cli: str = "",
+    cannot_run: str | None = None,
+) -> None:
+    """A run of the pass failed (or the pass could not run an agent: no worktree, a failed
+    setup, a bug): the one failure rule (DESIGN "Retries").
+
+    `cannot_run`: the CLI (`cli`, a health key) cannot run at all: it is marked broken with
+    why (one notification), and the pass waits for it at this agent (or runs on the agent's
+    fallback CLI at once), no error comment, no back-off, no streak: a timer would only fail
+    again. Any other failure: one more failure in the streak, the back-off before the next
+    try, the error comment (the next input shows it), `task.error_occurred`, one notification
+    per streak, and the pass continues at the agent that failed (`agent`; None: from the
+    first) once the back-off is over: the agents before it are not run again."""
+    if cannot_run and agent is not None:
+        cli_broken_set(cli_type=cli, reason=cannot_run)
+        task_agent_finished(task=task, actor=agent_actor(agent), action_type="waiting")
+        _wait_for_cli(task, item, agent, pass_started, reason=cannot_run)
+        return
+    now = timezone.now()
+    failures = (
+        Task.objects.filter(id=task.id).values_list("failure_streak", flat=True).first() or 0
+    ) + 1
+    task.failure_streak = failures
+    task.retry_not_before = now + retry_delay(failures)
+    Task.objects.filter(id=task.id).update(
+        failure_streak=failures, retry_not_before=task.retry_not_before
+    )
+    comment_create(task=task, content=message, actor=SYSTEM, kind=CommentKind.ERROR)
+    extra = {"agent_name": agent.name} if agent is not None else {}
+    events.publish(
+        "task.error_occurred",
+        task_payload(
+            task,
+            error_message=message,
+            failure_streak=failures,
+            retry_not_before=task.retry_not_before.isoformat(),
+            **extra,
+        ),
+    )
+    if agent is not None:
+        task_agent_finished(task=task, actor=agent_actor(agent), action_type="error")
+    TaskQueueItem.objects.finish(item, QueueStatus.FAILED)
+    TaskQueueItem.objects.queued().filter(task_id=task.id).delete()  # this pass continues
+    TaskQueueItem.objects.create(
+        task=task,
+        workspace_id=task.workspace_id,
+        is_priority=task.is_priority,
+        resume_agent_id=agent.id if agent is not None else None,
+        pass_started_at=pass_started if agent is not None else None,
+        created_at=now,
+        updated_at=now,
+    )
+    notify_task_error(task=task, message=message, failure_streak=failures, settings=settings)
+
+
+def _wait_for_cli(task: Task, item: TaskQueueItem, agent, pass_started, *, reason="") -> None:
+    """The agent's CLI may not run now (out of quota, or broken): the pass waits for it at this
+    agent, or, when the agent's fallback CLI may run, goes on at once on that one."""
+    states = cli_states()
+    choice = cli_for_run(agent, limited=states.limited, broken=states.broken)
+    waits_for = choice.cli if isinstance(choice, Wait) else ""
+    task_pass_pause(
+        task=task, item=item, agent=agent, cli_type=waits_for, pass_started=pass_started
+    )
+    if waits_for and reason:
+        metadata = {"agent_name": agent.name, "cli": waits_for, "reason": reason}
+        log_add(task=task, event_type="waits_for_cli", actor=SYSTEM, metadata=metadata)
+
+
+def task_pass_limited(
+    *, task: Task, item: TaskQueueItem, agent, cli: str, limit, pass_started
+) -> None:
+    """The agent's run ended on its CLI's usage limit (DESIGN "Usage limits"): not an error (no
+    comment, no email) and the end of a failure streak (the CLI started and answered: its card
+    says it waits for the CLI, not "failed, retry pending"). The CLI is limited (one
+    notification for all waiting work) and the pass waits for it at this agent, or goes on
+    at once on the agent's fallback CLI."""
+    cli_limit_set(cli_type=cli, limit=limit)
+    task_run_succeeded(task=task)
+    task_agent_finished(task=task, actor=agent_actor(agent), action_type="limited")
+    _wait_for_cli(task, item, agent, pass_started)
+
+
+def task_pass_pause(*, task: Task, item, agent, cli_type: str, pass_started) -> None:
+    """A pass waits for `cli_type` ("" = it runs again at once, on the agent's fallback CLI)
+    and continues at `agent` with the same pass start. A newer item of the same task (queued
+    by a comment during this pass) gives way: this pass's end counts that comment."""
     TaskQueueItem.objects.queued().filter(task_id=task.id).delete()
     TaskQueueItem.objects.pause(
-        item, cli_type=cli_type, resume_agent_id=actor.id, pass_started_at=pass_started
+        item, cli_type=cli_type, resume_agent_id=agent.id, pass_started_at=pass_started
     )
-    payload = task_payload(task, agent_id=actor.id, agent_name=actor.name)
+    payload = task_payload(task, agent_id=agent.id, agent_name=agent.name)
     events.publish("task.updated", {**payload, "waiting_for_cli": cli_type})
-    if limited:
-        events.publish("agent.execution_finished", {**payload, "action_type": "limited"})
+
+
+def task_pass_interrupted(*, item: TaskQueueItem, stopped: bool) -> bool:
+    """After a crash or a restart: the pass its worker left runs again, at the agent it was
+    interrupted at (the item records it when each agent starts), and the activity log says so.
+    A newer item of the task gives way (the pass's end counts the comment that queued it).
+    `stopped`: the user stopped it meanwhile, so it ends (failed). False when another
+    recoverer or a new claim got there first."""
+    with transaction.atomic(), events.batched():
+        if stopped:
+            return TaskQueueItem.objects.requeue(item, stopped=True)
+        TaskQueueItem.objects.queued().filter(task_id=item.task_id).delete()
+        if not TaskQueueItem.objects.requeue(item, stopped=False):
+            return False
+        task = Task.objects.filter(id=item.task_id).first()
+        name = Agent.objects.filter(id=item.resume_agent_id).values_list("name", flat=True)
+        name = name.first() if item.resume_agent_id else None
+        if item.phase == PassPhase.CHECKS:  # the agents were done: the checks run again
+            name = CHECKS_NAME
+        if task is not None and name:
+            log_add(
+                task=task,
+                event_type="pass_resumed",
+                actor=SYSTEM,
+                metadata={"agent_name": name, "after": "restart"},
+            )
+            events.publish("task.updated", task_payload(task))
+    return True
 
 
 def task_queue_release(*, cli_type: str) -> int:
@@ -1231,10 +1667,7 @@ def task_review_submit(
     now = timezone.now()
     with transaction.atomic():
         if result is None:  # (a merge ran: its git side is done, its record must follow)
-            current = Task.objects.filter(id=task.id).values_list("status", flat=True).first()
-            if current is None:
-                raise NotFound("Task not found")
-            task.status = current
+            _lock_current_status(task)  # as a comment: a pass ending now sees the verdict
             _require_in_review(task)
         comments = _review_comments_add(task, actor, verdict, body, anchored, now)
         log_add(

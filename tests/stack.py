@@ -177,6 +177,8 @@ class Stack(StackBase):
         return self
 
     def start_worker(self) -> subprocess.Popen:
+        # A worker killed with SIGKILL leaves its socket behind: wait for the new one's.
+        (self.data_dir / "worker.sock").unlink(missing_ok=True)
         self.worker = subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), "runworker"],
             env=process_env(self.data_dir, **self.env),

@@ -4,6 +4,7 @@ import pytest
 
 from tasks.models import Task
 from tests.conftest import ApiClient, error_of
+from tests.failures import fail_task
 from tests.stack import FAKES_BIN
 
 FAKE_CLAUDE = str(FAKES_BIN / "claude")
@@ -96,14 +97,12 @@ def test_cancel_running_task(api, task):
 
 
 def test_a_failing_task_retry_now_and_stop_retrying(api, task):
-    from tasks.services import task_run_failed
-
     Task.objects.filter(id=task.id).update(status="in_progress")
     task.refresh_from_db()
     url = f"/api/tasks/{task.id}"
     assert error_of(api.post(f"{url}/retry"))["message"].startswith("Only a Todo or In Progress")
     assert api.post(f"{url}/stop-retrying").status_code == 409
-    task_run_failed(task=task, message="CLI exited with code 1. 401")
+    fail_task(task, "CLI exited with code 1. 401")
     body = api.get(url).json()
     assert body["failure_streak"] == 1 and body["retry_not_before"] is not None
     comments = api.get(f"{url}/comments").json()["comments"]

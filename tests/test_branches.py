@@ -19,7 +19,7 @@ from runner.models import AgentRun
 from tasks import branches
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import (
-    comment_create,
+    comment_create_and_send_around,
     task_branch_merge,
     task_create,
     task_delete,
@@ -243,7 +243,9 @@ def test_a_second_pass_continues_on_the_same_branch(repo):
     task = run_pass(task_create(workspace=workspace, summary="Notes"))
     first = task.branch_name
     git("checkout", "-q", "-b", "elsewhere", cwd=repo)  # the user moves on: the base stays main
-    comment_create(task=task, content="@fake write notes.txt two", actor=USER)  # → Todo
+    comment_create_and_send_around(
+        task=task, content="@fake write notes.txt two", actor=USER
+    )  # → Todo
     task = run_pass(task)
     assert (task.branch_name, task.branch_base) == (first, "main")
     assert git_text("show", f"{first}:notes.txt", cwd=repo) == "two"
@@ -284,7 +286,7 @@ def test_the_setup_command_runs_once_in_a_new_worktree_and_shows_in_the_activity
     task = run_pass(task_create(workspace=workspace, summary="Setup"))
     [setup] = log_of(task, "setup_ran")
     assert setup["exit_code"] == 0 and setup["output"] == f"installed in {task.id}"
-    comment_create(task=task, content="again", actor=USER)
+    comment_create_and_send_around(task=task, content="again", actor=USER)
     task = run_pass(task)
     assert len(log_of(task, "setup_ran")) == 1  # once per worktree
 
@@ -452,7 +454,7 @@ def test_deleting_the_workspace_removes_the_worktrees(repo):
 def test_a_vanished_worktree_is_made_again_from_its_branch(repo):
     task = reviewed(repo)
     shutil.rmtree(branches.worktree_path(task.id))
-    comment_create(task=task, content="@fake write second.txt more", actor=USER)
+    comment_create_and_send_around(task=task, content="@fake write second.txt more", actor=USER)
     task = run_pass(task)
     assert task.status == TaskStatus.IN_REVIEW
     assert any("had vanished" in text for text in system_comments(task))
@@ -465,7 +467,7 @@ def test_a_branch_deleted_by_hand_starts_again_from_the_base(repo):
     old = task.branch_name
     git("worktree", "remove", "--force", str(branches.worktree_path(task.id)), cwd=repo)
     git("branch", "-D", old, cwd=repo)
-    comment_create(task=task, content="@fake write again.txt x", actor=USER)
+    comment_create_and_send_around(task=task, content="@fake write again.txt x", actor=USER)
     task = run_pass(task)
     assert task.status == TaskStatus.IN_REVIEW
     assert any("was deleted outside Malamar" in text for text in system_comments(task))
@@ -477,7 +479,7 @@ def test_a_branch_deleted_by_hand_starts_again_from_the_base(repo):
 def test_a_repository_moved_away_is_a_task_error_not_a_crash(repo, tmp_path):
     task = reviewed(repo)
     repo.rename(tmp_path / "moved")
-    comment_create(task=task, content="go on", actor=USER)
+    comment_create_and_send_around(task=task, content="go on", actor=USER)
     task = run_pass(task)
     assert "is gone (moved, deleted or no longer a git repository)" in system_comments(task)[-1]
     assert task.failure_streak == 1
@@ -532,12 +534,14 @@ def test_the_claim_honours_the_parallel_limit_and_the_pickup_order(repo, db):
     assert (first.task_id, second.task_id) == (urgent.id, new.id)  # priority, then LIFO
     assert pickup.claim_next(workspace.id, limit=2) is None  # two run: the limit
     assert pickup.workspaces_with_work() == {workspace.id: 1}
-    comment_create(task=urgent, content="more", actor=USER)  # queued again while it runs
+    comment_create_and_send_around(
+        task=urgent, content="more", actor=USER
+    )  # queued again while it runs
     TaskQueueItem.objects.filter(id=first.id).update(status=QueueStatus.COMPLETED)
     third = pickup.claim_next(workspace.id, limit=2)
     assert third.task_id == urgent.id
     TaskQueueItem.objects.filter(id=second.id).update(status=QueueStatus.COMPLETED)
-    comment_create(task=urgent, content="even more", actor=USER)
+    comment_create_and_send_around(task=urgent, content="even more", actor=USER)
     assert pickup.claim_next(workspace.id, limit=2).task_id == old.id  # urgent still runs
 
 

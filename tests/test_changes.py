@@ -23,7 +23,12 @@ from runner.files import temp_dir
 from runner.models import AgentRun
 from runner.selectors import snapshot_trees_by_store
 from tasks.models import TaskQueueItem, TaskStatus
-from tasks.services import comment_create, task_create, task_delete, task_status_set
+from tasks.services import (
+    comment_create_and_send_around,
+    task_create,
+    task_delete,
+    task_status_set,
+)
 from tests.htmltree import parse
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
@@ -210,7 +215,7 @@ def test_one_snapshot_between_two_agents_and_none_while_nothing_changes(monkeypa
     git_commands.clear()
     task.refresh_from_db()
     task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
-    comment_create(task=task, content="@fake skip", actor=USER)
+    comment_create_and_send_around(task=task, content="@fake skip", actor=USER)
     run_pass(task)
     assert git_commands == {"diff-tree": 1}  # only the task's totals, once a pass
     last = task.runs.order_by("started_at").last()
@@ -246,7 +251,7 @@ def test_per_run_and_whole_task_diffs_in_the_tasks_temp_folder(tmp_path):
     assert not (folder / ".git").exists()  # the folder was not made a repository
     task.refresh_from_db()
     task_status_set(task=task, status=TaskStatus.TODO, actor=USER)
-    comment_create(
+    comment_create_and_send_around(
         task=task, content="@fake Builder: append a.txt more\\n delete b.txt", actor=USER
     )
     run_pass(task)

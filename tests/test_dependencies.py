@@ -71,7 +71,9 @@ def test_queue_order_skips_blocked_tasks_and_keeps_the_usual_order(workspace):
     older = make(workspace, "Older")
     waiting = make(workspace, "Waiting", blocked_by=[blocker.id])
     newest = make(workspace, "Newest")
-    services.comment_create(task=waiting, content="bump", actor=USER)  # newest item now
+    services.comment_create_and_send_around(
+        task=waiting, content="bump", actor=USER
+    )  # newest item now
     assert next_task(workspace) == "Newest"
     TaskQueueItem.objects.filter(task=newest).delete()
     assert next_task(workspace) == "Older"

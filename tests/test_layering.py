@@ -23,16 +23,16 @@ def test_the_parser_sees_function_level_and_relative_imports():
 
 
 def test_each_package_imports_only_the_ones_below_it(imports):
-    """core < runner < workspaces < agents < tasks < chats < notifications < worker <
+    """core < runner < workspaces < notifications < agents < tasks < chats < worker <
     malamar_site: the runs domain under the apps, the worker over them, the site on top."""
     assert ORDER == (
         "core",
         "runner",
         "workspaces",
+        "notifications",
         "agents",
         "tasks",
         "chats",
-        "notifications",
         "worker",
         "malamar_site",
     )

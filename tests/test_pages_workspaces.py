@@ -551,3 +551,32 @@ def test_workspace_api_refuses_what_the_settings_page_refuses(client, api, works
     message = error_of(response)["message"]
     assert field in message or message == element_text(page, f"id_{field}_error"), message
     assert model_to_dict(Workspace.objects.get(id=workspace.id)) == before
+
+
+def test_the_settings_edit_the_checks_in_rows_and_say_which_is_wrong(client, workspace):
+    url = f"/workspaces/{workspace.id}/settings/"
+    data = settings_data(
+        check_name=["tests", "", ""],
+        check_command=["python -m pytest -q", "ruff check .", ""],
+        check_timeout=["2.5", "", ""],
+        checks_attempts="4",
+    )
+    response = hx(client, "post", url, data)
+    assert triggers(response)["malamar:toast"]["message"] == "Settings saved"
+    ws = Workspace.objects.get(id=workspace.id)
+    assert ws.checks == [
+        {"name": "tests", "command": "python -m pytest -q", "timeout_minutes": 2.5},
+        {"name": "ruff", "command": "ruff check .", "timeout_minutes": 10},
+    ]
+    assert ws.checks_attempts == 4
+    page = parse(html(client.get(url)))
+    commands = [i.attrs["value"] for i in page.find_all(tag="input", name="check_command")]
+    assert commands == ["python -m pytest -q", "ruff check .", "", ""]  # two rows to add more
+    assert page.find(tag="input", name="checks_attempts").attrs["value"] == "4"
+
+    bad = settings_data(check_name=["x"], check_command=["pytest 'x"], check_timeout=[""])
+    page = html(hx(client, "post", url, bad))
+    assert "check 1: the command cannot be read" in element_text(page, "checks-error")
+    again = parse(page)
+    assert again.find(tag="input", name="check_command").attrs["value"] == "pytest 'x"  # kept
+    assert Workspace.objects.get(id=workspace.id).checks == ws.checks  # nothing lost

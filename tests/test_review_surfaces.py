@@ -23,6 +23,7 @@ from tasks import services
 from tasks.mcp_server import LineComment, WorkspaceTools
 from tasks.models import Task, TaskComment, TaskQueueItem, TaskStatus
 from tests.conftest import error_of
+from tests.failures import fail_task
 from tests.gitrepo import make_repo
 from tests.htmltree import parse
 from tests.pages import html, hx, triggers
@@ -285,7 +286,7 @@ def needs_you_rows(first: int, last: int):
         services.task_status_set(task=review, status=TaskStatus.IN_PROGRESS, actor=SYSTEM)
         services.task_status_set(task=review, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
         failing = services.task_create(workspace=ws, summary=f"failing {n}")
-        services.task_run_failed(task=failing, message="exit 1")
+        fail_task(failing, "exit 1")
         waiting = services.task_create(workspace=ws, summary=f"waiting {n}")
         TaskQueueItem.objects.filter(task=waiting).update(waiting_for_cli="codex")
         services.task_create(workspace=ws, summary=f"quiet {n}")
@@ -305,12 +306,13 @@ def api_queries(api) -> int:
 
 
 def test_needs_you_lists_what_waits_in_a_constant_number_of_queries(api, django_assert_num_queries):
+    # Three lists, three counts, and the reasons of the CLIs that cannot run (tasks wait).
     needs_you_rows(0, 2)
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         small = needs_you()
     small_api = api_queries(api)
     needs_you_rows(2, 7)
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         found = needs_you()
     assert api_queries(api) == small_api  # the rows' workspaces and blockers come along
     assert (small.count, found.count) == (8, 28)

@@ -20,7 +20,11 @@ from agents.services import agent_create, agent_update
 from core.actors import USER
 from runner.recorder import RunRecorder
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
-from tasks.services import comment_create, task_create
+from tasks.services import (
+    comment_create_and_send_around,
+    task_create,
+    task_pass_begin,
+)
 from tests.stack import FAKES_BIN
 from worker import pickup, pipeline
 from worker.pipeline import TaskPass
@@ -33,12 +37,13 @@ pytestmark = pytest.mark.pg
 # bumped by the first step of a pass and then at most once a minute (ACTIVITY_EVERY).
 STEP_STATEMENTS = 9
 STEP_TRANSACTIONS = 2
-# A pass of 4 skipping agents, its claim included: claim (2, and the CLIs out of quota it skips:
-# 1), Todo → In Progress (5, which bumps the workspace's activity), settings, CLIs out of quota,
-# health marks, agents, comments and logs, the task's first snapshot for its +/- totals (7,
-# once), 4 steps, and the end (In Review, its log, the workspace's activity and the item: 4, in
-# the last step's finish).
-PASS_STATEMENTS = 3 + 5 + 7 + 4 * STEP_STATEMENTS + 4
+# A pass of 4 skipping agents, its claim included: claim (2, and the CLIs it must wait for: 1),
+# Todo → In Progress (5, which bumps the workspace's activity), settings, the CLIs' states
+# (limits, broken, health marks: one read), agents, comments and logs, the task's first
+# snapshot for its +/- totals (6, once), 4 steps, and the end (whether a comment keeps the
+# task going, In Review, its log, the workspace's activity and the item: 5, in the last step's
+# finish).
+PASS_STATEMENTS = 3 + 5 + 6 + 4 * STEP_STATEMENTS + 5
 # With PostgreSQL, where several workers may claim at once, the claim also locks its workspace
 # (SKIP LOCKED) and counts what runs there, in a transaction of its own (DESIGN "Scale-out");
 # a step costs the same.
@@ -125,7 +130,9 @@ def test_the_input_sees_what_changed_during_the_previous_step(quiet_steps, monke
     def start_and_meddle(owner, recorder):
         start(owner, recorder)
         if owner.agent.name == "Agent 0":
-            comment_create(task=Task.objects.get(id=task.id), content="Mind the tests", actor=USER)
+            comment_create_and_send_around(
+                task=Task.objects.get(id=task.id), content="Mind the tests", actor=USER
+            )
             second = owner.workspace_agents[1]
             agent_update(agent=second, instruction="Review carefully.")
 
@@ -148,12 +155,12 @@ def test_a_step_is_unwanted_once_its_own_item_was_asked_to_stop(workspace):
     task = task_create(workspace=workspace, summary="Stop me")
     item = pickup.claim_next(workspace.id)
     owner = TaskPass(item, stop=threading.Event(), shutdown=threading.Event())
-    owner.task, _moved = pipeline._begin_task(item)
-    assert owner.still_wanted()
-    comment_create(task=task, content="queues the next pass", actor=USER)
+    owner.task, _moved = task_pass_begin(item=item)
+    assert owner.lock_if_wanted()
+    comment_create_and_send_around(task=task, content="queues the next pass", actor=USER)
     TaskQueueItem.objects.filter(id=item.id).update(stop_requested_at=timezone.now())
     assert TaskQueueItem.objects.queued().filter(task=task).exists()
-    assert not owner.still_wanted()
+    assert not owner.lock_if_wanted()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -31,9 +31,9 @@ from tasks.services import (
     retry_delay,
     task_create,
     task_prioritize_toggle,
-    task_run_failed,
 )
 from tests.conftest import cli_invocation
+from tests.failures import fail_task
 from tests.stack import FAKES_BIN
 from worker import pickup, process
 from worker.execution import RUN_CONFIG_DIR, execute, interpret, mcp_server_for
@@ -345,8 +345,8 @@ def test_the_input_file_carries_repeated_errors_once(workspace, agents):
     task = task_create(workspace=workspace, summary="Broken")
     comment_create(task=task, content="Go", actor=USER)
     for _ in range(50):
-        task_run_failed(task=task, message="CLI exited with code 1. 401")
-    task_run_failed(task=task, message="CLI could not be started: gone")
+        fail_task(task, "CLI exited with code 1. 401")
+    fail_task(task, "CLI could not be started: gone")
     task = Task.objects.select_related("workspace").get(id=task.id)
     text = task_input_text(task, agents[0], Path("/tmp/out.json"))
     block = text.split("## Comments")[1].split("```json\n")[1].split("\n```")[0]

@@ -2,11 +2,12 @@
 
 import pytest
 
-from core.actors import SYSTEM, USER, Actor, agent_actor
+from core.actors import MCP_AGENT, SYSTEM, USER, Actor, agent_actor
 from core.errors import Conflict, ValidationFailed
 from core.models import OutboxEvent
 from tasks import selectors, services
 from tasks.models import QueueStatus, Task, TaskComment, TaskLog, TaskQueueItem, TaskStatus
+from tests.failures import fail_task
 from workspaces.models import Workspace
 
 AGENT = Actor("agent", "a" * 21, "Reviewer")
@@ -49,14 +50,14 @@ def test_create_task_bumps_workspace_activity(workspace):
 @pytest.mark.pg
 def test_comment_bumps_existing_queued_item_instead_of_duplicating(task):
     item = queued(task).get()
-    services.comment_create(task=task, content="more detail", actor=USER)
+    services.comment_create_and_send_around(task=task, content="more detail", actor=USER)
     assert queued(task).count() == 1
     assert queued(task).get().updated_at > item.updated_at
 
 
 def test_comment_creates_queue_item_when_none_is_queued(task):
     queued(task).update(status=QueueStatus.COMPLETED)
-    services.comment_create(task=task, content="again", actor=AGENT)
+    services.comment_create_and_send_around(task=task, content="again", actor=AGENT)
     assert queued(task).count() == 1
 
 
@@ -64,26 +65,43 @@ def test_comment_creates_queue_item_when_none_is_queued(task):
 def test_comment_on_done_task_does_not_queue(task, actor):
     queued(task).delete()
     force_status(task, TaskStatus.DONE)
-    services.comment_create(task=task, content="late note", actor=actor)
+    services.comment_create_and_send_around(task=task, content="late note", actor=actor)
     assert queued(task).count() == 0
     assert Task.objects.get(id=task.id).status == TaskStatus.DONE
 
 
-def test_user_comment_on_in_review_task_moves_it_back_to_todo(task):
+@pytest.mark.parametrize("actor", [USER, AGENT, MCP_AGENT])
+def test_a_comment_on_an_in_review_task_sends_it_back_whoever_wrote_it(task, actor):
+    """DESIGN "No lost comment": a person's, an agent's or one through Malamar's MCP server."""
     force_status(task, TaskStatus.IN_REVIEW)
-    services.comment_create(task=task, content="Please also add a logout button", actor=USER)
+    queued(task).delete()
+    services.comment_create_and_send_around(
+        task=task, content="Please also add a logout button", actor=actor
+    )
     task.refresh_from_db()
     assert task.status == TaskStatus.TODO
     assert queued(task).count() == 1
     change = TaskLog.objects.filter(task=task, event_type="status_changed").get()
     assert change.metadata == {"old_status": "in_review", "new_status": "todo"}
-    assert change.actor_type == "user"
+    assert (change.actor_type, change.actor_id) == (actor.type, actor.id)
 
 
-def test_agent_comment_on_in_review_task_keeps_status(task):
+def test_a_comment_reads_the_tasks_status_as_committed_not_as_loaded(task):
+    """The page loaded the task In Progress; its pass ended (In Review) before the comment was
+    written: the comment still sends it back (it was left In Review with a dead queue item)."""
+    loaded = Task.objects.get(id=task.id)
     force_status(task, TaskStatus.IN_REVIEW)
+    services.comment_create_and_send_around(task=loaded, content="one more thing", actor=USER)
+    assert Task.objects.get(id=task.id).status == TaskStatus.TODO
+
+
+def test_a_plain_comment_sends_nothing_around(task):
+    """comment_create writes the comment only (a pass's end decides about its own agents')."""
+    force_status(task, TaskStatus.IN_REVIEW)
+    queued(task).delete()
     services.comment_create(task=task, content="note", actor=AGENT)
     assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
+    assert not queued(task).exists()
 
 
 def test_comment_log_and_event_carry_no_content(task):
@@ -223,7 +241,7 @@ def test_prioritize_refused_outside_todo_and_in_progress(task, status):
 def test_priority_copied_to_new_queue_items_and_cleared_on_leaving(task):
     services.task_prioritize_toggle(task=task)
     queued(task).update(status=QueueStatus.COMPLETED)
-    services.comment_create(task=task, content="go", actor=USER)
+    services.comment_create_and_send_around(task=task, content="go", actor=USER)
     assert queued(task).get().is_priority
     force_status(task, TaskStatus.IN_PROGRESS)
     services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=AGENT)
@@ -322,15 +340,15 @@ def test_run_failed_counts_backs_off_and_writes_an_error_comment(task):
     force_status(task, TaskStatus.IN_PROGRESS)
     queued(task).update(status=QueueStatus.FAILED)
     before = timezone.now()
-    assert services.task_run_failed(task=task, message="CLI exited with code 1. 401") == 1
-    assert services.task_run_failed(task=task, message="CLI exited with code 1. 401") == 2
+    assert fail_task(task, "CLI exited with code 1. 401") == 1
+    assert fail_task(task, "CLI exited with code 1. 401") == 2
     task.refresh_from_db()
     assert task.failure_streak == 2
     wait = (task.retry_not_before - before).total_seconds()
     assert 10 <= wait < 12, "the second failure waits 10 s"
     errors = TaskComment.objects.filter(task=task).values_list("kind", "content")
     assert list(errors) == [("error", "CLI exited with code 1. 401")] * 2
-    assert queued(task).count() == 1, "the error comment queues the retry"
+    assert queued(task).count() == 1, "the pass continues later"
     event = OutboxEvent.objects.filter(type="task.error_occurred").order_by("id").last()
     assert event.payload["failure_streak"] == 2
     assert event.payload["retry_not_before"] == task.retry_not_before.isoformat()
@@ -340,7 +358,7 @@ def test_run_failed_counts_backs_off_and_writes_an_error_comment(task):
 def test_run_succeeded_ends_the_failure_streak_and_tells_the_page(task):
     services.task_run_succeeded(task=task)
     assert not OutboxEvent.objects.filter(type="task.updated").exists(), "nothing was failing"
-    services.task_run_failed(task=task, message="boom")
+    fail_task(task, "boom")
     services.task_run_succeeded(task=task)
     task.refresh_from_db()
     assert (task.failure_streak, task.retry_not_before) == (0, None)
@@ -349,7 +367,7 @@ def test_run_succeeded_ends_the_failure_streak_and_tells_the_page(task):
 
 def failing(task, status=TaskStatus.IN_PROGRESS):
     force_status(task, status)
-    services.task_run_failed(task=task, message="CLI could not be started: no binary")
+    fail_task(task, "CLI could not be started: no binary")
     task.refresh_from_db()
     return task
 
@@ -373,9 +391,8 @@ def test_retry_now_does_not_queue_a_second_pass_while_one_runs(task):
     failing(task)
     queued(task).update(status=QueueStatus.IN_PROGRESS)
     services.task_retry_now(task=task)
-    assert list(TaskQueueItem.objects.filter(task=task).values_list("status", flat=True)) == [
-        "in_progress"
-    ]
+    unfinished = TaskQueueItem.objects.filter(task=task).exclude(status=QueueStatus.FAILED)
+    assert list(unfinished.values_list("status", flat=True)) == ["in_progress"]
 
 
 def test_stop_retrying_moves_to_todo_drops_the_retry_and_stops_a_running_try(task):

@@ -17,17 +17,19 @@ from chats.models import ChatQueueItem
 from chats.services import chat_start
 from core.actors import USER
 from core.models import OutboxEvent
+from notifications import cli_states
 from notifications import services as notification_services
+from notifications.cli_states import cli_limit_set
 from runner.limits import Limit
 from runner.models import AgentRun, CliHealth, RunStatus
 from runner.selectors import first_available_cli
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
-from tasks.services import comment_create, task_create, task_run_failed
+from tasks.services import comment_create_and_send_around, task_create
+from tests.failures import fail_task
 from tests.htmltree import parse
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
 from worker import cli_limits, health, pickup
-from worker.cli_limits import cli_limit_set
 from worker.limits import LimitWatch, ProbeResult, probe
 from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
@@ -44,7 +46,7 @@ def fake_clis(monkeypatch):
 def notified(monkeypatch):
     """The pause/resume notifications sent (one per pause, one per resume)."""
     sent = []
-    monkeypatch.setattr(cli_limits, "notify_cli_limited", lambda **kw: sent.append(("limited", kw)))
+    monkeypatch.setattr(cli_states, "notify_cli_limited", lambda **kw: sent.append(("limited", kw)))
     monkeypatch.setattr(cli_limits, "notify_cli_resumed", lambda **kw: sent.append(("resumed", kw)))
     return sent
 
@@ -126,7 +128,7 @@ def test_a_failing_task_that_hits_a_limit_is_paused_not_an_error_loop(client):
     reset = _whole_minute(3 * 3600)
     task = task_create(workspace=workspace, summary="Build", description=f"@fake limit {reset}")
     for _ in range(2):
-        task_run_failed(task=task, message="CLI could not be started: No such file")
+        fail_task(task, "CLI could not be started: No such file")
     Task.objects.filter(id=task.id).update(retry_not_before=timezone.now())  # due now
 
     _run_workspace(workspace)
@@ -157,7 +159,9 @@ def test_the_task_resumes_at_the_same_agent_at_the_reset_time(notified):
     reset_at = datetime.fromtimestamp(reset, tz=UTC)
     # The quota is back at the reset time: the fake answers this time (the user's comment
     # carries the directive that wins; it also shows a comment never restarts the pass).
-    comment_create(task=task, content="@fake Implementer: comment-once Built", actor=USER)
+    comment_create_and_send_around(
+        task=task, content="@fake Implementer: comment-once Built", actor=USER
+    )
 
     LimitWatch(clock=lambda: reset_at - timedelta(seconds=1), background=False).tick()
     assert pickup.claim_next(workspace.id) is None, "not before the reset time"
@@ -258,13 +262,14 @@ def test_the_fallback_cli_runs_while_the_agents_cli_is_limited():
 
 
 @pytest.mark.pg
-def test_a_completed_run_on_the_fallback_cli_clears_its_unhealthy_mark():
-    """The fallback CLI answered a real run: it works, whatever its last check said."""
+def test_a_completed_run_on_the_fallback_cli_clears_its_slow_mark():
+    """The fallback CLI answered a real run: it works, whatever its last check said. (A CLI
+    marked broken is not run at all: tests/test_pass_edges.py.)"""
     workspace, (solo,) = _team("Fallback", ("Solo", "codex"))
     agent_update(agent=solo, fallback_cli_type="claude")
     cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
     CliHealth.objects.update_or_create(
-        cli_type="claude", defaults={"status": "unhealthy", "error": "timed out"}
+        cli_type="claude", defaults={"status": "slow", "error": "timed out"}
     )
     task = task_create(workspace=workspace, summary="Now", description="@fake skip")
     _run_workspace(workspace)

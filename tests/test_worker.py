@@ -454,19 +454,39 @@ def test_cli_settings_env_and_binary_path_reach_the_cli(stack, tmp_path):
     assert run["env"]["MALAMAR_TEST_TOKEN"] == "s3cret"
 
 
-def test_missing_binary_is_an_error_comment(stack, tmp_path):
+def test_a_missing_binary_makes_the_task_wait_for_its_cli_until_its_settings_are_fixed(
+    stack, tmp_path
+):
+    """DESIGN "Retries": a CLI that cannot run is not retried on a timer; the task waits at the
+    agent, and saving the CLI's settings re-checks it: once it works the task goes on there."""
     gemini = tmp_path / "gone" / "gemini"
     gemini.parent.mkdir()
     gemini.symlink_to(FAKES_BIN / "gemini")
     body = {"cli_settings": {"gemini": {"binary_path": str(gemini)}}}
     stack.api("PUT", "/settings", body, expect=200)
     gemini.unlink()  # removed after it was saved (a saved path that does not exist is refused)
-    ws = stack.workspace(agents=[("Planner", "gemini")])
-    task = stack.task(ws, "@fake skip")
-    comment = stack.wait_comments(task, 1)[0]
-    assert comment["content"] == (
-        f"CLI could not be started: Binary {gemini} does not exist (check Settings → CLIs)"
+    ws = stack.workspace(agents=[("Planner", "claude"), ("Reviewer", "gemini")])
+    task = stack.task(ws, "@fake Reviewer: comment-once reviewed")
+    reason = f"Binary {gemini} does not exist (check Settings → CLIs)"
+    wait_until(
+        lambda: (
+            stack.sql("SELECT waiting_for_cli FROM task_queue WHERE status = 'queued'")
+            == [("gemini",)]
+        ),
+        timeout=30,
+        what="the task to wait for Gemini CLI",
     )
+    assert stack.comments(task) == [], "no error comment: nothing the agents can fix"
+    health = stack.sql("SELECT status, error FROM cli_health WHERE cli_type = 'gemini'")
+    assert health == [("unhealthy", reason)]
+    assert [run["cli"] for run in stack.task_runs()] == ["claude"]
+
+    gemini.symlink_to(FAKES_BIN / "gemini")  # fixed, and saved again: checked at once
+    stack.api("PUT", "/settings", body, expect=200)
+    stack.wait_status(task, "in_review")
+    assert [c["content"] for c in stack.comments(task)] == ["reviewed"]
+    runs = [run["cli"] for run in stack.task_runs()]
+    assert runs[:2] == ["claude", "gemini"], "it went on at the Reviewer, not from the Planner"
 
 
 def test_a_cli_printing_100_mb_does_not_grow_the_worker(live_stack):

@@ -38,7 +38,7 @@ from tests.stack import FAKES_BIN, alive
 from tests.workers_support import WorkerThread, postgres_only
 from worker import pickup
 from worker.loop import Worker as WorkerLoop
-from worker.loop import recover
+from worker.membership import recover
 from workspaces.services import workspace_create
 
 FAST = {"heartbeat": 0.2, "stale_after": 5}  # never stale under load, unless a test says so
@@ -123,7 +123,7 @@ def _pid_gone() -> int:
 def _loop(worker_id: str | None = None, **options) -> WorkerLoop:
     """A worker's loop that is not started (its methods called one at a time)."""
     loop = WorkerLoop(poll_interval=1, **options)
-    loop.worker_id = worker_id
+    loop.membership.worker_id = worker_id
     return loop
 
 
@@ -212,12 +212,12 @@ def test_a_worker_of_this_machine_whose_process_is_gone_is_taken_over_at_once(db
     _running_on(tasks[1], elsewhere.id)
     loop = _loop(me.id, heartbeat=1, stale_after=3600)
     try:
-        assert loop.recover_dead_workers() == 1
+        assert loop.membership.recover_dead_workers() == 1
     finally:
         _close(loop)
 
     assert set(Worker.objects.values_list("id", flat=True)) == {me.id, elsewhere.id}
-    assert [peer["id"] for peer in loop.peers] == [elsewhere.id]
+    assert [peer["id"] for peer in loop.membership.peers] == [elsewhere.id]
     requeued, kept = (TaskQueueItem.objects.get(task=task) for task in tasks)
     assert (requeued.status, requeued.worker_id) == (QueueStatus.QUEUED, None)
     assert (kept.status, kept.worker_id) == (QueueStatus.IN_PROGRESS, elsewhere.id)
@@ -229,14 +229,14 @@ def test_a_worker_that_cannot_beat_for_longer_than_the_stale_limit_drops_its_run
     def database_gone(**_):
         raise ConnectionError("database unreachable")
 
-    monkeypatch.setattr("worker.loop.worker_heartbeat", database_gone)
+    monkeypatch.setattr("worker.membership.worker_heartbeat", database_gone)
     loop = _loop("w" * 21, heartbeat=1, stale_after=30)
     stop = loop._register("task", TaskQueueItem(id="x" * 21))
     try:
-        loop.beat()  # the last beat was just now: the runs go on
+        loop.membership.beat()  # the last beat was just now: the runs go on
         assert not stop.is_set()
-        loop.last_beat -= 31
-        loop.beat()
+        loop.membership.last_beat -= 31
+        loop.membership.beat()
         assert stop.is_set()
     finally:
         _close(loop)
@@ -251,7 +251,7 @@ def test_a_clean_stop_requeues_the_workers_runs_at_once(db):
     _running_on(task, me.id)
     loop = _loop(me.id)
     try:
-        loop.retire()
+        loop.membership.leave()
     finally:
         _close(loop)
     assert not Worker.objects.filter(id=me.id).exists()
@@ -302,7 +302,9 @@ def test_a_stale_worker_is_taken_over_and_its_run_recovered_once(workers):
     first = workers(**FAST)
     wait_until(lambda: _process_recorded(task), timeout=30, what="the first run")
     orphan = _running_item(task).pid
-    first.worker.beat = lambda: None  # it stops beating (a pause, a partition) but keeps going
+    first.worker.membership.beat = lambda: (
+        None
+    )  # it stops beating (a pause, a partition) but keeps going
     Task.objects.filter(id=task.id).update(description="@fake comment-once done")
 
     second = workers(**QUICK_TO_JUDGE)
@@ -322,7 +324,7 @@ def test_a_worker_that_was_taken_over_writes_nothing_for_its_runs(workers):
     task = task_create(workspace=workspace, summary="T", description="@fake sleep 1.5 comment late")
     paused = workers(**FAST)
     # It notices nothing: no heartbeat, no stop watcher; only the finish's own check is left.
-    paused.worker.beat = lambda: None
+    paused.worker.membership.beat = lambda: None
     paused.worker.watch_stops = lambda: None
     wait_until(lambda: _process_recorded(task), timeout=30, what="the run")
     item = _running_item(task)
@@ -360,7 +362,7 @@ def test_a_worker_without_a_healthy_cli_leaves_its_work_to_one_that_has_it(worke
     lacking = workers(poll_interval=0.05, **FAST)
     monkeypatch.setattr(lacking.worker, "healthy_clis", lambda: frozenset({"codex"}))
     declined = threading.Event()
-    ours_to_run = lacking.worker._ours_to_run
+    ours_to_run = lacking.worker.membership.ours_to_run
 
     def watched(waiting, limits):
         ours = ours_to_run(waiting, limits)
@@ -368,9 +370,9 @@ def test_a_worker_without_a_healthy_cli_leaves_its_work_to_one_that_has_it(worke
             declined.set()
         return ours
 
-    monkeypatch.setattr(lacking.worker, "_ours_to_run", watched)
+    monkeypatch.setattr(lacking.worker.membership, "ours_to_run", watched)
     wait_until(
-        lambda: any(peer["id"] == able.id for peer in lacking.worker.peers),
+        lambda: any(peer["id"] == able.id for peer in lacking.worker.membership.peers),
         timeout=10,
         what="the peer to be seen",
     )
@@ -389,7 +391,7 @@ def test_a_chat_reply_on_a_cli_unusable_here_is_left_to_a_worker_that_has_it(wor
     lacking = workers(poll_interval=0.05, **FAST)
     monkeypatch.setattr(lacking.worker, "healthy_clis", lambda: frozenset({"codex"}))
     wait_until(
-        lambda: any(peer["id"] == able.id for peer in lacking.worker.peers),
+        lambda: any(peer["id"] == able.id for peer in lacking.worker.membership.peers),
         timeout=10,
         what="the peer to be seen",
     )

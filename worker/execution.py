@@ -9,7 +9,6 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from core.storable import loads_storable
 from runner.clis import CLIS, CUSTOM_CLI, cli_for
 from runner.clis.base import (
     Cli,
+    Command,
     CustomCommand,
     Invocation,
     McpServer,
@@ -44,24 +44,9 @@ class Execution:
     stopped: bool = False
     result: process.ProcessResult | None = None
     limit: Limit | None = None  # the run failed on the CLI's quota or rate limit
-
-
-def options_for(agent) -> RunOptions:
-    """An agent's own CLI settings, as a run of its CLI uses them."""
-    custom = None
-    if agent.cli_type == CUSTOM_CLI:
-        custom = CustomCommand(
-            binary=agent.custom_binary,
-            args=agent.custom_args,
-            env=tuple(sorted((agent.custom_env or {}).items())),
-            output=agent.custom_output,
-        )
-    return RunOptions(
-        model=agent.model,
-        effort=agent.reasoning_effort,
-        extra_args=tuple(agent.extra_args or ()),
-        custom=custom,
-    )
+    # The CLI cannot run at all (not started, logged out, unknown model, not that CLI): why, in
+    # the user's words. Not retried on a timer: the work waits for the CLI (DESIGN "Retries").
+    cannot_run: str | None = None
 
 
 MCP_SERVER_NAME = "malamar"
@@ -193,10 +178,15 @@ def interpret(cli_type: str | Cli, result: process.ProcessResult, output_path: P
     carries that `limit` (DESIGN "Usage limits": the caller pauses instead of failing)."""
     cli = cli_for(cli_type) if isinstance(cli_type, str) else cli_type
     execution = _interpret(cli, result, output_path)
-    if execution.error and not result.start_error:
-        execution.limit = cli.usage_limit(
-            stdout=result.stdout, stderr=result.stderr, now=timezone.now()
-        )
+    if not execution.error:
+        return execution
+    if result.start_error:
+        execution.cannot_run = f"it could not be started ({result.start_error})"
+        return execution
+    now = timezone.now()
+    execution.limit = cli.usage_limit(stdout=result.stdout, stderr=result.stderr, now=now)
+    if execution.limit is None:
+        execution.cannot_run = cli.cannot_run_reason(result)
     return execution
 
 
@@ -266,7 +256,29 @@ class LimitWait:
         return self.limit is not None
 
 
-def execute(
+@dataclass
+class Launch:
+    """A run ready to start (`prepare`): its CLI, command and environment (process_env), the
+    files that live as long as the run (its answer file and MCP configuration), and the watch
+    on its stderr for a limit it would wait out silently (`waiting`: its hooks go to the
+    process)."""
+
+    cli: Cli
+    command: Command
+    env: dict[str, str]
+    cwd: Path
+    output_path: Path
+    options: RunOptions
+    waiting: LimitWait
+    files: tuple[Path, ...] = ()
+
+    def cleanup(self) -> None:
+        remove_quietly(self.output_path)
+        for path in self.files:
+            remove_quietly(path)
+
+
+def prepare(
     *,
     cli_type: str,
     input_path: Path,
@@ -274,15 +286,12 @@ def execute(
     schema: dict,
     schema_kind: str,
     cwd: Path,
-    stop: threading.Event,
     include_dirs: tuple[str, ...] = (),
-    on_started: Callable[[process.Started], None] | None = None,
-    recorder=None,
     options: RunOptions | None = None,
     cli_conf: dict | None = None,
     mcp: McpServer | None = None,
-) -> Execution:
-    """Run the CLI for one agent step and interpret its answer (never raises for CLI trouble).
+) -> Launch | Execution:
+    """The command of one agent step, or why it cannot start (an Execution with the error).
     `options`: the agent's own CLI settings (model, effort, extra arguments, custom command);
     `cli_conf`: the CLI's settings, when the caller read them already (once per pass); `mcp`:
     an MCP server to give the CLI for this run (mcp_server_for)."""
@@ -291,7 +300,7 @@ def execute(
     options = options or RunOptions()
     binary, env, problem = _binary_and_env(cli_type, options, cli_conf)
     if binary is None:
-        return Execution(error=f"CLI could not be started: {problem}")
+        return Execution(error=f"CLI could not be started: {problem}", cannot_run=problem)
     text = schema_json(schema)
     cli = cli_for(cli_type).configured(options)
     try:
@@ -311,32 +320,73 @@ def execute(
         cwd=str(cwd),
         mcp_args=setup.args,
     )
-    command = cli.command(invocation)
-    waiting = LimitWait(cli)
+    return Launch(
+        cli=cli,
+        command=cli.command(invocation),
+        env=env,
+        cwd=cwd,
+        output_path=output_path,
+        options=options,
+        waiting=LimitWait(cli),
+        files=tuple(path for path, _text in setup.files),
+    )
+
+
+def conclude(launch: Launch, result: process.ProcessResult, *, stall_minutes: float = 0):
+    """What the finished process left behind: its data, or its error (a usage limit, a CLI
+    that cannot run at all, a silent CLI stopped, or any other failure)."""
+    if result.stopped:
+        return Execution(stopped=True, result=result)
+    limit = launch.waiting.limit
+    if limit is not None:  # stopped: it would have waited out the limit silently
+        return Execution(error=f"CLI stopped: {limit.message}", result=result, limit=limit)
+    if result.stalled:
+        message = f"CLI produced no output for {stall_minutes:g} minutes and was stopped"
+        return Execution(error=message, result=result)
+    return _blame_extra_args(interpret(launch.cli, result, launch.output_path), launch.options)
+
+
+def execute(
+    *,
+    cli_type: str,
+    input_path: Path,
+    output_path: Path,
+    schema: dict,
+    schema_kind: str,
+    cwd: Path,
+    stop: threading.Event,
+    include_dirs: tuple[str, ...] = (),
+    options: RunOptions | None = None,
+    cli_conf: dict | None = None,
+    mcp: McpServer | None = None,
+) -> Execution:
+    """Run the CLI for one agent step, with nothing to record before it starts, and interpret
+    its answer (never raises for CLI trouble). The run pipeline does the same in steps, with
+    its start transaction between the fork and the go (worker.pipeline)."""
+    launch = prepare(
+        cli_type=cli_type,
+        input_path=input_path,
+        output_path=output_path,
+        schema=schema,
+        schema_kind=schema_kind,
+        cwd=cwd,
+        include_dirs=include_dirs,
+        options=options,
+        cli_conf=cli_conf,
+        mcp=mcp,
+    )
+    if isinstance(launch, Execution):
+        return launch
     try:
-        hooks = {"on_error_line": waiting.on_error_line, "on_tick": waiting.tick}
-        if recorder is not None:
-            recorder.use_working_directory(cwd)
-            hooks = {
-                "on_line": recorder.on_line,
-                "on_output": recorder.on_output,
-                "on_error_line": waiting.on_error_line,
-                "on_tick": lambda: waiting.tick() or recorder.tick(),
-            }
+        waiting = launch.waiting
         result = process.run(
-            command, cwd=str(cwd), env=env, stop=stop, on_started=on_started, **hooks
+            launch.command,
+            cwd=str(cwd),
+            env=launch.env,
+            stop=stop,
+            on_error_line=waiting.on_error_line,
+            on_tick=waiting.tick,
         )
-        if result.stopped:
-            return Execution(stopped=True, result=result)
-        if waiting.limit is not None:  # stopped: it would have waited out the limit silently
-            message = f"CLI stopped: {waiting.limit.message}"
-            return Execution(error=message, result=result, limit=waiting.limit)
-        if result.stalled:
-            minutes = recorder.stall_kill_seconds / 60
-            message = f"CLI produced no output for {minutes:g} minutes and was stopped"
-            return Execution(error=message, result=result)
-        return _blame_extra_args(interpret(cli, result, output_path), options)
+        return conclude(launch, result)
     finally:
-        remove_quietly(output_path)
-        for path, _text in setup.files:
-            remove_quietly(path)
+        launch.cleanup()

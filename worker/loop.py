@@ -1,18 +1,21 @@
-"""The worker process: task runner, chat replies, stop watcher, startup recovery and jobs.
+"""The worker process: task runner, chat replies, stop watcher and jobs.
+
+The loop is a few steps, over and over (`step`): sleep until woken or the next tick, signal the
+runs that were stopped, start the work that may start (a thread per busy workspace, a thread
+per chat reply), run the jobs that are due (usage limits, cleanup, health checks).
 
 One thread per busy workspace runs that workspace's tasks one at a time (or up to its
 "parallel tasks" threads with branch per task); any number of workspaces run in parallel;
-every chat reply gets a thread of its own. Every running run (a
-task pass or a chat reply) is in one map, watched by one stop watcher. The main loop sleeps on
-a Unix socket the server pokes after each commit (new work starts in milliseconds) with the
-poll interval as the fallback, and checks the running items every 100 ms for stop requests.
+every chat reply gets a thread of its own. Every running run (a task pass or a chat reply) is
+in one map, watched by one stop watcher. The main loop sleeps on a Unix socket the server
+pokes after each commit (new work starts in milliseconds) with the poll interval as the
+fallback, and checks the running items every 100 ms for stop requests.
 
 Several workers (DESIGN "Scale-out", PostgreSQL only; SQLite keeps its one worker per data dir,
-held by a file lock): each has a `Worker` row, beats from a thread of its own, runs at most its
-capacity, claims under its id (a workspace's claims lock its row, SKIP LOCKED) and only work
-whose CLIs are healthy here unless no live worker has them; it takes over workers whose
-heartbeat is stale and recovers their runs as a restart does, and drops its own runs when it
-finds that it was taken over. Wake-ups come by LISTEN/NOTIFY.
+held by a file lock): this worker's row, heartbeat, peers, take-overs and the recovery of dead
+workers' runs are worker.membership's. Each worker runs at most its capacity, claims
+under its id (a workspace's claims lock its row, SKIP LOCKED) and only work whose CLIs are
+healthy here unless no live worker has them. Wake-ups come by LISTEN/NOTIFY.
 """
 
 import contextlib
@@ -23,37 +26,25 @@ import select
 import socket
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
-import psutil
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 
 from agents.first_launch import seed_sample_workspace_if_first_launch
 from chats.models import ChatQueueItem
-from core.version import VERSION
 from core.wake import socket_path, uses_notify
 from runner.clis import CliType
 from runner.models import CliHealth, CliHealthStatus
 from runner.models import Worker as WorkerRow
-from runner.services import (
-    agent_runs_close_interrupted,
-    worker_heartbeat,
-    worker_register,
-    worker_retire,
-    worker_take_over,
-    workers_forget,
-    workers_forget_taken_over,
-)
+from runner.services import workers_forget
 from tasks.models import QueueStatus, TaskQueueItem
 from worker import health, jobs, pickup
 from worker.limits import LimitWatch
 from worker.listener import WorkListener
 from worker.malloc import limit_malloc_arenas, release_free_memory
+from worker.membership import Membership
 from worker.pipeline import ChatReply, TaskPass
-from worker.process import kill_tree
 
 log = logging.getLogger(__name__)
 STOP_WATCH_SECONDS = 0.1
@@ -121,45 +112,6 @@ def _bind_wake_socket() -> socket.socket | None:
     return sock
 
 
-def recover(*, hostname: str, worker_id: str | None) -> int:
-    """Kill CLIs a dead worker left behind, then re-queue what it was running: every run no
-    live worker owns (at a start with SQLite, where the file lock makes us the only worker:
-    every run in progress). Each item first becomes ours (`worker_id`, one conditional
-    UPDATE: of several recoverers one wins, and a worker that was only paused can write
-    nothing for it any more), then its CLI is killed, then it is re-queued. `hostname`: ours;
-    a dead worker's CLIs on another machine are not ours to kill (that machine's worker kills
-    them if it comes back)."""
-    agent_runs_close_interrupted()
-    orphans = [
-        (model, item)
-        for model in (TaskQueueItem, ChatQueueItem)
-        for item in model.objects.orphaned()
-    ]
-    owners = {item.worker_id for _model, item in orphans if item.worker_id}
-    hosts = dict(WorkerRow.objects.filter(id__in=owners).values_list("id", "hostname"))
-    recovered = 0
-    for model, item in orphans:
-        local = hosts.get(item.worker_id, hostname) == hostname
-        if not model.objects.adopt(item, worker_id=worker_id):
-            continue  # another worker recovers it (or it ended meanwhile)
-        item.worker_id = worker_id
-        if local and item.pid and item.pgid and item.process_started_at:
-            killed = kill_tree(item.pid, pgid=item.pgid, create_time=item.process_started_at)
-            if killed:
-                log.warning("Killed a leftover CLI", extra={"pid": item.pid, "item": item.id})
-        recovered += _requeue(model, item)
-    return recovered
-
-
-def _requeue(model, item) -> int:
-    """An interrupted item runs again, unless the user stopped it or a newer one is queued."""
-    superseded = model is TaskQueueItem and (
-        TaskQueueItem.objects.queued().filter(task_id=item.task_id).exists()
-    )
-    stopped = item.stop_requested_at is not None or superseded
-    return int(model.objects.requeue(item, stopped=stopped))
-
-
 # A run's kind → its queue and the pipeline owner that runs one of its items.
 QUEUES = {"task": TaskQueueItem, "chat": ChatQueueItem}
 OWNERS = {"task": TaskPass, "chat": ChatReply}
@@ -180,15 +132,16 @@ class Worker:
         config = settings.CONFIG
         self.poll_interval = poll_interval
         self.capacity = config.capacity if capacity is None else capacity  # 0: no limit
-        self.heartbeat = heartbeat or config.worker_heartbeat
-        self.stale_after = stale_after or config.worker_stale_after
-        self.worker_id: str | None = None  # our Worker row, once registered
-        self.hostname = socket.gethostname()
+        self.membership = Membership(
+            capacity=self.capacity,
+            heartbeat=heartbeat or config.worker_heartbeat,
+            stale_after=stale_after or config.worker_stale_after,
+            healthy_clis=lambda: self.healthy_clis(),
+            drop_runs=lambda why: self.drop_runs(why),
+            kick=lambda: self.kick(),
+        )
         self.reserved = 0  # runs claimed or being claimed (capacity)
-        self.next_orphans = 0.0
-        self.last_beat = time.monotonic()
-        self.advertised: frozenset[str] | None = None
-        self.peers: list[dict] = []  # the other live workers, as of our last heartbeat
+        self.lock_handle = None  # SQLite: the data directory's worker lock, held while we run
         self.listener: WorkListener | None = None
         self.beats: threading.Thread | None = None
         self.limits = limits or LimitWatch()
@@ -217,10 +170,13 @@ class Worker:
         if uses_notify():
             self.listener = WorkListener.connect()
         seed_sample_workspace_if_first_launch()
-        self.register()
-        recovered = self.recover_dead_workers()
+        self.membership.register()
+        recovered = self.membership.recover_dead_workers()
         self.beats = threading.Thread(
-            target=self._beat_forever, name="malamar-heartbeat", daemon=True
+            target=self.membership.beat_forever,
+            args=(self.shutdown,),
+            name="malamar-heartbeat",
+            daemon=True,
         )
         self.beats.start()
         log.info(
@@ -271,13 +227,16 @@ class Worker:
         self.health.stop(timeout=max(0.0, deadline - time.monotonic()))
         if self.beats is not None:
             self.beats.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._before_the_deadline(self.retire)
+        self._before_the_deadline(self.membership.leave)
         if self.listener is not None:
             self.listener.close()
         if self.sock:
             self.sock.close()
             with contextlib.suppress(OSError):
                 socket_path().unlink()
+        if self.lock_handle is not None:  # (not left to the garbage collector)
+            self.lock_handle.close()
+            self.lock_handle = None
 
     def serve_forever(self) -> None:
         self.start()
@@ -328,18 +287,10 @@ class Worker:
                         pass
         return bool(ready)
 
-    # identity and heartbeat (DESIGN "Scale-out") ---------------------------------------
-    def register(self) -> None:
-        self.advertised = self.healthy_clis()
-        row = worker_register(
-            hostname=self.hostname,
-            pid=os.getpid(),
-            capacity=self.capacity,
-            clis=self.advertised,
-            version=VERSION,
-        )
-        self.worker_id = row.id
-        self.last_beat = time.monotonic()
+    @property
+    def worker_id(self) -> str | None:
+        """Our Worker row's id, once registered (Membership)."""
+        return self.membership.worker_id
 
     def _before_the_deadline(self, work) -> None:
         """Database work of a clean stop, given up at the stop deadline (a hung database)."""
@@ -351,61 +302,11 @@ class Worker:
         if thread.is_alive():
             log.warning("The database did not answer: the worker's runs are recovered later")
 
-    def retire(self) -> None:
-        """A clean stop: our runs were stopped; recover them now rather than after a timeout
-        (they run again on another worker, or on us at the next start)."""
-        if not self.worker_id:
-            return
-        try:
-            worker_retire(worker_id=self.worker_id)
-            if pickup.shared_database():
-                recover(hostname=self.hostname, worker_id=self.worker_id)
-        except Exception:
-            log.exception("Could not retire the worker's row")
-
     def healthy_clis(self) -> frozenset[str]:
         """The CLIs this worker's own health checks found usable ("not checked yet" counts)."""
         found = self.health.results
         unusable = {CliHealthStatus.UNHEALTHY}
         return frozenset(cli for cli in CliType.values if found.get(cli) not in unusable)
-
-    def _beat_forever(self) -> None:
-        """The heartbeat has a thread of its own: a slow job in the main loop (a cleanup, a
-        big snapshot prune) must never make this worker look dead."""
-        try:
-            while not self.shutdown.wait(self.heartbeat):
-                try:
-                    self.beat()
-                except Exception:
-                    log.exception("Heartbeat step failed; continuing")
-                    connection.close()
-        finally:
-            connection.close()
-
-    def beat(self) -> None:
-        """The heartbeat, off the run path (every `heartbeat` seconds from the main loop):
-        we are alive, with these CLIs; other workers that stopped beating are taken over. A
-        worker that finds it was taken over (it paused, or lost the database for longer than
-        `stale_after`) drops its runs and comes back under a new id."""
-        now = time.monotonic()
-        clis = self.healthy_clis()
-        changed = clis if clis != self.advertised else None
-        try:
-            alive = worker_heartbeat(worker_id=self.worker_id, clis=changed)
-        except Exception:
-            log.exception("Heartbeat failed")
-            connection.close()
-            if now - self.last_beat > self.stale_after:
-                self.drop_runs("no heartbeat for longer than the stale limit")
-            return
-        self.last_beat = now
-        self.advertised = clis
-        if not alive:
-            self.drop_runs("another worker took this worker's runs over")
-            self.register()
-            return
-        if pickup.shared_database():
-            self.recover_dead_workers()
 
     def drop_runs(self, why: str) -> None:
         """Kill every run we have (their items are another worker's now): the pipeline's
@@ -416,42 +317,6 @@ class Worker:
             log.warning("Dropping this worker's runs", extra={"why": why, "runs": len(stops)})
         for stop in stops:
             stop.set()
-
-    def recover_dead_workers(self) -> int:
-        """Take over workers whose heartbeat is stale (one conditional UPDATE each: one of the
-        workers noticing wins) and recover every run no live worker owns, as a restart would
-        (at a start with SQLite no other row is left: every run in progress)."""
-        fields = ("id", "heartbeat_at", "clis", "hostname", "pid")
-        live = list(WorkerRow.objects.live_rows().values(*fields))
-        cutoff = timezone.now() - timedelta(seconds=self.stale_after)
-        self.peers = [row for row in live if row["id"] != self.worker_id]
-        took = [
-            row["id"]
-            for row in self.peers
-            if (row["heartbeat_at"] < cutoff and self._take_over(row["id"]))
-            or (self._died_here(row) and self._take_over(row["id"], now=True))
-        ]
-        self.peers = [row for row in self.peers if row["id"] not in took]
-        now = time.monotonic()
-        if not took and now < self.next_orphans:
-            return 0
-        self.next_orphans = now + self.stale_after
-        if took:
-            log.warning("Taking over stale workers", extra={"workers": took})
-        recovered = recover(hostname=self.hostname, worker_id=self.worker_id)
-        workers_forget_taken_over()
-        if recovered:
-            self.kick()
-        return recovered
-
-    def _died_here(self, row: dict) -> bool:
-        """A worker of this machine whose process is gone (killed, crashed, then restarted):
-        no need to wait for its heartbeat to go stale."""
-        return row["hostname"] == self.hostname and not psutil.pid_exists(row["pid"])
-
-    def _take_over(self, worker_id: str, *, now: bool = False) -> bool:
-        stale_after = 0 if now else self.stale_after
-        return worker_take_over(worker_id=worker_id, by=self.worker_id, stale_after=stale_after)
 
     def kick(self) -> None:
         with contextlib.suppress(OSError):
@@ -466,7 +331,7 @@ class Worker:
             ids = [item_id for run_kind, item_id in running if run_kind == kind]
             if not ids:
                 continue
-            wanted = queue.objects.still_wanted(ids, worker_id=self.worker_id)
+            wanted = queue.objects.wanted_ids(ids, worker_id=self.worker_id)
             for item_id in ids:
                 stop = running[(kind, item_id)]
                 if item_id not in wanted and not stop.is_set():
@@ -479,7 +344,7 @@ class Worker:
         waiting = pickup.workspaces_with_work()
         limits = pickup.parallel_limits(waiting) if waiting else {}
         if waiting and pickup.shared_database():
-            waiting = self._ours_to_run(waiting, limits)
+            waiting = self.membership.ours_to_run(waiting, limits)
         with self.lock:
             for workspace_id, startable in waiting.items():
                 runners = self.workspaces.setdefault(workspace_id, set())
@@ -495,30 +360,6 @@ class Worker:
                     thread.start()
                 if not runners:
                     self.workspaces.pop(workspace_id, None)
-
-    def _ours_to_run(self, waiting: dict[str, int], limits: dict[str, int]) -> dict[str, int]:
-        """Workers sharing PostgreSQL: leave a workspace that runs as many tasks as it may (on
-        any worker), and one whose agents need a CLI that is unusable here but usable on
-        another live worker (with no such worker, we run it, as a single worker would)."""
-        running = pickup.running_counts(waiting)
-        needs = pickup.workspace_clis(waiting)
-        mine = self.healthy_clis()
-        others = [frozenset(peer["clis"] or ()) for peer in self.peers]
-        ours = {}
-        for workspace_id, startable in waiting.items():
-            room = limits.get(workspace_id, 1) - running.get(workspace_id, 0)
-            need = needs.get(workspace_id, set())
-            if need - mine and any(need <= clis for clis in others):
-                continue
-            if room > 0:
-                ours[workspace_id] = min(startable, room)
-        return ours
-
-    def _left_to_others(self) -> frozenset[str]:
-        """CLIs unusable here that another live worker advertises: their work is theirs."""
-        mine = self.healthy_clis()
-        others = set().union(*(peer["clis"] or () for peer in self.peers)) if self.peers else set()
-        return frozenset(others - mine)
 
     def _room(self) -> int:
         """How many more runs this worker may start (inside self.lock)."""
@@ -567,7 +408,7 @@ class Worker:
         (up to this worker's capacity)."""
         if not pickup.chats_queued():
             return
-        avoid = self._left_to_others() if pickup.shared_database() else frozenset()
+        avoid = self.membership.left_to_others() if pickup.shared_database() else frozenset()
         while not self.shutdown.is_set() and self._reserve():
             item = pickup.claim_next_chat(worker_id=self.worker_id, avoid=avoid)
             if item is None:

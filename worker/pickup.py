@@ -2,7 +2,8 @@
 
 Order (spec "Queue Pickup Algorithm"): only Todo / In Progress tasks; a prioritised item; else the
 task with the most recently completed/failed item (finish what you started); else the most
-recently updated item (LIFO, so a comment bumps a task). Tasks in error back-off wait, and so do
+recently updated item (LIFO, so a comment bumps a task). Tasks in error back-off wait, so do
+passes paused for a CLI that is out of quota or cannot run, and so do
 Todo tasks with a blocker that is not Done (tasks.models.waiting_for_blockers).
 
 A workspace runs one task at a time, or up to its "parallel tasks" with branch per task
@@ -18,22 +19,22 @@ from django.utils import timezone
 from agents.models import Agent
 from chats.models import ChatQueueItem
 from runner.clis import CliType
-from runner.selectors import cli_limited
-from tasks.models import RUNNABLE_STATUSES, QueueStatus, TaskQueueItem
+from runner.selectors import cli_waits
+from tasks.models import QueueStatus, TaskQueueItem, runnable_pass_q
 from workspaces.models import Workspace
 
 
 def _candidates(workspace_id: str | None = None, now=None):
     now = now or timezone.now()
-    items = TaskQueueItem.objects.eligible().filter(task__status__in=RUNNABLE_STATUSES)
+    items = TaskQueueItem.objects.eligible().filter(runnable_pass_q())
     if workspace_id:
         items = items.filter(workspace_id=workspace_id)
     # A task runs one pass at a time (a pass being stopped does not count: it is ending).
     running = TaskQueueItem.objects.unstopped().filter(task_id=OuterRef("task_id"))
     items = items.exclude(Exists(running))
-    limited = cli_limited()
-    if limited:  # a pass paused on a usage limit waits for its CLI (others keep running)
-        items = items.exclude(waiting_for_cli__in=limited)
+    waits = cli_waits()
+    if waits:  # a pass paused for a CLI (out of quota, or broken) waits (others keep running)
+        items = items.exclude(waiting_for_cli__in=waits)
     return items.filter(Q(task__retry_not_before__isnull=True) | Q(task__retry_not_before__lte=now))
 
 
@@ -141,8 +142,8 @@ def workspace_clis(workspace_ids) -> dict[str, set[str]]:
 
 def _chat_candidates():
     items = ChatQueueItem.objects.queued()
-    limited = cli_limited()
-    return items.exclude(waiting_for_cli__in=limited) if limited else items
+    waits = cli_waits()
+    return items.exclude(waiting_for_cli__in=waits) if waits else items
 
 
 def chats_queued() -> bool:

@@ -1,20 +1,27 @@
 """One run pipeline: a task pass and a chat reply are the same thing to the worker.
 
-A run step builds the input from what its owner already read, starts the CLI
-(`execution.execute`) and, once the CLI runs, records the run's start in one transaction: the
-process record (which is also the "still wanted" check), the run row, the activity log and the
-events. It streams the output through the recorder, reads the result, and applies it through
-the owning app's services together with the run's final record (a second transaction). Events of
-each transaction go to the outbox in one insert. Settings, agents and the input's comments and
-logs are read once per pass (re-read only when the rows a step reads anyway say they changed).
-A task pass is a loop of steps over the workspace's agents; a chat reply is one step.
+A step (`run_step`) walks one agent's run in order:
+1. the plan: which CLI and options (runner.plans, chosen by the owner before the step);
+2. the input file, from what the owner already read, and the run's command (execution.prepare);
+3. the fork: the CLI's process waits at its gate (process.spawn);
+4. the start transaction (`_start`): the process record, which is also the "still wanted"
+   check, the run row, the activity log and the events. Only then may the CLI run
+   (`release`): a worker killed before this point leaves nothing running;
+5. the stream, through the recorder, to the process's end;
+6. the finish transaction: the result read and applied through the owning app's services
+   (tasks.services for a pass, chats.replies for a reply) with the run's final record.
+
+Events of each transaction go to the outbox in one insert. Settings, agents, the CLIs' states
+and the input's comments and logs are read once per pass (re-read only when the rows a step
+reads anyway say they changed). A task pass is a loop of steps over the workspace's agents; a
+chat reply is one step. The owners only orchestrate: when a task reaches In Review, what a
+failure does, which CLI runs: the services and runner.plans decide.
 
 A stopped run (cancel, delete, the user moved the task, chat stop, shutdown) is discarded: no
 comment, no action, no error. Every write after a run re-checks that its rows still exist.
 """
 
 import contextlib
-import functools
 import logging
 import os
 import shlex
@@ -22,29 +29,29 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Agent
-from chats.actions import execute_actions, failure_summary
 from chats.cli_notes import no_cli_message
 from chats.malamar_agent import knowledge_base_dir, malamar_instruction
 from chats.models import Chat, ChatQueueItem
-from chats.selectors import MALAMAR_NAME, participant_cli_type
-from chats.services import (
-    chat_message_add_agent,
-    chat_message_add_system,
-    chat_run_finished,
-    chat_run_started,
+from chats.replies import (
+    ReplyEnd,
+    chat_reply_answered,
+    chat_reply_failed,
+    chat_reply_limited,
+    chat_reply_waits,
 )
+from chats.selectors import MALAMAR_NAME, participant_cli_type
+from chats.services import chat_run_finished, chat_run_started
 from core import events
-from core.actors import SYSTEM, agent_actor, author_name
+from core.actors import agent_actor, author_name
 from core.settings_store import mailgun_configured, settings_get
-from notifications.services import notify_task_error, notify_task_in_review
-from runner.clis import CUSTOM_CLI, custom_health_key
-from runner.clis.base import Command, RunOptions
+from runner.clis.base import Command
 from runner.files import (
     fresh_output_path,
     task_input_path,
@@ -53,7 +60,8 @@ from runner.files import (
     write_private,
 )
 from runner.limits import Limit
-from runner.models import HEALTH_MARKS, QueueStatus, RunStatus
+from runner.models import QueueStatus, RunStatus
+from runner.plans import RunPlan, Wait, health_key_label, plan_run
 from runner.recorder import RunRecorder, stall_limits
 from runner.schemas import (
     AGENT_CHAT_ACTION_TYPES,
@@ -63,13 +71,14 @@ from runner.schemas import (
     parse_task_output,
     task_schema,
 )
-from runner.selectors import cli_health_all, cli_health_marked, cli_limited
-from runner.services import cli_health_run_succeeded
+from runner.selectors import CliStates, cli_health_all, cli_states, cli_states_from
+from runner.services import cli_health_works
 from tasks import branches
 from tasks import selectors as task_selectors
 from tasks import services as task_services
 from tasks.models import (
-    RUNNABLE_STATUSES,
+    KEEPS_GOING,
+    PassPhase,
     Task,
     TaskComment,
     TaskLog,
@@ -77,7 +86,7 @@ from tasks.models import (
     TaskStatus,
 )
 from worker import execution, process, prompts
-from worker.cli_limits import cli_limit_set
+from worker.checks import ChecksStopped, run_checks
 from worker.snapshotting import PassSnapshots, RunSnapshots
 
 log = logging.getLogger(__name__)
@@ -100,9 +109,11 @@ class Stopped(Exception):
 
 @dataclass(frozen=True)
 class Failure:
-    """A run that failed, with the message users see (an error comment or system message)."""
+    """A run that failed, with the message users see (an error comment or system message);
+    `cannot_run`: why its CLI cannot run at all (DESIGN "Retries": the work waits for it)."""
 
     message: str
+    cannot_run: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,43 +132,64 @@ def internal_error_message(exc: Exception) -> str:
     )
 
 
-class StartFailed(Exception):
-    """The start transaction failed (a bug or the database): the CLI was stopped."""
+class RunOwner(Protocol):
+    """What a step needs from the owner of its run: a TaskPass or a ChatReply."""
 
+    queue: type  # the queue model of `item` (TaskQueueItem, ChatQueueItem)
+    item: object  # the claimed queue item
+    stop: threading.Event  # set: kill the CLI, discard the run
+    shutdown: threading.Event  # the worker stops: the run is interrupted, not stopped
+    settings: dict  # read once per pass or reply
+    clis: CliStates  # the CLIs' states, read once per pass or reply
+    schema: dict
+    schema_kind: str
+    output_prefix: str
+    invalid_output_fails_run: bool  # an answer of the wrong shape fails the run
+    snapshots: PassSnapshots  # the pass's snapshots: the one between two runs, the first trees
 
-def _starter(owner, recorder: RunRecorder):
-    """The hook `execution.execute` calls once the CLI runs: the step's start transaction. A
-    run nobody wants any more (or whose start could not be written) is stopped at once."""
+    @property
+    def workspace(self): ...
 
-    def on_started(started) -> None:
-        try:
-            with transaction.atomic(), events.batched():
-                process = {"pid": started.pid, "pgid": started.pgid}
-                recorded = owner.queue.objects.record_process(
-                    owner.item, **process, started_at=started.create_time
-                )
-                if not recorded:
-                    raise Stopped
-                owner.start(recorder)
-        except Stopped:
-            owner.stop.set()
-        except Exception as exc:
-            log.exception("Could not record a run's start", extra={"item": owner.item.id})
-            recorder.start_error = exc
-            owner.stop.set()
+    def recorder(self, plan: RunPlan) -> RunRecorder:
+        """The run's recorder (its row is written by the start transaction)."""
 
-    return on_started
+    def run_directory(self) -> tuple[Path | None, str]:
+        """The folder the CLI works in, or (None, why not)."""
+
+    def write_input(self, output_path: Path) -> Path:
+        """The input file, naming where the answer goes."""
+
+    def include_dirs(self, input_path: Path) -> tuple[str, ...]:
+        """Folders besides its working folder the CLI may read."""
+
+    def item_fields(self) -> dict:
+        """What the item records with the run's process, besides the process itself."""
+
+    def start(self, recorder: RunRecorder) -> None:
+        """Inside the start transaction (the item is still wanted): the run and its log."""
+
+    def read(self, data):
+        """The owner's result from the CLI's answer, or a Failure."""
+
+    def after_run(self) -> Failure | None:
+        """Once the CLI ended (also when stopped): keep what it did (a branch commit)."""
+
+    def lock_if_wanted(self) -> bool:
+        """Inside a transaction: lock the item's rows if the run is still wanted."""
+
+    def apply(self, result) -> None:
+        """Inside the finish transaction (still wanted): the result, through the services."""
 
 
 # the step ----------------------------------------------------------------------------------
 
 
-def run_step(owner):
-    """Run one agent for `owner` (a TaskPass or a ChatReply): returns what the owner read from
-    the CLI (its outcome or a Failure), already applied. Raises Stopped when discarded."""
-    recorder = owner.recorder()
+def run_step(owner: RunOwner, plan: RunPlan):
+    """Run one agent for `owner` with `plan`: returns what the owner read from the CLI (its
+    answer, a Failure or a Paused), already applied. Raises Stopped when discarded."""
+    recorder = owner.recorder(plan)
     try:
-        result = _run_cli(owner, recorder)
+        result = _run_cli(owner, recorder, plan)
     except BaseException:
         with contextlib.suppress(Exception):  # stopped: keep what the agent did so far
             owner.after_run()
@@ -166,7 +198,7 @@ def run_step(owner):
     result = owner.after_run() or result
     try:
         with transaction.atomic(), events.batched():
-            wanted = owner.still_wanted()
+            wanted = owner.lock_if_wanted()
             if wanted and not recorder.started:  # the CLI never ran: the run still counts
                 owner.start(recorder)
             if recorder.started:
@@ -176,10 +208,8 @@ def run_step(owner):
     except Exception:
         _close(recorder)  # the run's record must end even when applying its result failed
         raise
-    run = recorder.run
-    key = custom_health_key(run.agent_id) if run.cli_type == CUSTOM_CLI else run.cli_type
-    if recorder.status == RunStatus.COMPLETED and key in owner.health_marked:
-        cli_health_run_succeeded(cli_type=key)  # the CLI works after all
+    if recorder.status == RunStatus.COMPLETED and plan.health_key in owner.clis.marked:
+        cli_health_works(cli_type=plan.health_key)  # the CLI works after all
     if not wanted:
         raise Stopped
     return result
@@ -192,45 +222,87 @@ def _close(recorder: RunRecorder) -> None:
             recorder.finish_writes()
 
 
-def _run_cli(owner, recorder: RunRecorder):
+def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
     cwd, problem = owner.run_directory()
     if cwd is None:
         recorder.status = RunStatus.FAILED
         return Failure(problem)
     output_path = fresh_output_path(owner.output_prefix)
     input_path = owner.write_input(output_path)
-    cli_type = recorder.run.cli_type
     snapshots = RunSnapshots(recorder, cwd, owner.snapshots)
     snapshots.take_before()
-    run = execution.execute(
-        cli_type=cli_type,
+    launch = execution.prepare(
+        cli_type=plan.cli_type,
         input_path=input_path,
         output_path=output_path,
         schema=owner.schema,
         schema_kind=owner.schema_kind,
         cwd=cwd,
-        stop=owner.stop,
         include_dirs=owner.include_dirs(input_path),
-        on_started=_starter(owner, recorder),
-        recorder=recorder,
-        options=owner.run_options,
-        cli_conf=owner.settings["cli_settings"].get(cli_type),
+        options=plan.options,
+        cli_conf=owner.settings["cli_settings"].get(plan.cli_type),
         mcp=execution.mcp_server_for(owner.workspace),
     )
+    if isinstance(launch, execution.Execution):  # it cannot start: nothing ran
+        run = launch
+    else:
+        try:
+            run = _launch(owner, recorder, launch)
+        finally:
+            launch.cleanup()
     snapshots.take_after()  # a stopped run may have changed files too
-    if recorder.start_error is not None:
-        raise StartFailed(str(recorder.start_error)) from recorder.start_error
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
+        if owner.shutdown.is_set():  # the worker stops: the next start resumes this run
+            recorder.status, recorder.exit_code = RunStatus.INTERRUPTED, None
         raise Stopped
     if run.limit:
-        return Paused(cli_type=recorder.run.cli_type, limit=run.limit)
+        return Paused(cli_type=plan.cli_type, limit=run.limit)
     if run.error:
-        return Failure(run.error)
+        return Failure(run.error, cannot_run=run.cannot_run)
     result = owner.read(run.data)
     if isinstance(result, Failure) and owner.invalid_output_fails_run:
         recorder.status = RunStatus.FAILED
     return result
+
+
+def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
+    """Fork the CLI, record it (the start transaction), let it run and follow it to its end."""
+    recorder.use_working_directory(launch.cwd)
+    held = process.spawn(launch.command, cwd=str(launch.cwd), env=launch.env)
+    if held.start_error is None:
+        try:
+            _start(owner, recorder, held.started)
+        except BaseException:
+            held.cancel()  # never runs: nobody wants it, or its start could not be written
+            raise
+        held.release()
+    waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
+    result = held.wait(
+        stop=owner.stop,
+        on_line=recorder.on_line,
+        on_output=recorder.on_output,
+        on_error_line=waiting.on_error_line,
+        on_tick=lambda: waiting.tick() or recorder.tick(),
+    )
+    return execution.conclude(launch, result, stall_minutes=recorder.stall_kill_seconds / 60)
+
+
+def _start(owner: RunOwner, recorder: RunRecorder, started: process.Started) -> None:
+    """The start transaction, before the CLI may run: its process recorded (so that a recovery
+    can kill it whatever happens to this worker), the run row, the log and the events. Raises
+    Stopped when the run is not wanted any more."""
+    with transaction.atomic(), events.batched():
+        recorded = owner.queue.objects.record_process(
+            owner.item,
+            pid=started.pid,
+            pgid=started.pgid,
+            started_at=started.create_time,
+            **owner.item_fields(),
+        )
+        if not recorded:
+            raise Stopped
+        owner.start(recorder)
 
 
 # task passes -------------------------------------------------------------------------------
@@ -259,7 +331,7 @@ def task_input_text(
     comments = [
         prompts.comment_row(
             c,
-            author_name(c.author_type, c.agent_id, names),
+            author_name(c.author_type, c.agent_id, names, c.kind),
             task_selectors.line_comment_text(c) if c.is_line_comment else None,
         )
         for c in task_selectors.collapse_repeated_errors(
@@ -278,61 +350,20 @@ def task_input_text(
     )
 
 
-def _begin_task(item: TaskQueueItem) -> tuple[Task | None, bool]:
-    """Task → In Progress; the workspace's other In Progress tasks go back to Todo (queued).
-    Returns (task, whether it moved); None when the task is gone, or waits for the user (the
-    item is then finished). One read: the task together with the workspace's In Progress
-    tasks. Only the task rows are locked, and not against key reads: locking the workspace row
-    too (select_related) deadlocked on PostgreSQL with a parallel pass that held its task row
-    and inserted a row referencing the workspace (CI, parallel tasks in one workspace)."""
-    with transaction.atomic(), events.batched():
-        rows = list(
-            Task.objects.select_for_update(no_key=True, of=("self",))
-            .select_related("workspace")
-            .filter(
-                Q(id=item.task_id)
-                | Q(workspace_id=item.workspace_id, status=TaskStatus.IN_PROGRESS)
-            )
-        )
-        task = next((row for row in rows if row.id == item.task_id), None)
-        if task is None:
-            return None, False
-        if task.status not in RUNNABLE_STATUSES:
-            TaskQueueItem.objects.finish(item, QueueStatus.COMPLETED)
-            return None, False
-        # Parallel tasks (branch per task) keep running; a task that waits goes back to Todo.
-        others = [row for row in rows if row.id != task.id]
-        running = set()
-        if others:
-            running = set(
-                TaskQueueItem.objects.filter(
-                    task_id__in=[other.id for other in others], status=QueueStatus.IN_PROGRESS
-                ).values_list("task_id", flat=True)
-            )
-        for other in others:
-            if other.id not in running:
-                task_services.task_status_set(task=other, status=TaskStatus.TODO, actor=SYSTEM)
-                task_services.queue_item_ensure(task=other)
-        moved = task.status == TaskStatus.TODO
-        if moved:
-            task_services.task_status_set(task=task, status=TaskStatus.IN_PROGRESS, actor=SYSTEM)
-    return task, moved
-
-
 class TaskPass:
-    """One pass of a task through the workspace's agents (one queue item = one pass).
+    """One pass of a task through the workspace's agents (one queue item = one pass), from the
+    first agent or from where an earlier attempt stopped (a failure, a CLI's wait, a restart).
 
-    Read once per pass: the settings, the CLIs' health marks, the agents and the input's
-    comments and logs. Each step's finish reads the task and its workspace anyway (the "still
-    wanted" check); when the workspace's `updated_at` moved (its agents or limits changed) the
-    agents are read again before the next agent, so edits and reorders apply at once; when the
-    task's `updated_at` moved (a comment, a move, an edit: every writer of its comments and
-    logs moves it, see tasks.services) the comments and logs are read again. The pass's own
+    Read once per pass: the settings, the CLIs' states, the agents and the input's comments
+    and logs. Each step's finish reads the task and its workspace anyway (the "still wanted"
+    check); when the workspace's `updated_at` moved (its agents or limits changed) the agents
+    are read again before the next agent, so edits and reorders apply at once; when the task's
+    `updated_at` moved (a comment, a move, an edit: every writer of its comments and logs
+    moves it, see tasks.services) the comments and logs are read again. The pass's own
     agent_started/agent_finished logs are added to them as they are written.
 
-    A comment queues the next pass (the comment service does that); "in_review" ends the pass;
-    a pass where nobody commented moves the task to In Review (in the last step's finish); an
-    error writes an error comment (which queues the retry) and ends the pass."""
+    The pass's rules (its begin, a step's answer, its end, a failure, a wait for a CLI) are
+    tasks.services'; this class walks the agents and keeps what it read."""
 
     queue = TaskQueueItem
     schema_kind = "task"
@@ -343,54 +374,91 @@ class TaskPass:
         self.item, self.stop, self.shutdown = item, stop, shutdown
         self.task: Task | None = None
         self.agent: Agent | None = None
+        self.plan: RunPlan | None = None
         self.agents: list[tuple[str, str]] = []
         self.workspace_agents: list[Agent] = []
         self.agents_read_at = None  # the workspace's updated_at when its agents were read
         self.history: tuple[list, list] | None = None
         self.history_read_at = None  # the task's updated_at when its history was read
+        self.read_comments: list[TaskComment] = []  # the step's input's undelivered comments
         self.schema = task_schema()
         self.worktree: branches.Worktree | None = None
         self.commit: str | None = None
-        self.ended = False  # the item is finished (error, In Review, or the pass's end)
+        self.ended = False  # the item is finished or waits (a failure, In Review, the end)
         self.snapshots = PassSnapshots()  # one snapshot between two runs, the first trees
         self.started_log = None  # the next run's agent_started log, shown in its input
         self.activity_at: float | None = None  # when this pass last bumped the workspace
+        self.settings: dict | None = None  # read once the pass may run
+        self.pass_started = None  # its real start (kept when it continues where it stopped)
+        # The agent whose run failed last time (its answer ends the failure streak).
+        self.retried_agent_id = item.resume_agent_id
 
     # the pass --------------------------------------------------------------------------------
     def run(self) -> None:
         """Never raises for CLI or agent trouble. At shutdown the item stays in progress so that
-        startup recovery re-queues it."""
+        startup recovery re-queues it, at the agent it was running."""
         try:
-            self.task, moved = _begin_task(self.item)
-            if self.task is None or not self._prepare_worktree():
+            if self.item.phase == PassPhase.MANUAL:
+                self._checks_by_hand()
                 return
+            begun = task_services.task_pass_begin(item=self.item)
+            if begun is None:
+                return
+            self.task, moved = begun
             if moved:  # the move bumped the workspace's activity
                 self.activity_at = time.monotonic()
+            if not self._prepare_worktree():
+                return
             self.settings = settings_get()
             # Read once per pass (a CLI limited meanwhile pauses the pass at its own run).
-            self.limited = cli_limited()
-            # A pass paused on a usage limit continues where it stopped.
+            self.clis = cli_states()
+            # A pass that stopped on the way (a failure, a wait, a restart) keeps its start.
             self.pass_started = self.item.pass_started_at or timezone.now()
-            order = None
-            while (agent := self._next_agent(order)) is not None:
-                order, self.agent = agent.order, agent
-                if not self._choose_cli():
-                    return  # its CLI is out of quota: the item waits for it
-                run_step(self)
-                if self.ended:
-                    return  # apply() finished (or paused) the item
-            self._end_pass()
-        except Stopped:
+            if self.item.phase != PassPhase.CHECKS:  # (after a restart: the checks again)
+                self._run_agents()
+            if self.item.phase == PassPhase.CHECKS:  # the agents would put it In Review
+                self.ended = False
+                run_checks(self)
+        except (Stopped, ChecksStopped):
             if not self.shutdown.is_set():
                 TaskQueueItem.objects.finish(self.item, QueueStatus.FAILED)
         except Exception as exc:  # a bug must not leave the task stuck without a word
             log.exception("Task pass failed", extra={"task_id": self.item.task_id})
-            self._internal_error(exc)
+            self._fail_outside_a_step(internal_error_message(exc))
+
+    def _checks_by_hand(self) -> None:
+        """A person's "Run checks" on an In Review task: the checks only, where its agents
+        work; the task does not move (it ran away meanwhile: nothing to do)."""
+        task = Task.objects.select_related("workspace").filter(id=self.item.task_id).first()
+        if task is None or task.status != TaskStatus.IN_REVIEW:
+            TaskQueueItem.objects.finish(self.item, QueueStatus.COMPLETED)
+            return
+        self.task = task
+        if not self._prepare_worktree():
+            return
+        self.settings = settings_get()
+        run_checks(self)
+
+    def _run_agents(self) -> None:
+        """The agents in order, from where the pass is, until one step ends the pass (its
+        item finished, waiting, or in its checks phase) or none is left."""
+        order = None
+        while (agent := self._next_agent(order)) is not None:
+            order, self.agent = agent.order, agent
+            plan = plan_run(agent, limited=self.clis.limited, broken=self.clis.broken)
+            if isinstance(plan, Wait):
+                self._wait_for(plan.cli)
+                return  # the item waits for its CLI
+            self.plan = plan
+            run_step(self, plan)
+            if self.ended:
+                return  # apply() finished the item (or made it wait, or check)
+        self._end_pass()
 
     # branch per task ---------------------------------------------------------------------------
     def _prepare_worktree(self) -> bool:
         """Branch per task: the task's worktree (made on first use, its setup command run until
-        it succeeds once). False when there is none to be had: the pass ended with an error
+        it succeeds once). False when there is none to be had: the pass failed with an error
         comment saying why (and the usual retry)."""
         workspace = self.task.workspace
         if not workspace.isolated:
@@ -398,14 +466,14 @@ class TaskPass:
         try:
             worktree = branches.prepare(self.task, workspace)
         except branches.BranchProblem as exc:
-            self._fail_pass(str(exc))
+            self._fail_outside_a_step(str(exc))
             return False
         if worktree.created:
             with transaction.atomic(), events.batched():
                 task_services.task_branch_record(task=self.task, worktree=worktree)
         problem = self._setup(worktree, workspace.setup_command)
         if problem:
-            self._fail_pass(problem)
+            self._fail_outside_a_step(problem)
             return False
         self.worktree = worktree
         return True
@@ -422,7 +490,7 @@ class TaskPass:
         done = process.run(
             Command(argv),
             cwd=str(worktree.path),
-            env=dict(os.environ),
+            env=execution.process_env(dict(os.environ), cwd=worktree.path),
             stop=self.stop,
             timeout=SETUP_TIMEOUT_SECONDS,
         )
@@ -441,41 +509,7 @@ class TaskPass:
         branches.setup_mark_done(self.task.id)
         return ""
 
-    def _fail_pass(self, message: str) -> None:
-        """The pass cannot run (no worktree, a failed setup): an error comment, the usual
-        back-off, and the item ends."""
-        with transaction.atomic(), events.batched():
-            task = Task.objects.filter(id=self.item.task_id).first()
-            if task is None:
-                return
-            failures = task_services.task_run_failed(task=task, message=message)
-            notify_task_error(task=task, message=message, failure_streak=failures)
-            TaskQueueItem.objects.finish(self.item, QueueStatus.FAILED)
-
-    def run_directory(self) -> tuple[Path | None, str]:
-        if self.worktree is not None:
-            return self.worktree.path, ""
-        return working_directory(self.workspace, self.working_folder)
-
-    def after_run(self) -> Failure | None:
-        """Commit what the agent changed on the task branch (a Failure if git refused)."""
-        self.commit = None
-        if self.worktree is None:
-            return None
-        try:
-            self.commit = branches.commit_run(
-                self.worktree.path, agent_name=self.agent.name, task=self.task
-            )
-        except branches.BranchProblem as exc:
-            return Failure(str(exc))
-        return None
-
-    @functools.cached_property
-    def health_marked(self) -> set[str]:
-        """The CLIs a health check marked, read once per pass when the first step has ended
-        (not on the way to starting the first CLI)."""
-        return cli_health_marked()
-
+    # the agents, and what the pass read -----------------------------------------------------
     def _agents_changed(self) -> bool:
         return self.agents_read_at != self.task.workspace.updated_at
 
@@ -487,7 +521,7 @@ class TaskPass:
             self.agents = [(agent.id, agent.name) for agent in self.workspace_agents]
             self.stall = stall_limits(workspace, settings=self.settings)
         resume = self.item.resume_agent_id
-        if order is None and resume:  # the agent whose run hit the limit (if it still exists)
+        if order is None and resume:  # where the pass stopped (if that agent still exists)
             self.item.resume_agent_id = None
             found = next((a for a in self.workspace_agents if a.id == resume), None)
             if found is not None:
@@ -525,51 +559,9 @@ class TaskPass:
             return not wrote
         return False
 
-    def _commented_since(self, since) -> bool:
-        history = self._current_history()
-        if history is None:
-            return TaskComment.objects.filter(task=self.task, created_at__gte=since).exists()
-        return any(comment.created_at >= since for comment in history[0])
-
-    def _last_agent_comment(self) -> str:
-        history = self._current_history()
-        if history is None:
-            return task_selectors.last_agent_comment(self.task)
-        by_agents = [comment for comment in history[0] if comment.agent_id]
-        return max(by_agents, key=lambda c: c.created_at).content if by_agents else ""
-
-    def _choose_cli(self) -> bool:
-        """The agent's CLI, or its fallback CLI while that one is out of quota; False (and the
-        item paused) when neither may run now."""
-        agent, limited = self.agent, self.limited
-        self.cli_type, self.fallback_for = agent.cli_type, ""
-        if agent.cli_type not in limited:
-            return True
-        fallback = agent.fallback_cli_type
-        if fallback and fallback != agent.cli_type and fallback not in limited:
-            self.cli_type, self.fallback_for = fallback, agent.cli_type
-            return True
-        with transaction.atomic(), events.batched():
-            self._wanted_task()
-            self._pause(agent.cli_type)
-        return False
-
-    def _pause(self, cli_type: str, *, limited: bool = False) -> None:
-        """Inside a transaction: the item goes back to the queue, waiting for `cli_type`, and
-        continues at this agent with this pass's start."""
-        task_services.task_pass_pause(
-            task=self.task,
-            item=self.item,
-            actor=agent_actor(self.agent),
-            cli_type=cli_type,
-            pass_started=self.pass_started,
-            limited=limited,
-        )
-        self.ended = True
-
-    def _wanted_task(self) -> Task:
+    def _lock_wanted_task(self) -> Task:
         """Inside a transaction: the item still runs and the task is still In Progress (checked
-        here, so the item's own check needs no join)."""
+        here, so the item's own check needs no join); the task's row locked. Raises Stopped."""
         wanted = TaskQueueItem.objects.unstopped_q("queue_items__")
         rows = Task.objects.select_related("workspace").filter(
             wanted,
@@ -578,43 +570,75 @@ class TaskPass:
             id=self.item.task_id,
         )
         # Locks the item (and its task and workspace) with PostgreSQL until this transaction
-        # ends: a recovery's requeue of the item waits, then finds it as this finish left it.
-        rows = rows.filter(status=TaskStatus.IN_PROGRESS).select_for_update(no_key=True)
+        # ends: a recovery's requeue of the item waits, then finds it as this finish left it;
+        # a comment written meanwhile waits too (tasks.services.comment_create_and_send_around).
+        by_hand = self.item.phase == PassPhase.MANUAL  # checks on an In Review task
+        status = TaskStatus.IN_REVIEW if by_hand else TaskStatus.IN_PROGRESS
+        rows = rows.filter(status=status).select_for_update(no_key=True)
         task = next(iter(rows[:1]), None)  # (a join, not a subquery: cheaper to compile)
         if self.stop.is_set() or task is None:
             raise Stopped
         self.task = task
         return task
 
+    # the pass's edges, through tasks.services ----------------------------------------------
+    def _wait_for(self, cli: str) -> None:
+        """The agent's CLI (and its fallback) may not run now: the pass waits for it here."""
+        with transaction.atomic(), events.batched():
+            self._lock_wanted_task()
+            task_services.task_pass_pause(
+                task=self.task,
+                item=self.item,
+                agent=self.agent,
+                cli_type=cli,
+                pass_started=self.pass_started,
+            )
+        self.ended = True
+
     def _end_pass(self) -> None:
         """The loop ran out of agents without a finish that saw it coming (no agents, or they
         changed during the last step)."""
         with transaction.atomic(), events.batched():
-            self._wanted_task()
-            self._end_pass_writes()
-
-    def _end_pass_writes(self) -> None:
-        """Inside a transaction that checked the task is still wanted."""
-        task = self.task
-        commented = self._commented_since(self.pass_started)
-        if not commented:
-            notify = {"last_comment": self._last_agent_comment(), "settings": self.settings}
-            task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=SYSTEM)
-            notify_task_in_review(task=task, **notify)
-        TaskQueueItem.objects.finish(self.item, QueueStatus.COMPLETED)
-        if commented and self.item.pass_started_at:
-            # A resumed pass: the next pass its comments asked for gave way at the pause.
-            task_services.queue_item_ensure(task=task)
+            self._lock_wanted_task()
+            task_services.task_pass_end(
+                task=self.task,
+                item=self.item,
+                pass_started=self.pass_started,
+                settings=self.settings,
+            )
         self.ended = True
 
-    def _internal_error(self, exc: Exception) -> None:
-        """Same path as a CLI error: an error comment (which queues the retry) and back-off."""
+    def _fail(self, failure: Failure) -> None:
+        """Inside the step's finish transaction: the one failure rule of tasks.services."""
+        task_services.task_pass_failed(
+            task=self.task,
+            item=self.item,
+            agent=self.agent,
+            message=failure.message,
+            pass_started=self.pass_started,
+            settings=self.settings,
+            cli=self.plan.health_key if self.plan else "",
+            cannot_run=failure.cannot_run,
+        )
+        self.ended = True
+
+    def _fail_outside_a_step(self, message: str) -> None:
+        """No worktree, a failed setup, a bug: the pass fails at the agent it was at (from the
+        first when none started yet)."""
         with transaction.atomic(), events.batched():
-            task = Task.objects.filter(id=self.item.task_id).first()
+            task = Task.objects.select_related("workspace").filter(id=self.item.task_id).first()
             if task is None:
                 return
-            task_services.task_run_failed(task=task, message=internal_error_message(exc))
-            TaskQueueItem.objects.finish(self.item, QueueStatus.FAILED)
+            self.task = task
+            task_services.task_pass_failed(
+                task=task,
+                item=self.item,
+                agent=self.agent,
+                message=message,
+                pass_started=self.pass_started,
+                settings=self.settings,
+            )
+        self.ended = True
 
     # one step (called by run_step) -----------------------------------------------------------
     @property
@@ -628,18 +652,34 @@ class TaskPass:
     def include_dirs(self, input_path: Path) -> tuple[str, ...]:
         return (str(input_path.parent),)
 
-    def recorder(self) -> RunRecorder:
+    def run_directory(self) -> tuple[Path | None, str]:
+        if self.worktree is not None:
+            return self.worktree.path, ""
+        return working_directory(self.workspace, self.working_folder)
+
+    def after_run(self) -> Failure | None:
+        """Commit what the agent changed on the task branch (a Failure if git refused)."""
+        self.commit = None
+        if self.worktree is None:
+            return None
+        try:
+            self.commit = branches.commit_run(
+                self.worktree.path, agent_name=self.agent.name, task=self.task
+            )
+        except branches.BranchProblem as exc:
+            return Failure(str(exc))
+        return None
+
+    def recorder(self, plan: RunPlan) -> RunRecorder:
         agent = self.agent
-        # A fallback CLI runs without the agent's own model and flags (they are its CLI's).
-        self.run_options = RunOptions() if self.fallback_for else execution.options_for(agent)
         return RunRecorder(
-            cli_type=self.cli_type,
-            model=self.run_options.model,
+            cli_type=plan.cli_type,
+            model=plan.options.model,
             workspace_id=self.task.workspace_id,
             agent_id=agent.id,
             agent_name=agent.name,
             task_id=self.task.id,
-            fallback_for=self.fallback_for,
+            fallback_for=plan.fallback_for,
             deferred=True,
             worker_id=self.item.worker_id,
             knowledge_dir=str(knowledge_base_dir()),
@@ -652,12 +692,19 @@ class TaskPass:
             task=self.task, actor=agent_actor(self.agent)
         )
         comments, logs = self._history()
+        self.read_comments = [
+            c for c in comments if c.delivered_at is None and c.kind in KEEPS_GOING
+        ]
         history = (comments, [*logs, self.started_log])
         isolated = self.worktree is not None
         text = task_input_text(
             self.task, self.agent, output_path, self.agents, history, isolated=isolated
         )
         return write_private(task_input_path(self.task.id), text)
+
+    def item_fields(self) -> dict:
+        """Where the pass continues if its worker dies or stops now: at this agent."""
+        return {"resume_agent_id": self.agent.id, "pass_started_at": self.pass_started}
 
     def start(self, recorder: RunRecorder) -> None:
         """Inside the start transaction (the item is still wanted): the run and its log."""
@@ -675,9 +722,9 @@ class TaskPass:
         except InvalidOutput as exc:
             return Failure(f"CLI output structure was invalid: {exc}")
 
-    def still_wanted(self) -> bool:
+    def lock_if_wanted(self) -> bool:
         try:
-            self._wanted_task()
+            self._lock_wanted_task()
         except Stopped:
             return False
         return True
@@ -688,73 +735,38 @@ class TaskPass:
                 task=self.task, actor=agent_actor(self.agent), commit=self.commit
             )
         if isinstance(result, Paused):
-            self._apply_pause(result)
+            task_services.task_pass_limited(
+                task=self.task,
+                item=self.item,
+                agent=self.agent,
+                cli=result.cli_type,
+                limit=result.limit,
+                pass_started=self.pass_started,
+            )
+            self.ended = True
         elif isinstance(result, Failure):
-            self._apply_failure(result.message)
+            self._fail(result)
         else:
-            self._apply_outcome(result)
+            self._apply_answer(result)
 
-    def _apply_pause(self, paused: Paused) -> None:
-        """Not an error: no comment, no email, and the end of a failure streak (the CLI started
-        and answered: whatever failed before, it is not what stops the task now; its card says
-        it waits for the CLI, not "failed, retry pending"). The CLI is limited (one
-        notification for all waiting work) and this pass waits for it."""
-        cli_limit_set(cli_type=paused.cli_type, limit=paused.limit)
-        task_services.task_run_succeeded(task=self.task)
-        fallback = self.agent.fallback_cli_type
-        if self.fallback_for:  # the fallback ran out too: wait for the agent's own CLI
-            waits_for = self.fallback_for
-        elif fallback and fallback != paused.cli_type and fallback not in cli_limited():
-            waits_for = ""  # runs again at once, on the fallback CLI (see _choose_cli)
-        else:
-            waits_for = paused.cli_type
-        self._pause(waits_for, limited=True)
-
-    def _apply_outcome(self, outcome) -> None:
-        task, actor = self.task, agent_actor(self.agent)
-        for content in outcome.comments:
-            task_services.comment_create(task=task, content=content, actor=actor)
-        if outcome.in_review:
-            notify = {"last_comment": self._last_agent_comment(), "settings": self.settings}
-            task_services.task_status_set(task=task, status=TaskStatus.IN_REVIEW, actor=actor)
-            notify_task_in_review(task=task, **notify)
-        task_services.task_run_succeeded(task=task)
-        touch = self._activity_due(wrote=bool(outcome.comments) or outcome.in_review)
-        finished = task_services.task_agent_finished(
-            task=task, actor=actor, action_type=outcome.action_type, touch_workspace=touch
+    def _apply_answer(self, answer) -> None:
+        wrote = bool(answer.comments) or answer.in_review
+        finished, self.ended = task_services.task_step_answered(
+            task=self.task,
+            item=self.item,
+            agent=self.agent,
+            answer=answer,
+            pass_started=self.pass_started,
+            read=self.read_comments,
+            retried=self.agent.id == self.retried_agent_id and bool(self.task.failure_streak),
+            last_step=self._is_last_step(),
+            settings=self.settings,
+            touch_workspace=self._activity_due(wrote=wrote),
         )
         self._remember(finished)
-        if outcome.in_review:
-            TaskQueueItem.objects.finish(self.item, QueueStatus.COMPLETED)
-            self.ended = True
-        elif self._is_last_step():
-            self._end_pass_writes()
-
-    def _apply_failure(self, message: str) -> None:
-        task = self.task
-        failures = task_services.task_run_failed(
-            task=task, message=message, agent_name=self.agent.name
-        )
-        notify_task_error(
-            task=task, message=message, failure_streak=failures, settings=self.settings
-        )
-        task_services.task_agent_finished(
-            task=task, actor=agent_actor(self.agent), action_type="error"
-        )
-        TaskQueueItem.objects.finish(self.item, QueueStatus.FAILED)
-        self.ended = True
 
 
 # chat replies ------------------------------------------------------------------------------
-
-
-class Outcome:
-    """`outcome` of chat.processing_finished."""
-
-    REPLIED = "replied"  # the agent's message was stored
-    FAILED = "failed"  # a system message says why
-    STOPPED = "stopped"  # stopped by the user (or shutdown): output discarded
-    WAITING = "waiting"  # the CLI is out of quota: the reply comes when it is back
 
 
 def _history(chat: Chat) -> list[dict]:
@@ -789,7 +801,9 @@ def _speaker(chat: Chat, item: ChatQueueItem):
 class ChatReply:
     """One participant's answer to a chat message: one step. Chats run concurrently (several in
     one workspace too). The CLI is the participant's override, else its agent's, else for the
-    Malamar agent the first available in Claude → Codex → Gemini → OpenCode."""
+    Malamar agent the first available in Claude → Codex → Gemini → OpenCode; the agent's
+    fallback CLI while that one is out of quota (runner.plans). The reply's rules are
+    chats.replies'."""
 
     queue = ChatQueueItem
     output_prefix = "malamar_chat_output"
@@ -797,11 +811,10 @@ class ChatReply:
 
     def __init__(self, item: ChatQueueItem, *, stop: threading.Event, shutdown: threading.Event):
         self.item, self.stop, self.shutdown = item, stop, shutdown
-        self.outcome = Outcome.FAILED
-        self.announced = False
-        self.health_marked: set[str] = set()
-        self.fallback_for = ""
-        self.snapshots = PassSnapshots()
+        self.ended = False  # chats.replies announced how the reply ended
+        self.clis = CliStates(limited=frozenset(), broken={}, marked=frozenset())
+        self.plan: RunPlan | None = None
+        self.snapshots = PassSnapshots()  # (a chat has no task totals)
 
     def run(self) -> None:
         chat = Chat.objects.select_related("workspace").filter(id=self.item.chat_id).first()
@@ -813,68 +826,78 @@ class ChatReply:
         self.cli = participant_cli_type(participant) if participant else None
         self.schema = chat_schema(malamar=self.agent is None)
         self.schema_kind = "malamar" if self.agent is None else "chat"
-        # How the run ended, for the page: only "replied" is toasted as a reply; a stopped run
-        # (Stop, shutdown) is discarded and says nothing.
         try:
             if self.cli is None:
                 self._reply_without_cli()
-            else:
-                # Read once per reply: the settings and the CLIs' health.
-                self.settings, self.health = settings_get(), cli_health_all()
-                marked = [h["cli_type"] for h in self.health if h["status"] in HEALTH_MARKS]
-                self.health_marked = set(marked)
-                if self._choose_cli():
-                    run_step(self)
+                return
+            # Read once per reply: the settings and the CLIs' health (the context lists it).
+            self.settings, self.health = settings_get(), cli_health_all()
+            self.clis = cli_states_from(self.health)
+            plan = plan_run(
+                self.agent, limited=self.clis.limited, broken=self.clis.broken, cli=self.cli
+            )
+            if isinstance(plan, Wait):
+                self._wait_for(plan.cli)
+                return
+            self.plan = plan
+            run_step(self, plan)
         except Stopped:
-            self.outcome = Outcome.STOPPED
             if not self.shutdown.is_set():
                 ChatQueueItem.objects.finish(self.item, QueueStatus.FAILED)
+            self._announce(ReplyEnd.STOPPED)
         except Exception as exc:  # a bug must not leave the user waiting for a reply forever
             log.exception("Chat processing failed", extra={"chat_id": chat.id})
-            self.outcome = Outcome.FAILED
             with transaction.atomic(), events.batched():
-                if Chat.objects.filter(id=chat.id).exists():
-                    chat_message_add_system(chat=chat, message=internal_error_message(exc))
-                ChatQueueItem.objects.finish(self.item, QueueStatus.FAILED)
-        finally:
-            if not self.announced:  # apply() announces in its own transaction
-                with transaction.atomic():
-                    if Chat.objects.filter(id=chat.id).exists():
-                        self._announce()
+                chat_reply_failed(
+                    chat=chat,
+                    item=self.item,
+                    agent_name=self.agent_name,
+                    message=internal_error_message(exc),
+                )
+            self.ended = True
 
-    def _choose_cli(self) -> bool:
-        """While the CLI is out of quota: the agent's fallback CLI, else the reply waits (the
-        item stays queued for that CLI, no system message: the CLI's limit is not an error)."""
-        limited = {h["cli_type"] for h in self.health if h.get("limited")}
-        self.fallback_for = ""
-        if self.cli not in limited:
-            return True
-        fallback = self.agent.fallback_cli_type if self.agent else ""
-        if fallback and fallback not in limited:
-            self.cli, self.fallback_for = fallback, self.cli
-            return True
+    def _announce(self, outcome: str) -> None:
+        """chat.processing_finished for an end no service announced (a stop)."""
+        if self.ended:
+            return
+        with transaction.atomic():
+            if Chat.objects.filter(id=self.chat.id).exists():
+                chat_run_finished(chat=self.chat, agent_name=self.agent_name, outcome=outcome)
+        self.ended = True
+
+    def _wait_for(self, cli: str) -> None:
+        """Neither the CLI nor the agent's fallback may run: a CLI out of quota makes the
+        reply wait for it (no system message: a limit is not an error); a broken one fails the
+        reply with why (the user picks another CLI)."""
         with transaction.atomic(), events.batched():
-            if not self.still_wanted():
+            if not self.lock_if_wanted():
                 raise Stopped
-            self._pause(self.cli)
-        return False
-
-    def _pause(self, cli_type: str) -> None:
-        ChatQueueItem.objects.pause(self.item, cli_type=cli_type)
-        self.outcome = Outcome.WAITING
-        self._announce()
-
-    def _announce(self) -> None:
-        """chat.processing_finished, with how the run ended."""
-        chat_run_finished(chat=self.chat, agent_name=self.agent_name, outcome=self.outcome)
-        self.announced = True
+            if cli in self.clis.limited:
+                chat_reply_waits(
+                    chat=self.chat, item=self.item, agent_name=self.agent_name, cli=cli
+                )
+            else:
+                reason = self.clis.broken.get(cli, "")
+                chat_reply_failed(
+                    chat=self.chat,
+                    item=self.item,
+                    agent_name=self.agent_name,
+                    message=f"{health_key_label(cli)} cannot run: {reason}".rstrip(": "),
+                )
+        self.ended = True
 
     def _reply_without_cli(self) -> None:
         with transaction.atomic(), events.batched():
             chat_run_started(chat=self.chat, agent_name=self.agent_name)
-            if not self.still_wanted():
+            if not self.lock_if_wanted():
                 raise Stopped
-            self.apply(Failure(no_cli_message([])))
+            chat_reply_failed(
+                chat=self.chat,
+                item=self.item,
+                agent_name=self.agent_name,
+                message=no_cli_message([]),
+            )
+        self.ended = True
 
     # one step (called by run_step) -----------------------------------------------------------
     @property
@@ -894,24 +917,23 @@ class ChatReply:
     def after_run(self) -> None:
         return None
 
-    def recorder(self) -> RunRecorder:
-        agent = self.agent
-        # The agent's model and flags belong to its own CLI: a chat's override runs without them.
-        own_cli = agent is not None and self.cli == agent.cli_type
-        self.run_options = execution.options_for(agent) if own_cli else RunOptions()
+    def recorder(self, plan: RunPlan) -> RunRecorder:
         return RunRecorder(
-            cli_type=self.cli,
-            model=self.run_options.model,
+            cli_type=plan.cli_type,
+            model=plan.options.model,
             workspace_id=self.chat.workspace_id,
-            agent_id=agent.id if agent else None,
+            agent_id=self.agent.id if self.agent else None,
             agent_name=self.agent_name,
             chat_id=self.chat.id,
-            fallback_for=self.fallback_for,
+            fallback_for=plan.fallback_for,
             deferred=True,
             worker_id=self.item.worker_id,
             knowledge_dir=str(knowledge_base_dir()),
             **stall_limits(self.chat.workspace, settings=self.settings),
         )
+
+    def item_fields(self) -> dict:
+        return {}
 
     def start(self, recorder: RunRecorder) -> None:
         """Inside the start transaction (the item is still wanted): the run, and open pages
@@ -959,8 +981,8 @@ class ChatReply:
         except ValueError as exc:
             return Failure(f"CLI output structure was invalid: {exc}")
 
-    def still_wanted(self) -> bool:
-        """Inside a transaction: the item still runs and its chat still exists."""
+    def lock_if_wanted(self) -> bool:
+        """Inside a transaction: the item still runs and its chat still exists (locked)."""
         item = (
             ChatQueueItem.objects.wanted()
             .filter(id=self.item.id, worker_id=self.item.worker_id)  # still ours
@@ -975,24 +997,28 @@ class ChatReply:
         return True
 
     def apply(self, result) -> None:
-        chat = self.chat
+        chat, item, name = self.chat, self.item, self.agent_name
         if isinstance(result, Paused):
-            cli_limit_set(cli_type=result.cli_type, limit=result.limit)
-            self._pause(self.fallback_for or result.cli_type)
-            return
-        if isinstance(result, Failure):
-            chat_message_add_system(chat=chat, message=result.message)
-            ChatQueueItem.objects.finish(self.item, QueueStatus.FAILED)
-            self._announce()
-            return
-        message, actions = result
-        results = execute_actions(chat=chat, actions=actions, is_malamar=self.agent is None)
-        chat_message_add_agent(
-            chat=chat, message=message, actions=[r.as_stored() for r in results], agent=self.agent
-        )
-        summary = failure_summary(results)
-        if summary:
-            chat_message_add_system(chat=chat, message=summary)
-        ChatQueueItem.objects.finish(self.item, QueueStatus.COMPLETED)
-        self.outcome = Outcome.REPLIED
-        self._announce()
+            chat_reply_limited(
+                chat=chat,
+                item=item,
+                agent=self.agent,
+                cli=self.cli,
+                ran_on=result.cli_type,
+                limit=result.limit,
+            )
+        elif isinstance(result, Failure):
+            chat_reply_failed(
+                chat=chat,
+                item=item,
+                agent_name=name,
+                message=result.message,
+                cli=self.plan.health_key,
+                cannot_run=result.cannot_run,
+            )
+        else:
+            message, actions = result
+            chat_reply_answered(
+                chat=chat, item=item, agent=self.agent, message=message, actions=actions
+            )
+        self.ended = True

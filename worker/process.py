@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -112,6 +113,174 @@ def _thread(target, *args) -> threading.Thread:
     return thread
 
 
+# The gate every process passes (DESIGN "Processes"): a Python started with `-I -S` (no site, no
+# environment of its own) waits on a pipe for the worker's go before it becomes the command
+# (exec: same pid, same process group). The worker records the process first, so recovery
+# knows every CLI that ever ran; a worker killed before its go closes the pipe, and the gate
+# exits without running anything. An exec that fails writes why on a second pipe, which a
+# successful exec closes (close-on-exec): the same "could not be started" as Popen's.
+GATE = """import os, sys
+gate, status = int(sys.argv[1]), int(sys.argv[2])
+os.set_inheritable(status, False)
+if os.read(gate, 1) != b"g":
+    os._exit(125)
+os.close(gate)
+try:
+    os.execvp(sys.argv[3], sys.argv[3:])
+except OSError as exc:
+    os.write(status, f"{exc.strerror or exc}: {exc.filename or sys.argv[3]}".encode())
+    os._exit(127)
+"""
+
+
+class Held:
+    """A process forked and waiting at its gate: `started` says which (record it), then
+    `release()` lets the command run and `wait()` follows it to its end; `cancel()` ends it
+    without ever running the command. `start_error` when there is nothing to run."""
+
+    def __init__(self, command: Command, *, cwd: str, env: dict[str, str]):
+        self.command = command
+        self.result = ProcessResult(started_at=time.time())
+        self.started: Started | None = None
+        self.proc: subprocess.Popen | None = None
+        gate_r, self.gate = os.pipe()
+        self.status, status_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", GATE, str(gate_r), str(status_w), *command.argv],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL if command.stdin is None else subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(gate_r, status_w),
+            )
+        except OSError as exc:
+            self.result.start_error = f"{exc.strerror or exc}: {exc.filename or cwd}"
+            self._close_pipes(self.gate, self.status)
+        finally:
+            self._close_pipes(gate_r, status_w)
+        if self.proc is not None:
+            pid = self.proc.pid
+            self.started = Started(pid=pid, pgid=pid, create_time=_create_time(pid))
+
+    @property
+    def start_error(self) -> str | None:
+        return self.result.start_error
+
+    @staticmethod
+    def _close_pipes(*fds: int) -> None:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def release(self) -> None:
+        """Let the command run; an exec that failed becomes `start_error` (and wait() returns
+        at once)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(OSError):
+            os.write(self.gate, b"g")
+        self._close_pipes(self.gate)
+        chunks = []
+        with contextlib.suppress(OSError):
+            while chunk := os.read(self.status, 4096):  # EOF: the command runs
+                chunks.append(chunk)
+        self._close_pipes(self.status)
+        if chunks:
+            self.result.start_error = storable_text(b"".join(chunks))
+
+    def cancel(self) -> None:
+        """Never run the command: the gate closes and the process exits by itself."""
+        if self.proc is None:
+            return
+        self._close_pipes(self.gate, self.status)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        if self.proc.poll() is None:
+            kill_tree(self.proc.pid, pgid=self.proc.pid, create_time=self.started.create_time)
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+    def wait(
+        self,
+        *,
+        stop: threading.Event | None = None,
+        timeout: float | None = None,
+        on_line: Callable[[str], None] | None = None,
+        on_output: Callable[[], None] | None = None,
+        on_tick: Callable[[], bool] | None = None,
+        timeout_from_output: bool = False,
+        on_error_line: Callable[[str], None] | None = None,
+    ) -> ProcessResult:
+        """Follow the released command to completion, or until `stop` is set, `timeout`
+        passes or `on_tick` (called every few milliseconds on this thread) returns True; then
+        kill it. `on_line` and `on_error_line` get stdout's and stderr's complete lines as they
+        arrive; `timeout_from_output`: see run()."""
+        result, proc = self.result, self.proc
+        if proc is None or result.start_error:
+            if proc is not None:
+                proc.wait()
+                self.cancel()
+            result.ended_at = time.time()
+            return result
+        out, err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
+        first_output: list[float] = []  # monotonic time of the first output, once there is one
+
+        def output() -> None:
+            if not first_output:
+                first_output.append(time.monotonic())
+            if on_output:
+                on_output()
+
+        readers = [
+            _thread(_drain, proc.stdout, out, on_line, output),
+            _thread(_drain, proc.stderr, err, on_error_line, output),
+        ]
+        if self.command.stdin is not None:
+            _thread(_feed, proc.stdin, self.command.stdin)
+        exited = threading.Event()
+        _thread(lambda: (proc.wait(), exited.set()))
+        started = time.monotonic()
+        create_time = self.started.create_time
+        while not exited.wait(STOP_CHECK_SECONDS):
+            ends = deadline(started, first_output[:1], timeout, from_output=timeout_from_output)
+            if stop is not None and stop.is_set():
+                result.stopped = True
+            elif ends is not None and time.monotonic() > ends:
+                result.timed_out = True
+            elif on_tick is not None and on_tick():
+                result.stalled = True
+            else:
+                continue
+            kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
+            exited.wait(5)
+            break
+        # The CLI is gone. Anything it left in its process group is an orphan: end it too, so
+        # no agent keeps editing after its run and nobody holds our pipes open. (A stop or
+        # timeout above also scanned the session for descendants that moved to groups of their
+        # own.)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for reader in readers:
+            reader.join(timeout=2)
+        result.exit_code = proc.returncode
+        result.stdout, result.stderr = out.text(), err.text()
+        result.stdout_bytes = out.total
+        result.ended_at = time.time()
+        return result
+
+
+def spawn(command: Command, *, cwd: str, env: dict[str, str]) -> Held:
+    """Fork `command`, held at its gate (see Held): nothing runs before `release()`."""
+    return Held(command, cwd=cwd, env=env)
+
+
 def run(
     command: Command,
     *,
@@ -119,7 +288,6 @@ def run(
     env: dict[str, str],
     stop: threading.Event | None = None,
     timeout: float | None = None,
-    on_started: Callable[[Started], None] | None = None,
     on_line: Callable[[str], None] | None = None,
     on_output: Callable[[], None] | None = None,
     on_tick: Callable[[], bool] | None = None,
@@ -127,72 +295,22 @@ def run(
     on_error_line: Callable[[str], None] | None = None,
 ) -> ProcessResult:
     """Run `command` to completion, or until `stop` is set, `timeout` passes or `on_tick`
-    (called every few milliseconds on this thread) returns True; then kill it. `on_line` and
+    (called every few milliseconds on this thread) returns True (then kill it): a process
+    nobody needs to record first (health checks, a worktree's setup command). `on_line` and
     `on_error_line` get stdout's and stderr's complete lines as they arrive.
     `timeout_from_output`: the timeout counts again from the process's first output (stdout or
     stderr), so the time a loaded machine takes to start it counts only until it prints."""
-    result = ProcessResult(started_at=time.time())
-    try:
-        proc = subprocess.Popen(
-            command.argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL if command.stdin is None else subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except OSError as exc:
-        result.start_error = f"{exc.strerror or exc}: {exc.filename or command.argv[0]}"
-        result.ended_at = time.time()
-        return result
-    create_time = _create_time(proc.pid)
-    if on_started:
-        on_started(Started(pid=proc.pid, pgid=proc.pid, create_time=create_time))
-    out, err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
-    first_output: list[float] = []  # monotonic time of the first output, once there is one
-
-    def output() -> None:
-        if not first_output:
-            first_output.append(time.monotonic())
-        if on_output:
-            on_output()
-
-    readers = [
-        _thread(_drain, proc.stdout, out, on_line, output),
-        _thread(_drain, proc.stderr, err, on_error_line, output),
-    ]
-    if command.stdin is not None:
-        _thread(_feed, proc.stdin, command.stdin)
-    exited = threading.Event()
-    _thread(lambda: (proc.wait(), exited.set()))
-    started = time.monotonic()
-    while not exited.wait(STOP_CHECK_SECONDS):
-        ends = deadline(started, first_output[:1], timeout, from_output=timeout_from_output)
-        if stop is not None and stop.is_set():
-            result.stopped = True
-        elif ends is not None and time.monotonic() > ends:
-            result.timed_out = True
-        elif on_tick is not None and on_tick():
-            result.stalled = True
-        else:
-            continue
-        kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
-        exited.wait(5)
-        break
-    # The CLI is gone. Anything it left in its process group is an orphan: end it too, so no
-    # agent keeps editing after its run and nobody holds our pipes open. (A stop or timeout
-    # above also scanned the session for descendants that moved to groups of their own.)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for reader in readers:
-        reader.join(timeout=2)
-    result.exit_code = proc.returncode
-    result.stdout, result.stderr = out.text(), err.text()
-    result.stdout_bytes = out.total
-    result.ended_at = time.time()
-    return result
+    held = spawn(command, cwd=cwd, env=env)
+    held.release()
+    return held.wait(
+        stop=stop,
+        timeout=timeout,
+        on_line=on_line,
+        on_output=on_output,
+        on_tick=on_tick,
+        timeout_from_output=timeout_from_output,
+        on_error_line=on_error_line,
+    )
 
 
 def deadline(

@@ -243,6 +243,16 @@ def _agent_cli_settings(agent) -> list[str]:
     return lines
 
 
+def _checks(workspace) -> str:
+    checks = workspace.checks or []
+    if not checks:
+        return "none"
+    listed = "; ".join(
+        f"{c['name']}: `{c['command']}` ({c['timeout_minutes']} min)" for c in checks
+    )
+    return f"{listed} (attempts before asking the user: {workspace.checks_attempts})"
+
+
 def chat_context(
     *,
     workspace,
@@ -268,6 +278,7 @@ def chat_context(
         f" (retention: {workspace.retention_days} days)",
         f"- Notify on error: {_notify(workspace, 'notify_on_error')}",
         f"- Notify on In Review: {_notify(workspace, 'notify_on_in_review')}",
+        f"- Checks before In Review: {_checks(workspace)}",
         "",
         "## Workspace instruction",
         "",

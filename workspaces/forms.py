@@ -3,6 +3,7 @@
 from django import forms
 
 from core.forms import MinutesField
+from workspaces.checks import ATTEMPTS_DEFAULT
 from workspaces.models import (
     PARALLEL_TASKS_MAX,
     RETENTION_DAYS_MAX,
@@ -16,6 +17,49 @@ from workspaces.selectors import notify_choices
 from workspaces.services import BASE_BRANCH_MAX_LENGTH, TITLE_MAX_LENGTH
 
 REQUIRED_TITLE = {"required": "Title is required"}
+BLANK_CHECK_ROWS = 2  # empty rows under the checks, to add some (a row left empty is none)
+
+
+class ChecksInput(forms.Widget):
+    """The checks as rows of three inputs (check_name, check_command, check_timeout), rendered
+    by the settings template; a row left empty is dropped."""
+
+    def value_from_datadict(self, data, files, name):
+        names, commands = data.getlist("check_name"), data.getlist("check_command")
+        timeouts = data.getlist("check_timeout")
+        rows = []
+        for index, command in enumerate(commands):
+            name_ = names[index].strip() if index < len(names) else ""
+            timeout = timeouts[index].strip() if index < len(timeouts) else ""
+            if not (command.strip() or name_ or timeout):
+                continue
+            rows.append({"name": name_, "command": command, "timeout_minutes": _minutes(timeout)})
+        return rows
+
+
+def _minutes(text: str):
+    """A number when it reads as one ("" → the default); else the text, which the service
+    refuses with its message."""
+    if not text:
+        return None
+    try:
+        return float(text) if "." in text else int(text)
+    except ValueError:
+        return text
+
+
+class ChecksField(forms.Field):
+    """Rows of checks, checked by the service (workspaces.checks), which names a bad row."""
+
+    widget = ChecksInput
+
+    def __init__(self, **kwargs):
+        super().__init__(required=False, **kwargs)
+
+    def to_python(self, value):
+        return list(value or [])
+
+
 SWITCH = forms.CheckboxInput(attrs={"role": "switch"})
 
 
@@ -157,6 +201,30 @@ class WorkspaceSettingsForm(forms.Form):
         ),
         widget=SWITCH,
     )
+    checks = ChecksField(
+        label="Checks",
+        help_text=(
+            "Run in order in the task's folder (or worktree) before it may go In Review, "
+            "without a shell (no pipes, no &&). A failure goes back to the agents."
+        ),
+    )
+    checks_attempts = forms.IntegerField(
+        label="Attempts before asking me",
+        required=False,  # not sent: the default
+        min_value=1,
+        max_value=20,
+        help_text=(
+            "Failed rounds of checks in a row before the task goes In Review anyway, marked "
+            "“Checks failing”."
+        ),
+        error_messages={
+            "required": "Enter a number of attempts (1 or more)",
+            "invalid": "Enter a whole number",
+            "min_value": "Enter 1 or more",
+            "max_value": "Enter at most 20",
+        },
+        widget=forms.NumberInput(attrs={"min": 1, "max": 20, "inputmode": "numeric"}),
+    )
     notify_on_error = forms.ChoiceField(
         label="When an error occurs",
         choices=NotifySetting.choices,
@@ -177,9 +245,18 @@ class WorkspaceSettingsForm(forms.Form):
     def clean_isolation(self):
         return self.cleaned_data["isolation"] or Isolation.NONE
 
+    def clean_checks_attempts(self):
+        value = self.cleaned_data["checks_attempts"]
+        return ATTEMPTS_DEFAULT if value is None else value
+
     def clean_parallel_tasks(self):
         value = self.cleaned_data["parallel_tasks"]
         return 1 if value is None else value
+
+    def check_rows(self) -> list[dict]:
+        """The checks as the person wrote them (or as saved), and blank rows to add more."""
+        rows = list(self["checks"].value() or [])
+        return rows + [{"name": "", "command": "", "timeout_minutes": None}] * BLANK_CHECK_ROWS
 
     @classmethod
     def for_workspace(cls, workspace: Workspace) -> "WorkspaceSettingsForm":

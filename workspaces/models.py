@@ -57,6 +57,11 @@ class Workspace(models.Model):
     base_branch = models.CharField(max_length=200, blank=True, default="")
     # Run once in each new worktree (argv by shlex.split, no shell), e.g. "npm ci".
     setup_command = models.TextField(blank=True, default="")
+    # Checks (issue 30): the project's own commands, run in order before a task may go In
+    # Review: [{"name", "command", "timeout_minutes"}] (workspaces.checks cleans them).
+    checks = models.JSONField(default=list, blank=True, db_default=[])
+    # Failed rounds of checks in a row before the task goes In Review anyway ("Checks failing").
+    checks_attempts = models.PositiveIntegerField(default=3, db_default=3)
     # Branch per task: keep a task's branch once it is merged (its worktree goes either way).
     keep_merged_branches = models.BooleanField(default=False, db_default=False)
     # How many tasks run at once (more than 1 only with isolation).

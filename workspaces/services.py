@@ -11,6 +11,7 @@ from core.fields import max_length_of
 from core.models import Marker
 from core.wake import wake_worker_on_commit
 from runner.git import GitError, branch_exists, branch_name_problem, git_binary, git_text
+from workspaces.checks import attempts_clean, checks_clean
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
     PARALLEL_TASKS_MAX,
@@ -41,6 +42,8 @@ EDITABLE_FIELDS = (
     "parallel_tasks",
     "keep_merged_branches",
     "mcp_tools_enabled",
+    "checks",
+    "checks_attempts",
 )
 # A change to one of these checks the branch-per-task rules again.
 ISOLATION_FIELDS = {
@@ -113,6 +116,10 @@ def _clean(fields: dict) -> dict:
     for key in NOTIFY_FIELDS:
         if key in clean:
             clean[key] = _notify_value(key, clean[key])
+    if "checks" in clean:
+        clean["checks"] = checks_clean(clean["checks"])
+    if "checks_attempts" in clean:
+        clean["checks_attempts"] = attempts_clean(clean["checks_attempts"])
     _clean_isolation(clean)
     return clean
 

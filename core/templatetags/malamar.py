@@ -219,3 +219,17 @@ def run_duration(run) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m {seconds % 60}s"
     return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+
+
+@register.filter
+def seconds(value) -> str:
+    """A short duration given in seconds: "0.4s", "12s", "2m 5s" ("" when unknown)."""
+    if value is None or value == "":
+        return ""
+    value = max(0.0, float(value))
+    if value < 10:
+        return f"{value:.1f}s"
+    whole = round(value)
+    if whole < 60:
+        return f"{whole}s"
+    return f"{whole // 60}m {whole % 60}s"

@@ -171,7 +171,7 @@ from django.utils import timezone
 from core.ids import new_id
 from runner.limits import Limit
 from runner.models import AgentRun
-from worker.cli_limits import cli_limit_set
+from notifications.cli_states import cli_limit_set
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem
 
 ids = {ids!r}
@@ -537,7 +537,7 @@ from datetime import timedelta
 from django.utils import timezone
 from runner.limits import Limit
 from runner.models import CliHealth
-from worker.cli_limits import cli_limit_set
+from notifications.cli_states import cli_limit_set
 
 word = {long_word!r}
 CliHealth.objects.update_or_create(cli_type="claude", defaults=dict(

@@ -9,15 +9,15 @@ from tests.live import django_script
 
 pytestmark = pytest.mark.browser
 
-# What the worker does when a run hits the limit (worker.cli_limits.cli_limit_set and the pass's
-# pause), straight through the ORM: this test runs without a worker.
+# What the worker does when a run hits the limit (notifications.cli_states.cli_limit_set and the
+# pass's pause), straight through the ORM: this test runs without a worker.
 LIMIT = """
 from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 from core import events
 from runner.limits import Limit
-from worker.cli_limits import cli_limit_set
+from notifications.cli_states import cli_limit_set
 from tasks.models import TaskQueueItem
 
 with transaction.atomic():

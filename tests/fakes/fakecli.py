@@ -653,7 +653,15 @@ COMMON_ACTIONS = {"invalid-json", "empty-file", "no-file", "exit", "json", "nest
 PREFIX_ACTIONS = {"sleep", "hold", "grandchild", "flood", "work", "nul"}
 # File steps, chainable like the prefix actions: they change the working directory (cwd).
 # Each argument is one word; in TEXT `\\n` is a line break and `\\s` a space.
-FILE_STEPS = {"write": 2, "append": 2, "lines": 2, "rename": 2, "delete": 1, "binary": 1}
+FILE_STEPS = {
+    "write": 2,
+    "append": 2,
+    "lines": 2,
+    "rename": 2,
+    "delete": 1,
+    "binary": 1,
+    "fix": 4,
+}
 ALL_ACTIONS = TASK_ACTIONS | CHAT_ACTIONS | COMMON_ACTIONS | PREFIX_ACTIONS | set(FILE_STEPS)
 NEEDS_TEXT = {"comment", "comment-once", "review", "reply", "action", "json", "mcp-create-task"}
 NO_ARGS = {
@@ -928,7 +936,7 @@ def task_plan(doc: InputDoc, mcp: McpSeen | None = None) -> Plan:
     if not usable and default and default.fits(allowed):
         usable = [default]
     chosen = usable[-1] if usable else Directive(None, (), "skip", "")
-    plan = Plan(list(chosen.steps))
+    plan = Plan([_fixed(step, doc) for step in chosen.steps])
     if chosen.action == "limit":
         plan.limit = chosen.args
     elif chosen.action in COMMON_ACTIONS:
@@ -936,6 +944,20 @@ def task_plan(doc: InputDoc, mcp: McpSeen | None = None) -> Plan:
     else:
         plan.outcome = _task_outcome(chosen, doc, mcp or McpSeen())
     return plan
+
+
+def _fixed(step: tuple[str, object], doc: InputDoc) -> tuple[str, object]:
+    """`fix PATH BAD GOOD MARKER` is a `write` of GOOD once a comment by "Checks" in the input
+    holds MARKER (the failing check's output reached the agent), else of BAD."""
+    kind, args = step
+    if kind != "fix":
+        return step
+    path, bad, good, marker = args
+    seen = any(
+        c.get("author") == "Checks" and _unescape(marker) in str(c.get("content", ""))
+        for c in doc.comments
+    )
+    return "write", (path, good if seen else bad)
 
 
 def _task_outcome(directive: Directive, doc: InputDoc, mcp: McpSeen) -> Outcome:
