@@ -429,12 +429,6 @@ def chat_run_started(*, chat: Chat, agent_name: str) -> None:
     events.publish("chat.processing_started", _run_payload(chat, agent_name))
 
 
-def chat_queue_release(*, cli_type: str) -> int:
-    """`cli_type` has quota again: the replies that waited for it run again (the worker lifts
-    the limit: worker.cli_limits)."""
-    return ChatQueueItem.objects.release(cli_type=cli_type)
-
-
 def chat_run_finished(*, chat: Chat, agent_name: str, outcome: str) -> None:
     """The answer ended (chats.replies.ReplyEnd): open pages learn how."""
     events.publish("chat.processing_finished", _run_payload(chat, agent_name, outcome=outcome))

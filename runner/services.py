@@ -187,10 +187,11 @@ def cli_limit_probe_failed(*, cli_type: str, limit: Limit | None, now=None) -> N
 
 
 def cli_limit_clear(*, cli_type: str, answered_since=None) -> bool:
-    """The reset time passed or a probe answered: the CLI is no longer limited, `cli.resumed`
-    (worker.cli_limits.cli_limit_lift also lets the work that waited run again and notifies).
-    False if it was not limited. `answered_since`: when the answering check started; a limit set
-    after that (a run hit it meanwhile) is newer news and stays."""
+    """The reset time passed or a probe answered: the CLI is no longer limited, the work that
+    waited for it runs again (at the agent where it stopped), `cli.resumed`
+    (notifications.cli_states.cli_limit_lift also tells the user). False if it was not limited.
+    `answered_since`: when the answering check started; a limit set after that (a run hit it
+    meanwhile) is newer news and stays."""
     with transaction.atomic():
         row = CliHealth.objects.select_for_update().filter(cli_type=cli_type).first()
         if row is None or not row.is_limited:
@@ -200,6 +201,8 @@ def cli_limit_clear(*, cli_type: str, answered_since=None) -> bool:
         row.limited_since = row.limited_until = row.probe_at = None
         row.limit_message, row.probe_attempts = "", 0
         row.save()
+        for queue in _queues():
+            queue.objects.release(cli_type=cli_type)
         label = str(CliType(cli_type).label)
         events.publish("cli.resumed", {"cli_type": cli_type, "name": label})
         wake_worker_on_commit()

@@ -855,12 +855,6 @@ def task_pass_interrupted(*, item: TaskQueueItem, stopped: bool) -> bool:
     return True
 
 
-def task_queue_release(*, cli_type: str) -> int:
-    """`cli_type` has quota again: the passes that waited for it run again, each at the agent
-    where it stopped (the worker lifts the limit: worker.cli_limits)."""
-    return TaskQueueItem.objects.release(cli_type=cli_type)
-
-
 def _require_failing(task: Task, what: str) -> None:
     if task.status not in RUNNABLE_STATUSES or not task.failure_streak:
         raise Conflict(

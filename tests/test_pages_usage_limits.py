@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from agents.services import agent_create
 from core.ids import new_id
-from notifications.cli_states import cli_limit_set
+from notifications.cli_states import cli_limit_lift, cli_limit_set
 from runner.limits import Limit
 from runner.models import AgentRun
 from runner.services import agent_run_start
@@ -18,7 +18,6 @@ from tasks.services import task_create
 from tests.conftest import error_of
 from tests.htmltree import parse
 from tests.pages import html, hx
-from worker.cli_limits import cli_limit_lift
 
 pytestmark = pytest.mark.django_db
 

@@ -29,7 +29,7 @@ from tests.failures import fail_task
 from tests.htmltree import parse
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
-from worker import cli_limits, health, pickup
+from worker import health, pickup
 from worker.limits import LimitWatch, ProbeResult, probe
 from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
@@ -47,7 +47,7 @@ def notified(monkeypatch):
     """The pause/resume notifications sent (one per pause, one per resume)."""
     sent = []
     monkeypatch.setattr(cli_states, "notify_cli_limited", lambda **kw: sent.append(("limited", kw)))
-    monkeypatch.setattr(cli_limits, "notify_cli_resumed", lambda **kw: sent.append(("resumed", kw)))
+    monkeypatch.setattr(cli_states, "notify_cli_resumed", lambda **kw: sent.append(("resumed", kw)))
     return sent
 
 
@@ -322,7 +322,7 @@ def test_a_chat_reply_waits_for_its_limited_cli():
     assert (item.status, item.waiting_for_cli) == (QueueStatus.QUEUED, "codex")
     assert not chat.messages.filter(role="system").exists()
     assert pickup.claim_next_chat() is None
-    cli_limits.cli_limit_lift(cli_type="codex")
+    cli_states.cli_limit_lift(cli_type="codex")
     assert ChatQueueItem.objects.get(id=item.id).waiting_for_cli == ""
     assert pickup.claim_next_chat() is not None
 
@@ -425,7 +425,7 @@ def test_one_email_and_webhook_when_work_pauses_and_one_when_it_resumes(
         cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit"))
         cli_limit_set(cli_type="claude", limit=Limit("You've hit your session limit"))
     with django_capture_on_commit_callbacks(execute=True):
-        cli_limits.cli_limit_lift(cli_type="claude")
-        cli_limits.cli_limit_lift(cli_type="claude")
+        cli_states.cli_limit_lift(cli_type="claude")
+        cli_states.cli_limit_lift(cli_type="claude")
     assert [p["event"] for p in sent] == ["cli.limited", "cli.resumed"]
     assert sent[0]["cli_type"] == "claude" and sent[0]["until"] is None

@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from core.settings_store import HEALTH_TIMEOUT_DEFAULT, cli_settings_for
-from notifications.cli_states import cli_limit_set
+from notifications.cli_states import cli_limit_lift, cli_limit_set
 from runner.clis import CUSTOM_CLI, CliType, cli_for
 from runner.clis.base import HEALTH_PROMPT, Cli, Command
 from runner.files import private_dir, temp_dir, write_private
@@ -41,7 +41,6 @@ from runner.plans import options_for
 from runner.selectors import cli_completed_a_run_since, cli_limited
 from runner.services import cli_health_forget, cli_health_store
 from worker import process
-from worker.cli_limits import cli_limit_lift
 from worker.execution import (
     cli_env,
     exit_message,

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from django.db import connection
 from django.utils import timezone
 
+from notifications.cli_states import cli_limit_lift
 from runner.clis import cli_for
 from runner.limits import Limit
 from runner.models import CliHealth, CliHealthStatus
 from runner.services import cli_limit_probe_failed
 from worker import health
-from worker.cli_limits import cli_limit_lift
 
 log = logging.getLogger(__name__)
 

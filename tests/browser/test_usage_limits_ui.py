@@ -28,7 +28,7 @@ with transaction.atomic():
         events.publish("task.updated", {{"task_id": task_id, "workspace_id": {workspace!r}}})
 """
 LIFT = """
-from worker.cli_limits import cli_limit_lift
+from notifications.cli_states import cli_limit_lift
 cli_limit_lift(cli_type="claude")
 """
 
