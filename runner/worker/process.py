@@ -27,7 +27,40 @@ log = logging.getLogger(__name__)
 STDOUT_CAP = 4 * 1024 * 1024
 STDERR_CAP = 256 * 1024
 READ_CHUNK = 64 * 1024
-STOP_CHECK_SECONDS = 0.02
+# How often a run's watch looks again while its CLI prints (its `on_tick`: trace batches, at
+# most ~4 a second), and how often it looks at a `stop` that cannot wake it (a plain
+# threading.Event, not a RunStop). A quiet run with a RunStop sleeps until something happens.
+BUSY_TICK_SECONDS = 0.25
+PLAIN_STOP_CHECK_SECONDS = 0.1
+
+
+class RunStop(threading.Event):
+    """A run's stop request that wakes the run's watch (Held.wait) the moment it is set: a
+    hundred quiet runs cost nothing while they wait, instead of a check every few milliseconds
+    each."""
+
+    def __init__(self):
+        super().__init__()
+        self._guard = threading.Lock()
+        self._woken: set[threading.Event] = set()
+
+    def set(self) -> None:
+        super().set()
+        with self._guard:
+            woken = list(self._woken)
+        for event in woken:
+            event.set()
+
+    def wakes(self, event: threading.Event) -> None:
+        """Set `event` too when this stop is set (at once if it is already)."""
+        with self._guard:
+            self._woken.add(event)
+        if self.is_set():
+            event.set()
+
+    def forget(self, event: threading.Event) -> None:
+        with self._guard:
+            self._woken.discard(event)
 
 
 @dataclass(frozen=True)
@@ -215,13 +248,18 @@ class Held:
         on_line: Callable[[str], None] | None = None,
         on_output: Callable[[], None] | None = None,
         on_tick: Callable[[], bool] | None = None,
+        tick_due: Callable[[], float | None] | None = None,
         timeout_from_output: bool = False,
         on_error_line: Callable[[str], None] | None = None,
     ) -> ProcessResult:
         """Follow the released command to completion, or until `stop` is set, `timeout`
-        passes or `on_tick` (called every few milliseconds on this thread) returns True; then
-        kill it. `on_line` and `on_error_line` get stdout's and stderr's complete lines as they
-        arrive; `timeout_from_output`: see run()."""
+        passes or `on_tick` returns True; then kill it. `on_line` and `on_error_line` get
+        stdout's and stderr's complete lines as they arrive; `timeout_from_output`: see run().
+
+        Nothing polls: this thread sleeps until the process exits, `stop` is set (a RunStop
+        wakes it), the process prints (then `on_tick` runs at once and every
+        BUSY_TICK_SECONDS while the output goes on) or `tick_due()` seconds have passed (when
+        `on_tick` next has something to do on its own, e.g. a stall warning; None: never)."""
         result, proc = self.result, self.proc
         if proc is None or result.start_error:
             if proc is not None:
@@ -231,12 +269,15 @@ class Held:
             return result
         out, err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
         first_output: list[float] = []  # monotonic time of the first output, once there is one
+        wake = threading.Event()
+        printed = _Printed(wake)
 
         def output() -> None:
             if not first_output:
                 first_output.append(time.monotonic())
             if on_output:
                 on_output()
+            printed.note()
 
         readers = [
             _thread(_drain, proc.stdout, out, on_line, output),
@@ -245,22 +286,39 @@ class Held:
         if self.command.stdin is not None:
             _thread(_feed, proc.stdin, self.command.stdin)
         exited = threading.Event()
-        _thread(lambda: (proc.wait(), exited.set()))
+        _thread(lambda: (proc.wait(), exited.set(), wake.set()))
+        wakes_us = isinstance(stop, RunStop)
+        if wakes_us:
+            stop.wakes(wake)
         started = time.monotonic()
         create_time = self.started.create_time
-        while not exited.wait(STOP_CHECK_SECONDS):
-            ends = deadline(started, first_output[:1], timeout, from_output=timeout_from_output)
-            if stop is not None and stop.is_set():
-                result.stopped = True
-            elif ends is not None and time.monotonic() > ends:
-                result.timed_out = True
-            elif on_tick is not None and on_tick():
-                result.stalled = True
-            else:
-                continue
-            kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
-            exited.wait(5)
-            break
+        try:
+            while not exited.is_set():
+                ends = deadline(started, first_output[:1], timeout, from_output=timeout_from_output)
+                if stop is not None and stop.is_set():
+                    result.stopped = True
+                elif ends is not None and time.monotonic() > ends:
+                    result.timed_out = True
+                elif on_tick is not None and on_tick():
+                    result.stalled = True
+                else:
+                    waits = [printed.next_look(), ends and ends - time.monotonic()]
+                    if tick_due is not None:
+                        waits.append(tick_due())
+                    elif on_tick is not None:
+                        waits.append(BUSY_TICK_SECONDS)
+                    if stop is not None and not wakes_us:
+                        waits.append(PLAIN_STOP_CHECK_SECONDS)
+                    known = [max(0.0, w) for w in waits if w is not None]
+                    _sleep(wake, min(known) if known else None)
+                    wake.clear()
+                    continue
+                kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
+                exited.wait(5)
+                break
+        finally:
+            if wakes_us:
+                stop.forget(wake)
         # The CLI is gone. Anything it left in its process group is an orphan: end it too, so
         # no agent keeps editing after its run and nobody holds our pipes open. (A stop or
         # timeout above also scanned the session for descendants that moved to groups of their
@@ -274,6 +332,41 @@ class Held:
         result.stdout_bytes = out.total
         result.ended_at = time.time()
         return result
+
+
+def _sleep(wake: threading.Event, seconds: float | None) -> None:
+    """A run's watch waits here between looks (None: until woken)."""
+    wake.wait(seconds)
+
+
+class _Printed:
+    """Output of a followed process, as a reason to look again: the first output after a quiet
+    spell wakes the watch at once; while output goes on the watch looks every
+    BUSY_TICK_SECONDS, not once per chunk."""
+
+    def __init__(self, wake: threading.Event):
+        self.wake = wake
+        self.count = 0
+        self.seen = 0
+        self.armed = True  # the next output wakes the watch
+
+    def note(self) -> None:  # reader threads
+        self.count += 1
+        if self.armed:
+            self.armed = False
+            self.wake.set()
+
+    def next_look(self) -> float | None:
+        """Seconds until the watch should look again because of output (None: only when the
+        next output comes)."""
+        if self.count != self.seen:  # printing: look again soon, without a wake per chunk
+            self.seen = self.count
+            return BUSY_TICK_SECONDS
+        self.armed = True
+        if self.count != self.seen:  # printed while we re-armed
+            self.seen = self.count
+            return 0.0
+        return None
 
 
 def spawn(command: Command, *, cwd: str, env: dict[str, str]) -> Held:
@@ -291,11 +384,12 @@ def run(
     on_line: Callable[[str], None] | None = None,
     on_output: Callable[[], None] | None = None,
     on_tick: Callable[[], bool] | None = None,
+    tick_due: Callable[[], float | None] | None = None,
     timeout_from_output: bool = False,
     on_error_line: Callable[[str], None] | None = None,
 ) -> ProcessResult:
     """Run `command` to completion, or until `stop` is set, `timeout` passes or `on_tick`
-    (called every few milliseconds on this thread) returns True (then kill it): a process
+    returns True (then kill it; see Held.wait for when it is called): a process
     nobody needs to record first (health checks, a worktree's setup command). `on_line` and
     `on_error_line` get stdout's and stderr's complete lines as they arrive.
     `timeout_from_output`: the timeout counts again from the process's first output (stdout or
@@ -308,6 +402,7 @@ def run(
         on_line=on_line,
         on_output=on_output,
         on_tick=on_tick,
+        tick_due=tick_due,
         timeout_from_output=timeout_from_output,
         on_error_line=on_error_line,
     )
