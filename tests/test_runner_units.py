@@ -670,3 +670,28 @@ def test_a_stalled_run_is_killed_by_its_watch(watched, task_recorder):
     )
     run.thread.join(timeout=60)
     assert run.results[0].stalled and recorder.killed_for_silence
+
+
+def test_the_gate_started_ahead_becomes_the_next_cli_with_its_folder_and_environment(tmp_path):
+    """The worker keeps a gate started ahead, so no Python starts between a task and its CLI:
+    the next spawn is that process (recorded before it runs, as always), and it runs the
+    command in its folder, with its environment and /dev/null as stdin."""
+    process.warm_gate.keep()
+    try:
+        ahead = process.warm_gate.wait_ready(timeout=60)
+        assert ahead is not None
+        command = process.Command(["sh", "-c", 'pwd; echo "$WHO"; cat; echo "read: $?"'])
+        held = process.spawn(command, cwd=str(tmp_path), env={**os.environ, "WHO": "me"})
+        assert held.started.pid == ahead.proc.pid
+        held.release()
+        result = held.wait()
+        assert result.stdout.splitlines() == [str(tmp_path), "me", "read: 0"]
+        missing = process.spawn(process.Command(["/nonexistent/cli"]), cwd="/", env={})
+        missing.release()
+        assert missing.start_error == "No such file or directory: /nonexistent/cli"
+        after = process.warm_gate.wait_ready(timeout=60)
+        assert after is not None
+        assert after.proc.pid not in (ahead.proc.pid, missing.started.pid)
+    finally:
+        process.warm_gate.close()
+    assert after.proc.wait(timeout=60) == 125, "a gate nobody used exits without running"

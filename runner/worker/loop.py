@@ -39,13 +39,12 @@ from core.wake import socket_path, uses_notify
 from runner.models import CliHealth, CliHealthStatus
 from runner.models import Worker as WorkerRow
 from runner.services import workers_forget
-from runner.worker import health, jobs, pickup
+from runner.worker import health, jobs, pickup, process
 from runner.worker.limits import LimitWatch
 from runner.worker.listener import WorkListener
 from runner.worker.malloc import limit_malloc_arenas, release_free_memory
 from runner.worker.membership import Membership
 from runner.worker.pipeline import ChatReply, TaskPass
-from runner.worker.process import RunStop
 from tasks.models import QueueStatus, TaskQueueItem
 from workspaces.first_launch import seed_sample_workspace_if_first_launch
 
@@ -152,7 +151,7 @@ class Worker:
         self.stop_requested_at: float | None = None  # monotonic, see request_stop
         self.lock = threading.Lock()
         self.workspaces: dict[str, set[threading.Thread]] = {}  # workspace id → its runners
-        self.runs: dict[tuple[str, str], RunStop] = {}  # (kind, item id) → its stop
+        self.runs: dict[tuple[str, str], process.RunStop] = {}  # (kind, item id) → its stop
         self.chat_threads: set[threading.Thread] = set()
         self.sock: socket.socket | None = None
         self.kick_r, self.kick_w = os.pipe()
@@ -169,6 +168,7 @@ class Worker:
             self.lock_handle = acquire_lock()
             workers_forget(worker_ids=WorkerRow.objects.values_list("id", flat=True))
         self.sock = _bind_wake_socket()
+        process.warm_gate.keep()  # the first CLI starts without waiting for a Python to start
         if uses_notify():
             self.listener = WorkListener.connect()
         seed_sample_workspace_if_first_launch()
@@ -230,6 +230,7 @@ class Worker:
         if self.beats is not None:
             self.beats.join(timeout=max(0.0, deadline - time.monotonic()))
         self._before_the_deadline(self.membership.leave)
+        process.warm_gate.close()
         if self.listener is not None:
             self.listener.close()
         if self.sock:
@@ -423,7 +424,7 @@ class Worker:
                 self.chat_threads.add(thread)
             thread.start()
 
-    def _chat_thread(self, item, stop: RunStop) -> None:
+    def _chat_thread(self, item, stop: process.RunStop) -> None:
         try:
             self._run("chat", item, stop)
         finally:
@@ -435,14 +436,14 @@ class Worker:
             if self.capacity:
                 self.kick()  # a slot is free: look for waiting work now
 
-    def _register(self, kind: str, item) -> RunStop:
+    def _register(self, kind: str, item) -> process.RunStop:
         """A claimed item enters the map of running runs (so stop() and the watcher see it)."""
-        stop = RunStop()
+        stop = process.RunStop()
         with self.lock:
             self.runs[(kind, item.id)] = stop
         return stop
 
-    def _run(self, kind: str, item, stop: RunStop) -> None:
+    def _run(self, kind: str, item, stop: process.RunStop) -> None:
         """Run one claimed item through the pipeline; it leaves the map when done."""
         try:
             OWNERS[kind](item, stop=stop, shutdown=self.shutdown).run()
