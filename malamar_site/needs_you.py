@@ -26,7 +26,8 @@ class NeedsYou:
 
 
 def needs_you(*, limit: int = LIST_LIMIT) -> NeedsYou:
-    """Six queries: three lists and three counts."""
+    """Six queries (three lists and three counts), and one more when a task waits for a CLI
+    (why it cannot run, tasks.selectors.attach_cli_waits)."""
     review_count, trouble_count = needing_you_counts()
     return NeedsYou(
         review=in_review_oldest_first(limit),

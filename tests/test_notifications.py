@@ -118,7 +118,7 @@ def test_error_and_in_review_notifications(notified):
     wait_until(lambda: mail.requests and hook.requests, timeout=20, what="error notifications")
     email = mail.requests[0]["data"]
     assert "Error" in email["subject"] and "Fix the login" in email["subject"]
-    assert "CLI exited with code 7. model quota exceeded" in email["text"]
+    assert "model quota exceeded (CLI exited with code 7)" in email["text"]
     assert f"/workspaces/{ws['id']}/?tab=tasks&task={task['id']}" in email["text"]
     payload = hook.requests[0]["data"]
     assert payload["event"] == "task.error" and payload["task"]["id"] == task["id"]

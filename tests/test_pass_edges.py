@@ -121,7 +121,7 @@ def test_a_failed_run_is_retried_at_the_agent_that_failed(inputs):
     _run_workspace(workspace)
 
     assert _runs(task)[4] == ("Reviewer", RunStatus.COMPLETED), "not the Planner again"
-    assert "CLI exited with code 3. it broke" in inputs[4][1], "the retry reads the error"
+    assert "it broke (CLI exited with code 3)" in inputs[4][1], "the retry reads the error"
     task.refresh_from_db()
     assert (task.failure_streak, task.retry_not_before) == (0, None)
     # The Planner commented in this pass (it continued at the Reviewer): one more loop.

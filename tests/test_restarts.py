@@ -40,7 +40,9 @@ def test_a_restart_resumes_the_pass_at_the_interrupted_agent_and_says_so(stack):
 
     clis = [run["cli"] for run in stack.task_runs()]
     assert clis[:4] == ["claude", "gemini", "gemini", "codex"], "not from the Planner again"
-    page = stack.client.get(f"/tasks/{task['id']}/activity/", HTTP_HX_REQUEST="true")
+    page = stack.client.get(
+        f"/tasks/{task['id']}/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="task-activity"
+    )
     activity = parse(page.content.decode())
     states = [el.text for el in activity.find_all("run__state")]
     assert "Interrupted: Malamar restarted" in states

@@ -306,12 +306,13 @@ def api_queries(api) -> int:
 
 
 def test_needs_you_lists_what_waits_in_a_constant_number_of_queries(api, django_assert_num_queries):
+    # Three lists, three counts, and the reasons of the CLIs that cannot run (tasks wait).
     needs_you_rows(0, 2)
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         small = needs_you()
     small_api = api_queries(api)
     needs_you_rows(2, 7)
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         found = needs_you()
     assert api_queries(api) == small_api  # the rows' workspaces and blockers come along
     assert (small.count, found.count) == (8, 28)

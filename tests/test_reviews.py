@@ -371,6 +371,27 @@ def test_three_line_comments_reach_the_next_agent_and_turn_outdated_when_rewritt
     assert "One more look." in text
 
 
+@pass_db
+def test_a_request_for_changes_keeps_the_task_going_until_read_and_a_note_does_not(api, repo):
+    """DESIGN "No lost comment" meets "Review verdicts": the body and line comments of a
+    request for changes keep the task going until an agent's input held them; a note (the
+    verdict "Comment") never does, and is delivered with the next pass all the same."""
+    task = in_review(repo)
+    assert review(api, task, verdict="comment", body="A note.").status_code == 200
+    assert not TaskComment.objects.undelivered().filter(task_id=task.id).exists()
+    line = {"path": "app.py", "line": 2, "body": "This line."}
+    answer = review(api, task, verdict="request_changes", body="Fix it.", line_comments=[line])
+    assert answer.status_code == 200, answer.content
+    waiting = TaskComment.objects.undelivered().filter(task_id=task.id)
+    waiting_for = sorted(waiting.values_list("content", flat=True))
+    assert waiting_for == ["Fix it.", "This line."]
+
+    task = run_pass(task)
+    assert task.status == TaskStatus.IN_REVIEW
+    reviewed = TaskComment.objects.filter(task_id=task.id, content__in=["A note.", *waiting_for])
+    assert [c.delivered_at is not None for c in reviewed] == [True] * 3
+
+
 # --- Done means merged: chains, deletes -------------------------------------------------------
 
 

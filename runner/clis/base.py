@@ -212,6 +212,11 @@ class Cli(ABC):
                 return option  # a short option with its value glued on
         return None
 
+    def is_own_event(self, event: dict) -> bool:
+        """An event of this CLI's stream (a `type` of any other shape, e.g. a list, is not)."""
+        kind = event.get("type")
+        return isinstance(kind, str) and kind in self.event_types
+
     def usage_limit(self, *, stdout: str, stderr: str, now: datetime) -> Limit | None:
         """A failed run that ended on the quota or rate limit, with its reset time when the CLI
         names one (read only from the CLI's own error output, never from the agent's text)."""
@@ -230,7 +235,7 @@ def not_this_cli(cli: Cli, result) -> str | None:
     ended = result.exit_code is not None and not result.start_error
     if not ended or result.stopped or result.timed_out or getattr(result, "stalled", False):
         return None
-    if any(event.get("type") in cli.event_types for event in json_lines(result.stdout)):
+    if any(cli.is_own_event(event) for event in json_lines(result.stdout)):
         return None
     if result.exit_code != 0 and not result.stdout.strip():
         return None

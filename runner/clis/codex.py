@@ -178,7 +178,7 @@ class Codex(Cli):
     def health_answer(self, stdout: str) -> str:
         """With `--json`, the text of its `agent_message` items; without, codex prints only its
         final message on stdout (the banner goes to stderr)."""
-        events = [event for event in json_lines(stdout) if event.get("type") in self.event_types]
+        events = [event for event in json_lines(stdout) if self.is_own_event(event)]
         if not events:
             return stdout.strip()
         said = [

@@ -236,7 +236,7 @@ class Gemini(Cli):
             for event in events
             if event.get("type") == "message" and event.get("role") == "assistant"
         ]
-        if events and any(event.get("type") in self.event_types for event in events):
+        if any(self.is_own_event(event) for event in events):
             return "".join(said).strip()
         document = json_document(stdout)
         if document is None or "response" not in document:

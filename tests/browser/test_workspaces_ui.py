@@ -74,17 +74,21 @@ def test_edit_settings_and_delete_the_workspace(page, server, tmp_path):
     error_switch = page.get_by_label("When an error occurs")
     expect(error_switch.locator("option:checked")).to_have_text("Inherit (currently on)")
     error_switch.select_option("off")
+    # A folder that does not exist is refused on save (issue 29), the error tied to the field.
+    page.get_by_role("button", name="Save settings").click()
+    expect(path).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#settings-form")).to_contain_text("does not exist: create it first")
+    assert server.api("GET", f"/workspaces/{workspace['id']}")["title"] == "Gamma"
+    page.get_by_label("Directory path").fill(str(tmp_path))
     page.get_by_role("button", name="Save settings").click()
     expect(page.locator(".toast")).to_contain_text("Settings saved")
     expect(page.get_by_role("button", name="Save settings")).to_be_focused()
-    # A missing folder is a warning, never an error: it saved.
-    expect(page.get_by_text("This folder does not exist yet")).to_be_visible()
 
     page.reload()
     expect(page.get_by_label("Title")).to_have_value("Gamma renamed")
     expect(page.get_by_label("Instruction")).to_have_value("New instruction")
     expect(page.get_by_label("Static directory")).to_be_checked()
-    expect(page.get_by_label("Directory path")).to_have_value(str(tmp_path / "not-there-yet"))
+    expect(page.get_by_label("Directory path")).to_have_value(str(tmp_path))
     expect(page.get_by_role("switch", name="Delete done tasks automatically")).not_to_be_checked()
     expect(page.get_by_role("switch", name="Give agents Malamar's tools")).to_be_checked()
     expect(page.get_by_label("Keep done tasks for (days)")).to_have_value("30")

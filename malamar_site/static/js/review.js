@@ -11,6 +11,9 @@
   let picking = null; // lines being picked: {table, first, last}
   let focusing = ""; // a line comment whose place in the diff was asked for
   const opened = new Set(); // long comments shown whole
+  // A line comment's box form → its anchor (a WeakMap, not a property of the form: a form's
+  // controls are its properties too, e.g. the chat composer's hidden input named "draft").
+  const anchors = new WeakMap();
 
   function drafts(taskId) {
     try {
@@ -76,15 +79,16 @@
     $$(".diff__box", changes).forEach((row) => row.remove());
     const box = template.content.firstElementChild.cloneNode(true);
     const form = $("form", box);
-    form.draft = {
+    const anchor = {
       path: table.closest(".change-file").dataset.changePath,
       side,
       line: Math.min(...lines),
       end_line: Math.max(...lines),
       run_id: changes.dataset.reviewRun,
     };
-    const where = form.draft.line === form.draft.end_line ? `line ${form.draft.line}` : `lines ${form.draft.line}–${form.draft.end_line}`;
-    $("[data-draft-where]", box).textContent = `${form.draft.path}, ${where}`;
+    anchors.set(form, anchor);
+    const where = anchor.line === anchor.end_line ? `line ${anchor.line}` : `lines ${anchor.line}–${anchor.end_line}`;
+    $("[data-draft-where]", box).textContent = `${anchor.path}, ${where}`;
     rows[rows.length - 1].after(box);
     $("textarea", box).focus();
   }
@@ -128,11 +132,12 @@
 
   on("submit", (event) => {
     const form = event.target;
-    if (!form.draft) return;
+    const anchor = anchors.get(form);
+    if (!anchor) return;
     event.preventDefault();
     const body = $("textarea", form).value.trim();
     const taskId = form.closest(".changes").dataset.reviewTask;
-    if (body) saveDrafts(taskId, [...drafts(taskId), { ...form.draft, body, id: `${Date.now()}` }]);
+    if (body) saveDrafts(taskId, [...drafts(taskId), { ...anchor, body, id: `${Date.now()}` }]);
     form.closest("tr").remove();
     $$(".is-picked").forEach((row) => row.classList.remove("is-picked"));
   });
@@ -160,11 +165,11 @@
 
   on("keydown", (event) => {
     const form = event.target.closest && event.target.closest("form");
-    if (form && form.draft && event.key === "Escape") {
+    if (anchors.has(form) && event.key === "Escape") {
       event.preventDefault();
       event.stopPropagation();
       $("[data-draft-cancel]", form).click();
-    } else if (form && form.draft && event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+    } else if (anchors.has(form) && event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
       event.preventDefault();
       form.requestSubmit();
     }
