@@ -10,7 +10,6 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -63,10 +62,11 @@ def main() -> None:
             command,
             cwd=tempfile.gettempdir(),
             env=dict(os.environ),
-            stop=threading.Event(),
+            stop=process.RunStop(),
             on_line=recorder.on_line,
             on_output=recorder.on_output,
             on_tick=recorder.tick,
+            tick_due=recorder.tick_due,
         )
         recorder.finish(status="completed", exit_code=result.exit_code)
     cpu, wall = time.process_time() - cpu, time.time() - wall

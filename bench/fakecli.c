@@ -4,7 +4,10 @@
  * Accepts the argv the Codex adapter builds:
  *   codex exec [FLAGS...] [--output-schema F] -o OUTPUT_FILE PROMPT
  * (`--output-last-message FILE` and `-oFILE`/`--output-last-message=FILE` work too).
- * `--version` prints a version; a run without an output file (a health check) prints "OK".
+ * `--version` prints a version; every other run prints Codex's `--json` events on stdout (Malamar
+ * calls a binary that prints none "not Codex"): `thread.started` first, then a health check (a
+ * run without an output file) says "OK" in an `agent_message`, and every run ends with
+ * `turn.completed`.
  * A task run writes $BENCH_FAKE_OUTPUT (default: one skip action) to the output file.
  * Standard input is drained to EOF, as the real Codex does.
  * $BENCH_FAKE_SLEEP_MS (task runs only) sleeps that long before answering: a CPU-light stand-in
@@ -17,6 +20,8 @@
  *   KIND START END PID PROMPT
  * KIND is "task" or "health"; START and END are CLOCK_REALTIME seconds taken as the first and
  * the last thing the process does; PROMPT is the last argument (it names the input file).
+ * With $BENCH_CLI_LOG_STARTS set, a task run also appends "start START START PID PROMPT" as it
+ * starts (bench/hundred_agents.py: which CLIs run while they all sleep).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -26,6 +31,12 @@
 #include <unistd.h>
 
 static const char *DEFAULT_OUTPUT = "{\"actions\":[{\"type\":\"skip\"}]}";
+static const char *THREAD_STARTED = "{\"type\":\"thread.started\",\"thread_id\":\"bench\"}\n";
+static const char *SAID_OK =
+    "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"agent_message\","
+    "\"text\":\"OK\"}}\n";
+static const char *TURN_COMPLETED =
+    "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}\n";
 
 static double now(void) {
     struct timespec ts;
@@ -82,6 +93,23 @@ static void append_line(const char *path, double when) {
     close(fd);
 }
 
+static void log_line(const char *kind, double start, double end, int argc, char **argv) {
+    const char *log_path = getenv("BENCH_CLI_LOG");
+    if (!log_path || !*log_path) return;
+    char line[8192];
+    int size = snprintf(line, sizeof line, "%s %.6f %.6f %d %s\n", kind, start, end,
+                        (int)getpid(), argc > 1 ? argv[argc - 1] : "");
+    if (size >= (int)sizeof line) {
+        size = sizeof line - 1;
+        line[size - 1] = '\n';
+    }
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd >= 0) {
+        write_all(fd, line, (size_t)size);
+        close(fd);
+    }
+}
+
 static void drain_stdin(void) {
     char buffer[4096];
     while (read(0, buffer, sizeof buffer) > 0) {
@@ -95,8 +123,11 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *output_path = output_option(argc, argv);
+    write_all(1, THREAD_STARTED, strlen(THREAD_STARTED));
     drain_stdin();
     if (output_path) {
+        const char *starts = getenv("BENCH_CLI_LOG_STARTS");
+        if (starts && *starts) log_line("start", start, start, argc, argv);
         sleep_ms(getenv("BENCH_FAKE_SLEEP_MS"));
         const char *edit = edit_option(argc, argv);
         if (edit) append_line(edit, start);
@@ -110,24 +141,9 @@ int main(int argc, char **argv) {
         write_all(fd, text, strlen(text));
         close(fd);
     } else {
-        write_all(1, "OK\n", 3);
+        write_all(1, SAID_OK, strlen(SAID_OK));
     }
-    const char *log_path = getenv("BENCH_CLI_LOG");
-    double end = now();
-    if (log_path && *log_path) {
-        char line[8192];
-        int size = snprintf(line, sizeof line, "%s %.6f %.6f %d %s\n",
-                            output_path ? "task" : "health", start, end, (int)getpid(),
-                            argc > 1 ? argv[argc - 1] : "");
-        if (size >= (int)sizeof line) {
-            size = sizeof line - 1;
-            line[size - 1] = '\n';
-        }
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            write_all(fd, line, (size_t)size);
-            close(fd);
-        }
-    }
+    write_all(1, TURN_COMPLETED, strlen(TURN_COMPLETED));
+    log_line(output_path ? "task" : "health", start, now(), argc, argv);
     return 0;
 }

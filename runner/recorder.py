@@ -136,6 +136,19 @@ class RunRecorder:
             return True
         return False
 
+    def tick_due(self) -> float | None:
+        """Seconds until tick() has something to do on its own (a batch to flush, a stall to
+        warn about or to kill for); None: nothing until the CLI prints again."""
+        now = time.monotonic()
+        due = []
+        if self.lines:
+            due.append(self.last_flush + FLUSH_SECONDS - now)
+        if not self.warned and self.stall_warn_seconds:
+            due.append(self.last_output + self.stall_warn_seconds - now)
+        if self.stall_kill_seconds:
+            due.append(self.last_output + self.stall_kill_seconds - now)
+        return max(0.0, min(due)) if due else None
+
     def _drain(self) -> list:
         with self.lock:
             lines = list(self.lines)

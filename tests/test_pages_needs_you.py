@@ -16,6 +16,7 @@ from malamar_site.needs_you import LIVE_EVENTS, needs_you_count
 from notifications import services as notification_services
 from tasks import services
 from tasks.models import Task, TaskQueueItem, TaskStatus
+from tests.failures import fail_task
 from tests.htmltree import parse
 from tests.pages import html, hx, live_events, triggers
 from tests.test_review_surfaces import fake_clis, reviewed_branch_task  # noqa: F401 (fixture)
@@ -62,7 +63,7 @@ def waiting_work(db):
     first = in_review(shop, "Checkout page")
     second = in_review(blog, "RSS feed")
     failing = services.task_create(workspace=shop, summary="Payments")
-    services.task_run_failed(task=failing, message="CLI exited with code 7\nmore")
+    fail_task(failing, "CLI exited with code 7\nmore")
     waiting = services.task_create(workspace=blog, summary="Images")
     TaskQueueItem.objects.filter(task=waiting).update(waiting_for_cli="codex")
     services.task_create(workspace=blog, summary="Quiet")  # waits for nothing and nobody
@@ -292,3 +293,15 @@ class Immediate:
 
     def submit(self, function, *args):
         function(*args)
+
+
+def test_a_review_whose_checks_fail_is_marked_in_its_row_and_counted(client, waiting_work):
+    from tasks.models import ChecksStatus
+
+    Task.objects.filter(pk=waiting_work["first"].pk).update(checks_status=ChecksStatus.FAILING)
+    Task.objects.filter(pk=waiting_work["second"].pk).update(checks_status=ChecksStatus.PASSED)
+    page = parse(html(client.get("/needs-you/")))
+    failing = page.by_id(f"needs-you-checks-{waiting_work['first'].id}")
+    assert failing.text == "Checks failing" and "badge--danger" in failing.attrs["class"]
+    assert page.by_id(f"needs-you-checks-{waiting_work['second'].id}").text == "Checks passed"
+    assert "1 with checks failing" in page.by_id("needs-you-review-title").text

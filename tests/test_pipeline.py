@@ -4,6 +4,7 @@ the statements the worker sends per agent step (DESIGN "One run pipeline": a lea
 import collections
 import os
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -13,16 +14,20 @@ from django.utils import timezone
 from agents.services import agent_create
 from chats.malamar_agent import knowledge_base_dir
 from chats.models import ChatQueueItem
-from chats.services import chat_start
+from chats.services import chat_cancel, chat_delete, chat_start
 from core import events
+from core.actors import USER
 from core.models import OutboxEvent
+from core.wake import uses_notify
+from malamar_site.services import workspace_delete
 from runner.files import temp_dir
 from runner.models import CliHealth, CliHealthStatus
 from runner.recorder import RunRecorder
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
-from tasks.services import task_create
+from tasks.services import task_cancel, task_create, task_delete, task_status_set
 from tests.stack import FAKES_BIN
 from worker import jobs, loop, pipeline
+from worker.listener import WorkListener
 from worker.loop import Worker
 from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
@@ -283,3 +288,54 @@ def test_run_threads_give_their_freed_memory_back_when_they_end(workspace, monke
     chat = chat_start(workspace=workspace, message="Hi")
     in_a_thread(worker._chat_thread, ChatQueueItem.objects.get(chat=chat), threading.Event())
     assert released == ["released"] * 2
+
+
+def _stop_requests():
+    """Each way the server asks a running run to stop (DESIGN "Stopping runs")."""
+    return {
+        "cancel": lambda task, chat: task_cancel(task=task),
+        "delete the task": lambda task, chat: task_delete(task=task),
+        "move it to In Review": lambda task, chat: task_status_set(
+            task=task, status=TaskStatus.IN_REVIEW, actor=USER
+        ),
+        "stop the chat": lambda task, chat: chat_cancel(chat=chat),
+        "delete the chat": lambda task, chat: chat_delete(chat=chat),
+        "delete the workspace": lambda task, chat: workspace_delete(workspace=task.workspace),
+    }
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("request_stop", list(_stop_requests()))
+def test_a_stop_request_wakes_the_one_stop_watcher_before_its_next_poll(workspace, request_stop):
+    """The watcher looks at the running items when something wakes the worker, not every
+    100 ms: every stop request commits with a wake-up (a poke, or a NOTIFY on PostgreSQL)."""
+    worker = Worker(poll_interval=3600)
+    worker.sock = loop._bind_wake_socket()
+    worker.listener = WorkListener.connect() if uses_notify() else None
+    try:
+        task = task_create(workspace=workspace, summary="Running")
+        chat = chat_start(workspace=workspace, message="Running too")
+        item = TaskQueueItem.objects.get(task=task)
+        reply = ChatQueueItem.objects.get(chat=chat)
+        assert TaskQueueItem.objects.claim(item.id) and ChatQueueItem.objects.claim(reply.id)
+        Task.objects.filter(id=task.id).update(status=TaskStatus.IN_PROGRESS)
+        task.refresh_from_db()
+        chat.refresh_from_db()
+        stops = {"task": worker._register("task", item), "chat": worker._register("chat", reply)}
+        worker.next_poll = 0.0  # no waiting: drain the setup's own wake-ups
+        while worker._wait_for_wake():
+            pass
+        worker.next_poll = time.monotonic() + 60  # (a failure waits for this poll)
+
+        _stop_requests()[request_stop](task, chat)
+
+        assert worker._wait_for_wake(), "the stop request did not wake the worker"
+        worker.watch_stops()
+        stopped = {kind for kind, stop in stops.items() if stop.is_set()}
+        wanted = {"task"} if "chat" not in request_stop else {"chat"}
+        assert stopped == ({"task", "chat"} if request_stop == "delete the workspace" else wanted)
+    finally:
+        worker.sock.close()
+        if worker.listener is not None:
+            worker.listener.close()

@@ -569,3 +569,129 @@ def test_a_runaway_output_line_is_dropped_whole_never_its_tail_as_a_line():
     lines = []
     process._drain(stream, process._Tail(1024), lines.append)
     assert lines == ['{"ok": 1}']
+
+
+@pytest.fixture
+def watched(monkeypatch, tmp_path):
+    """`watched(argv, **wait_options)`: a process followed by Held.wait in a thread, and how
+    long its watch slept each time (None: until woken); `asleep` is set when it sleeps without
+    a timeout."""
+    naps: list[float | None] = []
+    asleep = threading.Event()
+    sleep = process._sleep
+
+    def recorded(wake, seconds):
+        naps.append(seconds)
+        if seconds is None:
+            asleep.set()
+        sleep(wake, seconds)
+
+    monkeypatch.setattr(process, "_sleep", recorded)
+    followed = []
+
+    def start(argv: list[str], **options) -> SimpleNamespace:
+        held = process.spawn(process.Command(argv), cwd=str(tmp_path), env=dict(os.environ))
+        held.release()
+        results: list[ProcessResult] = []
+        thread = threading.Thread(target=lambda: results.append(held.wait(**options)))
+        thread.start()
+        run = SimpleNamespace(held=held, thread=thread, results=results, naps=naps, asleep=asleep)
+        followed.append(run)
+        return run
+
+    yield start
+    for run in followed:  # a failed test must not leave a process behind
+        if run.thread.is_alive():
+            process.kill_tree(run.held.proc.pid, pgid=run.held.proc.pid, create_time=0)
+            run.thread.join()
+
+
+def test_a_quiet_runs_watch_sleeps_until_its_stop_wakes_it(watched):
+    """A hundred quiet agents cost no polling: the watch of a CLI that prints nothing sleeps
+    without a timeout, and its RunStop wakes it to kill the CLI."""
+    stop = process.RunStop()
+    ticks = []
+    run = watched(
+        ["sleep", "600"],
+        stop=stop,
+        on_tick=lambda: ticks.append(1) and False,
+        tick_due=lambda: None,
+    )
+    assert run.asleep.wait(timeout=60), f"the watch never slept until woken: {run.naps[:5]}"
+    stop.set()
+    run.thread.join(timeout=60)
+    assert run.results and run.results[0].stopped
+    assert run.naps == [None] and ticks == [1]
+
+
+def test_output_wakes_a_quiet_runs_watch(watched, tmp_path):
+    """The first line after a silence is looked at at once (trace batches, a CLI saying it
+    waits out a limit), though the watch slept without a timeout."""
+    stop, lines, looked_after_output = process.RunStop(), [], threading.Event()
+    go = tmp_path / "go"
+
+    def tick() -> bool:
+        if lines:
+            looked_after_output.set()
+        return False
+
+    run = watched(
+        ["sh", "-c", f"until [ -e {go} ]; do sleep 0.05; done; echo hello; exec sleep 600"],
+        stop=stop,
+        on_line=lines.append,
+        on_tick=tick,
+        tick_due=lambda: None,
+    )
+    assert run.asleep.wait(timeout=60)
+    go.touch()  # the CLI prints now, while its watch sleeps until woken
+    assert looked_after_output.wait(timeout=60), f"output did not wake the watch: {run.naps}"
+    stop.set()
+    run.thread.join(timeout=60)
+    assert run.results[0].stopped and lines == ["hello"]
+
+
+def test_a_runs_stall_and_trace_deadlines_tell_its_watch_when_to_look(task_recorder):
+    recorder = task_recorder(stall_warn_seconds=900, stall_kill_seconds=1200)
+    recorder.last_output -= 300  # silent for five minutes
+    assert 599 < recorder.tick_due() <= 600  # the warning, in ten minutes
+    recorder.warned = True
+    assert 899 < recorder.tick_due() <= 900  # then the kill
+    recorder.on_line('{"type": "system", "subtype": "init", "model": "m"}')
+    assert recorder.tick_due() <= 0.25  # a trace batch waits at most a flush interval
+    quiet = task_recorder(stall_warn_seconds=0, stall_kill_seconds=0)
+    assert quiet.tick_due() is None  # nothing to do until the CLI prints
+
+
+def test_a_stalled_run_is_killed_by_its_watch(watched, task_recorder):
+    recorder = task_recorder(stall_warn_seconds=0, stall_kill_seconds=60)
+    recorder.last_output -= 61  # silent longer than the kill limit
+    run = watched(
+        ["sleep", "600"], stop=process.RunStop(), on_tick=recorder.tick, tick_due=recorder.tick_due
+    )
+    run.thread.join(timeout=60)
+    assert run.results[0].stalled and recorder.killed_for_silence
+
+
+def test_the_gate_started_ahead_becomes_the_next_cli_with_its_folder_and_environment(tmp_path):
+    """The worker keeps a gate started ahead, so no Python starts between a task and its CLI:
+    the next spawn is that process (recorded before it runs, as always), and it runs the
+    command in its folder, with its environment and /dev/null as stdin."""
+    process.warm_gate.keep()
+    try:
+        ahead = process.warm_gate.wait_ready(timeout=60)
+        assert ahead is not None
+        command = process.Command(["sh", "-c", 'pwd; echo "$WHO"; cat; echo "read: $?"'])
+        held = process.spawn(command, cwd=str(tmp_path), env={**os.environ, "WHO": "me"})
+        assert held.started.pid == ahead.proc.pid
+        held.release()
+        result = held.wait()
+        assert result.stdout.splitlines() == [str(tmp_path), "me", "read: 0"]
+        missing = process.spawn(process.Command(["/nonexistent/cli"]), cwd="/", env={})
+        missing.release()
+        assert missing.start_error == "No such file or directory: /nonexistent/cli"
+        after = process.warm_gate.wait_ready(timeout=60)
+        assert after is not None
+        assert after.proc.pid not in (ahead.proc.pid, missing.started.pid)
+    finally:
+        process.warm_gate.close()
+    assert after.proc.wait(timeout=60) == 125, "a gate nobody used exits without running"

@@ -260,7 +260,7 @@ class HealthChecks:
         self.pending: dict[str, dict[str, bool]] = {"background": {}, "asked": {}}
         self.threads: dict[str, threading.Thread | None] = {"background": None, "asked": None}
         self.started: list[threading.Thread] = []  # the lanes' threads, for join()
-        self.stopping = threading.Event()
+        self.stopping = process.RunStop()  # wakes every check it stops
         self.numbers = itertools.count(1)
         self.newest: dict[str, int] = {}  # CLI → the number of its newest started check
         # CLI → the status this worker's own last check found (the database's row is shared

@@ -9,7 +9,9 @@ One thread per busy workspace runs that workspace's tasks one at a time (or up t
 every chat reply gets a thread of its own. Every running run (a task pass or a chat reply) is
 in one map, watched by one stop watcher. The main loop sleeps on a Unix socket the server
 pokes after each commit (new work starts in milliseconds) with the poll interval as the
-fallback, and checks the running items every 100 ms for stop requests.
+fallback. The stop watcher looks at the running items at each wake-up (every stop request,
+delete or move out of In Progress commits with a wake-up) and at each poll; a run it stops is
+woken at once (process.RunStop), so a hundred quiet runs cost no polling at all.
 
 Several workers (DESIGN "Scale-out", PostgreSQL only; SQLite keeps its one worker per data dir,
 held by a file lock): this worker's row, heartbeat, peers, take-overs and the recovery of dead
@@ -39,7 +41,7 @@ from runner.models import CliHealth, CliHealthStatus
 from runner.models import Worker as WorkerRow
 from runner.services import workers_forget
 from tasks.models import QueueStatus, TaskQueueItem
-from worker import health, jobs, pickup
+from worker import health, jobs, pickup, process
 from worker.limits import LimitWatch
 from worker.listener import WorkListener
 from worker.malloc import limit_malloc_arenas, release_free_memory
@@ -47,7 +49,6 @@ from worker.membership import Membership
 from worker.pipeline import ChatReply, TaskPass
 
 log = logging.getLogger(__name__)
-STOP_WATCH_SECONDS = 0.1
 SHUTDOWN_GRACE_SECONDS = 1.2
 # From a stop request to the end of stop(), whatever the database does: a PostgreSQL that hangs
 # (or a network that drops its packets) must not keep a stopping worker alive. What is left
@@ -150,7 +151,7 @@ class Worker:
         self.stop_requested_at: float | None = None  # monotonic, see request_stop
         self.lock = threading.Lock()
         self.workspaces: dict[str, set[threading.Thread]] = {}  # workspace id → its runners
-        self.runs: dict[tuple[str, str], threading.Event] = {}  # (kind, item id) → stop event
+        self.runs: dict[tuple[str, str], process.RunStop] = {}  # (kind, item id) → its stop
         self.chat_threads: set[threading.Thread] = set()
         self.sock: socket.socket | None = None
         self.kick_r, self.kick_w = os.pipe()
@@ -167,6 +168,7 @@ class Worker:
             self.lock_handle = acquire_lock()
             workers_forget(worker_ids=WorkerRow.objects.values_list("id", flat=True))
         self.sock = _bind_wake_socket()
+        process.warm_gate.keep()  # the first CLI starts without waiting for a Python to start
         if uses_notify():
             self.listener = WorkListener.connect()
         seed_sample_workspace_if_first_launch()
@@ -228,6 +230,7 @@ class Worker:
         if self.beats is not None:
             self.beats.join(timeout=max(0.0, deadline - time.monotonic()))
         self._before_the_deadline(self.membership.leave)
+        process.warm_gate.close()
         if self.listener is not None:
             self.listener.close()
         if self.sock:
@@ -253,9 +256,8 @@ class Worker:
             return
         try:
             self.watch_stops()
-            # New work comes with a wake-up (the server pokes after each commit, a finished
-            # workspace thread kicks) or is found by the poll; the 100 ms ticks while runs are
-            # busy only watch for stops.
+            # New work and stop requests come with a wake-up (the server pokes after each
+            # commit, a finished workspace thread kicks) or are found by the poll.
             now = time.monotonic()
             if woken or now >= self.next_poll:
                 self.next_poll = now + self.poll_interval
@@ -268,10 +270,8 @@ class Worker:
             time.sleep(0.2)
 
     def _wait_for_wake(self) -> bool:
-        """Sleep until a wake-up or the next tick; True when something woke us."""
-        with self.lock:
-            busy = bool(self.runs)
-        timeout = STOP_WATCH_SECONDS if busy else self.poll_interval
+        """Sleep until a wake-up or the next poll; True when something woke us."""
+        timeout = max(0.0, min(self.poll_interval, self.next_poll - time.monotonic()))
         sources = [self.kick_r] + ([self.sock] if self.sock else [])
         if self.listener is not None and self.listener.fileno() is not None:
             sources.append(self.listener)
@@ -424,7 +424,7 @@ class Worker:
                 self.chat_threads.add(thread)
             thread.start()
 
-    def _chat_thread(self, item, stop: threading.Event) -> None:
+    def _chat_thread(self, item, stop: process.RunStop) -> None:
         try:
             self._run("chat", item, stop)
         finally:
@@ -436,14 +436,14 @@ class Worker:
             if self.capacity:
                 self.kick()  # a slot is free: look for waiting work now
 
-    def _register(self, kind: str, item) -> threading.Event:
+    def _register(self, kind: str, item) -> process.RunStop:
         """A claimed item enters the map of running runs (so stop() and the watcher see it)."""
-        stop = threading.Event()
+        stop = process.RunStop()
         with self.lock:
             self.runs[(kind, item.id)] = stop
         return stop
 
-    def _run(self, kind: str, item, stop: threading.Event) -> None:
+    def _run(self, kind: str, item, stop: process.RunStop) -> None:
         """Run one claimed item through the pipeline; it leaves the map when done."""
         try:
             OWNERS[kind](item, stop=stop, shutdown=self.shutdown).run()

@@ -284,6 +284,7 @@ def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
         on_output=recorder.on_output,
         on_error_line=waiting.on_error_line,
         on_tick=lambda: waiting.tick() or recorder.tick(),
+        tick_due=recorder.tick_due,
     )
     return execution.conclude(launch, result, stall_minutes=recorder.stall_kill_seconds / 60)
 

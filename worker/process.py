@@ -8,6 +8,7 @@ worker), standard input is /dev/null unless the command brings its own.
 import collections
 import contextlib
 import logging
+import marshal
 import os
 import signal
 import subprocess
@@ -27,7 +28,40 @@ log = logging.getLogger(__name__)
 STDOUT_CAP = 4 * 1024 * 1024
 STDERR_CAP = 256 * 1024
 READ_CHUNK = 64 * 1024
-STOP_CHECK_SECONDS = 0.02
+# How often a run's watch looks again while its CLI prints (its `on_tick`: trace batches, at
+# most ~4 a second), and how often it looks at a `stop` that cannot wake it (a plain
+# threading.Event, not a RunStop). A quiet run with a RunStop sleeps until something happens.
+BUSY_TICK_SECONDS = 0.25
+PLAIN_STOP_CHECK_SECONDS = 0.1
+
+
+class RunStop(threading.Event):
+    """A run's stop request that wakes the run's watch (Held.wait) the moment it is set: a
+    hundred quiet runs cost nothing while they wait, instead of a check every few milliseconds
+    each."""
+
+    def __init__(self):
+        super().__init__()
+        self._guard = threading.Lock()
+        self._woken: set[threading.Event] = set()
+
+    def set(self) -> None:
+        super().set()
+        with self._guard:
+            woken = list(self._woken)
+        for event in woken:
+            event.set()
+
+    def wakes(self, event: threading.Event) -> None:
+        """Set `event` too when this stop is set (at once if it is already)."""
+        with self._guard:
+            self._woken.add(event)
+        if self.is_set():
+            event.set()
+
+    def forget(self, event: threading.Event) -> None:
+        with self._guard:
+            self._woken.discard(event)
 
 
 @dataclass(frozen=True)
@@ -114,23 +148,163 @@ def _thread(target, *args) -> threading.Thread:
 
 
 # The gate every process passes (DESIGN "Processes"): a Python started with `-I -S` (no site, no
-# environment of its own) waits on a pipe for the worker's go before it becomes the command
-# (exec: same pid, same process group). The worker records the process first, so recovery
-# knows every CLI that ever ran; a worker killed before its go closes the pipe, and the gate
-# exits without running anything. An exec that fails writes why on a second pipe, which a
-# successful exec closes (close-on-exec): the same "could not be started" as Popen's.
-GATE = """import os, sys
+# environment of its own) that reads its command (argv, working directory, environment) from a
+# pipe, then waits there for the worker's go before it becomes the command (exec: same pid,
+# same process group). The worker records the process first, so recovery knows every CLI that
+# ever ran; a worker killed before its go closes the pipe, and the gate exits without running
+# anything. An exec that fails writes why on a second pipe, which a successful exec closes
+# (close-on-exec): the same "could not be started" as Popen's.
+#
+# Because the command comes through the pipe, a gate can be started before there is one: the
+# worker keeps one started ahead (WarmGate), so the ~20-40 ms of a Python start are not between
+# a task and its CLI, nor between two agents.
+GATE = """import marshal, os, sys
 gate, status = int(sys.argv[1]), int(sys.argv[2])
 os.set_inheritable(status, False)
-if os.read(gate, 1) != b"g":
+def read(size):
+    data = b""
+    while len(data) < size:
+        chunk = os.read(gate, size - len(data))
+        if not chunk:
+            os._exit(125)
+        data += chunk
+    return data
+argv, cwd, env, null_stdin = marshal.loads(read(int.from_bytes(read(4), "big")))
+if read(1) != b"g":
     os._exit(125)
 os.close(gate)
 try:
-    os.execvp(sys.argv[3], sys.argv[3:])
+    os.chdir(cwd)
+    if null_stdin:
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.execvpe(argv[0], argv, env)
 except OSError as exc:
-    os.write(status, f"{exc.strerror or exc}: {exc.filename or sys.argv[3]}".encode())
+    os.write(status, f"{exc.strerror or exc}: {exc.filename or argv[0]}".encode())
     os._exit(127)
 """
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+@dataclass
+class _Gate:
+    """A gate process waiting for its command: its pipes' ends on our side."""
+
+    proc: subprocess.Popen
+    gate: int  # we write the command, then the go
+    status: int  # an exec that failed says why here
+    create_time: float
+
+    @classmethod
+    def open(cls) -> "_Gate":
+        gate_r, gate_w = os.pipe()
+        status_r, status_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", GATE, str(gate_r), str(status_w)],
+                cwd="/",
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(gate_r, status_w),
+            )
+        except OSError:
+            _close_fds(gate_w, status_r)
+            raise
+        finally:
+            _close_fds(gate_r, status_w)
+        return cls(proc, gate_w, status_r, _create_time(proc.pid))
+
+    def send(self, command: Command, *, cwd: str, env: dict[str, str]) -> None:
+        """The command it will become (OSError: the gate is gone)."""
+        message = marshal.dumps((list(command.argv), cwd, dict(env), command.stdin is None))
+        data = len(message).to_bytes(4, "big") + message
+        while data:
+            data = data[os.write(self.gate, data) :]
+        if command.stdin is None:  # the gate reads /dev/null instead
+            self.proc.stdin.close()
+
+    def discard(self) -> None:
+        """Never used: closing its pipe ends it."""
+        _close_fds(self.gate, self.status)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(OSError):
+                stream.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class WarmGate:
+    """One gate started ahead while the worker runs (`keep()` … `close()`): `take()` hands it
+    out and starts the next one in the background."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.kept = False
+        self.ready: _Gate | None = None
+        self.starting = False
+
+    def keep(self) -> None:
+        with self.lock:
+            self.kept = True
+        self.start_next()
+
+    def close(self) -> None:
+        with self.lock:
+            self.kept, gate, self.ready = False, self.ready, None
+        if gate is not None:
+            gate.discard()
+
+    def take(self) -> _Gate:
+        """A gate ready for a command: the warm one, else a new one (OSError: none could be
+        started). The next one starts once this one runs its command (`start_next`): not
+        while the worker records this one."""
+        with self.lock:
+            gate, self.ready = self.ready, None
+        if gate is not None and gate.proc.poll() is not None:  # it died: never hand it out
+            gate.discard()
+            gate = None
+        return gate if gate is not None else _Gate.open()
+
+    def wait_ready(self, timeout: float) -> "_Gate | None":
+        """The gate started ahead, once it is (None: none within `timeout`)."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.ready is not None, timeout=timeout)
+            return self.ready
+
+    def start_next(self) -> None:
+        with self.lock:
+            if not self.kept or self.ready is not None or self.starting:
+                return
+            self.starting = True
+        _thread(self._open_next)
+
+    def _open_next(self) -> None:
+        gate = None
+        try:
+            gate = _Gate.open()
+        except OSError as exc:
+            log.warning("Could not start a process gate ahead", extra={"error": str(exc)})
+        with self.lock:
+            self.starting = False
+            if self.kept and self.ready is None:
+                self.ready, gate = gate, None
+                self.changed.notify_all()
+        if gate is not None:  # closed meanwhile
+            gate.discard()
+
+
+warm_gate = WarmGate()
 
 
 class Held:
@@ -143,28 +317,33 @@ class Held:
         self.result = ProcessResult(started_at=time.time())
         self.started: Started | None = None
         self.proc: subprocess.Popen | None = None
-        gate_r, self.gate = os.pipe()
-        self.status, status_w = os.pipe()
+        if not os.path.isdir(cwd):  # as Popen would say, before anything is started
+            why = "Not a directory" if os.path.exists(cwd) else "No such file or directory"
+            self.result.start_error = f"{why}: {cwd}"
+            return
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", GATE, str(gate_r), str(status_w), *command.argv],
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL if command.stdin is None else subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                close_fds=True,
-                pass_fds=(gate_r, status_w),
-            )
+            gate = self._gate_with(command, cwd=cwd, env=env)
         except OSError as exc:
             self.result.start_error = f"{exc.strerror or exc}: {exc.filename or cwd}"
-            self._close_pipes(self.gate, self.status)
-        finally:
-            self._close_pipes(gate_r, status_w)
-        if self.proc is not None:
-            pid = self.proc.pid
-            self.started = Started(pid=pid, pgid=pid, create_time=_create_time(pid))
+            return
+        self.proc, self.gate, self.status = gate.proc, gate.gate, gate.status
+        self.started = Started(pid=gate.proc.pid, pgid=gate.proc.pid, create_time=gate.create_time)
+
+    @staticmethod
+    def _gate_with(command: Command, *, cwd: str, env: dict[str, str]) -> _Gate:
+        """A gate (the warm one if there is one) that holds `command`."""
+        gate = warm_gate.take()
+        try:
+            gate.send(command, cwd=cwd, env=env)
+        except OSError:  # the gate died before it read its command: one more, started now
+            gate.discard()
+            gate = _Gate.open()
+            try:
+                gate.send(command, cwd=cwd, env=env)
+            except OSError:
+                gate.discard()
+                raise
+        return gate
 
     @property
     def start_error(self) -> str | None:
@@ -172,9 +351,7 @@ class Held:
 
     @staticmethod
     def _close_pipes(*fds: int) -> None:
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        _close_fds(*fds)
 
     def release(self) -> None:
         """Let the command run; an exec that failed becomes `start_error` (and wait() returns
@@ -191,11 +368,13 @@ class Held:
         self._close_pipes(self.status)
         if chunks:
             self.result.start_error = storable_text(b"".join(chunks))
+        warm_gate.start_next()
 
     def cancel(self) -> None:
         """Never run the command: the gate closes and the process exits by itself."""
         if self.proc is None:
             return
+        warm_gate.start_next()
         self._close_pipes(self.gate, self.status)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
@@ -215,13 +394,18 @@ class Held:
         on_line: Callable[[str], None] | None = None,
         on_output: Callable[[], None] | None = None,
         on_tick: Callable[[], bool] | None = None,
+        tick_due: Callable[[], float | None] | None = None,
         timeout_from_output: bool = False,
         on_error_line: Callable[[str], None] | None = None,
     ) -> ProcessResult:
         """Follow the released command to completion, or until `stop` is set, `timeout`
-        passes or `on_tick` (called every few milliseconds on this thread) returns True; then
-        kill it. `on_line` and `on_error_line` get stdout's and stderr's complete lines as they
-        arrive; `timeout_from_output`: see run()."""
+        passes or `on_tick` returns True; then kill it. `on_line` and `on_error_line` get
+        stdout's and stderr's complete lines as they arrive; `timeout_from_output`: see run().
+
+        Nothing polls: this thread sleeps until the process exits, `stop` is set (a RunStop
+        wakes it), the process prints (then `on_tick` runs at once and every
+        BUSY_TICK_SECONDS while the output goes on) or `tick_due()` seconds have passed (when
+        `on_tick` next has something to do on its own, e.g. a stall warning; None: never)."""
         result, proc = self.result, self.proc
         if proc is None or result.start_error:
             if proc is not None:
@@ -231,12 +415,15 @@ class Held:
             return result
         out, err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
         first_output: list[float] = []  # monotonic time of the first output, once there is one
+        wake = threading.Event()
+        printed = _Printed(wake)
 
         def output() -> None:
             if not first_output:
                 first_output.append(time.monotonic())
             if on_output:
                 on_output()
+            printed.note()
 
         readers = [
             _thread(_drain, proc.stdout, out, on_line, output),
@@ -245,22 +432,39 @@ class Held:
         if self.command.stdin is not None:
             _thread(_feed, proc.stdin, self.command.stdin)
         exited = threading.Event()
-        _thread(lambda: (proc.wait(), exited.set()))
+        _thread(lambda: (proc.wait(), exited.set(), wake.set()))
+        wakes_us = isinstance(stop, RunStop)
+        if wakes_us:
+            stop.wakes(wake)
         started = time.monotonic()
         create_time = self.started.create_time
-        while not exited.wait(STOP_CHECK_SECONDS):
-            ends = deadline(started, first_output[:1], timeout, from_output=timeout_from_output)
-            if stop is not None and stop.is_set():
-                result.stopped = True
-            elif ends is not None and time.monotonic() > ends:
-                result.timed_out = True
-            elif on_tick is not None and on_tick():
-                result.stalled = True
-            else:
-                continue
-            kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
-            exited.wait(5)
-            break
+        try:
+            while not exited.is_set():
+                ends = deadline(started, first_output[:1], timeout, from_output=timeout_from_output)
+                if stop is not None and stop.is_set():
+                    result.stopped = True
+                elif ends is not None and time.monotonic() > ends:
+                    result.timed_out = True
+                elif on_tick is not None and on_tick():
+                    result.stalled = True
+                else:
+                    waits = [printed.next_look(), ends and ends - time.monotonic()]
+                    if tick_due is not None:
+                        waits.append(tick_due())
+                    elif on_tick is not None:
+                        waits.append(BUSY_TICK_SECONDS)
+                    if stop is not None and not wakes_us:
+                        waits.append(PLAIN_STOP_CHECK_SECONDS)
+                    known = [max(0.0, w) for w in waits if w is not None]
+                    _sleep(wake, min(known) if known else None)
+                    wake.clear()
+                    continue
+                kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
+                exited.wait(5)
+                break
+        finally:
+            if wakes_us:
+                stop.forget(wake)
         # The CLI is gone. Anything it left in its process group is an orphan: end it too, so
         # no agent keeps editing after its run and nobody holds our pipes open. (A stop or
         # timeout above also scanned the session for descendants that moved to groups of their
@@ -274,6 +478,41 @@ class Held:
         result.stdout_bytes = out.total
         result.ended_at = time.time()
         return result
+
+
+def _sleep(wake: threading.Event, seconds: float | None) -> None:
+    """A run's watch waits here between looks (None: until woken)."""
+    wake.wait(seconds)
+
+
+class _Printed:
+    """Output of a followed process, as a reason to look again: the first output after a quiet
+    spell wakes the watch at once; while output goes on the watch looks every
+    BUSY_TICK_SECONDS, not once per chunk."""
+
+    def __init__(self, wake: threading.Event):
+        self.wake = wake
+        self.count = 0
+        self.seen = 0
+        self.armed = True  # the next output wakes the watch
+
+    def note(self) -> None:  # reader threads
+        self.count += 1
+        if self.armed:
+            self.armed = False
+            self.wake.set()
+
+    def next_look(self) -> float | None:
+        """Seconds until the watch should look again because of output (None: only when the
+        next output comes)."""
+        if self.count != self.seen:  # printing: look again soon, without a wake per chunk
+            self.seen = self.count
+            return BUSY_TICK_SECONDS
+        self.armed = True
+        if self.count != self.seen:  # printed while we re-armed
+            self.seen = self.count
+            return 0.0
+        return None
 
 
 def spawn(command: Command, *, cwd: str, env: dict[str, str]) -> Held:
@@ -291,11 +530,12 @@ def run(
     on_line: Callable[[str], None] | None = None,
     on_output: Callable[[], None] | None = None,
     on_tick: Callable[[], bool] | None = None,
+    tick_due: Callable[[], float | None] | None = None,
     timeout_from_output: bool = False,
     on_error_line: Callable[[str], None] | None = None,
 ) -> ProcessResult:
     """Run `command` to completion, or until `stop` is set, `timeout` passes or `on_tick`
-    (called every few milliseconds on this thread) returns True (then kill it): a process
+    returns True (then kill it; see Held.wait for when it is called): a process
     nobody needs to record first (health checks, a worktree's setup command). `on_line` and
     `on_error_line` get stdout's and stderr's complete lines as they arrive.
     `timeout_from_output`: the timeout counts again from the process's first output (stdout or
@@ -308,6 +548,7 @@ def run(
         on_line=on_line,
         on_output=on_output,
         on_tick=on_tick,
+        tick_due=tick_due,
         timeout_from_output=timeout_from_output,
         on_error_line=on_error_line,
     )

@@ -69,11 +69,12 @@ SEARCHABLE = """
 from core.actors import USER
 from tasks import services
 from tasks.models import Task
+from tests.failures import fail_task
 
 cart = Task.objects.get(id={cart!r})
 services.comment_create(task=cart, content="The coupon box overflows", actor=USER)
 Task.objects.filter(id=cart.id).update(status="in_review")  # (a comment sends it back)
-services.task_run_failed(task=Task.objects.get(id={login!r}), message="exit 1")
+fail_task(Task.objects.get(id={login!r}), "exit 1")
 """
 
 

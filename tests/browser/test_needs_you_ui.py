@@ -24,13 +24,14 @@ from chats.models import Chat
 from core.actors import SYSTEM
 from tasks import services
 from tasks.models import Task
+from tests.failures import fail_task
 
 for task_id in {review!r}:
     task = Task.objects.get(id=task_id)
     services.task_status_set(task=task, status="in_progress", actor=SYSTEM)
     services.task_status_set(task=task, status="in_review", actor=SYSTEM)
 for task_id in {failing!r}:
-    services.task_run_failed(task=Task.objects.get(id=task_id), message="CLI exited with code 7")
+    fail_task(Task.objects.get(id=task_id), "CLI exited with code 7")
 for chat_id in {replied!r}:
     chats.chat_message_add_agent(
         chat=Chat.objects.get(id=chat_id), message="Set up 2 agents", actions=None, agent=None
