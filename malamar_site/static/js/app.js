@@ -331,6 +331,7 @@
   // Content swapped into a dialog's slot (a popup, the agent form) opens it, or takes the
   // focus in it as on opening, as do errors swapped into an open one.
   on("htmx:afterSwap", (event) => {
+    if (toasts && !toasts.isConnected) placeToasts(); // (the swap took away the dialog it was in)
     const dialog = event.target.closest && event.target.closest("dialog");
     const slot = event.target.classList.contains("dialog__slot");
     if (!dialog || !(slot || $("[aria-invalid=true]", dialog))) return;
