@@ -173,6 +173,12 @@ def test_cancel_prioritize_and_a_second_tab(browser, stack):
     expect(failed).to_contain_text("Not sent")
     expect(failed).to_contain_text("Are you done?")
     expect(box).to_have_value("Are you done?")
+    # It stays over the list's next live refresh (a change of the task refreshes the comments).
+    refreshed = lambda r: r.request.headers.get("hx-target") == "task-comments"  # noqa: E731
+    with first.expect_response(refreshed):
+        dialog.get_by_role("button", name="Prioritize").click()
+    expect(dialog.locator("#task-prioritize")).to_have_text("Remove Priority")
+    expect(failed).to_contain_text("Are you done?")
     first.unroute("**/comments/new/")
     # The browser and htmx log that 500; nothing else may have gone wrong.
     first.console_errors[:] = [

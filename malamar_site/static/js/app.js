@@ -393,13 +393,24 @@
   // A message or comment shows at once while it is sent: a form with data-pending (the id of
   // its <template>) adds it to the list data-pending-list names, with its text in
   // [data-pending-text]. The server's list replaces it; a refusal comes back as the form with
-  // its error (the stand-in goes); a failure marks it "Not sent" and gives the text back.
+  // its error (the stand-in goes); a failure marks it "Not sent" and gives the text back. A
+  // stand-in not sent stays over the list's refreshes (a live refresh that waited for the send
+  // lands right after it), in its own task's or chat's list only, until the next send.
+  const unsent = new Map(); // stand-in → the address its form posts to
+  const formFor = (url) => $$("form[data-pending]").find((f) => f.getAttribute("hx-post") === url);
+  on("htmx:afterSwap", () =>
+    unsent.forEach((url, item) => {
+      const list = !item.isConnected && formFor(url) && $(formFor(url).dataset.pendingList);
+      if (list) list.insertBefore(item, $(":scope > [data-working]", list));
+    }),
+  );
   on("htmx:beforeRequest", (event) => {
     const form = event.detail.elt;
     const field = form.dataset && form.dataset.pending && $("textarea", form);
     const list = field && $(form.dataset.pendingList);
     const template = field && document.getElementById(form.dataset.pending);
     if (!list || !template || !field.value.trim()) return;
+    unsent.forEach((url, old) => url === form.getAttribute("hx-post") && unsent.delete(old) && old.remove());
     const item = template.content.firstElementChild.cloneNode(true);
     $("[data-pending-text]", item).textContent = field.value.trim();
     list.insertBefore(item, $(":scope > [data-working]", list));
@@ -417,6 +428,7 @@
     if (event.detail.successful) return;
     pending.item.classList.add("is-failed");
     $("[data-pending-state]", pending.item).textContent = "Not sent";
+    unsent.set(pending.item, form.getAttribute("hx-post"));
     const field = $("textarea", form);
     if (field && !field.value) field.value = pending.text;
   });
