@@ -148,4 +148,25 @@ def test_a_run_ending_while_the_tab_loads_queues_behind_the_load(browser, stack)
     )
     expect(changes.locator("[data-change-path]")).to_have_count(1)
     expect(changes.locator('[data-change-path="a.txt"]')).to_be_visible()
+
+    # A run picked in the selector while a refresh is on its way: htmx drops a queued request
+    # whose element a swap removed, so the refresh waits for the pick instead of replacing it.
+    select = changes.locator("#task-changes-run")
+    other = page.evaluate(
+        """() => {
+            const select = document.getElementById('task-changes-run');
+            return [...select.options].map((o) => o.value).find((v) => v && v !== select.value);
+        }"""
+    )
+    page.evaluate(
+        """(run) => {
+            window.htmx.trigger("#task-changes", "live");
+            const select = document.getElementById("task-changes-run");
+            select.value = run;
+            select.dispatchEvent(new Event("change", { bubbles: true }));
+        }""",
+        other,
+    )
+    expect(swaps).to_have_attribute("data-changes-swaps", "6")  # the pick, then the refresh
+    expect(select).to_have_value(other)
     page.console_errors.check()

@@ -134,7 +134,7 @@
   // the popup, a toast).
   const EDITING =
     "[data-editing]:not(dialog, details), dialog[data-editing][open], details[data-editing][open], " +
-    "details[data-chat-menu][open], [data-menu]:popover-open, .is-dragging";
+    "details[data-chat-menu][open], [data-menu]:popover-open, .is-dragging, [data-changing]";
   const SENDING = ".htmx-request:is([hx-post], [hx-put], [hx-patch], [hx-delete])";
   const TYPING =
     "textarea, select, [contenteditable], " +
@@ -160,6 +160,14 @@
       due.add(target);
     }
   });
+
+  // A choice whose answer has not landed yet (the Changes tab's run: its request may wait in the
+  // queue behind this refresh, and htmx drops a queued request whose element a swap removed).
+  document.addEventListener("change", (event) => {
+    const control = event.target.closest && event.target.closest("select[hx-get]");
+    if (control) control.setAttribute("data-changing", "");
+  }, true);
+  document.addEventListener("htmx:afterRequest", (event) => event.detail.elt.removeAttribute("data-changing"), true);
 
   // Whatever may end the person's business runs the refreshes that waited for it.
   ["focusout", "toggle", "close", "dragend", "htmx:afterRequest", "htmx:afterSwap"].forEach((name) =>
