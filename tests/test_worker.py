@@ -15,7 +15,7 @@ import pytest
 
 from tasks import services as task_services
 from tests.databases import ON_POSTGRES, SQLITE_ONE_WORKER
-from tests.live import ROOT, process_env, wait_until
+from tests.live import ROOT, START, process_env, wait_until
 from tests.stack import FAKES_BIN, alive
 
 FOUR = [("Planner", "claude"), ("Implementer", "gemini"), ("Reviewer", "codex")]
@@ -304,7 +304,8 @@ def test_kill_9_mid_run_then_restart_finishes_without_duplicates(live_stack):
         expect=200,
     )
     stack.start_worker()
-    wait_until(lambda: not alive(orphan), timeout=10, what="recovery to kill the orphan")
+    # (The worker recovers after it binds its socket, as part of its start: START bounds both.)
+    wait_until(lambda: not alive(orphan), timeout=START, what="recovery to kill the orphan")
     stack.wait_status(task, "in_review")
     assert [c["content"] for c in stack.comments(task)] == ["plan", "built"]
 
