@@ -8,7 +8,6 @@ needs a real worker process (`live_stack`).
 import asyncio
 import json
 import signal
-from pathlib import Path
 
 import pytest
 
@@ -16,16 +15,7 @@ from runner.clis import cli_for
 from runner.streams import Delta, Trace, Usage, parse_line
 from tests.live import wait_until
 from tests.stack import alive
-
-# The recorded samples: `shared/cli-samples` next to the checkout (or a git worktree's parent).
-SAMPLES = next(
-    (
-        folder / "shared" / "cli-samples"
-        for folder in Path(__file__).resolve().parents
-        if (folder / "shared" / "cli-samples").is_dir()
-    ),
-    Path(__file__).resolve().parent / "fixtures" / "cli-samples",
-)
+from tests.test_clis import SAMPLES
 
 
 def items(name: str) -> list:
