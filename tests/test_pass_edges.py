@@ -18,7 +18,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from agents.services import agent_create, agent_update
+from agents.services import agent_update
 from core.actors import SYSTEM, USER
 from notifications import cli_states
 from runner.clis import cli_for
@@ -29,10 +29,10 @@ from tasks.mcp_server import WorkspaceTools
 from tasks.models import QueueStatus, Task, TaskComment, TaskLog, TaskQueueItem, TaskStatus
 from tasks.services import comment_create_and_send_around, task_create
 from tests.htmltree import parse
+from tests.passes import run_workspace, team
 from tests.stack import FAKES_BIN
 from worker import pickup
 from worker.pipeline import TaskPass
-from workspaces.services import workspace_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,25 +59,6 @@ def inputs(monkeypatch):
     return seen
 
 
-def _team(title: str, *agents):
-    workspace = workspace_create(title=title)
-    made = [
-        agent_create(workspace=workspace, name=name, instruction="Work.", cli_type=cli)
-        for name, cli in agents
-    ]
-    return workspace, made
-
-
-def _run_workspace(workspace) -> int:
-    """Run the workspace's queue as the worker's thread does, until it has nothing to pick."""
-    passes = 0
-    while (item := pickup.claim_next(workspace.id)) is not None:
-        TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
-        passes += 1
-        assert passes < 20, "the queue never empties"
-    return passes
-
-
 def _back_off_over(task) -> None:
     Task.objects.filter(id=task.id).update(retry_not_before=timezone.now())
 
@@ -99,14 +80,14 @@ def _status(task) -> str:
 
 
 def test_a_failed_run_is_retried_at_the_agent_that_failed(inputs):
-    workspace, agents = _team("Retry", *TEAM, ("Reviewer", "codex"))
+    workspace, agents = team("Retry", *TEAM, ("Reviewer", "codex"))
     reviewer = agents[-1]
     task = task_create(
         workspace=workspace,
         summary="Build it",
         description="@fake Planner: comment-once Planned\n@fake Reviewer: exit 3 it broke",
     )
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert _runs(task) == [
         ("Planner", RunStatus.COMPLETED),
         ("Implementer", RunStatus.COMPLETED),
@@ -118,7 +99,7 @@ def test_a_failed_run_is_retried_at_the_agent_that_failed(inputs):
 
     Task.objects.filter(id=task.id).update(description="@fake Planner: comment-once Planned")
     _back_off_over(task)
-    _run_workspace(workspace)
+    run_workspace(workspace)
 
     assert _runs(task)[4] == ("Reviewer", RunStatus.COMPLETED), "not the Planner again"
     assert "it broke (CLI exited with code 3)" in inputs[4][1], "the retry reads the error"
@@ -143,11 +124,11 @@ def test_the_failure_streak_counts_attempts_and_doubles_the_back_off(monkeypatch
     monkeypatch.setattr(
         task_services, "notify_task_error", lambda **kw: notified.append(kw["failure_streak"])
     )
-    workspace, _agents = _team("Streak", *TEAM, ("Reviewer", "codex"))
+    workspace, _agents = team("Streak", *TEAM, ("Reviewer", "codex"))
     task = task_create(workspace=workspace, summary="T", description="@fake Reviewer: exit 1 no")
     delays = []
     for _ in range(3):
-        _run_workspace(workspace)
+        run_workspace(workspace)
         task.refresh_from_db()
         failed_at = TaskComment.objects.filter(task=task).latest("created_at").created_at
         delays.append(round((task.retry_not_before - failed_at).total_seconds()))
@@ -170,7 +151,7 @@ def test_the_failure_streak_counts_attempts_and_doubles_the_back_off(monkeypatch
 
 
 def test_an_internal_error_fails_the_pass_at_its_agent_with_the_usual_back_off(monkeypatch):
-    workspace, agents = _team("Bug", *TEAM)
+    workspace, agents = team("Bug", *TEAM)
     task = task_create(workspace=workspace, summary="T", description="@fake skip")
     apply = TaskPass._apply_answer
 
@@ -180,7 +161,7 @@ def test_an_internal_error_fails_the_pass_at_its_agent_with_the_usual_back_off(m
         apply(owner, answer)
 
     monkeypatch.setattr(TaskPass, "_apply_answer", buggy)
-    _run_workspace(workspace)
+    run_workspace(workspace)
     task.refresh_from_db()
     assert task.failure_streak == 1
     comment = TaskComment.objects.get(task=task)
@@ -218,9 +199,9 @@ def _works_again(codex) -> None:
 
 
 def test_a_cli_that_cannot_run_makes_the_pass_wait_at_its_agent(broken_codex, cli_notifications):
-    workspace, agents = _team("Broken", *TEAM, ("Reviewer", "codex"))
+    workspace, agents = team("Broken", *TEAM, ("Reviewer", "codex"))
     task = task_create(workspace=workspace, summary="T", description="@fake skip")
-    _run_workspace(workspace)
+    run_workspace(workspace)
 
     reason = f"Binary {broken_codex} does not exist (check Settings → CLIs)"
     assert _runs(task) == [
@@ -250,7 +231,7 @@ def test_a_cli_that_cannot_run_makes_the_pass_wait_at_its_agent(broken_codex, cl
 
     _works_again(broken_codex)
     assert _queued(task).waiting_for_cli == ""
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert _runs(task)[4] == ("Reviewer", RunStatus.COMPLETED), "it goes on at the Reviewer"
     assert len(_runs(task)) == 5
     assert _status(task) == TaskStatus.IN_REVIEW
@@ -259,14 +240,14 @@ def test_a_cli_that_cannot_run_makes_the_pass_wait_at_its_agent(broken_codex, cl
 def test_waiting_tasks_share_one_notification_and_other_tasks_keep_running(
     broken_codex, cli_notifications
 ):
-    workspace, _ = _team("Needs codex", ("Reviewer", "codex"))
+    workspace, _ = team("Needs codex", ("Reviewer", "codex"))
     first = task_create(workspace=workspace, summary="First", description="@fake skip")
     second = task_create(workspace=workspace, summary="Second", description="@fake skip")
-    healthy, _ = _team("Healthy", ("Solo", "claude"))
+    healthy, _ = team("Healthy", ("Solo", "claude"))
     other = task_create(workspace=healthy, summary="Other", description="@fake skip")
 
-    _run_workspace(workspace)
-    _run_workspace(healthy)
+    run_workspace(workspace)
+    run_workspace(healthy)
 
     assert _queued(first).waiting_for_cli == _queued(second).waiting_for_cli == "codex"
     assert cli_notifications == ["codex"], "one notification for all the waiting work"
@@ -281,23 +262,21 @@ def test_a_cli_can_say_it_cannot_run_from_its_output(monkeypatch, cli_notificati
         "cannot_run_reason",
         lambda self, result: "not logged in" if "401" in result.stderr else None,
     )
-    workspace, _agents = _team("Logged out", ("Planner", "claude"), ("Reviewer", "codex"))
+    workspace, _agents = team("Logged out", ("Planner", "claude"), ("Reviewer", "codex"))
     task = task_create(
         workspace=workspace, summary="T", description="@fake Reviewer: exit 1 401 Unauthorized"
     )
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert _queued(task).waiting_for_cli == "codex"
     assert CliHealth.objects.get(cli_type="codex").error == "not logged in"
     assert not TaskComment.objects.filter(task=task).exists()
 
 
 def test_a_broken_cli_runs_the_agent_on_its_fallback_cli(broken_codex):
-    workspace, (_planner, reviewer) = _team(
-        "Fallback", ("Planner", "claude"), ("Reviewer", "codex")
-    )
+    workspace, (_planner, reviewer) = team("Fallback", ("Planner", "claude"), ("Reviewer", "codex"))
     agent_update(agent=reviewer, fallback_cli_type="gemini")
     task = task_create(workspace=workspace, summary="T", description="@fake skip")
-    _run_workspace(workspace)
+    run_workspace(workspace)
     runs = AgentRun.objects.filter(task=task).order_by("started_at", "id")
     assert [(r.agent_name, r.cli_type, r.fallback_for, r.status) for r in runs] == [
         ("Planner", "claude", "", RunStatus.COMPLETED),
@@ -311,9 +290,9 @@ def test_a_cli_a_check_found_broken_is_not_run_at_all():
     """Health checks mark a CLI broken: the pass runs the agents before it, then waits there
     without starting it (a paid run that can only fail)."""
     CliHealth.objects.create(cli_type="codex", status=CliHealthStatus.UNHEALTHY, error="logged out")
-    workspace, agents = _team("Checked", *TEAM, ("Reviewer", "codex"))
+    workspace, agents = team("Checked", *TEAM, ("Reviewer", "codex"))
     task = task_create(workspace=workspace, summary="T", description="@fake skip")
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert [name for name, _ in _runs(task)] == ["Planner", "Implementer", "Auditor"]
     item = _queued(task)
     assert (item.waiting_for_cli, item.resume_agent_id) == ("codex", agents[-1].id)
@@ -342,7 +321,7 @@ REVIEWING = "@fake Reviewer: review Looks good"
 
 
 def test_a_comment_committed_while_the_last_agent_works_keeps_the_task_going(inputs, monkeypatch):
-    workspace, _ = _team("Late comment", ("Planner", "claude"), ("Reviewer", "claude"))
+    workspace, _ = team("Late comment", ("Planner", "claude"), ("Reviewer", "claude"))
     task = task_create(workspace=workspace, summary="T", description=REVIEWING)
     _comment_while(
         "Reviewer",
@@ -351,7 +330,7 @@ def test_a_comment_committed_while_the_last_agent_works_keeps_the_task_going(inp
         ),
         monkeypatch,
     )
-    _run_workspace(workspace)
+    run_workspace(workspace)
 
     assert "Also add tests" not in inputs[1][1]  # the Reviewer's first input missed it
     assert [name for name, _ in inputs] == ["Planner", "Reviewer", "Planner", "Reviewer"]
@@ -364,26 +343,26 @@ def test_a_comment_committed_while_the_last_agent_works_keeps_the_task_going(inp
 def test_a_comment_through_malamars_mcp_server_while_an_agent_works_reaches_the_agents(
     inputs, monkeypatch
 ):
-    workspace, _ = _team("MCP comment", ("Planner", "claude"), ("Reviewer", "claude"))
+    workspace, _ = team("MCP comment", ("Planner", "claude"), ("Reviewer", "claude"))
     task = task_create(workspace=workspace, summary="T", description=REVIEWING)
     tools = WorkspaceTools(workspace.id)
     _comment_while(
         "Reviewer", lambda: tools.comment_on_task(task.id, "Seen in production too"), monkeypatch
     )
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert "Seen in production too" in inputs[2][1]
     assert _status(task) == TaskStatus.IN_REVIEW
 
 
 def test_a_comment_through_mcp_on_an_in_review_task_sends_it_around(inputs):
-    workspace, _ = _team("MCP review", ("Planner", "claude"))
+    workspace, _ = team("MCP review", ("Planner", "claude"))
     task = task_create(workspace=workspace, summary="T", description="@fake skip")
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert _status(task) == TaskStatus.IN_REVIEW
 
     WorkspaceTools(workspace.id).comment_on_task(task.id, "The login still fails")
     assert _status(task) == TaskStatus.TODO
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert "The login still fails" in inputs[-1][1]
     assert _status(task) == TaskStatus.IN_REVIEW
 
@@ -391,7 +370,7 @@ def test_a_comment_through_mcp_on_an_in_review_task_sends_it_around(inputs):
 def test_a_comment_posted_as_the_pass_ends_sends_the_task_back(inputs, monkeypatch):
     """The page read the task while it was In Progress; the comment is committed while the pass
     ends (its finish holds the task's row): the comment waits for it, then sends it back."""
-    workspace, _ = _team("Ending", ("Planner", "claude"))
+    workspace, _ = team("Ending", ("Planner", "claude"))
     task = task_create(workspace=workspace, summary="T", description="@fake skip")
     loaded_by_the_page = Task.objects.get(id=task.id)
     end = task_services.task_pass_end
@@ -407,9 +386,9 @@ def test_a_comment_posted_as_the_pass_ends_sends_the_task_back(inputs, monkeypat
         end(**kwargs)
 
     monkeypatch.setattr(task_services, "task_pass_end", end_while_posting)
-    _run_workspace(workspace)
+    run_workspace(workspace)
     posting[0].join()
-    _run_workspace(workspace)  # (the next pass may have run already: it was sent back)
+    run_workspace(workspace)  # (the next pass may have run already: it was sent back)
 
     assert "One more thing" in inputs[-1][1], "an agent read it: it was not left behind"
     assert _status(task) == TaskStatus.IN_REVIEW
@@ -424,9 +403,9 @@ def _post_and_close(task, content: str) -> None:
 
 
 def test_an_agents_own_review_comment_does_not_keep_the_task_going(inputs):
-    workspace, _ = _team("Own comment", ("Planner", "claude"), ("Reviewer", "claude"))
+    workspace, _ = team("Own comment", ("Planner", "claude"), ("Reviewer", "claude"))
     task = task_create(workspace=workspace, summary="T", description=REVIEWING)
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert [name for name, _ in inputs] == ["Planner", "Reviewer"]
     assert _status(task) == TaskStatus.IN_REVIEW
 
@@ -434,7 +413,7 @@ def test_an_agents_own_review_comment_does_not_keep_the_task_going(inputs):
 def test_a_comment_during_a_pass_makes_every_agent_read_it_before_review(inputs, monkeypatch):
     """A person's comment while the first agent works: the later agents read it in this pass,
     the first one in the next; only then may the task reach In Review."""
-    workspace, _ = _team("Mid pass", ("Planner", "claude"), ("Reviewer", "claude"))
+    workspace, _ = team("Mid pass", ("Planner", "claude"), ("Reviewer", "claude"))
     task = task_create(workspace=workspace, summary="T", description="@fake skip")
     _comment_while(
         "Planner",
@@ -443,7 +422,7 @@ def test_a_comment_during_a_pass_makes_every_agent_read_it_before_review(inputs,
         ),
         monkeypatch,
     )
-    _run_workspace(workspace)
+    run_workspace(workspace)
     readers = [name for name, text in inputs if "Mind the tests" in text]
     assert readers == ["Reviewer", "Planner", "Reviewer"]
     assert _status(task) == TaskStatus.IN_REVIEW

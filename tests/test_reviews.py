@@ -4,11 +4,8 @@ input and turn outdated; Done means merged (the merge choice, no second merge, d
 ask, chains that wait for a merge). Real git repositories, the fake CLIs as agents, task passes
 in-process."""
 
-import os
 import threading
 from pathlib import Path
-
-import pytest
 
 from agents.services import agent_create
 from runner.files import task_input_path
@@ -17,29 +14,16 @@ from tasks import branches
 from tasks.models import Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.selectors import activity_entries
 from tasks.services import task_create
+from tests import test_branches
 from tests.conftest import error_of
 from tests.gitrepo import commit, make_repo
-from tests.stack import FAKES_BIN
 from worker.pipeline import TaskPass
 from workspaces.services import workspace_create
 
-pass_db = pytest.mark.django_db(transaction=True)  # on_commit hooks run (worktree removal)
+# The branch tests' repository, data folder (autouse) and database marker.
+repo, data_dir, pass_db = test_branches.repo, test_branches.data_dir, test_branches.pass_db
 
 FIVE_LINES = "one\\ntwo\\nthree\\nfour\\nfive\\n"
-
-
-@pytest.fixture
-def repo(tmp_path) -> Path:
-    return make_repo(tmp_path / "repo", {"README.md": "hello\n", "app.py": "print(1)\n"})
-
-
-@pytest.fixture(autouse=True)
-def data_dir(tmp_path, settings, monkeypatch):
-    settings.DATA_DIR = tmp_path / "malamar-data"
-    settings.DATA_DIR.mkdir()
-    monkeypatch.setenv("PATH", f"{FAKES_BIN}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("MALAMAR_FAKE_LOG", str(tmp_path / "fake.log"))
-    return settings.DATA_DIR
 
 
 def make_workspace(repo: Path, instruction: str, **fields):

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from agents.services import agent_create, agent_update
+from agents.services import agent_update
 from chats.models import ChatQueueItem
 from chats.services import chat_start
 from core.actors import USER
@@ -28,11 +28,11 @@ from tasks.services import comment_create_and_send_around, task_create
 from tests.failures import fail_task
 from tests.htmltree import parse
 from tests.live import wait_until
+from tests.passes import run_workspace, team
 from tests.stack import FAKES_BIN
 from worker import health, pickup
 from worker.limits import LimitWatch, ProbeResult, probe
-from worker.pipeline import ChatReply, TaskPass
-from workspaces.services import workspace_create
+from worker.pipeline import ChatReply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,25 +51,6 @@ def notified(monkeypatch):
     return sent
 
 
-def _team(title: str, *agents):
-    workspace = workspace_create(title=title)
-    made = [
-        agent_create(workspace=workspace, name=name, instruction="Work.", cli_type=cli)
-        for name, cli in agents
-    ]
-    return workspace, made
-
-
-def _run_workspace(workspace) -> int:
-    """Run the workspace's queue as the worker's thread does, until it has nothing to pick."""
-    passes = 0
-    while (item := pickup.claim_next(workspace.id)) is not None:
-        TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
-        passes += 1
-        assert passes < 20, "the queue never empties"
-    return passes
-
-
 def _runs(task) -> list[tuple[str, str, str]]:
     runs = AgentRun.objects.filter(task=task).order_by("started_at", "id")
     return [(run.agent_name, run.cli_type, run.status) for run in runs]
@@ -85,7 +66,7 @@ def _whole_minute(seconds_ahead: int) -> int:
 
 
 def _limited_task(reset=None):
-    workspace, agents = _team("Limited", ("Planner", "claude"), ("Implementer", "codex"))
+    workspace, agents = team("Limited", ("Planner", "claude"), ("Implementer", "codex"))
     limit = f"limit {reset}" if reset else "limit"
     task = task_create(
         workspace=workspace,
@@ -100,7 +81,7 @@ def test_a_limited_run_pauses_the_task_without_an_error(notified):
     reset = _whole_minute(3 * 3600)
     workspace, (_planner, implementer), task = _limited_task(reset)
 
-    _run_workspace(workspace)
+    run_workspace(workspace)
 
     assert _runs(task) == [
         ("Planner", "claude", RunStatus.COMPLETED),
@@ -124,14 +105,14 @@ def test_a_limited_run_pauses_the_task_without_an_error(notified):
 def test_a_failing_task_that_hits_a_limit_is_paused_not_an_error_loop(client):
     """A task whose runs kept failing (a wrong binary, fixed since) now runs out of quota: it
     waits for its CLI, and its card says so instead of "Failed 2 times, retry pending"."""
-    workspace, _agents = _team("Failing", ("Implementer", "codex"))
+    workspace, _agents = team("Failing", ("Implementer", "codex"))
     reset = _whole_minute(3 * 3600)
     task = task_create(workspace=workspace, summary="Build", description=f"@fake limit {reset}")
     for _ in range(2):
         fail_task(task, "CLI could not be started: No such file")
     Task.objects.filter(id=task.id).update(retry_not_before=timezone.now())  # due now
 
-    _run_workspace(workspace)
+    run_workspace(workspace)
 
     task.refresh_from_db()
     assert (task.failure_streak, task.retry_not_before) == (0, None)
@@ -143,11 +124,11 @@ def test_a_failing_task_that_hits_a_limit_is_paused_not_an_error_loop(client):
 @pytest.mark.pg
 def test_other_workspaces_keep_running_while_a_cli_is_limited():
     workspace, _agents, _task = _limited_task(_whole_minute(3600))
-    _run_workspace(workspace)
-    other, _ = _team("Other", ("Solo", "claude"))
+    run_workspace(workspace)
+    other, _ = team("Other", ("Solo", "claude"))
     task = task_create(workspace=other, summary="Unrelated", description="@fake skip")
     assert set(pickup.workspaces_with_work()) == {other.id}
-    _run_workspace(other)
+    run_workspace(other)
     assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
 
 
@@ -155,7 +136,7 @@ def test_other_workspaces_keep_running_while_a_cli_is_limited():
 def test_the_task_resumes_at_the_same_agent_at_the_reset_time(notified):
     reset = _whole_minute(3 * 3600)
     workspace, _agents, task = _limited_task(reset)
-    _run_workspace(workspace)
+    run_workspace(workspace)
     reset_at = datetime.fromtimestamp(reset, tz=UTC)
     # The quota is back at the reset time: the fake answers this time (the user's comment
     # carries the directive that wins; it also shows a comment never restarts the pass).
@@ -169,7 +150,7 @@ def test_the_task_resumes_at_the_same_agent_at_the_reset_time(notified):
 
     assert not CliHealth.objects.get(cli_type="codex").is_limited
     assert [e["cli_type"] for e in _events("cli.resumed")] == ["codex"]
-    _run_workspace(workspace)
+    run_workspace(workspace)
     runs = _runs(task)
     assert runs[:3] == [
         ("Planner", "claude", RunStatus.COMPLETED),
@@ -186,7 +167,7 @@ def test_the_task_resumes_at_the_same_agent_at_the_reset_time(notified):
 def test_without_a_reset_time_the_cli_is_probed_on_a_back_off():
     workspace, _agents, task = _limited_task()
     started = timezone.now()
-    _run_workspace(workspace)
+    run_workspace(workspace)
     codex = CliHealth.objects.get(cli_type="codex")
     assert codex.limited_until is None
     assert timedelta(minutes=4) < codex.probe_at - started < timedelta(minutes=6)
@@ -239,10 +220,10 @@ def test_the_real_probe_sends_the_health_prompt():
 
 @pytest.mark.pg
 def test_a_task_whose_cli_is_limited_waits_without_running_it():
-    workspace, _agents = _team("Waiting", ("Solo", "codex"))
+    workspace, _agents = team("Waiting", ("Solo", "codex"))
     cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
     task = task_create(workspace=workspace, summary="Later", description="@fake skip")
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert _runs(task) == []
     item = TaskQueueItem.objects.get(task=task, status=QueueStatus.QUEUED)
     assert item.waiting_for_cli == "codex"
@@ -251,11 +232,11 @@ def test_a_task_whose_cli_is_limited_waits_without_running_it():
 
 @pytest.mark.pg
 def test_the_fallback_cli_runs_while_the_agents_cli_is_limited():
-    workspace, (solo,) = _team("Fallback", ("Solo", "codex"))
+    workspace, (solo,) = team("Fallback", ("Solo", "codex"))
     agent_update(agent=solo, fallback_cli_type="claude")
     cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
     task = task_create(workspace=workspace, summary="Now", description="@fake skip")
-    _run_workspace(workspace)
+    run_workspace(workspace)
     run = AgentRun.objects.get(task=task)
     assert (run.cli_type, run.fallback_for, run.status) == ("claude", "codex", "completed")
     assert Task.objects.get(id=task.id).status == TaskStatus.IN_REVIEW
@@ -265,14 +246,14 @@ def test_the_fallback_cli_runs_while_the_agents_cli_is_limited():
 def test_a_completed_run_on_the_fallback_cli_clears_its_slow_mark():
     """The fallback CLI answered a real run: it works, whatever its last check said. (A CLI
     marked broken is not run at all: tests/test_pass_edges.py.)"""
-    workspace, (solo,) = _team("Fallback", ("Solo", "codex"))
+    workspace, (solo,) = team("Fallback", ("Solo", "codex"))
     agent_update(agent=solo, fallback_cli_type="claude")
     cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
     CliHealth.objects.update_or_create(
         cli_type="claude", defaults={"status": "slow", "error": "timed out"}
     )
     task = task_create(workspace=workspace, summary="Now", description="@fake skip")
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert AgentRun.objects.get(task=task).cli_type == "claude"
     assert CliHealth.objects.get(cli_type="claude").status == "healthy"
 
@@ -281,11 +262,11 @@ def test_the_fallback_cli_runs_without_the_agents_own_model(tmp_path, monkeypatc
     """The model belongs to the agent's own CLI: a Codex model name must not reach Claude."""
     fake_log = tmp_path / "fake.log"
     monkeypatch.setenv("MALAMAR_FAKE_LOG", str(fake_log))
-    workspace, (solo,) = _team("Own model", ("Solo", "codex"))
+    workspace, (solo,) = team("Own model", ("Solo", "codex"))
     agent_update(agent=solo, fallback_cli_type="claude", model="gpt-5-codex")
     cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
     task = task_create(workspace=workspace, summary="Now", description="@fake skip")
-    _run_workspace(workspace)
+    run_workspace(workspace)
     run = AgentRun.objects.get(task=task)
     assert (run.cli_type, run.fallback_for, run.status) == ("claude", "codex", "completed")
     assert run.model != "gpt-5-codex"
@@ -297,10 +278,10 @@ def test_the_fallback_cli_runs_without_the_agents_own_model(tmp_path, monkeypatc
 def test_a_limited_run_switches_to_the_fallback_cli_at_once():
     """The agent's CLI runs out mid-pass: the same agent runs again at once on its fallback CLI
     (here out of quota too, so the pass then waits for the agent's own CLI)."""
-    workspace, (solo,) = _team("Fallback", ("Solo", "codex"))
+    workspace, (solo,) = team("Fallback", ("Solo", "codex"))
     agent_update(agent=solo, fallback_cli_type="claude")
     task = task_create(workspace=workspace, summary="Now", description="@fake limit")
-    _run_workspace(workspace)
+    run_workspace(workspace)
     assert _runs(task) == [
         ("Solo", "codex", RunStatus.LIMITED),
         ("Solo", "claude", RunStatus.LIMITED),
@@ -312,7 +293,7 @@ def test_a_limited_run_switches_to_the_fallback_cli_at_once():
 
 @pytest.mark.pg
 def test_a_chat_reply_waits_for_its_limited_cli():
-    workspace, (solo,) = _team("Chat", ("Solo", "codex"))
+    workspace, (solo,) = team("Chat", ("Solo", "codex"))
     cli_limit_set(cli_type="codex", limit=Limit("Quota exceeded."))
     chat = chat_start(workspace=workspace, agent=solo, message="Hello")
     item = pickup.claim_next_chat()
