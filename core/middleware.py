@@ -153,7 +153,9 @@ class LoginRequiredMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest):
-        if not password_is_set():
+        # Kept for the page's context processor (core.context_processors.access): one read.
+        request.password_is_set = password_is_set()
+        if not request.password_is_set:
             refused = _unprotected_network_request(request)
             return refused or self.get_response(request)
         if request.path.startswith(OPEN_PREFIXES):

@@ -146,24 +146,25 @@ def working_directory_hint(workspace: Workspace) -> bool:
     )
 
 
-def unhealthy_agent_clis(workspace: Workspace) -> list[dict]:
-    """The workspace's agents whose CLI is unhealthy, grouped by CLI: [{"name", "agents"}]."""
-    unhealthy = {c["cli_type"]: c for c in cli_health_all() if not c["available"]}
-    if not unhealthy:
-        return []
-    groups: dict[str, list[str]] = {}
-    for name, cli in workspace.agents.in_order().values_list("name", "cli_type"):
-        if cli in unhealthy:
-            groups.setdefault(cli, []).append(name)
-    return [
-        {
-            "cli_type": cli,
-            "name": CliType(cli).label,
-            "agents": names,
-            "error": unhealthy[cli]["error"],
-        }
-        for cli, names in groups.items()
-    ]
+def unhealthy_agent_clis(agents: list) -> list[dict]:
+    """Of the workspace's agents (agents_for_workspace: in order, each with its CLI's health),
+    those whose CLI is unhealthy, grouped by CLI: [{"cli_type", "name", "agents", "error"}]
+    (custom-command agents are left out: their command is not one of the CLIs)."""
+    groups: dict[str, dict] = {}
+    for agent in agents:
+        if agent.is_custom or agent.cli["available"]:
+            continue
+        group = groups.setdefault(
+            agent.cli_type,
+            {
+                "cli_type": agent.cli_type,
+                "name": CliType(agent.cli_type).label,
+                "agents": [],
+                "error": agent.cli["error"],
+            },
+        )
+        group["agents"].append(agent.name)
+    return list(groups.values())
 
 
 def limited_clis(workspace: Workspace) -> list[dict]:

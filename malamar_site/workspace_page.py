@@ -22,7 +22,7 @@ def detail_context(workspace: Workspace, tab: str) -> dict:
         "workspace": workspace,
         "tab": tab,
         "agents": agents,
-        "unhealthy": selectors.unhealthy_agent_clis(workspace),
+        "unhealthy": selectors.unhealthy_agent_clis(agents),
         "limited": selectors.limited_clis(workspace),
         "directory_hint": selectors.working_directory_hint(workspace),
     }

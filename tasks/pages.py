@@ -50,8 +50,6 @@ def board_context(
         "workspace": workspace,
         "board": selectors.board(workspace, show_all=show_all, filters=filters),
         "filters": filters,
-        "usage": selectors.workspace_usage(workspace),
-        "usage_days": selectors.USAGE_DAYS,
     }
 
 
@@ -95,6 +93,9 @@ def task_tab_context(request, workspace) -> dict:
         filters = selectors.NO_FILTERS
     context = {
         **board_context(workspace, show_all=show_all_from(request), filters=filters),
+        # The header's usage (its own live refresh: task_usage); the board's refreshes skip it.
+        "usage": selectors.workspace_usage(workspace),
+        "usage_days": selectors.USAGE_DAYS,
         # Its "Waits for" list (up to 500 tasks) loads when the dialog opens: task_create_blockers.
         "create_form": TaskForm(auto_id=CREATE_ID),
         "delete_done_form": DeleteDoneForm(workspace=workspace, auto_id=DONE_ID),

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from agents.services import agent_delete
 from core.actors import SYSTEM, USER, agent_actor
-from runner.models import AgentRun
+from runner.models import AgentRun, CliHealth
 from tasks import selectors, services
 from tasks.models import Task, TaskLog, TaskQueueItem
 from tests.failures import fail_task
@@ -163,21 +163,53 @@ def board_queries(client, workspace) -> int:
 
 
 def populate(workspace, count: int) -> None:
+    """`count` tasks in the four columns, with everything a card may show: comments, a running
+    agent, failures, checks, changes, an unmerged branch, a CLI to wait for, other tasks."""
     statuses = ["todo", "in_progress", "in_review", "done"]
+    previous = None
     for n in range(count):
-        task = make_task(
-            workspace, f"Task {n}", status=statuses[n % 4], is_priority=(n % 4 == 0 and n < 4)
-        )
+        kind, status = n % 8, statuses[n % 4]
+        task = make_task(workspace, f"Task {n}", status=status, is_priority=(kind == 0))
         services.comment_create(task=task, content="note", actor=SYSTEM)
-        if task.status == "in_progress":
+        if kind == 1:
             start_run(task)
+        elif kind == 2:  # in review
+            AgentRun.objects.create(
+                id=f"done{task.id[:17]}",
+                workspace_id=workspace.id,
+                task=task,
+                agent_name="Reviewer",
+                cli_type="claude",
+                status="completed",
+                started_at=timezone.now(),
+                task_files_changed=2,
+                task_lines_added=9,
+                task_lines_removed=1,
+            )
+            Task.objects.filter(id=task.id).update(
+                checks_status="passed", checks_result=[{"name": "tests", "duration": 2.5}]
+            )
+        elif kind == 3:  # done
+            Task.objects.filter(id=task.id).update(
+                branch_name=f"malamar/{n}", checks_status="failing"
+            )
+        elif kind == 4:  # todo
+            fail(task, times=2)
+        elif kind == 5:
+            TaskQueueItem.objects.filter(task=task).update(waiting_for_cli="codex")
+        elif kind in (0, 6) and previous:  # waiting (todo), then a chain (in review)
+            services.task_blockers_set(task=task, blocker_ids=[previous.id], actor=USER)
+        previous = task
 
 
 def test_board_query_count_does_not_grow_with_tasks(client):
+    """The board reads a fixed number of queries whatever its number of tasks and what their
+    cards show (N and 2N tasks, the larger past the columns' limit)."""
     small = workspace_create(title="Small")
     large = workspace_create(title="Large")
-    populate(small, 5)
+    populate(small, 100)
     populate(large, 200)
+    CliHealth.objects.create(cli_type="codex", status="unhealthy", error="Not logged in")
     assert board_queries(client, small) == board_queries(client, large)
     # The full page too.
     with CaptureQueriesContext(connection) as few:
@@ -185,6 +217,22 @@ def test_board_query_count_does_not_grow_with_tasks(client):
     with CaptureQueriesContext(connection) as many:
         client.get(board_url(large))
     assert len(few) == len(many)
+
+
+def test_a_board_refresh_reads_each_thing_once(client, workspace):
+    """A live refresh of the board (every task event asks for one): the password check, the
+    workspace, the column counts, the cards, their running agents, the tasks and the broken
+    CLIs they wait for. Seven queries, none twice; the header's usage has its own refresh."""
+    populate(workspace, 16)
+    with CaptureQueriesContext(connection) as queries:
+        response = hx(client, "get", f"/workspaces/{workspace.id}/tasks/")
+    assert response.status_code == 200
+    statements = [query["sql"] for query in queries]
+    assert len(statements) == 7 and len(set(statements)) == 7
+    # The whole page reads the password setting once too (its middleware and its header).
+    with CaptureQueriesContext(connection) as queries:
+        client.get(board_url(workspace))
+    assert sum('FROM "settings"' in query["sql"] for query in queries) == 1
 
 
 def test_the_board_reads_every_column_in_four_queries(workspace, monkeypatch):
