@@ -132,13 +132,18 @@ def relative_time(value: datetime, now: datetime | None = None) -> str:
     if days < 7:
         return "1 day ago" if days == 1 else f"{days} days ago"
     local = timezone.localtime(value)
-    label = f"{local:%b} {local.day}"
+    label = f"{MONTHS[local.month - 1]} {local.day}"
     return label if local.year == timezone.localtime(now).year else f"{label}, {local.year}"
+
+
+# strftime's %b, without a strftime per time (a board or a chat writes hundreds of them).
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
 def full_time(value: datetime) -> str:
     local = timezone.localtime(value)
-    return f"{local:%b} {local.day}, {local.year}, {local:%H:%M} UTC"
+    month = MONTHS[local.month - 1]
+    return f"{month} {local.day}, {local.year}, {local.hour:02d}:{local.minute:02d} UTC"
 
 
 @register.simple_tag
@@ -148,7 +153,7 @@ def reltime(value, prefix: str = ""):
         return ""
     # Only the prefix needs escaping: the times are digits, month names and punctuation (a
     # board draws hundreds of these, and format_html's escaping of each part was most of it).
-    prefix = escape(prefix)
+    prefix = escape(prefix) if prefix else ""
     return mark_safe(
         f'<time datetime="{value.isoformat()}" data-relative data-prefix="{prefix}"'
         f' title="{full_time(value)}">{prefix}{relative_time(value)}</time>'
