@@ -1,3 +1,4 @@
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -267,8 +268,11 @@ def with_change_totals(tasks):
     )
 
 
+@functools.cache
 def _card_queryset():
-    """What a card shows (a card never shows the description: agents' can be long)."""
+    """What a card shows (a card never shows the description: agents' can be long). Built once
+    (its eight subqueries took ~2.5 ms to build on every board): never evaluated itself, each
+    board filters a copy of it."""
     tasks = Task.objects.defer("description").with_counts().by_recent_update()
     return with_change_totals(with_waiting_cli(with_error_state(tasks)))
 

@@ -1,7 +1,7 @@
 """The board's cards, written in Python: `{% task_cards column.tasks %}`.
 
 A board draws up to 200 cards, and Django's template engine spent ~0.35 ms on each (two thirds
-of the page at 2,000 tasks): the card's markup is built here, the links resolved once per page.
+of the page at 2,000 tasks): the markup is built here, the links' fixed parts looked up once.
 The markup is the one `tasks/board.html` had (tests and board.js read its classes and ids); a
 failing card's error block is still the template's `card_error` partial (it is shared with the
 popup, and few cards fail).
@@ -38,19 +38,26 @@ def _detail_url_prefix(script_prefix: str) -> str:
     return reverse("task_detail", args=[marker])[: -len(marker) - 1]
 
 
-def _detail_url(task_id: str) -> str:
-    """reverse("task_detail", args=[task_id]), quoted as reverse() quotes."""
-    return f"{_detail_url_prefix(get_script_prefix())}{quote(task_id, safe=URL_SAFE)}/"
-
-
 @functools.lru_cache(maxsize=1024)
 def _tasks_tab_url(script_prefix: str, workspace_id: str) -> str:
     return workspace_tab_url(workspace_id, "tasks")
 
 
-def _task_href(workspace_id: str, task_id: str) -> str:
-    """workspace_tab_url(workspace_id, "tasks", task=task_id), without its urlencode per card."""
-    return f"{_tasks_tab_url(get_script_prefix(), workspace_id)}&task={quote_plus(task_id)}"
+class _Links:
+    """A card's links, their fixed parts looked up once per column rather than per card."""
+
+    def __init__(self):
+        self.script_prefix = get_script_prefix()
+        self.detail_prefix = _detail_url_prefix(self.script_prefix)
+
+    def detail(self, task_id: str) -> str:
+        """reverse("task_detail", args=[task_id]), quoted as reverse() quotes."""
+        return f"{self.detail_prefix}{quote(task_id, safe=URL_SAFE)}/"
+
+    def task_tab(self, workspace_id: str, task_id: str) -> str:
+        """workspace_tab_url(workspace_id, "tasks", task=task_id), without its urlencode."""
+        tab = _tasks_tab_url(self.script_prefix, workspace_id)
+        return escape(f"{tab}&task={quote_plus(task_id)}")
 
 
 def _plural(count: int) -> str:
@@ -156,23 +163,24 @@ def _meta(task) -> str:
     return f'<span class="task-card__meta">{"".join(parts)}</span>'
 
 
-def _waiting_for_tasks(task) -> str:
-    links = ", ".join(
-        f'<a href="{href}" hx-get="{_detail_url(blocker.id)}" hx-target="#task-dialog-body" '
+def _waiting_for_tasks(task, links: _Links) -> str:
+    blockers = ", ".join(
+        f'<a href="{href}" hx-get="{links.detail(blocker.id)}" hx-target="#task-dialog-body" '
         f'hx-push-url="{href}" class="task-card__blocker">{escape(blocker.summary)}</a>'
         for blocker in task.open_blockers
-        for href in [escape(_task_href(task.workspace_id, blocker.id))]
+        for href in [links.task_tab(task.workspace_id, blocker.id)]
     )
     return (
         f'<p class="task-card__waiting" data-task-waiting="{escape(task.id)}">'
-        f"{icon('link', 12)}<span>Waiting for</span>\n{links}</p>"
+        f"{icon('link', 12)}<span>Waiting for</span>\n{blockers}</p>"
     )
 
 
-def card(task) -> str:
+def card(task, links: _Links | None = None) -> str:
     """One card (`tasks.selectors.board` prepared the task: blockers, run, error, CLI wait)."""
     task_id = escape(task.id)
-    href = escape(_task_href(task.workspace_id, task.id))
+    links = links or _Links()
+    href = links.task_tab(task.workspace_id, task.id)
     classes = f"task-card status--{escape(task.status)}"
     classes += " is-working" if task.is_processing else ""
     classes += " task-card--priority" if task.is_priority else ""
@@ -192,15 +200,16 @@ def card(task) -> str:
         f'aria-label="Move “{_move_label(task.summary)}” to another column" '
         'title="Move to another column (or drag the card)"></button>\n'
         f'<a class="{classes}" id="task-link-{task_id}" href="{href}" '
-        f'hx-get="{_detail_url(task.id)}" hx-target="#task-dialog-body" hx-push-url="{href}">'
+        f'hx-get="{links.detail(task.id)}" hx-target="#task-dialog-body" hx-push-url="{href}">'
         f'<span class="task-card__summary">{escape(task.summary)}</span>'
         f"{_working(task) if task.is_processing else ''}{error}"
         f"{_waiting_cli(task) if task.waiting_label else ''}{_meta(task)}</a>"
-        f"{_waiting_for_tasks(task) if task.is_waiting else ''}</li>\n"
+        f"{_waiting_for_tasks(task, links) if task.is_waiting else ''}</li>\n"
     )
 
 
 @register.simple_tag
 def task_cards(tasks) -> str:
     """The `<li>` cards of one column, in order."""
-    return mark_safe("".join(card(task) for task in tasks))
+    links = _Links()
+    return mark_safe("".join(card(task, links) for task in tasks))
