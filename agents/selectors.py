@@ -6,9 +6,15 @@ from runner.selectors import cli_health_all, custom_cli_health, first_available_
 from workspaces.models import Workspace
 
 
-def cli_options() -> list[dict]:
-    """The four CLIs in the spec's preference order, each with its health for the picker."""
-    health = {c["cli_type"]: c for c in cli_health_all()}
+def cli_health_by_type() -> dict[str, dict]:
+    """{cli type: its health} of the four CLIs (cli_health_all), for the reads below."""
+    return {c["cli_type"]: c for c in cli_health_all()}
+
+
+def cli_options(health: dict[str, dict] | None = None) -> list[dict]:
+    """The four CLIs in the spec's preference order, each with its health for the picker
+    (`health`: cli_health_by_type() when the caller read it already)."""
+    health = health or cli_health_by_type()
     return [health[cli.value] for cli in CLI_PREFERENCE]
 
 
@@ -40,10 +46,12 @@ def default_cli() -> str:
     return first_available_cli() or CLI_PREFERENCE[0].value
 
 
-def agents_for_workspace(workspace: Workspace) -> list[Agent]:
+def agents_for_workspace(
+    workspace: Workspace, health: dict[str, dict] | None = None
+) -> list[Agent]:
     """Agents in order, each with `position` (1-based), `cli` (its health dict), `is_first`
-    and `is_last`."""
-    health = {c["cli_type"]: c for c in cli_health_all()}
+    and `is_last` (`health`: cli_health_by_type() when the caller read it already)."""
+    health = health or cli_health_by_type()
     agents = list(Agent.objects.filter(workspace=workspace).in_order())
     custom = custom_cli_health([agent.id for agent in agents if agent.is_custom])
     for position, agent in enumerate(agents, start=1):

@@ -9,14 +9,13 @@ import re
 from django.db.models import Exists, F, JSONField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from agents.selectors import agents_for_workspace, cli_options
+from agents.selectors import agents_for_workspace, cli_health_by_type, cli_options
 from chats.cli_notes import no_cli_reason
 from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem, ChatRole
 from core.fields import icontains_search
 from runner.clis import CUSTOM_CLI
 from runner.models import QueueStatus
 from runner.selectors import (
-    cli_health_all,
     custom_cli_health,
     first_available_cli,
     run_timelines,
@@ -262,7 +261,7 @@ def chat_popup(chat_id: str) -> Chat | None:
     chat = chat_detail(chat_id)
     if chat is None:
         return None
-    health = {c["cli_type"]: c for c in cli_health_all()}
+    health = chat.cli_health = cli_health_by_type()  # chat_agent_options reads it too
     active = list(
         ChatQueueItem.objects.filter(chat_id=chat_id, status__in=ACTIVE_STATUSES).values(
             "participant_id", "stop_requested_at"
@@ -306,9 +305,10 @@ def chat_agent_options(workspace_id: str, chat: Chat | None = None) -> dict:
     every agent not already another participant) and `addable` (not yet in the chat), each
     `{"id": "" for Malamar, "name", "cli"}`; `clis` (the four CLIs with health)."""
     workspace = Workspace(id=workspace_id)
+    health = getattr(chat, "cli_health", None) or cli_health_by_type()  # read once (chat_popup)
     everyone = [{"id": "", "name": MALAMAR_NAME, "cli": None, "is_malamar": True}] + [
         {"id": agent.id, "name": agent.name, "cli": agent.cli, "is_malamar": False}
-        for agent in agents_for_workspace(workspace)
+        for agent in agents_for_workspace(workspace, health)
     ]
     taken = [(p.agent_id or "") for p in getattr(chat, "participant_list", [])]
     others = set(taken[1:])
@@ -316,7 +316,7 @@ def chat_agent_options(workspace_id: str, chat: Chat | None = None) -> dict:
         "lead": [option for option in everyone if option["id"] not in others],
         "addable": [option for option in everyone if option["id"] not in taken],
         "everyone": everyone,
-        "clis": cli_options(),
+        "clis": cli_options(health),
     }
 
 

@@ -60,7 +60,8 @@ def create_form(workspace: Workspace, data=None) -> TaskForm:
 
 def blockers_form(task: Task, data=None) -> BlockersForm:
     choices = selectors.blocker_choices(task.workspace_id, exclude=task.id)
-    initial = {"blocked_by": getattr(task, "blocked_by", None) or selectors.blocked_by_ids(task)}
+    blocked_by = getattr(task, "blocked_by", None)  # attach_blockers read it (detail_context)
+    initial = {"blocked_by": selectors.blocked_by_ids(task) if blocked_by is None else blocked_by}
     return BlockersForm(data, initial=initial, auto_id="task_blockers_%s", blocker_choices=choices)
 
 

@@ -9,6 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from chats.models import Chat, ChatMessage, ChatParticipant, ChatQueueItem
 from chats.services import (
@@ -286,6 +288,18 @@ def test_popup_renders_messages_oldest_first_with_authors(client, workspace, age
         "chat-msg chat-msg--system chat-msg--info",
     ]
     assert "<script>x</script>" not in page
+
+
+def test_the_popup_reads_the_clis_health_once(client, workspace, agents, chat):
+    """The four CLIs' health is read once for the participants, the agent menus and the CLI
+    menu (it was read three times)."""
+    chat_message_send(chat=chat, message="First")
+    with CaptureQueriesContext(connection) as queries:
+        popup(client, chat)
+    health_reads = [
+        q for q in queries if 'FROM "cli_health" WHERE "cli_health"."cli_type" IN' in q["sql"]
+    ]
+    assert len(health_reads) == 1
 
 
 def test_agent_actions_show_as_cards_and_a_task_link(client, workspace, chat):

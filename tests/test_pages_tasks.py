@@ -235,6 +235,18 @@ def test_a_board_refresh_reads_each_thing_once(client, workspace):
     assert sum('FROM "settings"' in query["sql"] for query in queries) == 1
 
 
+def test_the_task_popup_reads_each_thing_once(client, workspace):
+    """A task that waits for nothing: its blockers are read once (its "Waits for" form starts
+    from what the popup read)."""
+    make_task(workspace, "Another")
+    task = make_task(workspace, "Alone")
+    with CaptureQueriesContext(connection) as queries:
+        response = hx(client, "get", f"/tasks/{task.id}/")
+    assert response.status_code == 200
+    statements = [query["sql"] for query in queries]
+    assert len(statements) == len(set(statements)), "a statement ran twice"
+
+
 def test_the_board_reads_every_column_in_four_queries(workspace, monkeypatch):
     """Counts, the cards of all columns (each its most recently updated first, or all of it
     when shown whole), their blockers, the running runs: four queries for any board."""
