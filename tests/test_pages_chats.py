@@ -290,6 +290,23 @@ def test_popup_renders_messages_oldest_first_with_authors(client, workspace, age
     assert "<script>x</script>" not in page
 
 
+def test_system_messages_and_action_cards_show_markup_as_text(client, workspace, chat):
+    """The messages are written in Python (chats/templatetags/chat_messages.py), not by the
+    template engine that escaped everything."""
+    hostile = "<script>alert(\"x\")</script> & 'quoted'"
+    chat_message_add_system(chat=chat, message=f"CLI exited with code 1: {hostile}")
+    chat_message_add_system(chat=chat, message=f"User has uploaded uploads/{hostile}")
+    failed = {"type": "create_task", "summary": hostile, "result": "failed", "error": hostile}
+    chat_message_add_agent(chat=chat, message="", actions=[failed])
+    page = popup(client, chat)
+    assert "<script>" not in page
+    tree = parse(page)
+    assert tree.find("chat-system__text").text == f"CLI exited with code 1: {hostile}"
+    assert tree.find("chat-system__path").attrs["title"] == f"uploads/{hostile}"
+    assert tree.find("chat-action__detail").text == f"“{hostile}”"
+    assert tree.find("chat-action__status").text == f"Failed: {hostile}"
+
+
 def test_the_popup_reads_the_clis_health_once(client, workspace, agents, chat):
     """The four CLIs' health is read once for the participants, the agent menus and the CLI
     menu (it was read three times)."""

@@ -235,6 +235,29 @@ def test_a_board_refresh_reads_each_thing_once(client, workspace):
     assert sum('FROM "settings"' in query["sql"] for query in queries) == 1
 
 
+def test_cards_show_markup_as_text(client, workspace):
+    """The cards are written in Python (tasks/templatetags/task_cards.py), not by the
+    template engine that escaped everything: whatever a task, an agent or a branch says is
+    shown as text, in the card's text and in its attributes."""
+    hostile = "<script>alert(\"x\")</script> & 'quoted'"
+    blocker = make_task(workspace, hostile, status="in_progress")
+    start_run(blocker, agent_name=hostile, action=hostile)
+    waiting = make_task(workspace, "Waits")
+    services.task_blockers_set(task=waiting, blocker_ids=[blocker.id], actor=USER)
+    make_task(workspace, "Unmerged", status="done", branch_name=hostile)
+    page = html(client.get(board_url(workspace)))
+    assert "<script>" not in page
+    card = parse(page).by_id(f"task-card-{blocker.id}")
+    assert card.find("task-card__summary").text == hostile
+    assert card.find("task-card__agent").text == hostile
+    assert card.find("task-card__action").text == hostile
+    assert card.find("task-card__move").attrs["aria-label"] == f"Move “{hostile}” to another column"
+    link = parse(page).by_id(f"task-card-{waiting.id}").find("task-card__blocker")
+    assert link.text == hostile
+    unmerged = parse(page).find("task-card__unmerged")
+    assert unmerged.attrs["title"] == f"Finished without merging {hostile}"
+
+
 def test_the_task_popup_reads_each_thing_once(client, workspace):
     """A task that waits for nothing: its blockers are read once (its "Waits for" form starts
     from what the popup read)."""
