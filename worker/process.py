@@ -10,6 +10,7 @@ import contextlib
 import logging
 import marshal
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -33,6 +34,8 @@ READ_CHUNK = 64 * 1024
 # threading.Event, not a RunStop). A quiet run with a RunStop sleeps until something happens.
 BUSY_TICK_SECONDS = 0.25
 PLAIN_STOP_CHECK_SECONDS = 0.1
+KILLED_EXIT_SECONDS = 5.0  # a killed process's end, waited for
+OUTPUT_AFTER_EXIT_SECONDS = 2.0  # its pipes' end after its exit, waited for
 
 
 class RunStop(threading.Event):
@@ -43,7 +46,7 @@ class RunStop(threading.Event):
     def __init__(self):
         super().__init__()
         self._guard = threading.Lock()
-        self._woken: set[threading.Event] = set()
+        self._woken: set = set()  # what it wakes: the watches of its runs
 
     def set(self) -> None:
         super().set()
@@ -52,14 +55,14 @@ class RunStop(threading.Event):
         for event in woken:
             event.set()
 
-    def wakes(self, event: threading.Event) -> None:
+    def wakes(self, event) -> None:
         """Set `event` too when this stop is set (at once if it is already)."""
         with self._guard:
             self._woken.add(event)
         if self.is_set():
             event.set()
 
-    def forget(self, event: threading.Event) -> None:
+    def forget(self, event) -> None:
         with self._guard:
             self._woken.discard(event)
 
@@ -113,32 +116,30 @@ class _Tail:
 LINE_CAP = 1024 * 1024
 
 
-def _drain(stream, tail: _Tail, on_line=None, on_output=None) -> None:
-    """Read to EOF, keeping the tail; hand complete lines to `on_line` as they arrive."""
-    partial, skipping = b"", False
-    with contextlib.suppress(OSError, ValueError):
-        while chunk := stream.read1(READ_CHUNK):
-            tail.add(chunk)
-            if on_output:
-                on_output()
-            if on_line is None:
-                continue
-            *lines, partial = (partial + chunk).split(b"\n")
-            if skipping and lines:  # the end of a runaway line: dropped with the rest of it
-                lines, skipping = lines[1:], False
-            for line in lines:
-                on_line(storable_text(line))
-            if len(partial) > LINE_CAP:  # a runaway line: not a JSON event anyway
-                partial, skipping = b"", True
-    if on_line and partial.strip() and not skipping:
-        on_line(storable_text(partial))
+class _Lines:
+    """Splits a stream's chunks into complete lines for `on_line` as they arrive; a line past
+    LINE_CAP is dropped whole (memory stays bounded, and its tail never reaches the parser as a
+    line of its own: it could hold a whole event)."""
 
+    def __init__(self, on_line: Callable[[str], None] | None):
+        self.on_line = on_line
+        self.partial, self.skipping = b"", False
 
-def _feed(stream, data: bytes) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        stream.write(data)
-    with contextlib.suppress(OSError, ValueError):
-        stream.close()
+    def feed(self, chunk: bytes) -> None:
+        if self.on_line is None:
+            return
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        if self.skipping and lines:  # the end of a runaway line: dropped with the rest of it
+            lines, self.skipping = lines[1:], False
+        for line in lines:
+            self.on_line(storable_text(line))
+        if len(self.partial) > LINE_CAP:  # a runaway line: not a JSON event anyway
+            self.partial, self.skipping = b"", True
+
+    def end(self) -> None:
+        if self.on_line and self.partial.strip() and not self.skipping:
+            self.on_line(storable_text(self.partial))
+        self.partial = b""
 
 
 def _thread(target, *args) -> threading.Thread:
@@ -415,8 +416,6 @@ class Held:
             return result
         out, err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
         first_output: list[float] = []  # monotonic time of the first output, once there is one
-        wake = threading.Event()
-        printed = _Printed(wake)
 
         def output() -> None:
             if not first_output:
@@ -425,21 +424,17 @@ class Held:
                 on_output()
             printed.note()
 
-        readers = [
-            _thread(_drain, proc.stdout, out, on_line, output),
-            _thread(_drain, proc.stderr, err, on_error_line, output),
-        ]
-        if self.command.stdin is not None:
-            _thread(_feed, proc.stdin, self.command.stdin)
-        exited = threading.Event()
-        _thread(lambda: (proc.wait(), exited.set(), wake.set()))
+        watch = _Watch(proc, self.command.stdin, output)
+        printed = _Printed(watch)
+        watch.follow(proc.stdout, out, _Lines(on_line))
+        watch.follow(proc.stderr, err, _Lines(on_error_line))
         wakes_us = isinstance(stop, RunStop)
         if wakes_us:
-            stop.wakes(wake)
+            stop.wakes(watch)
         started = time.monotonic()
         create_time = self.started.create_time
         try:
-            while not exited.is_set():
+            while not watch.exited:
                 ends = deadline(started, first_output[:1], timeout, from_output=timeout_from_output)
                 if stop is not None and stop.is_set():
                     result.stopped = True
@@ -456,32 +451,163 @@ class Held:
                     if stop is not None and not wakes_us:
                         waits.append(PLAIN_STOP_CHECK_SECONDS)
                     known = [max(0.0, w) for w in waits if w is not None]
-                    _sleep(wake, min(known) if known else None)
-                    wake.clear()
+                    _sleep(watch, min(known) if known else None)
+                    watch.clear()
                     continue
                 kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
-                exited.wait(5)
+                watch.wait_exit(KILLED_EXIT_SECONDS)
                 break
+            # The CLI is gone. Anything it left in its process group is an orphan: end it too,
+            # so no agent keeps editing after its run and nobody holds our pipes open. (A stop
+            # or timeout above also scanned the session for descendants that moved to groups of
+            # their own.)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            watch.finish_reading(OUTPUT_AFTER_EXIT_SECONDS)
         finally:
             if wakes_us:
-                stop.forget(wake)
-        # The CLI is gone. Anything it left in its process group is an orphan: end it too, so
-        # no agent keeps editing after its run and nobody holds our pipes open. (A stop or
-        # timeout above also scanned the session for descendants that moved to groups of their
-        # own.)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        for reader in readers:
-            reader.join(timeout=2)
-        result.exit_code = proc.returncode
+                stop.forget(watch)
+            watch.close()
+        result.exit_code = proc.poll()
         result.stdout, result.stderr = out.text(), err.text()
         result.stdout_bytes = out.total
         result.ended_at = time.time()
         return result
 
 
-def _sleep(wake: threading.Event, seconds: float | None) -> None:
-    """A run's watch waits here between looks (None: until woken)."""
+class _Watch:
+    """Everything a followed process may wake its watch for, in one select() of the watching
+    thread: its output (read here, into its tails and lines), its standard input being written,
+    its end (a pidfd; where there is none, one thread waiting for it) and `set()`, from any
+    thread (a RunStop, output after a silence). No reader threads: at the CLI's exit the
+    thread that goes on to the next agent is the one woken."""
+
+    def __init__(self, proc: subprocess.Popen, stdin: bytes | None, on_output: Callable):
+        self.proc, self.on_output = proc, on_output
+        self.selector = selectors.DefaultSelector()
+        self.exited = False
+        self.woken = False
+        self.reading: dict[int, tuple[_Tail, _Lines]] = {}  # by file descriptor
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, self._woken)
+        self.pidfd = _pidfd(proc.pid)
+        if self.pidfd is not None:
+            self.selector.register(self.pidfd, selectors.EVENT_READ, self._ended)
+        else:
+            threading.Thread(target=self._wait_in_a_thread, daemon=True).start()
+        self.stdin = memoryview(stdin) if stdin is not None else None
+        if self.stdin is not None and proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), False)
+            self.selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE, self._write)
+
+    def follow(self, stream, tail: _Tail, lines: _Lines) -> None:
+        fd = stream.fileno()
+        os.set_blocking(fd, False)
+        self.reading[fd] = (tail, lines)
+        self.selector.register(fd, selectors.EVENT_READ, lambda: self._read(fd))
+
+    # wake-ups (set: any thread) ----------------------------------------------------------------
+    def set(self) -> None:
+        self.woken = True
+        with contextlib.suppress(OSError):  # (full: it wakes anyway)
+            os.write(self.wake_w, b"w")
+
+    def is_set(self) -> bool:
+        return self.woken
+
+    def clear(self) -> None:
+        self.woken = False
+
+    def wait(self, seconds: float | None) -> None:
+        """Until woken, the process's end or `seconds` (None: no limit), reading meanwhile."""
+        self._select_until(lambda: self.woken or self.exited, seconds)
+
+    def wait_exit(self, seconds: float) -> None:
+        self._select_until(lambda: self.exited, seconds)
+
+    def finish_reading(self, seconds: float) -> None:
+        """What the pipes still hold, to their end (a descendant that escaped its group may
+        keep them open: not longer than `seconds`)."""
+        self._select_until(lambda: not self.reading, seconds)
+
+    def _select_until(self, done: Callable[[], bool], seconds: float | None) -> None:
+        ends = None if seconds is None else time.monotonic() + seconds
+        timeout = seconds
+        while not done():
+            for key, _mask in self.selector.select(timeout):
+                key.data()
+            if ends is not None:
+                timeout = ends - time.monotonic()
+                if timeout <= 0:
+                    return
+
+    # what select() found ------------------------------------------------------------------------
+    def _woken(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self.wake_r, 4096):
+                pass
+
+    def _ended(self) -> None:
+        self.selector.unregister(self.pidfd)
+        self.proc.wait()  # (it exited: reaped at once)
+        self.exited = True
+
+    def _wait_in_a_thread(self) -> None:
+        self.proc.wait()
+        self.exited = True
+        self.set()
+
+    def _read(self, fd: int) -> None:
+        tail, lines = self.reading[fd]
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # the end of the stream
+            self.selector.unregister(fd)
+            del self.reading[fd]
+            lines.end()
+            return
+        tail.add(chunk)
+        self.on_output()
+        lines.feed(chunk)
+
+    def _write(self) -> None:
+        fd = self.proc.stdin.fileno()
+        try:
+            self.stdin = self.stdin[os.write(fd, self.stdin) :]
+        except BlockingIOError:
+            return
+        except OSError:  # it does not read its input (any more)
+            self.stdin = self.stdin[:0]
+        if not self.stdin:
+            self.selector.unregister(fd)
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
+    def close(self) -> None:
+        self.selector.close()
+        _close_fds(self.wake_r, self.wake_w, *([self.pidfd] if self.pidfd is not None else []))
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+def _pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when `pid` exits (Linux 5.3+), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _sleep(wake: "_Watch", seconds: float | None) -> None:
+    """A run's watch waits here between looks (None: until woken), reading its output."""
     wake.wait(seconds)
 
 
@@ -490,7 +616,7 @@ class _Printed:
     spell wakes the watch at once; while output goes on the watch looks every
     BUSY_TICK_SECONDS, not once per chunk."""
 
-    def __init__(self, wake: threading.Event):
+    def __init__(self, wake: "_Watch"):
         self.wake = wake
         self.count = 0
         self.seen = 0
