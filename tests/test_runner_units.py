@@ -33,6 +33,7 @@ from tasks.services import (
 )
 from tests.conftest import cli_invocation
 from tests.failures import fail_task
+from tests.live import wait_until
 from tests.stack import FAKES_BIN
 from worker import pickup, process
 from worker.execution import RUN_CONFIG_DIR, execute, interpret, mcp_server_for
@@ -606,6 +607,42 @@ def watched(monkeypatch, tmp_path):
         if run.thread.is_alive():
             process.kill_tree(run.held.proc.pid, pgid=run.held.proc.pid, create_time=0)
             run.thread.join()
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no pidfd"])
+def test_a_watch_sleeping_until_woken_sees_its_cli_end_with_all_it_printed(
+    watched, monkeypatch, tmp_path, pidfd
+):
+    """The watch's one select() wakes at the CLI's exit, by its pidfd or (where there is none,
+    as on macOS) by the thread that waits for it; the output read before is all there, its
+    lines in order."""
+    if not pidfd:
+        monkeypatch.setattr(process, "_pidfd", lambda pid: None)
+    lines: list[str] = []
+    asleep_after_output: list[threading.Event] = []
+
+    def on_line(line: str) -> None:  # (on the watch's thread, before it sleeps again)
+        if line == "line299":
+            asleep_after_output[0].clear()  # its next sleep until woken is after the output
+        lines.append(line)
+
+    start, go = tmp_path / "start", tmp_path / "go"
+    script = (
+        f"until [ -e {start} ]; do sleep 0.05; done; echo oops >&2; "
+        "i=0; while [ $i -lt 300 ]; do echo line$i; i=$((i+1)); done; "
+        f"exec >/dev/null 2>&1; until [ -e {go} ]; do sleep 0.05; done; exit 3"
+    )
+    run = watched(["sh", "-c", script], stop=process.RunStop(), on_line=on_line)
+    asleep_after_output.append(run.asleep)
+    start.touch()
+    wait_until(
+        lambda: len(lines) == 300 and run.asleep.is_set(), timeout=60, what="output, then a sleep"
+    )
+    go.touch()  # the CLI ends now, its output closed before, while its watch sleeps until woken
+    run.thread.join(timeout=60)
+    result = run.results[0]
+    assert lines == [f"line{n}" for n in range(300)]
+    assert (result.exit_code, result.stderr, result.stopped) == (3, "oops\n", False)
 
 
 def test_a_quiet_runs_watch_sleeps_until_its_stop_wakes_it(watched):
