@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 from django.db import transaction
 from django.utils import timezone
@@ -711,26 +712,52 @@ def test_a_stalled_run_is_killed_by_its_watch(watched, task_recorder):
     assert run.results[0].stalled and recorder.killed_for_silence
 
 
-def test_the_gate_started_ahead_becomes_the_next_cli_with_its_folder_and_environment(tmp_path):
-    """The worker keeps a gate started ahead, so no Python starts between a task and its CLI:
-    the next spawn is that process (recorded before it runs, as always), and it runs the
-    command in its folder, with its environment and /dev/null as stdin."""
-    process.warm_gate.keep()
-    try:
-        ahead = process.warm_gate.wait_ready(timeout=60)
-        assert ahead is not None
-        command = process.Command(["sh", "-c", 'pwd; echo "$WHO"; cat; echo "read: $?"'])
-        held = process.spawn(command, cwd=str(tmp_path), env={**os.environ, "WHO": "me"})
-        assert held.started.pid == ahead.proc.pid
-        held.release()
-        result = held.wait()
-        assert result.stdout.splitlines() == [str(tmp_path), "me", "read: 0"]
-        missing = process.spawn(process.Command(["/nonexistent/cli"]), cwd="/", env={})
-        missing.release()
-        assert missing.start_error == "No such file or directory: /nonexistent/cli"
-        after = process.warm_gate.wait_ready(timeout=60)
-        assert after is not None
-        assert after.proc.pid not in (ahead.proc.pid, missing.started.pid)
-    finally:
-        process.warm_gate.close()
-    assert after.proc.wait(timeout=60) == 125, "a gate nobody used exits without running"
+def test_a_held_process_runs_nothing_before_its_go_then_becomes_the_cli(tmp_path):
+    """The gate is the process recorded before anything runs: until its go it has not run
+    the command; then it becomes the command (same pid) in its folder, with its environment
+    and /dev/null as stdin, or with the input it was given (nothing of the go in it)."""
+    ran = tmp_path / "ran"
+    script = f'touch {ran}; pwd; echo "$WHO"; cat; echo "read: $?"'
+    held = process.spawn(
+        process.Command(["sh", "-c", script]), cwd=str(tmp_path), env={**os.environ, "WHO": "me"}
+    )
+    assert psutil.Process(held.started.pid).status() != psutil.STATUS_ZOMBIE
+    assert not ran.exists(), "the command ran before its go"
+    held.release()
+    result = held.wait()
+    assert result.stdout.splitlines() == [str(tmp_path), "me", "read: 0"]
+    assert ran.exists()
+    fed = process.spawn(process.Command(["cat"], stdin=b"line one\nline two"), cwd="/", env={})
+    fed.release()
+    assert fed.wait().stdout == "line one\nline two"
+
+
+def test_a_held_process_nobody_releases_exits_without_running(tmp_path):
+    ran = tmp_path / "ran"
+    held = process.spawn(process.Command(["touch", str(ran)]), cwd=str(tmp_path), env={})
+    held.cancel()
+    assert held.proc.returncode == process.GATE_EXITED
+    assert not ran.exists()
+
+
+@pytest.mark.parametrize(
+    ("program", "error"),
+    [
+        ("/nonexistent/cli", "No such file or directory: /nonexistent/cli"),
+        ("no-such-cli-anywhere", "No such file or directory: no-such-cli-anywhere"),
+        ("./plain.txt", "Permission denied: ./plain.txt"),
+        ("./folder", "Permission denied: ./folder"),
+    ],
+)
+def test_a_program_that_cannot_be_executed_is_a_start_error_and_nothing_starts(
+    tmp_path, program, error
+):
+    """As execvpe would say it, before anything is started (the gate cannot report it)."""
+    (tmp_path / "plain.txt").write_text("not a program")
+    (tmp_path / "folder").mkdir()
+    held = process.spawn(
+        process.Command([program]), cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}
+    )
+    assert (held.start_error, held.proc, held.started) == (error, None, None)
+    held.release()
+    assert held.wait().start_error == error

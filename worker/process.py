@@ -8,12 +8,11 @@ worker), standard input is /dev/null unless the command brings its own.
 import collections
 import contextlib
 import logging
-import marshal
 import os
 import selectors
+import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -142,47 +141,24 @@ class _Lines:
         self.partial = b""
 
 
-def _thread(target, *args) -> threading.Thread:
-    thread = threading.Thread(target=target, args=args, daemon=True)
-    thread.start()
-    return thread
-
-
-# The gate every process passes (DESIGN "Processes"): a Python started with `-I -S` (no site, no
-# environment of its own) that reads its command (argv, working directory, environment) from a
-# pipe, then waits there for the worker's go before it becomes the command (exec: same pid,
-# same process group). The worker records the process first, so recovery knows every CLI that
-# ever ran; a worker killed before its go closes the pipe, and the gate exits without running
-# anything. An exec that fails writes why on a second pipe, which a successful exec closes
-# (close-on-exec): the same "could not be started" as Popen's.
-#
-# Because the command comes through the pipe, a gate can be started before there is one: the
-# worker keeps one started ahead (WarmGate), so the ~20-40 ms of a Python start are not between
-# a task and its CLI, nor between two agents.
-GATE = """import marshal, os, sys
-gate, status = int(sys.argv[1]), int(sys.argv[2])
-os.set_inheritable(status, False)
-def read(size):
-    data = b""
-    while len(data) < size:
-        chunk = os.read(gate, size - len(data))
-        if not chunk:
-            os._exit(125)
-        data += chunk
-    return data
-argv, cwd, env, null_stdin = marshal.loads(read(int.from_bytes(read(4), "big")))
-if read(1) != b"g":
-    os._exit(125)
-os.close(gate)
-try:
-    os.chdir(cwd)
-    if null_stdin:
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    os.execvpe(argv[0], argv, env)
-except OSError as exc:
-    os.write(status, f"{exc.strerror or exc}: {exc.filename or argv[0]}".encode())
-    os._exit(127)
+# The gate every process passes (DESIGN "Processes"): the POSIX shell, started with the command
+# as its arguments, in the command's folder and environment, in a session (and process group) of
+# its own. It waits for the worker's go ("g" and a newline on its standard input, which `read`
+# takes byte by byte: nothing past it), then becomes the command (exec: same pid, same group),
+# which reads the rest of that input (the command's own, or /dev/null). The worker records the
+# process first, so recovery knows every CLI that ever ran; a worker killed before its go
+# closes the pipe, and the gate exits without running anything. A shell starts in about a
+# millisecond (a Python took 20-40 ms on a busy machine), so no gate is started ahead. The
+# command's program is checked before (a missing or non-executable one is a start error, as
+# Popen's would be); `command read` skips any function of that name from the environment.
+GATE = """command read -r go || exit 125
+[ "$go" = g ] || exit 125
+if [ "$1" = null ]; then exec </dev/null; fi
+shift
+exec "$@"
 """
+GATE_SHELL = "/bin/sh"
+GATE_EXITED = 125  # the gate's exit when it never got its go
 
 
 def _close_fds(*fds: int) -> None:
@@ -191,121 +167,19 @@ def _close_fds(*fds: int) -> None:
             os.close(fd)
 
 
-@dataclass
-class _Gate:
-    """A gate process waiting for its command: its pipes' ends on our side."""
-
-    proc: subprocess.Popen
-    gate: int  # we write the command, then the go
-    status: int  # an exec that failed says why here
-    create_time: float
-
-    @classmethod
-    def open(cls) -> "_Gate":
-        gate_r, gate_w = os.pipe()
-        status_r, status_w = os.pipe()
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", GATE, str(gate_r), str(status_w)],
-                cwd="/",
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                close_fds=True,
-                pass_fds=(gate_r, status_w),
-            )
-        except OSError:
-            _close_fds(gate_w, status_r)
-            raise
-        finally:
-            _close_fds(gate_r, status_w)
-        return cls(proc, gate_w, status_r, _create_time(proc.pid))
-
-    def send(self, command: Command, *, cwd: str, env: dict[str, str]) -> None:
-        """The command it will become (OSError: the gate is gone)."""
-        message = marshal.dumps((list(command.argv), cwd, dict(env), command.stdin is None))
-        data = len(message).to_bytes(4, "big") + message
-        while data:
-            data = data[os.write(self.gate, data) :]
-        if command.stdin is None:  # the gate reads /dev/null instead
-            self.proc.stdin.close()
-
-    def discard(self) -> None:
-        """Never used: closing its pipe ends it."""
-        _close_fds(self.gate, self.status)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            with contextlib.suppress(OSError):
-                stream.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-class WarmGate:
-    """One gate started ahead while the worker runs (`keep()` … `close()`): `take()` hands it
-    out and starts the next one in the background."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.changed = threading.Condition(self.lock)
-        self.kept = False
-        self.ready: _Gate | None = None
-        self.starting = False
-
-    def keep(self) -> None:
-        with self.lock:
-            self.kept = True
-        self.start_next()
-
-    def close(self) -> None:
-        with self.lock:
-            self.kept, gate, self.ready = False, self.ready, None
-        if gate is not None:
-            gate.discard()
-
-    def take(self) -> _Gate:
-        """A gate ready for a command: the warm one, else a new one (OSError: none could be
-        started). The next one starts once this one runs its command (`start_next`): not
-        while the worker records this one."""
-        with self.lock:
-            gate, self.ready = self.ready, None
-        if gate is not None and gate.proc.poll() is not None:  # it died: never hand it out
-            gate.discard()
-            gate = None
-        return gate if gate is not None else _Gate.open()
-
-    def wait_ready(self, timeout: float) -> "_Gate | None":
-        """The gate started ahead, once it is (None: none within `timeout`)."""
-        with self.changed:
-            self.changed.wait_for(lambda: self.ready is not None, timeout=timeout)
-            return self.ready
-
-    def start_next(self) -> None:
-        with self.lock:
-            if not self.kept or self.ready is not None or self.starting:
-                return
-            self.starting = True
-        _thread(self._open_next)
-
-    def _open_next(self) -> None:
-        gate = None
-        try:
-            gate = _Gate.open()
-        except OSError as exc:
-            log.warning("Could not start a process gate ahead", extra={"error": str(exc)})
-        with self.lock:
-            self.starting = False
-            if self.kept and self.ready is None:
-                self.ready, gate = gate, None
-                self.changed.notify_all()
-        if gate is not None:  # closed meanwhile
-            gate.discard()
-
-
-warm_gate = WarmGate()
+def _program_problem(program: str, *, cwd: str, env: dict[str, str]) -> str | None:
+    """Why `program` cannot be executed, as execvpe would say it (None: it can): a name
+    without a slash is looked up in the command's PATH."""
+    if "/" not in program:
+        if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+            return f"No such file or directory: {program}"
+        return None
+    path = os.path.join(cwd, os.path.expanduser(program))
+    if not os.path.exists(path):
+        return f"No such file or directory: {program}"
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        return f"Permission denied: {program}"
+    return None
 
 
 class Held:
@@ -322,70 +196,59 @@ class Held:
             why = "Not a directory" if os.path.exists(cwd) else "No such file or directory"
             self.result.start_error = f"{why}: {cwd}"
             return
+        problem = _program_problem(command.argv[0], cwd=cwd, env=env) if command.argv else None
+        if problem or not command.argv:
+            self.result.start_error = problem or "No command to run"
+            return
+        stdin = "null" if command.stdin is None else "pipe"
         try:
-            gate = self._gate_with(command, cwd=cwd, env=env)
+            self.proc = subprocess.Popen(
+                [GATE_SHELL, "-c", GATE, "malamar-gate", stdin, *command.argv],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+            )
         except OSError as exc:
             self.result.start_error = f"{exc.strerror or exc}: {exc.filename or cwd}"
             return
-        self.proc, self.gate, self.status = gate.proc, gate.gate, gate.status
-        self.started = Started(pid=gate.proc.pid, pgid=gate.proc.pid, create_time=gate.create_time)
-
-    @staticmethod
-    def _gate_with(command: Command, *, cwd: str, env: dict[str, str]) -> _Gate:
-        """A gate (the warm one if there is one) that holds `command`."""
-        gate = warm_gate.take()
-        try:
-            gate.send(command, cwd=cwd, env=env)
-        except OSError:  # the gate died before it read its command: one more, started now
-            gate.discard()
-            gate = _Gate.open()
-            try:
-                gate.send(command, cwd=cwd, env=env)
-            except OSError:
-                gate.discard()
-                raise
-        return gate
+        pid = self.proc.pid
+        self.started = Started(pid=pid, pgid=pid, create_time=_create_time(pid))
 
     @property
     def start_error(self) -> str | None:
         return self.result.start_error
 
-    @staticmethod
-    def _close_pipes(*fds: int) -> None:
-        _close_fds(*fds)
-
     def release(self) -> None:
-        """Let the command run; an exec that failed becomes `start_error` (and wait() returns
-        at once)."""
+        """Let the command run (its standard input follows the go, written by wait())."""
         if self.proc is None:
             return
-        with contextlib.suppress(OSError):
-            os.write(self.gate, b"g")
-        self._close_pipes(self.gate)
-        chunks = []
-        with contextlib.suppress(OSError):
-            while chunk := os.read(self.status, 4096):  # EOF: the command runs
-                chunks.append(chunk)
-        self._close_pipes(self.status)
-        if chunks:
-            self.result.start_error = storable_text(b"".join(chunks))
-        warm_gate.start_next()
+        try:
+            self.proc.stdin.write(b"g\n")
+            self.proc.stdin.flush()
+        except OSError:  # the gate is gone: wait() finds it ended
+            pass
+        if self.command.stdin is None:  # the command reads /dev/null
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
 
     def cancel(self) -> None:
         """Never run the command: the gate closes and the process exits by itself."""
         if self.proc is None:
             return
-        warm_gate.start_next()
-        self._close_pipes(self.gate, self.status)
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         if self.proc.poll() is None:
             kill_tree(self.proc.pid, pgid=self.proc.pid, create_time=self.started.create_time)
             self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(OSError):
+                stream.close()
 
     def wait(
         self,
