@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.actors import USER
+from core.compiled_queries import compiled
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import stderr_message
@@ -40,6 +41,7 @@ from worker import pickup, process
 from worker.execution import RUN_CONFIG_DIR, execute, interpret, mcp_server_for
 from worker.pipeline import task_input_text
 from worker.process import ProcessResult
+from workspaces.services import workspace_create
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -331,6 +333,34 @@ def test_pickup_waits_out_the_error_back_off(workspace):
     assert pickup.next_item(workspace.id) is None
     other = task_create(workspace=workspace, summary="other")
     assert pickup.next_item(workspace.id).task_id == other.id
+
+
+@pytest.mark.pg
+def test_the_pickups_compiled_queries_take_each_calls_workspace_and_time(workspace, monkeypatch):
+    """The pickup's queries are compiled once (core.compiled_queries): each call still asks
+    about its own workspace and its own now (not the first call's)."""
+    other_workspace = workspace_create(title="Other")
+    waiting = task_create(workspace=workspace, summary="in back-off")
+    retry_at = timezone.now() + timedelta(seconds=30)
+    Task.objects.filter(id=waiting.id).update(failure_streak=1, retry_not_before=retry_at)
+    other = task_create(workspace=other_workspace, summary="other")
+    assert pickup.next_item(workspace.id) is None
+    assert pickup.next_item(other_workspace.id).task_id == other.id
+    assert pickup.workspaces_with_work() == {other_workspace.id: 1}
+    later = retry_at + timedelta(seconds=1)
+    monkeypatch.setattr(pickup.timezone, "now", lambda: later)
+    assert pickup.next_item(workspace.id).task_id == waiting.id
+    assert pickup.workspaces_with_work() == {workspace.id: 1, other_workspace.id: 1}
+
+
+def test_a_compiled_query_refuses_a_value_its_sql_does_not_take_as_given():
+    """A value the compiler rewrites (here into a LIKE pattern) has no stand-in to replace."""
+    with pytest.raises(ValueError, match="cannot take"):
+        compiled(
+            ("test", "icontains"),
+            lambda title: Task.objects.filter(summary__icontains=title),
+            title="x",
+        )
 
 
 @pytest.mark.pg
