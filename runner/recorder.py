@@ -103,7 +103,7 @@ class RunRecorder:
         """Where the CLI runs: its paths are shown relative to it."""
         self.terms.cwd = str(cwd).rstrip("/")
 
-    # reader thread ---------------------------------------------------------------------------
+    # the run's watch, as output arrives ------------------------------------------------------
     def on_line(self, line: str) -> None:
         self.last_output = time.monotonic()
         if not line.lstrip().startswith("{"):
@@ -325,7 +325,7 @@ class CheckRecorder(RunRecorder):
     def _stream_parser(self, cli_type: str):
         return None
 
-    def on_line(self, line: str) -> None:  # stdout and stderr, from two reader threads
+    def on_line(self, line: str) -> None:  # stdout and stderr, from the run's watch
         self.last_output = time.monotonic()
         line = plain_line(line)
         with self.lock:

@@ -1,7 +1,6 @@
 """Runner pieces without processes: schemas, output parsing, CLIs, pickup order, back-off."""
 
 import dataclasses
-import io
 import json
 import os
 import platform
@@ -13,11 +12,13 @@ from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 from django.db import transaction
 from django.utils import timezone
 
 from core.actors import USER
+from core.compiled_queries import compiled
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import stderr_message
@@ -34,11 +35,13 @@ from tasks.services import (
 )
 from tests.conftest import cli_invocation
 from tests.failures import fail_task
+from tests.live import wait_until
 from tests.stack import FAKES_BIN
 from worker import pickup, process
 from worker.execution import RUN_CONFIG_DIR, execute, interpret, mcp_server_for
 from worker.pipeline import task_input_text
 from worker.process import ProcessResult
+from workspaces.services import workspace_create
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -333,6 +336,34 @@ def test_pickup_waits_out_the_error_back_off(workspace):
 
 
 @pytest.mark.pg
+def test_the_pickups_compiled_queries_take_each_calls_workspace_and_time(workspace, monkeypatch):
+    """The pickup's queries are compiled once (core.compiled_queries): each call still asks
+    about its own workspace and its own now (not the first call's)."""
+    other_workspace = workspace_create(title="Other")
+    waiting = task_create(workspace=workspace, summary="in back-off")
+    retry_at = timezone.now() + timedelta(seconds=30)
+    Task.objects.filter(id=waiting.id).update(failure_streak=1, retry_not_before=retry_at)
+    other = task_create(workspace=other_workspace, summary="other")
+    assert pickup.next_item(workspace.id) is None
+    assert pickup.next_item(other_workspace.id).task_id == other.id
+    assert pickup.workspaces_with_work() == {other_workspace.id: 1}
+    later = retry_at + timedelta(seconds=1)
+    monkeypatch.setattr(pickup.timezone, "now", lambda: later)
+    assert pickup.next_item(workspace.id).task_id == waiting.id
+    assert pickup.workspaces_with_work() == {workspace.id: 1, other_workspace.id: 1}
+
+
+def test_a_compiled_query_refuses_a_value_its_sql_does_not_take_as_given():
+    """A value the compiler rewrites (here into a LIKE pattern) has no stand-in to replace."""
+    with pytest.raises(ValueError, match="cannot take"):
+        compiled(
+            ("test", "icontains"),
+            lambda title: Task.objects.filter(summary__icontains=title),
+            title="x",
+        )
+
+
+@pytest.mark.pg
 def test_claim_is_atomic(workspace):
     task = task_create(workspace=workspace, summary="t")
     first = pickup.claim_next(workspace.id)
@@ -565,9 +596,12 @@ def test_a_runaway_output_line_is_dropped_whole_never_its_tail_as_a_line():
     runaway = b'{"type": "text", "text": "' + b"a" * (3 * process.LINE_CAP) + b'"}'
     # The cut falls at a chunk boundary: what follows it starts like an event.
     pad = process.READ_CHUNK - len(runaway) % process.READ_CHUNK
-    stream = io.BufferedReader(io.BytesIO(runaway + b" " * pad + forged + b"\n" + b'{"ok": 1}\n'))
+    data = runaway + b" " * pad + forged + b"\n" + b'{"ok": 1}\n'
     lines = []
-    process._drain(stream, process._Tail(1024), lines.append)
+    splitter = process._Lines(lines.append)
+    for start in range(0, len(data), process.READ_CHUNK):  # as the pipe's reads bring it
+        splitter.feed(data[start : start + process.READ_CHUNK])
+    splitter.end()
     assert lines == ['{"ok": 1}']
 
 
@@ -604,6 +638,42 @@ def watched(monkeypatch, tmp_path):
         if run.thread.is_alive():
             process.kill_tree(run.held.proc.pid, pgid=run.held.proc.pid, create_time=0)
             run.thread.join()
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no pidfd"])
+def test_a_watch_sleeping_until_woken_sees_its_cli_end_with_all_it_printed(
+    watched, monkeypatch, tmp_path, pidfd
+):
+    """The watch's one select() wakes at the CLI's exit, by its pidfd or (where there is none,
+    as on macOS) by the thread that waits for it; the output read before is all there, its
+    lines in order."""
+    if not pidfd:
+        monkeypatch.setattr(process, "_pidfd", lambda pid: None)
+    lines: list[str] = []
+    asleep_after_output: list[threading.Event] = []
+
+    def on_line(line: str) -> None:  # (on the watch's thread, before it sleeps again)
+        if line == "line299":
+            asleep_after_output[0].clear()  # its next sleep until woken is after the output
+        lines.append(line)
+
+    start, go = tmp_path / "start", tmp_path / "go"
+    script = (
+        f"until [ -e {start} ]; do sleep 0.05; done; echo oops >&2; "
+        "i=0; while [ $i -lt 300 ]; do echo line$i; i=$((i+1)); done; "
+        f"exec >/dev/null 2>&1; until [ -e {go} ]; do sleep 0.05; done; exit 3"
+    )
+    run = watched(["sh", "-c", script], stop=process.RunStop(), on_line=on_line)
+    asleep_after_output.append(run.asleep)
+    start.touch()
+    wait_until(
+        lambda: len(lines) == 300 and run.asleep.is_set(), timeout=60, what="output, then a sleep"
+    )
+    go.touch()  # the CLI ends now, its output closed before, while its watch sleeps until woken
+    run.thread.join(timeout=60)
+    result = run.results[0]
+    assert lines == [f"line{n}" for n in range(300)]
+    assert (result.exit_code, result.stderr, result.stopped) == (3, "oops\n", False)
 
 
 def test_a_quiet_runs_watch_sleeps_until_its_stop_wakes_it(watched):
@@ -672,26 +742,52 @@ def test_a_stalled_run_is_killed_by_its_watch(watched, task_recorder):
     assert run.results[0].stalled and recorder.killed_for_silence
 
 
-def test_the_gate_started_ahead_becomes_the_next_cli_with_its_folder_and_environment(tmp_path):
-    """The worker keeps a gate started ahead, so no Python starts between a task and its CLI:
-    the next spawn is that process (recorded before it runs, as always), and it runs the
-    command in its folder, with its environment and /dev/null as stdin."""
-    process.warm_gate.keep()
-    try:
-        ahead = process.warm_gate.wait_ready(timeout=60)
-        assert ahead is not None
-        command = process.Command(["sh", "-c", 'pwd; echo "$WHO"; cat; echo "read: $?"'])
-        held = process.spawn(command, cwd=str(tmp_path), env={**os.environ, "WHO": "me"})
-        assert held.started.pid == ahead.proc.pid
-        held.release()
-        result = held.wait()
-        assert result.stdout.splitlines() == [str(tmp_path), "me", "read: 0"]
-        missing = process.spawn(process.Command(["/nonexistent/cli"]), cwd="/", env={})
-        missing.release()
-        assert missing.start_error == "No such file or directory: /nonexistent/cli"
-        after = process.warm_gate.wait_ready(timeout=60)
-        assert after is not None
-        assert after.proc.pid not in (ahead.proc.pid, missing.started.pid)
-    finally:
-        process.warm_gate.close()
-    assert after.proc.wait(timeout=60) == 125, "a gate nobody used exits without running"
+def test_a_held_process_runs_nothing_before_its_go_then_becomes_the_cli(tmp_path):
+    """The gate is the process recorded before anything runs: until its go it has not run
+    the command; then it becomes the command (same pid) in its folder, with its environment
+    and /dev/null as stdin, or with the input it was given (nothing of the go in it)."""
+    ran = tmp_path / "ran"
+    script = f'touch {ran}; pwd; echo "$WHO"; cat; echo "read: $?"'
+    held = process.spawn(
+        process.Command(["sh", "-c", script]), cwd=str(tmp_path), env={**os.environ, "WHO": "me"}
+    )
+    assert psutil.Process(held.started.pid).status() != psutil.STATUS_ZOMBIE
+    assert not ran.exists(), "the command ran before its go"
+    held.release()
+    result = held.wait()
+    assert result.stdout.splitlines() == [str(tmp_path), "me", "read: 0"]
+    assert ran.exists()
+    fed = process.spawn(process.Command(["cat"], stdin=b"line one\nline two"), cwd="/", env={})
+    fed.release()
+    assert fed.wait().stdout == "line one\nline two"
+
+
+def test_a_held_process_nobody_releases_exits_without_running(tmp_path):
+    ran = tmp_path / "ran"
+    held = process.spawn(process.Command(["touch", str(ran)]), cwd=str(tmp_path), env={})
+    held.cancel()
+    assert held.proc.returncode == process.GATE_EXITED
+    assert not ran.exists()
+
+
+@pytest.mark.parametrize(
+    ("program", "error"),
+    [
+        ("/nonexistent/cli", "No such file or directory: /nonexistent/cli"),
+        ("no-such-cli-anywhere", "No such file or directory: no-such-cli-anywhere"),
+        ("./plain.txt", "Permission denied: ./plain.txt"),
+        ("./folder", "Permission denied: ./folder"),
+    ],
+)
+def test_a_program_that_cannot_be_executed_is_a_start_error_and_nothing_starts(
+    tmp_path, program, error
+):
+    """As execvpe would say it, before anything is started (the gate cannot report it)."""
+    (tmp_path / "plain.txt").write_text("not a program")
+    (tmp_path / "folder").mkdir()
+    held = process.spawn(
+        process.Command([program]), cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}
+    )
+    assert (held.start_error, held.proc, held.started) == (error, None, None)
+    held.release()
+    assert held.wait().start_error == error

@@ -168,7 +168,6 @@ class Worker:
             self.lock_handle = acquire_lock()
             workers_forget(worker_ids=WorkerRow.objects.values_list("id", flat=True))
         self.sock = _bind_wake_socket()
-        process.warm_gate.keep()  # the first CLI starts without waiting for a Python to start
         if uses_notify():
             self.listener = WorkListener.connect()
         seed_sample_workspace_if_first_launch()
@@ -230,7 +229,6 @@ class Worker:
         if self.beats is not None:
             self.beats.join(timeout=max(0.0, deadline - time.monotonic()))
         self._before_the_deadline(self.membership.leave)
-        process.warm_gate.close()
         if self.listener is not None:
             self.listener.close()
         if self.sock:

@@ -18,30 +18,41 @@ from django.utils import timezone
 
 from agents.models import Agent
 from chats.models import ChatQueueItem
+from core.compiled_queries import compiled
 from runner.clis import CliType
 from runner.selectors import cli_waits
 from tasks.models import QueueStatus, TaskQueueItem, runnable_pass_q
 from workspaces.models import Workspace
 
 
-def _candidates(workspace_id: str | None = None, now=None):
-    now = now or timezone.now()
+def _candidates(*, now, waits: tuple[str, ...], workspace_id: str | None = None):
     items = TaskQueueItem.objects.eligible().filter(runnable_pass_q())
     if workspace_id:
         items = items.filter(workspace_id=workspace_id)
     # A task runs one pass at a time (a pass being stopped does not count: it is ending).
     running = TaskQueueItem.objects.unstopped().filter(task_id=OuterRef("task_id"))
     items = items.exclude(Exists(running))
-    waits = cli_waits()
     if waits:  # a pass paused for a CLI (out of quota, or broken) waits (others keep running)
         items = items.exclude(waiting_for_cli__in=waits)
     return items.filter(Q(task__retry_not_before__isnull=True) | Q(task__retry_not_before__lte=now))
 
 
+def _waits() -> tuple[str, ...]:
+    return tuple(sorted(cli_waits()))
+
+
 def workspaces_with_work() -> dict[str, int]:
     """Workspace id → how many of its tasks could start now."""
-    rows = _candidates().order_by().values("workspace_id").annotate(n=Count("task_id"))
-    return {row["workspace_id"]: row["n"] for row in rows}
+    waits = _waits()
+
+    def query(now):
+        rows = _candidates(now=now, waits=waits).order_by().values("workspace_id")
+        return rows.annotate(n=Count("task_id"))
+
+    sql, params = compiled(("workspaces_with_work", waits), query, now=timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return dict(cursor.fetchall())
 
 
 def parallel_limits(workspace_ids) -> dict[str, int]:
@@ -61,15 +72,24 @@ def running_count(workspace_id: str) -> int:
 def next_item(workspace_id: str) -> TaskQueueItem | None:
     """The order above in one query: prioritised first, then the task whose item finished
     last, then the most recently updated."""
-    last_done = (
-        TaskQueueItem.objects.finished()
-        .filter(workspace_id=workspace_id)
-        .order_by("-updated_at")
-        .values("task_id")[:1]
+    waits = _waits()
+
+    def query(workspace_id, now):
+        last_done = (
+            TaskQueueItem.objects.finished()
+            .filter(workspace_id=workspace_id)
+            .order_by("-updated_at")
+            .values("task_id")[:1]
+        )
+        resumed = Case(When(task_id=Subquery(last_done), then=Value(1)), default=Value(0))
+        candidates = _candidates(now=now, waits=waits, workspace_id=workspace_id)
+        ordered = candidates.annotate(resumed=resumed)
+        return ordered.order_by("-is_priority", "-resumed", "-updated_at")[:1]
+
+    sql, params = compiled(
+        ("next_item", waits), query, workspace_id=workspace_id, now=timezone.now()
     )
-    resumed = Case(When(task_id=Subquery(last_done), then=Value(1)), default=Value(0))
-    candidates = _candidates(workspace_id).annotate(resumed=resumed)
-    return candidates.order_by("-is_priority", "-resumed", "-updated_at").first()
+    return next(iter(TaskQueueItem.objects.raw(sql, params)), None)
 
 
 def shared_database() -> bool:

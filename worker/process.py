@@ -8,11 +8,11 @@ worker), standard input is /dev/null unless the command brings its own.
 import collections
 import contextlib
 import logging
-import marshal
 import os
+import selectors
+import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +33,8 @@ READ_CHUNK = 64 * 1024
 # threading.Event, not a RunStop). A quiet run with a RunStop sleeps until something happens.
 BUSY_TICK_SECONDS = 0.25
 PLAIN_STOP_CHECK_SECONDS = 0.1
+KILLED_EXIT_SECONDS = 5.0  # a killed process's end, waited for
+OUTPUT_AFTER_EXIT_SECONDS = 2.0  # its pipes' end after its exit, waited for
 
 
 class RunStop(threading.Event):
@@ -43,7 +45,7 @@ class RunStop(threading.Event):
     def __init__(self):
         super().__init__()
         self._guard = threading.Lock()
-        self._woken: set[threading.Event] = set()
+        self._woken: set = set()  # what it wakes: the watches of its runs
 
     def set(self) -> None:
         super().set()
@@ -52,14 +54,14 @@ class RunStop(threading.Event):
         for event in woken:
             event.set()
 
-    def wakes(self, event: threading.Event) -> None:
+    def wakes(self, event) -> None:
         """Set `event` too when this stop is set (at once if it is already)."""
         with self._guard:
             self._woken.add(event)
         if self.is_set():
             event.set()
 
-    def forget(self, event: threading.Event) -> None:
+    def forget(self, event) -> None:
         with self._guard:
             self._woken.discard(event)
 
@@ -113,75 +115,50 @@ class _Tail:
 LINE_CAP = 1024 * 1024
 
 
-def _drain(stream, tail: _Tail, on_line=None, on_output=None) -> None:
-    """Read to EOF, keeping the tail; hand complete lines to `on_line` as they arrive."""
-    partial, skipping = b"", False
-    with contextlib.suppress(OSError, ValueError):
-        while chunk := stream.read1(READ_CHUNK):
-            tail.add(chunk)
-            if on_output:
-                on_output()
-            if on_line is None:
-                continue
-            *lines, partial = (partial + chunk).split(b"\n")
-            if skipping and lines:  # the end of a runaway line: dropped with the rest of it
-                lines, skipping = lines[1:], False
-            for line in lines:
-                on_line(storable_text(line))
-            if len(partial) > LINE_CAP:  # a runaway line: not a JSON event anyway
-                partial, skipping = b"", True
-    if on_line and partial.strip() and not skipping:
-        on_line(storable_text(partial))
+class _Lines:
+    """Splits a stream's chunks into complete lines for `on_line` as they arrive; a line past
+    LINE_CAP is dropped whole (memory stays bounded, and its tail never reaches the parser as a
+    line of its own: it could hold a whole event)."""
+
+    def __init__(self, on_line: Callable[[str], None] | None):
+        self.on_line = on_line
+        self.partial, self.skipping = b"", False
+
+    def feed(self, chunk: bytes) -> None:
+        if self.on_line is None:
+            return
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        if self.skipping and lines:  # the end of a runaway line: dropped with the rest of it
+            lines, self.skipping = lines[1:], False
+        for line in lines:
+            self.on_line(storable_text(line))
+        if len(self.partial) > LINE_CAP:  # a runaway line: not a JSON event anyway
+            self.partial, self.skipping = b"", True
+
+    def end(self) -> None:
+        if self.on_line and self.partial.strip() and not self.skipping:
+            self.on_line(storable_text(self.partial))
+        self.partial = b""
 
 
-def _feed(stream, data: bytes) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        stream.write(data)
-    with contextlib.suppress(OSError, ValueError):
-        stream.close()
-
-
-def _thread(target, *args) -> threading.Thread:
-    thread = threading.Thread(target=target, args=args, daemon=True)
-    thread.start()
-    return thread
-
-
-# The gate every process passes (DESIGN "Processes"): a Python started with `-I -S` (no site, no
-# environment of its own) that reads its command (argv, working directory, environment) from a
-# pipe, then waits there for the worker's go before it becomes the command (exec: same pid,
-# same process group). The worker records the process first, so recovery knows every CLI that
-# ever ran; a worker killed before its go closes the pipe, and the gate exits without running
-# anything. An exec that fails writes why on a second pipe, which a successful exec closes
-# (close-on-exec): the same "could not be started" as Popen's.
-#
-# Because the command comes through the pipe, a gate can be started before there is one: the
-# worker keeps one started ahead (WarmGate), so the ~20-40 ms of a Python start are not between
-# a task and its CLI, nor between two agents.
-GATE = """import marshal, os, sys
-gate, status = int(sys.argv[1]), int(sys.argv[2])
-os.set_inheritable(status, False)
-def read(size):
-    data = b""
-    while len(data) < size:
-        chunk = os.read(gate, size - len(data))
-        if not chunk:
-            os._exit(125)
-        data += chunk
-    return data
-argv, cwd, env, null_stdin = marshal.loads(read(int.from_bytes(read(4), "big")))
-if read(1) != b"g":
-    os._exit(125)
-os.close(gate)
-try:
-    os.chdir(cwd)
-    if null_stdin:
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    os.execvpe(argv[0], argv, env)
-except OSError as exc:
-    os.write(status, f"{exc.strerror or exc}: {exc.filename or argv[0]}".encode())
-    os._exit(127)
+# The gate every process passes (DESIGN "Processes"): the POSIX shell, started with the command
+# as its arguments, in the command's folder and environment, in a session (and process group) of
+# its own. It waits for the worker's go ("g" and a newline on its standard input, which `read`
+# takes byte by byte: nothing past it), then becomes the command (exec: same pid, same group),
+# which reads the rest of that input (the command's own, or /dev/null). The worker records the
+# process first, so recovery knows every CLI that ever ran; a worker killed before its go
+# closes the pipe, and the gate exits without running anything. A shell starts in about a
+# millisecond (a Python took 20-40 ms on a busy machine), so no gate is started ahead. The
+# command's program is checked before (a missing or non-executable one is a start error, as
+# Popen's would be); `command read` skips any function of that name from the environment.
+GATE = """command read -r go || exit 125
+[ "$go" = g ] || exit 125
+if [ "$1" = null ]; then exec </dev/null; fi
+shift
+exec "$@"
 """
+GATE_SHELL = "/bin/sh"
+GATE_EXITED = 125  # the gate's exit when it never got its go
 
 
 def _close_fds(*fds: int) -> None:
@@ -190,121 +167,19 @@ def _close_fds(*fds: int) -> None:
             os.close(fd)
 
 
-@dataclass
-class _Gate:
-    """A gate process waiting for its command: its pipes' ends on our side."""
-
-    proc: subprocess.Popen
-    gate: int  # we write the command, then the go
-    status: int  # an exec that failed says why here
-    create_time: float
-
-    @classmethod
-    def open(cls) -> "_Gate":
-        gate_r, gate_w = os.pipe()
-        status_r, status_w = os.pipe()
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", GATE, str(gate_r), str(status_w)],
-                cwd="/",
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                close_fds=True,
-                pass_fds=(gate_r, status_w),
-            )
-        except OSError:
-            _close_fds(gate_w, status_r)
-            raise
-        finally:
-            _close_fds(gate_r, status_w)
-        return cls(proc, gate_w, status_r, _create_time(proc.pid))
-
-    def send(self, command: Command, *, cwd: str, env: dict[str, str]) -> None:
-        """The command it will become (OSError: the gate is gone)."""
-        message = marshal.dumps((list(command.argv), cwd, dict(env), command.stdin is None))
-        data = len(message).to_bytes(4, "big") + message
-        while data:
-            data = data[os.write(self.gate, data) :]
-        if command.stdin is None:  # the gate reads /dev/null instead
-            self.proc.stdin.close()
-
-    def discard(self) -> None:
-        """Never used: closing its pipe ends it."""
-        _close_fds(self.gate, self.status)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            with contextlib.suppress(OSError):
-                stream.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-class WarmGate:
-    """One gate started ahead while the worker runs (`keep()` … `close()`): `take()` hands it
-    out and starts the next one in the background."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.changed = threading.Condition(self.lock)
-        self.kept = False
-        self.ready: _Gate | None = None
-        self.starting = False
-
-    def keep(self) -> None:
-        with self.lock:
-            self.kept = True
-        self.start_next()
-
-    def close(self) -> None:
-        with self.lock:
-            self.kept, gate, self.ready = False, self.ready, None
-        if gate is not None:
-            gate.discard()
-
-    def take(self) -> _Gate:
-        """A gate ready for a command: the warm one, else a new one (OSError: none could be
-        started). The next one starts once this one runs its command (`start_next`): not
-        while the worker records this one."""
-        with self.lock:
-            gate, self.ready = self.ready, None
-        if gate is not None and gate.proc.poll() is not None:  # it died: never hand it out
-            gate.discard()
-            gate = None
-        return gate if gate is not None else _Gate.open()
-
-    def wait_ready(self, timeout: float) -> "_Gate | None":
-        """The gate started ahead, once it is (None: none within `timeout`)."""
-        with self.changed:
-            self.changed.wait_for(lambda: self.ready is not None, timeout=timeout)
-            return self.ready
-
-    def start_next(self) -> None:
-        with self.lock:
-            if not self.kept or self.ready is not None or self.starting:
-                return
-            self.starting = True
-        _thread(self._open_next)
-
-    def _open_next(self) -> None:
-        gate = None
-        try:
-            gate = _Gate.open()
-        except OSError as exc:
-            log.warning("Could not start a process gate ahead", extra={"error": str(exc)})
-        with self.lock:
-            self.starting = False
-            if self.kept and self.ready is None:
-                self.ready, gate = gate, None
-                self.changed.notify_all()
-        if gate is not None:  # closed meanwhile
-            gate.discard()
-
-
-warm_gate = WarmGate()
+def _program_problem(program: str, *, cwd: str, env: dict[str, str]) -> str | None:
+    """Why `program` cannot be executed, as execvpe would say it (None: it can): a name
+    without a slash is looked up in the command's PATH."""
+    if "/" not in program:
+        if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+            return f"No such file or directory: {program}"
+        return None
+    path = os.path.join(cwd, os.path.expanduser(program))
+    if not os.path.exists(path):
+        return f"No such file or directory: {program}"
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        return f"Permission denied: {program}"
+    return None
 
 
 class Held:
@@ -321,70 +196,59 @@ class Held:
             why = "Not a directory" if os.path.exists(cwd) else "No such file or directory"
             self.result.start_error = f"{why}: {cwd}"
             return
+        problem = _program_problem(command.argv[0], cwd=cwd, env=env) if command.argv else None
+        if problem or not command.argv:
+            self.result.start_error = problem or "No command to run"
+            return
+        stdin = "null" if command.stdin is None else "pipe"
         try:
-            gate = self._gate_with(command, cwd=cwd, env=env)
+            self.proc = subprocess.Popen(
+                [GATE_SHELL, "-c", GATE, "malamar-gate", stdin, *command.argv],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+            )
         except OSError as exc:
             self.result.start_error = f"{exc.strerror or exc}: {exc.filename or cwd}"
             return
-        self.proc, self.gate, self.status = gate.proc, gate.gate, gate.status
-        self.started = Started(pid=gate.proc.pid, pgid=gate.proc.pid, create_time=gate.create_time)
-
-    @staticmethod
-    def _gate_with(command: Command, *, cwd: str, env: dict[str, str]) -> _Gate:
-        """A gate (the warm one if there is one) that holds `command`."""
-        gate = warm_gate.take()
-        try:
-            gate.send(command, cwd=cwd, env=env)
-        except OSError:  # the gate died before it read its command: one more, started now
-            gate.discard()
-            gate = _Gate.open()
-            try:
-                gate.send(command, cwd=cwd, env=env)
-            except OSError:
-                gate.discard()
-                raise
-        return gate
+        pid = self.proc.pid
+        self.started = Started(pid=pid, pgid=pid, create_time=_create_time(pid))
 
     @property
     def start_error(self) -> str | None:
         return self.result.start_error
 
-    @staticmethod
-    def _close_pipes(*fds: int) -> None:
-        _close_fds(*fds)
-
     def release(self) -> None:
-        """Let the command run; an exec that failed becomes `start_error` (and wait() returns
-        at once)."""
+        """Let the command run (its standard input follows the go, written by wait())."""
         if self.proc is None:
             return
-        with contextlib.suppress(OSError):
-            os.write(self.gate, b"g")
-        self._close_pipes(self.gate)
-        chunks = []
-        with contextlib.suppress(OSError):
-            while chunk := os.read(self.status, 4096):  # EOF: the command runs
-                chunks.append(chunk)
-        self._close_pipes(self.status)
-        if chunks:
-            self.result.start_error = storable_text(b"".join(chunks))
-        warm_gate.start_next()
+        try:
+            self.proc.stdin.write(b"g\n")
+            self.proc.stdin.flush()
+        except OSError:  # the gate is gone: wait() finds it ended
+            pass
+        if self.command.stdin is None:  # the command reads /dev/null
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
 
     def cancel(self) -> None:
         """Never run the command: the gate closes and the process exits by itself."""
         if self.proc is None:
             return
-        warm_gate.start_next()
-        self._close_pipes(self.gate, self.status)
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         if self.proc.poll() is None:
             kill_tree(self.proc.pid, pgid=self.proc.pid, create_time=self.started.create_time)
             self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(OSError):
+                stream.close()
 
     def wait(
         self,
@@ -415,8 +279,6 @@ class Held:
             return result
         out, err = _Tail(STDOUT_CAP), _Tail(STDERR_CAP)
         first_output: list[float] = []  # monotonic time of the first output, once there is one
-        wake = threading.Event()
-        printed = _Printed(wake)
 
         def output() -> None:
             if not first_output:
@@ -425,21 +287,17 @@ class Held:
                 on_output()
             printed.note()
 
-        readers = [
-            _thread(_drain, proc.stdout, out, on_line, output),
-            _thread(_drain, proc.stderr, err, on_error_line, output),
-        ]
-        if self.command.stdin is not None:
-            _thread(_feed, proc.stdin, self.command.stdin)
-        exited = threading.Event()
-        _thread(lambda: (proc.wait(), exited.set(), wake.set()))
+        watch = _Watch(proc, self.command.stdin, output)
+        printed = _Printed(watch)
+        watch.follow(proc.stdout, out, _Lines(on_line))
+        watch.follow(proc.stderr, err, _Lines(on_error_line))
         wakes_us = isinstance(stop, RunStop)
         if wakes_us:
-            stop.wakes(wake)
+            stop.wakes(watch)
         started = time.monotonic()
         create_time = self.started.create_time
         try:
-            while not exited.is_set():
+            while not watch.exited:
                 ends = deadline(started, first_output[:1], timeout, from_output=timeout_from_output)
                 if stop is not None and stop.is_set():
                     result.stopped = True
@@ -456,32 +314,163 @@ class Held:
                     if stop is not None and not wakes_us:
                         waits.append(PLAIN_STOP_CHECK_SECONDS)
                     known = [max(0.0, w) for w in waits if w is not None]
-                    _sleep(wake, min(known) if known else None)
-                    wake.clear()
+                    _sleep(watch, min(known) if known else None)
+                    watch.clear()
                     continue
                 kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
-                exited.wait(5)
+                watch.wait_exit(KILLED_EXIT_SECONDS)
                 break
+            # The CLI is gone. Anything it left in its process group is an orphan: end it too,
+            # so no agent keeps editing after its run and nobody holds our pipes open. (A stop
+            # or timeout above also scanned the session for descendants that moved to groups of
+            # their own.)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            watch.finish_reading(OUTPUT_AFTER_EXIT_SECONDS)
         finally:
             if wakes_us:
-                stop.forget(wake)
-        # The CLI is gone. Anything it left in its process group is an orphan: end it too, so
-        # no agent keeps editing after its run and nobody holds our pipes open. (A stop or
-        # timeout above also scanned the session for descendants that moved to groups of their
-        # own.)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        for reader in readers:
-            reader.join(timeout=2)
-        result.exit_code = proc.returncode
+                stop.forget(watch)
+            watch.close()
+        result.exit_code = proc.poll()
         result.stdout, result.stderr = out.text(), err.text()
         result.stdout_bytes = out.total
         result.ended_at = time.time()
         return result
 
 
-def _sleep(wake: threading.Event, seconds: float | None) -> None:
-    """A run's watch waits here between looks (None: until woken)."""
+class _Watch:
+    """Everything a followed process may wake its watch for, in one select() of the watching
+    thread: its output (read here, into its tails and lines), its standard input being written,
+    its end (a pidfd; where there is none, one thread waiting for it) and `set()`, from any
+    thread (a RunStop, output after a silence). No reader threads: at the CLI's exit the
+    thread that goes on to the next agent is the one woken."""
+
+    def __init__(self, proc: subprocess.Popen, stdin: bytes | None, on_output: Callable):
+        self.proc, self.on_output = proc, on_output
+        self.selector = selectors.DefaultSelector()
+        self.exited = False
+        self.woken = False
+        self.reading: dict[int, tuple[_Tail, _Lines]] = {}  # by file descriptor
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, self._woken)
+        self.pidfd = _pidfd(proc.pid)
+        if self.pidfd is not None:
+            self.selector.register(self.pidfd, selectors.EVENT_READ, self._ended)
+        else:
+            threading.Thread(target=self._wait_in_a_thread, daemon=True).start()
+        self.stdin = memoryview(stdin) if stdin is not None else None
+        if self.stdin is not None and proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), False)
+            self.selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE, self._write)
+
+    def follow(self, stream, tail: _Tail, lines: _Lines) -> None:
+        fd = stream.fileno()
+        os.set_blocking(fd, False)
+        self.reading[fd] = (tail, lines)
+        self.selector.register(fd, selectors.EVENT_READ, lambda: self._read(fd))
+
+    # wake-ups (set: any thread) ----------------------------------------------------------------
+    def set(self) -> None:
+        self.woken = True
+        with contextlib.suppress(OSError):  # (full: it wakes anyway)
+            os.write(self.wake_w, b"w")
+
+    def is_set(self) -> bool:
+        return self.woken
+
+    def clear(self) -> None:
+        self.woken = False
+
+    def wait(self, seconds: float | None) -> None:
+        """Until woken, the process's end or `seconds` (None: no limit), reading meanwhile."""
+        self._select_until(lambda: self.woken or self.exited, seconds)
+
+    def wait_exit(self, seconds: float) -> None:
+        self._select_until(lambda: self.exited, seconds)
+
+    def finish_reading(self, seconds: float) -> None:
+        """What the pipes still hold, to their end (a descendant that escaped its group may
+        keep them open: not longer than `seconds`)."""
+        self._select_until(lambda: not self.reading, seconds)
+
+    def _select_until(self, done: Callable[[], bool], seconds: float | None) -> None:
+        ends = None if seconds is None else time.monotonic() + seconds
+        timeout = seconds
+        while not done():
+            for key, _mask in self.selector.select(timeout):
+                key.data()
+            if ends is not None:
+                timeout = ends - time.monotonic()
+                if timeout <= 0:
+                    return
+
+    # what select() found ------------------------------------------------------------------------
+    def _woken(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self.wake_r, 4096):
+                pass
+
+    def _ended(self) -> None:
+        self.selector.unregister(self.pidfd)
+        self.proc.wait()  # (it exited: reaped at once)
+        self.exited = True
+
+    def _wait_in_a_thread(self) -> None:
+        self.proc.wait()
+        self.exited = True
+        self.set()
+
+    def _read(self, fd: int) -> None:
+        tail, lines = self.reading[fd]
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # the end of the stream
+            self.selector.unregister(fd)
+            del self.reading[fd]
+            lines.end()
+            return
+        tail.add(chunk)
+        self.on_output()
+        lines.feed(chunk)
+
+    def _write(self) -> None:
+        fd = self.proc.stdin.fileno()
+        try:
+            self.stdin = self.stdin[os.write(fd, self.stdin) :]
+        except BlockingIOError:
+            return
+        except OSError:  # it does not read its input (any more)
+            self.stdin = self.stdin[:0]
+        if not self.stdin:
+            self.selector.unregister(fd)
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
+    def close(self) -> None:
+        self.selector.close()
+        _close_fds(self.wake_r, self.wake_w, *([self.pidfd] if self.pidfd is not None else []))
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+def _pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when `pid` exits (Linux 5.3+), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _sleep(wake: "_Watch", seconds: float | None) -> None:
+    """A run's watch waits here between looks (None: until woken), reading its output."""
     wake.wait(seconds)
 
 
@@ -490,7 +479,7 @@ class _Printed:
     spell wakes the watch at once; while output goes on the watch looks every
     BUSY_TICK_SECONDS, not once per chunk."""
 
-    def __init__(self, wake: threading.Event):
+    def __init__(self, wake: "_Watch"):
         self.wake = wake
         self.count = 0
         self.seen = 0
