@@ -777,6 +777,9 @@ def test_a_held_process_nobody_releases_exits_without_running(tmp_path):
         ("no-such-cli-anywhere", "No such file or directory: no-such-cli-anywhere"),
         ("./plain.txt", "Permission denied: ./plain.txt"),
         ("./folder", "Permission denied: ./folder"),
+        # executable, but neither a script ("#!") nor a binary: the gate's sh would run it as
+        # a shell script; Popen said "Exec format error"
+        ("./no-shebang", "Exec format error: ./no-shebang"),
     ],
 )
 def test_a_program_that_cannot_be_executed_is_a_start_error_and_nothing_starts(
@@ -785,9 +788,13 @@ def test_a_program_that_cannot_be_executed_is_a_start_error_and_nothing_starts(
     """As execvpe would say it, before anything is started (the gate cannot report it)."""
     (tmp_path / "plain.txt").write_text("not a program")
     (tmp_path / "folder").mkdir()
+    no_shebang = tmp_path / "no-shebang"
+    no_shebang.write_text(f"touch {tmp_path / 'ran'}\n")
+    no_shebang.chmod(0o755)
     held = process.spawn(
         process.Command([program]), cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}
     )
     assert (held.start_error, held.proc, held.started) == (error, None, None)
     held.release()
     assert held.wait().start_error == error
+    assert not (tmp_path / "ran").exists()

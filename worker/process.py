@@ -167,18 +167,40 @@ def _close_fds(*fds: int) -> None:
             os.close(fd)
 
 
+# What an executable file starts with: a script's "#!", or a binary's magic (ELF; Mach-O, fat).
+EXECUTABLE_STARTS = (
+    b"#!",
+    b"\x7fELF",
+    b"\xfe\xed\xfa\xce",
+    b"\xfe\xed\xfa\xcf",
+    b"\xce\xfa\xed\xfe",
+    b"\xcf\xfa\xed\xfe",
+    b"\xca\xfe\xba\xbe",
+)
+
+
 def _program_problem(program: str, *, cwd: str, env: dict[str, str]) -> str | None:
     """Why `program` cannot be executed, as execvpe would say it (None: it can): a name
-    without a slash is looked up in the command's PATH."""
+    without a slash is looked up in the command's PATH. A file that is neither a script nor a
+    binary is refused here: the gate's `exec` would run it as a shell script (POSIX's fallback
+    for ENOEXEC), where Popen said "Exec format error"."""
     if "/" not in program:
-        if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        path = shutil.which(program, path=env.get("PATH", os.defpath))
+        if path is None:
             return f"No such file or directory: {program}"
+    else:
+        path = os.path.join(cwd, os.path.expanduser(program))
+        if not os.path.exists(path):
+            return f"No such file or directory: {program}"
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            return f"Permission denied: {program}"
+    try:
+        with open(path, "rb") as file:
+            start = file.read(4)
+    except OSError:  # executable but not readable (a binary can be): exec will tell
         return None
-    path = os.path.join(cwd, os.path.expanduser(program))
-    if not os.path.exists(path):
-        return f"No such file or directory: {program}"
-    if os.path.isdir(path) or not os.access(path, os.X_OK):
-        return f"Permission denied: {program}"
+    if not start.startswith(EXECUTABLE_STARTS):
+        return f"Exec format error: {program}"
     return None
 
 
