@@ -32,6 +32,7 @@ from core.wake import wake_worker_on_commit
 from runner.clis import CUSTOM_CLI, cli_label
 from runner.models import QueueStatus
 from runner.selectors import cli_available
+from runner.services import agent_runs_lock
 from workspaces.models import Workspace
 from workspaces.services import workspace_touch
 
@@ -150,6 +151,7 @@ def chat_delete(*, chat: Chat) -> None:
     """
     chat_id = chat.id
     with transaction.atomic():
+        agent_runs_lock(chat_id=chat_id)
         payload = _chat_payload(chat)
         chat.delete()
         workspace_touch(payload["workspace_id"])

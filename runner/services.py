@@ -244,6 +244,15 @@ def agent_run_start(*, run: AgentRun) -> AgentRun:
     return run
 
 
+def agent_runs_lock(**owner) -> None:
+    """Lock the runs of a task, chat or workspace (`task_id=`, `chat_id=`, `workspace_id=`)
+    first in the transaction that deletes it: a worker's live flush in flight commits before,
+    its traces go with the runs, and later flushes find the runs gone. (On PostgreSQL a trace
+    row committed between the cascade collecting the traces and deleting the runs broke the
+    foreign key at commit: a 500. SQLite's writes are serialized already.)"""
+    list(AgentRun.objects.filter(**owner).select_for_update().values_list("id", flat=True))
+
+
 def agent_run_progress(*, run_id: str, traces: list, progress: dict, event: dict) -> None:
     """Live activity of a running run: new trace rows, its totals and one `run.trace`."""
     with transaction.atomic():

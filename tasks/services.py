@@ -26,6 +26,7 @@ from notifications.services import notify_task_error, notify_task_in_review
 from runner.models import QueueStatus
 from runner.plans import Wait, cli_for_run
 from runner.selectors import cli_states
+from runner.services import agent_runs_lock
 from tasks import anchors, branches, selectors
 from tasks.models import (
     RUNNABLE_STATUSES,
@@ -946,6 +947,7 @@ def task_delete(*, task: Task, confirm_unmerged: bool = False) -> None:
         if unmerged:
             raise branches.unmerged_refusal(unmerged, "this task")
     with transaction.atomic():
+        agent_runs_lock(task_id=task.id)
         payload = task_payload(task)
         _remove_branch_on_commit(task, keep_merged=True)
         dependents = list(Task.objects.filter(blocker_links__blocker=task))

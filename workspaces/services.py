@@ -11,6 +11,7 @@ from core.fields import max_length_of
 from core.models import Marker
 from core.wake import wake_worker_on_commit
 from runner.git import GitError, branch_exists, branch_name_problem, git_binary, git_text
+from runner.services import agent_runs_lock
 from workspaces.checks import attempts_clean, checks_clean
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
@@ -302,6 +303,7 @@ def workspace_row_delete(*, workspace: Workspace) -> None:
     workspace_delete also removes its branches and attachment folders). The worker stops the
     running CLIs: it sees its queue rows disappear (DESIGN "Stopping runs")."""
     with transaction.atomic():
+        agent_runs_lock(workspace_id=workspace.id)
         payload = _payload(workspace)
         workspace.delete()
         events.publish("workspace.deleted", payload)
