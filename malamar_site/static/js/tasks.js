@@ -93,19 +93,28 @@
     }
   }
 
+  // The Changes tab at one run ("": the whole task), chosen in its selector or by a link. The
+  // tab sends the load itself, with the run: queued behind a load in flight (hx-sync), it is
+  // still sent once that one lands, where a request of the selector would be dropped with it
+  // (htmx drops a queued request whose element a swap removed). (After each run the tab reloads
+  // the run its selector shows: live.js sends it once no load is on its way.)
+  function showRun(changes, run) {
+    changes.removeAttribute("data-lazy"); // loaded here, with the run
+    const values = { run }; // (over the run its selector shows)
+    window.htmx.ajax("GET", changes.getAttribute("hx-get"), { source: changes, target: changes, swap: "innerHTML", values });
+  }
+  on("change", (event) => event.target.id === "task-changes-run" && showRun(event.target.closest("#task-changes"), event.target.value));
+
   on("click", (event) => {
     const tab = closest(event, "[data-task-tab]");
     if (tab) selectTab(tab);
-    // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes. (After each
-    // run the tab reloads the run its selector shows, queued behind a load in flight.)
+    // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes.
     const run = closest(event, "[data-changes-run]");
     const changes = run && run.closest("#task-detail") && $("#task-changes");
     if (changes && window.htmx) {
       event.preventDefault();
-      changes.removeAttribute("data-lazy"); // loaded below, with the run
+      showRun(changes, run.dataset.changesRun);
       selectTab($('[data-task-tab="changes"]'));
-      const values = { run: run.dataset.changesRun }; // (over the run its selector shows)
-      window.htmx.ajax("GET", changes.getAttribute("hx-get"), { source: changes, target: changes, swap: "innerHTML", values });
     }
     // A file in the Changes tab's list: open its diff and bring it into view.
     const jump = closest(event, "[data-change-jump]");
