@@ -329,14 +329,16 @@
   /* ------------------------------------------------------------------ swaps */
 
   // Content swapped into a dialog's slot (a popup, the agent form) opens it, or takes the
-  // focus in it as on opening, as do errors swapped into an open one.
+  // focus in it as on opening; so does an invalid field a swap brings into an open one (only
+  // then: a refusal's error left on screen does not pull the focus on every refresh).
   on("htmx:afterSwap", (event) => {
     if (toasts && !toasts.isConnected) placeToasts(); // (the swap took away the dialog it was in)
     const dialog = event.target.closest && event.target.closest("dialog");
     const slot = event.target.classList.contains("dialog__slot");
-    if (!dialog || !(slot || $("[aria-invalid=true]", dialog))) return;
-    if (dialog.open) focusInitial(dialog);
-    else if (slot) openDialog(dialog, (event.detail.requestConfig || {}).elt);
+    const invalid = $("[aria-invalid=true]", event.target);
+    if (dialog && slot && !dialog.open) openDialog(dialog, (event.detail.requestConfig || {}).elt);
+    else if (dialog && slot) focusInitial(dialog);
+    else if (dialog && dialog.open && invalid) invalid.focus();
   });
 
   // A swap keeps the person in place. Scroll: the boxes it replaces that have an id and

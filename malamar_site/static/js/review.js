@@ -161,12 +161,7 @@
   // A verdict takes the drafts along (and closes Approve's choice); once taken, they are gone.
   on("htmx:configRequest", (event) => {
     const taskId = event.detail.elt.dataset && event.detail.elt.dataset.reviewForm;
-    if (taskId) {
-      // (and the last refusal's error: its invalid field would take the focus of every swap)
-      $$("[popover]:popover-open", event.detail.elt).forEach((menu) => menu.hidePopover());
-      $$("[aria-invalid]", event.detail.elt).forEach((field) => field.removeAttribute("aria-invalid"));
-      $$(".composer__error", event.detail.elt).forEach((error) => error.remove());
-    }
+    if (taskId) $$("[popover]:popover-open", event.detail.elt).forEach((menu) => menu.hidePopover());
     const list = taskId && drafts(taskId);
     if (list && list.length) {
       event.detail.parameters.line_comments = JSON.stringify(
