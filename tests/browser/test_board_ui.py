@@ -492,3 +492,24 @@ def test_an_event_committed_before_the_stream_connects_still_reaches_the_page(br
     expect(page.locator("body")).to_have_attribute("data-comment-event", "seen")
     expect(dialog.locator("#task-comments .comment")).to_contain_text("While you connected")
     page.context.close()
+
+
+def test_a_long_comment_shown_whole_stays_so_over_a_live_refresh(browser, server):
+    workspace = server.workspace("Logs")
+    task = server.api(
+        "POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Read", "description": "x"}
+    )
+    log = "\n\n".join(f"Line {n}: " + "output " * 20 for n in range(40))  # over 3,000 characters
+    server.api("POST", f"/tasks/{task['id']}/comments", {"content": log})
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    more = page.locator("#task-comments .comment__more")
+    more.get_by_text("Show all").click()
+    expect(more).to_have_attribute("open", "")
+    server.api("POST", f"/tasks/{task['id']}/comments", {"content": "A short one"})
+    expect(page.locator("#task-comments .comment", has_text="A short one")).to_have_count(1)
+    expect(more).to_have_attribute("open", "")  # (hx-preserve: the refresh kept it)
+    expect(more.get_by_text("Show less")).to_be_visible()
+    page.console_errors.check()
+    page.context.close()
