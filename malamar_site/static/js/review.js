@@ -10,7 +10,6 @@
   const key = (taskId) => `malamar-review-${taskId}`;
   let picking = null; // lines being picked: {table, first, last}
   let focusing = ""; // a line comment whose place in the diff was asked for
-  const opened = new Set(); // long comments shown whole
   const boxes = new WeakMap(); // a draft box → its lines (form.draft would find a field named "draft")
 
   function drafts(taskId) {
@@ -178,17 +177,11 @@
 
   /* ---------------------------------------------------------------- after a swap */
 
-  on("toggle", (event) => {
-    const more = event.target.dataset && event.target.dataset.commentMore;
-    if (more) opened[event.target.open ? "add" : "delete"](more);
-  }, true);
-
   on("htmx:afterSettle", (event) => {
     const target = event.detail.target;
     const detail = target && target.closest && (target.closest("#task-detail") || $("#task-detail", target));
     if (!detail) return;
     show(detail.dataset.taskDetail);
-    $$("details[data-comment-more]", target).forEach((more) => (more.open = opened.has(more.dataset.commentMore)));
     const place = focusing && $(`#diff-comment-${CSS.escape(focusing)}`, target);
     if (place) {
       focusing = "";
