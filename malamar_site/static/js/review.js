@@ -4,9 +4,7 @@
 (function () {
   "use strict";
 
-  const $ = (selector, root = document) => root.querySelector(selector);
-  const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
-  const on = (type, handler) => document.addEventListener(type, handler);
+  const { $, $$, on } = window.malamar;
   const key = (taskId) => `malamar-review-${taskId}`;
   let picking = null; // lines being picked: {table, first, last}
   let focusing = ""; // a line comment whose place in the diff was asked for

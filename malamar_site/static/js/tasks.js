@@ -9,10 +9,7 @@
 (function () {
   "use strict";
 
-  const $ = (selector, root = document) => root.querySelector(selector);
-  const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
-  const on = (type, handler, capture = false) => document.addEventListener(type, handler, capture);
-  const closest = (event, selector) => (event.target.closest ? event.target.closest(selector) : null);
+  const { $, $$, on, closest } = window.malamar;
   const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
   const smooth = () => (reducedMotion.matches ? "auto" : "smooth");
   const columnOf = (item) => item.closest(".kanban-col");
