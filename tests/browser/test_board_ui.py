@@ -479,7 +479,9 @@ def test_an_event_committed_before_the_stream_connects_still_reaches_the_page(br
     dialog = page.locator("#task-dialog")
     expect(dialog.locator(".task-description__body")).to_have_text("x")
     expect(page.locator("body")).not_to_have_attribute("data-live-state", "open")
-    assert held, "the stream waits"
+    # The stream waits (its request may come after the popup shows; Playwright hands it to
+    # the route during one of its own calls, hence the evaluate).
+    wait_until(lambda: page.evaluate("true") and held, timeout=10, what="the stream's request")
     page.evaluate(
         """() => document.body.addEventListener("malamar:task.comment_added",
              () => { document.body.dataset.commentEvent = "seen"; })"""
