@@ -2,10 +2,10 @@
    picker, the task popup's tabs. Cards open the popup with htmx (hx-get into its slot,
    hx-push-url); what refreshes on which live event is declared in the templates (data-live, see
    live.js).
-   Moves: drag a card onto a column, or (keyboard, touch) its grip button's dialog; both fill
-   the #board-move form and the server decides (tasks/moves.py), answering with the board, the
-   reason it refused, or the merge-or-keep dialog. While a card is dragged, the columns it may
-   go to (its column's data-moves) are lit. */
+   Moves: drag a card onto a column (this fills the #board-move form), or (keyboard, touch) its
+   grip button's dialog (the server's); the server decides (tasks/moves.py), answering with the
+   board, the reason it refused, or the merge-or-keep dialog. While a card is dragged, the
+   columns it may go to (its column's data-moves) are lit. */
 (function () {
   "use strict";
 
@@ -124,37 +124,6 @@
     if (dragged) dragged.classList.remove("is-dragging");
     dragged = null;
     columns().forEach((column) => column.classList.remove(...LIT));
-  });
-
-  /* ------------------------------------------------------------------ the move dialog */
-
-  // Filled before app.js opens it (capture): the card's own column left out, the refused ones
-  // marked, the focus on the first allowed one.
-  let moving = null;
-  on(
-    "click",
-    (event) => {
-      const button = closest(event, "[data-card-move]");
-      const dialog = document.getElementById("task-move-dialog");
-      if (!button || !dialog) return;
-      moving = button.closest(".task-card-item");
-      dialog.querySelector("[data-move-summary]").textContent = moving.querySelector(".task-card__summary").textContent;
-      const choices = $$("[data-move-to]", dialog);
-      choices.forEach((choice) => {
-        choice.hidden = choice.dataset.moveTo === columnOf(moving).dataset.status;
-        choice.classList.toggle("move-choice--refused", !allowed(moving).includes(choice.dataset.moveTo));
-        choice.removeAttribute("autofocus");
-      });
-      const first = choices.find((c) => !c.hidden && allowed(moving).includes(c.dataset.moveTo)) || choices.find((c) => !c.hidden);
-      first.setAttribute("autofocus", "");
-    },
-    true,
-  );
-  on("click", (event) => {
-    const choice = closest(event, "#task-move-dialog [data-move-to]");
-    if (!choice || !moving) return;
-    choice.closest("dialog").close("done");
-    move(moving, choice.dataset.moveTo);
   });
 
   /* ------------------------------------------------------------------ "Waits for" picker */
