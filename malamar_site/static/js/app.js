@@ -475,23 +475,6 @@
 
   /* ------------------------------------------------------------------ form helpers */
 
-  // Agent dialog: the model suggestions, effort choices and custom command fields follow the
-  // chosen CLI at once (a hidden effort select is disabled: only the chosen CLI's is posted).
-  on("change", (event) => {
-    const { name, value, form } = event.target;
-    const settings = name === "cli_type" && form && $("[data-cli-settings]", form);
-    if (!settings) return;
-    $$("[data-cli-only]", settings).forEach((el) => {
-      el.hidden = el.getAttribute("data-cli-only") !== value;
-      $$("select[data-effort]", el).forEach((select) => {
-        select.disabled = el.hidden;
-        if (el.hidden) select.removeAttribute("id");
-        else select.id = "id_reasoning_effort";
-      });
-    });
-    $("input[name=model]", settings).setAttribute("list", `agent-models-${value}`);
-  });
-
   // Environment variables: add and remove rows.
   on("click", (event) => {
     const add = closest(event, "[data-env-add]");
