@@ -130,7 +130,8 @@
   // A fragment with a request of its own on its way (a tab's load, a run picked in the Changes
   // tab) refreshes once that has landed, never queued behind it: a queued refresh would take the
   // place of a load queued there (hx-sync "queue last") and read the fragment as it was before.
-  const loading = (region) => region.matches(".htmx-request") || Boolean(region.querySelector(".htmx-request"));
+  const REQUEST = ".htmx-request";
+  const loading = (region) => region.matches(REQUEST) || Boolean(region.querySelector(REQUEST));
 
   // The person is busy in a fragment while it holds an open editor or menu, a row they drag,
   // or the field they type in; or while a change they sent from it (from its popup, for a

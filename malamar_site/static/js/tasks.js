@@ -175,7 +175,10 @@
     const values = { run }; // (over the run its selector shows)
     window.htmx.ajax("GET", changes.getAttribute("hx-get"), { source: changes, target: changes, swap: "innerHTML", values });
   }
-  on("change", (event) => event.target.id === "task-changes-run" && showRun(event.target.closest("#task-changes"), event.target.value));
+  on("change", (event) => {
+    const select = event.target.id === "task-changes-run" && event.target;
+    if (select) showRun(select.closest("#task-changes"), select.value);
+  });
 
   on("click", (event) => {
     const tab = closest(event, "[data-task-tab]");
