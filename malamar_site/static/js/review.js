@@ -7,7 +7,8 @@
   const { $, $$, on } = window.malamar;
   const key = (taskId) => `malamar-review-${taskId}`;
   let picking = null; // lines being picked: {table, first, last}
-  let focusing = ""; // a line comment whose place in the diff was asked for
+  let focused = ""; // a line comment whose place in the diff was asked for: marked over refreshes
+  let scrolling = false; // (brought into view by the first swap that shows it)
   const boxes = new WeakMap(); // a draft box → its lines (form.draft would find a field named "draft")
 
   function drafts(taskId) {
@@ -152,7 +153,7 @@
       saveDrafts(taskId, drafts(taskId).filter((draft) => draft.id !== remove.dataset.draftDelete));
     }
     const focus = target && target.closest("[data-review-focus]");
-    focusing = focus ? focus.dataset.reviewFocus : focusing;
+    if (focus) [focused, scrolling] = [focus.dataset.reviewFocus, true];
   });
 
   // A verdict takes the drafts along (and closes Approve's choice); once taken, they are gone.
@@ -180,13 +181,14 @@
     const detail = target && target.closest && (target.closest("#task-detail") || $("#task-detail", target));
     if (!detail) return;
     show(detail.dataset.taskDetail);
-    const place = focusing && $(`#diff-comment-${CSS.escape(focusing)}`, target);
+    // (Marked again after each refresh of the Changes tab: a run's end reloads it.)
+    const place = focused && $(`#diff-comment-${CSS.escape(focused)}`, target);
     if (place) {
-      focusing = "";
       const file = place.closest("details");
       if (file) file.open = true;
       place.classList.add("is-focused");
-      place.scrollIntoView({ block: "center" });
+      if (scrolling) place.scrollIntoView({ block: "center" });
+      scrolling = false;
     }
   });
   const detail = $("#task-detail"); // a popup the page was rendered with
