@@ -515,3 +515,32 @@ def test_a_long_comment_shown_whole_stays_so_over_a_live_refresh(browser, server
     expect(more.get_by_text("Show less")).to_be_visible()
     page.console_errors.check()
     page.context.close()
+
+
+def test_an_error_left_in_a_popup_does_not_take_the_focus_of_every_refresh(browser, server):
+    """The field an answer marks invalid takes the focus once, when that answer lands; a later
+    refresh of another part of the popup leaves the focus where the person put it."""
+    workspace = server.workspace("Refusals")
+    task = server.api(
+        "POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Refuse", "description": "x"}
+    )
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    dialog = page.locator("#task-dialog")
+    dialog.get_by_role("button", name="Send comment").click()  # empty: refused
+    field = dialog.get_by_label("Add a comment")
+    expect(field).to_have_attribute("aria-invalid", "true")
+    expect(field).to_be_focused()
+    tab = dialog.get_by_role("tab", name="Activity")
+    tab.focus()
+    page.evaluate(
+        """() => new Promise((settled) => {
+            document.addEventListener("htmx:afterSettle",
+                (event) => event.detail.target.id === "task-head" && settled());
+            window.htmx.trigger("#task-head", "live");
+        })"""
+    )
+    expect(tab).to_be_focused()
+    page.console_errors.check()
+    page.context.close()
