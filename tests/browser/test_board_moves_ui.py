@@ -60,6 +60,7 @@ def test_cards_move_by_drag_and_drop_and_by_keyboard(browser, server):
     expect(dialog).to_be_hidden()
     expect(card(page, "todo", "Footer")).to_be_visible()
     expect(card(page, "todo", "Footer").locator("[data-card-move]")).to_be_focused()  # still on it
+    expect(page.locator("#col-done[data-show-all]")).to_have_count(1)  # (the dialog's move too)
     if SHOTS:
         page.screenshot(path=os.path.join(SHOTS, "board-moves.png"))
     page.console_errors.check()

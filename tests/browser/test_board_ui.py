@@ -544,3 +544,22 @@ def test_an_error_left_in_a_popup_does_not_take_the_focus_of_every_refresh(brows
     expect(tab).to_be_focused()
     page.console_errors.check()
     page.context.close()
+
+
+def test_a_column_shown_whole_stays_so_over_a_live_refresh_of_the_board(browser, server):
+    workspace = server.workspace("Whole")
+    server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "One"})
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&all=todo")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    expect(page.locator("#col-todo[data-show-all]")).to_have_count(1)
+    page.evaluate(
+        """() => new Promise((settled) => {
+            document.addEventListener("htmx:afterSettle",
+                (event) => event.detail.target.id === "task-board" && settled());
+            window.htmx.trigger("#task-board", "live");
+        })"""
+    )
+    expect(page.locator("#col-todo[data-show-all]")).to_have_count(1)  # (its [name=all] sent)
+    page.console_errors.check()
+    page.context.close()
