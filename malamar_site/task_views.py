@@ -153,7 +153,7 @@ def _moved(request, workspace):
             url=reverse("task_move", args=[workspace.id]),
             values={"task": task.id, "status": TaskStatus.DONE},
             target="#task-board",
-            include="#board-filters",
+            include="#board-filters, #task-board [name=all]",
         )
     except ServiceError as error:  # (a merge git refused)
         return refused(error.message)

@@ -114,7 +114,7 @@ def test_the_board_page_keeps_its_filters_in_the_address(client, shop):
     page = parse(html(client.get(f"/workspaces/{workspace.id}/", {"tab": "tasks", "q": "oauth"})))
     assert [el.text for el in page.find_all("task-card__summary") if el.text] == ["Login page"]
     assert page.by_id("board-search").attrs["value"] == "oauth"
-    assert page.by_id("task-board").attrs["hx-include"] == "this, #board-filters"
+    assert page.by_id("task-board").attrs["hx-include"] == "#task-board [name=all], #board-filters"
     agent_options = page.by_id("board-agent").find_all(tag="option")
     assert [o.text for o in agent_options] == ["Any agent", "Planner", "Coder"]
     # A search from the form puts itself in the address; a live refresh leaves it alone.
@@ -291,7 +291,7 @@ def test_done_for_an_unmerged_branch_asks_to_merge_or_keep_it(client, tmp_path, 
     dialog = parse(html(asked))
     keep = dialog.by_id("merge-choice-keep")
     assert keep.attrs["hx-post"] == f"/workspaces/{workspace.id}/tasks/move/"
-    assert keep.attrs["hx-include"] == "#board-filters"
+    assert keep.attrs["hx-include"] == "#board-filters, #task-board [name=all]"
     assert (
         '"merge": "0"' in keep.attrs["hx-vals"] and f'"task": "{task.id}"' in keep.attrs["hx-vals"]
     )
