@@ -68,6 +68,19 @@ def agents_panel(request, workspace_id: str):
     return render(request, PANEL, context)
 
 
+@require_GET
+@vary_on_headers("HX-Request")
+def agent_cli_settings(request, workspace_id: str):
+    """The agent dialog's settings for the CLI just picked (`cli_type`), keeping the values
+    typed in them (the other parameters)."""
+    workspace = get_object_or_404(Workspace, id=workspace_id)
+    if not request.htmx:
+        return redirect(_agents_url(workspace.id))
+    form = AgentForm(initial=request.GET.dict())
+    context = _agent_form_context(workspace, form)
+    return render(request, f"{DETAIL}#agent_cli_settings", context)
+
+
 @require_http_methods(["GET", "POST"])
 @vary_on_headers("HX-Request")
 def agent_new(request, workspace_id: str):

@@ -23,6 +23,7 @@ urlpatterns = [
         name="tasks_delete_done",
     ),
     path("tasks/<str:task_id>/", views.task_detail, name="task_detail"),
+    path("tasks/<str:task_id>/move/", views.task_move_choices, name="task_move_choices"),
     path("tasks/<str:task_id>/comments/new/", views.task_comment_add, name="task_comment_add"),
     path("tasks/<str:task_id>/review/", views.task_review, name="task_review"),
     path("tasks/<str:task_id>/changes/", views.task_changes, name="task_changes"),

@@ -107,6 +107,17 @@ def column_view(request, workspace_id: str, status: str):
     return render(request, f"{BOARD}#column", {"workspace": workspace, "column": column})
 
 
+@require_GET
+@vary_on_headers("HX-Request")
+def task_move_choices(request, task_id: str):
+    """A card's move dialog (its grip): the columns it may go to, and those it may not."""
+    task = get_object_or_404(Task, id=task_id)
+    if not request.htmx:
+        return redirect(_board_url(task.workspace_id))
+    context = {"task": task, "choices": selectors.move_choices(task)}
+    return render(request, f"{BOARD}#move_choices", context)
+
+
 def _move(task: Task, status: str, merge: str | None) -> str:
     """A card dropped on a column (or moved from its menu): the status move, or, to Done with
     the person's merge choice, the branch task's finish. Returns the toast's words."""
@@ -121,8 +132,13 @@ def _move(task: Task, status: str, merge: str | None) -> str:
 def task_move(request, workspace_id: str):
     """Move a card (`task`, `status`, `merge` "1"/"0" for a branch task's finish): answers the
     board as the filters show it. A move the person may not make is refused with the reason;
-    to Done with unmerged work on the task's branch, a dialog asks to merge or keep it."""
+    to Done with unmerged work on the task's branch, a dialog asks to merge or keep it. Every
+    answer closes the dialog the move was chosen in (the card's, the merge choice)."""
     workspace = get_object_or_404(Workspace, id=workspace_id)
+    return trigger_client_event(_moved(request, workspace), "malamar:dialog-close", {})
+
+
+def _moved(request, workspace):
     task = selectors.task_for_detail(request.POST.get("task", ""))
     if task is None or task.workspace_id != workspace.id:
         return refused("This task no longer exists")
@@ -137,15 +153,14 @@ def task_move(request, workspace_id: str):
             url=reverse("task_move", args=[workspace.id]),
             values={"task": task.id, "status": TaskStatus.DONE},
             target="#task-board",
-            include="#board-filters",
+            include="#board-filters, #task-board [name=all]",
         )
-    except ServiceError as error:  # (a merge git refused: the dialog that asked closes)
-        return trigger_client_event(refused(error.message), "malamar:dialog-close", {})
+    except ServiceError as error:  # (a merge git refused)
+        return refused(error.message)
     context = board_context(
         workspace, show_all=show_all_from(request, request.POST), filters=filters
     )
     response = render(request, f"{BOARD}#board", context)
-    trigger_client_event(response, "malamar:dialog-close", {})
     return toast(response, note, detail=task.summary)
 
 

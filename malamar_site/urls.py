@@ -51,6 +51,11 @@ pages = [
     path("workspaces/<str:workspace_id>/agents/", agent_views.agents_panel, name="agents_panel"),
     path("workspaces/<str:workspace_id>/agents/new/", agent_views.agent_new, name="agent_new"),
     path(
+        "workspaces/<str:workspace_id>/agents/cli-settings/",
+        agent_views.agent_cli_settings,
+        name="agent_cli_settings",
+    ),
+    path(
         "workspaces/<str:workspace_id>/agents/reorder/",
         agent_views.agents_reorder,
         name="agents_reorder",

@@ -100,7 +100,6 @@ def task_tab_context(request, workspace) -> dict:
         # Its "Waits for" list (up to 500 tasks) loads when the dialog opens: task_create_blockers.
         "create_form": TaskForm(auto_id=CREATE_ID),
         "delete_done_form": DeleteDoneForm(workspace=workspace, auto_id=DONE_ID),
-        "statuses": TaskStatus.choices,  # the columns a card may be moved to
     }
     task_id = request.GET.get("task", "").strip()
     if task_id:

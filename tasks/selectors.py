@@ -443,6 +443,20 @@ def current_run(task: Task) -> AgentRun | None:
     return runs.order_by("-started_at").first()
 
 
+def move_choices(task: Task) -> list[dict]:
+    """The move dialog of a card: every other column, those the person may not move it to
+    marked refused (the server says why when one is chosen), the first allowed one focused."""
+    moves = USER_MOVES.get(task.status, set())
+    choices = [
+        {"status": status, "label": label, "refused": status not in moves, "first": False}
+        for status, label in TaskStatus.choices
+        if status != task.status
+    ]
+    first = next((choice for choice in choices if not choice["refused"]), choices[0])
+    first["first"] = True
+    return choices
+
+
 # The popup's action buttons per status (SPECS "Task Actions").
 def task_actions(task: Task) -> dict:
     moves = USER_MOVES.get(task.status, set())

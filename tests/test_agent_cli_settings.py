@@ -280,7 +280,10 @@ def test_the_dialog_shows_the_error_on_the_field(client, workspace):
     assert (agent.model, agent.reasoning_effort) == ("sonnet", "high")
     edit = html(hx(client, "get", f"/agents/{agent.id}/edit/"))
     assert 'value="sonnet"' in edit and '<option value="high" selected>' in edit
-    assert "Gemini CLI has no reasoning effort setting" in edit
+    # Picking Gemini CLI in it reads Gemini's settings, keeping the model typed.
+    picked = {"cli_type": "gemini", "model": "sonnet", "reasoning_effort": "high"}
+    gemini = html(hx(client, "get", f"/workspaces/{workspace.id}/agents/cli-settings/", picked))
+    assert "Gemini CLI has no reasoning effort setting" in gemini and 'value="sonnet"' in gemini
 
 
 # --- the Malamar agent ---------------------------------------------------------------------

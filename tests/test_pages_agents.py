@@ -67,20 +67,39 @@ def test_new_agent_defaults_to_the_first_available_cli(client, workspace):
 
 
 def test_the_dialog_opens_on_the_chosen_clis_fields(client, workspace):
-    # Re-rendered with an error, the dialog shows the chosen CLI's fields (the browser then
-    # switches them as another CLI is picked) and keeps what was typed.
+    # Re-rendered with an error, the dialog shows the chosen CLI's fields and keeps what was
+    # typed; picking another CLI reads that CLI's fields with what was typed in them.
     data = {"name": "", "instruction": "x", "cli_type": "codex", "model": "o3"}
     data |= {"custom_binary": "q"}
     page = html(hx(client, "post", f"/workspaces/{workspace.id}/agents/new/", data))
     assert 'list="agent-models-codex"' in page and 'value="o3"' in page
-    # Only the chosen CLI's effort choices are posted (the others are disabled, unnamed ids).
-    effort = r'<select name="reasoning_effort" id="id_reasoning_effort"[^>]*>'
-    assert len(re.findall(effort, page)) == 1
-    assert re.findall(r'<div data-cli-only="(\w+)">', page) == ["codex"]
-    assert 'data-cli-only="custom" hidden' in page and 'value="q"' in page
-    data |= {"cli_type": "custom"}
-    page = html(hx(client, "post", f"/workspaces/{workspace.id}/agents/new/", data))
-    assert '<div data-cli-only="custom">' in page and "has no reasoning effort setting" in page
+    settings = f"/workspaces/{workspace.id}/agents/cli-settings/"
+    picked = {"cli_type": "codex", "model": "o3", "reasoning_effort": "high"}
+    for answer in (page, html(hx(client, "get", settings, picked | {"custom_binary": "q"}))):
+        tree = parse(answer).by_id("agent-cli-settings")
+        [datalist] = tree.find_all(tag="datalist")  # the chosen CLI's suggestions only
+        assert datalist.attrs["id"] == "agent-models-codex"
+        [effort] = tree.find_all(tag="select", name="reasoning_effort")  # the chosen CLI's
+        assert effort.attrs["id"] == "id_reasoning_effort"
+        assert "hidden" in tree.find(data_cli_only="custom").attrs
+        assert tree.find(tag="input", name="custom_binary").attrs["value"] == "q"  # kept
+    assert effort.find(tag="option", value="high").attrs.get("selected") is not None
+    for answer in (
+        html(
+            hx(
+                client,
+                "post",
+                f"/workspaces/{workspace.id}/agents/new/",
+                data | {"cli_type": "custom"},
+            )
+        ),
+        html(hx(client, "get", settings, {"cli_type": "custom", "custom_binary": "q"})),
+    ):
+        tree = parse(answer).by_id("agent-cli-settings")
+        assert "hidden" not in tree.find(data_cli_only="custom").attrs
+        assert "has no reasoning effort setting" in tree.text
+        assert not tree.find_all(tag="select", name="reasoning_effort")
+    assert client.get(settings).status_code == 302  # (no JavaScript)
 
 
 def test_cli_options_follow_the_preference_order(client, workspace):

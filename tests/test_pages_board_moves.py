@@ -38,11 +38,7 @@ def board(client, workspace, **params):
 
 def shown(response) -> list[str]:
     """The summaries on the board, column by column."""
-    return [
-        el.text
-        for el in parse(html(response)).find_all("task-card__summary")
-        if el.text  # (the move dialog's summary is filled by the script)
-    ]
+    return [el.text for el in parse(html(response)).find_all("task-card__summary") if el.text]
 
 
 def ran(task, agent, files_changed=None) -> None:
@@ -118,7 +114,7 @@ def test_the_board_page_keeps_its_filters_in_the_address(client, shop):
     page = parse(html(client.get(f"/workspaces/{workspace.id}/", {"tab": "tasks", "q": "oauth"})))
     assert [el.text for el in page.find_all("task-card__summary") if el.text] == ["Login page"]
     assert page.by_id("board-search").attrs["value"] == "oauth"
-    assert page.by_id("task-board").attrs["hx-include"] == "this, #board-filters"
+    assert page.by_id("task-board").attrs["hx-include"] == "#task-board [name=all], #board-filters"
     agent_options = page.by_id("board-agent").find_all(tag="option")
     assert [o.text for o in agent_options] == ["Any agent", "Planner", "Coder"]
     # A search from the form puts itself in the address; a live refresh leaves it alone.
@@ -216,13 +212,33 @@ def test_columns_say_where_their_cards_may_go(client, shop):
     card = page.find("task-card-item")
     assert card.attrs["draggable"] == "true"
     grip = card.find("task-card__move")
-    assert grip.attrs["data-dialog-open"] == "task-move-dialog"
+    assert grip.attrs["hx-get"] == f"/tasks/{card.attrs['data-task-id']}/move/"
+    assert grip.attrs["hx-target"] == "#task-move-body"
+    assert page.by_id("task-move-body") is not None
     assert grip.attrs["aria-label"].startswith("Move “")
     form = page.by_id("board-move")
     assert form.attrs["hx-post"] == f"/workspaces/{workspace.id}/tasks/move/"
     assert form.attrs["hx-target"] == "#task-board"
-    choices = page.by_id("task-move-dialog").find_all("move-choice", tag="button")
-    assert [choice.attrs["data-move-to"] for choice in choices] == TaskStatus.values
+
+
+def test_a_cards_move_dialog_offers_the_other_columns_the_allowed_one_first(client, shop):
+    workspace, tasks, _agents = shop
+    footer = tasks["quiet"]  # Done: it may go back to Todo only
+    dialog = parse(html(hx(client, "get", f"/tasks/{footer.id}/move/", target="task-move-body")))
+    [summary] = [el for el in dialog.iter() if "data-move-summary" in el.attrs]
+    assert summary.text == "Footer"
+    choices = dialog.find_all("move-choice", tag="button")
+    assert [choice.attrs["value"] for choice in choices] == [
+        status for status in TaskStatus.values if status != "done"
+    ]
+    refused_ones = [c.attrs["value"] for c in choices if "move-choice--refused" in c.classes]
+    assert refused_ones == [s for s in TaskStatus.values if s not in ("done", *USER_MOVES["done"])]
+    assert [c.attrs["value"] for c in choices if "data-autofocus" in c.attrs] == ["todo"]
+    form = dialog.find(tag="form")
+    assert form.attrs["hx-post"] == f"/workspaces/{workspace.id}/tasks/move/"
+    assert form.attrs["hx-include"] == "#board-filters, #task-board [name=all]"
+    assert form.find(tag="input", name="task").attrs["value"] == footer.id
+    assert client.get(f"/tasks/{footer.id}/move/").status_code == 302  # (no JavaScript)
 
 
 def test_a_card_moved_to_a_column_it_may_go_to_answers_the_filtered_board(client, shop):
@@ -246,6 +262,7 @@ def test_a_refused_move_says_why_and_changes_nothing(client, shop):
         "done"
     )
     assert Task.objects.get(id=tasks["login"].id).status == TaskStatus.TODO
+    assert "malamar:dialog-close" in triggers(response)  # (the card's move dialog)
     assert (
         "agents are working on it"
         in triggers(move(client, workspace, tasks["failing"], "done"))["malamar:toast"]["message"]
@@ -270,10 +287,11 @@ def test_done_for_an_unmerged_branch_asks_to_merge_or_keep_it(client, tmp_path, 
     assert page.by_id("merge-choice-body") is not None
     asked = move(client, workspace, task, "done")
     assert asked.headers["HX-Retarget"] == "#merge-choice-body"
+    assert "malamar:dialog-close" in triggers(asked)  # (the card's move dialog, under it)
     dialog = parse(html(asked))
     keep = dialog.by_id("merge-choice-keep")
     assert keep.attrs["hx-post"] == f"/workspaces/{workspace.id}/tasks/move/"
-    assert keep.attrs["hx-include"] == "#board-filters"
+    assert keep.attrs["hx-include"] == "#board-filters, #task-board [name=all]"
     assert (
         '"merge": "0"' in keep.attrs["hx-vals"] and f'"task": "{task.id}"' in keep.attrs["hx-vals"]
     )

@@ -2,7 +2,7 @@
 
 A board draws up to 200 cards, and Django's template engine spent ~0.35 ms on each (two thirds
 of the page at 2,000 tasks): the markup is built here, the links' fixed parts looked up once.
-The markup is the one `tasks/board.html` had (tests and board.js read its classes and ids); a
+The markup is the one `tasks/board.html` had (tests and tasks.js read its classes and ids); a
 failing card's error block is still the template's `card_error` partial (it is shared with the
 popup, and few cards fail).
 """
@@ -53,6 +53,10 @@ class _Links:
     def detail(self, task_id: str) -> str:
         """reverse("task_detail", args=[task_id]), quoted as reverse() quotes."""
         return f"{self.detail_prefix}{quote(task_id, safe=URL_SAFE)}/"
+
+    def move_choices(self, task_id: str) -> str:
+        """reverse("task_move_choices", args=[task_id]): the detail's URL and "move/"."""
+        return f"{self.detail(task_id)}move/"
 
     def task_tab(self, workspace_id: str, task_id: str) -> str:
         """workspace_tab_url(workspace_id, "tasks", task=task_id), without its urlencode."""
@@ -196,7 +200,8 @@ def card(task, links: _Links | None = None) -> str:
         f'<li class="task-card-item" id="task-card-{task_id}" data-task-id="{task_id}" '
         f'draggable="true"{blocked_by}>\n'
         '<button type="button" class="btn btn--ghost btn--icon btn--sm task-card__move" '
-        f'id="task-card-move-{task_id}" data-card-move data-dialog-open="task-move-dialog" '
+        f'id="task-card-move-{task_id}" data-card-move hx-get="{links.move_choices(task.id)}" '
+        'hx-target="#task-move-body" aria-haspopup="dialog" '
         f'aria-label="Move “{_move_label(task.summary)}” to another column" '
         'title="Move to another column (or drag the card)"></button>\n'
         f'<a class="{classes}" id="task-link-{task_id}" href="{href}" '

@@ -30,12 +30,13 @@ def test_cards_move_by_drag_and_drop_and_by_keyboard(browser, server):
     workspace = server.workspace("Shop")
     made = fill_board(server, workspace, todo=["Login page"], in_review=["Cart"], done=["Footer"])
     page = new_page(browser)
-    open_board(page, server, workspace)
+    open_board(page, server, workspace, "&all=done")  # (Done shown whole)
 
     # A drop on a column it may go to moves it (the columns it may go to light up meanwhile).
     card(page, "in_review", "Cart").drag_to(page.locator("#col-done"))
     expect(card(page, "done", "Cart")).to_be_visible()
     expect(page.locator(".toast", has_text="Moved to Done")).to_be_visible()
+    expect(page.locator("#col-done[data-show-all]")).to_have_count(1)  # still shown whole
     assert server.api("GET", f"/tasks/{made['in_review'][0]['id']}")["status"] == "done"
 
     # A drop it may not make: it stays, and the toast says why.
@@ -59,6 +60,7 @@ def test_cards_move_by_drag_and_drop_and_by_keyboard(browser, server):
     expect(dialog).to_be_hidden()
     expect(card(page, "todo", "Footer")).to_be_visible()
     expect(card(page, "todo", "Footer").locator("[data-card-move]")).to_be_focused()  # still on it
+    expect(page.locator("#col-done[data-show-all]")).to_have_count(1)  # (the dialog's move too)
     if SHOTS:
         page.screenshot(path=os.path.join(SHOTS, "board-moves.png"))
     page.console_errors.check()

@@ -479,7 +479,9 @@ def test_an_event_committed_before_the_stream_connects_still_reaches_the_page(br
     dialog = page.locator("#task-dialog")
     expect(dialog.locator(".task-description__body")).to_have_text("x")
     expect(page.locator("body")).not_to_have_attribute("data-live-state", "open")
-    assert held, "the stream waits"
+    # The stream waits (its request may come after the popup shows; Playwright hands it to
+    # the route during one of its own calls, hence the evaluate).
+    wait_until(lambda: page.evaluate("true") and held, timeout=10, what="the stream's request")
     page.evaluate(
         """() => document.body.addEventListener("malamar:task.comment_added",
              () => { document.body.dataset.commentEvent = "seen"; })"""
@@ -491,4 +493,73 @@ def test_an_event_committed_before_the_stream_connects_still_reaches_the_page(br
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
     expect(page.locator("body")).to_have_attribute("data-comment-event", "seen")
     expect(dialog.locator("#task-comments .comment")).to_contain_text("While you connected")
+    page.context.close()
+
+
+def test_a_long_comment_shown_whole_stays_so_over_a_live_refresh(browser, server):
+    workspace = server.workspace("Logs")
+    task = server.api(
+        "POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Read", "description": "x"}
+    )
+    log = "\n\n".join(f"Line {n}: " + "output " * 20 for n in range(40))  # over 3,000 characters
+    server.api("POST", f"/tasks/{task['id']}/comments", {"content": log})
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    more = page.locator("#task-comments .comment__more")
+    more.get_by_text("Show all").click()
+    expect(more).to_have_attribute("open", "")
+    server.api("POST", f"/tasks/{task['id']}/comments", {"content": "A short one"})
+    expect(page.locator("#task-comments .comment", has_text="A short one")).to_have_count(1)
+    expect(more).to_have_attribute("open", "")  # (hx-preserve: the refresh kept it)
+    expect(more.get_by_text("Show less")).to_be_visible()
+    page.console_errors.check()
+    page.context.close()
+
+
+def test_an_error_left_in_a_popup_does_not_take_the_focus_of_every_refresh(browser, server):
+    """The field an answer marks invalid takes the focus once, when that answer lands; a later
+    refresh of another part of the popup leaves the focus where the person put it."""
+    workspace = server.workspace("Refusals")
+    task = server.api(
+        "POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "Refuse", "description": "x"}
+    )
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&task={task['id']}")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    dialog = page.locator("#task-dialog")
+    dialog.get_by_role("button", name="Send comment").click()  # empty: refused
+    field = dialog.get_by_label("Add a comment")
+    expect(field).to_have_attribute("aria-invalid", "true")
+    expect(field).to_be_focused()
+    tab = dialog.get_by_role("tab", name="Activity")
+    tab.focus()
+    page.evaluate(
+        """() => new Promise((settled) => {
+            document.addEventListener("htmx:afterSettle",
+                (event) => event.detail.target.id === "task-head" && settled());
+            window.htmx.trigger("#task-head", "live");
+        })"""
+    )
+    expect(tab).to_be_focused()
+    page.console_errors.check()
+    page.context.close()
+
+
+def test_a_column_shown_whole_stays_so_over_a_live_refresh_of_the_board(browser, server):
+    workspace = server.workspace("Whole")
+    server.api("POST", f"/workspaces/{workspace['id']}/tasks", {"summary": "One"})
+    page = new_page(browser)
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=tasks&all=todo")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    expect(page.locator("#col-todo[data-show-all]")).to_have_count(1)
+    page.evaluate(
+        """() => new Promise((settled) => {
+            document.addEventListener("htmx:afterSettle",
+                (event) => event.detail.target.id === "task-board" && settled());
+            window.htmx.trigger("#task-board", "live");
+        })"""
+    )
+    expect(page.locator("#col-todo[data-show-all]")).to_have_count(1)  # (its [name=all] sent)
+    page.console_errors.check()
     page.context.close()

@@ -149,8 +149,9 @@ def test_a_run_ending_while_the_tab_loads_queues_behind_the_load(browser, stack)
     expect(changes.locator("[data-change-path]")).to_have_count(1)
     expect(changes.locator('[data-change-path="a.txt"]')).to_be_visible()
 
-    # A run picked in the selector while a refresh is on its way: htmx drops a queued request
-    # whose element a swap removed, so the refresh waits for the pick instead of replacing it.
+    # A run picked in the selector while a refresh is on its way: the pick is sent from the tab
+    # (htmx drops a queued request whose element a swap removed: the selector's would be), after
+    # the refresh lands.
     select = changes.locator("#task-changes-run")
     other = page.evaluate(
         """() => {
@@ -167,6 +168,55 @@ def test_a_run_ending_while_the_tab_loads_queues_behind_the_load(browser, stack)
         }""",
         other,
     )
-    expect(swaps).to_have_attribute("data-changes-swaps", "6")  # the pick, then the refresh
+    expect(swaps).to_have_attribute("data-changes-swaps", "6")  # the refresh, then the pick
     expect(select).to_have_value(other)
+    page.console_errors.check()
+
+    # A run picked in the selector while a run's link (the Activity tab's) loads another: the
+    # pick came later, so it is the run shown. (htmx drops a request queued behind another one
+    # of the tab once that one's swap removes its element: the selector, here.)
+    builder_run = link.get_attribute("data-changes-run")
+    page.evaluate(
+        """(run) => {
+            document.querySelector(`[data-changes-run="${run}"]`).click();
+            const select = document.getElementById("task-changes-run");
+            select.value = "";
+            select.dispatchEvent(new Event("change", { bubbles: true }));
+        }""",
+        builder_run,
+    )
+    expect(swaps).to_have_attribute("data-changes-swaps", "8")  # the link's load, the pick
+    expect(select).to_have_value("")
+    expect(changes.locator("[data-change-path]")).to_have_count(2)
+    page.console_errors.check()
+
+
+def test_a_run_ending_while_a_pick_waits_behind_a_load_keeps_the_pick(browser, stack):
+    """A run's end refreshes the tab only once no load of it is on its way: queued there, its
+    refresh would take the place of a run picked meanwhile (hx-sync "queue last") and read the
+    tab as the load in flight leaves it, showing that load's run instead of the pick."""
+    task, page, dialog = two_runs_in_their_popup(browser, stack)
+    changes = dialog.locator("#task-changes")
+    dialog.get_by_role("tab", name="Changes").click()
+    select = changes.locator("#task-changes-run")
+    expect(select).to_have_value("")
+    runs = [run["id"] for run in stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]]
+    held = []  # the link's load, answered once the run's end is due
+    page.route(lambda url: f"run={runs[0]}" in url, lambda route: held.append(route))
+    dialog.get_by_role("tab", name="Activity").click()
+    dialog.locator(f'[data-changes-run="{runs[0]}"]').click()
+    expect(dialog.get_by_role("tab", name="Changes")).to_have_attribute("aria-selected", "true")
+    select.select_option(runs[1])  # sent after the link's load
+    page.evaluate(
+        """(task) => document.body.dispatchEvent(new CustomEvent("malamar:live",
+            { bubbles: true, detail: { type: "task.changes_updated", task_id: task } }))""",
+        task["id"],
+    )
+    expect(changes).to_have_attribute("data-live-due", "")
+    assert len(held) == 1
+    held[0].continue_()
+    expect(changes).not_to_have_attribute("data-live-due", "")  # the refresh ran, last
+    expect(select).to_have_value(runs[1])
+    expect(changes.locator("[data-change-path]")).to_have_count(1)
+    expect(changes.locator('[data-change-path="b.txt"]')).to_be_visible()
     page.console_errors.check()

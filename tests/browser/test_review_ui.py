@@ -136,6 +136,15 @@ def test_request_changes_with_three_line_comments_that_reach_the_agent(
     focused = dialog.locator("#task-changes .diff-comment.is-outdated.is-focused")
     expect(focused).to_contain_text("Two and three: capitals?")
     expect(focused).to_be_in_viewport()
+    # It stays marked over a refresh of the tab (a run's end reloads it).
+    page.evaluate(
+        """() => new Promise((settled) => {
+            document.addEventListener("htmx:afterSettle",
+                (event) => event.detail.target.id === "task-changes" && settled());
+            window.htmx.trigger("#task-changes", "live");
+        })"""
+    )
+    expect(focused).to_contain_text("Two and three: capitals?")
     # The diff they were made on (run 1's) shows the others under their lines.
     dialog.locator("#task-changes-run").select_option(label="Run 1 by Implementer")
     under_five = line_row(file, 5).locator("xpath=following-sibling::tr[1]")

@@ -26,10 +26,10 @@ def test_theme_follows_the_system_and_the_toggle_survives_reload(browser, server
     page.goto(server.url)
     expect(html).to_have_attribute("data-theme", "dark")  # follows the system by default
 
-    toggle = page.get_by_role("button", name="Switch to light theme")
+    toggle = page.get_by_role("button", name="Switch to light theme", exact=True)
     toggle.click()
     expect(html).to_have_attribute("data-theme", "light")
-    expect(page.get_by_role("button", name="Switch to dark theme")).to_be_visible()
+    expect(page.get_by_role("button", name="Switch to dark theme", exact=True)).to_be_visible()
     page.reload()
     expect(html).to_have_attribute("data-theme", "light")
     assert page.evaluate("window.__themeAtBody") == "light"  # no flash of the wrong theme

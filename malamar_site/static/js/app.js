@@ -14,6 +14,7 @@
   const on = (type, handler, capture = false) => document.addEventListener(type, handler, capture);
   const closest = (event, selector) => (event.target.closest ? event.target.closest(selector) : null);
   const plainClick = (event) => event.button === 0 && !event.metaKey && !event.ctrlKey && !event.shiftKey && !event.altKey;
+  window.malamar = { $, $$, on, closest }; // (for tasks.js and review.js, loaded after)
 
   /* ------------------------------------------------------------------ dialogs */
 
@@ -329,14 +330,16 @@
   /* ------------------------------------------------------------------ swaps */
 
   // Content swapped into a dialog's slot (a popup, the agent form) opens it, or takes the
-  // focus in it as on opening, as do errors swapped into an open one.
+  // focus in it as on opening; so does an invalid field a swap brings into an open one (only
+  // then: a refusal's error left on screen does not pull the focus on every refresh).
   on("htmx:afterSwap", (event) => {
     if (toasts && !toasts.isConnected) placeToasts(); // (the swap took away the dialog it was in)
     const dialog = event.target.closest && event.target.closest("dialog");
     const slot = event.target.classList.contains("dialog__slot");
-    if (!dialog || !(slot || $("[aria-invalid=true]", dialog))) return;
-    if (dialog.open) focusInitial(dialog);
-    else if (slot) openDialog(dialog, (event.detail.requestConfig || {}).elt);
+    const invalid = $("[aria-invalid=true]", event.target);
+    if (dialog && slot && !dialog.open) openDialog(dialog, (event.detail.requestConfig || {}).elt);
+    else if (dialog && slot) focusInitial(dialog);
+    else if (dialog && dialog.open && invalid) invalid.focus();
   });
 
   // A swap keeps the person in place. Scroll: the boxes it replaces that have an id and
@@ -471,23 +474,6 @@
   });
 
   /* ------------------------------------------------------------------ form helpers */
-
-  // Agent dialog: the model suggestions, effort choices and custom command fields follow the
-  // chosen CLI at once (a hidden effort select is disabled: only the chosen CLI's is posted).
-  on("change", (event) => {
-    const { name, value, form } = event.target;
-    const settings = name === "cli_type" && form && $("[data-cli-settings]", form);
-    if (!settings) return;
-    $$("[data-cli-only]", settings).forEach((el) => {
-      el.hidden = el.getAttribute("data-cli-only") !== value;
-      $$("select[data-effort]", el).forEach((select) => {
-        select.disabled = el.hidden;
-        if (el.hidden) select.removeAttribute("id");
-        else select.id = "id_reasoning_effort";
-      });
-    });
-    $("input[name=model]", settings).setAttribute("list", `agent-models-${value}`);
-  });
 
   // Environment variables: add and remove rows.
   on("click", (event) => {

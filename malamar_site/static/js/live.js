@@ -117,7 +117,7 @@
     due.forEach((region) => {
       if (!region.isConnected || region.closest("dialog:not([open])") || region.hasAttribute("data-lazy")) {
         due.delete(region); // read afresh when it opens
-      } else if (busy(region)) {
+      } else if (busy(region) || loading(region)) {
         region.setAttribute("data-live-due", "");
       } else {
         due.delete(region);
@@ -127,6 +127,12 @@
     });
   }
 
+  // A fragment with a request of its own on its way (a tab's load, a run picked in the Changes
+  // tab) refreshes once that has landed, never queued behind it: a queued refresh would take the
+  // place of a load queued there (hx-sync "queue last") and read the fragment as it was before.
+  const REQUEST = ".htmx-request";
+  const loading = (region) => region.matches(REQUEST) || Boolean(region.querySelector(REQUEST));
+
   // The person is busy in a fragment while it holds an open editor or menu, a row they drag,
   // or the field they type in; or while a change they sent from it (from its popup, for a
   // fragment of one) waits for its answer (htmx's own htmx-request class) or for their
@@ -134,7 +140,7 @@
   // the popup, a toast).
   const EDITING =
     "[data-editing]:not(dialog, details), dialog[data-editing][open], details[data-editing][open], " +
-    "details[data-chat-menu][open], [data-menu]:popover-open, .is-dragging, [data-changing]";
+    "details[data-chat-menu][open], [data-menu]:popover-open, .is-dragging";
   const SENDING = ".htmx-request:is([hx-post], [hx-put], [hx-patch], [hx-delete])";
   const TYPING =
     "textarea, select, [contenteditable], " +
@@ -160,14 +166,6 @@
       due.add(target);
     }
   });
-
-  // A choice whose answer has not landed yet (the Changes tab's run: its request may wait in the
-  // queue behind this refresh, and htmx drops a queued request whose element a swap removed).
-  document.addEventListener("change", (event) => {
-    const control = event.target.closest && event.target.closest("select[hx-get]");
-    if (control) control.setAttribute("data-changing", "");
-  }, true);
-  document.addEventListener("htmx:afterRequest", (event) => event.detail.elt.removeAttribute("data-changing"), true);
 
   // Whatever may end the person's business runs the refreshes that waited for it.
   ["focusout", "toggle", "close", "dragend", "htmx:afterRequest", "htmx:afterSwap"].forEach((name) =>

@@ -4,13 +4,11 @@
 (function () {
   "use strict";
 
-  const $ = (selector, root = document) => root.querySelector(selector);
-  const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
-  const on = (type, handler) => document.addEventListener(type, handler);
+  const { $, $$, on } = window.malamar;
   const key = (taskId) => `malamar-review-${taskId}`;
   let picking = null; // lines being picked: {table, first, last}
-  let focusing = ""; // a line comment whose place in the diff was asked for
-  const opened = new Set(); // long comments shown whole
+  let focused = ""; // a line comment whose place in the diff was asked for: marked over refreshes
+  let scrolling = false; // (brought into view by the first swap that shows it)
   const boxes = new WeakMap(); // a draft box → its lines (form.draft would find a field named "draft")
 
   function drafts(taskId) {
@@ -155,18 +153,13 @@
       saveDrafts(taskId, drafts(taskId).filter((draft) => draft.id !== remove.dataset.draftDelete));
     }
     const focus = target && target.closest("[data-review-focus]");
-    focusing = focus ? focus.dataset.reviewFocus : focusing;
+    if (focus) [focused, scrolling] = [focus.dataset.reviewFocus, true];
   });
 
   // A verdict takes the drafts along (and closes Approve's choice); once taken, they are gone.
   on("htmx:configRequest", (event) => {
     const taskId = event.detail.elt.dataset && event.detail.elt.dataset.reviewForm;
-    if (taskId) {
-      // (and the last refusal's error: its invalid field would take the focus of every swap)
-      $$("[popover]:popover-open", event.detail.elt).forEach((menu) => menu.hidePopover());
-      $$("[aria-invalid]", event.detail.elt).forEach((field) => field.removeAttribute("aria-invalid"));
-      $$(".composer__error", event.detail.elt).forEach((error) => error.remove());
-    }
+    if (taskId) $$("[popover]:popover-open", event.detail.elt).forEach((menu) => menu.hidePopover());
     const list = taskId && drafts(taskId);
     if (list && list.length) {
       event.detail.parameters.line_comments = JSON.stringify(
@@ -183,24 +176,19 @@
 
   /* ---------------------------------------------------------------- after a swap */
 
-  on("toggle", (event) => {
-    const more = event.target.dataset && event.target.dataset.commentMore;
-    if (more) opened[event.target.open ? "add" : "delete"](more);
-  }, true);
-
   on("htmx:afterSettle", (event) => {
     const target = event.detail.target;
     const detail = target && target.closest && (target.closest("#task-detail") || $("#task-detail", target));
     if (!detail) return;
     show(detail.dataset.taskDetail);
-    $$("details[data-comment-more]", target).forEach((more) => (more.open = opened.has(more.dataset.commentMore)));
-    const place = focusing && $(`#diff-comment-${CSS.escape(focusing)}`, target);
+    // (Marked again after each refresh of the Changes tab: a run's end reloads it.)
+    const place = focused && $(`#diff-comment-${CSS.escape(focused)}`, target);
     if (place) {
-      focusing = "";
       const file = place.closest("details");
       if (file) file.open = true;
       place.classList.add("is-focused");
-      place.scrollIntoView({ block: "center" });
+      if (scrolling) place.scrollIntoView({ block: "center" });
+      scrolling = false;
     }
   });
   const detail = $("#task-detail"); // a popup the page was rendered with

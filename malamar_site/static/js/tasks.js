@@ -1,15 +1,20 @@
-/* Malamar tasks tab: the board's column chips and dependency chains, the task popup's tabs.
-   Cards open the popup with htmx (hx-get into its slot, hx-push-url); what refreshes on which
-   live event is declared in the templates (data-live, see live.js). */
+/* Malamar tasks tab: the board's column chips, dependency chains and card moves, the "Waits for"
+   picker, the task popup's tabs. Cards open the popup with htmx (hx-get into its slot,
+   hx-push-url); what refreshes on which live event is declared in the templates (data-live, see
+   live.js).
+   Moves: drag a card onto a column (this fills the #board-move form), or (keyboard, touch) its
+   grip button's dialog (the server's); the server decides (tasks/moves.py), answering with the
+   board, the reason it refused, or the merge-or-keep dialog. While a card is dragged, the
+   columns it may go to (its column's data-moves) are lit. */
 (function () {
   "use strict";
 
-  const $ = (selector, root = document) => root.querySelector(selector);
-  const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
-  const on = (type, handler, capture = false) => document.addEventListener(type, handler, capture);
-  const closest = (event, selector) => (event.target.closest ? event.target.closest(selector) : null);
+  const { $, $$, on, closest } = window.malamar;
   const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
   const smooth = () => (reducedMotion.matches ? "auto" : "smooth");
+  const columnOf = (item) => item.closest(".kanban-col");
+  const allowed = (item) => (columnOf(item).dataset.moves || "").split(" ");
+  const columns = () => $$("#task-board .kanban-col");
 
   /* ------------------------------------------------------------------ board */
 
@@ -77,6 +82,73 @@
     { capture: true, passive: true },
   );
 
+  /* ------------------------------------------------------------------ card moves */
+
+  function move(item, status) {
+    const form = document.getElementById("board-move");
+    if (!form || status === columnOf(item).dataset.status) return;
+    form.elements.task.value = item.dataset.taskId;
+    form.elements.status.value = status;
+    form.requestSubmit();
+  }
+
+  /* ------------------------------------------------------------------ drag and drop */
+
+  let dragged = null;
+  const LIT = ["is-drop-ok", "is-drop-no", "is-drop-target"];
+
+  on("dragstart", (event) => {
+    dragged = closest(event, "#task-board .task-card-item");
+    if (!dragged) return;
+    dragged.classList.add("is-dragging"); // live.js: the board is not refreshed meanwhile
+    event.dataTransfer.effectAllowed = "move";
+    event.dataTransfer.setData("text/plain", dragged.dataset.taskId);
+    columns().forEach((column) => {
+      if (column === columnOf(dragged)) return;
+      column.classList.add(allowed(dragged).includes(column.dataset.status) ? "is-drop-ok" : "is-drop-no");
+    });
+  });
+  on("dragover", (event) => {
+    const column = dragged && closest(event, "#task-board .kanban-col");
+    if (!column || column === columnOf(dragged)) return;
+    event.preventDefault(); // a refused column takes the drop too: the server says why
+    columns().forEach((other) => other.classList.toggle("is-drop-target", other === column));
+  });
+  on("drop", (event) => {
+    const column = dragged && closest(event, "#task-board .kanban-col");
+    if (!column) return;
+    event.preventDefault();
+    move(dragged, column.dataset.status);
+  });
+  on("dragend", () => {
+    if (dragged) dragged.classList.remove("is-dragging");
+    dragged = null;
+    columns().forEach((column) => column.classList.remove(...LIT));
+  });
+
+  /* ------------------------------------------------------------------ "Waits for" picker */
+
+  // Typing shows the tasks whose label holds the words (chosen ones stay); the count follows.
+  on("input", (event) => {
+    const search = closest(event, "[data-picker-search]");
+    if (!search) return;
+    const picker = search.closest("[data-picker]");
+    const words = search.value.trim().toLowerCase();
+    const options = $$("[data-picker-option]", picker);
+    options.forEach((option) => {
+      option.hidden = !option.querySelector("input").checked && !option.textContent.toLowerCase().includes(words);
+    });
+    picker.querySelector("[data-picker-empty]").hidden = options.some((option) => !option.hidden);
+  });
+  on("change", (event) => {
+    const picker = closest(event, "[data-picker]");
+    const count = picker && picker.querySelector("[data-picker-count]");
+    if (count) count.textContent = `${$$("[data-picker-choice]:checked", picker).length} chosen`;
+  });
+  // Enter in the search keeps the dialog open (it would send the form around it).
+  on("keydown", (event) => {
+    if (event.key === "Enter" && event.target.matches && event.target.matches("[data-picker-search]")) event.preventDefault();
+  });
   /* ------------------------------------------------------------------ popup tabs */
 
   function selectTab(tab) {
@@ -93,19 +165,31 @@
     }
   }
 
+  // The Changes tab at one run ("": the whole task), chosen in its selector or by a link. The
+  // tab sends the load itself, with the run: queued behind a load in flight (hx-sync), it is
+  // still sent once that one lands, where a request of the selector would be dropped with it
+  // (htmx drops a queued request whose element a swap removed). (After each run the tab reloads
+  // the run its selector shows: live.js sends it once no load is on its way.)
+  function showRun(changes, run) {
+    changes.removeAttribute("data-lazy"); // loaded here, with the run
+    const values = { run }; // (over the run its selector shows)
+    window.htmx.ajax("GET", changes.getAttribute("hx-get"), { source: changes, target: changes, swap: "innerHTML", values });
+  }
+  on("change", (event) => {
+    const select = event.target.id === "task-changes-run" && event.target;
+    if (select) showRun(select.closest("#task-changes"), select.value);
+  });
+
   on("click", (event) => {
     const tab = closest(event, "[data-task-tab]");
     if (tab) selectTab(tab);
-    // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes. (After each
-    // run the tab reloads the run its selector shows, queued behind a load in flight.)
+    // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes.
     const run = closest(event, "[data-changes-run]");
     const changes = run && run.closest("#task-detail") && $("#task-changes");
     if (changes && window.htmx) {
       event.preventDefault();
-      changes.removeAttribute("data-lazy"); // loaded below, with the run
+      showRun(changes, run.dataset.changesRun);
       selectTab($('[data-task-tab="changes"]'));
-      const values = { run: run.dataset.changesRun }; // (over the run its selector shows)
-      window.htmx.ajax("GET", changes.getAttribute("hx-get"), { source: changes, target: changes, swap: "innerHTML", values });
     }
     // A file in the Changes tab's list: open its diff and bring it into view.
     const jump = closest(event, "[data-change-jump]");

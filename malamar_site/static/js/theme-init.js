@@ -1,40 +1,34 @@
 /* The theme: the stored choice (light, dark) or the system's. Runs before the first paint (a
    blocking script in <head>) so a page never flashes in the wrong theme; the header's toggle
-   and Settings' System / Light / Dark choice change it, in every tab. */
+   (app.css names it after the other theme) and Settings' System / Light / Dark choice change
+   it, in every tab. */
 (function () {
   "use strict";
 
   const KEY = "malamar-theme";
   const dark = window.matchMedia("(prefers-color-scheme: dark)");
+  let choice = null; // light, dark or null (the system's); if storage is refused, this page's
 
-  function stored() {
+  function apply() {
     try {
-      return ["light", "dark"].find((theme) => theme === window.localStorage.getItem(KEY)) || null;
+      choice = ["light", "dark"].find((theme) => theme === window.localStorage.getItem(KEY)) || null;
     } catch (e) {
-      return null; // storage refused: a choice lasts for this page only
+      /* storage refused: the choice lasts for this page only */
     }
-  }
-
-  function apply(forced) {
-    const theme = forced || stored() || (dark.matches ? "dark" : "light");
-    const label = `Switch to ${theme === "dark" ? "light" : "dark"} theme`;
-    document.documentElement.setAttribute("data-theme", theme);
-    document.querySelectorAll("[data-theme-toggle]").forEach((button) => {
-      button.setAttribute("aria-label", label);
-      button.title = label;
-    });
-    const choice = stored() || "system";
-    document.querySelectorAll("[data-theme-choice] input[name=theme]").forEach((input) => (input.checked = input.value === choice));
+    document.documentElement.setAttribute("data-theme", choice || (dark.matches ? "dark" : "light"));
+    const radios = document.querySelectorAll("[data-theme-choice] input[name=theme]");
+    radios.forEach((input) => (input.checked = input.value === (choice || "system")));
   }
 
   function choose(theme) {
+    choice = theme;
     try {
       if (theme) window.localStorage.setItem(KEY, theme);
       else window.localStorage.removeItem(KEY);
     } catch (e) {
-      /* see stored() */
+      /* see apply() */
     }
-    apply(theme);
+    apply();
   }
 
   document.addEventListener("click", (event) => {
@@ -45,8 +39,8 @@
     if (!event.target.matches("[data-theme-choice] input[name=theme]")) return;
     choose(event.target.value === "system" ? null : event.target.value);
   });
-  dark.addEventListener("change", () => apply());
+  dark.addEventListener("change", apply);
   window.addEventListener("storage", (event) => event.key === KEY && apply());
-  document.addEventListener("DOMContentLoaded", () => apply());
+  document.addEventListener("DOMContentLoaded", apply);
   apply();
 })();
