@@ -26,6 +26,12 @@ urlpatterns = [
     path("tasks/<str:task_id>/move/", views.task_move_choices, name="task_move_choices"),
     path("tasks/<str:task_id>/comments/new/", views.task_comment_add, name="task_comment_add"),
     path("tasks/<str:task_id>/review/", views.task_review, name="task_review"),
+    path("tasks/<str:task_id>/drafts/", views.task_draft_add, name="task_draft_add"),
+    path(
+        "tasks/<str:task_id>/drafts/<str:draft_id>/delete/",
+        views.task_draft_delete,
+        name="task_draft_delete",
+    ),
     path("tasks/<str:task_id>/changes/", views.task_changes, name="task_changes"),
     path("tasks/<str:task_id>/changes/file/", views.task_change_file, name="task_change_file"),
     path(

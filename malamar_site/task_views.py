@@ -27,10 +27,11 @@ from tasks.forms import (
     CommentForm,
     DeleteDoneForm,
     DescriptionForm,
+    LineCommentDraftForm,
     ReviewForm,
     SummaryForm,
 )
-from tasks.models import Task, TaskStatus
+from tasks.models import LineCommentDraft, Task, TaskStatus
 from tasks.pages import (
     DONE_ID,
     blockers_form,
@@ -40,6 +41,7 @@ from tasks.pages import (
     composer_context,
     create_form,
     detail_context,
+    drafts_context,
     file_diff_context,
     show_all_from,
 )
@@ -307,6 +309,43 @@ def task_change_file(request, task_id: str):
     return render(request, CHANGES if page else f"{CHANGES}#file_diff", context)
 
 
+@require_POST
+def task_draft_add(request, task_id: str):
+    """A line comment drafted in the Changes tab (its box): the draft under its lines in place
+    of the box, and the pending counts. Refused (empty, not In Review): a toast, the box stays."""
+    task = _task_or_404(task_id)
+    form = LineCommentDraftForm(request.POST)
+    if not form.is_valid():
+        return refused(" ".join(" ".join(errors) for errors in form.errors.values()))
+    data = form.cleaned_data
+    try:
+        draft = services.line_comment_draft_create(
+            task=task,
+            path=data["path"],
+            side=data["side"],
+            line=data["line"],
+            end_line=data["end_line"],
+            run_id=data["run"],
+            body=data["body"],
+        )
+    except ServiceError as error:
+        return refused(error.message)
+    if not request.htmx:
+        return _not_htmx_back(request, task)
+    return render(request, f"{CHANGES}#drafts_changed", drafts_context(task, draft))
+
+
+@require_POST
+def task_draft_delete(request, task_id: str, draft_id: str):
+    """A draft's Delete: its row goes (nothing in its place), the counts follow."""
+    task = _task_or_404(task_id)
+    draft = get_object_or_404(LineCommentDraft, id=draft_id, task=task)
+    services.line_comment_draft_delete(draft=draft)
+    if not request.htmx:
+        return _not_htmx_back(request, task)
+    return render(request, f"{CHANGES}#drafts_changed", drafts_context(task))
+
+
 def _not_htmx_back(request, task: Task):
     return redirect(_board_url(task.workspace_id, task.id))
 
@@ -416,6 +455,7 @@ def task_review(request, task_id: str):
                 verdict=verdict,
                 body=form.cleaned_data["content"],
                 line_comments=form.cleaned_data["line_comments"] or [],
+                with_drafts=True,
                 merge=merge,
                 actor=USER,
             )

@@ -101,10 +101,22 @@ class CommentForm(forms.Form):
     )
 
 
+class LineCommentDraftForm(forms.Form):
+    """A line comment drafted in the Changes tab (its box: the lines review.js picked)."""
+
+    path = forms.CharField(strip=False)
+    side = forms.CharField()
+    line = forms.IntegerField(min_value=1)
+    end_line = forms.IntegerField(min_value=1)
+    run = forms.CharField(required=False)
+    body = forms.CharField(error_messages={"required": "Write the comment first"})
+
+
 class ReviewForm(forms.Form):
-    """The In Review composer: a comment with the verdict of the button pressed, and the line
-    comments drafted in the Changes tab (JSON, put in by review.js). Ctrl+Enter presses no
-    button: it requests changes, as a comment on an In Review task always did."""
+    """The In Review composer: a comment with the verdict of the button pressed (the line
+    comments drafted in the Changes tab go too: the server keeps them). Ctrl+Enter presses no
+    button: it requests changes, as a comment on an In Review task always did. `line_comments`
+    (JSON) adds others, as the API's."""
 
     # The buttons: the three verdicts, and Approve's two answers for an unmerged branch.
     VERDICTS = {

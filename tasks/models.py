@@ -297,6 +297,41 @@ class TaskComment(models.Model):
         return self.verdict == Verdict.COMMENT
 
 
+class LineCommentDraft(models.Model):
+    """A line comment the person drafted in the Changes tab of an In Review task: kept here
+    (not in the browser) until a verdict of the composer sends the task's drafts along, so they
+    survive a reload and show on another device. One person per install: drafts are the task's."""
+
+    id = id_field()
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="line_comment_drafts")
+    path = models.TextField()
+    side = models.CharField(max_length=3, choices=LineSide.choices)
+    start_line = models.PositiveIntegerField()
+    end_line = models.PositiveIntegerField()
+    run_id = models.CharField(max_length=21, blank=True, default="")  # "" = the whole task's
+    body = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "task_line_comment_drafts"
+        indexes = [models.Index(fields=["task", "created_at"])]
+        constraints = [choices_check("side", LineSide.choices)]
+
+    def __str__(self) -> str:
+        return self.body[:60]
+
+    def as_line_comment(self) -> dict:
+        """The draft as a review's `line_comments` item."""
+        return {
+            "path": self.path,
+            "side": self.side,
+            "line": self.start_line,
+            "end_line": self.end_line,
+            "run_id": self.run_id,
+            "body": self.body,
+        }
+
+
 class TaskLog(models.Model):
     id = id_field()
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="logs")

@@ -117,7 +117,12 @@ def composer_context(task: Task, form=None) -> dict:
     reviewing = task.status == TaskStatus.IN_REVIEW
     if form is None:
         form = (ReviewForm if reviewing else CommentForm)(auto_id="task_comment_%s")
-    return {"task": task, "comment_form": form, "actions": selectors.task_actions(task)}
+    return {
+        "task": task,
+        "comment_form": form,
+        "actions": selectors.task_actions(task),
+        "drafts": selectors.line_comment_drafts(task) if reviewing else [],
+    }
 
 
 # --- the Changes tab: line comments in the diff ------------------------------------------------
@@ -144,16 +149,21 @@ def _line_comments(task: Task, changes) -> dict[str, list]:
     return found
 
 
-def _place_comments(task: Task, changes, view, comments: list) -> None:
+def _place_comments(task: Task, changes, view, comments: list, drafts=()) -> None:
     """Give a file's view its rows with the line comments made on this diff under their last
-    line (`rows`), and the others (made on another snapshot or outdated, or on a line the
-    diff does not show) as `other_comments`, shown above the diff."""
+    line (`rows`), then the drafts made on it, and the others (made on another snapshot or
+    outdated, or on a line the diff does not show) as `other_comments`, shown above the diff."""
     notes: dict[tuple[str, int], str] = {}
     for comment in comments:
         if _shown_here(comment, changes) and not comment.outdated:
             key = (comment.anchor_side, comment.anchor_end_line)
             row = render_to_string(f"{CHANGES}#diff_comment_row", {"comment": comment})
             notes[key] = notes.get(key, "") + row
+    shown_run = changes.run.id if changes.run else ""
+    for draft in drafts:
+        if draft.path == view.change.path and draft.run_id == shown_run:
+            row = render_to_string(f"{CHANGES}#draft_row", {"task": task, "draft": draft})
+            notes[(draft.side, draft.end_line)] = notes.get((draft.side, draft.end_line), "") + row
     placed: set = set()
     if view.diff is not None and notes:
         view.rows, placed = view.diff.rows_html_with(notes)
@@ -166,20 +176,38 @@ def _place_comments(task: Task, changes, view, comments: list) -> None:
     ]
 
 
+def _drafts(task: Task) -> list:
+    return selectors.line_comment_drafts(task) if task.status == TaskStatus.IN_REVIEW else []
+
+
 def changes_context(task: Task, changes) -> dict:
     """The Changes tab: the files and their diffs, with the task's line comments in them; an
-    In Review task's lines take new comments (review.js keeps the drafts)."""
+    In Review task's lines take new comments, its drafts shown under their lines."""
     views = change_reads.file_views(changes)
     comments = _line_comments(task, changes)
+    drafts = _drafts(task)
     for view in views:
-        _place_comments(task, changes, view, comments.get(view.change.path, []))
+        _place_comments(task, changes, view, comments.get(view.change.path, []), drafts)
     reviewing = task.status == TaskStatus.IN_REVIEW and not changes.problem
-    return {"task": task, "changes": changes, "views": views, "reviewing": reviewing}
+    return {
+        "task": task,
+        "changes": changes,
+        "views": views,
+        "reviewing": reviewing,
+        "drafts": drafts,
+    }
 
 
 def file_diff_context(task: Task, changes, change, *, max_lines: int) -> dict:
     """One file's diff (opened later in the tab, or on its own page), with its line comments."""
     view = change_reads.FileView(change, 0)
     view.diff = change_reads.file_diff(changes, change, max_lines=max_lines)
-    _place_comments(task, changes, view, _line_comments(task, changes).get(change.path, []))
+    comments = _line_comments(task, changes).get(change.path, [])
+    _place_comments(task, changes, view, comments, _drafts(task))
     return {"task": task, "changes": changes, "change": change, "diff": view.diff, "view": view}
+
+
+def drafts_context(task: Task, draft=None) -> dict:
+    """The answer to a draft added or deleted: the draft's row (none once deleted), and the
+    task's pending count for the Changes tab and the composer."""
+    return {"task": task, "draft": draft, "drafts": selectors.line_comment_drafts(task)}

@@ -15,6 +15,7 @@ from tasks import anchors, branches
 from tasks.models import (
     RUNNABLE_STATUSES,
     ChecksStatus,
+    LineCommentDraft,
     Task,
     TaskComment,
     TaskDependency,
@@ -58,6 +59,11 @@ def mark_outdated(task_id: str, comments: list[TaskComment]) -> list[TaskComment
 def line_comment_text(comment: TaskComment) -> str:
     """A line comment as agents read it: the file, the lines, the quoted code, the comment."""
     return anchors.agent_markdown(comment)
+
+
+def line_comment_drafts(task: Task) -> list[LineCommentDraft]:
+    """The task's drafted line comments, in the order they were written."""
+    return list(task.line_comment_drafts.order_by("created_at", "id"))
 
 
 def comments_with_anchors(task: Task) -> list[TaskComment]:

@@ -32,6 +32,7 @@ from tasks.models import (
     RUNNABLE_STATUSES,
     ChecksStatus,
     CommentKind,
+    LineCommentDraft,
     LineSide,
     PassPhase,
     Task,
@@ -1618,12 +1619,41 @@ def _send_back(task: Task, actor: Actor) -> None:
         Task.objects.filter(id=task.id).update(retry_not_before=None)
 
 
+def line_comment_draft_create(
+    *, task: Task, path: str, side: str, line: int, end_line: int, run_id: str, body: str
+) -> LineCommentDraft:
+    """A line comment drafted in the Changes tab of an In Review task, kept until a verdict of
+    the composer sends it (task_review_submit with_drafts). Its shape is checked now, its
+    lines when it is sent (the snapshot it was made on may change meanwhile)."""
+    _require_in_review(task)
+    raw = {"path": path, "side": side, "line": line, "end_line": end_line}
+    item = _line_comment_in({**raw, "run_id": run_id, "body": body}, 0)
+    if task.line_comment_drafts.count() >= anchors.LINE_COMMENTS_MAX:
+        raise ValidationFailed(
+            f"At most {anchors.LINE_COMMENTS_MAX} line comments go with one review", field="body"
+        )
+    return LineCommentDraft.objects.create(
+        task=task,
+        path=item.path,
+        side=item.side,
+        start_line=item.start_line,
+        end_line=item.end_line,
+        run_id=item.run_id,
+        body=item.body,
+    )
+
+
+def line_comment_draft_delete(*, draft: LineCommentDraft) -> None:
+    draft.delete()
+
+
 def task_review_submit(
     *,
     task: Task,
     verdict: str,
     body: str = "",
     line_comments=(),
+    with_drafts: bool = False,
     merge: bool | None = None,
     actor: Actor = USER,
 ) -> ReviewResult:
@@ -1634,7 +1664,11 @@ def task_review_submit(
     In Review). Approve: Done; a branch with work its base lacks needs `merge`: True merges it
     first and finishes only if that worked, False finishes without merging (branch kept).
     Refusals: ValidationFailed (bad input), Conflict (not In Review; a merge git refused, with
-    the files), MergeChoiceRequired. The activity log records the verdict."""
+    the files), MergeChoiceRequired. The activity log records the verdict. `with_drafts`: the
+    task's drafted line comments go too (the composer's verdicts), and are gone once sent."""
+    drafts = selectors.line_comment_drafts(task) if with_drafts else []
+    if drafts and isinstance(line_comments, list | tuple):  # (anything else is refused below)
+        line_comments = [*line_comments, *(draft.as_line_comment() for draft in drafts)]
     if verdict not in Verdict.values:
         raise ValidationFailed(
             f"verdict must be one of {', '.join(Verdict.values)}", field="verdict"
@@ -1666,6 +1700,8 @@ def task_review_submit(
             _lock_current_status(task)  # as a comment: a pass ending now sees the verdict
             _require_in_review(task)
         comments = _review_comments_add(task, actor, verdict, body, anchored, now)
+        # (Only those sent: one drafted meanwhile waits for the next verdict.)
+        LineCommentDraft.objects.filter(id__in=[draft.id for draft in drafts]).delete()
         log_add(
             task=task,
             event_type="review_submitted",

@@ -152,6 +152,7 @@ def ids(workspace, agents, task):
         "cli_type": "claude",
         "status": "todo",
         "token_id": "t" * 21,
+        "draft_id": "d" * 21,
     }
 
 

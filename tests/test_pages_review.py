@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tasks.models import Task, TaskComment, TaskStatus
+from tasks.models import LineCommentDraft, Task, TaskComment, TaskStatus
 from tests.htmltree import parse
 from tests.pages import html, hx, live_events, triggers
 from tests.stack import FAKES_BIN
@@ -213,6 +213,106 @@ def test_the_changes_tab_takes_line_comments_only_while_in_review(client, repo):
     Task.objects.filter(id=task.id).update(status=TaskStatus.DONE)
     tab = changes(client, task)
     assert "data-review-task" not in tab and 'tabindex="0"' not in tab
+
+
+# --- line comments drafted in the Changes tab, kept on the server ----------------------------
+
+
+def draft(client, task, line: int, end_line: int | None = None, body="A note.", **fields):
+    data = {"path": "app.py", "side": "new", "line": line, "end_line": end_line or line}
+    return hx(
+        client, "post", f"/tasks/{task.id}/drafts/", {**data, "run": "", "body": body, **fields}
+    )
+
+
+def pending(page: str, pending_id: str):
+    return parse(page).by_id(pending_id)
+
+
+@pass_db
+def test_a_draft_is_kept_under_its_line_and_counted_until_deleted(client, repo):
+    task = in_review(repo)
+    response = draft(client, task, 2, 3, "Why these two?")
+    added = LineCommentDraft.objects.get(task=task)
+    row = parse(html(response)).find("diff__draft")
+    assert row.tag == "tr" and "Why these two?" in row.text and "lines 2\u20133" in row.text
+    delete = row.find_all(tag="button")[0].attrs
+    assert delete["hx-post"] == f"/tasks/{task.id}/drafts/{added.id}/delete/"
+    for pending_id in ("task-changes-pending", "task-review-pending"):  # (out of band)
+        count = pending(html(response), pending_id)
+        assert count.attrs["hx-swap-oob"] == "true" and "hidden" not in count.attrs
+        assert count.text == "1 comment pending: sent with your verdict"
+    draft(client, task, 5)
+
+    # A reload (or another device): the composer counts them, the diff shows them under their
+    # last lines; a draft made on one run's diff shows there only.
+    draft(client, task, 1, run="other-run")
+    count = pending(composer(client, task), "task-review-pending")
+    assert count.text == "3 comments pending: sent with your verdict"
+    tab = changes(client, task)
+    assert tab.count('class="diff__draft"') == 2
+    rows = tab.split("Why these two?")[0]
+    assert '<td class="diff__no">3</td>' in rows[rows.rindex('<tr class="diff__line') :]
+
+    response = hx(client, "post", f"/tasks/{task.id}/drafts/{added.id}/delete/")
+    assert "diff__draft" not in html(response)
+    count = pending(html(response), "task-changes-pending")
+    assert count.text == "2 comments pending: sent with your verdict"
+    assert LineCommentDraft.objects.filter(task=task).count() == 2
+    assert changes(client, task).count('class="diff__draft"') == 1
+
+
+@pass_db
+def test_a_draft_with_no_text_or_on_a_task_not_in_review_is_refused(client, repo):
+    task = in_review(repo)
+    response = draft(client, task, 2, body="  ")
+    assert triggers(response)["malamar:toast"] == {
+        "level": "error",
+        "message": "Write the comment first",
+    }
+    response = draft(client, task, 3, 2)
+    assert (
+        "end_line (2) must not come before line (3)"
+        in triggers(response)["malamar:toast"]["message"]
+    )
+    Task.objects.filter(id=task.id).update(status=TaskStatus.DONE)
+    response = draft(client, task, 2)
+    assert (
+        "Only an In Review task can be reviewed" in triggers(response)["malamar:toast"]["message"]
+    )
+    assert not LineCommentDraft.objects.filter(task=task).exists()
+
+
+@pass_db
+def test_a_verdict_sends_the_drafts_and_they_are_gone(client, repo):
+    task = in_review(repo)
+    draft(client, task, 1, body="Why one?")
+    draft(client, task, 5, body="And five.")
+    response = review(client, task, "comment")  # (no body: the drafts are the review)
+    assert triggers(response)["review:sent"] == {"task_id": task.id}
+    sent = TaskComment.objects.filter(task=task, verdict="comment").order_by("created_at")
+    assert [(c.anchor_start_line, c.content) for c in sent] == [(1, "Why one?"), (5, "And five.")]
+    assert not LineCommentDraft.objects.filter(task=task).exists()
+    assert "diff__draft" not in changes(client, task)
+    # The tab and the composer reload after a verdict (the drafts' rows and count go).
+    whole = parse(html(hx(client, "get", f"/tasks/{task.id}/")))
+    for region in ("task-changes", "task-composer"):
+        assert "review:sent from:body" in whole.by_id(region).attrs["hx-trigger"]
+
+
+@pass_db
+def test_a_refused_verdict_keeps_the_drafts_and_the_api_leaves_them_alone(client, api, repo):
+    task = in_review(repo)
+    draft(client, task, 9, body="A line the diff does not have.")
+    response = review(client, task, "request_changes")
+    assert "review:sent" not in triggers(response)
+    assert LineCommentDraft.objects.filter(task=task).count() == 1
+    LineCommentDraft.objects.filter(task=task).update(start_line=2, end_line=2)
+    # The API's review sends what it is given: the person's drafts wait for their verdict.
+    response = api.post(f"/api/tasks/{task.id}/review", {"verdict": "comment", "body": "Hm."})
+    assert response.status_code == 200
+    assert LineCommentDraft.objects.filter(task=task).count() == 1
+    assert not TaskComment.objects.filter(task=task, anchor_path="app.py").exists()
 
 
 # --- long comments, the head, activity -------------------------------------------------------

@@ -95,6 +95,13 @@ def test_request_changes_with_three_line_comments_that_reach_the_agent(
     expect(page.locator(".draft-box")).to_have_count(0)
     expect(dialog).to_be_visible()
     pending = dialog.locator("#task-comment-form [data-review-pending]")
+    # A draft's Delete takes it away (and from the count).
+    line_row(file, 4).locator(".diff__code").click()
+    add_draft(page, "Never mind.")
+    expect(pending).to_have_text("4 comments pending: sent with your verdict")
+    unwanted = file.locator(".diff__draft", has_text="Never mind.")
+    unwanted.get_by_role("button", name="Delete").click()
+    expect(file.locator(".diff__draft")).to_have_count(3)
     expect(pending).to_have_text("3 comments pending: sent with your verdict")
 
     # The drafts survive a reload.
@@ -104,6 +111,13 @@ def test_request_changes_with_three_line_comments_that_reach_the_agent(
     dialog.get_by_role("tab", name="Changes").click()
     expect(file.locator(".diff__draft")).to_have_count(3)
     expect(file.locator(".diff__draft").nth(1)).to_contain_text("Two and three: capitals?")
+    # And on another device (the server keeps them): a page of its own browser context.
+    other = new_page(browser, viewport=viewport)
+    open_task(other, stack, workspace, task)
+    expect(other.locator("#task-comment-form [data-review-pending]")).to_have_text(
+        "3 comments pending: sent with your verdict"
+    )
+    other.context.close()
 
     # Request changes: the comments go (the note rewrites line 2 in the next run).
     rewrite = "@fake write app.py one\\nTWO\\nthree\\nfour\\nfive\\n"
@@ -111,10 +125,7 @@ def test_request_changes_with_three_line_comments_that_reach_the_agent(
     dialog.get_by_role("button", name="Request changes").click()
     expect(page.locator(".toast", has_text="Changes requested").first).to_be_visible()
     expect(pending).to_be_hidden()
-    assert (
-        page.evaluate("Object.keys(localStorage).filter((k) => k.startsWith('malamar-review'))")
-        == []
-    )
+    expect(dialog.locator("#task-changes .diff__draft")).to_have_count(0)  # (the server's gone)
     stack.wait_run(2)
     stack.wait_status(task, "in_review", timeout=RUN_TIMEOUT / 1000)
     text = Path(stack.task_runs()[-1]["input_path"]).read_text().replace("\\n", "\n")

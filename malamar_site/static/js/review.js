@@ -1,59 +1,19 @@
-/* The review of an In Review task (README "Reviewing a task"): comments on lines of the
-   Changes tab's diffs, kept as drafts in localStorage per task until a verdict of the composer
-   sends them (the server renders everything else: verdicts, sent comments, their place). */
+/* The review of an In Review task (README "Reviewing a task"): picking lines of the Changes
+   tab's diffs to comment on. The server keeps the drafts, renders them and the counts, and
+   sends them with a verdict of the composer (and everything else: verdicts, sent comments). */
 (function () {
   "use strict";
 
   const { $, $$, on } = window.malamar;
-  const key = (taskId) => `malamar-review-${taskId}`;
   let picking = null; // lines being picked: {table, first, last}
   let focused = ""; // a line comment whose place in the diff was asked for: marked over refreshes
   let scrolling = false; // (brought into view by the first swap that shows it)
-  const boxes = new WeakMap(); // a draft box → its lines (form.draft would find a field named "draft")
-
-  function drafts(taskId) {
-    try {
-      return JSON.parse(window.localStorage.getItem(key(taskId)) || "[]");
-    } catch (e) {
-      return [];
-    }
-  }
-  function saveDrafts(taskId, list) {
-    if (list.length) window.localStorage.setItem(key(taskId), JSON.stringify(list));
-    else window.localStorage.removeItem(key(taskId));
-    show(taskId);
-  }
 
   /* ---------------------------------------------------------------- where a row is */
 
   const cells = (row) => $$("td.diff__no", row).map((cell) => Number(cell.textContent) || 0);
   const sideOf = (row) => (row.classList.contains("diff__line--del") ? "old" : "new");
   const lineOf = (row, side) => cells(row)[side === "old" ? 0 : 1];
-
-  // The draft rows after their lines, in every diff of this task's Changes tab on their run.
-  function show(taskId) {
-    const count = drafts(taskId).length;
-    $$(`#task-detail[data-task-detail="${taskId}"] [data-review-pending]`).forEach((el) => {
-      el.hidden = !count;
-      el.textContent = `${count} comment${count === 1 ? "" : "s"} pending: sent with your verdict`;
-    });
-    const changes = $(`.changes[data-review-task="${taskId}"]`);
-    if (!changes) return;
-    $$(".diff__draft", changes).forEach((row) => row.remove());
-    const template = $("template[data-review-draft]", changes);
-    drafts(taskId).forEach((draft) => {
-      if (draft.run_id !== changes.dataset.reviewRun) return;
-      const file = $$(".change-file", changes).find((el) => el.dataset.changePath === draft.path);
-      const row = file && $$("tr.diff__line", file).find((tr) => lineOf(tr, draft.side) === draft.end_line);
-      if (!row || !template) return;
-      const item = template.content.firstElementChild.cloneNode(true);
-      $("[data-draft-where]", item).textContent =
-        draft.line === draft.end_line ? `line ${draft.line}` : `lines ${draft.line}–${draft.end_line}`;
-      $("[data-draft-body]", item).textContent = draft.body;
-      $("[data-draft-delete]", item).dataset.draftDelete = draft.id;
-      row.after(item);
-    });
-  }
 
   /* ---------------------------------------------------------------- picking lines */
 
@@ -63,6 +23,7 @@
     rows.forEach((row, index) => row.classList.toggle("is-picked", index >= a && index <= b));
     picking = { table, first, last };
   }
+  const unpick = () => $$(".is-picked").forEach((row) => row.classList.remove("is-picked"));
 
   function openBox() {
     const { table, first } = picking;
@@ -74,18 +35,16 @@
     if (!lines.length || !template) return;
     $$(".diff__box", changes).forEach((row) => row.remove());
     const box = template.content.firstElementChild.cloneNode(true);
-    const form = $("form", box);
-    const draft = {
-      path: table.closest(".change-file").dataset.changePath,
-      side,
-      line: Math.min(...lines),
-      end_line: Math.max(...lines),
-      run_id: changes.dataset.reviewRun,
-    };
-    boxes.set(form, draft);
-    const where = draft.line === draft.end_line ? `line ${draft.line}` : `lines ${draft.line}–${draft.end_line}`;
-    $("[data-draft-where]", box).textContent = `${draft.path}, ${where}`;
+    const path = table.closest(".change-file").dataset.changePath;
+    const [line, end] = [Math.min(...lines), Math.max(...lines)];
+    const fields = { path, side, line, end_line: end }; // (the box's hidden fields: it posts them)
+    Object.entries(fields).forEach(([name, value]) => {
+      $(`input[name="${name}"]`, box).value = value;
+    });
+    const where = line === end ? `line ${line}` : `lines ${line}–${end}`;
+    $("[data-draft-where]", box).textContent = `${path}, ${where}`;
     rows[rows.length - 1].after(box);
+    window.htmx.process(box);
     $("textarea", box).focus();
   }
 
@@ -104,7 +63,7 @@
   on("pointerup", (event) => {
     const row = picking && reviewRow(event);
     if (row && !String(window.getSelection())) openBox();
-    else if (row) $$(".is-picked").forEach((picked) => picked.classList.remove("is-picked")); // text selected to copy
+    else if (row) unpick(); // text selected to copy
   });
 
   on("keydown", (event) => {
@@ -124,52 +83,33 @@
     }
   });
 
-  /* ---------------------------------------------------------------- the box, the drafts */
+  /* ---------------------------------------------------------------- the box */
 
   // The box is an inline editor (data-editing: app.js adds it with Ctrl/Cmd+Enter, cancels it
-  // with Escape; live.js holds the tab's refresh while it is open).
+  // with Escape; live.js holds the tab's refresh while it is open). Its draft comes back from
+  // the server in its place (hx-post).
   on("submit", (event) => {
-    const form = event.target;
-    const draft = boxes.get(form);
-    if (!draft) return;
-    event.preventDefault();
-    const body = $("textarea", form).value.trim();
-    const taskId = form.closest(".changes").dataset.reviewTask;
-    if (body) saveDrafts(taskId, [...drafts(taskId), { ...draft, body, id: `${Date.now()}` }]);
-    form.closest("tr").remove();
-    $$(".is-picked").forEach((row) => row.classList.remove("is-picked"));
+    if (event.target.matches(".draft-box")) unpick();
   });
 
   on("click", (event) => {
     const target = event.target.closest ? event.target : null;
     const cancel = target && target.closest(".draft-box [data-edit-cancel]");
-    const remove = target && target.closest("[data-draft-delete]");
-    const changes = target && target.closest(".changes[data-review-task]");
     if (cancel) {
       cancel.closest("tr").remove();
-      $$(".is-picked").forEach((row) => row.classList.remove("is-picked"));
-    } else if (remove && changes) {
-      const taskId = changes.dataset.reviewTask;
-      saveDrafts(taskId, drafts(taskId).filter((draft) => draft.id !== remove.dataset.draftDelete));
+      unpick();
     }
     const focus = target && target.closest("[data-review-focus]");
     if (focus) [focused, scrolling] = [focus.dataset.reviewFocus, true];
   });
 
-  // A verdict takes the drafts along (and closes Approve's choice); once taken, they are gone.
+  // A verdict closes Approve's choice; then the composer gives way to what follows it (its
+  // refresh waits for a focused field).
   on("htmx:configRequest", (event) => {
-    const taskId = event.detail.elt.dataset && event.detail.elt.dataset.reviewForm;
-    if (taskId) $$("[popover]:popover-open", event.detail.elt).forEach((menu) => menu.hidePopover());
-    const list = taskId && drafts(taskId);
-    if (list && list.length) {
-      event.detail.parameters.line_comments = JSON.stringify(
-        list.map(({ path, side, line, end_line, run_id, body }) => ({ path, side, line, end_line, run_id, body })),
-      );
-    }
+    const form = event.detail.elt.dataset && event.detail.elt.dataset.reviewForm;
+    if (form) $$("[popover]:popover-open", event.detail.elt).forEach((menu) => menu.hidePopover());
   });
-  on("review:sent", (event) => {
-    saveDrafts(event.detail.task_id, []);
-    // The composer gives way to what follows the verdict (its refresh waits for a focused field).
+  on("review:sent", () => {
     const active = document.activeElement;
     if (active && active.closest("[data-review-form]")) active.blur();
   });
@@ -180,7 +120,6 @@
     const target = event.detail.target;
     const detail = target && target.closest && (target.closest("#task-detail") || $("#task-detail", target));
     if (!detail) return;
-    show(detail.dataset.taskDetail);
     // (Marked again after each refresh of the Changes tab: a run's end reloads it.)
     const place = focused && $(`#diff-comment-${CSS.escape(focused)}`, target);
     if (place) {
@@ -191,6 +130,4 @@
       scrolling = false;
     }
   });
-  const detail = $("#task-detail"); // a popup the page was rendered with
-  if (detail) show(detail.dataset.taskDetail);
 })();
