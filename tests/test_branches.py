@@ -4,6 +4,7 @@ CLIs as agents, task passes in-process."""
 
 import json
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -599,7 +600,9 @@ def test_the_popup_shows_the_branch_with_merge_and_discard_once_in_review(repo, 
     assert element_text(page, "task-branch-name") == task.branch_name
     assert elements(page, "button", id="task-branch-copy")[0]["data-copy-text"] == task.branch_name
     assert "Merge into main" in element_text(page, "task-merge")
-    assert elements(page, "input", **{"data-confirm-match": task.branch_name})
+    (confirm,) = [field for field in elements(page, "input") if "pattern" in field]
+    assert re.fullmatch(confirm["pattern"], f" {task.branch_name} ")
+    assert not re.fullmatch(confirm["pattern"], task.branch_name.replace("/", "-"))
     Task.objects.filter(id=task.id).update(status=TaskStatus.IN_PROGRESS)
     page = html(hx(client, "get", f"/tasks/{task.id}/", target="task-head"))
     assert element_text(page, "task-branch-name") == task.branch_name

@@ -2,6 +2,7 @@
 
 import functools
 import html
+import re
 from datetime import datetime
 
 from django import template
@@ -274,3 +275,15 @@ def picker_options(field) -> str:
     chosen = [option for option in options if option.data["selected"]]
     others = [option for option in options if not option.data["selected"]]
     return mark_safe("".join(_picker_option(option) for option in chosen + others))
+
+
+# Characters with a meaning in a pattern attribute (a JavaScript regex in its "v" mode, where
+# escaping any other character outside a class is itself an error).
+PATTERN_SYNTAX = re.compile(r"[\\^$.*+?()\[\]{}|/]")
+
+
+@register.filter
+def exact_pattern(value) -> str:
+    """A pattern attribute that an input matches only when it holds `value` (spaces around aside):
+    "type the name to confirm" is the browser's own form validation."""
+    return r"\s*" + PATTERN_SYNTAX.sub(lambda m: "\\" + m.group(), str(value)) + r"\s*"

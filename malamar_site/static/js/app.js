@@ -76,7 +76,6 @@
         $$(".field__error, .form-error", dialog).forEach((el) => el.remove());
         $$("[aria-invalid]", dialog).forEach((el) => el.removeAttribute("aria-invalid"));
         $$(".field--invalid", dialog).forEach((el) => el.classList.remove("field--invalid"));
-        syncConfirmMatch(dialog);
       }
       // A popup (content loaded into the dialog's slot) is forgotten: its part of the URL
       // (htmx pushed it on opening) and, once the closing animation is over, its content.
@@ -130,15 +129,6 @@
     dialog.addEventListener("close", done, { once: true });
     openDialog(dialog);
   });
-
-  // "Type the name to confirm": the submit button waits for an exact match.
-  function syncConfirmMatch(root) {
-    $$("[data-confirm-match]", root).forEach((input) => {
-      const button = input.form && $("[data-confirm-submit]", input.form);
-      if (button) button.disabled = input.value.trim() !== input.dataset.confirmMatch;
-    });
-  }
-  on("input", (event) => event.target.matches("[data-confirm-match]") && syncConfirmMatch(event.target.form));
 
   /* ------------------------------------------------------------------ toasts */
 
@@ -541,7 +531,6 @@
 
   function onLoad(root) {
     updateTimes(root);
-    syncConfirmMatch(root);
     scrollToEnd(root);
   }
 
