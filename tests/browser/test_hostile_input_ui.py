@@ -1,9 +1,11 @@
-"""Too-large form posts in a real browser: the server's own error toast, nothing else."""
+"""Hostile input in a real browser: too-large form posts (the server's own error toast, nothing
+else), names with a regex's characters to type to confirm."""
 
 import pytest
 import requests
 from playwright.sync_api import expect
 
+from core.templatetags.malamar import exact_pattern
 from tests.browser.conftest import LiveServer, new_page
 from tests.databases import release
 from tests.stack import data_dir_from
@@ -41,3 +43,22 @@ def test_a_form_post_over_the_limit_shows_one_clear_toast(browser, small_server)
     workspaces = requests.get(f"{small_server.url}/api/workspaces", timeout=5).json()
     assert workspaces["workspaces"] == []
     page.context.close()
+
+
+NAMES = ["a.b*c+d?", "(x)[y]{z}|w", r"back\slash ^$ /", "dash- & ~ # % , : ; < = > @ `", "émoji 🚀"]
+
+
+def test_the_name_to_confirm_matches_itself_only_whatever_it_holds(browser):
+    # The pattern attribute is a regular expression in the browser's "v" mode, where escaping a
+    # character without a meaning is an error (the pattern would then be ignored: any text goes).
+    page = new_page(browser)
+    for name in NAMES:
+        page.set_content("<input value=''><input value=''>")
+        typed, other = page.locator("input").all()
+        for field in (typed, other):
+            field.evaluate("(el, pattern) => (el.pattern = pattern)", exact_pattern(name))
+        typed.fill(f" {name} ")
+        other.fill(name[:-1])
+        assert typed.evaluate("el => el.validity.valid"), name
+        assert not other.evaluate("el => el.validity.valid"), name
+    page.console_errors.check()
