@@ -658,6 +658,11 @@ def test_wide_comments_scroll_in_their_own_boxes_on_a_phone(browser, server):
     dialog = page.locator("#task-dialog")
     expect(dialog.locator("#task-comments .comment table")).to_have_count(2)
     no_sideways_scroll(page, "popup with wide comments")
+    # A code block's copy button (shown on a touch screen) copies it, and a toast says so.
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    dialog.locator(".comment .code-block__copy").first.click()
+    expect(page.locator(".toast", has_text="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()").strip() == LONG_LINE
     for part in ("#task-dialog", ".task-detail__body", "#task-comments"):
         overflow = page.locator(part).evaluate("(el) => el.scrollWidth - el.clientWidth")
         assert overflow <= 0, f"{part} scrolls sideways by {overflow} px"

@@ -506,7 +506,7 @@
   }
 
   // A button that copies a value it carries (a branch name, a working directory), or the code
-  // block it sits in (the markdown filter adds one to each).
+  // block it sits in (the markdown filter adds one to each); a toast says it is done.
   on("click", (event) => {
     const carrier = closest(event, "[data-copy-text]");
     const button = closest(event, ".code-block__copy");
@@ -514,15 +514,7 @@
     if (!carrier && !pre) return;
     const text = carrier ? carrier.dataset.copyText : pre.innerText;
     copyText(text).then(
-      () => {
-        if (carrier) return toast({ level: "success", message: "Copied", detail: text });
-        button.dataset.copied = "true";
-        button.setAttribute("aria-label", "Copied");
-        window.setTimeout(() => {
-          delete button.dataset.copied;
-          button.setAttribute("aria-label", "Copy code");
-        }, 1500);
-      },
+      () => toast({ level: "success", message: "Copied", detail: carrier ? text : "" }),
       () => toast({ level: "error", message: "Could not copy to the clipboard" }),
     );
   });
