@@ -21,7 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST = [str(Path(sys.executable).parent / "pytest")]  # the venv's, as `make test` ran it
-SQLITE_PASS = [*PYTEST, "-n", "2", "--dist", "loadfile", "--durations=15"]
+# The costliest files first (tests/conftest.py orders them; xdist would reorder by size).
+SQLITE_PASS = [*PYTEST, "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "--durations=15"]
 # One process: its tests take a fraction of the SQLite pass's time.
 POSTGRES_PASS = [*PYTEST, "-m", "pg", "--durations=10", "-o", "cache_dir=.pytest_cache/pg"]
 STOP_GRACE = 60  # seconds a stopped PostgreSQL pass gets to stop its servers
