@@ -9,7 +9,7 @@ its own PostgreSQL (the PostgreSQL pass only), data dirs and servers on free por
 
 The SQLite pass prints as it goes; the PostgreSQL pass's output is held and printed whole once
 both have ended, then one line with both results. The exit status is non-zero when either pass
-failed. Extra arguments go to both passes (`python tests/run_suite.py -x`).
+failed. Ctrl-C stops both. Extra arguments go to both passes (`python tests/run_suite.py -x`).
 """
 
 import os
@@ -25,43 +25,26 @@ PYTEST = [str(Path(sys.executable).parent / "pytest")]  # the venv's, as `make t
 SQLITE_PASS = [*PYTEST, "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "--durations=15"]
 # One process: its tests take a fraction of the SQLite pass's time.
 POSTGRES_PASS = [*PYTEST, "-m", "pg", "--durations=10", "-o", "cache_dir=.pytest_cache/pg"]
-STOP_GRACE = 60  # seconds a stopped PostgreSQL pass gets to stop its servers
 
 
 def _verdict(status: int) -> str:
     return "passed" if status == 0 else f"FAILED (exit status {status})"
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """Interrupt the PostgreSQL pass as Ctrl-C would (it stops its servers), then kill it."""
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(timeout=STOP_GRACE)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 def main(extra: list[str]) -> int:
     env = {**os.environ, "MALAMAR_TEST_DATABASE": "postgres"}
     with tempfile.TemporaryFile("w+", prefix="malamar-pg-pass-") as held:
-        # A session of its own: Ctrl-C in the terminal reaches the SQLite pass only; _stop
-        # passes it on.
         postgres = subprocess.Popen(
-            [*POSTGRES_PASS, *extra],
-            cwd=ROOT,
-            env=env,
-            stdout=held,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            [*POSTGRES_PASS, *extra], cwd=ROOT, env=env, stdout=held, stderr=subprocess.STDOUT
         )
+        sqlite = subprocess.Popen([*SQLITE_PASS, *extra], cwd=ROOT)
+        # Ctrl-C reaches both passes (one process group): each stops its servers and reports;
+        # this process waits for them rather than dying first (exec resets this handler).
+        previous = signal.signal(signal.SIGINT, lambda *_: None)
         try:
-            sqlite_status = subprocess.call([*SQLITE_PASS, *extra], cwd=ROOT)
-            postgres_status = postgres.wait()
+            sqlite_status, postgres_status = sqlite.wait(), postgres.wait()
         finally:
-            _stop(postgres)
+            signal.signal(signal.SIGINT, previous)
         held.seek(0)
         print(f"\n{' PostgreSQL pass (tests marked pg), run alongside '.center(80, '=')}")
         sys.stdout.write(held.read())

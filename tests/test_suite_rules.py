@@ -2,14 +2,17 @@
 marker, tests/conftest.py), and the wipe that lets browser tests share a server leaves its
 database as new."""
 
+import os
 import re
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests import conftest, databases, run_suite
-from tests.live import django_script
+from tests.live import django_script, wait_until
 from tests.stack import data_dir_from
 
 TESTS = Path(__file__).resolve().parent
@@ -129,3 +132,43 @@ def test_make_test_fails_when_either_pass_fails_and_shows_both(
     for name, exit_status in (("SQLite", sqlite_exit), ("PostgreSQL", postgres_exit)):
         verdict = "passed" if exit_status == 0 else f"FAILED (exit status {exit_status})"
         assert f"{name} pass" in last and verdict in last.split(f"{name} pass")[1].split(";")[0]
+
+
+# A pass that says it started (a file), then waits until Ctrl-C and stops as pytest does.
+INTERRUPTIBLE_PASS = """
+import pathlib, sys, time
+pathlib.Path(sys.argv[1]).touch()
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    print(sys.argv[2], "stopped its servers")
+    raise SystemExit(2)
+"""
+RUN_INTERRUPTIBLE = """
+import sys
+from tests import run_suite
+one = [sys.executable, "-c", sys.argv[1]]
+run_suite.SQLITE_PASS = [*one, sys.argv[2] + "/sqlite", "sqlite"]
+run_suite.POSTGRES_PASS = [*one, sys.argv[2] + "/postgres", "postgres"]
+sys.exit(run_suite.main([]))
+"""
+
+
+def test_ctrl_c_stops_both_passes_and_make_test_reports_them(tmp_path):
+    runner = subprocess.Popen(
+        [sys.executable, "-c", RUN_INTERRUPTIBLE, INTERRUPTIBLE_PASS, str(tmp_path)],
+        cwd=run_suite.ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a terminal of its own: Ctrl-C is SIGINT to its group
+    )
+    try:
+        started = [tmp_path / "sqlite", tmp_path / "postgres"]
+        wait_until(lambda: all(p.exists() for p in started), timeout=60, what="both passes")
+        os.killpg(runner.pid, signal.SIGINT)
+        out = runner.communicate(timeout=60)[0]
+    finally:
+        runner.kill()
+    assert runner.returncode == 1
+    assert "sqlite stopped its servers" in out and "postgres stopped its servers" in out
+    assert "SQLite pass (whole suite): FAILED (exit status 2)" in out
