@@ -31,7 +31,7 @@ from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
 from runner.clis import CUSTOM_CLI, cli_label
 from runner.models import QueueStatus
-from runner.selectors import cli_available
+from runner.selectors import cli_available, runs_locked
 from workspaces.models import Workspace
 from workspaces.services import workspace_touch
 
@@ -151,6 +151,7 @@ def chat_delete(*, chat: Chat) -> None:
     chat_id = chat.id
     with transaction.atomic():
         payload = _chat_payload(chat)
+        runs_locked(chat.runs.all())
         chat.delete()
         workspace_touch(payload["workspace_id"])
         events.publish("chat.deleted", payload)

@@ -369,3 +369,11 @@ def redis_status(url: str) -> dict:
     except Exception as exc:
         status["error"] = type(exc).__name__
     return status
+
+
+def runs_locked(runs) -> list[str]:
+    """Lock `runs` until the caller's transaction ends (FOR UPDATE), before deleting what owns
+    them. Else a running one could write trace rows between the delete's read of its traces
+    and its commit, and PostgreSQL failed the FOREIGN KEY there (a 500, nothing deleted); now
+    the worker's write waits, then finds its run gone and skips it (agent_run_progress)."""
+    return list(runs.select_for_update().values_list("id", flat=True))

@@ -25,7 +25,7 @@ from notifications.cli_states import cli_broken_set, cli_limit_set
 from notifications.services import notify_task_error, notify_task_in_review
 from runner.models import QueueStatus
 from runner.plans import Wait, cli_for_run
-from runner.selectors import cli_states
+from runner.selectors import cli_states, runs_locked
 from tasks import anchors, branches, selectors
 from tasks.models import (
     RUNNABLE_STATUSES,
@@ -948,6 +948,7 @@ def task_delete(*, task: Task, confirm_unmerged: bool = False) -> None:
     with transaction.atomic():
         payload = task_payload(task)
         _remove_branch_on_commit(task, keep_merged=True)
+        runs_locked(task.runs.all())
         dependents = list(Task.objects.filter(blocker_links__blocker=task))
         for dependent in dependents:
             log_add(

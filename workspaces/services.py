@@ -11,6 +11,7 @@ from core.fields import max_length_of
 from core.models import Marker
 from core.wake import wake_worker_on_commit
 from runner.git import GitError, branch_exists, branch_name_problem, git_binary, git_text
+from runner.selectors import runs_locked
 from workspaces.checks import attempts_clean, checks_clean
 from workspaces.models import (
     FIRST_RUN_DISMISSED,
@@ -303,6 +304,7 @@ def workspace_row_delete(*, workspace: Workspace) -> None:
     running CLIs: it sees its queue rows disappear (DESIGN "Stopping runs")."""
     with transaction.atomic():
         payload = _payload(workspace)
+        runs_locked(workspace.runs.all())
         workspace.delete()
         events.publish("workspace.deleted", payload)
         wake_worker_on_commit()
