@@ -1,9 +1,9 @@
 """Fixtures of the whole suite, and the rule for the `pg` marker.
 
-`make test` runs the whole suite on SQLite, then only the tests marked `pg` on PostgreSQL
-(`MALAMAR_TEST_DATABASE=postgres pytest -m pg`). Mark a test `pg` (`@pytest.mark.pg`, or
-`pytestmark` for a whole module) when what it proves could hold on SQLite and fail on
-PostgreSQL:
+`make test` runs the whole suite on SQLite and, at the same time, only the tests marked `pg` on
+PostgreSQL (`MALAMAR_TEST_DATABASE=postgres pytest -m pg`, tests/run_suite.py). Mark a test
+`pg` (`@pytest.mark.pg`, or `pytestmark` for a whole module) when what it proves could hold on
+SQLite and fail on PostgreSQL:
 - concurrency: claims and locks (SKIP LOCKED, FOR NO KEY UPDATE), the pickup, the worker's
   threads or several workers racing, stop requests, wake-ups (LISTEN/NOTIFY), the event relay;
 - the database's own rules: constraints and IntegrityError paths, transactions rolled back,
