@@ -144,8 +144,10 @@ except KeyboardInterrupt:
     print(sys.argv[2], "stopped its servers")
     raise SystemExit(2)
 """
+# Ctrl-C as in a terminal: an xdist process ignores SIGINT, and its children would inherit that.
 RUN_INTERRUPTIBLE = """
-import sys
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from tests import run_suite
 one = [sys.executable, "-c", sys.argv[1]]
 run_suite.SQLITE_PASS = [*one, sys.argv[2] + "/sqlite", "sqlite"]
