@@ -1,8 +1,9 @@
 # Two commands for a fresh machine: `make run` and `make test`.
-# `make test` runs the tests in two processes (pytest-xdist), a test file in one of them (module
-# fixtures such as the browser or the installed package are set up once): the whole suite on
-# SQLite, then on a PostgreSQL the session starts (Debian's postgresql package) the tests marked
-# `pg`, those whose proof depends on the database. Mark new tests by the rule in tests/conftest.py.
+# `make test` runs two pytest passes at once (tests/run_suite.py): the whole suite on SQLite in
+# two processes (pytest-xdist), a test file in one of them (module fixtures such as the browser or
+# the installed package are set up once), and beside it, on a PostgreSQL the session starts
+# (Debian's postgresql package), the tests marked `pg`, those whose proof depends on the
+# database; its output follows the SQLite pass's. Mark new tests by the rule in tests/conftest.py.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -31,8 +32,7 @@ run: install
 test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -n 2 --dist loadfile --durations=15
-	MALAMAR_TEST_DATABASE=postgres $(BIN)/pytest -n 2 --dist loadfile -m pg --durations=10
+	$(BIN)/python tests/run_suite.py
 
 lint: install-dev
 	$(BIN)/ruff check --fix .

@@ -1,9 +1,9 @@
 """Fixtures of the whole suite, and the rule for the `pg` marker.
 
-`make test` runs the whole suite on SQLite, then only the tests marked `pg` on PostgreSQL
-(`MALAMAR_TEST_DATABASE=postgres pytest -m pg`). Mark a test `pg` (`@pytest.mark.pg`, or
-`pytestmark` for a whole module) when what it proves could hold on SQLite and fail on
-PostgreSQL:
+`make test` runs the whole suite on SQLite and, at the same time, only the tests marked `pg` on
+PostgreSQL (`MALAMAR_TEST_DATABASE=postgres pytest -m pg`, tests/run_suite.py). Mark a test
+`pg` (`@pytest.mark.pg`, or `pytestmark` for a whole module) when what it proves could hold on
+SQLite and fail on PostgreSQL:
 - concurrency: claims and locks (SKIP LOCKED, FOR NO KEY UPDATE), the pickup, the worker's
   threads or several workers racing, stop requests, wake-ups (LISTEN/NOTIFY), the event relay;
 - the database's own rules: constraints and IntegrityError paths, transactions rolled back,
@@ -143,6 +143,32 @@ def template_db(django_db_setup) -> databases.Template:
     """A migrated database without data (no sample workspace): real servers start from a copy
     (`tests.stack.data_dir_from`)."""
     return _TEMPLATE["db"]
+
+
+# Rough seconds a test takes on 2 cores, by its mark: the ones that start real processes.
+COST_BY_MARK = {"scaleout": 60.0, "browser": 5.0, "live": 3.0}
+IN_PROCESS_COST = 0.05
+
+
+def _cost(item: pytest.Item) -> float:
+    return max(
+        (cost for mark, cost in COST_BY_MARK.items() if item.get_closest_marker(mark)),
+        default=IN_PROCESS_COST,
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The costliest test files first (`make test` passes --no-loadscope-reorder to xdist,
+    which would order them by their number of tests): the scale-out test and the browser
+    modules start early, and the short in-process files that run last even out the two
+    processes' ends, rather than one long file running alone at the end. A file's tests
+    keep their order."""
+    cost, first = {}, {}
+    for index, item in enumerate(items):
+        cost[item.path] = cost.get(item.path, 0.0) + _cost(item)
+        first.setdefault(item.path, index)
+    items.sort(key=lambda item: (-cost[item.path], first[item.path]))
 
 
 def pytest_sessionfinish(session):

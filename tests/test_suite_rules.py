@@ -2,13 +2,18 @@
 marker, tests/conftest.py), and the wipe that lets browser tests share a server leaves its
 database as new."""
 
+import contextlib
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests import databases
-from tests.live import django_script
+from tests import conftest, databases, run_suite
+from tests.live import django_script, wait_until
 from tests.stack import data_dir_from
 
 TESTS = Path(__file__).resolve().parent
@@ -91,3 +96,83 @@ def test_wipe_leaves_the_database_as_new_but_for_the_live_events(template_db, tm
         }
     finally:
         databases.release(data_dir)
+
+
+def test_the_costliest_files_run_first_each_in_one_piece(request):
+    """`make test` hands xdist the files in this order (tests/conftest.py): a file's tests
+    together, the files by what their tests cost, so a long one does not start last."""
+    files = [item.path for item in request.session.items]
+    runs = [path for index, path in enumerate(files) if index == 0 or files[index - 1] != path]
+    assert len(runs) == len(set(runs)), "a file's tests are split"
+    cost = {path: 0.0 for path in runs}
+    for item in request.session.items:
+        cost[item.path] += conftest._cost(item)
+    assert [cost[path] for path in runs] == sorted(cost.values(), reverse=True)
+
+
+def _passes(monkeypatch, sqlite_exit: int, postgres_exit: int) -> None:
+    """tests/run_suite.py with each pass a Python one-liner printing its name and exiting."""
+
+    def one_liner(name: str, status: int) -> list[str]:
+        return [sys.executable, "-c", f"print('{name} ran'); raise SystemExit({status})"]
+
+    monkeypatch.setattr(run_suite, "SQLITE_PASS", one_liner("sqlite", sqlite_exit))
+    monkeypatch.setattr(run_suite, "POSTGRES_PASS", one_liner("postgres", postgres_exit))
+
+
+@pytest.mark.parametrize(("sqlite_exit", "postgres_exit"), [(0, 0), (1, 0), (0, 1), (2, 1)])
+def test_make_test_fails_when_either_pass_fails_and_shows_both(
+    monkeypatch, capfd, sqlite_exit, postgres_exit
+):
+    _passes(monkeypatch, sqlite_exit, postgres_exit)
+    status = run_suite.main([])
+    out = capfd.readouterr().out
+    assert status == (1 if sqlite_exit or postgres_exit else 0)
+    assert out.index("sqlite ran") < out.index("PostgreSQL pass") < out.index("postgres ran")
+    last = out.strip().splitlines()[-1]
+    for name, exit_status in (("SQLite", sqlite_exit), ("PostgreSQL", postgres_exit)):
+        verdict = "passed" if exit_status == 0 else f"FAILED (exit status {exit_status})"
+        assert f"{name} pass" in last and verdict in last.split(f"{name} pass")[1].split(";")[0]
+
+
+# A pass that says it started (a file), then waits until Ctrl-C and stops as pytest does.
+INTERRUPTIBLE_PASS = """
+import pathlib, sys, time
+pathlib.Path(sys.argv[1]).touch()
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    print(sys.argv[2], "stopped its servers")
+    raise SystemExit(2)
+"""
+# Ctrl-C as in a terminal: an xdist process ignores SIGINT, and its children would inherit that.
+RUN_INTERRUPTIBLE = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from tests import run_suite
+one = [sys.executable, "-c", sys.argv[1]]
+run_suite.SQLITE_PASS = [*one, sys.argv[2] + "/sqlite", "sqlite"]
+run_suite.POSTGRES_PASS = [*one, sys.argv[2] + "/postgres", "postgres"]
+sys.exit(run_suite.main([]))
+"""
+
+
+def test_ctrl_c_stops_both_passes_and_make_test_reports_them(tmp_path):
+    runner = subprocess.Popen(
+        [sys.executable, "-c", RUN_INTERRUPTIBLE, INTERRUPTIBLE_PASS, str(tmp_path)],
+        cwd=run_suite.ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a terminal of its own: Ctrl-C is SIGINT to its group
+    )
+    try:
+        started = [tmp_path / "sqlite", tmp_path / "postgres"]
+        wait_until(lambda: all(p.exists() for p in started), timeout=60, what="both passes")
+        os.killpg(runner.pid, signal.SIGINT)
+        out = runner.communicate(timeout=60)[0]
+    finally:  # the runner and both passes, whatever happened
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(runner.pid, signal.SIGKILL)
+    assert runner.returncode == 1
+    assert "sqlite stopped its servers" in out and "postgres stopped its servers" in out
+    assert "SQLite pass (whole suite): FAILED (exit status 2)" in out

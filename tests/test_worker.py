@@ -251,7 +251,7 @@ def test_cancel_kills_the_cli_and_its_grandchild(stack):
     stack.api("POST", f"/tasks/{task['id']}/cancel", expect=200)
     wait_until(
         lambda: not alive(grandchild) and not alive(run["pid"]),
-        timeout=5,
+        timeout=30,
         what="CLI and grandchild to die",
     )
     wait_until(lambda: run_ended(stack, task), timeout=10, what="the stopped run to end")
@@ -265,8 +265,11 @@ def test_deleting_a_running_task_kills_its_cli(stack):
     ws = stack.workspace(agents=[("Planner", "claude")])
     task = stack.task(ws, "@fake sleep 60")
     run = stack.wait_run()[0]
-    stack.api("DELETE", f"/tasks/{task['id']}")
-    wait_until(lambda: not alive(run["pid"]), timeout=5, what="CLI to die")
+    # 204: on PostgreSQL the delete failed at times with a 500 (a trace row the run wrote
+    # meanwhile, tests/test_delete_while_running.py), and this test then timed out waiting.
+    stack.api("DELETE", f"/tasks/{task['id']}", expect=204)
+    # The bound is for a failure only: the worker sees the queue row gone at its next poll.
+    wait_until(lambda: not alive(run["pid"]), timeout=30, what="CLI to die")
     # The loop lives and nothing crashed: the stopped run's record, closed after its task's
     # rows were gone, is skipped (it used to fail a FOREIGN KEY check at times).
     stack.wait_idle()
@@ -279,7 +282,7 @@ def test_moving_a_running_task_to_review_stops_it_and_discards_output(stack):
     task = stack.task(ws, "@fake sleep 2 comment late output")
     run = stack.wait_run()[0]
     stack.api("PUT", f"/tasks/{task['id']}", {"status": "in_review"}, expect=200)
-    wait_until(lambda: not alive(run["pid"]), timeout=5, what="CLI to die")
+    wait_until(lambda: not alive(run["pid"]), timeout=30, what="CLI to die")
     wait_until(lambda: run_ended(stack, task), timeout=10, what="the stopped run to end")
     assert stack.comments(task) == []
 
