@@ -266,7 +266,7 @@ def test_deleting_a_running_task_kills_its_cli(stack):
     task = stack.task(ws, "@fake sleep 60")
     run = stack.wait_run()[0]
     # 204: on PostgreSQL the delete failed at times with a 500 (a trace row the run wrote
-    # meanwhile, tests/test_delete_while_running.py), and this test then timed out waiting.
+    # meanwhile, tests/test_delete_while_flushing.py), and this test then timed out waiting.
     stack.api("DELETE", f"/tasks/{task['id']}", expect=204)
     # The bound is for a failure only: the worker sees the queue row gone at its next poll.
     wait_until(lambda: not alive(run["pid"]), timeout=30, what="CLI to die")
