@@ -77,7 +77,7 @@ def agent_cli_settings(request, workspace_id: str):
     if not request.htmx:
         return redirect(_agents_url(workspace.id))
     form = AgentForm(initial=request.GET.dict())
-    context = _agent_form_context(workspace, form)
+    context = _agent_form_context(workspace, form) | {"picking": True}
     return render(request, f"{DETAIL}#agent_cli_settings", context)
 
 

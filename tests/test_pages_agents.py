@@ -72,13 +72,13 @@ def test_the_dialog_opens_on_the_chosen_clis_fields(client, workspace):
     data = {"name": "", "instruction": "x", "cli_type": "codex", "model": "o3"}
     data |= {"custom_binary": "q"}
     page = html(hx(client, "post", f"/workspaces/{workspace.id}/agents/new/", data))
-    assert 'list="agent-models-codex"' in page and 'value="o3"' in page
+    assert 'list="agent-models"' in page and 'value="o3"' in page
     settings = f"/workspaces/{workspace.id}/agents/cli-settings/"
     picked = {"cli_type": "codex", "model": "o3", "reasoning_effort": "high"}
     for answer in (page, html(hx(client, "get", settings, picked | {"custom_binary": "q"}))):
         tree = parse(answer).by_id("agent-cli-settings")
         [datalist] = tree.find_all(tag="datalist")  # the chosen CLI's suggestions only
-        assert datalist.attrs["id"] == "agent-models-codex"
+        assert (datalist.attrs["id"], datalist.attrs["data-cli"]) == ("agent-models", "codex")
         [effort] = tree.find_all(tag="select", name="reasoning_effort")  # the chosen CLI's
         assert effort.attrs["id"] == "id_reasoning_effort"
         assert "hidden" in tree.find(data_cli_only="custom").attrs

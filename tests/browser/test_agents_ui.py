@@ -3,6 +3,8 @@
 import pytest
 from playwright.sync_api import expect
 
+from tests.live import wait_until
+
 pytestmark = pytest.mark.browser
 
 
@@ -166,7 +168,8 @@ def test_the_agent_dialog_follows_the_chosen_cli(page, server):
     dialog.get_by_label("Instruction").fill("Code.")
     dialog.get_by_label("Codex CLI").check()
     model = dialog.get_by_label("Model")
-    expect(model).to_have_attribute("list", "agent-models-codex")
+    expect(model).to_have_attribute("list", "agent-models")
+    expect(dialog.locator("datalist#agent-models")).to_have_attribute("data-cli", "codex")
     effort = dialog.get_by_label("Reasoning effort")
     expect(effort).to_be_visible()
     expect(effort.locator("option")).to_have_text(
@@ -175,8 +178,16 @@ def test_the_agent_dialog_follows_the_chosen_cli(page, server):
     dialog.get_by_label("Gemini CLI").check()
     expect(dialog.get_by_text("Gemini CLI has no reasoning effort setting")).to_be_visible()
     expect(dialog.get_by_label("Argument template")).to_be_hidden()
+    # What is typed while the pick's answer is on its way stays (the answer held back).
+    held = []
+    page.route("**/agents/cli-settings/**", lambda route: held.append(route))
     dialog.get_by_label("Claude Code").check()
     model.fill("sonnet")
+    wait_until(lambda: page.evaluate("true") and held, timeout=10, what="the pick's request")
+    held[0].continue_()
+    page.unroute("**/agents/cli-settings/**")
+    expect(dialog.locator("datalist#agent-models")).to_have_attribute("data-cli", "claude")
+    expect(model).to_have_value("sonnet")
     dialog.get_by_label("Reasoning effort").select_option("high")
     dialog.get_by_label("Extra arguments").fill("--verbose\n--output-format=json")
     dialog.get_by_role("button", name="Add agent").click()
