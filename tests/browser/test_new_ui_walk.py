@@ -75,6 +75,9 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     assert box.evaluate("(el) => el.getBoundingClientRect().right") <= page.evaluate("innerWidth")
     changes.locator("#task-changes-run").select_option(index=1)
     expect(changes.locator("#task-changes-run")).not_to_have_value("")
+    # The run's diff has landed (the server marks its option; a pick alone does not): a file
+    # opened in the whole task's diff before would be closed by its swap.
+    expect(changes.locator("#task-changes-run option[selected]")).to_have_count(1)
     expect(file).to_be_visible()
     changes.locator('.change-file[data-change-path="README.md"] summary').click()
     fits(page, "changes of one run")
