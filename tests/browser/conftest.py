@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from playwright.sync_api import expect
 
 from tests.databases import Template, release, wipe
 from tests.live import Server
@@ -190,3 +191,31 @@ def stack(module_stack, tmp_path):
     module_stack.start_worker()
     yield module_stack
     module_stack.stop_worker()
+
+
+NEXT_FRAME = "() => new Promise((done) => requestAnimationFrame(() => setTimeout(done)))"
+
+
+def drag(page, source, target, *, x: float | None = None, target_y: float | None = None) -> None:
+    """Drag `source` onto `target` as a hand does: press, then several moves (at `x` px from
+    their left, default their middle; `target_y` px below the target's top, default its middle).
+    Playwright's own `drag_to` takes a drag as started only if the browser's dragstart comes
+    before a zero-delay timer after the first mousemove it sees; under load that may be the
+    hover's move dispatched late (mouse moves wait for the next frame), and then no drag
+    happens at all (CI: no drop, no request). So the hover's move lands first (a frame and a
+    task later), and each further move is another chance."""
+    start, end = _box(source), _box(target)
+    page.mouse.move(start["x"] + (x or start["width"] / 2), start["y"] + start["height"] / 2)
+    page.evaluate(NEXT_FRAME)
+    page.mouse.down()
+    to_x = end["x"] + (x or end["width"] / 2)
+    to_y = end["y"] + (end["height"] / 2 if target_y is None else target_y)
+    page.mouse.move(to_x, to_y, steps=5)
+    page.mouse.move(to_x, to_y)
+    page.mouse.up()
+
+
+def _box(locator) -> dict:
+    """Where the element is (a live refresh may replace it as it is measured: measure again)."""
+    expect(locator).to_be_visible()
+    return locator.bounding_box() or _box(locator)

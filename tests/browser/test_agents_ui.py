@@ -3,6 +3,7 @@
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.conftest import drag
 from tests.live import wait_until
 
 pytestmark = pytest.mark.browser
@@ -23,21 +24,6 @@ AGENTS_REFRESHED = """() => {
     });
   });
 }"""
-
-
-def drag(page, source, target, *, target_y):
-    """Drag `source` onto `target` (`target_y` px below its top) in moves, as a hand does.
-    `drag_to` moves once: Playwright takes a drag as started only if the browser's dragstart
-    comes before a zero-delay timer after that one move, which under load it may not (CI:
-    no drag, no reorder request). Each further move is another chance (Playwright's "dragging
-    manually": hover the target twice)."""
-    start = source.bounding_box()
-    page.mouse.move(start["x"] + 200, start["y"] + start["height"] / 2)
-    page.mouse.down()
-    end = target.bounding_box()
-    page.mouse.move(end["x"] + 200, end["y"] + target_y, steps=5)
-    page.mouse.move(end["x"] + 200, end["y"] + target_y)
-    page.mouse.up()
 
 
 def expect_order(page, expected):
@@ -111,7 +97,7 @@ def test_add_edit_reorder_and_delete_agents(page, server):
     # The list reorders at once; the save is a request in flight: wait for its answer before
     # reloading, or the reload can cancel it.
     with page.expect_response(lambda r: r.url.endswith("/agents/reorder/")) as saved:
-        drag(page, reviewer, planner, target_y=4)
+        drag(page, reviewer, planner, x=200, target_y=4)
     assert saved.value.ok
     expect_order(page, ["Reviewer", "Planner", "Builder"])
     page.reload()

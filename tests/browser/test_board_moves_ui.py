@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import new_page
+from tests.browser.conftest import drag, new_page
 from tests.browser.test_board_ui import PHONE_390, fill_board, no_sideways_scroll
 from tests.live import django_script
 
@@ -33,14 +33,14 @@ def test_cards_move_by_drag_and_drop_and_by_keyboard(browser, server):
     open_board(page, server, workspace, "&all=done")  # (Done shown whole)
 
     # A drop on a column it may go to moves it (the columns it may go to light up meanwhile).
-    card(page, "in_review", "Cart").drag_to(page.locator("#col-done"))
+    drag(page, card(page, "in_review", "Cart"), page.locator("#col-done"))
     expect(card(page, "done", "Cart")).to_be_visible()
     expect(page.locator(".toast", has_text="Moved to Done")).to_be_visible()
     expect(page.locator("#col-done[data-show-all]")).to_have_count(1)  # still shown whole
     assert server.api("GET", f"/tasks/{made['in_review'][0]['id']}")["status"] == "done"
 
     # A drop it may not make: it stays, and the toast says why.
-    card(page, "todo", "Login page").drag_to(page.locator("#col-in_progress"))
+    drag(page, card(page, "todo", "Login page"), page.locator("#col-in_progress"))
     refusal = page.locator(".toast--error", has_text="cannot move a task from Todo")
     expect(refusal).to_contain_text("the agents pick up Todo tasks themselves")
     expect(card(page, "todo", "Login page")).to_be_visible()

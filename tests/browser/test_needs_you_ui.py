@@ -7,7 +7,7 @@ import os
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import new_page
+from tests.browser.conftest import drag, new_page
 from tests.browser.test_board_ui import PHONE_390, no_sideways_scroll
 from tests.gitrepo import make_repo
 from tests.live import django_script
@@ -189,7 +189,7 @@ def test_approve_and_drop_on_done_ask_to_merge_or_keep_a_branch(browser, stack, 
     page = new_page(browser)
     page.goto(f"{stack.server.url}/workspaces/{workspace['id']}/?tab=tasks")
     card = page.locator("#col-in_review .task-card-item", has_text="Experiment")
-    card.drag_to(page.locator("#col-done"))
+    drag(page, card, page.locator("#col-done"))
     dialog = page.locator("#merge-choice")
     expect(dialog).to_be_visible()
     dialog.get_by_role("button", name="Finish without merging (keep the branch)").click()
