@@ -465,20 +465,14 @@
 
   /* ------------------------------------------------------------------ form helpers */
 
-  // Environment variables: add and remove rows.
+  // Environment variables: a row removed gives the focus to "Add variable" (the server renders
+  // an added row: hx-get).
   on("click", (event) => {
-    const add = closest(event, "[data-env-add]");
     const remove = closest(event, "[data-env-remove]");
-    const fieldset = (add || remove) && (add || remove).closest("fieldset");
-    if (add) {
-      const rows = $("[data-env-rows]", fieldset);
-      rows.append($("template[data-env-template]", fieldset).content.cloneNode(true));
-      const inputs = $$("input", rows);
-      if (inputs.length >= 2) inputs[inputs.length - 2].focus();
-    } else if (remove) {
-      remove.closest(".env__row").remove();
-      $("[data-env-add]", fieldset).focus();
-    }
+    const fieldset = remove && remove.closest("fieldset");
+    if (!fieldset) return;
+    remove.closest(".env__row").remove();
+    $("[data-env-add]", fieldset).focus();
   });
 
   // A masked secret is replaced, not edited: select it all on focus.
