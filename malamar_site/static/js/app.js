@@ -14,7 +14,7 @@
   const on = (type, handler, capture = false) => document.addEventListener(type, handler, capture);
   const closest = (event, selector) => (event.target.closest ? event.target.closest(selector) : null);
   const plainClick = (event) => event.button === 0 && !event.metaKey && !event.ctrlKey && !event.shiftKey && !event.altKey;
-  window.malamar = { $, $$, on, closest }; // (for tasks.js and review.js, loaded after)
+  window.malamar = { $, $$, on, closest, plainClick }; // (for tasks.js and review.js, loaded after)
 
   /* ------------------------------------------------------------------ dialogs */
 
