@@ -100,16 +100,13 @@
 
   // The server closes the dialog that holds the element which sent the request; or found what
   // a popup shows gone (its refresh after a delete elsewhere): the popup closes, saying so.
-  on("malamar:dialog-close", (event) => {
-    const dialog = event.target.closest && event.target.closest("dialog[open]");
-    if (dialog) dialog.close("done");
-  });
-  on("malamar:gone", (event) => {
-    const dialog = event.target.closest && event.target.closest("dialog[open]");
-    if (!dialog) return;
-    dialog.close("gone");
-    toast({ level: "info", message: event.detail.message });
-  });
+  ["malamar:dialog-close", "malamar:gone"].forEach((type) =>
+    on(type, (event) => {
+      const dialog = event.target.closest && event.target.closest("dialog[open]");
+      if (dialog) dialog.close(type);
+      if (dialog && event.detail.message) toast({ level: "info", message: event.detail.message });
+    }),
+  );
 
   /* ------------------------------------------------------------------ confirmations */
 
