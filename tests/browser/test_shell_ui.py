@@ -193,6 +193,32 @@ def test_keyboard_reaches_the_page(page, server):
     assert "Move Implementer up" in reached
 
 
+def test_menus_open_one_at_a_time_on_their_first_item_and_close_by_escape_or_outside(page, server):
+    """The empty Chat tab's two "new chat" menus (<details data-chat-menu>, app.js)."""
+    workspace = server.workspace("Menus")
+    server.agent(workspace["id"], "Alpha")
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=chat")
+    menus = page.locator("details[data-chat-menu]")
+    top, empty, opened = menus.first, menus.last, page.locator("details[data-chat-menu][open]")
+    top.locator("summary").click()
+    expect(top.get_by_role("menuitem").first).to_be_focused()
+    page.keyboard.press("ArrowDown")
+    expect(top.get_by_role("menuitem").nth(1)).to_be_focused()
+
+    empty.locator("summary").click()  # the other one closes
+    expect(opened).to_have_count(1)
+    expect(empty.get_by_role("menuitem").first).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(opened).to_have_count(0)
+    expect(empty.locator("summary")).to_be_focused()
+
+    top.locator("summary").click()
+    expect(opened).to_have_count(1)
+    page.get_by_role("heading", name="No conversations yet").click()
+    expect(opened).to_have_count(0)
+    page.console_errors.check()
+
+
 def test_no_console_errors_on_any_page(browser, server):
     workspace = seed(server)
     base = f"{server.url}/workspaces/{workspace['id']}"

@@ -262,13 +262,14 @@
   // keyboard hints, Enter is a new line and the button sends). Escape cancels an inline edit
   // ([data-edit-cancel]) or closes a menu before it closes the popup around it.
   const coarse = window.matchMedia("(hover: none) and (pointer: coarse)");
+  const OPEN_MENU = "details[data-chat-menu][open]";
   on("keydown", (event) => {
     const field = event.target.matches && event.target.matches("textarea, input") ? event.target : null;
     const enter = field && event.key === "Enter" && !event.isComposing;
     const chatEnter = enter && field.matches("[data-chat-input]") && !event.shiftKey && !coarse.matches;
     const editing = event.key === "Escape" && closest(event, "form[data-editing]");
     const cancel = editing && $("[data-edit-cancel]", editing);
-    const menu = event.key === "Escape" && $("details[data-chat-menu][open]");
+    const menu = event.key === "Escape" && $(OPEN_MENU);
     if (enter && field.form && (event.ctrlKey || event.metaKey || chatEnter)) {
       event.preventDefault();
       if (!chatEnter || field.value.trim()) field.form.requestSubmit();
@@ -280,24 +281,17 @@
     }
   });
 
-  // Dropdown menus (<details data-chat-menu>): one open at a time, closed by a click outside
-  // or on one of their items (its request has already started).
+  // Dropdown menus (<details data-chat-menu>): one open at a time (a click on one closes the
+  // others), closed by a click outside or on one of their items (its request has already
+  // started); one that opens focuses its first item.
   function closeMenus(except, focus) {
-    $$("details[data-chat-menu][open]").forEach((menu) => menu !== except && (menu.open = false));
+    $$(OPEN_MENU).forEach((menu) => menu !== except && (menu.open = false));
     if (focus) focus.focus();
   }
   on("click", (event) =>
     closeMenus(closest(event, "[data-chat-menu] [role=menuitem]") ? null : closest(event, "details[data-chat-menu]")),
   );
-  on(
-    "toggle",
-    (event) => {
-      const menu = event.target;
-      if (!(menu instanceof HTMLDetailsElement) || !menu.hasAttribute("data-chat-menu") || !menu.open) return;
-      closeMenus(menu, $("[role=menuitem]", menu));
-    },
-    true,
-  );
+  on("toggle", (event) => event.target.matches(OPEN_MENU) && $("[role=menuitem]", event.target).focus(), true);
 
   // Arrow keys, Home and End move between a menu's items and a tab list's tabs (a tab is
   // selected as it is reached: tasks.js).
