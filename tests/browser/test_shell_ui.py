@@ -170,8 +170,16 @@ def test_toasts_disappear_after_five_seconds(page, server):
     page.goto(server.url)
     page.evaluate("window.malamarToast({level: 'info', message: 'Hello'})")
     expect(page.locator(".toast")).to_have_count(1)
+    # Without a detail, its line takes no room (not even its margin).
+    no_detail = page.locator(".toast .toast__detail")
+    assert (
+        no_detail.count() == 0 or no_detail.evaluate("p => getComputedStyle(p).display") == "none"
+    )
+    page.evaluate("window.malamarToast({level: 'info', message: 'Hi', detail: 'there'})")
+    expect(page.locator(".toast", has_text="Hi").locator(".toast__detail")).to_have_text("there")
+    expect(page.locator(".toast")).to_have_count(2)
     page.clock.run_for(4500)
-    expect(page.locator(".toast")).to_have_count(1)
+    expect(page.locator(".toast")).to_have_count(2)
     page.clock.run_for(1000)
     expect(page.locator(".toast")).to_have_count(0)
 

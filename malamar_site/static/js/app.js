@@ -169,8 +169,7 @@
       link.href = item.dataset.href = options.href;
       link.textContent = options.message;
     } else title.textContent = options.message;
-    if (options.detail) $(".toast__detail", item).textContent = options.detail;
-    else $(".toast__detail", item).remove();
+    $(".toast__detail", item).textContent = options.detail || ""; // (app.css hides it empty)
     let timer = 0;
     const start = () => (timer = window.setTimeout(() => dismiss(item), TOAST_MS));
     const stop = () => window.clearTimeout(timer);
