@@ -512,8 +512,7 @@
 
   function start() {
     placeToasts();
-    if (window.htmx) window.htmx.onLoad(onLoad);
-    else onLoad(document);
+    window.htmx.onLoad(onLoad); // (the page, then each fragment swapped in)
     window.setInterval(() => updateTimes(document), 30000);
     on("visibilitychange", () => !document.hidden && updateTimes(document));
     $$("dialog[data-open-on-load]").forEach((dialog) => openDialog(dialog));

@@ -166,7 +166,7 @@
     // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes.
     const run = closest(event, "[data-changes-run]");
     const changes = run && run.closest("#task-detail") && $("#task-changes");
-    if (changes && window.htmx) {
+    if (changes) {
       event.preventDefault();
       showRun(changes, run.dataset.changesRun);
       selectTab($('[data-task-tab="changes"]'));
