@@ -325,9 +325,9 @@
   // A swap keeps the person in place. Scroll: the boxes it replaces that have an id and
   // data-keep-scroll (the board sideways, each column, the chat's messages) stay where they
   // were scrolled; one scrolled to its end with data-scroll-end (the chat) follows the newest.
-  // Focus: when a click, a submit or a live refresh re-renders the part that held the focus
-  // (or disables the focused button while it waits), the element with the same id gets it
-  // back, else the fragment's fallback (its heading), never <body>.
+  // Focus: when a click, a submit or a live refresh re-renders the part that held the focus,
+  // the element with the same id gets it back (htmx does that, and here, for a button that was
+  // disabled while its request waited), else the fragment's fallback (its heading), never <body>.
   let kept = null;
   on("htmx:beforeRequest", (event) => {
     const config = event.detail.requestConfig;
@@ -338,10 +338,8 @@
   on("htmx:beforeSwap", (event) => {
     const target = event.detail.target;
     if (!event.detail.shouldSwap || !target || !target.contains) return;
-    const inside = target.contains(document.activeElement);
     kept = {
-      focusedId: inside ? document.activeElement.id : "",
-      inside,
+      inside: target.contains(document.activeElement),
       boxes: $$("[data-keep-scroll][id]", target).map((box) => ({
         id: box.id,
         left: box.scrollLeft,
@@ -359,7 +357,7 @@
       box.scrollTop = Math.min(top, box.scrollHeight);
     });
     if (document.activeElement && document.activeElement !== document.body) return;
-    const id = (event.detail.requestConfig || {}).focusedId || saved.focusedId;
+    const id = (event.detail.requestConfig || {}).focusedId;
     const same = id && document.getElementById(id);
     if (same && !same.closest("dialog:not([open])")) return same.focus();
     if (!saved.inside) return;
