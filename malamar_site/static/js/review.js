@@ -37,10 +37,7 @@
     const box = template.content.firstElementChild.cloneNode(true);
     const path = table.closest(".change-file").dataset.changePath;
     const [line, end] = [Math.min(...lines), Math.max(...lines)];
-    const fields = { path, side, line, end_line: end }; // (the box's hidden fields: it posts them)
-    Object.entries(fields).forEach(([name, value]) => {
-      $(`input[name="${name}"]`, box).value = value;
-    });
+    $("form", box).setAttribute("hx-vals", JSON.stringify({ path, side, line, end_line: end })); // (posted with its text)
     const where = line === end ? `line ${line}` : `lines ${line}–${end}`;
     $("[data-draft-where]", box).textContent = `${path}, ${where}`;
     rows[rows.length - 1].after(box);
