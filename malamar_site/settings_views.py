@@ -170,6 +170,12 @@ def cli_status(request, cli_type: str):
     return render(request, f"{SETTINGS}#cli_status", {"card": card})
 
 
+@require_GET
+def cli_env_row(request, cli_type: str):
+    """An empty environment variable row for the CLI's form ("Add variable")."""
+    return render(request, f"{SETTINGS}#env_row", {"cli": _cli_or_404(cli_type)})
+
+
 @require_POST
 def cli_refresh(request):
     runner_services.cli_health_refresh_request()

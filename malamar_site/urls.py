@@ -90,6 +90,7 @@ pages = [
     ),
     path("settings/clis/<str:cli_type>/status/", settings_views.cli_status, name="cli_status"),
     path("settings/clis/<str:cli_type>/test/", settings_views.cli_test, name="cli_test"),
+    path("settings/clis/<str:cli_type>/env-row/", settings_views.cli_env_row, name="cli_env_row"),
 ]
 
 urlpatterns = [

@@ -78,7 +78,28 @@ def test_save_binary_path_and_environment(client):
     name, value = row.find_all(tag="input")
     assert (name.attrs["value"], "readonly" in name.attrs) == ("OPENAI_API_KEY", True)
     assert value.attrs["value"] == "••••1234"
+    assert "autofocus" not in name.attrs  # (only an added row takes the focus)
     assert "sk-secret" not in html(client.get("/settings/"))
+
+
+def test_add_variable_brings_an_empty_row_whose_name_takes_the_focus(client):
+    add = parse(html(client.get("/settings/"))).by_id("cli-form-opencode").find("env__add")
+    assert (add.attrs["hx-get"], add.attrs["hx-target"]) == (
+        "/settings/clis/opencode/env-row/",
+        "#opencode-env-rows",
+    )
+    response = hx(client, "get", add.attrs["hx-get"])
+    rows = parse(html(response)).find_all("env__row")
+    assert len(rows) == 1
+    name, value = rows[0].find_all(tag="input")
+    assert (name.attrs["name"], name.attrs["value"], "autofocus" in name.attrs) == (
+        "opencode-env_name",
+        "",
+        True,
+    )
+    assert (value.attrs["name"], value.attrs["aria-label"]) == ("opencode-env_value", "Value")
+    assert rows[0].find(tag="button").attrs["aria-label"] == "Remove variable"
+    assert client.get("/settings/clis/nothing/env-row/").status_code == 404
 
 
 def test_saving_the_mask_keeps_the_secret_and_removing_a_row_deletes_it(client):

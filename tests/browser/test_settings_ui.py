@@ -21,6 +21,7 @@ def test_cli_settings_mask_secrets_and_refresh_shows_checking(page, server):
     expect(card).to_contain_text("Not checked yet")
     card.get_by_label("Binary path").fill(FAKE_CLAUDE)
     card.get_by_role("button", name="Add variable").click()
+    expect(card.get_by_label("Variable name").last).to_be_focused()  # (the server's row)
     card.get_by_label("Variable name").last.fill("ANTHROPIC_API_KEY")
     card.get_by_label("Value").last.fill("sk-ant-very-secret-9876")
     card.get_by_role("button", name="Save Claude Code").click()
@@ -44,10 +45,13 @@ def test_cli_settings_mask_secrets_and_refresh_shows_checking(page, server):
 
     # An invalid name is an error on the variables, tied with aria-describedby.
     card.get_by_role("button", name="Add variable").click()
+    expect(card.get_by_label("Variable name")).to_have_count(2)
+    expect(card.get_by_label("Variable name").last).to_be_focused()
     card.get_by_label("Variable name").last.fill("NOT VALID")
     card.get_by_role("button", name="Save Claude Code").click()
     expect(card.locator("#claude-env-error")).to_contain_text("is not a valid name")
     card.get_by_role("button", name="Remove NOT VALID").click()
+    expect(card.get_by_role("button", name="Add variable")).to_be_focused()
 
     # Remove the stored variable.
     card.get_by_role("button", name="Remove ANTHROPIC_API_KEY").click()

@@ -170,8 +170,16 @@ def test_toasts_disappear_after_five_seconds(page, server):
     page.goto(server.url)
     page.evaluate("window.malamarToast({level: 'info', message: 'Hello'})")
     expect(page.locator(".toast")).to_have_count(1)
+    # Without a detail, its line takes no room (not even its margin).
+    no_detail = page.locator(".toast .toast__detail")
+    assert (
+        no_detail.count() == 0 or no_detail.evaluate("p => getComputedStyle(p).display") == "none"
+    )
+    page.evaluate("window.malamarToast({level: 'info', message: 'Hi', detail: 'there'})")
+    expect(page.locator(".toast", has_text="Hi").locator(".toast__detail")).to_have_text("there")
+    expect(page.locator(".toast")).to_have_count(2)
     page.clock.run_for(4500)
-    expect(page.locator(".toast")).to_have_count(1)
+    expect(page.locator(".toast")).to_have_count(2)
     page.clock.run_for(1000)
     expect(page.locator(".toast")).to_have_count(0)
 
@@ -191,6 +199,32 @@ def test_keyboard_reaches_the_page(page, server):
         reached.append(page.evaluate("document.activeElement.getAttribute('aria-label') || ''"))
     assert "Edit Planner" in reached and "Delete Planner" in reached
     assert "Move Implementer up" in reached
+
+
+def test_menus_open_one_at_a_time_on_their_first_item_and_close_by_escape_or_outside(page, server):
+    """The empty Chat tab's two "new chat" menus (<details data-chat-menu>, app.js)."""
+    workspace = server.workspace("Menus")
+    server.agent(workspace["id"], "Alpha")
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=chat")
+    menus = page.locator("details[data-chat-menu]")
+    top, empty, opened = menus.first, menus.last, page.locator("details[data-chat-menu][open]")
+    top.locator("summary").click()
+    expect(top.get_by_role("menuitem").first).to_be_focused()
+    page.keyboard.press("ArrowDown")
+    expect(top.get_by_role("menuitem").nth(1)).to_be_focused()
+
+    empty.locator("summary").click()  # the other one closes
+    expect(opened).to_have_count(1)
+    expect(empty.get_by_role("menuitem").first).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(opened).to_have_count(0)
+    expect(empty.locator("summary")).to_be_focused()
+
+    top.locator("summary").click()
+    expect(opened).to_have_count(1)
+    page.get_by_role("heading", name="No conversations yet").click()
+    expect(opened).to_have_count(0)
+    page.console_errors.check()
 
 
 def test_no_console_errors_on_any_page(browser, server):

@@ -14,7 +14,7 @@
 
   const MAX_LIVE_TEXT = 1500;
   const adding = new Set(); // runs whose fragment is on its way to their timelines
-  const all = (name, value) => Array.from(document.querySelectorAll(`[${name}="${CSS.escape(value)}"]`));
+  const all = (name, value) => (value ? Array.from(document.querySelectorAll(`[${name}="${CSS.escape(value)}"]`)) : []);
   const runUrl = (runId) => `/runs/${encodeURIComponent(runId)}/`;
 
   // The run's fragment from the server (htmx): in place of each copy on the page (the run
@@ -27,10 +27,7 @@
   }
 
   function addRun(data) {
-    const timelines = [
-      ...(data.task_id ? all("data-runs-task", data.task_id) : []),
-      ...(data.chat_id ? all("data-runs-chat", data.chat_id) : []),
-    ];
+    const timelines = [...all("data-runs-task", data.task_id), ...all("data-runs-chat", data.chat_id)];
     if (!timelines.length || adding.has(data.run_id)) return;
     adding.add(data.run_id);
     const added = timelines.map((timeline) =>
@@ -80,8 +77,7 @@
     if (text) {
       if (data.task_id) latestAction.set(data.task_id, { run: data.run_id, text });
       all("data-run-current", data.run_id)
-        .concat(data.task_id ? all("data-task-current", data.task_id) : [])
-        .concat(data.chat_id ? all("data-chat-current", data.chat_id) : [])
+        .concat(all("data-task-current", data.task_id), all("data-chat-current", data.chat_id))
         .forEach((el) => show(el, text));
     }
     const runs = all("data-run-id", data.run_id);

@@ -14,7 +14,7 @@
   const on = (type, handler, capture = false) => document.addEventListener(type, handler, capture);
   const closest = (event, selector) => (event.target.closest ? event.target.closest(selector) : null);
   const plainClick = (event) => event.button === 0 && !event.metaKey && !event.ctrlKey && !event.shiftKey && !event.altKey;
-  window.malamar = { $, $$, on, closest }; // (for tasks.js and review.js, loaded after)
+  window.malamar = { $, $$, on, closest, plainClick }; // (for tasks.js and review.js, loaded after)
 
   /* ------------------------------------------------------------------ dialogs */
 
@@ -100,16 +100,13 @@
 
   // The server closes the dialog that holds the element which sent the request; or found what
   // a popup shows gone (its refresh after a delete elsewhere): the popup closes, saying so.
-  on("malamar:dialog-close", (event) => {
-    const dialog = event.target.closest && event.target.closest("dialog[open]");
-    if (dialog) dialog.close("done");
-  });
-  on("malamar:gone", (event) => {
-    const dialog = event.target.closest && event.target.closest("dialog[open]");
-    if (!dialog) return;
-    dialog.close("gone");
-    toast({ level: "info", message: event.detail.message });
-  });
+  ["malamar:dialog-close", "malamar:gone"].forEach((type) =>
+    on(type, (event) => {
+      const dialog = event.target.closest && event.target.closest("dialog[open]");
+      if (dialog) dialog.close(type);
+      if (dialog && event.detail.message) toast({ level: "info", message: event.detail.message });
+    }),
+  );
 
   /* ------------------------------------------------------------------ confirmations */
 
@@ -172,8 +169,7 @@
       link.href = item.dataset.href = options.href;
       link.textContent = options.message;
     } else title.textContent = options.message;
-    if (options.detail) $(".toast__detail", item).textContent = options.detail;
-    else $(".toast__detail", item).remove();
+    $(".toast__detail", item).textContent = options.detail || ""; // (app.css hides it empty)
     let timer = 0;
     const start = () => (timer = window.setTimeout(() => dismiss(item), TOAST_MS));
     const stop = () => window.clearTimeout(timer);
@@ -265,13 +261,14 @@
   // keyboard hints, Enter is a new line and the button sends). Escape cancels an inline edit
   // ([data-edit-cancel]) or closes a menu before it closes the popup around it.
   const coarse = window.matchMedia("(hover: none) and (pointer: coarse)");
+  const OPEN_MENU = "details[data-chat-menu][open]";
   on("keydown", (event) => {
     const field = event.target.matches && event.target.matches("textarea, input") ? event.target : null;
     const enter = field && event.key === "Enter" && !event.isComposing;
     const chatEnter = enter && field.matches("[data-chat-input]") && !event.shiftKey && !coarse.matches;
     const editing = event.key === "Escape" && closest(event, "form[data-editing]");
     const cancel = editing && $("[data-edit-cancel]", editing);
-    const menu = event.key === "Escape" && $("details[data-chat-menu][open]");
+    const menu = event.key === "Escape" && $(OPEN_MENU);
     if (enter && field.form && (event.ctrlKey || event.metaKey || chatEnter)) {
       event.preventDefault();
       if (!chatEnter || field.value.trim()) field.form.requestSubmit();
@@ -283,24 +280,17 @@
     }
   });
 
-  // Dropdown menus (<details data-chat-menu>): one open at a time, closed by a click outside
-  // or on one of their items (its request has already started).
+  // Dropdown menus (<details data-chat-menu>): one open at a time (a click on one closes the
+  // others), closed by a click outside or on one of their items (its request has already
+  // started); one that opens focuses its first item.
   function closeMenus(except, focus) {
-    $$("details[data-chat-menu][open]").forEach((menu) => menu !== except && (menu.open = false));
+    $$(OPEN_MENU).forEach((menu) => menu !== except && (menu.open = false));
     if (focus) focus.focus();
   }
   on("click", (event) =>
     closeMenus(closest(event, "[data-chat-menu] [role=menuitem]") ? null : closest(event, "details[data-chat-menu]")),
   );
-  on(
-    "toggle",
-    (event) => {
-      const menu = event.target;
-      if (!(menu instanceof HTMLDetailsElement) || !menu.hasAttribute("data-chat-menu") || !menu.open) return;
-      closeMenus(menu, $("[role=menuitem]", menu));
-    },
-    true,
-  );
+  on("toggle", (event) => event.target.matches(OPEN_MENU) && $("[role=menuitem]", event.target).focus(), true);
 
   // Arrow keys, Home and End move between a menu's items and a tab list's tabs (a tab is
   // selected as it is reached: tasks.js).
@@ -335,9 +325,9 @@
   // A swap keeps the person in place. Scroll: the boxes it replaces that have an id and
   // data-keep-scroll (the board sideways, each column, the chat's messages) stay where they
   // were scrolled; one scrolled to its end with data-scroll-end (the chat) follows the newest.
-  // Focus: when a click, a submit or a live refresh re-renders the part that held the focus
-  // (or disables the focused button while it waits), the element with the same id gets it
-  // back, else the fragment's fallback (its heading), never <body>.
+  // Focus: when a click, a submit or a live refresh re-renders the part that held the focus,
+  // the element with the same id gets it back (htmx does that, and here, for a button that was
+  // disabled while its request waited), else the fragment's fallback (its heading), never <body>.
   let kept = null;
   on("htmx:beforeRequest", (event) => {
     const config = event.detail.requestConfig;
@@ -348,10 +338,8 @@
   on("htmx:beforeSwap", (event) => {
     const target = event.detail.target;
     if (!event.detail.shouldSwap || !target || !target.contains) return;
-    const inside = target.contains(document.activeElement);
     kept = {
-      focusedId: inside ? document.activeElement.id : "",
-      inside,
+      inside: target.contains(document.activeElement),
       boxes: $$("[data-keep-scroll][id]", target).map((box) => ({
         id: box.id,
         left: box.scrollLeft,
@@ -369,7 +357,7 @@
       box.scrollTop = Math.min(top, box.scrollHeight);
     });
     if (document.activeElement && document.activeElement !== document.body) return;
-    const id = (event.detail.requestConfig || {}).focusedId || saved.focusedId;
+    const id = (event.detail.requestConfig || {}).focusedId;
     const same = id && document.getElementById(id);
     if (same && !same.closest("dialog:not([open])")) return same.focus();
     if (!saved.inside) return;
@@ -465,20 +453,14 @@
 
   /* ------------------------------------------------------------------ form helpers */
 
-  // Environment variables: add and remove rows.
+  // Environment variables: a row removed gives the focus to "Add variable" (the server renders
+  // an added row: hx-get).
   on("click", (event) => {
-    const add = closest(event, "[data-env-add]");
     const remove = closest(event, "[data-env-remove]");
-    const fieldset = (add || remove) && (add || remove).closest("fieldset");
-    if (add) {
-      const rows = $("[data-env-rows]", fieldset);
-      rows.append($("template[data-env-template]", fieldset).content.cloneNode(true));
-      const inputs = $$("input", rows);
-      if (inputs.length >= 2) inputs[inputs.length - 2].focus();
-    } else if (remove) {
-      remove.closest(".env__row").remove();
-      $("[data-env-add]", fieldset).focus();
-    }
+    const fieldset = remove && remove.closest("fieldset");
+    if (!fieldset) return;
+    remove.closest(".env__row").remove();
+    $("[data-env-add]", fieldset).focus();
   });
 
   // A masked secret is replaced, not edited: select it all on focus.
@@ -528,8 +510,7 @@
 
   function start() {
     placeToasts();
-    if (window.htmx) window.htmx.onLoad(onLoad);
-    else onLoad(document);
+    window.htmx.onLoad(onLoad); // (the page, then each fragment swapped in)
     window.setInterval(() => updateTimes(document), 30000);
     on("visibilitychange", () => !document.hidden && updateTimes(document));
     $$("dialog[data-open-on-load]").forEach((dialog) => openDialog(dialog));

@@ -31,17 +31,9 @@
     const id = numericId(message.lastEventId);
     if (id && id <= lastSeen) return; // a replay already handled
     if (id) [lastSeen, lastRaw] = [id, message.lastEventId];
-    let data = null;
-    try {
-      data = JSON.parse(message.data);
-    } catch (e) {
-      return;
-    }
-    if (!data || typeof data !== "object") return;
-    if (workspaceId && data.workspace_id && data.workspace_id !== workspaceId) {
-      dueFor(document.querySelectorAll("[data-live][data-all-workspaces]"), [{ type: message.type, data }]);
-      return;
-    }
+    const data = JSON.parse(message.data); // (an event's payload: core.events.publish() takes a dict)
+    const elsewhere = workspaceId && data.workspace_id && data.workspace_id !== workspaceId; // (another workspace's)
+    if (elsewhere) return dueFor(document.querySelectorAll("[data-live][data-all-workspaces]"), [{ type: message.type, data }]);
     announce(message.type, data);
     tell(data);
   }

@@ -4,7 +4,7 @@
 (function () {
   "use strict";
 
-  const { $, $$, on } = window.malamar;
+  const { $, $$, on, closest } = window.malamar;
   let picking = null; // lines being picked: {table, first, last}
   let focused = ""; // a line comment whose place in the diff was asked for: marked over refreshes
   let scrolling = false; // (brought into view by the first swap that shows it)
@@ -37,10 +37,7 @@
     const box = template.content.firstElementChild.cloneNode(true);
     const path = table.closest(".change-file").dataset.changePath;
     const [line, end] = [Math.min(...lines), Math.max(...lines)];
-    const fields = { path, side, line, end_line: end }; // (the box's hidden fields: it posts them)
-    Object.entries(fields).forEach(([name, value]) => {
-      $(`input[name="${name}"]`, box).value = value;
-    });
+    $("form", box).setAttribute("hx-vals", JSON.stringify({ path, side, line, end_line: end })); // (posted with its text)
     const where = line === end ? `line ${line}` : `lines ${line}–${end}`;
     $("[data-draft-where]", box).textContent = `${path}, ${where}`;
     rows[rows.length - 1].after(box);
@@ -48,10 +45,7 @@
     $("textarea", box).focus();
   }
 
-  const reviewRow = (event) => {
-    const row = event.target.closest && event.target.closest(".changes[data-review-task] tr.diff__line");
-    return row && !event.target.closest("a, button") ? row : null;
-  };
+  const reviewRow = (event) => (closest(event, "a, button") ? null : closest(event, ".changes[data-review-task] tr.diff__line"));
   on("pointerdown", (event) => {
     const row = event.button === 0 && reviewRow(event);
     if (row) mark(row.closest("table"), row, row);
@@ -93,21 +87,20 @@
   });
 
   on("click", (event) => {
-    const target = event.target.closest ? event.target : null;
-    const cancel = target && target.closest(".draft-box [data-edit-cancel]");
+    const cancel = closest(event, ".draft-box [data-edit-cancel]");
     if (cancel) {
       cancel.closest("tr").remove();
       unpick();
     }
-    const focus = target && target.closest("[data-review-focus]");
+    const focus = closest(event, "[data-review-focus]");
     if (focus) [focused, scrolling] = [focus.dataset.reviewFocus, true];
   });
 
   // A verdict closes Approve's choice; then the composer gives way to what follows it (its
   // refresh waits for a focused field).
   on("htmx:configRequest", (event) => {
-    const form = event.detail.elt.dataset && event.detail.elt.dataset.reviewForm;
-    if (form) $$("[popover]:popover-open", event.detail.elt).forEach((menu) => menu.hidePopover());
+    const form = event.detail.elt;
+    if (form.matches("[data-review-form]")) $$("[popover]:popover-open", form).forEach((menu) => menu.hidePopover());
   });
   on("review:sent", () => {
     const active = document.activeElement;
@@ -117,11 +110,8 @@
   /* ---------------------------------------------------------------- after a swap */
 
   on("htmx:afterSettle", (event) => {
-    const target = event.detail.target;
-    const detail = target && target.closest && (target.closest("#task-detail") || $("#task-detail", target));
-    if (!detail) return;
     // (Marked again after each refresh of the Changes tab: a run's end reloads it.)
-    const place = focused && $(`#diff-comment-${CSS.escape(focused)}`, target);
+    const place = focused && $(`#diff-comment-${CSS.escape(focused)}`, event.detail.target);
     if (place) {
       const file = place.closest("details");
       if (file) file.open = true;

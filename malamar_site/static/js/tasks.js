@@ -9,7 +9,7 @@
 (function () {
   "use strict";
 
-  const { $, $$, on, closest } = window.malamar;
+  const { $, $$, on, closest, plainClick } = window.malamar;
   const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
   const smooth = () => (reducedMotion.matches ? "auto" : "smooth");
   const columnOf = (item) => item.closest(".kanban-col");
@@ -51,46 +51,23 @@
   ["mouseover", "focusin", "mouseout", "focusout"].forEach((type) => on(type, showChain));
 
   // Phones: the chips above the board bring a column into view (its title takes the focus) and
-  // mark the column in view, as the board scrolls.
+  // mark the column in view as the board scrolls (a scroll event comes at most once a frame).
+  const chipColumn = (chip) => document.getElementById(`col-${chip.dataset.columnJump}`);
   on("click", (event) => {
     const chip = closest(event, "[data-column-jump]");
-    const column = chip && document.getElementById(`col-${chip.dataset.columnJump}`);
-    if (!column || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey) return;
+    if (!chip || !plainClick(event)) return;
     event.preventDefault();
-    column.scrollIntoView({ behavior: smooth(), block: "nearest", inline: "start" });
-    $(".kanban-col__title", column).focus({ preventScroll: true });
+    chipColumn(chip).scrollIntoView({ behavior: smooth(), block: "nearest", inline: "start" });
+    $(".kanban-col__title", chipColumn(chip)).focus({ preventScroll: true });
   });
-
-  let frame = 0;
-  function markColumnInView(kanban) {
-    const left = kanban.getBoundingClientRect().left;
-    const offset = (chip) => {
-      const column = document.getElementById(`col-${chip.dataset.columnJump}`);
-      return column ? Math.abs(column.getBoundingClientRect().left - left) : Infinity;
-    };
-    const chips = $$("#task-board [data-column-jump]");
+  function markColumnInView(event) {
+    const kanban = event.target.id === "kanban" && event.target; // (the columns' offsetParent)
+    const chips = kanban ? $$("[data-column-jump]") : [];
+    const offset = (chip) => Math.abs(chipColumn(chip).offsetLeft - kanban.scrollLeft);
     const current = chips.reduce((best, chip) => (offset(chip) < offset(best) ? chip : best), chips[0]);
     chips.forEach((chip) => (chip === current ? chip.setAttribute("aria-current", "true") : chip.removeAttribute("aria-current")));
   }
-  document.addEventListener(
-    "scroll",
-    (event) => {
-      if (!event.target.classList || !event.target.classList.contains("kanban")) return;
-      window.cancelAnimationFrame(frame);
-      frame = window.requestAnimationFrame(() => markColumnInView(event.target));
-    },
-    { capture: true, passive: true },
-  );
-
-  /* ------------------------------------------------------------------ card moves */
-
-  function move(item, status) {
-    const form = document.getElementById("board-move");
-    if (!form || status === columnOf(item).dataset.status) return;
-    form.elements.task.value = item.dataset.taskId;
-    form.elements.status.value = status;
-    form.requestSubmit();
-  }
+  on("scroll", markColumnInView, true);
 
   /* ------------------------------------------------------------------ drag and drop */
 
@@ -115,10 +92,13 @@
     columns().forEach((other) => other.classList.toggle("is-drop-target", other === column));
   });
   on("drop", (event) => {
-    const column = dragged && closest(event, "#task-board .kanban-col");
-    if (!column) return;
+    const column = dragged && closest(event, "#task-board .kanban-col"); // (not its own: see dragover)
+    const form = document.getElementById("board-move");
+    if (!column || !form) return;
     event.preventDefault();
-    move(dragged, column.dataset.status);
+    form.elements.task.value = dragged.dataset.taskId;
+    form.elements.status.value = column.dataset.status;
+    form.requestSubmit();
   });
   on("dragend", () => {
     if (dragged) dragged.classList.remove("is-dragging");
@@ -186,7 +166,7 @@
     // "changed 3 files, +40 −12" on a run of the Activity tab: that run's changes.
     const run = closest(event, "[data-changes-run]");
     const changes = run && run.closest("#task-detail") && $("#task-changes");
-    if (changes && window.htmx) {
+    if (changes) {
       event.preventDefault();
       showRun(changes, run.dataset.changesRun);
       selectTab($('[data-task-tab="changes"]'));
