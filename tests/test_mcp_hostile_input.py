@@ -88,8 +88,10 @@ class RawClient:
         return self.stderr.decode("utf-8", "replace")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def client(seeded):
+    """One server for the module: each test ends by checking it still serves (a start loads
+    Django and the SDK, seconds of CPU on a loaded machine)."""
     data_dir, ids = seeded
     params = test_mcp_server.server(data_dir, ids["home"])
     raw = RawClient(params, MALAMAR_MAX_JSON_BYTES=str(LINE_LIMIT))
