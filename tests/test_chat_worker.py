@@ -236,7 +236,7 @@ def test_second_send_is_refused_and_cancel_kills_the_run(stack):
     refused = stack.request("POST", f"/api/chats/{c['id']}/messages", {"message": "again"})
     assert refused.status_code == 409
     stack.api("POST", f"/chats/{c['id']}/cancel", expect=200)
-    wait_until(lambda: not alive(run["pid"]), timeout=5, what="chat CLI to die")
+    wait_until(lambda: not alive(run["pid"]), timeout=30, what="chat CLI to die")
     wait_until(lambda: not detail(stack, c)["is_processing"], timeout=10, what="idle chat")
     roles = [m["role"] for m in detail(stack, c)["messages"]]
     assert "agent" not in roles

@@ -232,6 +232,6 @@ def test_stop_cancels_every_run_of_the_group(stack):
     wait_until(lambda: len(chat_runs(stack)) == 2, timeout=20, what="two runs")
     pids = [r["pid"] for r in chat_runs(stack)]
     stack.api("POST", f"/chats/{chat['id']}/cancel", expect=200)
-    wait_until(lambda: not any(alive(pid) for pid in pids), timeout=5, what="both runs killed")
+    wait_until(lambda: not any(alive(pid) for pid in pids), timeout=30, what="both runs killed")
     wait_until(lambda: idle(stack, chat), timeout=10, what="idle chat")
     assert replies(stack, chat) == []

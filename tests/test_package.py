@@ -137,4 +137,6 @@ def test_installed_malamar_serves_runs_tasks_and_stops(installed, tmp_path):
         stopped_in = time.monotonic() - started
     assert code == 0, proc.stdout.read()[-3000:]
     print(f"stopped in {stopped_in:.2f} s")
-    wait_until(lambda: not [c for c in children if alive(c.pid)], timeout=5, what="no process left")
+    wait_until(
+        lambda: not [c for c in children if alive(c.pid)], timeout=30, what="no process left"
+    )
