@@ -26,7 +26,7 @@ from runner.recorder import RunRecorder
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
 from tasks.services import task_cancel, task_create, task_delete, task_status_set
 from tests.stack import FAKES_BIN
-from worker import jobs, loop, pipeline
+from worker import jobs, loop, pipeline, process
 from worker.listener import WorkListener
 from worker.loop import Worker
 from worker.pipeline import ChatReply, TaskPass
@@ -228,6 +228,37 @@ def test_a_task_step_that_completes_clears_its_clis_slow_mark(fake_clis):
 
     row = CliHealth.objects.get(cli_type="claude")
     assert (row.status, row.error) == (CliHealthStatus.HEALTHY, "")
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_each_agent_after_the_first_starts_from_a_gate_started_while_the_one_before_worked(
+    fake_clis, monkeypatch
+):
+    """No process is started between two agents: the next run's gate was started while the
+    run before it worked (worker.process.Spares); the stop ends the one left."""
+    process.spares.clear()
+    taken = []
+    take = process.spares.take
+
+    def spy(env):
+        found = take(env)
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(process.spares, "take", spy)
+    workspace = workspace_create(title="Spares")
+    for n in range(3):
+        agent_create(workspace=workspace, name=f"A{n}", instruction="Skip.", cli_type="claude")
+    item = TaskQueueItem.objects.get(task=task_create(workspace=workspace, summary="Run"))
+    assert TaskQueueItem.objects.claim(item.id)
+
+    _run_pass(item)
+
+    assert taken == [False, True, True]
+    assert len(process.spares.waiting()) == 1  # for the next run with this environment
+    process.spares.clear()
+    assert process.spares.waiting() == []
 
 
 @pytest.mark.pg

@@ -226,6 +226,7 @@ class Worker:
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self.health.stop(timeout=max(0.0, deadline - time.monotonic()))
+        process.spares.clear()  # the gates started ahead for the next runs
         if self.beats is not None:
             self.beats.join(timeout=max(0.0, deadline - time.monotonic()))
         self._before_the_deadline(self.membership.leave)

@@ -3,7 +3,8 @@
 A step (`run_step`) walks one agent's run in order:
 1. the plan: which CLI and options (runner.plans, chosen by the owner before the step);
 2. the input file, from what the owner already read, and the run's command (execution.prepare);
-3. the fork: the CLI's process waits at its gate (process.spawn);
+3. the fork: the CLI's process waits at its gate (process.spawn; a gate started while the
+   run before worked, when there is one);
 4. the start transaction (`_start`): the process record, which is also the "still wanted"
    check, the run row, the activity log and the events. Only then may the CLI run
    (`release`): a worker killed before this point leaves nothing running;
@@ -269,7 +270,7 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
 def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
     """Fork the CLI, record it (the start transaction), let it run and follow it to its end."""
     recorder.use_working_directory(launch.cwd)
-    held = process.spawn(launch.command, cwd=str(launch.cwd), env=launch.env)
+    held = process.spawn(launch.command, cwd=str(launch.cwd), env=launch.env, spare=True)
     if held.start_error is None:
         try:
             _start(owner, recorder, held.started)
