@@ -181,6 +181,9 @@ class RunOwner(Protocol):
     def apply(self, result) -> None:
         """Inside the finish transaction (still wanted): the result, through the services."""
 
+    def continues(self, result) -> bool:
+        """Whether another agent's run is expected right after this one's finish."""
+
 
 # the step ----------------------------------------------------------------------------------
 
@@ -189,16 +192,25 @@ def run_step(owner: RunOwner, plan: RunPlan):
     """Run one agent for `owner` with `plan`: returns what the owner read from the CLI (its
     answer, a Failure or a Paused), already applied. Raises Stopped when discarded."""
     recorder = owner.recorder(plan)
+    snapshots = owner.snapshots
     try:
         result = _run_cli(owner, recorder, plan)
     except BaseException:
+        snapshots.count_now()  # (a stopped run's totals too, with its record)
         with contextlib.suppress(Exception):  # stopped: keep what the agent did so far
             owner.after_run()
+            snapshots.write_later()
         _close(recorder)
         raise
     result = owner.after_run() or result
+    counted_before = snapshots.counted_later()  # the run before's (counted as this one began)
+    if owner.continues(result):  # this run's totals are counted while the next agent starts
+        snapshots.count_later()
+    else:
+        snapshots.count_now()
     try:
         with transaction.atomic(), events.batched():
+            snapshots.write(counted_before)
             wanted = owner.lock_if_wanted()
             if wanted and not recorder.started:  # the CLI never ran: the run still counts
                 owner.start(recorder)
@@ -251,7 +263,7 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
             run = _launch(owner, recorder, launch)
         finally:
             launch.cleanup()
-    snapshots.take_after()  # a stopped run may have changed files too
+    snapshots.take_after(count=False)  # a stopped run may have changed files too
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
         if owner.shutdown.is_set():  # the worker stops: the next start resumes this run
@@ -427,6 +439,8 @@ class TaskPass:
         except Exception as exc:  # a bug must not leave the task stuck without a word
             log.exception("Task pass failed", extra={"task_id": self.item.task_id})
             self._fail_outside_a_step(internal_error_message(exc))
+        finally:  # totals left for a next agent that did not come (the finish ended the pass)
+            self.snapshots.write_later()
 
     def _checks_by_hand(self) -> None:
         """A person's "Run checks" on an In Review task: the checks only, where its agents
@@ -731,6 +745,13 @@ class TaskPass:
             return False
         return True
 
+    def continues(self, result) -> bool:
+        """An answer that neither asks for review nor comes from the last agent: the next
+        agent runs (as far as this pass knows before the finish decides)."""
+        if isinstance(result, (Failure, Paused)) or result.in_review:
+            return False
+        return not self._is_last_step()
+
     def apply(self, result) -> None:
         if self.commit:
             task_services.task_branch_commit_log(
@@ -918,6 +939,9 @@ class ChatReply:
 
     def after_run(self) -> None:
         return None
+
+    def continues(self, _result) -> bool:
+        return False  # a reply is one run
 
     def recorder(self, plan: RunPlan) -> RunRecorder:
         return RunRecorder(
