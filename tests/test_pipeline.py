@@ -370,3 +370,43 @@ def test_a_stop_request_wakes_the_one_stop_watcher_before_its_next_poll(workspac
         worker.sock.close()
         if worker.listener is not None:
             worker.listener.close()
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_a_wake_up_for_a_queued_task_looks_for_tasks_only_and_others_for_everything(
+    workspace, monkeypatch
+):
+    """A task queued wakes the worker for tasks: its thread claims it at once, not beside the
+    chat and job queries of the same wake-up (a SQLite poke's datagram or a NOTIFY's payload
+    says so); any other wake-up, or the poll, looks at everything."""
+    worker = Worker(poll_interval=3600)
+    worker.sock = loop._bind_wake_socket()
+    worker.listener = WorkListener.connect() if uses_notify() else None
+    looked = []
+    for name in ("spawn_workspaces", "spawn_chats", "run_jobs"):
+        monkeypatch.setattr(worker, name, lambda name=name: looked.append(name))
+    try:
+        worker.next_poll = 0.0  # no waiting: drain what came before
+        while worker._wait_for_wake():
+            pass
+        worker.next_poll = time.monotonic() + 60
+
+        task_create(workspace=workspace, summary="Start me")
+        worker.step()
+        assert looked == ["spawn_workspaces"]
+
+        looked.clear()
+        chat_start(workspace=workspace, message="Answer me")
+        worker.step()
+        assert looked == ["spawn_workspaces", "spawn_chats", "run_jobs"]
+
+        looked.clear()
+        task_create(workspace=workspace, summary="Start me too")
+        worker.next_poll = 0.0  # the poll is due as well: everything
+        worker.step()
+        assert looked == ["spawn_workspaces", "spawn_chats", "run_jobs"]
+    finally:
+        worker.sock.close()
+        if worker.listener is not None:
+            worker.listener.close()
