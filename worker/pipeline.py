@@ -203,8 +203,11 @@ def run_step(owner: RunOwner, plan: RunPlan):
         _close(recorder)
         raise
     result = owner.after_run() or result
-    counted_before = snapshots.counted_later()  # the run before's (counted as this one began)
-    if owner.continues(result):  # this run's totals are counted while the next agent starts
+    continues = owner.continues(result)
+    # The runs before's totals (counted as this one began), and this one's: counted while the
+    # next agent starts, or now when none comes next (all of them then, in order).
+    counted_before = snapshots.counted_later(wait=not continues)
+    if continues:
         snapshots.count_later()
     else:
         snapshots.count_now()
@@ -290,6 +293,7 @@ def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
             held.cancel()  # never runs: nobody wants it, or its start could not be written
             raise
         held.release()
+        owner.snapshots.start_counting()  # the totals of the run before, while this one works
     waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(
         stop=owner.stop,

@@ -62,8 +62,8 @@ class PassSnapshots:
 
     def count_later(self) -> None:
         """Another agent runs next: the ended run's totals are counted by git in a thread of
-        their own (while the next run starts) and written with the next run's finish
-        (`counted_later`, `write`); at once when they need no git."""
+        their own once the next agent's CLI runs (`start_counting`) and written with a later
+        finish (`counted_later`, `write`); at once when they need no git."""
         ended, self.ended = self.ended, None
         if ended is None:
             return
@@ -71,19 +71,35 @@ class PassSnapshots:
         if not missing:
             ended.count()
             return
-        counting = _Counting(ended.after.store, missing)
-        counting.start()
         ended.recorder.changes_later = True
-        self.later.append((ended, counting))
+        self.later.append((ended, _Counting(ended.after.store, missing)))
 
-    def counted_later(self) -> list["RunSnapshots"]:
-        """The runs whose totals were left for later, counted (git is done by now: it ran
-        while the next run started), to be written (`write`)."""
-        later, self.later = self.later, []
-        for run_snapshots, counting in later:
-            counting.join()
+    def start_counting(self) -> None:
+        """The next agent's CLI runs: git counts what was left for later, in a thread (it
+        would hold this thread's interpreter lock on the way otherwise)."""
+        for _run_snapshots, counting in self.later:
+            if not counting.begun:
+                counting.begun = True
+                counting.start()
+
+    def counted_later(self, *, wait: bool) -> list["RunSnapshots"]:
+        """The runs whose totals were left for later and are counted now, in their order, to
+        be written (`write`); `wait`: all of them (git ran while the next run started; with a
+        CLI that ends in milliseconds it may still run: then, without `wait`, they stay for
+        a later finish)."""
+        ready = []
+        while self.later:
+            run_snapshots, counting = self.later[0]
+            if not wait and (not counting.begun or counting.is_alive()):
+                break
+            if counting.begun:
+                counting.join()
+            else:  # the next CLI never started: counted here
+                counting.begun = True
+                counting.run()
             run_snapshots.learn(counting)
-        return [run_snapshots for run_snapshots, _counting in later]
+            ready.append(self.later.pop(0)[0])
+        return ready
 
     def write(self, runs: list["RunSnapshots"]) -> None:
         """Totals counted later, written: inside the next run's finish transaction when there
@@ -97,7 +113,7 @@ class PassSnapshots:
 
     def write_later(self) -> None:
         """Totals left for a next run that did not come, written now."""
-        self.write(self.counted_later())
+        self.write(self.counted_later(wait=True))
 
 
 class _Counting(threading.Thread):
@@ -108,6 +124,7 @@ class _Counting(threading.Thread):
         self.store, self.pairs = store, pairs
         self.counted: list | None = None
         self.error: Exception | None = None
+        self.begun = False  # started (or run in the caller's thread)
 
     def run(self) -> None:
         try:
@@ -225,8 +242,10 @@ class RunSnapshots:
         pairs = self._pairs(before, after)
         known = self.memory.pair_totals
         missing = [pair for pair in pairs if (after.store, *pair) not in known]
-        for pair, counted in zip(missing, diffs.totals_between(after.store, missing), strict=True):
-            known[(after.store, *pair)] = counted
+        if missing:
+            counted = diffs.totals_between(after.store, missing)
+            for pair, totals in zip(missing, counted, strict=True):
+                known[(after.store, *pair)] = totals
         fields = dict(known[(after.store, *pairs[0])])
         if self.run.task_id:
             task = known[(after.store, *pairs[1])]
