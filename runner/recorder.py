@@ -75,6 +75,7 @@ class RunRecorder:
         self.killed_for_silence = False
         self.model = self.reported_model = model  # saved again once the stream names another
         self.snapshot_fields: dict = {}  # filled by the pipeline's snapshots, saved at the end
+        self.changes_later = False  # its totals are written after the final record
         self.run = AgentRun(
             id=new_id(),
             model=model,
@@ -291,6 +292,7 @@ class RunRecorder:
             exit_code=exit_code,
             progress={**self._progress(), **self.snapshot_fields},
             event={**self._payload(rows, []), "status": status},
+            changes_event=not self.changes_later,
         )
 
 

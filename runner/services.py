@@ -271,11 +271,19 @@ def agent_run_stalled(*, run_id: str, event: dict) -> None:
 
 
 def agent_run_finish(
-    *, run_id: str, traces: list, status: str, exit_code, progress: dict, event: dict
+    *,
+    run_id: str,
+    traces: list,
+    status: str,
+    exit_code,
+    progress: dict,
+    event: dict,
+    changes_event: bool = True,
 ) -> None:
     """The run's last traces, totals and final status; the event tells open timelines to
     collapse it into its final, grouped form. Part of the caller's transaction when there is
-    one (the run step's finish), without a savepoint."""
+    one (the run step's finish), without a savepoint. `changes_event` False: its totals come
+    later (agent_run_totals_record), and their task.changes_updated with them."""
     with transaction.atomic(savepoint=False):
         ended = AgentRun.objects.filter(id=run_id, status=RunStatus.RUNNING).update(
             status=status, exit_code=exit_code, ended_at=timezone.now(), **progress
@@ -287,8 +295,22 @@ def agent_run_finish(
         if traces:
             TraceEvent.objects.bulk_create(traces)
         events.publish("run.trace", event)
-        if event.get("task_id") and "working_directory" in progress:
+        if event.get("task_id") and "working_directory" in progress and changes_event:
             events.publish("task.changes_updated", _changes_payload(event, progress))
+
+
+def agent_run_totals_record(*, run: AgentRun, fields: dict) -> None:
+    """A run's totals (or why there are none), worked out after its final record while the next
+    agent's CLI runs; open pages are told (task.changes_updated). Part of the caller's
+    transaction when there is one (the next run's finish), without a savepoint."""
+    if not fields:
+        return
+    with transaction.atomic(savepoint=False):
+        if not AgentRun.objects.filter(id=run.id).update(**fields):
+            return  # deleted with its task meanwhile
+        if run.task_id:
+            event = {"workspace_id": run.workspace_id, "task_id": run.task_id, "run_id": run.id}
+            events.publish("task.changes_updated", _changes_payload(event, fields))
 
 
 def _changes_payload(event: dict, progress: dict) -> dict:

@@ -110,7 +110,7 @@ def queue_item_ensure(*, task: Task) -> TaskQueueItem:
             created_at=now,
             updated_at=now,
         )
-    wake_worker_on_commit()
+    wake_worker_on_commit(task_queued=True)
     return item
 
 

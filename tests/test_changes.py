@@ -32,7 +32,7 @@ from tasks.services import (
 from tests.htmltree import parse
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
-from worker import jobs
+from worker import jobs, process
 from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
 
@@ -220,6 +220,38 @@ def test_one_snapshot_between_two_agents_and_none_while_nothing_changes(monkeypa
     assert git_commands == {"diff-tree": 1}  # only the task's totals, once a pass
     last = task.runs.order_by("started_at").last()
     assert (last.files_changed, last.task_files_changed, last.task_lines_added) == (0, 1, 4)
+
+
+def test_a_runs_totals_are_counted_while_the_next_agent_runs(monkeypatch):
+    """The `git diff-tree` of a run's totals is not between one agent and the next: it runs
+    once the next agent's CLI started (its totals reach the run's row with a later finish,
+    their task.changes_updated with them); the last run's totals come with its own record."""
+    workspace = workspace_create(title="Temp")
+    count, spawn = diffs.totals_between, process.spawn
+    spawned, counted_after = [], []
+
+    def counting(store, pairs):
+        counted_after.append(len(spawned))  # how many CLIs were started by then
+        return count(store, pairs)
+
+    def spawning(*args, **kwargs):
+        spawned.append(kwargs["env"]["PWD"])
+        return spawn(*args, **kwargs)
+
+    monkeypatch.setattr(diffs, "totals_between", counting)
+    monkeypatch.setattr(process, "spawn", spawning)
+    edits = "@fake A: append a.txt one\\n\n@fake B: append a.txt two\\n"
+    task = run_task(workspace, edits, names=("A", "B"))
+
+    assert counted_after == [2, 2]  # A's totals once B's CLI was started (never with 1)
+    first, second = task.runs.order_by("started_at")
+    assert (first.files_changed, first.lines_added, first.task_lines_added) == (1, 1, 1)
+    assert (second.files_changed, second.lines_added, second.task_lines_added) == (1, 1, 2)
+    updated = OutboxEvent.objects.filter(type="task.changes_updated").order_by("id")
+    assert [(e.payload["run_id"], e.payload["lines_added"]) for e in updated] == [
+        (first.id, 1),
+        (second.id, 1),
+    ]
 
 
 @pytest.mark.pg

@@ -26,7 +26,7 @@ from runner.recorder import RunRecorder
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
 from tasks.services import task_cancel, task_create, task_delete, task_status_set
 from tests.stack import FAKES_BIN
-from worker import jobs, loop, pipeline
+from worker import jobs, loop, pipeline, process
 from worker.listener import WorkListener
 from worker.loop import Worker
 from worker.pipeline import ChatReply, TaskPass
@@ -232,6 +232,37 @@ def test_a_task_step_that_completes_clears_its_clis_slow_mark(fake_clis):
 
 @pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
+def test_each_agent_after_the_first_starts_from_a_gate_started_while_the_one_before_worked(
+    fake_clis, monkeypatch
+):
+    """No process is started between two agents: the next run's gate was started while the
+    run before it worked (worker.process.Spares); the stop ends the one left."""
+    process.spares.clear()
+    taken = []
+    take = process.spares.take
+
+    def spy(env):
+        found = take(env)
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(process.spares, "take", spy)
+    workspace = workspace_create(title="Spares")
+    for n in range(3):
+        agent_create(workspace=workspace, name=f"A{n}", instruction="Skip.", cli_type="claude")
+    item = TaskQueueItem.objects.get(task=task_create(workspace=workspace, summary="Run"))
+    assert TaskQueueItem.objects.claim(item.id)
+
+    _run_pass(item)
+
+    assert taken == [False, True, True]
+    assert len(process.spares.waiting()) == 1  # for the next run with this environment
+    process.spares.clear()
+    assert process.spares.waiting() == []
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
 def test_a_chat_reply_that_completes_clears_its_clis_slow_mark(fake_clis):
     CliHealth.objects.create(cli_type="claude", status=CliHealthStatus.SLOW, error="slow")
     chat = chat_start(workspace=workspace_create(title="Slow"), message="Hello")
@@ -335,6 +366,46 @@ def test_a_stop_request_wakes_the_one_stop_watcher_before_its_next_poll(workspac
         stopped = {kind for kind, stop in stops.items() if stop.is_set()}
         wanted = {"task"} if "chat" not in request_stop else {"chat"}
         assert stopped == ({"task", "chat"} if request_stop == "delete the workspace" else wanted)
+    finally:
+        worker.sock.close()
+        if worker.listener is not None:
+            worker.listener.close()
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_a_wake_up_for_a_queued_task_looks_for_tasks_only_and_others_for_everything(
+    workspace, monkeypatch
+):
+    """A task queued wakes the worker for tasks: its thread claims it at once, not beside the
+    chat and job queries of the same wake-up (a SQLite poke's datagram or a NOTIFY's payload
+    says so); any other wake-up, or the poll, looks at everything."""
+    worker = Worker(poll_interval=3600)
+    worker.sock = loop._bind_wake_socket()
+    worker.listener = WorkListener.connect() if uses_notify() else None
+    looked = []
+    for name in ("spawn_workspaces", "spawn_chats", "run_jobs"):
+        monkeypatch.setattr(worker, name, lambda name=name: looked.append(name))
+    try:
+        worker.next_poll = 0.0  # no waiting: drain what came before
+        while worker._wait_for_wake():
+            pass
+        worker.next_poll = time.monotonic() + 60
+
+        task_create(workspace=workspace, summary="Start me")
+        worker.step()
+        assert looked == ["spawn_workspaces"]
+
+        looked.clear()
+        chat_start(workspace=workspace, message="Answer me")
+        worker.step()
+        assert looked == ["spawn_workspaces", "spawn_chats", "run_jobs"]
+
+        looked.clear()
+        task_create(workspace=workspace, summary="Start me too")
+        worker.next_poll = 0.0  # the poll is due as well: everything
+        worker.step()
+        assert looked == ["spawn_workspaces", "spawn_chats", "run_jobs"]
     finally:
         worker.sock.close()
         if worker.listener is not None:

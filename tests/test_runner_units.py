@@ -770,6 +770,70 @@ def test_a_held_process_nobody_releases_exits_without_running(tmp_path):
     assert not ran.exists()
 
 
+def _printing_everything(tmp_path) -> tuple[process.Command, dict]:
+    """A command that prints its folder, its whole environment, its arguments and its input."""
+    script = 'pwd; env | sort; printf "<%s>" "$@"; echo; cat'
+    args = ["it's\na 'quoted'\n", "", "$HOME `x`", "-n", "back\\slash"]
+    env = {"PATH": os.environ["PATH"], "PWD": str(tmp_path), "WHO": "me", "ODD": "a'b\n$c"}
+    return process.Command(["sh", "-c", script, "sh", *args], stdin=b"in\nput"), env
+
+
+def _output(held) -> str:
+    held.release()
+    result = held.wait()
+    assert result.exit_code == 0, result.stderr
+    return result.stdout
+
+
+def test_a_gate_started_ahead_runs_the_command_exactly_as_a_new_gate_does(tmp_path):
+    """The next run's gate is started while a run works, before its command is known (its
+    folder, arguments and input come with the go): the command sees the same folder, PWD,
+    environment (no OLDPWD of the gate's own cd), arguments and input either way."""
+    process.spares.clear()
+    command, env = _printing_everything(tmp_path)
+    fresh = _output(process.spawn(command, cwd=str(tmp_path), env=env))
+    process.spares.add({**env, "PWD": "/elsewhere"})  # PWD is the run's: it comes with the go
+    [spare] = process.spares.waiting()
+    held = process.spawn(command, cwd=str(tmp_path), env=env, spare=True)
+    assert held.started.pid == spare and process.spares.waiting() == []
+    assert _output(held) == fresh
+    lines = fresh.splitlines()
+    assert lines[0] == str(tmp_path) and {"ODD=a'b", "WHO=me", f"PWD={tmp_path}"} <= set(lines)
+    assert "OLDPWD" not in fresh
+    assert fresh.endswith("<it's\na 'quoted'\n><><$HOME `x`><-n><back\\slash>\nin\nput")
+
+
+def test_a_spare_gate_is_taken_only_for_its_environment_and_ends_unused(tmp_path):
+    process.spares.clear()
+    ran = tmp_path / "ran"
+    env = {"PATH": os.environ["PATH"], "WHO": "me"}
+    process.spares.add(env)
+    [spare] = process.spares.waiting()
+    held = process.spawn(
+        process.Command(["touch", str(ran)]), cwd=str(tmp_path), env={**env, "WHO": "you"}
+    )
+    assert held.started.pid != spare and process.spares.waiting() == [spare]
+    held.cancel()
+    gate = psutil.Process(spare)
+    process.spares.clear()  # the worker stops: the gate gets no go and exits
+    assert process.spares.waiting() == []
+    assert not gate.is_running() or gate.status() == psutil.STATUS_ZOMBIE
+    assert not ran.exists()
+
+
+def test_an_agent_run_asks_for_the_next_runs_gate_once_its_cli_runs(tmp_path):
+    process.spares.clear()
+    env = {"PATH": os.environ["PATH"]}
+    held = process.spawn(process.Command(["true"]), cwd=str(tmp_path), env=env, spare=True)
+    assert process.spares.waiting() == []
+    held.release()
+    next_run = process.spawn(process.Command(["true"]), cwd=str(tmp_path), env=env, spare=True)
+    held.wait()
+    assert next_run.started.pid != held.started.pid
+    assert _output(next_run) == ""
+    process.spares.clear()
+
+
 @pytest.mark.parametrize(
     ("program", "error"),
     [

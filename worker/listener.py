@@ -62,24 +62,25 @@ class WorkListener:
                 return None
         return self.conn.pgconn.socket
 
-    def drain(self) -> int:
-        """Read what arrived (any number of notifications is one wake-up)."""
+    def drain(self) -> set[str]:
+        """Read what arrived (any number of notifications is one wake-up): their payloads
+        (core.wake: what each wake-up is for)."""
         if self.conn is None:
-            return 0
+            return set()
         import psycopg  # loaded by open()
 
+        payloads = set()
         try:
             self.conn.pgconn.consume_input()
-            count = 0
-            while self.conn.pgconn.notifies() is not None:
-                count += 1
+            while (notify := self.conn.pgconn.notifies()) is not None:
+                payloads.add(notify.extra.decode("utf-8", "replace"))
+                self.received += 1
         except psycopg.Error:
             self.close()
-            return 0
+            return payloads | {""}
         if self.conn.pgconn.status != psycopg.pq.ConnStatus.OK:
             self.close()
-        self.received += count
-        return count
+        return payloads
 
     def close(self) -> None:
         if self.conn is not None:

@@ -35,7 +35,7 @@ from django.db import connection
 
 from agents.first_launch import seed_sample_workspace_if_first_launch
 from chats.models import ChatQueueItem
-from core.wake import socket_path, uses_notify
+from core.wake import ANYTHING, TASKS, socket_path, uses_notify
 from runner.clis import CliType
 from runner.models import CliHealth, CliHealthStatus
 from runner.models import Worker as WorkerRow
@@ -111,6 +111,15 @@ def _bind_wake_socket() -> socket.socket | None:
         return None
     sock.setblocking(False)
     return sock
+
+
+def _datagrams(sock: socket.socket) -> set[str]:
+    """The wake-ups waiting on the worker's socket, read to the last (what each is for)."""
+    said = set()
+    with contextlib.suppress(BlockingIOError):
+        while datagram := sock.recv(64):
+            said.add(datagram.decode("ascii", "replace"))
+    return said
 
 
 # A run's kind → its queue and the pipeline owner that runs one of its items.
@@ -226,6 +235,7 @@ class Worker:
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self.health.stop(timeout=max(0.0, deadline - time.monotonic()))
+        process.spares.clear()  # the gates started ahead for the next runs
         if self.beats is not None:
             self.beats.join(timeout=max(0.0, deadline - time.monotonic()))
         self._before_the_deadline(self.membership.leave)
@@ -255,9 +265,14 @@ class Worker:
         try:
             self.watch_stops()
             # New work and stop requests come with a wake-up (the server pokes after each
-            # commit, a finished workspace thread kicks) or are found by the poll.
+            # commit, a finished workspace thread kicks) or are found by the poll. A wake-up
+            # for a queued task only looks for tasks: the task's thread starts it at once,
+            # not beside the chat and job queries (they wait for the next other wake-up, or
+            # the poll).
             now = time.monotonic()
-            if woken or now >= self.next_poll:
+            if woken == {TASKS} and now < self.next_poll:
+                self.spawn_workspaces()
+            elif woken or now >= self.next_poll:
                 self.next_poll = now + self.poll_interval
                 self.spawn_workspaces()
                 self.spawn_chats()
@@ -267,23 +282,26 @@ class Worker:
             connection.close()
             time.sleep(0.2)
 
-    def _wait_for_wake(self) -> bool:
-        """Sleep until a wake-up or the next poll; True when something woke us."""
+    def _wait_for_wake(self) -> set[str]:
+        """Sleep until a wake-up or the next poll; what woke us (core.wake: TASKS, ANYTHING;
+        empty: nothing did)."""
         timeout = max(0.0, min(self.poll_interval, self.next_poll - time.monotonic()))
         sources = [self.kick_r] + ([self.sock] if self.sock else [])
         if self.listener is not None and self.listener.fileno() is not None:
             sources.append(self.listener)
         ready, _, _ = select.select(sources, [], [], timeout)
+        woken = set()
         for source in ready:
+            said = {ANYTHING}  # (unless it says what it is for)
             with contextlib.suppress(OSError):
                 if source is self.kick_r:
                     os.read(self.kick_r, 4096)
                 elif source is self.listener:
-                    self.listener.drain()
+                    said = self.listener.drain() or said
                 else:
-                    while source.recv(64):
-                        pass
-        return bool(ready)
+                    said = _datagrams(source) or said
+            woken |= said
+        return woken
 
     @property
     def worker_id(self) -> str | None:

@@ -3,7 +3,8 @@
 A step (`run_step`) walks one agent's run in order:
 1. the plan: which CLI and options (runner.plans, chosen by the owner before the step);
 2. the input file, from what the owner already read, and the run's command (execution.prepare);
-3. the fork: the CLI's process waits at its gate (process.spawn);
+3. the fork: the CLI's process waits at its gate (process.spawn; a gate started while the
+   run before worked, when there is one);
 4. the start transaction (`_start`): the process record, which is also the "still wanted"
    check, the run row, the activity log and the events. Only then may the CLI run
    (`release`): a worker killed before this point leaves nothing running;
@@ -180,6 +181,9 @@ class RunOwner(Protocol):
     def apply(self, result) -> None:
         """Inside the finish transaction (still wanted): the result, through the services."""
 
+    def continues(self, result) -> bool:
+        """Whether another agent's run is expected right after this one's finish."""
+
 
 # the step ----------------------------------------------------------------------------------
 
@@ -188,16 +192,28 @@ def run_step(owner: RunOwner, plan: RunPlan):
     """Run one agent for `owner` with `plan`: returns what the owner read from the CLI (its
     answer, a Failure or a Paused), already applied. Raises Stopped when discarded."""
     recorder = owner.recorder(plan)
+    snapshots = owner.snapshots
     try:
         result = _run_cli(owner, recorder, plan)
     except BaseException:
+        snapshots.count_now()  # (a stopped run's totals too, with its record)
         with contextlib.suppress(Exception):  # stopped: keep what the agent did so far
             owner.after_run()
+            snapshots.write_later()
         _close(recorder)
         raise
     result = owner.after_run() or result
+    continues = owner.continues(result)
+    # The runs before's totals (counted as this one began), and this one's: counted while the
+    # next agent starts, or now when none comes next (all of them then, in order).
+    counted_before = snapshots.counted_later(wait=not continues)
+    if continues:
+        snapshots.count_later()
+    else:
+        snapshots.count_now()
     try:
         with transaction.atomic(), events.batched():
+            snapshots.write(counted_before)
             wanted = owner.lock_if_wanted()
             if wanted and not recorder.started:  # the CLI never ran: the run still counts
                 owner.start(recorder)
@@ -250,7 +266,7 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
             run = _launch(owner, recorder, launch)
         finally:
             launch.cleanup()
-    snapshots.take_after()  # a stopped run may have changed files too
+    snapshots.take_after(count=False)  # a stopped run may have changed files too
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
         if owner.shutdown.is_set():  # the worker stops: the next start resumes this run
@@ -269,7 +285,7 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
 def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
     """Fork the CLI, record it (the start transaction), let it run and follow it to its end."""
     recorder.use_working_directory(launch.cwd)
-    held = process.spawn(launch.command, cwd=str(launch.cwd), env=launch.env)
+    held = process.spawn(launch.command, cwd=str(launch.cwd), env=launch.env, spare=True)
     if held.start_error is None:
         try:
             _start(owner, recorder, held.started)
@@ -277,6 +293,7 @@ def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
             held.cancel()  # never runs: nobody wants it, or its start could not be written
             raise
         held.release()
+        owner.snapshots.start_counting()  # the totals of the run before, while this one works
     waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(
         stop=owner.stop,
@@ -426,6 +443,8 @@ class TaskPass:
         except Exception as exc:  # a bug must not leave the task stuck without a word
             log.exception("Task pass failed", extra={"task_id": self.item.task_id})
             self._fail_outside_a_step(internal_error_message(exc))
+        finally:  # totals left for a next agent that did not come (the finish ended the pass)
+            self.snapshots.write_later()
 
     def _checks_by_hand(self) -> None:
         """A person's "Run checks" on an In Review task: the checks only, where its agents
@@ -730,6 +749,13 @@ class TaskPass:
             return False
         return True
 
+    def continues(self, result) -> bool:
+        """An answer that neither asks for review nor comes from the last agent: the next
+        agent runs (as far as this pass knows before the finish decides)."""
+        if isinstance(result, (Failure, Paused)) or result.in_review:
+            return False
+        return not self._is_last_step()
+
     def apply(self, result) -> None:
         if self.commit:
             task_services.task_branch_commit_log(
@@ -917,6 +943,9 @@ class ChatReply:
 
     def after_run(self) -> None:
         return None
+
+    def continues(self, _result) -> bool:
+        return False  # a reply is one run
 
     def recorder(self, plan: RunPlan) -> RunRecorder:
         return RunRecorder(

@@ -9,7 +9,9 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -141,24 +143,183 @@ class _Lines:
         self.partial = b""
 
 
-# The gate every process passes (DESIGN "Processes"): the POSIX shell, started with the command
-# as its arguments, in the command's folder and environment, in a session (and process group) of
-# its own. It waits for the worker's go ("g" and a newline on its standard input, which `read`
-# takes byte by byte: nothing past it), then becomes the command (exec: same pid, same group),
-# which reads the rest of that input (the command's own, or /dev/null). The worker records the
-# process first, so recovery knows every CLI that ever ran; a worker killed before its go
-# closes the pipe, and the gate exits without running anything. A shell starts in about a
-# millisecond (a Python took 20-40 ms on a busy machine), so no gate is started ahead. The
-# command's program is checked before (a missing or non-executable one is a start error, as
+# The gate every process passes (DESIGN "Processes"): the POSIX shell, in a session (and process
+# group) of its own, with the command's environment. It waits for the worker's go on its
+# standard input: one line, the command itself as shell words (`_go_line`: into the command's
+# folder, its PWD, /dev/null as stdin unless it brings its own, then `exec` it: same pid, same
+# group), read byte by byte by `read` (nothing past it: the rest of that input is the
+# command's). The worker records the process first, so recovery knows every CLI that ever ran;
+# a worker killed before its go closes the pipe, and the gate exits without running anything.
+# The command's program is checked before (a missing or non-executable one is a start error, as
 # Popen's would be); `command read` skips any function of that name from the environment.
-GATE = """command read -r go || exit 125
-[ "$go" = g ] || exit 125
-if [ "$1" = null ]; then exec </dev/null; fi
-shift
-exec "$@"
+# Since the gate does not depend on the command, the next run's gate is started while a run
+# works (`Spares`): starting a process in a new session costs 0.2 ms on a quiet machine but
+# 4-6 ms on a busy one (the new session's scheduling group waits for a CPU), and the shell's
+# own start-up is off the path between two agents too.
+GATE = """nl='
+'
+command read -r go || exit 125
+eval "$go"
+exit 125
 """
 GATE_SHELL = "/bin/sh"
 GATE_EXITED = 125  # the gate's exit when it never got its go
+SPARES_KEPT = 4  # gates kept started ahead (about one per workspace running at once)
+SPARE_WAIT_SECONDS = 1.0  # a run waits this long at most for its spare being started
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _shell_word(text: str) -> str:
+    """`text` as one shell word on one line (a newline in it becomes "$nl", the gate's)."""
+    if "\0" in text:
+        raise ValueError("embedded null byte")
+    return '"$nl"'.join(shlex.quote(part) for part in text.split("\n"))
+
+
+def _go_line(command: Command, *, cwd: str, env: dict[str, str]) -> bytes:
+    """The gate's go: the command, run in `cwd` with the PWD (and OLDPWD) of `env`."""
+    words = [f"command cd -P -- {_shell_word(cwd)} || exit 125"]
+    for name in ("PWD", "OLDPWD"):  # (cd set them: the environment's values win)
+        value = env.get(name)
+        words.append(f"unset {name}" if value is None else f"export {name}={_shell_word(value)}")
+    if command.stdin is None:
+        words.append("exec </dev/null")
+    words.append("exec " + " ".join(_shell_word(arg) for arg in command.argv))
+    return ("; ".join(words) + "\n").encode()
+
+
+def _gate_env(env: dict[str, str]) -> dict[str, str] | None:
+    """What a gate is started with (the go line sets PWD and OLDPWD): None when a name is not
+    one the shell can hold (no gate is started ahead for such an environment)."""
+    if not all(_SHELL_NAME.fullmatch(name) for name in env):
+        return None
+    return {name: value for name, value in env.items() if name not in ("PWD", "OLDPWD")}
+
+
+def _start_gate(cwd: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [GATE_SHELL, "-c", GATE, "malamar-gate"],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def _end_gate(proc: subprocess.Popen, create_time: float) -> None:
+    """A gate that never got its go: its pipe closed, it exits by itself (reaped here)."""
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+    if proc.poll() is None:
+        kill_tree(proc.pid, pgid=proc.pid, create_time=create_time)
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        with contextlib.suppress(OSError):
+            stream.close()
+
+
+class Spares:
+    """Gates started ahead, waiting for a go: a run whose environment matches one takes it
+    instead of starting a process (see GATE). Each agent run asks for one for the next run with
+    its environment (`refill`, once its CLI runs), started by a thread of its own so that the run
+    is followed at once; a run that comes while its spare is being started waits for that one
+    (it is nearly there). At most SPARES_KEPT wait, the oldest ended first. A spare nobody takes
+    costs a sleeping shell; a worker killed meanwhile closes its pipe and it exits. `clear()`
+    ends them all (the worker stopping)."""
+
+    def __init__(self):
+        self._lock = threading.Condition()
+        self._waiting: list[tuple[dict, subprocess.Popen, float]] = []
+        self._wanted: list[dict] = []  # environments asked for, not started yet
+        self._starting: list[dict] = []  # ...being started
+        self._generation = 0  # moved on by clear(): a gate started before is not kept
+        self._maker: threading.Thread | None = None
+
+    def take(self, env: dict[str, str]) -> tuple[subprocess.Popen, float] | None:
+        gate_env = _gate_env(env)
+        if gate_env is None:
+            return None
+        gives_up = time.monotonic() + SPARE_WAIT_SECONDS
+        with self._lock:
+            while True:
+                for index, (spare_env, proc, create_time) in enumerate(self._waiting):
+                    if spare_env == gate_env and proc.poll() is None:
+                        del self._waiting[index]
+                        return proc, create_time
+                coming = gate_env in self._wanted or gate_env in self._starting
+                if not coming or not self._lock.wait(gives_up - time.monotonic()):
+                    return None
+
+    def refill(self, env: dict[str, str]) -> None:
+        gate_env = _gate_env(env)
+        if gate_env is None:
+            return
+        with self._lock:
+            if gate_env not in self._wanted:
+                self._wanted.append(gate_env)
+            if self._maker is None or not self._maker.is_alive():
+                self._maker = threading.Thread(target=self._make, name="malamar-gates", daemon=True)
+                self._maker.start()
+            self._lock.notify_all()
+
+    def _make(self) -> None:
+        while True:
+            with self._lock:
+                while not self._wanted:
+                    self._lock.wait()
+                env = self._wanted.pop(0)
+                self._starting.append(env)
+            try:
+                self._add(env)
+            finally:
+                with self._lock:
+                    self._starting.remove(env)
+                    self._lock.notify_all()
+
+    def add(self, env: dict[str, str]) -> None:
+        """Start a spare gate for `env` now, in this thread."""
+        gate_env = _gate_env(env)
+        if gate_env is not None:
+            self._add(gate_env)
+
+    def _add(self, gate_env: dict[str, str]) -> None:
+        generation = self._generation
+        try:
+            proc = _start_gate("/", gate_env)
+        except OSError:
+            return
+        spare = (gate_env, proc, _create_time(proc.pid))
+        with self._lock:
+            if generation == self._generation:
+                self._waiting.append(spare)
+                ended = self._waiting[:-SPARES_KEPT]
+                del self._waiting[:-SPARES_KEPT]
+                self._lock.notify_all()
+            else:
+                ended = [spare]
+        for _env, old, create_time in ended:
+            _end_gate(old, create_time)
+
+    def waiting(self) -> list[int]:
+        """The pids of the spare gates waiting now."""
+        with self._lock:
+            return [proc.pid for _env, proc, _time in self._waiting]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._wanted.clear()
+            ended, self._waiting = self._waiting, []
+        for _env, proc, create_time in ended:
+            _end_gate(proc, create_time)
+
+
+spares = Spares()
 
 
 def _close_fds(*fds: int) -> None:
@@ -209,11 +370,12 @@ class Held:
     `release()` lets the command run and `wait()` follows it to its end; `cancel()` ends it
     without ever running the command. `start_error` when there is nothing to run."""
 
-    def __init__(self, command: Command, *, cwd: str, env: dict[str, str]):
+    def __init__(self, command: Command, *, cwd: str, env: dict[str, str], spare: bool = False):
         self.command = command
         self.result = ProcessResult(started_at=time.time())
         self.started: Started | None = None
         self.proc: subprocess.Popen | None = None
+        self.env, self.spare = env, spare
         if not os.path.isdir(cwd):  # as Popen would say, before anything is started
             why = "Not a directory" if os.path.exists(cwd) else "No such file or directory"
             self.result.start_error = f"{why}: {cwd}"
@@ -222,55 +384,45 @@ class Held:
         if problem or not command.argv:
             self.result.start_error = problem or "No command to run"
             return
-        stdin = "null" if command.stdin is None else "pipe"
-        try:
-            self.proc = subprocess.Popen(
-                [GATE_SHELL, "-c", GATE, "malamar-gate", stdin, *command.argv],
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as exc:
-            self.result.start_error = f"{exc.strerror or exc}: {exc.filename or cwd}"
-            return
+        self.go = _go_line(command, cwd=os.path.abspath(cwd), env=env)
+        taken = spares.take(env) if spare else None
+        if taken is not None:
+            self.proc, create_time = taken
+        else:
+            try:
+                self.proc = _start_gate(cwd, _gate_env(env) or env)
+            except OSError as exc:
+                self.result.start_error = f"{exc.strerror or exc}: {exc.filename or cwd}"
+                return
+            create_time = _create_time(self.proc.pid)
         pid = self.proc.pid
-        self.started = Started(pid=pid, pgid=pid, create_time=_create_time(pid))
+        self.started = Started(pid=pid, pgid=pid, create_time=create_time)
 
     @property
     def start_error(self) -> str | None:
         return self.result.start_error
 
     def release(self) -> None:
-        """Let the command run (its standard input follows the go, written by wait())."""
+        """Let the command run (its standard input follows the go, written by wait()); then,
+        for an agent run, start the gate of the next run (while this one works)."""
         if self.proc is None:
             return
         try:
-            self.proc.stdin.write(b"g\n")
+            self.proc.stdin.write(self.go)
             self.proc.stdin.flush()
         except OSError:  # the gate is gone: wait() finds it ended
             pass
         if self.command.stdin is None:  # the command reads /dev/null
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
+        if self.spare:
+            spares.refill(self.env)
 
     def cancel(self) -> None:
         """Never run the command: the gate closes and the process exits by itself."""
         if self.proc is None:
             return
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
-        if self.proc.poll() is None:
-            kill_tree(self.proc.pid, pgid=self.proc.pid, create_time=self.started.create_time)
-            self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            with contextlib.suppress(OSError):
-                stream.close()
+        _end_gate(self.proc, self.started.create_time)
 
     def wait(
         self,
@@ -526,9 +678,10 @@ class _Printed:
         return None
 
 
-def spawn(command: Command, *, cwd: str, env: dict[str, str]) -> Held:
-    """Fork `command`, held at its gate (see Held): nothing runs before `release()`."""
-    return Held(command, cwd=cwd, env=env)
+def spawn(command: Command, *, cwd: str, env: dict[str, str], spare: bool = False) -> Held:
+    """Fork `command`, held at its gate (see Held): nothing runs before `release()`.
+    `spare`: an agent run, which takes a gate started ahead and leaves one for the next."""
+    return Held(command, cwd=cwd, env=env, spare=spare)
 
 
 def run(
