@@ -39,9 +39,11 @@ def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     assert stack.status(task) == "in_progress"  # the CLI is still running (it holds)
     runs = stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
     assert runs[-1]["status"] == "running" and runs[-1]["ended_at"] is None
-    expect(run.locator("[data-run-current]")).to_contain_text("app/models.py")
+    # (The edit is the work's last trace: the fake CLI holds after it, so no trace comes later
+    # to replace the one this test makes up next; "Reading app/models.py" comes just before.)
+    expect(run.locator("[data-run-current]")).to_contain_text("Editing app/models.py")
     card_action = page.locator(f"#task-card-{task['id']} [data-task-current]")
-    expect(card_action).to_contain_text("app/models.py")
+    expect(card_action).to_have_text("Editing app/models.py")
 
     # A column rendered before the newest trace committed lands after it: the card keeps the
     # newest action this page has seen, not the older one the fragment was rendered with.
