@@ -66,6 +66,27 @@ def test_a_binary_that_is_not_executable_is_reported_as_such(tmp_path):
     assert "does not exist" in resolve_binary("claude", dict(os.environ))[1]
 
 
+def test_a_binary_removed_while_it_is_checked_is_reported_as_a_run_reports_it(
+    tmp_path, monkeypatch
+):
+    """Found when the check began, gone when its `--version` starts (the user removed it right
+    after saving): the check says what a run says, not the process gate's words."""
+    binary = tmp_path / "claude"
+    binary.symlink_to(FAKES_BIN / "claude")
+    settings_update(changes={"cli_settings": {"claude": {"binary_path": str(binary)}}})
+    spawn = process.spawn
+
+    def removed_after_the_check(command, **kwargs):
+        held = spawn(command, **kwargs)
+        binary.unlink()
+        return held
+
+    monkeypatch.setattr(process, "spawn", removed_after_the_check)
+    result = health.check("claude", full=False)
+    reason = f"Binary {binary} does not exist (check Settings → CLIs)"
+    assert (result["status"], result["error"]) == ("unhealthy", reason)
+
+
 # --- requests: per CLI, answered by a check that started after them -------------------------
 
 

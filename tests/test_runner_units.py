@@ -835,6 +835,36 @@ def test_an_agent_run_asks_for_the_next_runs_gate_once_its_cli_runs(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("taken_away", "error"),
+    [("unlink", "No such file or directory: {}"), ("chmod", "Permission denied: {}")],
+)
+def test_a_program_taken_away_between_its_check_and_its_go_is_a_start_error(
+    tmp_path, taken_away, error
+):
+    """Checked when forked, gone (or no longer executable) when the gate execs it: a start
+    error in Popen's words, not the gate shell's complaint as the CLI's failure."""
+    program = tmp_path / "cli"
+    program.write_text("#!/bin/sh\necho ran\n")
+    program.chmod(0o755)
+    held = process.spawn(process.Command([str(program)]), cwd=str(tmp_path), env={})
+    assert held.start_error is None
+    program.unlink() if taken_away == "unlink" else program.chmod(0o644)
+    held.release()
+    result = held.wait()
+    assert (result.start_error, result.stdout) == (error.format(program), "")
+
+
+def test_a_cli_that_prints_like_the_gate_is_not_taken_for_a_start_error(tmp_path):
+    """Only the gate's words about the command's own program are a start error."""
+    program = tmp_path / "cli"
+    program.write_text("#!/bin/sh\necho 'malamar-gate: 1: exec: x: not found' >&2\nexit 127\n")
+    program.chmod(0o755)
+    held = process.spawn(process.Command([str(program), "a"]), cwd=str(tmp_path), env={})
+    held.release()
+    assert (held.wait().start_error, held.result.exit_code) == (None, 127)
+
+
+@pytest.mark.parametrize(
     ("program", "error"),
     [
         ("/nonexistent/cli", "No such file or directory: /nonexistent/cli"),

@@ -163,6 +163,10 @@ def check(
         return _unhealthy({"binary_path": ""}, problem)
     found = {"binary_path": binary, **({"answer": ""} if full else {})}
     version = _run(Command([binary, "--version"]), env, limit, stop)
+    if version.start_error:  # it was removed since: say it as a run would
+        binary, problem = resolve_binary(cli, env, conf)
+        if binary is None:
+            return _unhealthy({"binary_path": ""}, problem)
     if version.timed_out:
         return _slow(cli, found, "`--version`", limit)
     if version.start_error or version.exit_code != 0:

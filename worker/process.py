@@ -365,6 +365,20 @@ def _program_problem(program: str, *, cwd: str, env: dict[str, str]) -> str | No
     return None
 
 
+def _exec_failure(result: ProcessResult, program: str) -> str | None:
+    """The start error of a command the gate could not exec (its program removed, or its mode
+    changed, after the check before its go), as Popen says it; None: it ran. Told by the gate
+    shell's own words about this very program and nothing else on stdout or stderr."""
+    if result.exit_code not in (126, 127) or result.stdout:
+        return None
+    words = rf"malamar-gate: \d+: exec: {re.escape(program)}: (not found|Permission denied)\n?"
+    failed = re.fullmatch(words, result.stderr)
+    if failed is None:
+        return None
+    why = "No such file or directory" if failed[1] == "not found" else "Permission denied"
+    return f"{why}: {program}"
+
+
 class Held:
     """A process forked and waiting at its gate: `started` says which (record it), then
     `release()` lets the command run and `wait()` follows it to its end; `cancel()` ends it
@@ -509,6 +523,7 @@ class Held:
         result.stdout, result.stderr = out.text(), err.text()
         result.stdout_bytes = out.total
         result.ended_at = time.time()
+        result.start_error = _exec_failure(result, self.command.argv[0])
         return result
 
 
