@@ -1,27 +1,32 @@
-#!/usr/bin/env python3
-"""A fake of the four agent CLIs Malamar drives: claude, gemini, codex and opencode.
-
-One script, installed under the four names (symlinks in tests/fakes/bin); it dispatches on the
-name it was started as. It accepts exactly the flags of the real CLIs' --help (see
-shared/cli-samples/help), fails on others the way the real parser does (commander for claude,
-yargs for gemini and opencode, clap for codex), mimics the traps listed in shared/CLIS.md and
-prints output shaped like the captured samples.
-
-What the "model" does is scripted by `@fake ...` lines in Malamar's input file; see README.md in
-this folder. Pure standard library, Python >= 3.11.
-"""
+#!/bin/sh
+# fmt: off
+# /bin/sh runs the lines below; Python reads them as the module's docstring. They run this file
+# as an imported module (compiled once, not at each of the thousands of CLI runs of a test
+# session) on the `python3` in PATH, without site packages (the fake needs none).
+"exec" "python3" "-S" "-c" \
+"import os, sys; sys.argv.pop(0); "\
+"sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0])); "\
+"import fakecli; sys.exit(fakecli.entry())" "$0" "$@"
+# fmt: on
+# A fake of the four agent CLIs Malamar drives: claude, gemini, codex and opencode.
+#
+# One script, installed under the four names (symlinks in tests/fakes/bin); it dispatches on the
+# name it was started as. It accepts exactly the flags of the real CLIs' --help (see
+# shared/cli-samples/help), fails on others the way the real parser does (commander for claude,
+# yargs for gemini and opencode, clap for codex), mimics the traps listed in shared/CLIS.md and
+# prints output shaped like the captured samples.
+#
+# What the "model" does is scripted by `@fake ...` lines in Malamar's input file; see README.md in
+# this folder. Pure standard library, Python >= 3.11.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
 import select
-import subprocess
 import sys
 import time
-import tomllib
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -305,6 +310,8 @@ def _arity(metavar: str) -> str:
 def _suggest(arg: str, table: dict[str, Opt]) -> str | None:
     longs = {name[2:]: name for name in table if name.startswith("--")}
     wanted = arg.split("=")[0].lstrip("-")
+    import difflib  # (here: imported at every run, it would cost each one milliseconds)
+
     close = difflib.get_close_matches(wanted, sorted(longs), n=1, cutoff=0.75)
     return longs[close[0]] if close else None
 
@@ -1032,6 +1039,8 @@ def run_step(step: tuple[str, object], emitter: Emitter) -> None:
     elif kind == "hold":
         hold(Path(os.getcwd(), RELEASE_FILE), number)
     elif kind == "grandchild":
+        import subprocess
+
         child = subprocess.Popen(
             [sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))", str(number)],
             stdin=subprocess.DEVNULL,
@@ -2102,6 +2111,8 @@ def mcp_servers_seen(cli: str, inv: Invocation) -> dict[str, dict]:
         servers = _json_file_or_text(path).get("mcpServers") or {}
     elif cli == "codex":
         lines = [str(v) for v in inv.parsed.every.get("config", []) if str(v).startswith("mcp_")]
+        import tomllib
+
         servers = tomllib.loads("\n".join(lines)).get("mcp_servers") or {}
     elif cli == "opencode" and os.environ.get("OPENCODE_CONFIG_CONTENT"):
         for name, server in (
@@ -2142,6 +2153,8 @@ def call_mcp_tool(server: dict, cli: str, tool: str, arguments: dict) -> dict:
             "params": {"name": tool, "arguments": arguments},
         },
     ]
+    import subprocess
+
     process = subprocess.Popen(
         server["command"],
         stdin=subprocess.PIPE,
