@@ -193,6 +193,12 @@ def stack(module_stack, tmp_path):
     module_stack.stop_worker()
 
 
+def release_the_cli(stack, task_id: str) -> None:
+    """Let the fake CLI's current `hold` on that task end (tests/fakes/README.md): a state a
+    test must see lasts until it has seen it, however slow the machine."""
+    (stack.temp_dir / f"malamar_task_{task_id}" / "release").touch()
+
+
 NEXT_FRAME = "() => new Promise((done) => requestAnimationFrame(() => setTimeout(done)))"
 
 

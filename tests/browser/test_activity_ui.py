@@ -7,7 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import new_page
+from tests.browser.conftest import new_page, release_the_cli
 
 pytestmark = pytest.mark.browser
 
@@ -31,7 +31,7 @@ def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     expect(run).to_be_visible(timeout=RUN_TIMEOUT)
     expect(run.locator(".run__agent")).to_have_text("Builder")
     expect(run).not_to_contain_text("pytest")  # rendered before the tool activity happened
-    release_the_cli(stack, task)
+    release_the_cli(stack, task["id"])
 
     # Then a trace line is appended live, and the card and "Now" line name the action.
     live_line = run.locator("[data-run-live] .trace--live", has_text="pytest -q")
@@ -52,7 +52,7 @@ def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):
     page.evaluate(REFRESH_BOARD, task["id"])
     expect(page.locator(f"#task-card-{task['id']}:not([data-before-refresh])")).to_be_attached()
     expect(card_action).to_have_text("Newer than the fragment")
-    release_the_cli(stack, task)
+    release_the_cli(stack, task["id"])
 
     # When the run ends it is re-rendered grouped and collapsed: a command with its result and
     # an edit, with usage; the task moved to In Review.
@@ -79,11 +79,6 @@ REFRESH_BOARD = """(task) => {
   document.getElementById(`task-card-${task}`).setAttribute("data-before-refresh", "");
   window.htmx.trigger("#task-board", "live");
 }"""
-
-
-def release_the_cli(stack, task) -> None:
-    """Let the fake CLI's current `hold` end (tests/fakes/README.md)."""
-    (stack.temp_dir / f"malamar_task_{task['id']}" / "release").touch()
 
 
 def test_a_silent_run_raises_a_visible_warning(browser, stack):

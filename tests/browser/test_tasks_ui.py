@@ -7,7 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import PHONE, new_page
+from tests.browser.conftest import PHONE, new_page, release_the_cli
 
 pytestmark = pytest.mark.browser
 
@@ -43,7 +43,7 @@ def test_create_watch_it_run_comment_and_restart(browser, stack):
     dialog.get_by_label("Summary").fill("Add a cart")
     dialog.get_by_label("Description").fill(
         "Let people buy things.\n\n"
-        "@fake Planner: work 1 sleep 1.5 comment-once Plan: **three** steps\n"
+        "@fake Planner: work 1 hold 60 comment-once Plan: **three** steps\n"
         "@fake Reviewer: review Looks good"
     )
     dialog.get_by_role("button", name="Create task").click()
@@ -55,6 +55,9 @@ def test_create_watch_it_run_comment_and_restart(browser, stack):
     expect(working).to_be_visible(timeout=RUN_TIMEOUT)
     expect(working).to_have_class(re.compile(r"\bis-working\b"))
     expect(working.locator(".task-card__agent")).to_have_text("Planner")
+    # (The Planner holds until the test has seen it at work.)
+    [(created,)] = stack.sql("SELECT id FROM tasks")
+    release_the_cli(stack, created)
     reviewed = card(page, "in_review", "Add a cart")
     expect(reviewed).to_be_visible(timeout=RUN_TIMEOUT)
     expect(reviewed).not_to_have_class(re.compile(r"\bis-working\b"))
@@ -94,6 +97,7 @@ def test_create_watch_it_run_comment_and_restart(browser, stack):
     expect(dialog.locator(".comment--working")).to_contain_text(
         "Planner is working…", timeout=RUN_TIMEOUT
     )
+    release_the_cli(stack, task_id)
     expect(card(page, "in_progress", "Add a cart")).to_be_visible()
     expect(dialog.locator("#task-comments .comment", has_text="Looks good")).to_have_count(
         2, timeout=RUN_TIMEOUT
