@@ -15,6 +15,9 @@ from tests import databases
 from tests.live import ROOT, blank_database, django_script, manage, process_env, wait_until
 from tests.stack import data_dir_from
 
+# Real commands (migrate, doctor, malamar) on data dirs of their own: ordered first.
+pytestmark = pytest.mark.live
+
 OPTION_ENVS = [o.env for o in config.OPTIONS]
 
 

@@ -16,6 +16,9 @@ from core import config
 from tests.live import FreezableProxy
 from tests.services import Redis
 
+# A real Redis, and a real 5-s blocking pop waited out: ordered first.
+pytestmark = pytest.mark.live
+
 REPLY_DELAY = 0.5  # seconds each Redis answer travels: well under what the timeouts allow
 
 

@@ -18,6 +18,9 @@ from tests.databases import ON_POSTGRES, SQLITE_ONE_WORKER
 from tests.live import ROOT, START, process_env, wait_until
 from tests.stack import FAKES_BIN, alive
 
+# Real workers among them (kill -9, SIGTERM, the MCP server): ordered first.
+pytestmark = pytest.mark.live
+
 FOUR = [("Planner", "claude"), ("Implementer", "gemini"), ("Reviewer", "codex")]
 FOUR += [("Approver", "opencode")]
 
