@@ -13,10 +13,11 @@ SQLite and fail on PostgreSQL:
 - a kind of real process finding the test's database (the server and worker, the `malamar mcp`
   a CLI starts): one test each, not every test that starts one.
 Not `pg`: what renders, parses, validates before the database or runs the same on both (pages,
-the API's validation, CLI adapters, the fake CLIs, git, browser tests), what another `pg` test
-proves already, and tests that start their own PostgreSQL (scale-out): those run once, in the
-SQLite pass. A test for PostgreSQL alone uses `tests.databases.postgres_only(reason)`: marked
-`pg`, skipped on SQLite.
+the API's validation, CLI adapters, the fake CLIs, git, browser tests) and what another `pg` test
+proves already. A test for PostgreSQL alone uses `tests.databases.postgres_only(reason)`: marked
+`pg`, skipped on SQLite; so does the scale-out test, which starts its own PostgreSQL and Redis
+and runs once, in the PostgreSQL pass (which ends minutes before the SQLite pass: the minute it
+takes is better spent there).
 """
 
 import json

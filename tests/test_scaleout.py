@@ -194,6 +194,7 @@ def test_a_process_given_the_clusters_database_gets_no_database_of_its_own(tmp_p
     assert env["DATABASE_URL"] == "postgres://malamar@db/shared"
 
 
+@databases.postgres_only("scale-out runs in the PostgreSQL pass (its own PostgreSQL and Redis)")
 def test_scaled_out_malamar_runs_every_task_exactly_once(tmp_path):
     not_checked = []
     multi = worker_capacity_supported()
