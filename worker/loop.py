@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from queue import Empty, SimpleQueue
 
 from django.conf import settings
 from django.db import connection
@@ -57,6 +58,11 @@ STOP_DEADLINE_SECONDS = 1.6
 CLEANUP_EVERY = 24 * 3600
 HEALTH_EVERY = 5 * 60
 LIMITS_EVERY = 1.0
+# A runner thread whose workspace has nothing left waits this long, keeping its database
+# connection, for the next workspace to run (a new thread opens a new connection: ~1-2 ms of
+# every pickup); at most this many wait.
+IDLE_RUNNERS = 2
+IDLE_RUNNER_SECONDS = 300.0
 
 
 class AlreadyRunning(RuntimeError):
@@ -73,6 +79,16 @@ def _closing(work):
             connection.close()
 
     return run
+
+
+def _reuse_connection() -> None:
+    """A kept connection before its next use, checked as Django checks one between two
+    requests: PostgreSQL's is closed when too old or broken (conn_max_age, health checks);
+    SQLite's (kept for good) only when broken."""
+    if connection.settings_dict["CONN_MAX_AGE"]:
+        connection.close_if_unusable_or_obsolete()
+    elif connection.errors_occurred and connection.connection and not connection.is_usable():
+        connection.close()
 
 
 def lock_path() -> Path:
@@ -136,6 +152,8 @@ class Worker:
         capacity: int | None = None,
         heartbeat: float | None = None,
         stale_after: float | None = None,
+        idle_runners: int = IDLE_RUNNERS,
+        idle_runner_seconds: float = IDLE_RUNNER_SECONDS,
     ):
         # Before the worker's threads exist (the process's too, with `--with-worker`).
         limit_malloc_arenas()
@@ -160,6 +178,9 @@ class Worker:
         self.stop_requested_at: float | None = None  # monotonic, see request_stop
         self.lock = threading.Lock()
         self.workspaces: dict[str, set[threading.Thread]] = {}  # workspace id → its runners
+        # Runner threads waiting for a workspace to run: (thread, where its next one is put).
+        self.idle_runners: list[tuple[threading.Thread, SimpleQueue]] = []
+        self.max_idle_runners, self.idle_runner_seconds = idle_runners, idle_runner_seconds
         self.runs: dict[tuple[str, str], process.RunStop] = {}  # (kind, item id) → its stop
         self.chat_threads: set[threading.Thread] = set()
         self.sock: socket.socket | None = None
@@ -231,6 +252,9 @@ class Worker:
         with self.lock:
             threads = [t for runners in self.workspaces.values() for t in runners]
             threads += list(self.chat_threads)
+            for thread, jobs in self.idle_runners:  # they end (closing their connections)
+                jobs.put(None)
+                threads.append(thread)
         deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -366,14 +390,7 @@ class Worker:
                 runners = self.workspaces.setdefault(workspace_id, set())
                 limit = limits.get(workspace_id, 1)
                 for _ in range(min(startable, limit - len(runners), self._room())):
-                    thread = threading.Thread(
-                        target=self._workspace_thread,
-                        args=(workspace_id, limit),
-                        name=f"malamar-ws-{workspace_id}",
-                        daemon=True,
-                    )
-                    runners.add(thread)
-                    thread.start()
+                    runners.add(self._runner_for(workspace_id, limit))
                 if not runners:
                     self.workspaces.pop(workspace_id, None)
 
@@ -396,7 +413,52 @@ class Worker:
         with self.lock:
             self.reserved -= 1
 
+    def _runner_for(self, workspace_id: str, limit: int) -> threading.Thread:
+        """A runner thread for the workspace (inside self.lock): an idle one, else a new one."""
+        name = f"malamar-ws-{workspace_id}"
+        if self.idle_runners:
+            thread, jobs = self.idle_runners.pop()
+            thread.name = name
+            jobs.put((workspace_id, limit))
+            return thread
+        thread = threading.Thread(
+            target=self._workspace_thread, args=(workspace_id, limit), name=name, daemon=True
+        )
+        thread.start()
+        return thread
+
     def _workspace_thread(self, workspace_id: str, limit: int) -> None:
+        """Run workspaces, one after another: this one, then the ones handed to it while it
+        waits idle (its database connection kept for them); ends when none comes."""
+        jobs: SimpleQueue = SimpleQueue()
+        job = (workspace_id, limit)
+        try:
+            while job is not None:
+                idle = self._run_workspace(*job, jobs)
+                job = self._next_job(jobs) if idle else None
+        finally:
+            connection.close()
+
+    def _next_job(self, jobs: SimpleQueue):
+        """The next workspace handed to this idle runner, or None (it waited long enough, or
+        the worker stops)."""
+        try:
+            job = jobs.get(timeout=self.idle_runner_seconds)
+        except Empty:
+            with self.lock:
+                entry = next((e for e in self.idle_runners if e[1] is jobs), None)
+                if entry is not None:  # (else one was handed to it as it gave up)
+                    self.idle_runners.remove(entry)
+                    return None
+            job = jobs.get()
+        if job is not None:
+            _reuse_connection()
+        return job
+
+    def _run_workspace(self, workspace_id: str, limit: int, jobs: SimpleQueue) -> bool:
+        """Claim and run the workspace's tasks until none is left for it; True: this runner
+        waits idle for another workspace (`jobs`)."""
+        idle = False
         try:
             while not self.shutdown.is_set() and self._reserve():
                 try:
@@ -409,15 +471,21 @@ class Worker:
                     break
         except Exception:
             log.exception("Workspace runner failed", extra={"workspace_id": workspace_id})
+            connection.close()
         finally:
+            release_free_memory()
             with self.lock:
                 runners = self.workspaces.get(workspace_id, set())
                 runners.discard(threading.current_thread())
                 if not runners:
                     self.workspaces.pop(workspace_id, None)
-            connection.close()
-            release_free_memory()
+                idle = not self.shutdown.is_set() and (
+                    len(self.idle_runners) < self.max_idle_runners
+                )
+                if idle:
+                    self.idle_runners.append((threading.current_thread(), jobs))
             self.kick()  # new work may have arrived while this thread was finishing
+        return idle
 
     def spawn_chats(self) -> None:
         """Every queued chat message gets its own thread: chats never wait for each other
