@@ -381,8 +381,9 @@ class Worker:
     def spawn_workspaces(self) -> None:
         """A runner thread per task that may start, up to the workspace's parallel limit (and
         this worker's capacity)."""
-        waiting = pickup.workspaces_with_work()
-        limits = pickup.parallel_limits(waiting) if waiting else {}
+        found = pickup.startable()
+        waiting = {workspace_id: n for workspace_id, (n, _limit) in found.items()}
+        limits = {workspace_id: limit for workspace_id, (_n, limit) in found.items()}
         if waiting and pickup.shared_database():
             waiting = self.membership.ours_to_run(waiting, limits)
         with self.lock:

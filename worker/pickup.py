@@ -46,26 +46,33 @@ def _waits() -> tuple[str, ...]:
     return tuple(sorted(cli_waits()))
 
 
-def workspaces_with_work() -> dict[str, int]:
-    """Workspace id → how many of its tasks could start now."""
+_LIMIT_FIELDS = ("isolation", "working_directory_mode", "parallel_tasks")
+
+
+def startable() -> dict[str, tuple[int, int]]:
+    """Workspace id → (how many of its tasks could start now, how many it may run at once), in
+    one query (the worker asks at every wake-up)."""
     waits = _waits()
 
     def query(now):
-        rows = _candidates(now=now, waits=waits).order_by().values("workspace_id")
+        fields = [f"workspace__{name}" for name in _LIMIT_FIELDS]
+        rows = _candidates(now=now, waits=waits).order_by().values("workspace_id", *fields)
         return rows.annotate(n=Count("task_id"))
 
-    sql, params = compiled(("workspaces_with_work", waits), query, now=timezone.now())
+    sql, params = compiled(("startable", waits), query, now=timezone.now())
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return dict(cursor.fetchall())
+        rows = cursor.fetchall()
+    found = {}
+    for workspace_id, *limit_fields, n in rows:
+        workspace = Workspace(**dict(zip(_LIMIT_FIELDS, limit_fields, strict=True)))
+        found[workspace_id] = (n, workspace.parallel_limit)
+    return found
 
 
-def parallel_limits(workspace_ids) -> dict[str, int]:
-    """Workspace id → how many tasks it may run at once."""
-    workspaces = Workspace.objects.filter(id__in=list(workspace_ids)).only(
-        "id", "isolation", "working_directory_mode", "parallel_tasks"
-    )
-    return {workspace.id: workspace.parallel_limit for workspace in workspaces}
+def workspaces_with_work() -> dict[str, int]:
+    """Workspace id → how many of its tasks could start now."""
+    return {workspace_id: n for workspace_id, (n, _limit) in startable().items()}
 
 
 def running_count(workspace_id: str) -> int:
