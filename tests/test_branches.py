@@ -581,7 +581,7 @@ def test_a_plain_workspace_still_runs_one_task_at_a_time(tmp_path):
     agent_create(workspace=workspace, name="Solo", instruction="Work.", cli_type="claude")
     for name in "AB":
         task_create(workspace=workspace, summary=name, description="@fake sleep 0.2")
-    worker = Worker(poll_interval=0.1)
+    worker = Worker(poll_interval=0.1, idle_runners=0)  # (its runner ends: no stop() here)
     worker.spawn_workspaces()
     worker.spawn_workspaces()  # asking twice starts no second runner
     runners = set(worker.workspaces[workspace.id])
