@@ -6,12 +6,14 @@ per chat reply), run the jobs that are due (usage limits, cleanup, health checks
 
 One thread per busy workspace runs that workspace's tasks one at a time (or up to its
 "parallel tasks" threads with branch per task); any number of workspaces run in parallel;
-every chat reply gets a thread of its own. Every running run (a task pass or a chat reply) is
-in one map, watched by one stop watcher. The main loop sleeps on a Unix socket the server
-pokes after each commit (new work starts in milliseconds) with the poll interval as the
-fallback. The stop watcher looks at the running items at each wake-up (every stop request,
-delete or move out of In Progress commits with a wake-up) and at each poll; a run it stops is
-woken at once (process.RunStop), so a hundred quiet runs cost no polling at all.
+every chat reply gets a thread of its own. A workspace thread with nothing left waits idle,
+keeping its database connection, for the next workspace (IDLE_RUNNERS). Every running run (a
+task pass or a chat reply) is in one map, watched by one stop watcher. The main loop sleeps
+on a Unix socket the server pokes after each commit (new work starts in milliseconds) with the
+poll interval as the fallback. The stop watcher looks at the running items at each wake-up
+(every stop request, delete or move out of In Progress commits with a wake-up) and at each
+poll; a run it stops is woken at once (process.RunStop), so a hundred quiet runs cost no
+polling at all.
 
 Several workers (DESIGN "Scale-out", PostgreSQL only; SQLite keeps its one worker per data dir,
 held by a file lock): this worker's row, heartbeat, peers, take-overs and the recovery of dead
