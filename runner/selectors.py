@@ -9,6 +9,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from core.compiled_queries import compiled
 from core.settings_store import settings_public
 from runner.clis import (
     CLI_PREFERENCE,
@@ -136,11 +137,19 @@ def cli_states_from(health: list[dict]) -> CliStates:
 
 
 def cli_waits() -> set[str]:
-    """CLIs whose waiting work may not run now: out of quota, or unable to run at all."""
-    rows = CliHealth.objects.filter(
-        Q(limited_since__isnull=False) | Q(status=CliHealthStatus.UNHEALTHY)
-    )
-    return set(rows.values_list("cli_type", flat=True))
+    """CLIs whose waiting work may not run now: out of quota, or unable to run at all. (Asked
+    at every pickup: its SQL is compiled once.)"""
+
+    def query():
+        rows = CliHealth.objects.filter(
+            Q(limited_since__isnull=False) | Q(status=CliHealthStatus.UNHEALTHY)
+        )
+        return rows.values_list("cli_type")
+
+    sql, params = compiled(("cli_waits",), query)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {cli_type for (cli_type,) in cursor.fetchall()}
 
 
 def cli_completed_a_run_since(cli_type: str, since) -> bool:

@@ -450,8 +450,9 @@ def task_pass_begin(*, item: TaskQueueItem) -> tuple[Task, bool] | None:
     workspace's In Progress tasks. Only the task rows are locked, and not against key reads:
     locking the workspace row too (select_related) deadlocked on PostgreSQL with a parallel
     pass that held its task row and inserted a row referencing the workspace (CI, parallel
-    tasks in one workspace)."""
-    with transaction.atomic(), events.batched():
+    tasks in one workspace). On SQLite it joins the claim's transaction (worker.pickup),
+    without a savepoint."""
+    with transaction.atomic(savepoint=False), events.batched():
         rows = list(
             Task.objects.select_for_update(no_key=True, of=("self",))
             .select_related("workspace")

@@ -287,6 +287,7 @@ class InProcessStack(StackBase):
         self.thread.join(timeout=30)
         with self.worker.lock:
             threads = list(self.worker.chat_threads)
+            threads += [thread for thread, _jobs in self.worker.idle_runners]
             for runners in self.worker.workspaces.values():  # a thread, or a set of them
                 threads += runners if isinstance(runners, set | list) else [runners]
         threads += list(self.worker.health.started)  # both lanes of health checks

@@ -528,13 +528,15 @@ def test_the_claim_honours_the_parallel_limit_and_the_pickup_order(repo, db):
     old, new, urgent = (task_create(workspace=workspace, summary=s) for s in ("o", "n", "u"))
     Task.objects.filter(id=urgent.id).update(is_priority=True)
     TaskQueueItem.objects.filter(task=urgent).update(is_priority=True)
-    assert pickup.workspaces_with_work() == {workspace.id: 3}
-    assert pickup.parallel_limits([workspace.id]) == {workspace.id: 2}
+    plain = workspace_create(title="Plain")
+    task_create(workspace=plain, summary="p")
+    assert pickup.workspaces_with_work() == {workspace.id: 3, plain.id: 1}
+    assert pickup.startable() == {workspace.id: (3, 2), plain.id: (1, 1)}  # (waiting, limit)
     first = pickup.claim_next(workspace.id, limit=2)
     second = pickup.claim_next(workspace.id, limit=2)
     assert (first.task_id, second.task_id) == (urgent.id, new.id)  # priority, then LIFO
     assert pickup.claim_next(workspace.id, limit=2) is None  # two run: the limit
-    assert pickup.workspaces_with_work() == {workspace.id: 1}
+    assert pickup.workspaces_with_work() == {workspace.id: 1, plain.id: 1}
     comment_create_and_send_around(
         task=urgent, content="more", actor=USER
     )  # queued again while it runs
@@ -579,7 +581,7 @@ def test_a_plain_workspace_still_runs_one_task_at_a_time(tmp_path):
     agent_create(workspace=workspace, name="Solo", instruction="Work.", cli_type="claude")
     for name in "AB":
         task_create(workspace=workspace, summary=name, description="@fake sleep 0.2")
-    worker = Worker(poll_interval=0.1)
+    worker = Worker(poll_interval=0.1, idle_runners=0)  # (its runner ends: no stop() here)
     worker.spawn_workspaces()
     worker.spawn_workspaces()  # asking twice starts no second runner
     runners = set(worker.workspaces[workspace.id])

@@ -306,7 +306,7 @@ def test_the_worker_gives_each_run_the_knowledge_base_it_calls_malamars_guide(
 def test_run_threads_give_their_freed_memory_back_when_they_end(workspace, monkeypatch):
     released = []
     monkeypatch.setattr(loop, "release_free_memory", lambda: released.append("released"))
-    worker = Worker(poll_interval=1)
+    worker = Worker(poll_interval=1, idle_runners=0)  # (a runner then ends with its work)
     monkeypatch.setattr(worker, "_run", lambda kind, item, stop: None)
 
     def in_a_thread(target, *args):  # as the worker runs them (they close their connection)

@@ -10,13 +10,16 @@ against the in-process worker's lock).
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
+from django.db import connection
 
 from tasks import services as task_services
 from tests.databases import ON_POSTGRES, SQLITE_ONE_WORKER
 from tests.live import ROOT, START, process_env, wait_until
 from tests.stack import FAKES_BIN, alive
+from worker.loop import Worker
 
 # Real workers among them (kill -9, SIGTERM, the MCP server): ordered first.
 pytestmark = pytest.mark.live
@@ -657,3 +660,23 @@ def test_agents_use_malamars_tools_through_the_configured_server(live_stack):
     assert created == [
         (f"Follow-up ({cli})", "agent", "mcp") for cli in sorted(cli for _name, cli in FOUR)
     ]
+
+
+@pytest.mark.pg
+def test_a_runner_thread_keeps_its_connection_for_the_next_workspace(stack, monkeypatch):
+    """A runner whose workspace has nothing left waits idle and runs the next workspace's task
+    on the same database connection (no new thread and connection at every pickup)."""
+    used = []
+    run = Worker._run
+
+    def recording(self, kind, item, stop):
+        used.append((threading.current_thread(), connection.connection))
+        run(self, kind, item, stop)
+
+    monkeypatch.setattr(Worker, "_run", recording)
+    for title in ("A", "B"):
+        workspace = stack.workspace(title=title, agents=[("Solo", "codex")])
+        stack.wait_status(stack.task(workspace, "@fake in_review"), "in_review")
+        wait_until(lambda: stack.worker.idle_runners, timeout=30, what="the runner to wait idle")
+    assert len(used) == 2
+    assert used[0][0] is used[1][0] and used[0][1] is used[1][1]

@@ -52,6 +52,7 @@ class WorkerThread:
         self.thread.join(timeout=30)
         with worker.lock:
             threads = list(worker.chat_threads)
+            threads += [thread for thread, _jobs in worker.idle_runners]
             for runners in worker.workspaces.values():
                 threads += list(runners)
         threads += list(worker.health.started)  # both lanes of health checks

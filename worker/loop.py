@@ -6,12 +6,14 @@ per chat reply), run the jobs that are due (usage limits, cleanup, health checks
 
 One thread per busy workspace runs that workspace's tasks one at a time (or up to its
 "parallel tasks" threads with branch per task); any number of workspaces run in parallel;
-every chat reply gets a thread of its own. Every running run (a task pass or a chat reply) is
-in one map, watched by one stop watcher. The main loop sleeps on a Unix socket the server
-pokes after each commit (new work starts in milliseconds) with the poll interval as the
-fallback. The stop watcher looks at the running items at each wake-up (every stop request,
-delete or move out of In Progress commits with a wake-up) and at each poll; a run it stops is
-woken at once (process.RunStop), so a hundred quiet runs cost no polling at all.
+every chat reply gets a thread of its own. A workspace thread with nothing left waits idle,
+keeping its database connection, for the next workspace (IDLE_RUNNERS). Every running run (a
+task pass or a chat reply) is in one map, watched by one stop watcher. The main loop sleeps
+on a Unix socket the server pokes after each commit (new work starts in milliseconds) with the
+poll interval as the fallback. The stop watcher looks at the running items at each wake-up
+(every stop request, delete or move out of In Progress commits with a wake-up) and at each
+poll; a run it stops is woken at once (process.RunStop), so a hundred quiet runs cost no
+polling at all.
 
 Several workers (DESIGN "Scale-out", PostgreSQL only; SQLite keeps its one worker per data dir,
 held by a file lock): this worker's row, heartbeat, peers, take-overs and the recovery of dead
@@ -29,6 +31,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from queue import Empty, SimpleQueue
 
 from django.conf import settings
 from django.db import connection
@@ -57,6 +60,11 @@ STOP_DEADLINE_SECONDS = 1.6
 CLEANUP_EVERY = 24 * 3600
 HEALTH_EVERY = 5 * 60
 LIMITS_EVERY = 1.0
+# A runner thread whose workspace has nothing left waits this long, keeping its database
+# connection, for the next workspace to run (a new thread opens a new connection: ~1-2 ms of
+# every pickup); at most this many wait.
+IDLE_RUNNERS = 2
+IDLE_RUNNER_SECONDS = 300.0
 
 
 class AlreadyRunning(RuntimeError):
@@ -73,6 +81,16 @@ def _closing(work):
             connection.close()
 
     return run
+
+
+def _reuse_connection() -> None:
+    """A kept connection before its next use, checked as Django checks one between two
+    requests: PostgreSQL's is closed when too old or broken (conn_max_age, health checks);
+    SQLite's (kept for good) only when broken."""
+    if connection.settings_dict["CONN_MAX_AGE"]:
+        connection.close_if_unusable_or_obsolete()
+    elif connection.errors_occurred and connection.connection and not connection.is_usable():
+        connection.close()
 
 
 def lock_path() -> Path:
@@ -136,6 +154,8 @@ class Worker:
         capacity: int | None = None,
         heartbeat: float | None = None,
         stale_after: float | None = None,
+        idle_runners: int = IDLE_RUNNERS,
+        idle_runner_seconds: float = IDLE_RUNNER_SECONDS,
     ):
         # Before the worker's threads exist (the process's too, with `--with-worker`).
         limit_malloc_arenas()
@@ -160,6 +180,9 @@ class Worker:
         self.stop_requested_at: float | None = None  # monotonic, see request_stop
         self.lock = threading.Lock()
         self.workspaces: dict[str, set[threading.Thread]] = {}  # workspace id → its runners
+        # Runner threads waiting for a workspace to run: (thread, where its next one is put).
+        self.idle_runners: list[tuple[threading.Thread, SimpleQueue]] = []
+        self.max_idle_runners, self.idle_runner_seconds = idle_runners, idle_runner_seconds
         self.runs: dict[tuple[str, str], process.RunStop] = {}  # (kind, item id) → its stop
         self.chat_threads: set[threading.Thread] = set()
         self.sock: socket.socket | None = None
@@ -231,6 +254,9 @@ class Worker:
         with self.lock:
             threads = [t for runners in self.workspaces.values() for t in runners]
             threads += list(self.chat_threads)
+            for thread, jobs in self.idle_runners:  # they end (closing their connections)
+                jobs.put(None)
+                threads.append(thread)
         deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -357,8 +383,9 @@ class Worker:
     def spawn_workspaces(self) -> None:
         """A runner thread per task that may start, up to the workspace's parallel limit (and
         this worker's capacity)."""
-        waiting = pickup.workspaces_with_work()
-        limits = pickup.parallel_limits(waiting) if waiting else {}
+        found = pickup.startable()
+        waiting = {workspace_id: n for workspace_id, (n, _limit) in found.items()}
+        limits = {workspace_id: limit for workspace_id, (_n, limit) in found.items()}
         if waiting and pickup.shared_database():
             waiting = self.membership.ours_to_run(waiting, limits)
         with self.lock:
@@ -366,14 +393,7 @@ class Worker:
                 runners = self.workspaces.setdefault(workspace_id, set())
                 limit = limits.get(workspace_id, 1)
                 for _ in range(min(startable, limit - len(runners), self._room())):
-                    thread = threading.Thread(
-                        target=self._workspace_thread,
-                        args=(workspace_id, limit),
-                        name=f"malamar-ws-{workspace_id}",
-                        daemon=True,
-                    )
-                    runners.add(thread)
-                    thread.start()
+                    runners.add(self._runner_for(workspace_id, limit))
                 if not runners:
                     self.workspaces.pop(workspace_id, None)
 
@@ -396,7 +416,52 @@ class Worker:
         with self.lock:
             self.reserved -= 1
 
+    def _runner_for(self, workspace_id: str, limit: int) -> threading.Thread:
+        """A runner thread for the workspace (inside self.lock): an idle one, else a new one."""
+        name = f"malamar-ws-{workspace_id}"
+        if self.idle_runners:
+            thread, jobs = self.idle_runners.pop()
+            thread.name = name
+            jobs.put((workspace_id, limit))
+            return thread
+        thread = threading.Thread(
+            target=self._workspace_thread, args=(workspace_id, limit), name=name, daemon=True
+        )
+        thread.start()
+        return thread
+
     def _workspace_thread(self, workspace_id: str, limit: int) -> None:
+        """Run workspaces, one after another: this one, then the ones handed to it while it
+        waits idle (its database connection kept for them); ends when none comes."""
+        jobs: SimpleQueue = SimpleQueue()
+        job = (workspace_id, limit)
+        try:
+            while job is not None:
+                idle = self._run_workspace(*job, jobs)
+                job = self._next_job(jobs) if idle else None
+        finally:
+            connection.close()
+
+    def _next_job(self, jobs: SimpleQueue):
+        """The next workspace handed to this idle runner, or None (it waited long enough, or
+        the worker stops)."""
+        try:
+            job = jobs.get(timeout=self.idle_runner_seconds)
+        except Empty:
+            with self.lock:
+                entry = next((e for e in self.idle_runners if e[1] is jobs), None)
+                if entry is not None:  # (else one was handed to it as it gave up)
+                    self.idle_runners.remove(entry)
+                    return None
+            job = jobs.get()
+        if job is not None:
+            _reuse_connection()
+        return job
+
+    def _run_workspace(self, workspace_id: str, limit: int, jobs: SimpleQueue) -> bool:
+        """Claim and run the workspace's tasks until none is left for it; True: this runner
+        waits idle for another workspace (`jobs`)."""
+        idle = False
         try:
             while not self.shutdown.is_set() and self._reserve():
                 try:
@@ -409,15 +474,21 @@ class Worker:
                     break
         except Exception:
             log.exception("Workspace runner failed", extra={"workspace_id": workspace_id})
+            connection.close()
         finally:
+            release_free_memory()
             with self.lock:
                 runners = self.workspaces.get(workspace_id, set())
                 runners.discard(threading.current_thread())
                 if not runners:
                     self.workspaces.pop(workspace_id, None)
-            connection.close()
-            release_free_memory()
+                idle = not self.shutdown.is_set() and (
+                    len(self.idle_runners) < self.max_idle_runners
+                )
+                if idle:
+                    self.idle_runners.append((threading.current_thread(), jobs))
             self.kick()  # new work may have arrived while this thread was finishing
+        return idle
 
     def spawn_chats(self) -> None:
         """Every queued chat message gets its own thread: chats never wait for each other

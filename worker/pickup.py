@@ -11,6 +11,8 @@ A workspace runs one task at a time, or up to its "parallel tasks" with branch p
 the workspace runs as many as its limit.
 """
 
+import logging
+
 from django.db import connection, transaction
 from django.db.models import Case, Count, Exists, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce, NullIf
@@ -21,8 +23,11 @@ from chats.models import ChatQueueItem
 from core.compiled_queries import compiled
 from runner.clis import CliType
 from runner.selectors import cli_waits
-from tasks.models import QueueStatus, TaskQueueItem, runnable_pass_q
+from tasks.models import PassPhase, QueueStatus, TaskQueueItem, runnable_pass_q
+from tasks.services import task_pass_begin
 from workspaces.models import Workspace
+
+log = logging.getLogger(__name__)
 
 
 def _candidates(*, now, waits: tuple[str, ...], workspace_id: str | None = None):
@@ -41,26 +46,33 @@ def _waits() -> tuple[str, ...]:
     return tuple(sorted(cli_waits()))
 
 
-def workspaces_with_work() -> dict[str, int]:
-    """Workspace id → how many of its tasks could start now."""
+_LIMIT_FIELDS = ("isolation", "working_directory_mode", "parallel_tasks")
+
+
+def startable() -> dict[str, tuple[int, int]]:
+    """Workspace id → (how many of its tasks could start now, how many it may run at once), in
+    one query (the worker asks at every wake-up)."""
     waits = _waits()
 
     def query(now):
-        rows = _candidates(now=now, waits=waits).order_by().values("workspace_id")
+        fields = [f"workspace__{name}" for name in _LIMIT_FIELDS]
+        rows = _candidates(now=now, waits=waits).order_by().values("workspace_id", *fields)
         return rows.annotate(n=Count("task_id"))
 
-    sql, params = compiled(("workspaces_with_work", waits), query, now=timezone.now())
+    sql, params = compiled(("startable", waits), query, now=timezone.now())
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return dict(cursor.fetchall())
+        rows = cursor.fetchall()
+    found = {}
+    for workspace_id, *limit_fields, n in rows:
+        workspace = Workspace(**dict(zip(_LIMIT_FIELDS, limit_fields, strict=True)))
+        found[workspace_id] = (n, workspace.parallel_limit)
+    return found
 
 
-def parallel_limits(workspace_ids) -> dict[str, int]:
-    """Workspace id → how many tasks it may run at once."""
-    workspaces = Workspace.objects.filter(id__in=list(workspace_ids)).only(
-        "id", "isolation", "working_directory_mode", "parallel_tasks"
-    )
-    return {workspace.id: workspace.parallel_limit for workspace in workspaces}
+def workspaces_with_work() -> dict[str, int]:
+    """Workspace id → how many of its tasks could start now."""
+    return {workspace_id: n for workspace_id, (n, _limit) in startable().items()}
 
 
 def running_count(workspace_id: str) -> int:
@@ -116,9 +128,39 @@ def claim_next(
         item = next_item(workspace_id)
         if item is None:
             return None
-        if TaskQueueItem.objects.claim(item.id, worker_id=worker_id):
-            return _claimed(item, worker_id)
+        claimed = _claim_and_begin(item, worker_id)
+        if claimed is not None:
+            return claimed
     return None
+
+
+class _BeginFailed(Exception):
+    pass
+
+
+def _claim_and_begin(item: TaskQueueItem, worker_id: str | None) -> TaskQueueItem | None:
+    """SQLite: the claim and the pass's begin in one write transaction (not two on the way to
+    the CLI's start); `item.pass_begun` holds task_pass_begin's answer for TaskPass.run. A
+    begin that raises rolls the claim back with it: the item is then claimed alone, and
+    TaskPass.run begins again (and reports what goes wrong). None: another claim won.
+    (PostgreSQL keeps them apart: its claim holds the workspace's row, which a parallel pass's
+    inserts need while it holds a task row that the begin locks.)"""
+    try:
+        with transaction.atomic():
+            if not TaskQueueItem.objects.claim(item.id, worker_id=worker_id):
+                return None
+            item = _claimed(item, worker_id)
+            if item.phase != PassPhase.MANUAL:  # (a person's "Run checks" begins no pass)
+                try:
+                    item.pass_begun = task_pass_begin(item=item)
+                except Exception as exc:
+                    raise _BeginFailed from exc
+            return item
+    except _BeginFailed:
+        log.warning("A pass could not begin with its claim", exc_info=True)
+        if TaskQueueItem.objects.claim(item.id, worker_id=worker_id):
+            return item
+        return None
 
 
 def _claim_next_locked(workspace_id: str, *, limit: int, worker_id: str | None):

@@ -419,7 +419,11 @@ class TaskPass:
             if self.item.phase == PassPhase.MANUAL:
                 self._checks_by_hand()
                 return
-            begun = task_services.task_pass_begin(item=self.item)
+            begun = (  # (begun by its claim, worker.pickup, when it could)
+                self.item.pass_begun
+                if hasattr(self.item, "pass_begun")
+                else task_services.task_pass_begin(item=self.item)
+            )
             if begun is None:
                 return
             self.task, moved = begun
