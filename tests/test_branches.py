@@ -28,6 +28,7 @@ from tasks.services import (
 from tests.conftest import error_of
 from tests.gitrepo import commit, make_repo
 from tests.htmltree import parse
+from tests.live import wait_until
 from tests.pages import element_text, elements, html, hx, triggers
 from tests.stack import FAKES_BIN
 from worker import jobs, pickup
@@ -590,6 +591,23 @@ def test_a_plain_workspace_still_runs_one_task_at_a_time(tmp_path):
         thread.join(timeout=60)
     runs = sorted((r.started_at, r.ended_at) for r in AgentRun.objects.all())
     assert len(runs) == 2 and runs[1][0] >= runs[0][1]
+
+
+@pytest.mark.pg
+@pass_db
+def test_stopping_the_worker_ends_its_idle_runner(tmp_path):
+    """A runner waiting idle for another workspace (with its database connection) ends when
+    the worker stops, not minutes later."""
+    workspace = workspace_create(title="Plain")
+    agent_create(workspace=workspace, name="Solo", instruction="Work.", cli_type="claude")
+    task_create(workspace=workspace, summary="A", description="@fake skip")
+    worker = Worker(poll_interval=0.1)
+    worker.spawn_workspaces()
+    [runner] = worker.workspaces[workspace.id]
+    wait_until(lambda: worker.idle_runners, timeout=60, what="the runner to wait idle")
+    worker.stop()
+    runner.join(timeout=30)
+    assert not runner.is_alive()
 
 
 # --- the task popup --------------------------------------------------------------------------
