@@ -67,6 +67,14 @@ def data_dir_from(template: databases.Template, data_dir: Path) -> Path:
     return data_dir
 
 
+def command_line(process: psutil.Process) -> str:
+    """A process's command line; "" for one that ended meanwhile (a zombie has none to read)."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.NoSuchProcess:  # (ZombieProcess too)
+        return ""
+
+
 def alive(pid: int) -> bool:
     """Running, not a zombie waiting for PID 1 to reap it."""
     try:

@@ -19,7 +19,7 @@ from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus
 from runner.selectors import cli_available, first_available_cli
 from runner.services import cli_health_check_request, cli_health_store
 from tests.live import wait_until
-from tests.stack import FAKES_BIN, alive
+from tests.stack import FAKES_BIN, alive, command_line
 from worker import health, process
 from worker.execution import resolve_binary
 
@@ -346,8 +346,9 @@ def test_stopping_the_checks_kills_a_hanging_check_and_stores_nothing(monkeypatc
     checks.request(full_for={"codex"}, clis={"codex"})
 
     def hanging_clis():
-        me = psutil.Process()
-        return [p for p in me.children(recursive=True) if "codex" in " ".join(p.cmdline())]
+        # (the `--version` check's process may be a zombie by then: command_line says "")
+        children = psutil.Process().children(recursive=True)
+        return [p for p in children if "codex" in command_line(p)]
 
     wait_until(hanging_clis, timeout=10, what="the health prompt to start")
     survivors = hanging_clis()

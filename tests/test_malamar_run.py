@@ -25,7 +25,7 @@ from tests.live import (
     start_malamar,
     wait_until,
 )
-from tests.stack import FAKES_BIN, alive, data_dir_from
+from tests.stack import FAKES_BIN, alive, command_line, data_dir_from
 
 pytestmark = pytest.mark.live
 
@@ -66,7 +66,7 @@ def test_malamar_runs_server_and_worker_and_stops_cleanly(tmp_path):
         )
         children = psutil.Process(proc.pid).children(recursive=True)
         # one child serves and runs the worker (a thread of it): Django is loaded once
-        assert [c for c in children if "--with-worker" in _cmdline(c)], children
+        assert [c for c in children if "--with-worker" in command_line(c)], children
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=10)
@@ -75,14 +75,6 @@ def test_malamar_runs_server_and_worker_and_stops_cleanly(tmp_path):
     assert "Malamar is running at" in output
     assert "did not stop" not in output  # server and worker stopped by themselves
     assert not _gone(children)
-
-
-def _cmdline(process: psutil.Process) -> str:
-    """A child's command line; "" for one that ended meanwhile (a zombie has none to read)."""
-    try:
-        return " ".join(process.cmdline())
-    except psutil.NoSuchProcess:  # (ZombieProcess too)
-        return ""
 
 
 def _gone(processes: list[psutil.Process]) -> list[psutil.Process]:
@@ -115,7 +107,7 @@ def test_sigterm_mid_run_with_a_tab_open_stops_everything_cleanly(tmp_path, temp
 
         def cli_running():
             tree = psutil.Process(proc.pid).children(recursive=True)
-            return [p for p in tree if "codex" in _cmdline(p)] or None
+            return [p for p in tree if "codex" in command_line(p)] or None
 
         cli = wait_until(cli_running, timeout=FIRST_START, what="the fake CLI to run")
         everything = psutil.Process(proc.pid).children(recursive=True)
@@ -228,7 +220,7 @@ def test_sigterm_stops_promptly_while_the_database_does_not_answer(tmp_path, tem
 
         def cli_running():
             tree = psutil.Process(proc.pid).children(recursive=True)
-            return [p for p in tree if "codex" in _cmdline(p)] or None
+            return [p for p in tree if "codex" in command_line(p)] or None
 
         cli = wait_until(cli_running, timeout=60, what="the fake CLI to run")
         proxy.freeze()
