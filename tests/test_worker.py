@@ -15,6 +15,7 @@ import threading
 import pytest
 from django.db import connection
 
+from runner.recorder import RunRecorder
 from tasks import services as task_services
 from tests.databases import ON_POSTGRES, SQLITE_ONE_WORKER
 from tests.live import ROOT, START, process_env, wait_until
@@ -291,6 +292,32 @@ def test_moving_a_running_task_to_review_stops_it_and_discards_output(stack):
     wait_until(lambda: not alive(run["pid"]), timeout=30, what="CLI to die")
     wait_until(lambda: run_ended(stack, task), timeout=10, what="the stopped run to end")
     assert stack.comments(task) == []
+
+
+@pytest.mark.pg
+def test_a_run_stuck_in_the_database_has_its_cli_killed_when_the_worker_stops(stack, monkeypatch):
+    """The database stops answering while a run saves its traces, and the worker is asked to
+    stop: the run's thread cannot kill its CLI, so the stopping worker does. (Seen in CI: the
+    worker ended and the agent's CLI went on running, free to edit the project.)"""
+    saving, answer = threading.Event(), threading.Event()
+    flush = RunRecorder.flush
+
+    def waits_for_the_database(self):
+        saving.set()
+        answer.wait(60)
+        flush(self)
+
+    monkeypatch.setattr(RunRecorder, "flush", waits_for_the_database)
+    ws = stack.workspace(agents=[("Planner", "claude")])
+    stack.task(ws, "@fake sleep 60")
+    run = stack.wait_run()[0]
+    try:
+        wait_until(saving.is_set, timeout=20, what="the run to save its traces")
+        stack.worker.request_stop()
+        stack.worker.wait_stopped(stack.thread)
+        wait_until(lambda: not alive(run["pid"]), timeout=10, what="the CLI to be killed")
+    finally:
+        answer.set()
 
 
 @pytest.mark.pg

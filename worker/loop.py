@@ -243,10 +243,19 @@ class Worker:
         waits for the database, the process should end without it."""
         started = self.stop_requested_at or time.monotonic()
         thread.join(timeout=max(0.0, started + STOP_DEADLINE_SECONDS + 0.2 - time.monotonic()))
+        self.kill_left_running()
         if thread.is_alive():
             log.warning("The database did not answer while stopping: the worker stops without it")
             return False
         return True
+
+    def kill_left_running(self) -> None:
+        """The CLIs of runs whose thread did not end in time: each was asked to stop, but a
+        thread stuck in the database cannot kill its CLI, and the process is about to end."""
+        with self.lock:
+            stops = list(self.runs.values())
+        if sum(stop.kill_followed() for stop in stops):
+            log.warning("A run did not end in time while stopping: its CLI was killed")
 
     def stop(self) -> None:
         """Stop picking up, kill every running CLI, give threads a moment, then return."""
@@ -260,6 +269,7 @@ class Worker:
         deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.kill_left_running()
         self.health.stop(timeout=max(0.0, deadline - time.monotonic()))
         process.spares.clear()  # the gates started ahead for the next runs
         if self.beats is not None:

@@ -47,7 +47,7 @@ class RunStop(threading.Event):
     def __init__(self):
         super().__init__()
         self._guard = threading.Lock()
-        self._woken: set = set()  # what it wakes: the watches of its runs
+        self._woken: dict = {}  # what it wakes (the watches of its runs) → the process followed
 
     def set(self) -> None:
         super().set()
@@ -56,16 +56,28 @@ class RunStop(threading.Event):
         for event in woken:
             event.set()
 
-    def wakes(self, event) -> None:
-        """Set `event` too when this stop is set (at once if it is already)."""
+    def wakes(self, event, started: "Started | None" = None) -> None:
+        """Set `event` too when this stop is set (at once if it is already); `started`: the
+        process that the watch follows (see kill_followed)."""
         with self._guard:
-            self._woken.add(event)
+            self._woken[event] = started
         if self.is_set():
             event.set()
 
     def forget(self, event) -> None:
         with self._guard:
-            self._woken.discard(event)
+            self._woken.pop(event, None)
+
+    def kill_followed(self) -> int:
+        """Kill the processes still followed: their run thread did not act on this stop (it
+        waits for a database that does not answer, e.g. saving the traces), and a stopping
+        worker must not leave an agent editing the project. Returns how many were signalled."""
+        with self._guard:
+            followed = [started for started in self._woken.values() if started is not None]
+        return sum(
+            kill_tree(started.pid, pgid=started.pgid, create_time=started.create_time)
+            for started in followed
+        )
 
 
 @dataclass(frozen=True)
@@ -481,7 +493,7 @@ class Held:
         watch.follow(proc.stderr, err, _Lines(on_error_line))
         wakes_us = isinstance(stop, RunStop)
         if wakes_us:
-            stop.wakes(watch)
+            stop.wakes(watch, self.started)
         started = time.monotonic()
         create_time = self.started.create_time
         try:
