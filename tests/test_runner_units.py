@@ -495,14 +495,17 @@ def test_the_worker_process_keeps_two_malloc_arenas_however_many_threads_allocat
 
 
 # Four run threads each allocate 32 MB in malloc'd blocks, free half while the rest is live
-# (fragments), and end; then (release) the worker's end-of-thread call. Prints the RSS growth.
+# (fragments), and end; then (release) the worker's end-of-thread call. Prints the growth of
+# the process's anonymous memory (its heap: pages of its files read in meanwhile do not count),
+# once the threads are gone from the system too (a thread's last frees come after join()).
 RELEASE_SCRIPT = """
-import os, sys, threading
+import os, sys, threading, time
 from worker.malloc import limit_malloc_arenas, release_free_memory
 limit_malloc_arenas()
 def rss_mb():
-    pages = int(open("/proc/self/statm").read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
 base = rss_mb()
 barrier = threading.Barrier(4)
 def run():
@@ -515,6 +518,8 @@ for thread in threads:
     thread.start()
 for thread in threads:
     thread.join()
+while len(os.listdir("/proc/self/task")) > 1:
+    time.sleep(0.01)
 if sys.argv[1] == "release":
     release_free_memory()
 print(rss_mb() - base)
