@@ -126,10 +126,10 @@
   const loading = (region) => region.matches(REQUEST) || Boolean(region.querySelector(REQUEST));
 
   // The person is busy in a fragment while it holds an open editor or menu, a row they drag,
-  // or the field they type in; or while a change they sent from it (from its popup, for a
-  // fragment of one) waits for its answer (htmx's own htmx-request class) or for their
-  // confirmation: replacing the element that sent it would lose the answer's events (closing
-  // the popup, a toast).
+  // the field they type in or their press; or while a change they sent from it (from its
+  // popup, for a fragment of one) waits for its answer (htmx's own htmx-request class) or for
+  // their confirmation: replacing the element that sent it would lose the answer's events
+  // (closing the popup, a toast).
   const EDITING =
     "[data-editing]:not(dialog, details), dialog[data-editing][open], details[data-editing][open], " +
     "details[data-chat-menu][open], [data-menu]:popover-open, .is-dragging";
@@ -138,7 +138,17 @@
     "textarea, select, [contenteditable], " +
     "input:not([type=button], [type=submit], [type=reset], [type=checkbox], [type=radio])";
 
+  // A press (a card being clicked) holds the refresh of what it is in until it is released: a
+  // swap between the press and its release takes the element away and the click is lost. (At
+  // most PRESS_MS: a release the page never hears does not stop the refreshes.)
+  const PRESS_MS = 5000;
+  let pressed = null;
+  document.addEventListener("pointerdown", (event) => (pressed = { target: event.target, at: Date.now() }), true);
+  ["pointerup", "pointercancel", "dragstart"].forEach((name) => document.addEventListener(name, () => (pressed = null), true));
+  const pressing = (region) => Boolean(pressed) && Date.now() - pressed.at < PRESS_MS && region.contains(pressed.target);
+
   function busy(region) {
+    if (pressing(region)) return true;
     const scope = region.closest("dialog") || region;
     if (scope.querySelector(SENDING) || document.querySelector("#confirm-dialog[open]")) return true;
     if (region.closest(EDITING) || region.querySelector(EDITING)) return true;
@@ -160,7 +170,7 @@
   });
 
   // Whatever may end the person's business runs the refreshes that waited for it.
-  ["focusout", "toggle", "close", "dragend", "htmx:afterRequest", "htmx:afterSwap"].forEach((name) =>
+  ["focusout", "toggle", "close", "dragend", "pointerup", "pointercancel", "htmx:afterRequest", "htmx:afterSwap"].forEach((name) =>
     document.addEventListener(name, schedule, true),
   );
 
