@@ -247,8 +247,11 @@ class InProcessStack(StackBase):
     Django's test client. Needs a `transactional_db` test (the worker's threads see only
     committed rows), pytest-django's `settings` and `monkeypatch` (both undone afterwards)."""
 
-    def __init__(self, root: Path, *, settings, monkeypatch, **env):
+    def __init__(self, root: Path, *, settings, monkeypatch, health_at_start=False, **env):
+        """`health_at_start`: the worker checks the CLIs as it starts (a real worker does; a
+        test that is not about health saves the eight fake runs)."""
         super().__init__(root, **env)
+        self.health_at_start = health_at_start
         for name, value in self.env.items():
             monkeypatch.setenv(name, value)
         settings.DATA_DIR = self.data_dir
@@ -268,7 +271,7 @@ class InProcessStack(StackBase):
 
     def start_worker(self) -> Worker:
         logging.getLogger("runner").addHandler(self.errors)
-        self.worker = Worker(poll_interval=0.2)
+        self.worker = Worker(poll_interval=0.2, health_at_start=self.health_at_start)
         self.thread = threading.Thread(target=self._serve, name="test-worker", daemon=True)
         self.thread.start()
         wait_until(

@@ -294,7 +294,8 @@ def test_deeply_nested_chat_output_is_a_system_message_not_a_crash(stack):
     assert stack.worker_alive()
 
 
-def test_chat_input_and_context_files(stack):
+def test_chat_input_and_context_files(start_stack):
+    stack = start_stack(health_at_start=True)  # (the context lists the CLIs' health)
     wait_until(
         lambda: all(c["status"] == "healthy" for c in stack.api("GET", "/health/cli")["clis"]),
         timeout=20,

@@ -364,9 +364,10 @@ def test_the_malamar_agent_prefers_a_cli_that_is_not_out_of_quota():
 
 @pytest.mark.pg
 @pytest.mark.live
-def test_the_real_worker_pauses_a_limited_task_and_runs_the_others(stack):
+def test_the_real_worker_pauses_a_limited_task_and_runs_the_others(start_stack):
     """End to end (runworker and server): the limited run leaves no error comment and the task
     waits In Progress, while a task of another workspace reaches In Review."""
+    stack = start_stack(health_at_start=True)
 
     def codex_checked():
         clis = stack.api("GET", "/health/cli")["clis"]

@@ -544,7 +544,7 @@ def test_a_cli_printing_100_mb_does_not_grow_the_worker(live_stack):
 
 @pytest.mark.pg
 def test_health_checks_are_stored_and_refreshable(start_stack):
-    running = start_stack(MALAMAR_FAKE_HEALTH="fail")
+    running = start_stack(health_at_start=True, MALAMAR_FAKE_HEALTH="fail")
     wait_until(
         lambda: all(c["status"] == "unhealthy" for c in running.api("GET", "/health/cli")["clis"]),
         timeout=20,
@@ -593,7 +593,8 @@ def clis(stack) -> dict:
 
 
 @pytest.mark.pg
-def test_saving_a_cli_rechecks_it_and_test_shows_its_answer(stack):
+def test_saving_a_cli_rechecks_it_and_test_shows_its_answer(start_stack):
+    stack = start_stack(health_at_start=True)
     wait_until(
         lambda: all(c["status"] == "healthy" and c["answer"] for c in clis(stack).values()),
         timeout=30,

@@ -156,7 +156,10 @@ class Worker:
         stale_after: float | None = None,
         idle_runners: int = IDLE_RUNNERS,
         idle_runner_seconds: float = IDLE_RUNNER_SECONDS,
+        health_at_start: bool = True,
     ):
+        """`health_at_start`: check every CLI (with the real prompt) as it starts (DESIGN.md
+        "Health checks"); the periodic and requested checks run either way."""
         # Before the worker's threads exist (the process's too, with `--with-worker`).
         limit_malloc_arenas()
         config = settings.CONFIG
@@ -191,6 +194,7 @@ class Worker:
         self.next_poll = 0.0  # when to look for new work without a wake-up
         self.next_health = 0.0
         self.health = health.HealthChecks()
+        self.health_at_start = health_at_start
         self.health_requests: dict = {}  # CLI → the check request already handed to self.health
 
     # lifecycle -------------------------------------------------------------------------
@@ -221,7 +225,8 @@ class Worker:
                 "capacity": self.capacity,
             },
         )
-        self.health.request(full_for=set(CliType.values) | health.custom_keys())
+        if self.health_at_start:
+            self.health.request(full_for=set(CliType.values) | health.custom_keys())
         self.next_health = time.monotonic() + HEALTH_EVERY
 
     def request_stop(self) -> None:
