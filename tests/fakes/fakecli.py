@@ -27,8 +27,6 @@ import re
 import select
 import sys
 import time
-import uuid
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,6 +46,73 @@ CLOSING_TEXT = "Done: the result has been written."
 
 def words(text: str) -> set[str]:
     return set(text.split())
+
+
+# The standard library's dataclasses and uuid, as far as this file uses them: importing those
+# (dataclasses imports inspect, ast, dis...; uuid imports platform) was ~8 ms of each of the
+# thousands of fake runs in a test session.
+class field:  # (dataclasses' name)
+    def __init__(self, *, default_factory) -> None:
+        self.default_factory = default_factory
+
+
+def dataclass(cls=None, *, frozen: bool = False):
+    """A class with __init__ (its annotated fields, in order, with their defaults), __repr__
+    and __eq__; `frozen`: hashable too (not enforced read-only)."""
+
+    def build(cls):
+        names = list(vars(cls).get("__annotations__", {}))  # (not inspect's: see above)
+        defaults = {name: cls.__dict__[name] for name in names if name in cls.__dict__}
+
+        def __init__(self, *args, **kwargs):
+            if len(args) > len(names):
+                raise TypeError(f"{cls.__name__}: too many arguments")
+            given = dict(zip(names, args, strict=False))
+            for name, value in kwargs.items():
+                if name not in names or name in given:
+                    raise TypeError(f"{cls.__name__}: unexpected or repeated argument {name}")
+                given[name] = value
+            for name in names:
+                if name in given:
+                    value = given[name]
+                elif name not in defaults:
+                    raise TypeError(f"{cls.__name__}: missing argument {name}")
+                elif isinstance(defaults[name], field):
+                    value = defaults[name].default_factory()
+                else:
+                    value = defaults[name]
+                object.__setattr__(self, name, value)
+
+        def values(self):
+            return tuple(getattr(self, name) for name in names)
+
+        def __eq__(self, other):
+            return (
+                NotImplemented
+                if other.__class__ is not self.__class__
+                else (values(self) == values(other))
+            )
+
+        def __repr__(self):
+            shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
+            return f"{cls.__name__}({shown})"
+
+        for name, value in defaults.items():
+            if isinstance(value, field):
+                delattr(cls, name)
+        cls.__init__, cls.__eq__, cls.__repr__ = __init__, __eq__, __repr__
+        cls.__hash__ = (lambda self: hash(values(self))) if frozen else None
+        return cls
+
+    return build if cls is None else build(cls)
+
+
+def uuid4() -> str:
+    """A random (version 4) UUID, as str(uuid.uuid4()) writes it."""
+    raw = bytearray(os.urandom(16))
+    raw[6], raw[8] = raw[6] & 0x0F | 0x40, raw[8] & 0x3F | 0x80
+    hexa = raw.hex()
+    return f"{hexa[:8]}-{hexa[8:12]}-{hexa[12:16]}-{hexa[16:20]}-{hexa[20:]}"
 
 
 class CliExit(Exception):
@@ -1109,7 +1174,7 @@ def _now_ms() -> int:
 
 
 def _id(prefix: str = "") -> str:
-    return prefix + uuid.uuid4().hex[:24]
+    return prefix + uuid4().replace("-", "")[:24]
 
 
 def _inside(path: Path, folders: list[Path]) -> bool:
@@ -1125,7 +1190,7 @@ class Emitter:
 
     def __init__(self, inv: Invocation) -> None:
         self.inv = inv
-        self.session = str(uuid.uuid4())
+        self.session = uuid4()
         self.started = False
 
     def start(self) -> None:
@@ -1213,7 +1278,7 @@ class ClaudeEmitter(Emitter):
                 "apiKeySource": "ANTHROPIC_API_KEY",
                 "claude_code_version": "2.1.197",
                 "output_style": "default",
-                "uuid": str(uuid.uuid4()),
+                "uuid": uuid4(),
                 "fast_mode_state": "off",
             }
         )
@@ -1242,7 +1307,7 @@ class ClaudeEmitter(Emitter):
                 "message": message,
                 "parent_tool_use_id": None,
                 "session_id": self.session,
-                "uuid": str(uuid.uuid4()),
+                "uuid": uuid4(),
             }
         )
 
@@ -1267,7 +1332,7 @@ class ClaudeEmitter(Emitter):
                 "message": {"role": "user", "content": [block]},
                 "parent_tool_use_id": None,
                 "session_id": self.session,
-                "uuid": str(uuid.uuid4()),
+                "uuid": uuid4(),
                 "timestamp": _now_iso(),
             }
         )
@@ -1304,7 +1369,7 @@ class ClaudeEmitter(Emitter):
         result |= {
             "terminal_reason": "completed",
             "fast_mode_state": "off",
-            "uuid": str(uuid.uuid4()),
+            "uuid": uuid4(),
         }
         return result
 
@@ -1486,7 +1551,7 @@ class CodexEmitter(Emitter):
         self.can_write = opts.has("dangerously-bypass-approvals-and-sandbox") or (
             opts.get("sandbox") in ("workspace-write", "danger-full-access")
         )
-        self.thread = str(uuid.uuid4())
+        self.thread = uuid4()
         self.items = 0
 
     def opening(self) -> None:
@@ -1594,7 +1659,7 @@ class OpenCodeEmitter(Emitter):
         super().__init__(inv)
         self.streaming = inv.parsed.get("format", "default") == "json"
         self.auto = inv.parsed.has("auto")
-        self.session = "ses_" + uuid.uuid4().hex[:26]
+        self.session = "ses_" + uuid4().replace("-", "")[:26]
         self.message_id = _id("msg_")
 
     def _event(self, kind: str, part: dict) -> None:
@@ -1802,7 +1867,7 @@ class Gemini(FakeCli):
             "message": "[API Error: API key not valid. Please pass a valid API key.]",
             "code": 1,
         }
-        return json.dumps({"session_id": str(uuid.uuid4()), "error": error}, indent=2)
+        return json.dumps({"session_id": uuid4(), "error": error}, indent=2)
 
     def parse(self, args: list[str]) -> Invocation:
         inv = Invocation(self.name, parse_args(args, self.table, self.flavour))
