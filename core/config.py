@@ -153,8 +153,8 @@ OPTIONS = (
         "MALAMAR_EVENT_RELAY_POLL",
         None,
         "float",
-        "0.025",
-        "Seconds between the server's checks for new events (SQLite; PostgreSQL notifies it)",
+        "1",
+        "Seconds between the server's looks for new events when no commit woke it (SQLite)",
         low=0.001,
         high=60,
     ),
@@ -268,7 +268,7 @@ class Config:
     public_url: str = ""
     trust_proxy: bool = False
     debug: bool = False
-    event_relay_poll: float = 0.025
+    event_relay_poll: float = 1.0
     database_url: str = ""
     redis_url: str = ""
     worker_capacity: int = 0

@@ -20,6 +20,7 @@ import contextlib
 import threading
 
 from core.models import OutboxEvent
+from core.wake import wake_relay_on_commit
 
 _batch = threading.local()
 
@@ -69,6 +70,7 @@ def publish(event_type: str, payload: dict) -> OutboxEvent:
         pending.append(event)
         return event
     event.save(force_insert=True)
+    wake_relay_on_commit()
     return event
 
 
@@ -87,3 +89,4 @@ def batched():
         _batch.events = None
     if pending:
         OutboxEvent.objects.bulk_create(pending)
+        wake_relay_on_commit()

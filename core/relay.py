@@ -4,8 +4,9 @@ One relay for the whole deployment, started with the server (malamar_site/asgi.p
 `migrate` or the worker): on SQLite a file lock in the data dir (one machine), on PostgreSQL a
 session advisory lock on the relay thread's own connection, so when the holding server dies its
 connection closes, the lock frees and another server's relay takes over within a second.
-SQLite's relay polls every EVENT_RELAY_POLL_SECONDS; PostgreSQL's sleeps until an outbox insert
-commits (LISTEN/NOTIFY from a trigger), with a slow poll as a fallback.
+Each relay sleeps until an outbox insert commits, with a slow poll as a fallback: on SQLite the
+committing process wakes it with a datagram (core.wake; the poll every EVENT_RELAY_POLL_SECONDS),
+on PostgreSQL a trigger NOTIFYs it (LISTEN/NOTIFY).
 
 Each step stores its rows as one batch in django-eventstream's database storage (the
 Last-Event-ID replay log): one transaction that locks the channel's counter once and inserts
@@ -33,6 +34,8 @@ import fcntl
 import json
 import logging
 import os
+import select
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -52,6 +55,7 @@ from django_eventstream.views import get_listener_manager
 
 from core import fanout
 from core.models import OutboxEvent
+from core.wake import bind_datagram_socket, read_datagrams, relay_socket_path
 
 log = logging.getLogger(__name__)
 BATCH = 500
@@ -252,6 +256,7 @@ class FileLock:
 
     def __init__(self):
         self.handle = None
+        self.wakes: socket.socket | None = None  # where committing processes wake the relay
 
     def acquire(self) -> bool:
         handle = open(Path(settings.DATA_DIR) / "event-relay.lock", "a")  # noqa: SIM115
@@ -261,6 +266,7 @@ class FileLock:
             handle.close()
             return False
         self.handle = handle  # kept referenced: closing it would drop the lock
+        self.wakes = bind_datagram_socket(relay_socket_path())
         return True
 
     def held(self) -> bool:
@@ -270,8 +276,12 @@ class FileLock:
         """Nothing to do: the file lock cannot be lost while the process lives."""
 
     def wait(self, pause: float) -> bool:
-        time.sleep(pause)
-        return False
+        """Until a commit with events wakes the relay (True) or `pause` passes (False)."""
+        if self.wakes is None:
+            time.sleep(pause)
+            return False
+        woken, _, _ = select.select([self.wakes], [], [], pause)
+        return bool(woken and read_datagrams(self.wakes))
 
 
 class AdvisoryLock:

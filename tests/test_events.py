@@ -91,6 +91,23 @@ def test_events_cross_processes_in_order_and_survive_server_restart(tmp_path, te
         server.stop()
 
 
+@pytest.mark.live
+def test_a_commit_with_events_wakes_the_relay(tmp_path, template_db):
+    """SQLite: the process that commits events wakes the server's relay, which otherwise only
+    looks every MALAMAR_EVENT_RELAY_POLL seconds (an idle server polled 40 times a second)."""
+    data_dir_from(template_db, tmp_path)
+    server = Server(tmp_path, MALAMAR_EVENT_RELAY_POLL="60").start()
+    try:
+        client = SseClient(server.url)
+        for stop in (3, 6):  # (the first after the relay's first look, then once more)
+            django_script(tmp_path, PUBLISH.format(start=stop - 3, stop=stop))
+            wait_until(lambda n=stop: len(_seqs(client)) >= n, timeout=30, what="the events")
+        assert _seqs(client) == list(range(6))
+        client.close()
+    finally:
+        server.stop()
+
+
 COUNT_RELAYED = """
 from django_eventstream.models import Event
 print(Event.objects.filter(eid__gt=0).count())

@@ -38,7 +38,14 @@ from django.db import connection
 
 from agents.first_launch import seed_sample_workspace_if_first_launch
 from chats.models import ChatQueueItem
-from core.wake import ANYTHING, TASKS, socket_path, uses_notify
+from core.wake import (
+    ANYTHING,
+    TASKS,
+    bind_datagram_socket,
+    read_datagrams,
+    socket_path,
+    uses_notify,
+)
 from runner.clis import CliType
 from runner.models import CliHealth, CliHealthStatus
 from runner.models import Worker as WorkerRow
@@ -116,30 +123,6 @@ def acquire_lock():
     return handle
 
 
-def _bind_wake_socket() -> socket.socket | None:
-    path = socket_path()
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()  # a stale socket from a previous worker (we hold the lock)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        sock.bind(str(path))
-    except OSError as exc:
-        log.warning("Wake socket unavailable; polling only", extra={"error": str(exc)})
-        sock.close()
-        return None
-    sock.setblocking(False)
-    return sock
-
-
-def _datagrams(sock: socket.socket) -> set[str]:
-    """The wake-ups waiting on the worker's socket, read to the last (what each is for)."""
-    said = set()
-    with contextlib.suppress(BlockingIOError):
-        while datagram := sock.recv(64):
-            said.add(datagram.decode("ascii", "replace"))
-    return said
-
-
 # A run's kind → its queue and the pipeline owner that runs one of its items.
 QUEUES = {"task": TaskQueueItem, "chat": ChatQueueItem}
 OWNERS = {"task": TaskPass, "chat": ChatReply}
@@ -203,7 +186,7 @@ class Worker:
         if not shared:  # SQLite: one worker per data directory; older rows are dead workers
             self.lock_handle = acquire_lock()
             workers_forget(worker_ids=WorkerRow.objects.values_list("id", flat=True))
-        self.sock = _bind_wake_socket()
+        self.sock = bind_datagram_socket(socket_path())
         if uses_notify():
             self.listener = WorkListener.connect()
         seed_sample_workspace_if_first_launch()
@@ -340,7 +323,7 @@ class Worker:
                 elif source is self.listener:
                     said = self.listener.drain() or said
                 else:
-                    said = _datagrams(source) or said
+                    said = read_datagrams(source) or said
             woken |= said
         return woken
 
