@@ -62,6 +62,7 @@ BATCH = 500
 MAX_GAPS = 10_000  # bounded: a flood of rolled-back ids must not make each poll heavy
 ADVISORY_LOCK_KEY = 0x6D616C616D6172  # "malamar": one relay per PostgreSQL database
 LOCK_RETRY_SECONDS = 1.0
+WAKE_COALESCE_SECONDS = 0.025  # SQLite: after a wake-up, before the relay reads
 NOTIFY_CHANNEL = "malamar_events"  # an outbox insert notifies it on commit (core migration 0003)
 FALLBACK_POLL_SECONDS = 1.0  # PostgreSQL: a poll between notifications, for expiring gaps
 TRIM_SECONDS = 60.0  # stored events older than django-eventstream's day go this often
@@ -281,7 +282,13 @@ class FileLock:
             time.sleep(pause)
             return False
         woken, _, _ = select.select([self.wakes], [], [], pause)
-        return bool(woken and read_datagrams(self.wakes))
+        if not (woken and read_datagrams(self.wakes)):
+            return False
+        # The commits of one burst go together (a step's end and the next agent's start), and
+        # the relay's own write does not take SQLite's one write lock while the worker writes.
+        time.sleep(WAKE_COALESCE_SECONDS)
+        read_datagrams(self.wakes)
+        return True
 
 
 class AdvisoryLock:
