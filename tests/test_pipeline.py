@@ -18,7 +18,7 @@ from chats.services import chat_cancel, chat_delete, chat_start
 from core import events
 from core.actors import USER
 from core.models import OutboxEvent
-from core.wake import uses_notify
+from core.wake import bind_datagram_socket, socket_path, uses_notify
 from malamar_site.services import workspace_delete
 from runner.files import temp_dir
 from runner.models import CliHealth, CliHealthStatus
@@ -342,7 +342,7 @@ def test_a_stop_request_wakes_the_one_stop_watcher_before_its_next_poll(workspac
     """The watcher looks at the running items when something wakes the worker, not every
     100 ms: every stop request commits with a wake-up (a poke, or a NOTIFY on PostgreSQL)."""
     worker = Worker(poll_interval=3600)
-    worker.sock = loop._bind_wake_socket()
+    worker.sock = bind_datagram_socket(socket_path())
     worker.listener = WorkListener.connect() if uses_notify() else None
     try:
         task = task_create(workspace=workspace, summary="Running")
@@ -381,7 +381,7 @@ def test_a_wake_up_for_a_queued_task_looks_for_tasks_only_and_others_for_everyth
     chat and job queries of the same wake-up (a SQLite poke's datagram or a NOTIFY's payload
     says so); any other wake-up, or the poll, looks at everything."""
     worker = Worker(poll_interval=3600)
-    worker.sock = loop._bind_wake_socket()
+    worker.sock = bind_datagram_socket(socket_path())
     worker.listener = WorkListener.connect() if uses_notify() else None
     looked = []
     for name in ("spawn_workspaces", "spawn_chats", "run_jobs"):
