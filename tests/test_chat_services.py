@@ -614,10 +614,10 @@ def test_malamar_instruction(db):
 @pytest.mark.django_db(transaction=True)
 def test_migration_gives_every_chat_its_participant_before_the_chat_fields_go():
     from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
 
-    executor = MigrationExecutor(connection)
-    old = executor.migrate([("chats", "0005_usage_limits")]).apps
+    from tests.migration_history import migrate_through_originals
+
+    old = migrate_through_originals(connection, [("chats", "0005_usage_limits")]).apps
     workspace = old.get_model("workspaces", "Workspace").objects.create(id="w" * 21, title="W")
     agent = old.get_model("agents", "Agent").objects.create(
         id="a" * 21, workspace=workspace, name="Planner", instruction="Plan", order=1
@@ -631,8 +631,7 @@ def test_migration_gives_every_chat_its_participant_before_the_chat_fields_go():
     Participant.objects.create(id="p" * 21, chat=grouped, agent=agent, position=0)
     Participant.objects.create(id="q" * 21, chat=grouped, agent=None, position=1)
 
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    migrate_through_originals(connection)
     rows = {
         chat_id: list(
             ChatParticipant.objects.filter(chat_id=chat_id)

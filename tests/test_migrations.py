@@ -2,7 +2,8 @@
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.migration_history import migrate_through_originals
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.pg]
 
@@ -15,16 +16,9 @@ BEFORE_SHORTENING = [
 ]
 
 
-def migrate(targets) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.migrate(targets)
-    return MigrationExecutor(connection)  # a fresh one reads the new state
-
-
 def test_migrations_that_shorten_a_column_cut_longer_values_first():
     # PostgreSQL refuses to shorten a varchar column while a row is longer (SQLite kept them).
-    executor = migrate(BEFORE_SHORTENING)
-    old = executor.loader.project_state(BEFORE_SHORTENING).apps
+    old = migrate_through_originals(connection, BEFORE_SHORTENING).apps
     workspace = old.get_model("workspaces", "Workspace").objects.create(title="W" * 500)
     old.get_model("agents", "Agent").objects.create(
         workspace_id=workspace.id, name="A" * 200, instruction="x", order=0
@@ -32,8 +26,7 @@ def test_migrations_that_shorten_a_column_cut_longer_values_first():
     old.get_model("tasks", "Task").objects.create(workspace_id=workspace.id, summary="S" * 3000)
     old.get_model("chats", "Chat").objects.create(workspace_id=workspace.id, title="C" * 500)
 
-    latest = migrate(executor.loader.graph.leaf_nodes())
-    new = latest.loader.project_state(latest.loader.graph.leaf_nodes()).apps
+    new = migrate_through_originals(connection).apps
     assert new.get_model("workspaces", "Workspace").objects.get().title == "W" * 200
     assert new.get_model("agents", "Agent").objects.get().name == "A" * 100
     assert new.get_model("tasks", "Task").objects.get().summary == "S" * 500

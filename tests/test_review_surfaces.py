@@ -8,7 +8,6 @@ import threading
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -26,6 +25,7 @@ from tests.conftest import error_of
 from tests.failures import fail_task
 from tests.gitrepo import make_repo
 from tests.htmltree import parse
+from tests.migration_history import originals_executor
 from tests.pages import html, hx, triggers
 from tests.stack import FAKES_BIN
 from worker import prompts
@@ -364,9 +364,9 @@ def test_the_api_lists_what_needs_you_and_a_look_clears_a_chat(api, client, work
 @pytest.mark.django_db(transaction=True)
 def test_migrations_keep_chosen_retention_and_record_earlier_merges():
     before = [("workspaces", "0006_mcp_tools_enabled"), ("tasks", "0007_workers")]
-    executor = MigrationExecutor(connection)
+    executor = originals_executor(connection)
     executor.migrate(before)
-    old = MigrationExecutor(connection).loader.project_state(before).apps
+    old = originals_executor(connection).loader.project_state(before).apps
     Old = old.get_model("workspaces", "Workspace")
     untouched = Old.objects.create(title="defaults", auto_delete_done_tasks=True, retention_days=7)
     Old.objects.create(title="chosen", auto_delete_done_tasks=True, retention_days=30)
@@ -386,7 +386,7 @@ def test_migrations_keep_chosen_retention_and_record_earlier_merges():
         actor_type="user",
         created_at=when,
     )
-    latest = MigrationExecutor(connection)
+    latest = originals_executor(connection)
     latest.migrate(latest.loader.graph.leaf_nodes())
     auto = dict(Workspace.objects.values_list("title", "auto_delete_done_tasks"))
     assert auto == {"defaults": False, "chosen": True, "off": False}

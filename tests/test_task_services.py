@@ -434,9 +434,10 @@ def test_retry_and_stop_only_for_failing_runnable_tasks(task, status):
 @pytest.mark.django_db(transaction=True)
 def test_migration_stores_kinds_for_existing_comments():
     from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
 
-    executor = MigrationExecutor(connection)
+    from tests.migration_history import originals_executor
+
+    executor = originals_executor(connection)
     old = executor.migrate([("tasks", "0001_initial")]).apps
     workspace = old.get_model("workspaces", "Workspace").objects.create(id="w" * 21, title="W")
     task = old.get_model("tasks", "Task").objects.create(
@@ -456,7 +457,7 @@ def test_migration_stores_kinds_for_existing_comments():
     Comment = old.get_model("tasks", "TaskComment")
     for name, fields in rows.items():
         Comment.objects.create(id=name.ljust(21, "_"), task=task, workspace=workspace, **fields)
-    executor = MigrationExecutor(connection)
+    executor = originals_executor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
     kinds = dict(TaskComment.objects.values_list("id", "kind"))
     assert {name: kinds[name.ljust(21, "_")] for name in rows} == {

@@ -200,11 +200,12 @@ def test_deleted_agent_chats_switch_to_malamar(workspace, agents):
 @pytest.mark.django_db(transaction=True)
 def test_migration_makes_values_equal_to_the_global_default_inherit():
     from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
     from django.utils import timezone
 
+    from tests.migration_history import originals_executor
+
     before = [("workspaces", "0002_workspace_stall_kill_minutes"), ("core", "0002_api_tokens")]
-    executor = MigrationExecutor(connection)
+    executor = originals_executor(connection)
     executor.migrate(before)
     old = executor.loader.project_state(before).apps
     old.get_model("core", "Setting").objects.create(key="notify_on_error", value=False)
@@ -223,7 +224,7 @@ def test_migration_makes_values_equal_to_the_global_default_inherit():
             updated_at=now,
             last_activity_at=now,
         )
-    executor = MigrationExecutor(connection)
+    executor = originals_executor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
     migrated = {
         ws.title: (ws.notify_on_error, ws.notify_on_in_review) for ws in Workspace.objects.all()

@@ -23,4 +23,4 @@ def add_first_participants(apps, schema_editor):
 class Migration(migrations.Migration):
     dependencies = [("chats", "0002_group_chat")]
 
-    operations = [migrations.RunPython(add_first_participants, migrations.RunPython.noop)]
+    operations = [migrations.RunPython(add_first_participants, migrations.RunPython.noop, elidable=True)]

@@ -63,7 +63,7 @@ class Migration(migrations.Migration):
             ),
             preserve_default=False,
         ),
-        migrations.RunPython(set_kinds, migrations.RunPython.noop),
+        migrations.RunPython(set_kinds, migrations.RunPython.noop, elidable=True),
         migrations.AddConstraint(
             model_name="taskcomment",
             constraint=models.CheckConstraint(

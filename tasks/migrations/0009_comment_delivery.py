@@ -20,7 +20,7 @@ class Migration(migrations.Migration):
             name="delivered_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
-        migrations.RunPython(comments_so_far_were_delivered, migrations.RunPython.noop),
+        migrations.RunPython(comments_so_far_were_delivered, migrations.RunPython.noop, elidable=True),
         migrations.AlterField(
             model_name="taskqueueitem",
             name="waiting_for_cli",

@@ -57,7 +57,7 @@ class Migration(migrations.Migration):
             )
             for key in KEYS
         ),
-        migrations.RunPython(to_choices, to_booleans),
+        migrations.RunPython(to_choices, to_booleans, elidable=True),
         *(migrations.RemoveField(model_name="workspace", name=f"{key}_old") for key in KEYS),
         *(
             migrations.AddConstraint(

@@ -33,5 +33,5 @@ class Migration(migrations.Migration):
             name='auto_delete_done_tasks',
             field=models.BooleanField(default=False),
         ),
-        migrations.RunPython(keep_done_tasks_unless_chosen, migrations.RunPython.noop),
+        migrations.RunPython(keep_done_tasks_unless_chosen, migrations.RunPython.noop, elidable=True),
     ]
