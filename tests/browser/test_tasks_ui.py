@@ -97,8 +97,8 @@ def test_create_watch_it_run_comment_and_restart(browser, stack):
     expect(dialog.locator(".comment--working")).to_contain_text(
         "Planner is working…", timeout=RUN_TIMEOUT
     )
+    expect(card(page, "in_progress", "Add a cart")).to_be_visible()  # (while the Planner holds)
     release_the_cli(stack, task_id)
-    expect(card(page, "in_progress", "Add a cart")).to_be_visible()
     expect(dialog.locator("#task-comments .comment", has_text="Looks good")).to_have_count(
         2, timeout=RUN_TIMEOUT
     )
