@@ -151,9 +151,13 @@ class StackBase:
 
     # inspection ----------------------------------------------------------------------------
     def fake_runs(self) -> list[dict]:
+        """The fake CLIs' runs logged so far. A record being appended may be read half written
+        (a write that crosses a page shows its first page first): only whole lines count."""
         if not self.fake_log.exists():
             return []
-        return [json.loads(line) for line in self.fake_log.read_text().splitlines() if line]
+        text = self.fake_log.read_text()
+        whole = text[: text.rfind("\n") + 1]
+        return [json.loads(line) for line in whole.splitlines() if line]
 
     def task_runs(self) -> list[dict]:
         return [run for run in self.fake_runs() if run.get("input_path")]
