@@ -8,6 +8,8 @@ from core import events
 from core.models import OutboxEvent
 from core.relay import Relay, stored_outbox_id
 from core.sse import dedupe_blocks
+from core.wake import ANYTHING, bind_datagram_socket, relay_socket_path
+from tests.databases import ON_POSTGRES
 from tests.live import Server, SseClient, django_script, wait_until
 from tests.stack import data_dir_from
 
@@ -89,6 +91,34 @@ def test_events_cross_processes_in_order_and_survive_server_restart(tmp_path, te
         client.close()
     finally:
         server.stop()
+
+
+@pytest.mark.skipif(ON_POSTGRES, reason="SQLite's wake-up: PostgreSQL's outbox trigger NOTIFYs")
+def test_a_transaction_with_events_wakes_the_relay_once_at_its_commit(
+    transactional_db, tmp_path, settings
+):
+    """SQLite: one datagram per committed transaction, however many events it publishes, and
+    none for one rolled back."""
+    settings.DATA_DIR = tmp_path
+    listening = bind_datagram_socket(relay_socket_path())
+    try:
+        with transaction.atomic():
+            for n in range(3):
+                events.publish("task.updated", {"task_id": "t", "seq": n})
+            with events.batched():
+                events.publish("task.updated", {"task_id": "t", "seq": 3})
+            with pytest.raises(BlockingIOError):
+                listening.recv(64)  # nothing before the commit
+        assert listening.recv(64) == ANYTHING.encode()
+        with pytest.raises(BlockingIOError):
+            listening.recv(64)  # once
+        with pytest.raises(RuntimeError), transaction.atomic():
+            events.publish("task.updated", {"task_id": "t", "seq": 4})
+            raise RuntimeError("rolled back")
+        with pytest.raises(BlockingIOError):
+            listening.recv(64)
+    finally:
+        listening.close()
 
 
 @pytest.mark.live
