@@ -542,6 +542,16 @@ def test_a_cli_printing_100_mb_does_not_grow_the_worker(live_stack):
     assert stack.comments(task)[-1]["content"] == "survived"
 
 
+@pytest.mark.parametrize("at_start", [True, False])
+def test_a_worker_checks_every_cli_as_it_starts_unless_told_not_to(start_stack, at_start):
+    """DESIGN "Health checks": the real prompt at start; the tests' in-process worker skips
+    them unless a test is about them (`health_at_start`)."""
+    worker = start_stack(health_at_start=at_start).worker
+    wait_until(lambda: worker.next_health, timeout=20, what="the worker's start")
+    checks = worker.health.pending["background"] or worker.health.started
+    assert bool(checks) is at_start
+
+
 @pytest.mark.pg
 def test_health_checks_are_stored_and_refreshable(start_stack):
     running = start_stack(health_at_start=True, MALAMAR_FAKE_HEALTH="fail")
