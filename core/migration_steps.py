@@ -21,7 +21,8 @@ def cut_longer_values(app_label: str, model_name: str, field: str, max_length: i
 # On PostgreSQL, a committed outbox insert wakes the event relay (LISTEN malamar_events) at once:
 # NOTIFY is delivered on commit only, like the row itself, so the relay needs no fast poll (idle
 # cost) and adds no delay. A statement trigger costs the publishers no round trip. SQLite has no
-# NOTIFY: the committing process wakes its relay (core.wake). Core's migration 0003 and its squashed form create it.
+# NOTIFY: the committing process wakes its relay (core.wake). Core's migration 0003 and its
+# squashed form create it.
 OUTBOX_NOTIFY_CREATE = """
 CREATE OR REPLACE FUNCTION malamar_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
