@@ -7,6 +7,8 @@ far more than running its SQL (~0.2 ms). The queryset stays the one definition o
 time (per database vendor and `key`), keeps its SQL and parameters, and from then on puts the
 real values where the stand-ins were. A value may be a string or an aware datetime; what
 changes the SQL's shape (e.g. the number of items of an IN list) belongs in `key`.
+`compiled_models(key, build, **values)` runs such a query and returns its model instances, with
+what it `select_related` (as iterating the queryset would; `raw()` cannot follow relations).
 """
 
 import threading
@@ -15,10 +17,11 @@ from datetime import UTC, datetime
 
 from django.db import connections
 from django.db.models import QuerySet
+from django.db.models.query import get_related_populators
 
 _STANDIN_TIME = datetime(1901, 2, 3, 4, 5, 6, 789012, tzinfo=UTC)
 _lock = threading.Lock()
-_compiled: dict[tuple, tuple[str, list, dict[int, str]]] = {}  # → (sql, params, stand-ins)
+_compiled: dict[tuple, "_Entry"] = {}
 
 
 def _standin(name: str, value):
@@ -43,26 +46,78 @@ def _is_in(param, by_param: dict) -> bool:
         return False
 
 
-def compiled(key: tuple, build: Callable[..., QuerySet], **values) -> tuple[str, list]:
-    """(sql, params) of `build(**values)`'s query, compiled once for `key`."""
+class _Entry:
+    """A query compiled once: its SQL and parameters, where the values go, and (for
+    compiled_models) how its rows become model instances."""
+
+    def __init__(self, queryset: QuerySet, standins: dict):
+        connection = connections[queryset.db]
+        self.compiler = queryset.query.get_compiler(using=queryset.db)
+        sql, params = self.compiler.as_sql()
+        self.sql, self.params = sql, list(params)
+        by_param = {_as_param(connection, standin): name for name, standin in standins.items()}
+        self.places = {
+            index: by_param[param]
+            for index, param in enumerate(self.params)
+            if _is_in(param, by_param)
+        }
+        lost = set(standins) - set(self.places.values())
+        if lost:  # a value the SQL does not take as it was given: no stand-in to replace
+            raise ValueError(f"a compiled query cannot take {sorted(lost)}")
+        self._rows_to_models = None
+
+    def bind(self, connection, values: dict) -> list:
+        real = {name: _as_param(connection, value) for name, value in values.items()}
+        places = self.places
+        return [real[places[i]] if i in places else p for i, p in enumerate(self.params)]
+
+    def models(self, rows: list, db: str) -> list:
+        """As Django's ModelIterable makes them (the select's fields, then select_related)."""
+        compiler = self.compiler
+        if self._rows_to_models is None:
+            select, klass_info = compiler.select, compiler.klass_info
+            fields = klass_info["select_fields"]
+            start, end = fields[0], fields[-1] + 1
+            init_list = [column[0].target.attname for column in select[start:end]]
+            populators = get_related_populators(klass_info, select, db)
+            self._rows_to_models = (klass_info["model"], init_list, start, end, populators)
+        model, init_list, start, end, populators = self._rows_to_models
+        found = []
+        for row in compiler.results_iter([rows]):
+            instance = model.from_db(db, init_list, row[start:end])
+            for populator in populators:
+                populator.populate(row, instance)
+            found.append(instance)
+        return found
+
+
+def _entry(key: tuple, build: Callable[..., QuerySet], values: dict) -> _Entry:
     connection = connections["default"]
     cache_key = (connection.vendor, *key)
     entry = _compiled.get(cache_key)
     if entry is None:
         standins = {name: _standin(name, value) for name, value in values.items()}
-        queryset = build(**standins)
-        sql, params = queryset.query.get_compiler(using=queryset.db).as_sql()
-        params = list(params)
-        by_param = {_as_param(connection, standin): name for name, standin in standins.items()}
-        places = {
-            index: by_param[param] for index, param in enumerate(params) if _is_in(param, by_param)
-        }
-        lost = set(values) - set(places.values())
-        if lost:  # a value the SQL does not take as it was given: no stand-in to replace
-            raise ValueError(f"a compiled query cannot take {sorted(lost)}")
-        entry = (sql, params, places)
+        entry = _Entry(build(**standins), standins)
         with _lock:
             _compiled[cache_key] = entry
-    sql, params, places = entry
-    real = {name: _as_param(connection, value) for name, value in values.items()}
-    return sql, [real[places[index]] if index in places else p for index, p in enumerate(params)]
+    return entry
+
+
+def compiled(key: tuple, build: Callable[..., QuerySet], **values) -> tuple[str, list]:
+    """(sql, params) of `build(**values)`'s query, compiled once for `key`."""
+    entry = _entry(key, build, values)
+    return entry.sql, entry.bind(connections["default"], values)
+
+
+def compiled_models(key: tuple, build: Callable[..., QuerySet], **values) -> list:
+    """The model instances `build(**values)` would give (no annotations, no prefetches), its
+    query compiled once for `key`. A locking query (select_for_update) runs in the caller's
+    transaction, as the queryset would."""
+    entry = _entry(key, build, values)
+    connection = connections["default"]
+    if entry.compiler.query.select_for_update and connection.get_autocommit():
+        raise RuntimeError("a locking query runs inside a transaction")
+    with connection.cursor() as cursor:
+        cursor.execute(entry.sql, entry.bind(connection, values))
+        rows = cursor.fetchall()
+    return entry.models(rows, "default")

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from core.actors import author_name
+from core.compiled_queries import compiled_models
 from runner.models import AgentRun, RunStatus
 from runner.plans import health_key_label
 from runner.selectors import cli_broken, usage_totals
@@ -93,13 +94,30 @@ def collapse_repeated_errors(comments: list[TaskComment]) -> list[TaskComment]:
     return collapsed
 
 
+def _of_task(model):
+    def build(task_id):
+        return model.objects.filter(task_id=task_id).order_by("created_at", "id")
+
+    return build
+
+
+def _task_rows(model, task: Task) -> list:
+    """The task's comments or logs, oldest first, each knowing its task (as `task.comments`
+    would give them); the SQL compiled once: every pass reads them as it begins."""
+    rows = compiled_models((f"task_rows_{model.__name__}",), _of_task(model), task_id=task.id)
+    field = model._meta.get_field("task")
+    for row in rows:
+        field.set_cached_value(row, task)
+    return rows
+
+
 def logs_for_task(task: Task) -> list[TaskLog]:
-    return list(task.logs.order_by("created_at", "id"))
+    return _task_rows(TaskLog, task)
 
 
 def task_history(task: Task) -> tuple[list[TaskComment], list[TaskLog]]:
     """The comments and activity logs an agent's input shows, oldest first."""
-    return list(task.comments.order_by("created_at", "id")), logs_for_task(task)
+    return _task_rows(TaskComment, task), logs_for_task(task)
 
 
 def last_agent_comment(task: Task) -> str:

@@ -18,6 +18,7 @@ from django.utils import timezone
 from agents.models import Agent
 from core import events
 from core.actors import SYSTEM, USER, Actor, agent_actor
+from core.compiled_queries import compiled_models
 from core.errors import Conflict, NotFound, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
@@ -443,6 +444,16 @@ def task_agent_finished(
 # happens when a run fails? task_pass_failed.
 
 
+def _pass_begin_rows(task_id, workspace_id):
+    """task_pass_begin's one read (its SQL compiled once: building it cost more than running
+    it, at every pickup)."""
+    return (
+        Task.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("workspace")
+        .filter(Q(id=task_id) | Q(workspace_id=workspace_id, status=TaskStatus.IN_PROGRESS))
+    )
+
+
 def task_pass_begin(*, item: TaskQueueItem) -> tuple[Task, bool] | None:
     """A claimed pass begins: the task → In Progress, the workspace's other In Progress tasks
     back to Todo (queued). Returns (task, whether it moved); None when the task is gone or
@@ -453,13 +464,11 @@ def task_pass_begin(*, item: TaskQueueItem) -> tuple[Task, bool] | None:
     tasks in one workspace). On SQLite it joins the claim's transaction (worker.pickup),
     without a savepoint."""
     with transaction.atomic(savepoint=False), events.batched():
-        rows = list(
-            Task.objects.select_for_update(no_key=True, of=("self",))
-            .select_related("workspace")
-            .filter(
-                Q(id=item.task_id)
-                | Q(workspace_id=item.workspace_id, status=TaskStatus.IN_PROGRESS)
-            )
+        rows = compiled_models(
+            ("task_pass_begin",),
+            _pass_begin_rows,
+            task_id=item.task_id,
+            workspace_id=item.workspace_id,
         )
         task = next((row for row in rows if row.id == item.task_id), None)
         if task is None:

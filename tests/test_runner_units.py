@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.actors import USER
-from core.compiled_queries import compiled
+from core.compiled_queries import compiled, compiled_models
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import stderr_message
@@ -28,6 +28,7 @@ from runner.models import Worker as WorkerRow
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.services import worker_register
 from runner.streams import Trace, parse_line
+from tasks import selectors as task_selectors
 from tasks import services as task_services
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import (
@@ -365,6 +366,60 @@ def test_a_compiled_query_refuses_a_value_its_sql_does_not_take_as_given():
             lambda title: Task.objects.filter(summary__icontains=title),
             title="x",
         )
+
+
+@pytest.mark.pg
+def test_compiled_models_are_what_the_queryset_gives_for_each_calls_values(
+    workspace, django_assert_num_queries
+):
+    """compiled_models (the finish's "still wanted" read, the pass's begin and history, the
+    pickup's next item): built once, it gives each call's own rows as the queryset does, with
+    their converted fields and what they select_related (read with them, no query more)."""
+    built = []
+
+    def tasks_of(workspace_id):
+        built.append(workspace_id)
+        return Task.objects.select_related("workspace").filter(workspace_id=workspace_id)
+
+    other_workspace = workspace_create(title="Other")
+    ours = task_create(workspace=workspace, summary="ours")
+    theirs = task_create(workspace=other_workspace, summary="theirs")
+    for workspace_id, task in ((workspace.id, ours), (other_workspace.id, theirs)):
+        with django_assert_num_queries(1):
+            [found] = compiled_models(("test_tasks_of",), tasks_of, workspace_id=workspace_id)
+            assert found.workspace.title == task.workspace.title
+        expected = Task.objects.get(id=task.id)
+        assert [(f.name, getattr(found, f.attname)) for f in Task._meta.concrete_fields] == [
+            (f.name, getattr(expected, f.attname)) for f in Task._meta.concrete_fields
+        ]
+        assert found.created_at.tzinfo is not None and not found._state.adding
+    assert len(built) == 1  # the second call used the first one's SQL
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compiled_locking_query_runs_only_inside_a_transaction():
+    """As select_for_update() itself: outside a transaction it would lock nothing."""
+
+    def locked(task_id):
+        return Task.objects.select_for_update().filter(id=task_id)
+
+    task = task_create(workspace=workspace_create(title="W"), summary="t")
+    with transaction.atomic():
+        assert [t.id for t in compiled_models(("test_locked",), locked, task_id=task.id)] == [
+            task.id
+        ]
+    with pytest.raises(RuntimeError, match="inside a transaction"):
+        compiled_models(("test_locked",), locked, task_id=task.id)
+
+
+def test_the_history_a_pass_reads_knows_its_task(task, django_assert_num_queries):
+    """task_history's rows come from a compiled query: each still knows its task, as
+    `task.comments` would give it (a pass's input reads comment.task without a query)."""
+    comment_create(task=task, content="hello", actor=USER)
+    with django_assert_num_queries(2):
+        comments, logs = task_selectors.task_history(task)
+        assert [c.task.summary for c in comments] == [task.summary]
+        assert {log.task.id for log in logs} == {task.id}
 
 
 @pytest.mark.pg

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from chats.models import ChatQueueItem
-from core.compiled_queries import compiled
+from core.compiled_queries import compiled, compiled_models
 from runner.clis import CliType
 from runner.selectors import cli_waits
 from tasks.models import PassPhase, QueueStatus, TaskQueueItem, runnable_pass_q
@@ -98,10 +98,10 @@ def next_item(workspace_id: str) -> TaskQueueItem | None:
         ordered = candidates.annotate(resumed=resumed)
         return ordered.order_by("-is_priority", "-resumed", "-updated_at")[:1]
 
-    sql, params = compiled(
+    items = compiled_models(
         ("next_item", waits), query, workspace_id=workspace_id, now=timezone.now()
     )
-    return next(iter(TaskQueueItem.objects.raw(sql, params)), None)
+    return next(iter(items), None)
 
 
 def shared_database() -> bool:
