@@ -11,8 +11,11 @@ not hashed again.
 
 A folder of a few files that did not change since its last snapshot is not given to git at all:
 the stat data of its entries (taken before git read them, like git's own index) says so, and
-the last tree is the answer. The trees a run refers to are kept by the daily cleanup (`prune`),
-from the runs in the database: a snapshot writes no ref.
+the last tree is the answer; when only files the last tree records changed in place (same
+paths: nothing created, removed or renamed, no ignore rule changed), their contents are hashed
+here and the trees above them written without git (runner.gitobjects). The trees a run refers
+to are kept by the daily cleanup (`prune`), from the runs in the database: a snapshot writes no
+ref.
 """
 
 import contextlib
@@ -20,6 +23,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from runner import gitobjects
 from runner.git import GitError, GitTimeout, add_all, enter_nested, git, git_text, gitlinks
 
 log = logging.getLogger(__name__)
@@ -226,12 +231,12 @@ def take(cwd: str | Path) -> Snapshot:
         store = store_path(name)
         excludes = _excludes(repository)
         seen = _Seen(store, root, excludes)
-        tree = seen.unchanged_tree()
+        tree = seen.unchanged_tree() or seen.changed_in_place()
         if tree is None:
             _ensure_store(store, repository.objects if repository else None)
             _copy_excludes(store, excludes)
-            tree = _write_tree(store, root, repository.index if repository else None)
-            seen.remember(tree)
+            tree, whole = _write_tree(store, root, repository.index if repository else None)
+            seen.remember(tree, model=None if whole else NO_MODEL)
     except GitError as exc:
         raise SnapshotError(str(exc)) from exc
     except OSError as exc:
@@ -239,7 +244,9 @@ def take(cwd: str | Path) -> Snapshot:
     return Snapshot(name, tree, str(root), branch, time.monotonic() - started, seen.git_ran)
 
 
-def _write_tree(store: Path, root: Path, repo_index: Path | None) -> str:
+def _write_tree(store: Path, root: Path, repo_index: Path | None) -> tuple[str, bool]:
+    """The tree of `root`, and whether it holds every file that is not ignored (False: git
+    could not read some)."""
     fd, index_name = tempfile.mkstemp(prefix="index-", dir=store)
     os.close(fd)
     index = Path(index_name)
@@ -247,22 +254,22 @@ def _write_tree(store: Path, root: Path, repo_index: Path | None) -> str:
         index.unlink()  # git wants to create the index itself (an empty file is corrupt)
         seeded = _seed_index(store, repo_index, index)
         try:
-            tree = _add_all(store, root, index, seeded=seeded)
+            tree, whole = _add_all(store, root, index, seeded=seeded)
         except GitError as exc:
             if not seeded or isinstance(exc, GitTimeout):
                 raise
             # A seed git cannot use here (e.g. a split index, a newer format, a corrupt last
             # index): hash everything once, from an empty index.
             index.unlink(missing_ok=True)
-            tree = _add_all(store, root, index, seeded="")
+            tree, whole = _add_all(store, root, index, seeded="")
         os.replace(index, store / "index")  # the next snapshot starts from here
-        return tree
+        return tree, whole
     finally:
         with contextlib.suppress(FileNotFoundError):
             index.unlink()
 
 
-def _add_all(store: Path, root: Path, index: Path, *, seeded: str) -> str:
+def _add_all(store: Path, root: Path, index: Path, *, seeded: str) -> tuple[str, bool]:
     env = _store_env(store, root, index)
     if seeded == "repository":
         # Entries the repository's index left "racily clean" (changed in the second it was
@@ -277,7 +284,7 @@ def _add_all(store: Path, root: Path, index: Path, *, seeded: str) -> str:
     tree = git_text("write-tree", cwd=root, env=env)
     if seeded == "store" and not (store / NESTED_CHECKED).exists():
         (store / NESTED_CHECKED).touch()
-    return tree
+    return tree, not left_out
 
 
 def _enter_gitlinks(root: Path, env: dict[str, str]) -> None:
@@ -313,12 +320,15 @@ class Fingerprint:
     included), walked without following links; or TOO_BIG past FINGERPRINT_ENTRIES entries.
     `trusted`: it can prove "unchanged" next time. Not when an entry changed so recently that
     a change after this walk could leave its timestamps as they are (git calls those entries
-    racy: the walk stops at the first), nor when a folder could not be read (`complete`:
-    the walk saw every entry)."""
+    racy: `racy` lists them, and a next snapshot reads them again), nor when a folder could not
+    be read (`complete`: the walk saw every entry), nor on a file system that keeps whole
+    seconds (`whole_seconds`) for an entry changed in the last seconds."""
 
     entries: list | str
     trusted: bool
     complete: bool = True
+    racy: frozenset = frozenset()
+    whole_seconds: bool = False
 
     @property
     def empty(self) -> bool:
@@ -330,6 +340,7 @@ def fingerprint(root: Path, started_ns: int) -> Fingerprint:
     stat = os.lstat(root)
     entries: list = [("", stat.st_mode, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)]
     newest = max(stat.st_mtime_ns, stat.st_ctime_ns)
+    racy = {""} if newest >= fresh else set()
     # Change times nobody can set: all in whole seconds is a file system that keeps no more.
     whole_seconds = stat.st_ctime_ns % 1_000_000_000 == 0
     folders = [""]
@@ -352,14 +363,19 @@ def fingerprint(root: Path, started_ns: int) -> Fingerprint:
             path = f"{folder}/{entry.name}" if folder else entry.name
             mtime, ctime = stat.st_mtime_ns, stat.st_ctime_ns
             entries.append((path, stat.st_mode, stat.st_ino, stat.st_size, mtime, ctime))
+            if mtime >= fresh or ctime >= fresh:
+                racy.add(path)
             newest = max(newest, mtime, ctime)
             whole_seconds = whole_seconds and ctime % 1_000_000_000 == 0
-            if newest >= fresh:  # racy: no need to look further
-                return Fingerprint(entries, trusted=False, complete=False)
             if entry.is_dir(follow_symlinks=False):
                 folders.append(path)
-    racy = newest >= fresh or (whole_seconds and newest >= started_ns - COARSE_MARGIN_NS)
-    return Fingerprint(entries, trusted=not racy)
+    coarse = whole_seconds and newest >= started_ns - COARSE_MARGIN_NS
+    return Fingerprint(
+        entries, trusted=not (racy or coarse), racy=frozenset(racy), whole_seconds=whole_seconds
+    )
+
+
+NO_MODEL = "no model"  # the last tree is not known file by file: changes go to git
 
 
 @dataclass
@@ -370,6 +386,9 @@ class _Last:
     store_index: tuple  # the store index's stat data after that snapshot
     excludes: tuple
     at: float
+    # The tree's files (runner.gitobjects.TreeModel); None: read from the store's index when
+    # needed (git wrote both); NO_MODEL: git left files out, or its index is not read here.
+    model: object = None
 
 
 def _stat_key(path: Path | None) -> tuple:
@@ -382,6 +401,22 @@ def _stat_key(path: Path | None) -> tuple:
     return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
+def _xdg_git_file(name: str) -> Path:
+    """A file git reads whatever its config says (core.excludesFile, core.attributesFile)."""
+    home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(home) / "git" / name
+
+
+SYSTEM_ATTRIBUTES = Path("/etc/gitattributes")
+UNREAD_HERE = (".gitignore", ".gitattributes")  # a change to one goes to git
+
+
+def _attributes_apply(store: Path) -> bool:
+    """Whether git may filter what it hashes (attributes files: end of lines, LFS...)."""
+    files = (_xdg_git_file("attributes"), SYSTEM_ATTRIBUTES, store / "info" / "attributes")
+    return any(os.path.lexists(path) for path in files)
+
+
 class _Seen:
     """One snapshot's look at its folder: the fingerprint taken before git reads the folder,
     compared with the one remembered from the folder's last snapshot in this process."""
@@ -390,7 +425,8 @@ class _Seen:
     _lock = threading.Lock()
 
     def __init__(self, store: Path, root: Path, excludes: Path | None):
-        self.store, self.root, self.excludes = store, root, _stat_key(excludes)
+        self.store, self.root = store, root
+        self.excludes = (_stat_key(excludes), _stat_key(_xdg_git_file("ignore")))
         self.git_ran = True
         with self._lock:
             self.last = self._last.get(store)
@@ -401,6 +437,17 @@ class _Seen:
         skipped = Fingerprint(TOO_BIG, trusted=False, complete=False)
         self.seen = fingerprint(root, now_ns()) if self.walked else skipped
 
+    def _same_folder(self) -> bool:
+        """The last snapshot is of this folder, with these ignore rules, and the store's index
+        is still the one it left (nobody else wrote a snapshot of it since)."""
+        last = self.last
+        return (
+            last is not None
+            and last.root == self.root
+            and last.excludes == self.excludes
+            and last.store_index == _stat_key(self.store / "index")
+        )
+
     def unchanged_tree(self) -> str | None:
         """The tree without asking git: the empty tree of an empty folder, or the last
         snapshot's tree when nothing in the folder changed since (the store's index is still
@@ -408,31 +455,117 @@ class _Seen:
         if self.seen.empty:
             self.git_ran = False
             return EMPTY_TREE
-        last = self.last
-        if (
-            last is None
-            or not self.seen.trusted
-            or last.seen != self.seen
-            or last.root != self.root
-            or last.excludes != self.excludes
-            or last.store_index != _stat_key(self.store / "index")
-        ):
+        if not (self.seen.trusted and self._same_folder() and self.last.seen == self.seen):
             return None
         self.git_ran = False
-        return last.tree
+        return self.last.tree
 
-    def remember(self, tree: str) -> None:
+    def changed_in_place(self) -> str | None:
+        """The tree without starting git when only files the last tree records changed, in
+        place: the same paths of the same kinds, no ignore or attributes file among them. The
+        changed files (stat data that differs, or racy last time) are hashed here and the
+        trees above them worked out (runner.gitobjects); None: git's turn."""
+        last, seen = self.last, self.seen
+        if not (self._same_folder() and _comparable(last.seen) and _comparable(seen)):
+            return None
+        changed = _changed_entries(last.seen, seen)
+        if changed is None or _attributes_apply(self.store):
+            return None
+        model = self._model()
+        if model is None:
+            return None
+        try:
+            tree = self._write_changes(model, changed)
+        except (OSError, gitobjects.Unsupported):
+            return None
+        self.git_ran = False
+        return tree
+
+    def _model(self) -> "gitobjects.TreeModel | None":
+        """The last tree file by file: read from the store's index once (and checked: its tree
+        must be the one git wrote), then kept with each snapshot made here."""
+        last = self.last
+        if last.model is None:
+            try:
+                files = gitobjects.read_index(self.store / "index")
+                model = gitobjects.TreeModel.from_files(files)
+            except (OSError, ValueError, gitobjects.Unsupported):
+                model = NO_MODEL
+            else:
+                names = (os.path.basename(path) for path in files)
+                if model.root.hex() != last.tree or b".gitattributes" in names:
+                    model = NO_MODEL
+            last.model = model
+        return None if last.model is NO_MODEL else last.model
+
+    def _write_changes(self, model: "gitobjects.TreeModel", changed: list) -> str:
+        files, blobs = {}, []
+        for path, st_mode in changed:
+            encoded = os.fsencode(path)
+            mode = model.mode(encoded)
+            if mode is None or stat.S_ISDIR(st_mode):
+                continue  # a folder (its entries say what changed), or ignored
+            if mode not in gitobjects.FILE_MODES or not stat.S_ISREG(st_mode):
+                raise gitobjects.Unsupported("a link or a nested repository")
+            object_id, data = gitobjects.blob_of(self.root / path)
+            files[encoded] = (gitobjects.file_mode(st_mode), object_id)
+            blobs.append((object_id, data))
+        if not files:
+            self.remember(self.last.tree, model=model)
+            return self.last.tree
+        updated, trees = model.updated(files)
+        objects = self.store / "objects"
+        for object_id, data in (*blobs, *trees):
+            gitobjects.write_object(objects, data, object_id)
+        tree = updated.root.hex()
+        self.remember(tree, model=updated)
+        return tree
+
+    @classmethod
+    def forget(cls, store: Path) -> None:
+        with cls._lock:
+            cls._last.pop(store, None)
+
+    def remember(self, tree: str, *, model=None) -> None:
         with self._lock:
-            if not (self.seen.trusted or self.seen.entries == TOO_BIG):
+            if not (self.seen.trusted or self.seen.entries == TOO_BIG or _comparable(self.seen)):
                 self._last.pop(self.store, None)  # nothing this snapshot can vouch for
                 return
             at = time.monotonic() if self.walked else self.last.at
             self._last[self.store] = _Last(
-                self.root, self.seen, tree, _stat_key(self.store / "index"), self.excludes, at
+                self.root,
+                self.seen,
+                tree,
+                _stat_key(self.store / "index"),
+                self.excludes,
+                at,
+                model,
             )
             self._last.move_to_end(self.store)
             while len(self._last) > FINGERPRINTS_KEPT:
                 self._last.popitem(last=False)
+
+
+def _comparable(seen: Fingerprint) -> bool:
+    """A walk another can be compared with entry by entry."""
+    return seen.complete and isinstance(seen.entries, list) and not seen.whole_seconds
+
+
+def _changed_entries(last: Fingerprint, now: Fingerprint) -> list | None:
+    """(path, mode) of the entries whose stat data changed since `last` (or were racy then);
+    None when a path came, went or changed kind, or an ignore or attributes file changed."""
+    if len(last.entries) != len(now.entries):
+        return None
+    changed = []
+    for before, after in zip(last.entries, now.entries, strict=True):
+        path, mode = after[0], after[1]
+        if before[0] != path or stat.S_IFMT(before[1]) != stat.S_IFMT(mode):
+            return None
+        if before != after or path in last.racy:
+            if os.path.basename(path) in UNREAD_HERE:
+                return None
+            changed.append((path, mode))
+    return changed
 
 
 # keeping and pruning ---------------------------------------------------------------------------
@@ -446,6 +579,7 @@ def prune(kept_trees: dict[str, set[str]], *, expire: str = "1.hour.ago") -> dic
     if not root.is_dir():
         return counts
     for store in sorted(root.iterdir()):
+        _Seen.forget(store)  # a tree remembered may be pruned: git writes it again if needed
         try:
             _prune_store(store, kept_trees.get(store.name, set()), counts, expire)
         except GitError:

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from django.conf import settings
 
-from runner import diffs, snapshots
+from runner import diffs, gitobjects, snapshots
 from runner.git import git, git_text
 from tests.gitrepo import commit, make_repo
 
@@ -254,7 +254,12 @@ def test_every_kind_of_change_is_seen(tmp_path, monkeypatch, change):
     elif change == "info/exclude":
         (repo / ".git" / "info" / "exclude").write_text("")
     second = snapshots.take(repo)
-    assert second.git_ran and second.tree != first.tree
+    assert second.tree != first.tree
+    # Files changed in place are hashed without git (runner.gitobjects); the tree is git's.
+    in_place = change in ("edit", "same size, mtime put back", "chmod", "nested repository")
+    assert second.git_ran is not in_place
+    snapshots._Seen._last.clear()  # forget the folder: git hashes it again
+    assert snapshots.take(repo).tree == second.tree
 
 
 def test_a_change_right_after_a_snapshot_is_not_lost_to_coarse_timestamps(tmp_path):
@@ -297,6 +302,135 @@ def test_a_store_changed_by_someone_else_is_given_to_git_again(tmp_path, monkeyp
     store = snapshots.store_path(first.store)
     (store / "index").unlink()  # e.g. the store was removed and made again meanwhile
     assert snapshots.take(folder).git_ran
+
+
+# --- files changed in place: hashed without git (issue 28) -------------------------------------
+
+
+def gits_own_tree(folder) -> str:
+    """The tree git writes for the folder (the snapshot's memory of it forgotten)."""
+    snapshots._Seen._last.clear()
+    snapshot = snapshots.take(folder)
+    assert snapshot.git_ran
+    return snapshot.tree
+
+
+def test_files_changed_in_place_are_hashed_without_git_as_git_would(
+    tmp_path, monkeypatch, git_calls
+):
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "app.py": "x = 1\n",
+            "a/b/deep.txt": "deep\n",
+            "a/b-side.txt": "a name sorted between a folder and its files\n",
+            "a/b.c": "c\n",
+            "run.sh": "echo hi\n",
+            ".gitignore": "build/\n",
+        },
+    )
+    (repo / "build").mkdir()
+    (repo / "build" / "out.o").write_bytes(b"ignored\n")
+    (repo / "untracked.txt").write_text("recorded by git, not committed\n")
+    first = snapshots.take(repo)
+    calls = len(git_calls)
+    (repo / "a" / "b" / "deep.txt").write_text("deeper\n")
+    (repo / "run.sh").chmod(0o755)
+    (repo / "untracked.txt").write_bytes(b"\x00binary\r\n")
+    (repo / "build" / "out.o").write_bytes(b"ignored, changed\n")
+    second = snapshots.take(repo)
+    assert (second.git_ran, len(git_calls)) == (False, calls)
+    assert changes(first, second) == {
+        "a/b/deep.txt": "modified",
+        "run.sh": "modified",
+        "untracked.txt": "modified",
+    }
+    (repo / "app.py").write_text("x = 2\n")  # the next one starts from the tree written here
+    third = snapshots.take(repo)
+    assert not third.git_ran and changes(second, third) == {"app.py": "modified"}
+    assert gits_own_tree(repo) == third.tree
+    store = snapshots.store_path(third.store)
+    git("fsck", "--no-dangling", "--connectivity-only", cwd=store, env={"GIT_DIR": str(store)})
+
+
+def test_an_ignored_file_changed_in_place_leaves_the_tree_as_it_was(tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n", ".gitignore": "*.log\n"})
+    (repo / "debug.log").write_text("one\n")
+    first = snapshots.take(repo)
+    (repo / "debug.log").write_text("two\n")
+    second = snapshots.take(repo)
+    assert (second.git_ran, second.tree) == (False, first.tree)
+
+
+@pytest.mark.parametrize(
+    "change", ["symbolic link retargeted", "attributes file", "user's attributes", "large file"]
+)
+def test_what_git_may_read_otherwise_goes_to_git(tmp_path, monkeypatch, change):
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n", "big.bin": "b" * 64})
+    (repo / "link").symlink_to("app.py")
+    if change == "attributes file":
+        commit(repo, {".gitattributes": "*.py text eol=crlf\n"})
+    first = snapshots.take(repo)
+    if change == "symbolic link retargeted":
+        (repo / "link").unlink()
+        (repo / "link").symlink_to("big.bin")
+    elif change == "large file":
+        monkeypatch.setattr(gitobjects, "BLOB_MAX_BYTES", 32)
+        (repo / "big.bin").write_text("c" * 64)
+    else:
+        if change == "user's attributes":  # git reads it whatever its configuration says
+            (tmp_path / "config" / "git").mkdir(parents=True)
+            (tmp_path / "config" / "git" / "attributes").write_text("*.py text eol=crlf\n")
+    (repo / "app.py").write_text("x = 2\n")
+    second = snapshots.take(repo)
+    assert second.git_ran and second.tree != first.tree
+    assert gits_own_tree(repo) == second.tree
+
+
+def test_a_tree_pruned_since_it_was_remembered_is_written_again(tmp_path, monkeypatch):
+    """The cleanup prunes trees no run refers to: the folder's memory goes with them."""
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    kept = snapshots.take(folder)
+    (folder / "a.txt").write_text("b\n")
+    last = snapshots.take(folder)  # no run refers to it
+    snapshots.prune({kept.store: {kept.tree}}, expire="now")
+    (folder / "gone.tmp").write_text("x")  # the folder's own timestamps move on
+    (folder / "gone.tmp").unlink()
+    again = snapshots.take(folder)
+    assert again.tree == last.tree
+    store = snapshots.store_path(again.store)
+    git("cat-file", "-e", f"{again.tree}^{{tree}}", cwd=store, env={"GIT_DIR": str(store)})
+
+
+@pytest.mark.parametrize("how", ["version 4", "split index", "intent to add"])
+def test_an_index_this_does_not_read_goes_to_git(tmp_path, how):
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n"})
+    if how == "version 4":
+        git("update-index", "--index-version", "4", cwd=repo)
+    elif how == "split index":
+        git("update-index", "--split-index", cwd=repo)
+    else:
+        (repo / "new.py").write_text("n\n")
+        git("add", "-N", "new.py", cwd=repo)
+    with pytest.raises(gitobjects.Unsupported):
+        gitobjects.read_index(repo / ".git" / "index")
+
+
+def test_an_index_read_here_gives_the_tree_git_writes(tmp_path):
+    files = {f"pkg{n % 3}/sub{n % 2}/m{n}.py": f"{n}\n" for n in range(20)}
+    repo = make_repo(tmp_path / "repo", {**files, "pkg0.txt": "sorted after pkg0/\n"})
+    (repo / "tool").write_text("#!/bin/sh\n")
+    (repo / "tool").chmod(0o755)
+    git("add", "-A", cwd=repo)
+    model = gitobjects.TreeModel.from_files(gitobjects.read_index(repo / ".git" / "index"))
+    assert model.root.hex() == git_text("write-tree", cwd=repo)
 
 
 # --- totals -------------------------------------------------------------------------------------
