@@ -423,6 +423,36 @@ def test_the_history_a_pass_reads_knows_its_task(task, django_assert_num_queries
 
 
 @pytest.mark.pg
+def test_the_start_records_the_process_only_on_an_unstopped_item_of_its_worker(workspace):
+    """record_process (its condition compiled once) writes the pid and where the pass goes
+    on, to that item alone, and refuses a stopped item, another worker's, a finished one."""
+    started = timezone.now()
+    items = []
+    for name in ("ours", "stopped", "theirs", "finished"):
+        task = task_create(workspace=workspace, summary=name)
+        item = TaskQueueItem.objects.queued().get(task=task)
+        running = {"status": QueueStatus.IN_PROGRESS, "worker_id": "w1"}
+        TaskQueueItem.objects.filter(id=item.id).update(**running)
+        item.status, item.worker_id = running.values()
+        items.append(item)
+    ours, stopped, theirs, finished = items
+    TaskQueueItem.objects.filter(id=stopped.id).update(stop_requested_at=started)
+    TaskQueueItem.objects.filter(id=theirs.id).update(worker_id="w2")
+    TaskQueueItem.objects.finish(finished, QueueStatus.COMPLETED)
+    recorded = {
+        item.id: TaskQueueItem.objects.record_process(
+            item, pid=100 + n, pgid=200 + n, started_at=1.5, pass_started_at=started
+        )
+        for n, item in enumerate(items)
+    }
+    assert recorded == {ours.id: True, stopped.id: False, theirs.id: False, finished.id: False}
+    rows = TaskQueueItem.objects.filter(id__in=[i.id for i in items])
+    by_id = {r.id: (r.pid, r.pgid, r.process_started_at, r.pass_started_at) for r in rows}
+    assert by_id.pop(ours.id) == (100, 200, 1.5, started)
+    assert set(by_id.values()) == {(None, None, None, None)}
+
+
+@pytest.mark.pg
 def test_claim_is_atomic(workspace):
     task = task_create(workspace=workspace, summary="t")
     first = pickup.claim_next(workspace.id)
