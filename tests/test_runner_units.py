@@ -897,6 +897,22 @@ def test_a_gate_started_ahead_runs_the_command_exactly_as_a_new_gate_does(tmp_pa
     assert fresh.endswith("<it's\na 'quoted'\n><><$HOME `x`><-n><back\\slash>\nin\nput")
 
 
+def test_a_go_without_input_is_read_as_a_file_or_as_a_line_where_that_cannot_be(
+    tmp_path, monkeypatch
+):
+    """A command without input: the gate sources the go from its standard input in one read
+    (process.GO_AS_A_FILE); where that path cannot be opened, it reads the line as before.
+    Either way the command runs exactly as given, with /dev/null as its input."""
+    command, env = _printing_everything(tmp_path)
+    command = process.Command(command.argv)  # no input
+    as_a_file = _output(process.spawn(command, cwd=str(tmp_path), env=env))
+    missing = process.GO_AS_A_FILE.replace(b"/dev/stdin", str(tmp_path / "missing").encode())
+    monkeypatch.setattr(process, "GO_AS_A_FILE", missing)
+    as_a_line = _output(process.spawn(command, cwd=str(tmp_path), env=env))
+    assert as_a_file == as_a_line
+    assert as_a_file.endswith("<it's\na 'quoted'\n><><$HOME `x`><-n><back\\slash>\n")
+
+
 def test_a_spare_gate_is_taken_only_for_its_environment_and_ends_unused(tmp_path):
     process.spares.clear()
     ran = tmp_path / "ran"

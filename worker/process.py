@@ -160,7 +160,9 @@ class _Lines:
 # standard input: one line, the command itself as shell words (`_go_line`: into the command's
 # folder, its PWD, /dev/null as stdin unless it brings its own, then `exec` it: same pid, same
 # group), read byte by byte by `read` (nothing past it: the rest of that input is the
-# command's). The worker records the process first, so recovery knows every CLI that ever ran;
+# command's). A command without input gets its line after a first one that reads the rest of
+# the pipe as a file, in one read (GO_AS_A_FILE; the line as before where /dev/stdin cannot be
+# opened). The worker records the process first, so recovery knows every CLI that ever ran;
 # a worker killed before its go closes the pipe, and the gate exits without running anything.
 # The command's program is checked before (a missing or non-executable one is a start error, as
 # Popen's would be); `command read` skips any function of that name from the environment.
@@ -174,6 +176,7 @@ command read -r go || exit 125
 eval "$go"
 exit 125
 """
+GO_AS_A_FILE = b'command . /dev/stdin || { command read -r go && eval "$go"; }\n'
 GATE_SHELL = "/bin/sh"
 GATE_EXITED = 125  # the gate's exit when it never got its go
 SPARES_KEPT = 4  # gates kept started ahead (about one per workspace running at once)
@@ -197,7 +200,10 @@ def _go_line(command: Command, *, cwd: str, env: dict[str, str]) -> bytes:
     if command.stdin is None:
         words.append("exec </dev/null")
     words.append("exec " + " ".join(_shell_word(arg) for arg in command.argv))
-    return ("; ".join(words) + "\n").encode()
+    line = ("; ".join(words) + "\n").encode()
+    # Nothing but the go comes on its standard input: the gate reads the line as a file, in one
+    # read (`read` takes a pipe byte by byte: ~0.2 ms of an agent's start for its ~600 bytes).
+    return GO_AS_A_FILE + line if command.stdin is None else line
 
 
 def _gate_env(env: dict[str, str]) -> dict[str, str] | None:
