@@ -111,8 +111,8 @@ class TreeModel:
         self.folders, self.root = folders, root
 
     @classmethod
-    def from_files(cls, files: dict[bytes, tuple[int, bytes]]) -> "TreeModel":
-        """The model of an index's files (read_index)."""
+    def from_files(cls, files: dict[bytes, tuple[int, bytes]]) -> tuple["TreeModel", list]:
+        """The model of an index's files (read_index), and the (id, object) of its trees."""
         folders: dict[bytes, dict] = {b"": {}}
         for path, (mode, object_id) in files.items():
             folder, _, name = path.rpartition(b"/")
@@ -120,9 +120,9 @@ class TreeModel:
             if entries is None:
                 entries = _make_folders(folders, folder)
             entries[name] = (mode, object_id)
-        model = cls(folders, b"")
-        model.root = model._work_out(sorted(folders, key=_depth, reverse=True), [])
-        return model
+        model, trees = cls(folders, b""), []
+        model.root = model._work_out(sorted(folders, key=_depth, reverse=True), trees)
+        return model, trees
 
     def mode(self, path: bytes) -> int | None:
         folder, _, name = path.rpartition(b"/")

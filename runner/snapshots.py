@@ -235,8 +235,8 @@ def take(cwd: str | Path) -> Snapshot:
         if tree is None:
             _ensure_store(store, repository.objects if repository else None)
             _copy_excludes(store, excludes)
-            tree, whole = _write_tree(store, root, repository.index if repository else None)
-            seen.remember(tree, model=None if whole else NO_MODEL)
+            tree, model = _write_tree(store, root, repository.index if repository else None)
+            seen.remember(tree, model=model)
     except GitError as exc:
         raise SnapshotError(str(exc)) from exc
     except OSError as exc:
@@ -244,9 +244,8 @@ def take(cwd: str | Path) -> Snapshot:
     return Snapshot(name, tree, str(root), branch, time.monotonic() - started, seen.git_ran)
 
 
-def _write_tree(store: Path, root: Path, repo_index: Path | None) -> tuple[str, bool]:
-    """The tree of `root`, and whether it holds every file that is not ignored (False: git
-    could not read some)."""
+def _write_tree(store: Path, root: Path, repo_index: Path | None) -> tuple[str, object]:
+    """The tree of `root`, and its model (_Last.model)."""
     fd, index_name = tempfile.mkstemp(prefix="index-", dir=store)
     os.close(fd)
     index = Path(index_name)
@@ -254,22 +253,22 @@ def _write_tree(store: Path, root: Path, repo_index: Path | None) -> tuple[str, 
         index.unlink()  # git wants to create the index itself (an empty file is corrupt)
         seeded = _seed_index(store, repo_index, index)
         try:
-            tree, whole = _add_all(store, root, index, seeded=seeded)
+            tree, model = _add_all(store, root, index, seeded=seeded)
         except GitError as exc:
             if not seeded or isinstance(exc, GitTimeout):
                 raise
             # A seed git cannot use here (e.g. a split index, a newer format, a corrupt last
             # index): hash everything once, from an empty index.
             index.unlink(missing_ok=True)
-            tree, whole = _add_all(store, root, index, seeded="")
+            tree, model = _add_all(store, root, index, seeded="")
         os.replace(index, store / "index")  # the next snapshot starts from here
-        return tree, whole
+        return tree, model
     finally:
         with contextlib.suppress(FileNotFoundError):
             index.unlink()
 
 
-def _add_all(store: Path, root: Path, index: Path, *, seeded: str) -> tuple[str, bool]:
+def _add_all(store: Path, root: Path, index: Path, *, seeded: str) -> tuple[str, object]:
     env = _store_env(store, root, index)
     if seeded == "repository":
         # Entries the repository's index left "racily clean" (changed in the second it was
@@ -281,10 +280,37 @@ def _add_all(store: Path, root: Path, index: Path, *, seeded: str) -> tuple[str,
     left_out = add_all(root, env=env, timeout=ADD_TIMEOUT_SECONDS)
     if left_out:  # a file git could not read: the snapshot goes on without it
         log.warning("A snapshot left files out: %s", left_out, extra={"root": str(root)})
-    tree = git_text("write-tree", cwd=root, env=env)
+    model = _trees_of_index(store, index)
+    tree = model.root.hex() if model else git_text("write-tree", cwd=root, env=env)
     if seeded == "store" and not (store / NESTED_CHECKED).exists():
         (store / NESTED_CHECKED).touch()
-    return tree, not left_out
+    if left_out or (model and _has_attributes(model)):
+        return tree, NO_MODEL  # the next changes go to git
+    return tree, model
+
+
+def _has_attributes(model: "gitobjects.TreeModel") -> bool:
+    """An attributes file in the tree: git may filter what it hashes (end of lines, LFS)."""
+    return any(b".gitattributes" in entries for entries in model.folders.values())
+
+
+INDEX_READ_BYTES = 256 * 1024  # a larger index (thousands of files) is git's to write out
+
+
+def _trees_of_index(store: Path, index: Path) -> "gitobjects.TreeModel | None":
+    """What `git write-tree` does, without starting it: the index's trees worked out and
+    written here (runner.gitobjects), for the index of a small folder read exactly; None: git's
+    turn."""
+    try:
+        if index.stat().st_size > INDEX_READ_BYTES:
+            return None
+        model, trees = gitobjects.TreeModel.from_files(gitobjects.read_index(index))
+        objects = store / "objects"
+        for object_id, data in trees:
+            gitobjects.write_object(objects, data, object_id)
+    except (OSError, ValueError, gitobjects.Unsupported):
+        return None
+    return model
 
 
 def _enter_gitlinks(root: Path, env: dict[str, str]) -> None:
@@ -386,8 +412,9 @@ class _Last:
     store_index: tuple  # the store index's stat data after that snapshot
     excludes: tuple
     at: float
-    # The tree's files (runner.gitobjects.TreeModel); None: read from the store's index when
-    # needed (git wrote both); NO_MODEL: git left files out, or its index is not read here.
+    # The tree file by file (runner.gitobjects.TreeModel), from the index of the snapshot
+    # before or from the changes written here; NO_MODEL or None: the next changes go to git
+    # (git left a file out, the tree has attributes, the index is not read here).
     model: object = None
 
 
@@ -471,8 +498,8 @@ class _Seen:
         changed = _changed_entries(last.seen, seen)
         if changed is None or _attributes_apply(self.store):
             return None
-        model = self._model()
-        if model is None:
+        model = last.model  # (None, NO_MODEL: not known file by file)
+        if not isinstance(model, gitobjects.TreeModel):
             return None
         try:
             tree = self._write_changes(model, changed)
@@ -480,23 +507,6 @@ class _Seen:
             return None
         self.git_ran = False
         return tree
-
-    def _model(self) -> "gitobjects.TreeModel | None":
-        """The last tree file by file: read from the store's index once (and checked: its tree
-        must be the one git wrote), then kept with each snapshot made here."""
-        last = self.last
-        if last.model is None:
-            try:
-                files = gitobjects.read_index(self.store / "index")
-                model = gitobjects.TreeModel.from_files(files)
-            except (OSError, ValueError, gitobjects.Unsupported):
-                model = NO_MODEL
-            else:
-                names = (os.path.basename(path) for path in files)
-                if model.root.hex() != last.tree or b".gitattributes" in names:
-                    model = NO_MODEL
-            last.model = model
-        return None if last.model is NO_MODEL else last.model
 
     def _write_changes(self, model: "gitobjects.TreeModel", changed: list) -> str:
         files, blobs = {}, []

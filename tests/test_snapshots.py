@@ -200,7 +200,8 @@ def test_an_empty_folder_needs_no_git_and_no_store(tmp_path, git_calls):
     assert diffs.changed_files(empty.store, empty.tree, empty.tree) == []
     (folder / "a.txt").write_text("a\n")
     full = snapshots.take(folder)
-    assert git_calls == ["init", "add", "write-tree"]  # the store, made with one git call
+    # The store, made with one git call; `git add`, whose index's trees are written here.
+    assert git_calls == ["init", "add"]
     assert changes(empty, full) == {"a.txt": "added"}
 
 
@@ -308,10 +309,14 @@ def test_a_store_changed_by_someone_else_is_given_to_git_again(tmp_path, monkeyp
 
 
 def gits_own_tree(folder) -> str:
-    """The tree git writes for the folder (the snapshot's memory of it forgotten)."""
+    """The tree git writes for the folder: its memory forgotten, git adds it again, and the
+    tree worked out here from git's index is the one `git write-tree` writes."""
     snapshots._Seen._last.clear()
     snapshot = snapshots.take(folder)
     assert snapshot.git_ran
+    store = snapshots.store_path(snapshot.store)
+    env = {"GIT_DIR": str(store), "GIT_INDEX_FILE": str(store / "index")}
+    assert git_text("write-tree", cwd=store, env=env) == snapshot.tree
     return snapshot.tree
 
 
@@ -429,8 +434,22 @@ def test_an_index_read_here_gives_the_tree_git_writes(tmp_path):
     (repo / "tool").write_text("#!/bin/sh\n")
     (repo / "tool").chmod(0o755)
     git("add", "-A", cwd=repo)
-    model = gitobjects.TreeModel.from_files(gitobjects.read_index(repo / ".git" / "index"))
-    assert model.root.hex() == git_text("write-tree", cwd=repo)
+    index = gitobjects.read_index(repo / ".git" / "index")
+    model, trees = gitobjects.TreeModel.from_files(index)
+    root = git_text("write-tree", cwd=repo)
+    assert model.root.hex() == root
+    kinds = "--format=%(objecttype) %(objectname)"
+    listing = git_text("ls-tree", "-r", "-t", kinds, root, cwd=repo)
+    subtrees = {line.split()[1] for line in listing.splitlines() if line.startswith("tree ")}
+    assert sorted(object_id.hex() for object_id, _data in trees) == sorted({root, *subtrees})
+
+
+def test_the_index_of_a_large_folder_is_written_out_by_git(tmp_path, monkeypatch, git_calls):
+    monkeypatch.setattr(snapshots, "INDEX_READ_BYTES", 100)
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n", "lib/util.py": "u = 1\n"})
+    snapshot = snapshots.take(repo)
+    assert git_calls[-1] == "write-tree"
+    assert snapshot.tree == git_text("rev-parse", "HEAD^{tree}", cwd=repo)
 
 
 # --- totals -------------------------------------------------------------------------------------
