@@ -23,6 +23,7 @@ from core.models import OutboxEvent
 from core.relay import TRIM_SECONDS, AdvisoryLock, Relay, stored_outbox_id
 from malamar_site.news import news_for
 from tests.databases import postgres_only
+from tests.live import wait_until
 
 pytestmark = pytest.mark.pg
 
@@ -281,15 +282,21 @@ def test_postgres_one_relay_holds_the_lock_until_its_connection_goes():
         finally:
             connection.close()
 
-    def attempt():
-        thread = threading.Thread(target=in_another_session, args=(other.acquire,))
+    def attempt(action=other.acquire):
+        thread = threading.Thread(target=in_another_session, args=(action,))
         thread.start()
         thread.join(10)
         return results.pop()
 
+    def backend_gone() -> bool:  # (PostgreSQL ends a closed session's backend a moment later)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [holder.backend_pid])
+            return cursor.fetchone() is None
+
     assert attempt() is False
     connection.close()  # the holding server's connection is gone (killed, network)
     assert not holder.held()
+    wait_until(lambda: attempt(backend_gone), timeout=30, what="the closed session to end")
     assert attempt() is True
 
 
