@@ -129,26 +129,41 @@ class TreeModel:
         entry = self.folders.get(folder, {}).get(name)
         return None if entry is None or entry[0] == MODE_TREE else entry[0]
 
-    def updated(self, files: dict[bytes, tuple[int, bytes]]) -> tuple["TreeModel", list]:
-        """The model with these files' (mode, id) replaced (every path is one it has), and the
-        (id, object) of each tree that changed."""
+    def updated(self, files: dict[bytes, tuple[int, bytes] | None]) -> tuple["TreeModel", list]:
+        """The model with these files' (mode, id) put in (None: the file is gone; folders left
+        empty go, as git records no empty tree), and the (id, object) of each tree that
+        changed."""
         folders = dict(self.folders)
-        dirty = set()
+        copied: set[bytes] = set()
+
+        def writable(folder: bytes) -> dict:  # (a folder of the new model: copied, or new)
+            if folder not in copied:
+                copied.add(folder)
+                if folder in folders:
+                    folders[folder] = dict(folders[folder])
+                else:
+                    folders[folder] = {}
+                    parent, _, name = folder.rpartition(b"/")
+                    writable(parent)[name] = (MODE_TREE, b"")
+            return folders[folder]
+
         for path, entry in files.items():
             folder, _, name = path.rpartition(b"/")
-            if folder not in dirty:
-                folders[folder] = dict(folders[folder])
-            folders[folder][name] = entry
-            while folder not in dirty:  # it and the folders above it change
-                dirty.add(folder)
-                if not folder:
-                    break
+            if entry is None:
+                writable(folder).pop(name, None)
+            else:
+                writable(folder)[name] = entry
+            while folder:  # the folders above it change too
                 folder = folder.rpartition(b"/")[0]
-                if folder not in dirty:
-                    folders[folder] = dict(folders[folder])
-        model = TreeModel(folders, b"")
-        written: list = []
-        model.root = model._work_out(sorted(dirty, key=_depth, reverse=True), written)
+                writable(folder)
+        for folder in sorted(copied, key=_depth, reverse=True):
+            if folder and not folders[folder]:
+                del folders[folder]
+                parent, _, name = folder.rpartition(b"/")
+                folders[parent].pop(name, None)
+        dirty = sorted((f for f in copied if f in folders), key=_depth, reverse=True)
+        model, written = TreeModel(folders, b""), []
+        model.root = model._work_out(dirty, written)
         return model, written
 
     def _work_out(self, folders: list[bytes], written: list) -> bytes:

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -355,6 +356,7 @@ class Fingerprint:
     complete: bool = True
     racy: frozenset = frozenset()
     whole_seconds: bool = False
+    nested_git: bool = False  # a `.git` below the top: a repository nested in the folder
 
     @property
     def empty(self) -> bool:
@@ -369,7 +371,7 @@ def fingerprint(root: Path, started_ns: int) -> Fingerprint:
     racy = {""} if newest >= fresh else set()
     # Change times nobody can set: all in whole seconds is a file system that keeps no more.
     whole_seconds = stat.st_ctime_ns % 1_000_000_000 == 0
-    folders = [""]
+    folders, nested_git = [""], False
     while folders:
         folder = folders.pop()
         try:
@@ -379,6 +381,7 @@ def fingerprint(root: Path, started_ns: int) -> Fingerprint:
             return Fingerprint(entries, trusted=False, complete=False)
         for entry in found:
             if entry.name == ".git":
+                nested_git = nested_git or folder != ""
                 continue
             if len(entries) >= FINGERPRINT_ENTRIES:
                 return Fingerprint(TOO_BIG, trusted=False, complete=False)
@@ -397,7 +400,11 @@ def fingerprint(root: Path, started_ns: int) -> Fingerprint:
                 folders.append(path)
     coarse = whole_seconds and newest >= started_ns - COARSE_MARGIN_NS
     return Fingerprint(
-        entries, trusted=not (racy or coarse), racy=frozenset(racy), whole_seconds=whole_seconds
+        entries,
+        trusted=not (racy or coarse),
+        racy=frozenset(racy),
+        whole_seconds=whole_seconds,
+        nested_git=nested_git,
     )
 
 
@@ -488,38 +495,69 @@ class _Seen:
         return self.last.tree
 
     def changed_in_place(self) -> str | None:
-        """The tree without starting git when only files the last tree records changed, in
-        place: the same paths of the same kinds, no ignore or attributes file among them. The
-        changed files (stat data that differs, or racy last time) are hashed here and the
-        trees above them worked out (runner.gitobjects); None: git's turn."""
+        """The tree without starting git when what changed is files only, none that git reads
+        as rules (ignore, attributes): files the last tree records changed in place (stat data
+        that differs, or racy last time); and, where no ignore rule applies at all (a task's
+        temp folder), files made or removed. Their contents are hashed here and the trees
+        above them worked out (runner.gitobjects); None: git's turn."""
         last, seen = self.last, self.seen
         if not (self._same_folder() and _comparable(last.seen) and _comparable(seen)):
             return None
-        changed = _changed_entries(last.seen, seen)
-        if changed is None or _attributes_apply(self.store):
+        changes = _changes(last.seen, seen)
+        if changes is None or _attributes_apply(self.store):
+            return None
+        changed, added, removed = changes
+        if (added or removed) and not self._nothing_ignored():
             return None
         model = last.model  # (None, NO_MODEL: not known file by file)
         if not isinstance(model, gitobjects.TreeModel):
             return None
         try:
-            tree = self._write_changes(model, changed)
+            tree = self._write_changes(model, changed, added, removed)
         except (OSError, gitobjects.Unsupported):
             return None
         self.git_ran = False
         return tree
 
-    def _write_changes(self, model: "gitobjects.TreeModel", changed: list) -> str:
+    def _nothing_ignored(self) -> bool:
+        """`git add -A` would add every file made here: no ignore file in the folder, none of
+        the user's, no rule in the store's own exclude file, no nested repository."""
+        if self.seen.nested_git or self.excludes[1] != ("missing",):
+            return False
+        if any(os.path.basename(entry[0]) == ".gitignore" for entry in self.seen.entries):
+            return False
+        try:
+            rules = (self.store / "info" / "exclude").read_bytes().splitlines()
+        except FileNotFoundError:
+            rules = []
+        return all(not rule.strip() or rule.startswith(b"#") for rule in rules)
+
+    def _write_changes(
+        self, model: "gitobjects.TreeModel", changed: list, added: list, gone: list
+    ) -> str:
         files, blobs = {}, []
+
+        def hashed(path: str, st_mode: int) -> None:
+            object_id, data = gitobjects.blob_of(self.root / path)
+            files[os.fsencode(path)] = (gitobjects.file_mode(st_mode), object_id)
+            blobs.append((object_id, data))
+
         for path, st_mode in changed:
-            encoded = os.fsencode(path)
-            mode = model.mode(encoded)
+            mode = model.mode(os.fsencode(path))
             if mode is None or stat.S_ISDIR(st_mode):
                 continue  # a folder (its entries say what changed), or ignored
             if mode not in gitobjects.FILE_MODES or not stat.S_ISREG(st_mode):
                 raise gitobjects.Unsupported("a link or a nested repository")
-            object_id, data = gitobjects.blob_of(self.root / path)
-            files[encoded] = (gitobjects.file_mode(st_mode), object_id)
-            blobs.append((object_id, data))
+            hashed(path, st_mode)
+        for path, st_mode in added:
+            if stat.S_ISDIR(st_mode):
+                continue  # (git records no empty folder)
+            if not (stat.S_ISREG(st_mode) and _plain_path(path)):
+                raise gitobjects.Unsupported("a new link, or a name git may refuse")
+            hashed(path, st_mode)
+        for path in gone:
+            if model.mode(os.fsencode(path)) is not None:
+                files[os.fsencode(path)] = None
         if not files:
             self.remember(self.last.tree, model=model)
             return self.last.tree
@@ -561,21 +599,35 @@ def _comparable(seen: Fingerprint) -> bool:
     return seen.complete and isinstance(seen.entries, list) and not seen.whole_seconds
 
 
-def _changed_entries(last: Fingerprint, now: Fingerprint) -> list | None:
-    """(path, mode) of the entries whose stat data changed since `last` (or were racy then);
-    None when a path came, went or changed kind, or an ignore or attributes file changed."""
-    if len(last.entries) != len(now.entries):
-        return None
-    changed = []
-    for before, after in zip(last.entries, now.entries, strict=True):
-        path, mode = after[0], after[1]
-        if before[0] != path or stat.S_IFMT(before[1]) != stat.S_IFMT(mode):
+def _changes(last: Fingerprint, now: Fingerprint) -> tuple[list, list, list] | None:
+    """What changed since `last`: (path, mode) of the entries whose stat data changed (or were
+    racy then), of the entries made, and the paths gone; None when a path changed kind, or an
+    ignore or attributes file is among them."""
+    before = {entry[0]: entry for entry in last.entries}
+    changed, added = [], []
+    for entry in now.entries:
+        path, mode = entry[0], entry[1]
+        old = before.pop(path, None)
+        if old is None:
+            added.append((path, mode))
+        elif stat.S_IFMT(old[1]) != stat.S_IFMT(mode):
             return None
-        if before != after or path in last.racy:
-            if os.path.basename(path) in UNREAD_HERE:
-                return None
+        elif old != entry or path in last.racy:
             changed.append((path, mode))
-    return changed
+    gone = list(before)
+    touched = (*(p for p, _m in changed), *(p for p, _m in added), *gone)
+    if any(os.path.basename(path) in UNREAD_HERE for path in touched):
+        return None
+    return changed, added, gone
+
+
+# A name git adds as it is, on any system: no `.git` look-alike (git refuses those whatever
+# their case, and NTFS's short names), no backslash, no trailing dot or space.
+_PLAIN_NAME = re.compile(r"(?!\.?git(~|$))[\w.+@=,-][\w .+@=,-]*(?<![. ])", re.IGNORECASE)
+
+
+def _plain_path(path: str) -> bool:
+    return all(_PLAIN_NAME.fullmatch(part) for part in path.split("/"))
 
 
 # keeping and pruning ---------------------------------------------------------------------------

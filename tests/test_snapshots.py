@@ -396,6 +396,79 @@ def test_what_git_may_read_otherwise_goes_to_git(tmp_path, monkeypatch, change):
     assert gits_own_tree(repo) == second.tree
 
 
+def test_files_made_and_removed_where_nothing_is_ignored_are_written_without_git(
+    tmp_path, monkeypatch, git_calls
+):
+    """A task's temp folder (no ignore rule anywhere): what an agent makes or removes is
+    hashed here too, folders made and left empty included, as `git add -A` would record it."""
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    folder = tmp_path / "task"
+    (folder / "docs").mkdir(parents=True)
+    (folder / "docs" / "plan.md").write_text("plan\n")
+    (folder / "notes.txt").write_text("notes\n")
+    first = snapshots.take(folder)
+    calls = len(git_calls)
+    (folder / "docs" / "plan.md").unlink()  # docs/ is left empty: no tree for it
+    (folder / "src" / "app" / "deep").mkdir(parents=True)
+    (folder / "src" / "app" / "deep" / "main.py").write_text("print(1)\n")
+    (folder / "src" / "app.py").write_text("a name sorted beside the folder app/\n")
+    (folder / "empty").mkdir()
+    (folder / "notes.txt").write_text("more notes\n")
+    (folder / "run.sh").write_text("#!/bin/sh\n")
+    (folder / "run.sh").chmod(0o755)
+    second = snapshots.take(folder)
+    assert (second.git_ran, len(git_calls)) == (False, calls)
+    assert changes(first, second) == {
+        "docs/plan.md": "deleted",
+        "notes.txt": "modified",
+        "run.sh": "added",
+        "src/app.py": "added",
+        "src/app/deep/main.py": "added",
+    }
+    (folder / "src" / "app" / "deep" / "main.py").unlink()
+    third = snapshots.take(folder)
+    assert not third.git_ran and changes(second, third) == {"src/app/deep/main.py": "deleted"}
+    assert gits_own_tree(folder) == third.tree
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "an ignore file in the folder",
+        "the user's ignore file",
+        "a rule in the repository's exclude file",
+        "a repository made inside",
+        "a new link",
+        "a name git may refuse",
+    ],
+)
+def test_files_made_where_git_may_ignore_or_refuse_them_go_to_git(tmp_path, monkeypatch, change):
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    folder = make_repo(tmp_path / "repo", {"app.py": "x = 1\n"})
+    if change == "an ignore file in the folder":
+        (folder / "sub").mkdir()
+        (folder / "sub" / ".gitignore").write_text("*.log\n")
+    elif change == "the user's ignore file":
+        (tmp_path / "config" / "git").mkdir(parents=True)
+        (tmp_path / "config" / "git" / "ignore").write_text("*.log\n")
+    elif change == "a rule in the repository's exclude file":
+        (folder / ".git" / "info" / "exclude").write_text("*.log\n")
+    snapshots.take(folder)
+    if change == "a repository made inside":
+        git_init(folder / "vendor")
+        (folder / "vendor" / "v.log").write_text("v\n")
+    elif change == "a new link":
+        (folder / "link.log").symlink_to("app.py")
+    elif change == "a name git may refuse":
+        (folder / "GIT~1").write_text("x\n")
+    (folder / "debug.log").write_text("log\n")
+    second = snapshots.take(folder)
+    assert second.git_ran
+    assert gits_own_tree(folder) == second.tree
+
+
 def test_a_tree_pruned_since_it_was_remembered_is_written_again(tmp_path, monkeypatch):
     """The cleanup prunes trees no run refers to: the folder's memory goes with them."""
     monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
