@@ -19,6 +19,7 @@ ref.
 """
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -29,6 +30,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,9 +234,11 @@ def take(cwd: str | Path) -> Snapshot:
         store = store_path(name)
         excludes = _excludes(repository)
         seen = _Seen(store, root, excludes)
-        tree = seen.unchanged_tree() or seen.changed_in_place()
+        alternates = repository.objects if repository else None
+        ensure = functools.partial(_ensure_store, store, alternates)
+        tree = seen.unchanged_tree() or seen.changed_in_place(ensure)
         if tree is None:
-            _ensure_store(store, repository.objects if repository else None)
+            _ensure_store(store, alternates)
             _copy_excludes(store, excludes)
             tree, model = _write_tree(store, root, repository.index if repository else None)
             seen.remember(tree, model=model)
@@ -409,6 +413,7 @@ def fingerprint(root: Path, started_ns: int) -> Fingerprint:
 
 
 NO_MODEL = "no model"  # the last tree is not known file by file: changes go to git
+EMPTY_MODEL = gitobjects.TreeModel({b"": {}}, bytes.fromhex(EMPTY_TREE))
 
 
 @dataclass
@@ -486,15 +491,16 @@ class _Seen:
         """The tree without asking git: the empty tree of an empty folder, or the last
         snapshot's tree when nothing in the folder changed since (the store's index is still
         the one that snapshot left, so its tree is still there)."""
-        if self.seen.empty:
+        if self.seen.empty:  # (remembered: what comes in it next may need no git)
             self.git_ran = False
+            self.remember(EMPTY_TREE, model=EMPTY_MODEL)
             return EMPTY_TREE
         if not (self.seen.trusted and self._same_folder() and self.last.seen == self.seen):
             return None
         self.git_ran = False
         return self.last.tree
 
-    def changed_in_place(self) -> str | None:
+    def changed_in_place(self, ensure_store: Callable[[], None]) -> str | None:
         """The tree without starting git when what changed is files only, none that git reads
         as rules (ignore, attributes): files the last tree records changed in place (stat data
         that differs, or racy last time); and, where no ignore rule applies at all (a task's
@@ -513,7 +519,7 @@ class _Seen:
         if not isinstance(model, gitobjects.TreeModel):
             return None
         try:
-            tree = self._write_changes(model, changed, added, removed)
+            tree = self._write_changes(model, changed, added, removed, ensure_store)
         except (OSError, gitobjects.Unsupported):
             return None
         self.git_ran = False
@@ -533,7 +539,12 @@ class _Seen:
         return all(not rule.strip() or rule.startswith(b"#") for rule in rules)
 
     def _write_changes(
-        self, model: "gitobjects.TreeModel", changed: list, added: list, gone: list
+        self,
+        model: "gitobjects.TreeModel",
+        changed: list,
+        added: list,
+        gone: list,
+        ensure_store: Callable[[], None],
     ) -> str:
         files, blobs = {}, []
 
@@ -562,6 +573,7 @@ class _Seen:
             self.remember(self.last.tree, model=model)
             return self.last.tree
         updated, trees = model.updated(files)
+        ensure_store()  # (the first files of a folder: its store is made now)
         objects = self.store / "objects"
         for object_id, data in (*blobs, *trees):
             gitobjects.write_object(objects, data, object_id)

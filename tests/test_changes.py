@@ -205,10 +205,10 @@ def test_one_snapshot_between_two_agents_and_none_while_nothing_changes(monkeypa
     edits = "\n".join(f"@fake {name}: append a.txt {name}\\n" for name in names)
     task = run_task(workspace, edits, names=names)
     # The empty folder needs no git; then the store is made once (one git call); one snapshot
-    # after each run, which is the next run's "before": git adds the file made (its trees are
-    # written here), then the file appended to in place is hashed without git; each run's
-    # totals and the task's in one call; no ref written on the way.
-    assert git_commands == {"init": 1, "add": 1, "diff-tree": 4}
+    # after each run, which is the next run's "before", without git (a temp folder, where no
+    # ignore rule applies: the file made, then appended to, is hashed here); each run's totals
+    # and the task's in one call; no ref written on the way.
+    assert git_commands == {"init": 1, "diff-tree": 4}
     runs = list(task.runs.order_by("started_at"))
     assert [r.tree_before for r in runs[1:]] == [r.tree_after for r in runs[:-1]]
     assert [r.task_lines_added for r in runs] == [1, 2, 3, 4]
@@ -566,7 +566,8 @@ def test_a_repository_index_git_cannot_reuse_is_not_a_failure(tmp_path):
 def test_a_folder_too_big_to_snapshot_in_time_does_not_hold_up_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(snapshots, "ADD_TIMEOUT_SECONDS", 0.000001)
     workspace = workspace_create(title="Temp")
-    task = run_task(workspace, "@fake write a.txt one\\n comment Did it")
+    # (An ignore file: what the agent made is git's to add, as in any large folder.)
+    task = run_task(workspace, "@fake write .gitignore *.log\\n write a.txt one\\n comment Did it")
     run = task.runs.get()
     assert run.status == "completed" and "took longer than" in run.snapshot_error
     assert task.comments.filter(content="Did it").exists()

@@ -200,8 +200,8 @@ def test_an_empty_folder_needs_no_git_and_no_store(tmp_path, git_calls):
     assert diffs.changed_files(empty.store, empty.tree, empty.tree) == []
     (folder / "a.txt").write_text("a\n")
     full = snapshots.take(folder)
-    # The store, made with one git call; `git add`, whose index's trees are written here.
-    assert git_calls == ["init", "add"]
+    # The store, made with one git call; the file made, hashed here (no ignore rule applies).
+    assert git_calls == ["init"]
     assert changes(empty, full) == {"a.txt": "added"}
 
 
