@@ -464,7 +464,7 @@ class _Seen:
     _lock = threading.Lock()
 
     def __init__(self, store: Path, root: Path, excludes: Path | None):
-        self.store, self.root = store, root
+        self.store, self.root, self.excludes_path = store, root, excludes
         self.excludes = (_stat_key(excludes), _stat_key(_xdg_git_file("ignore")))
         self.git_ran = True
         with self._lock:
@@ -532,11 +532,7 @@ class _Seen:
             return False
         if any(os.path.basename(entry[0]) == ".gitignore" for entry in self.seen.entries):
             return False
-        try:
-            rules = (self.store / "info" / "exclude").read_bytes().splitlines()
-        except FileNotFoundError:
-            rules = []
-        return all(not rule.strip() or rule.startswith(b"#") for rule in rules)
+        return _no_rules(self.store / "info" / "exclude") and _no_rules(self.excludes_path)
 
     def _write_changes(
         self,
@@ -609,6 +605,15 @@ class _Seen:
 def _comparable(seen: Fingerprint) -> bool:
     """A walk another can be compared with entry by entry."""
     return seen.complete and isinstance(seen.entries, list) and not seen.whole_seconds
+
+
+def _no_rules(exclude_file: Path | None) -> bool:
+    """An exclude file that is missing, or holds comments only (as `git init` writes it)."""
+    try:
+        lines = exclude_file.read_bytes().splitlines() if exclude_file else []
+    except FileNotFoundError:
+        lines = []
+    return all(not line.strip() or line.startswith(b"#") for line in lines)
 
 
 def _changes(last: Fingerprint, now: Fingerprint) -> tuple[list, list, list] | None:

@@ -438,6 +438,7 @@ def test_files_made_and_removed_where_nothing_is_ignored_are_written_without_git
         "an ignore file in the folder",
         "the user's ignore file",
         "a rule in the repository's exclude file",
+        "a rule in the exclude file of an empty repository",
         "a repository made inside",
         "a new link",
         "a name git may refuse",
@@ -446,7 +447,12 @@ def test_files_made_and_removed_where_nothing_is_ignored_are_written_without_git
 def test_files_made_where_git_may_ignore_or_refuse_them_go_to_git(tmp_path, monkeypatch, change):
     monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    folder = make_repo(tmp_path / "repo", {"app.py": "x = 1\n"})
+    if change.endswith("of an empty repository"):  # (its first snapshot needs no store)
+        folder = tmp_path / "repo"
+        git_init(folder)
+        (folder / ".git" / "info" / "exclude").write_text("*.log\n")
+    else:
+        folder = make_repo(tmp_path / "repo", {"app.py": "x = 1\n"})
     if change == "an ignore file in the folder":
         (folder / "sub").mkdir()
         (folder / "sub" / ".gitignore").write_text("*.log\n")
