@@ -72,14 +72,19 @@ def _object(kind: bytes, body: bytes) -> tuple[bytes, bytes]:
 def write_object(objects: Path, data: bytes, object_id: bytes) -> None:
     """A loose object (as git writes it: never over one that exists, read-only)."""
     hex_id = object_id.hex()
-    path = objects / hex_id[:2] / hex_id[2:]
-    if path.exists():
+    folder = os.path.join(objects, hex_id[:2])
+    path = os.path.join(folder, hex_id[2:])
+    if os.path.exists(path):
         return
-    path.parent.mkdir(exist_ok=True)
-    temporary = path.parent / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
-    with open(temporary, "wb") as file:
+    temporary = os.path.join(folder, f"tmp_obj_{os.getpid()}_{threading.get_ident()}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    try:
+        fd = os.open(temporary, flags, 0o444)
+    except FileNotFoundError:  # the first object of its folder
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(temporary, flags, 0o444)
+    with open(fd, "wb") as file:
         file.write(zlib.compress(data, 1))
-    os.chmod(temporary, 0o444)
     os.replace(temporary, path)
 
 

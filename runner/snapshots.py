@@ -569,8 +569,9 @@ class _Seen:
             self.remember(self.last.tree, model=model)
             return self.last.tree
         updated, trees = model.updated(files)
-        ensure_store()  # (the first files of a folder: its store is made now)
         objects = self.store / "objects"
+        if not objects.is_dir():
+            ensure_store()  # (the first files of a folder: its store is made now)
         for object_id, data in (*blobs, *trees):
             gitobjects.write_object(objects, data, object_id)
         tree = updated.root.hex()
