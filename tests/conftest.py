@@ -148,6 +148,7 @@ def template_db(django_db_setup) -> databases.Template:
 
 # Rough seconds a test takes on 2 cores, by its mark: the ones that start real processes.
 COST_BY_MARK = {"scaleout": 60.0, "browser": 5.0, "live": 3.0}
+BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
 IN_PROCESS_COST = 0.05
 
 
@@ -163,13 +164,20 @@ def pytest_collection_modifyitems(items):
     """The costliest test files first (`make test` passes --no-loadscope-reorder to xdist,
     which would order them by their number of tests): the scale-out test and the browser
     modules start early, and the short in-process files that run last even out the two
-    processes' ends, rather than one long file running alone at the end. A file's tests
-    keep their order."""
+    processes' ends, rather than one long file running alone at the end. The browser modules
+    come before all others, one after the other, so that they share one Chromium in a process
+    (tests/browser/conftest.py). A file's tests keep their order."""
     cost, first = {}, {}
     for index, item in enumerate(items):
         cost[item.path] = cost.get(item.path, 0.0) + _cost(item)
         first.setdefault(item.path, index)
-    items.sort(key=lambda item: (-cost[item.path], first[item.path]))
+    items.sort(
+        key=lambda item: (
+            BROWSER_TESTS not in item.path.parents,
+            -cost[item.path],
+            first[item.path],
+        )
+    )
 
 
 def pytest_sessionfinish(session):

@@ -10,7 +10,8 @@ after the test.
 
 A module's tests also reuse its browser contexts (ContextPool): `new_page` gives a page a
 context no open page uses, cleared as new, and a test's pages close as it ends (close them with
-`page.close()`, never the context).
+`page.close()`, never the context). The browser modules a test process runs one after the
+other share one Chromium (SharedChromium).
 """
 
 import os
@@ -51,20 +52,53 @@ def require_chromium() -> None:
     pytest.skip(reason)
 
 
+class SharedChromium:
+    """One Chromium (and Playwright driver) for the browser modules a test process runs one
+    after the other: each start cost ~2 CPU-s. Stopped before any other test runs: Playwright's
+    sync API keeps an event loop around, which Django's database tests must not see."""
+
+    def __init__(self) -> None:
+        self.playwright = None
+        self.chromium = None
+
+    def get(self):
+        if self.chromium is None:
+            require_chromium()
+            from playwright.sync_api import expect, sync_playwright
+
+            expect.set_options(timeout=TIMEOUT_MS)
+            self.playwright = sync_playwright().start()
+            self.chromium = self.playwright.chromium.launch(
+                executable_path=str(CHROMIUM), args=CHROMIUM_ARGS
+            )
+        return self.chromium
+
+    def stop(self) -> None:
+        if self.chromium is not None:
+            self.chromium.close()
+            self.playwright.stop()
+            self.chromium = self.playwright = None
+
+
+SHARED_CHROMIUM = SharedChromium()
+BROWSER_TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a module's last test (its fixtures gone), Chromium stops unless the next test is
+    a browser test too (tests/conftest.py runs the browser modules first)."""
+    if nextitem is None or BROWSER_TESTS not in nextitem.path.parents:
+        SHARED_CHROMIUM.stop()
+
+
 @pytest.fixture(scope="module")
 def browser(migrated_db):
-    # Module scope: Playwright's sync API keeps an event loop around, which Django's database
-    # tests in later modules must not see. The test database (the servers' template) is made
-    # first, outside that loop.
-    require_chromium()
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=TIMEOUT_MS)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        chromium.idle_contexts = ContextPool()
-        yield chromium
-        chromium.close()
+    # The test database (the servers' template) is made first, outside Playwright's loop.
+    chromium = SHARED_CHROMIUM.get()
+    chromium.idle_contexts = ContextPool()
+    yield chromium
+    chromium.idle_contexts.close()
 
 
 @pytest.fixture(scope="session")
@@ -190,6 +224,11 @@ class ContextPool:
         context.cdp.send("Network.clearBrowserCache")
         context.origins.clear()
         context.owner = None
+
+    def close(self) -> None:
+        for pool in self.contexts.values():
+            for context in list(pool):
+                context.close()
 
     def close_test_pages(self) -> None:
         for pool in self.contexts.values():
