@@ -47,17 +47,12 @@ def _verdict(status: int) -> str:
 
 def main(extra: list[str]) -> int:
     compile_sources()
-    # Bytecode is written, whatever PYTHONDONTWRITEBYTECODE says: pytest keeps the test modules
-    # with their asserts rewritten in __pycache__ only then, and read again, a pytest process
-    # (three a run) collects the suite in ~4 CPU-s instead of ~10; the tests' own installs and
-    # copies are compiled once, by their first process, too.
-    both = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env = {**both, "MALAMAR_TEST_DATABASE": "postgres"}
+    env = {**os.environ, "MALAMAR_TEST_DATABASE": "postgres"}
     with tempfile.TemporaryFile("w+", prefix="malamar-pg-pass-") as held:
         postgres = subprocess.Popen(
             [*POSTGRES_PASS, *extra], cwd=ROOT, env=env, stdout=held, stderr=subprocess.STDOUT
         )
-        sqlite = subprocess.Popen([*SQLITE_PASS, *extra], cwd=ROOT, env=both)
+        sqlite = subprocess.Popen([*SQLITE_PASS, *extra], cwd=ROOT)
         # Ctrl-C reaches both passes (one process group): each stops its servers and reports;
         # this process waits for them rather than dying first (exec resets this handler).
         previous = signal.signal(signal.SIGINT, lambda *_: None)
