@@ -114,6 +114,13 @@ def test_the_costliest_files_run_first_each_in_one_piece(request):
         assert [cost[path] for path in group] == sorted((cost[p] for p in group), reverse=True)
 
 
+def test_every_pg_test_is_in_a_file_the_postgresql_pass_imports(request):
+    """The PostgreSQL pass imports only the files that mark tests `pg` (conftest.marks_pg): a
+    `pg` test marked another way would run in neither pass's PostgreSQL."""
+    pg_files = {item.path for item in request.session.items if item.get_closest_marker("pg")}
+    assert {path for path in pg_files if not conftest.marks_pg(path)} == set()
+
+
 def _passes(monkeypatch, sqlite_exit: int, postgres_exit: int) -> None:
     """tests/run_suite.py with each pass a Python one-liner printing its name and exiting."""
 
