@@ -148,6 +148,7 @@ def template_db(django_db_setup) -> databases.Template:
 
 # Rough seconds a test takes on 2 cores, by its mark: the ones that start real processes.
 COST_BY_MARK = {"scaleout": 60.0, "browser": 5.0, "live": 3.0}
+BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
 IN_PROCESS_COST = 0.05
 
 
@@ -163,13 +164,39 @@ def pytest_collection_modifyitems(items):
     """The costliest test files first (`make test` passes --no-loadscope-reorder to xdist,
     which would order them by their number of tests): the scale-out test and the browser
     modules start early, and the short in-process files that run last even out the two
-    processes' ends, rather than one long file running alone at the end. A file's tests
-    keep their order."""
+    processes' ends, rather than one long file running alone at the end. The browser modules
+    come before all others, one after the other, so that they share one Chromium in a process
+    (tests/browser/conftest.py). A file's tests keep their order."""
     cost, first = {}, {}
     for index, item in enumerate(items):
         cost[item.path] = cost.get(item.path, 0.0) + _cost(item)
         first.setdefault(item.path, index)
-    items.sort(key=lambda item: (-cost[item.path], first[item.path]))
+    items.sort(
+        key=lambda item: (
+            BROWSER_TESTS not in item.path.parents,
+            -cost[item.path],
+            first[item.path],
+        )
+    )
+
+
+# What a test file that marks tests `pg` holds (`@pytest.mark.pg`, `pytestmark`, `marks=`, or
+# tests.databases.postgres_only).
+PG_MARKS = ("mark.pg", "postgres_only(")
+
+
+def marks_pg(path: Path) -> bool:
+    return any(mark in path.read_text(encoding="utf-8") for mark in PG_MARKS)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The PostgreSQL pass (`-m pg`) imports only the test files that mark tests `pg`: the
+    others (about 60 of 100) cost it ~5 CPU-s to import for no test. test_suite_rules checks
+    that every `pg` test is in a file this picks."""
+    test_file = collection_path.name.startswith("test_") and collection_path.suffix == ".py"
+    if test_file and config.getoption("markexpr") == "pg":
+        return not marks_pg(collection_path)
+    return None
 
 
 def pytest_sessionfinish(session):

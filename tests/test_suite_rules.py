@@ -100,14 +100,25 @@ def test_wipe_leaves_the_database_as_new_but_for_the_live_events(template_db, tm
 
 def test_the_costliest_files_run_first_each_in_one_piece(request):
     """`make test` hands xdist the files in this order (tests/conftest.py): a file's tests
-    together, the files by what their tests cost, so a long one does not start last."""
+    together, the browser modules first (they share a Chromium), and in each of the two groups
+    the files by what their tests cost, so a long one does not start last."""
     files = [item.path for item in request.session.items]
     runs = [path for index, path in enumerate(files) if index == 0 or files[index - 1] != path]
     assert len(runs) == len(set(runs)), "a file's tests are split"
     cost = {path: 0.0 for path in runs}
     for item in request.session.items:
         cost[item.path] += conftest._cost(item)
-    assert [cost[path] for path in runs] == sorted(cost.values(), reverse=True)
+    browser = [path for path in runs if conftest.BROWSER_TESTS in path.parents]
+    assert runs[: len(browser)] == browser, "a browser module after another file"
+    for group in (runs[: len(browser)], runs[len(browser) :]):
+        assert [cost[path] for path in group] == sorted((cost[p] for p in group), reverse=True)
+
+
+def test_every_pg_test_is_in_a_file_the_postgresql_pass_imports(request):
+    """The PostgreSQL pass imports only the files that mark tests `pg` (conftest.marks_pg): a
+    `pg` test marked another way would run in neither pass's PostgreSQL."""
+    pg_files = {item.path for item in request.session.items if item.get_closest_marker("pg")}
+    assert {path for path in pg_files if not conftest.marks_pg(path)} == set()
 
 
 def _passes(monkeypatch, sqlite_exit: int, postgres_exit: int) -> None:

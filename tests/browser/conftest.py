@@ -7,9 +7,15 @@ A test module shares one server (a start costs seconds of CPU): `server` and `st
 database before each test (tests.databases.wipe), so a test sees only what it makes and the
 tests of a module pass in any order; `stack` starts a worker of the test's own and stops it
 after the test.
+
+A module's tests also reuse its browser contexts (ContextPool): `new_page` gives a page a
+context no open page uses, cleared as new, and a test's pages close as it ends (close them with
+`page.close()`, never the context). The browser modules a test process runs one after the
+other share one Chromium (SharedChromium).
 """
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -46,19 +52,53 @@ def require_chromium() -> None:
     pytest.skip(reason)
 
 
+class SharedChromium:
+    """One Chromium (and Playwright driver) for the browser modules a test process runs one
+    after the other: each start cost ~2 CPU-s. Stopped before any other test runs: Playwright's
+    sync API keeps an event loop around, which Django's database tests must not see."""
+
+    def __init__(self) -> None:
+        self.playwright = None
+        self.chromium = None
+
+    def get(self):
+        if self.chromium is None:
+            require_chromium()
+            from playwright.sync_api import expect, sync_playwright
+
+            expect.set_options(timeout=TIMEOUT_MS)
+            self.playwright = sync_playwright().start()
+            self.chromium = self.playwright.chromium.launch(
+                executable_path=str(CHROMIUM), args=CHROMIUM_ARGS
+            )
+        return self.chromium
+
+    def stop(self) -> None:
+        if self.chromium is not None:
+            self.chromium.close()
+            self.playwright.stop()
+            self.chromium = self.playwright = None
+
+
+SHARED_CHROMIUM = SharedChromium()
+BROWSER_TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a module's last test (its fixtures gone), Chromium stops unless the next test is
+    a browser test too (tests/conftest.py runs the browser modules first)."""
+    if nextitem is None or BROWSER_TESTS not in nextitem.path.parents:
+        SHARED_CHROMIUM.stop()
+
+
 @pytest.fixture(scope="module")
 def browser(migrated_db):
-    # Module scope: Playwright's sync API keeps an event loop around, which Django's database
-    # tests in later modules must not see. The test database (the servers' template) is made
-    # first, outside that loop.
-    require_chromium()
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=TIMEOUT_MS)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    # The test database (the servers' template) is made first, outside Playwright's loop.
+    chromium = SHARED_CHROMIUM.get()
+    chromium.idle_contexts = ContextPool()
+    yield chromium
+    chromium.idle_contexts.close()
 
 
 @pytest.fixture(scope="session")
@@ -127,12 +167,9 @@ document.addEventListener("securitypolicyviolation", (event) => {
 
 def watch_csp(page) -> CspViolations:
     """Collect the page's CSP violations (console messages and securitypolicyviolation
-    events) in `page.csp_violations`; call before the first navigation."""
+    events, its popups' too) in `page.csp_violations`; call before the first navigation."""
     violations = CspViolations()
-    page.context.expose_function(
-        "malamarCspViolation", lambda text: violations.append(f"{page.url}: {text}")
-    )
-    page.context.add_init_script(CSP_LISTENER)
+    page.context.owner = page  # (the context's listener reports to it: see ContextPool)
     page.on(
         "console",
         lambda message: (
@@ -144,12 +181,87 @@ def watch_csp(page) -> CspViolations:
     return violations
 
 
+class ContextPool:
+    """The browser contexts of a module, reused: a page in a context of its own cost the browser
+    ~1.5 CPU-s, one in a context kept with a page open ~0.7 (measured: ten pages, each loading
+    the board, 15 CPU-s against 7; the renderer process for the next page is then ready), and a
+    module makes one or more per test. A page never shares its context with another page of a
+    test: `take` gives a context whose test pages have all closed, or a new one. A context
+    given again is as new to the page: its cookies, permissions, HTTP cache and the storage of
+    every origin it visited (local storage, IndexedDB, caches...) are cleared first."""
+
+    def __init__(self) -> None:
+        self.contexts: dict[tuple, list] = {}
+
+    def take(self, browser, options: dict):
+        key = tuple(sorted((name, repr(value)) for name, value in options.items()))
+        pool = self.contexts.setdefault(key, [])
+        for context in pool:
+            if not open_test_pages(context):
+                self._clear(context)
+                return context
+        context = browser.new_context(**options)
+        context.set_default_timeout(TIMEOUT_MS)
+        context.origins = set()
+        context.owner = None
+        context.on("page", lambda page: page.on("framenavigated", _note_origin))
+        context.on("close", lambda _: pool.remove(context))
+        context.expose_binding("malamarCspViolation", _report_csp_violation)
+        context.add_init_script(CSP_LISTENER)
+        context.keeper = context.new_page()  # blank, open as long as the context
+        context.cdp = context.new_cdp_session(context.keeper)
+        pool.append(context)
+        return context
+
+    @staticmethod
+    def _clear(context) -> None:
+        context.clear_cookies()
+        context.clear_permissions()
+        for origin in context.origins:
+            context.cdp.send(
+                "Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"}
+            )
+        context.cdp.send("Network.clearBrowserCache")
+        context.origins.clear()
+        context.owner = None
+
+    def close(self) -> None:
+        for pool in self.contexts.values():
+            for context in list(pool):
+                context.close()
+
+    def close_test_pages(self) -> None:
+        for pool in self.contexts.values():
+            for context in pool:
+                for page in open_test_pages(context):
+                    page.close()
+
+
+def open_test_pages(context) -> list:
+    """The pages of a pooled context but its keeper."""
+    return [page for page in context.pages if page is not context.keeper]
+
+
+def _note_origin(frame) -> None:
+    match = re.match(r"https?://[^/]+", frame.url)
+    if match:
+        frame.page.context.origins.add(match.group())
+
+
+def _report_csp_violation(source, text: str) -> None:
+    owner = source["context"].owner
+    if owner is not None:
+        owner.csp_violations.append(f"{source['page'].url}: {text}")
+
+
 def new_page(browser, *, viewport=None, **context_options):
-    """A page in a fresh context that records console errors and uncaught exceptions (in
-    `page.console_errors`) and CSP violations (in `page.csp_violations`): a test ends with
-    `page.console_errors.check()`, which checks both."""
-    context = browser.new_context(viewport=viewport or DESKTOP, **context_options)
-    context.set_default_timeout(TIMEOUT_MS)
+    """A page in a context of its own (see ContextPool) that records console errors and
+    uncaught exceptions (in `page.console_errors`) and CSP violations (in
+    `page.csp_violations`): a test ends with `page.console_errors.check()`, which checks both,
+    and closes the page."""
+    context = browser.idle_contexts.take(
+        browser, {"viewport": viewport or DESKTOP, **context_options}
+    )
     page = context.new_page()
     errors = ConsoleErrors()
     page.on(
@@ -162,12 +274,22 @@ def new_page(browser, *, viewport=None, **context_options):
     return page
 
 
+@pytest.fixture(autouse=True)
+def pages_closed_after_the_test(request):
+    """A test's pages close as it ends (left open, they kept their live connections to the
+    module's server, and their contexts, until the module's end)."""
+    yield
+    browser = request.node.funcargs.get("browser")
+    if browser is not None:
+        browser.idle_contexts.close_test_pages()
+
+
 @pytest.fixture
 def page(browser, server):
     page = new_page(browser, color_scheme="light")
     yield page
     errors = page.console_errors
-    page.context.close()
+    page.close()
     errors.check()  # and the CSP violations
 
 

@@ -33,4 +33,4 @@ def test_api_docs_render_the_operations_with_the_apps_csp(browser, server):
     assert page.evaluate("window.__csp") == []
     assert elsewhere == []
     page.console_errors.check()
-    page.context.close()
+    page.close()

@@ -64,7 +64,7 @@ def test_cards_move_by_drag_and_drop_and_by_keyboard(browser, server):
     if SHOTS:
         page.screenshot(path=os.path.join(SHOTS, "board-moves.png"))
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 SEARCHABLE = """
@@ -124,7 +124,7 @@ def test_search_and_filters_narrow_the_board_and_stay_in_the_address(browser, se
     page.locator("#task-move-dialog [data-move-to=todo]").tap()
     expect(card(page, "todo", "Cart")).to_be_visible()
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_waits_for_is_a_searchable_picker(browser, server):
@@ -168,4 +168,4 @@ def test_waits_for_is_a_searchable_picker(browser, server):
     expect(popup.locator("#task-blockers")).to_contain_text("Design the schema")
     expect(popup.locator("#task-blockers")).not_to_contain_text("Write the API")
     page.console_errors.check()
-    page.context.close()
+    page.close()

@@ -125,7 +125,7 @@ def test_no_sideways_scroll_at_390px_for_any_card_or_page(browser, server):
         expect(page.locator(ready).first).to_be_visible()
         no_sideways_scroll(page, where)
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_a_live_refresh_never_replaces_an_open_editor(browser, server):
@@ -176,7 +176,7 @@ def test_a_live_refresh_never_replaces_an_open_editor(browser, server):
     dialog.get_by_role("button", name="Save").click()
     expect(section.locator(".task-description__body")).to_have_text("Mine after all")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_the_popup_refreshes_on_its_own_tasks_events_only(browser, server):
@@ -204,7 +204,7 @@ def test_the_popup_refreshes_on_its_own_tasks_events_only(browser, server):
     expect(dialog.locator("#task-dialog-title")).to_have_text("Mine, renamed")
     expect(page.locator(f"#task-card-{mine['id']}")).to_contain_text("Mine, renamed")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_a_popup_whose_item_is_deleted_elsewhere_closes_saying_so(browser, server):
@@ -227,7 +227,7 @@ def test_a_popup_whose_item_is_deleted_elsewhere_closes_saying_so(browser, serve
         expect(page.locator(".toast", has_text=f"This {message} was deleted")).to_be_visible()
     expect(page.locator(".chat-row")).to_have_count(0)
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def resize_by_hand(page, textarea) -> None:
@@ -319,7 +319,7 @@ def test_the_main_pages_and_actions_run_without_a_csp_violation(browser, server)
     expect(page.get_by_role("heading", level=1)).to_be_visible()
     page.csp_violations.check()
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 @pytest.mark.parametrize("viewport", [PHONE_390, {"width": 1280, "height": 800}])
@@ -357,7 +357,7 @@ def test_a_very_long_summary_keeps_the_popup_actions_and_comment_box_in_reach(
         what="the summary box to scroll",
     )
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_phone_chips_jump_to_a_column_and_follow_its_count(browser, server):
@@ -402,7 +402,7 @@ def test_phone_chips_jump_to_a_column_and_follow_its_count(browser, server):
     expect(page.locator("#col-todo")).to_be_in_viewport(ratio=0.95)
     expect(page.locator("#col-done")).not_to_be_in_viewport()
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
     # Desktop: the four columns are side by side, no chips.
     desktop = new_page(browser)
@@ -410,7 +410,7 @@ def test_phone_chips_jump_to_a_column_and_follow_its_count(browser, server):
     expect(desktop.locator("#col-done")).to_be_in_viewport()
     expect(desktop.get_by_role("navigation", name="Jump to a column")).to_be_hidden()
     desktop.console_errors.check()
-    desktop.context.close()
+    desktop.close()
 
 
 def test_cancel_asks_with_keep_running_and_says_what_is_kept(browser, server):
@@ -438,7 +438,7 @@ def test_cancel_asks_with_keep_running_and_says_what_is_kept(browser, server):
     expect(confirm).to_be_hidden()
     expect(dialog.locator("#task-dialog-title")).to_have_text("Long job")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_keyboard_hints_show_with_a_keyboard_and_hide_on_touch_screens(browser, server):
@@ -462,7 +462,7 @@ def test_keyboard_hints_show_with_a_keyboard_and_hide_on_touch_screens(browser, 
             else:
                 expect(hint).to_be_hidden()
         page.console_errors.check()
-        page.context.close()
+        page.close()
 
 
 def test_an_event_committed_before_the_stream_connects_still_reaches_the_page(browser, server):
@@ -493,7 +493,7 @@ def test_an_event_committed_before_the_stream_connects_still_reaches_the_page(br
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
     expect(page.locator("body")).to_have_attribute("data-comment-event", "seen")
     expect(dialog.locator("#task-comments .comment")).to_contain_text("While you connected")
-    page.context.close()
+    page.close()
 
 
 def test_a_long_comment_shown_whole_stays_so_over_a_live_refresh(browser, server):
@@ -514,7 +514,7 @@ def test_a_long_comment_shown_whole_stays_so_over_a_live_refresh(browser, server
     expect(more).to_have_attribute("open", "")  # (hx-preserve: the refresh kept it)
     expect(more.get_by_text("Show less")).to_be_visible()
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_an_error_left_in_a_popup_does_not_take_the_focus_of_every_refresh(browser, server):
@@ -543,7 +543,7 @@ def test_an_error_left_in_a_popup_does_not_take_the_focus_of_every_refresh(brows
     )
     expect(tab).to_be_focused()
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_a_column_shown_whole_stays_so_over_a_live_refresh_of_the_board(browser, server):
@@ -562,7 +562,7 @@ def test_a_column_shown_whole_stays_so_over_a_live_refresh_of_the_board(browser,
     )
     expect(page.locator("#col-todo[data-show-all]")).to_have_count(1)  # (its [name=all] sent)
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_a_click_on_a_card_is_not_lost_to_a_live_refresh(browser, server):
@@ -587,4 +587,4 @@ def test_a_click_on_a_card_is_not_lost_to_a_live_refresh(browser, server):
     expect(board).not_to_have_attribute("data-live-due", "")
     expect(link).to_contain_text("Pressed and renamed")
     page.console_errors.check()
-    page.context.close()
+    page.close()

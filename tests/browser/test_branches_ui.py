@@ -34,7 +34,7 @@ def test_the_setting_refuses_a_folder_that_is_no_repository(browser, stack, tmp_
     )
     expect(page.get_by_label("Isolation")).to_have_attribute("aria-invalid", "true")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_copy_discard_and_merge_a_task_branch(browser, stack, tmp_path):
@@ -89,7 +89,7 @@ def test_copy_discard_and_merge_a_task_branch(browser, stack, tmp_path):
     expect(page.locator(".toast").last).to_contain_text("Merged into main")
     assert (repo / "feature.txt").read_text() == "from the agent\n"
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
     phone = new_page(browser, viewport=PHONE)
     dialog = open_task(phone, stack, workspace, second)
@@ -98,4 +98,4 @@ def test_copy_discard_and_merge_a_task_branch(browser, stack, tmp_path):
     width = phone.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], "the branch row fits a phone"
     phone.console_errors.check()
-    phone.context.close()
+    phone.close()

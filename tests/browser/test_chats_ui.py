@@ -279,7 +279,7 @@ def test_toasts_only_for_chats_not_on_screen_and_never_replied_after_stop(browse
     ]
     for page in (viewer, lister):
         page.console_errors.check()
-        page.context.close()
+        page.close()
 
 
 def test_a_rename_in_progress_survives_a_live_refresh_of_the_head(browser, stack):
@@ -488,4 +488,4 @@ def test_keyboard_hint_only_where_there_is_a_keyboard(browser, server):
     assert phone.evaluate("matchMedia('(hover: none) and (pointer: coarse)').matches")
     for page in (desktop, phone):
         page.console_errors.check()
-        page.context.close()
+        page.close()

@@ -42,7 +42,7 @@ def test_a_form_post_over_the_limit_shows_one_clear_toast(browser, small_server)
     expect(title).to_have_value("Big one")
     workspaces = requests.get(f"{small_server.url}/api/workspaces", timeout=5).json()
     assert workspaces["workspaces"] == []
-    page.context.close()
+    page.close()
 
 
 NAMES = ["a.b*c+d?", "(x)[y]{z}|w", r"back\slash ^$ /", "dash- & ~ # % , : ; < = > @ `", "émoji 🚀"]

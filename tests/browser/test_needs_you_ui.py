@@ -112,7 +112,7 @@ def test_a_phone_opens_on_what_needs_you_and_takes_a_verdict_from_it(browser, se
     expect(page.locator("#home-needs-you .home-inbox__title")).to_have_text("2 things need you")
     expect(page.locator("#home-needs-you .inbox-row", has_text="Team setup")).to_have_count(0)
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_the_count_and_the_page_follow_every_workspaces_news(browser, server):
@@ -147,7 +147,7 @@ def test_the_count_and_the_page_follow_every_workspaces_news(browser, server):
     expect(inbox.locator("#needs-you-count .nav-count__n")).to_have_text("2")
     for page in (board, inbox):
         page.console_errors.check()
-        page.context.close()
+        page.close()
 
 
 RUN_TIMEOUT = 30_000
@@ -183,7 +183,7 @@ def test_approve_and_drop_on_done_ask_to_merge_or_keep_a_branch(browser, stack, 
     assert stack.api("GET", f"/tasks/{merged['id']}")["status"] == "done"
     assert (repo / "feature.txt").exists()
     phone.console_errors.check()
-    phone.context.close()
+    phone.close()
 
     # On the board: a drop on Done asks the same; "Finish without merging" keeps the branch.
     page = new_page(browser)
@@ -198,4 +198,4 @@ def test_approve_and_drop_on_done_ask_to_merge_or_keep_a_branch(browser, stack, 
     task = stack.api("GET", f"/tasks/{kept['id']}")
     assert task["status"] == "done" and task["branch_name"] and not task["merged_at"]
     page.console_errors.check()
-    page.context.close()
+    page.close()

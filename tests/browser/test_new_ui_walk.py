@@ -163,7 +163,7 @@ def test_every_new_page_and_action_without_csp_errors_or_sideways_pan(
     expect(page.locator(".diff__line--add").first).to_be_visible()
     fits(page, "a file's own page")
     page.console_errors.check()  # and every CSP violation
-    page.context.close()
+    page.close()
 
 
 # The card and popup states added since #16, straight through the ORM (no worker): a task that
@@ -245,7 +245,7 @@ def test_new_card_and_popup_states_fit_a_phone(browser, server):
         expect(dialog.locator(".composer__send, #task-review-approve")).to_be_in_viewport()
         expect(dialog.locator("#task-actions .btn").first).to_be_in_viewport()
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_a_live_refresh_never_lands_on_the_open_dependencies_editor(browser, server):
@@ -290,7 +290,7 @@ def test_a_live_refresh_never_lands_on_the_open_dependencies_editor(browser, ser
     expect(title).to_have_text("Renamed again")
     expect(head).not_to_have_attribute("data-live-due", "")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 ISOLATE = """
@@ -359,7 +359,7 @@ def test_cancel_and_delete_say_what_happens_to_the_work_in_every_mode(browser, s
         "its worktree, and its branch unless it was merged"
     )
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def overlap(a, b) -> bool:
@@ -393,7 +393,7 @@ def test_toasts_never_cover_the_task_comment_box(browser, server, viewport):
         assert not overlap(where, send), (where, send)
         assert not overlap(where, box), (where, box)
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 @pytest.mark.parametrize("viewport", [None, PHONE_390], ids=["desktop", "phone"])
@@ -415,7 +415,7 @@ def test_toasts_never_cover_a_dialogs_buttons(browser, server, viewport):
         expect(toast).to_be_in_viewport()
         assert not overlap(toast.bounding_box(), footer), (toast.bounding_box(), footer)
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 CROWDED = """
@@ -480,7 +480,7 @@ def test_a_crowded_popup_head_keeps_its_actions_and_comment_box_in_reach(
         expect(dialog.locator(".composer__send, #task-review-approve")).to_be_in_viewport()
         no_sideways_scroll(page, f"crowded popup ({key})")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_a_crowded_group_chat_fits_a_phone(browser, server):
@@ -532,7 +532,7 @@ def test_a_crowded_group_chat_fits_a_phone(browser, server):
     expect(page.locator(".agent-row")).to_have_count(4)
     no_sideways_scroll(page, "agents with long names")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 LONG_HEALTH = """
@@ -571,7 +571,7 @@ def test_settings_with_long_cli_answers_errors_and_limits_fit_a_phone(browser, s
     expect(page.locator('[data-banner="cli-limited"]')).to_be_visible()
     no_sideways_scroll(page, "board with a long limit message")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_workspace_settings_with_a_long_path_and_branch_per_task_fit_a_phone(browser, server):
@@ -591,7 +591,7 @@ def test_workspace_settings_with_a_long_path_and_branch_per_task_fit_a_phone(bro
     expect(page.locator("#settings-form")).to_contain_text("does not exist: create it first")
     no_sideways_scroll(page, "workspace settings refused")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 @pytest.mark.parametrize("viewport", [None, PHONE_390], ids=["desktop", "phone"])
@@ -634,7 +634,7 @@ def test_notifications_export_clone_and_import_without_csp_errors(
     expect(page.locator(".workspace-card")).to_have_count(3)
     no_sideways_scroll(page, "workspaces after an import")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 WIDE_COMMENT = f"""Here is the plan for `{LONG_WORD}` and https://example.com/{LONG_WORD}/{LONG_WORD}
@@ -671,4 +671,4 @@ def test_wide_comments_scroll_in_their_own_boxes_on_a_phone(browser, server):
         assert overflow <= 0, f"{part} scrolls sideways by {overflow} px"
     expect(dialog.get_by_role("button", name="Send comment")).to_be_in_viewport()
     page.console_errors.check()
-    page.context.close()
+    page.close()

@@ -117,7 +117,7 @@ def test_request_changes_with_three_line_comments_that_reach_the_agent(
     expect(other.locator("#task-comment-form [data-review-pending]")).to_have_text(
         "3 comments pending: sent with your verdict"
     )
-    other.context.close()
+    other.close()
 
     # Request changes: the comments go (the note rewrites line 2 in the next run).
     rewrite = "@fake write app.py one\\nTWO\\nthree\\nfour\\nfive\\n"
@@ -164,7 +164,7 @@ def test_request_changes_with_three_line_comments_that_reach_the_agent(
     dialog.get_by_role("tab", name="Activity").click()
     expect(dialog.locator("#task-log")).to_contain_text("User requested changes (3 line comments)")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 @VIEWPORTS
@@ -191,7 +191,7 @@ def test_approve_a_task_without_a_branch(browser, stack, viewport):
     expect(dialog.locator("#task-log")).to_contain_text("User approved")
     assert stack.status(task) == "done"
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_approve_merges_a_branch_and_starts_the_task_that_waits_for_it(browser, stack, tmp_path):
@@ -237,7 +237,7 @@ def test_approve_merges_a_branch_and_starts_the_task_that_waits_for_it(browser, 
     branch = stack.api("GET", f"/tasks/{second['id']}")["branch_name"]
     assert git_text("show", f"{branch}:feature.txt", cwd=repo) == "done"
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_a_phone_finishes_a_branch_task_without_merging_from_its_one_line_head(
@@ -277,4 +277,4 @@ def test_a_phone_finishes_a_branch_task_without_merging_from_its_one_line_head(
     expect(page.locator("#confirm-dialog")).to_contain_text("which was never merged into main")
     page.locator("#confirm-dialog").get_by_role("button", name="Cancel").click()
     page.console_errors.check()
-    page.context.close()
+    page.close()

@@ -145,4 +145,4 @@ def test_the_workers_section_on_a_phone_and_a_desktop(browser, server):
         overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
         assert overflow <= 0, f"the page scrolls sideways at {viewport['width']} px"
         page.console_errors.check()
-        page.context.close()
+        page.close()

@@ -47,7 +47,7 @@ def test_theme_follows_the_system_and_the_toggle_survives_reload(browser, server
     page.emulate_media(color_scheme="light")
     expect(html).to_have_attribute("data-theme", "light")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def seed(server):
@@ -87,7 +87,7 @@ def test_phone_layout_has_no_horizontal_scroll(browser, server):
     box = dialog.bounding_box()
     assert [round(box[k]) for k in ("x", "y", "width", "height")] == [0, 0, 375, 812], box
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_live_events_become_toasts_that_link_to_the_item(page, server):
@@ -238,4 +238,43 @@ def test_no_console_errors_on_any_page(browser, server):
         page.goto(f"{base}/settings/")
         page.goto(f"{server.url}/settings/")
         page.console_errors.check()
-        page.context.close()
+        page.close()
+
+
+# Resolves once the page's securitypolicyviolation listeners have run (and so reported).
+BLOCKED_IMAGE = """() => new Promise((done) => {
+  document.addEventListener("securitypolicyviolation", () => setTimeout(done), {once: true});
+  document.body.append(Object.assign(new Image(), {src: "https://x.invalid/"}));
+})"""
+
+
+def test_a_reused_browser_context_is_as_new_and_still_reports_csp_violations(browser, server):
+    """The tests' pages reuse the module's browser contexts (conftest.ContextPool): what one
+    test leaves in its context (local storage, cookies, permissions) is gone for the next page,
+    two pages open at once never share one, and the next page's CSP violations are its own."""
+    first = new_page(browser)
+    first.goto(server.url)
+    first.evaluate("localStorage.setItem('left', 'behind')")
+    first.context.add_cookies([{"name": "left", "value": "behind", "url": server.url}])
+    first.context.grant_permissions(["clipboard-read"], origin=server.url)
+    beside = new_page(browser)
+    assert beside.context is not first.context
+    beside.close()
+    reused = first.context
+    first.close()
+
+    page = new_page(browser)
+    assert page.context is reused
+    page.goto(server.url)
+    assert page.evaluate("localStorage.getItem('left')") is None
+    assert "left" not in {cookie["name"] for cookie in page.context.cookies()}
+    clipboard = "navigator.permissions.query({name: 'clipboard-read'}).then((s) => s.state)"
+    assert page.evaluate(clipboard) != "granted"
+    assert page.csp_violations == []
+    # An image from elsewhere: blocked, reported by the console and by the page's event.
+    page.evaluate(BLOCKED_IMAGE)
+    reported = [text for text in page.csp_violations if "x.invalid" in text]
+    assert len(reported) == 2, page.csp_violations
+    assert any("img-src blocked https://x.invalid/" in text for text in reported)
+    assert first.csp_violations == []
+    page.close()

@@ -139,7 +139,7 @@ def test_create_watch_it_run_comment_and_restart(browser, stack):
     expect(dialog).to_be_hidden()
     expect(page).not_to_have_url(re.compile(r"task="))
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_cancel_prioritize_and_a_second_tab(browser, stack):
@@ -222,7 +222,7 @@ def test_cancel_prioritize_and_a_second_tab(browser, stack):
     assert second.evaluate("window.notReloaded") is True
     for page in (first, second):
         page.console_errors.check()
-        page.context.close()
+        page.close()
 
 
 def test_a_late_swap_leaves_the_focus_in_the_comment_box(browser, stack):
@@ -260,7 +260,7 @@ def test_a_late_swap_leaves_the_focus_in_the_comment_box(browser, stack):
     expect(dialog.locator("#task-comments .comment--user")).to_have_count(1)
     expect(box).to_have_value("")
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
 
 def test_toast_link_opens_the_popup_and_phone_layout(browser, stack):
@@ -282,7 +282,7 @@ def test_toast_link_opens_the_popup_and_phone_layout(browser, stack):
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
     page.console_errors.check()
-    page.context.close()
+    page.close()
 
     # Phone: the popup linked by URL fills the screen and its actions are reachable.
     phone = new_page(browser, viewport=PHONE)
@@ -318,7 +318,7 @@ def test_toast_link_opens_the_popup_and_phone_layout(browser, stack):
     # No sideways scroll on the phone page.
     assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     phone.console_errors.check()
-    phone.context.close()
+    phone.close()
 
 
 def test_a_toast_over_an_open_popup_can_be_clicked(browser, stack):
@@ -383,4 +383,4 @@ def test_a_failing_task_shows_its_error_collapses_repeats_and_stops_retrying(bro
     expect(errors).to_have_count(1)
     expect(errors.locator(".comment__repeat")).to_contain_text(f"{streak + 1} times, last at")
     page.console_errors.check()
-    page.context.close()
+    page.close()

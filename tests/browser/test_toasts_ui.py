@@ -46,4 +46,4 @@ def test_no_commented_toast_for_the_task_open_in_its_popup(browser, stack):
     assert viewer.evaluate("window.toastLog") == ["Ready for your review · Job"]
     for page in (viewer, board):
         page.console_errors.check()
-        page.context.close()
+        page.close()

@@ -27,8 +27,6 @@ import re
 import select
 import sys
 import time
-from datetime import UTC, datetime
-from pathlib import Path
 
 VERSIONS = {
     "claude": "2.1.197 (Claude Code)",
@@ -42,6 +40,14 @@ AGENT_LINE = re.compile(r'You are the agent "(.+?)"')
 DIRECTIVE_LINE = re.compile(r"^\s*@fake(?:\s+(?P<body>.*))?$")
 BAD_DIRECTIVE_EXIT = 99
 CLOSING_TEXT = "Done: the result has been written."
+
+
+def Path(*parts):
+    """pathlib.Path, imported at the first use: ~5 ms of each of the thousands of fake runs in
+    a test session (of ~30 in all), and the version and health checks use none."""
+    import pathlib
+
+    return pathlib.Path(*parts)
 
 
 def words(text: str) -> set[str]:
@@ -931,7 +937,9 @@ class Plan:
 # `limit`: each CLI's recorded usage-limit output (tests/fixtures/limits/), without a reset time
 # or with one (EPOCH written in the CLI's own way: an epoch, a local clock time, a duration or a
 # retry-after header).
-LIMIT_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "limits"
+LIMIT_FIXTURES = os.path.join(
+    os.path.dirname(os.path.realpath(__file__)), "..", "fixtures", "limits"
+)
 LIMIT_SAMPLES = {
     "claude": ("claude_api_429", "claude_usage_limit_epoch"),
     "codex": ("codex_quota_exceeded", "codex_usage_limit_at"),
@@ -948,11 +956,13 @@ def _ordinal(day: int) -> str:
 def limit_output(cli: str, reset: str) -> tuple[str, str, int]:
     """(stdout, stderr, exit code) of `cli` out of quota, resetting at epoch `reset` if given."""
     untimed, timed = LIMIT_SAMPLES[cli]
-    sample = json.loads((LIMIT_FIXTURES / f"{timed if reset else untimed}.json").read_text())
+    sample = json.loads(Path(LIMIT_FIXTURES, f"{timed if reset else untimed}.json").read_text())
     stdout, stderr = sample["stdout"], sample["stderr"]
     if reset:
         at = int(reset)
         seconds = max(0, at - int(time.time()))
+        from datetime import datetime  # (here: see Path)
+
         local = datetime.fromtimestamp(at).astimezone()
         codex_at = f"{local:%b} {_ordinal(local.day)}, {local:%Y} {local:%-I:%M %p}"
         hms = f"{seconds // 3600}h{seconds % 3600 // 60}m{seconds % 60}s"
@@ -1166,7 +1176,9 @@ def flood_stdout(size: int) -> None:
 
 
 def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC, to the millisecond: 2026-01-31T12:00:00.123Z (without datetime's import: see Path)."""
+    now = time.time()
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(now))}.{int(now * 1000) % 1000:03d}Z"
 
 
 def _now_ms() -> int:
@@ -1175,6 +1187,14 @@ def _now_ms() -> int:
 
 def _id(prefix: str = "") -> str:
     return prefix + uuid4().replace("-", "")[:24]
+
+
+def _up_from(folder: str) -> list[str]:
+    """`folder` and each folder above it (an absolute path's; pathlib's `parents`)."""
+    folders = [folder]
+    while os.path.dirname(folders[-1]) != folders[-1]:
+        folders.append(os.path.dirname(folders[-1]))
+    return folders
 
 
 def _inside(path: Path, folders: list[Path]) -> bool:
@@ -1425,7 +1445,7 @@ class GeminiEmitter(Emitter):
         self.streaming = self.format == "stream-json"
         self.yolo = opts.has("yolo") or opts.get("approval-mode") == "yolo"
         dirs = [d for arg in opts.get("include-directories", []) for d in arg.split(",") if d]
-        self.workspace = [Path.cwd(), *map(Path, dirs)]
+        self.workspace = [os.getcwd(), *dirs]
         self.tool_calls = 0
 
     def opening(self) -> None:
@@ -1444,7 +1464,7 @@ class GeminiEmitter(Emitter):
     def refusal(self, path: Path) -> str | None:
         if not self.yolo:
             return 'Tool "write_file" not found in registry.'
-        if not _inside(path, self.workspace):
+        if not _inside(path, list(map(Path, self.workspace))):
             folders = ", ".join(str(p) for p in self.workspace)
             return (
                 f'Path not in workspace: Attempted path "{path}" resolves outside the '
@@ -1702,7 +1722,7 @@ class OpenCodeEmitter(Emitter):
         self._step_finish("stop")
 
     def refusal(self, path: Path) -> str | None:
-        if self.auto or _inside(path, [Path.cwd()]):
+        if self.auto or _inside(path, [Path(os.getcwd())]):
             return None
         return "The user rejected permission to use this specific tool call."
 
@@ -1984,8 +2004,8 @@ class Codex(FakeCli):
 
     def check_traps(self, inv: Invocation) -> None:
         opts = inv.parsed
-        root = Path(str(opts.get("cd") or os.getcwd())).resolve()
-        in_repo = any((folder / ".git").exists() for folder in (root, *root.parents))
+        root = os.path.realpath(str(opts.get("cd") or os.getcwd()))
+        in_repo = any(os.path.exists(os.path.join(folder, ".git")) for folder in _up_from(root))
         if not opts.has("skip-git-repo-check") and not in_repo:
             raise CliExit(
                 1, "Not inside a trusted directory and --skip-git-repo-check was not specified."
@@ -2035,7 +2055,7 @@ class OpenCode(FakeCli):
         # opencode 1.18.33 `run` works in $PWD, not in its process's working directory
         # (run.ts: `root = Filesystem.resolve(process.env.PWD ?? process.cwd())`).
         pwd = os.environ.get("PWD")
-        if pwd and Path(pwd).is_dir():
+        if pwd and os.path.isdir(pwd):
             os.chdir(pwd)
 
     def read_prompt(self, inv: Invocation) -> None:
@@ -2260,7 +2280,7 @@ def describe_mcp(servers: dict[str, dict]) -> str:
 
 def resolve_cli(argv: list[str]) -> tuple[str, list[str]]:
     """The CLI name comes from argv[0]; `fakecli.py NAME ARGS...` works too."""
-    name = Path(argv[0]).name
+    name = os.path.basename(argv[0])
     if name not in CLIS and len(argv) > 1 and argv[1] in CLIS:
         return argv[1], [argv[1], *argv[2:]]
     if name not in CLIS:
