@@ -1,8 +1,8 @@
-"""Git objects written here, without starting git: the snapshot of a folder where only tracked
-files changed in place (runner.snapshots). Starting `git add` and `git write-tree` for that
-costs ~10 ms between two agents; hashing the few files that changed and the folders above them
-costs a fraction of a millisecond. Anything this module does not read exactly as git does is
-Unsupported, and the snapshot is git's as before.
+"""Git objects written here, without starting git (runner.snapshots): the snapshot of a small
+folder where only files changed, and the trees of an index `git add` wrote. Starting `git add`
+and `git write-tree` costs ~10 ms between two agents; hashing the few files that changed and
+the folders above them costs a fraction of a millisecond. Anything this module does not read
+exactly as git does is Unsupported, and the snapshot is git's as before.
 
 The tree ids are git's own: a blob is `sha1("blob <size>\\0" + content)`, a tree lists its
 entries sorted by name (a folder's name as if it ended in "/"), as `<octal mode> <name>\\0` and
@@ -29,8 +29,14 @@ class Unsupported(Exception):
 def read_index(path: Path) -> dict[bytes, tuple[int, bytes]]:
     """The files of a git index (versions 2 and 3): path → (mode, 20-byte id). Unsupported: a
     split or sparse index, a conflict's stages, skip-worktree or intent-to-add entries, a
-    format this does not know."""
-    data = path.read_bytes()
+    format this does not know, a file cut short."""
+    try:
+        return _read_index(path.read_bytes())
+    except (struct.error, ValueError) as exc:
+        raise Unsupported(f"an index this cannot read: {exc}") from exc
+
+
+def _read_index(data: bytes) -> dict[bytes, tuple[int, bytes]]:
     if len(data) < 32 or data[:4] != b"DIRC":
         raise Unsupported("not an index")
     version, count = struct.unpack_from(">II", data, 4)
@@ -109,8 +115,8 @@ def _tree(entries: dict[bytes, tuple[int, bytes]]) -> tuple[bytes, bytes]:
 
 class TreeModel:
     """A tree's folders and files (path → mode and id), with every folder's tree id worked
-    out as git does: `updated()` gives the tree of the same paths with some files' contents
-    or modes changed, and the tree objects that takes."""
+    out as git does: `updated()` gives the tree with some files changed, made or removed, and
+    the tree objects that takes."""
 
     def __init__(self, folders: dict[bytes, dict[bytes, tuple[int, bytes]]], root: bytes):
         self.folders, self.root = folders, root

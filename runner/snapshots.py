@@ -522,6 +522,11 @@ class _Seen:
             tree = self._write_changes(model, changed, added, removed, ensure_store)
         except (OSError, gitobjects.Unsupported):
             return None
+        except Exception:  # a fault here must cost a git run, not the snapshot
+            log.exception(
+                "A snapshot without git failed; git takes it", extra={"root": str(self.root)}
+            )
+            return None
         self.git_ran = False
         return tree
 

@@ -475,6 +475,20 @@ def test_files_made_where_git_may_ignore_or_refuse_them_go_to_git(tmp_path, monk
     assert gits_own_tree(folder) == second.tree
 
 
+def test_a_fault_in_a_snapshot_without_git_costs_a_git_run_not_the_snapshot(tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n"})
+    snapshots.take(repo)
+
+    def broken(self, files):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(gitobjects.TreeModel, "updated", broken)
+    (repo / "app.py").write_text("x = 2\n")
+    second = snapshots.take(repo)
+    assert second.git_ran and gits_own_tree(repo) == second.tree
+
+
 def test_a_tree_pruned_since_it_was_remembered_is_written_again(tmp_path, monkeypatch):
     """The cleanup prunes trees no run refers to: the folder's memory goes with them."""
     monkeypatch.setattr(snapshots, "now_ns", lambda: FAR_FUTURE_NS)
@@ -493,16 +507,19 @@ def test_a_tree_pruned_since_it_was_remembered_is_written_again(tmp_path, monkey
     git("cat-file", "-e", f"{again.tree}^{{tree}}", cwd=store, env={"GIT_DIR": str(store)})
 
 
-@pytest.mark.parametrize("how", ["version 4", "split index", "intent to add"])
+@pytest.mark.parametrize("how", ["version 4", "split index", "intent to add", "cut short"])
 def test_an_index_this_does_not_read_goes_to_git(tmp_path, how):
     repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n"})
     if how == "version 4":
         git("update-index", "--index-version", "4", cwd=repo)
     elif how == "split index":
         git("update-index", "--split-index", cwd=repo)
-    else:
+    elif how == "intent to add":
         (repo / "new.py").write_text("n\n")
         git("add", "-N", "new.py", cwd=repo)
+    else:
+        index = repo / ".git" / "index"
+        index.write_bytes(index.read_bytes()[:40])
     with pytest.raises(gitobjects.Unsupported):
         gitobjects.read_index(repo / ".git" / "index")
 
