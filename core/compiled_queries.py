@@ -8,7 +8,8 @@ time (per database vendor and `key`), keeps its SQL and parameters, and from the
 real values where the stand-ins were. A value may be a string or an aware datetime; what
 changes the SQL's shape (e.g. the number of items of an IN list) belongs in `key`.
 `compiled_models(key, build, **values)` runs such a query and returns its model instances, with
-what it `select_related` (as iterating the queryset would; `raw()` cannot follow relations).
+what it `select_related` (as iterating the queryset would; `raw()` cannot follow relations);
+`compiled_update(key, build, changes, **values)` updates the rows it selects.
 """
 
 import threading
@@ -121,3 +122,24 @@ def compiled_models(key: tuple, build: Callable[..., QuerySet], **values) -> lis
         cursor.execute(entry.sql, entry.bind(connection, values))
         rows = cursor.fetchall()
     return entry.models(rows, "default")
+
+
+def compiled_update(key: tuple, build: Callable[..., QuerySet], changes: dict, **values) -> int:
+    """`build(**values).update(**changes)` in one UPDATE whose condition is compiled once for
+    `key` (`WHERE id IN (<its query of the ids>)`): how many rows it changed."""
+    entry = _entry(key, lambda **standins: build(**standins).values("id"), values)
+    model = entry.compiler.query.model
+    connection = connections["default"]
+    name = connection.ops.quote_name
+    columns, params = [], []
+    for field_name, value in changes.items():
+        field = model._meta.get_field(field_name)
+        columns.append(f"{name(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {name(model._meta.db_table)} SET {', '.join(columns)} "
+            f"WHERE {name('id')} IN ({entry.sql})",
+            [*params, *entry.bind(connection, values)],
+        )
+        return cursor.rowcount

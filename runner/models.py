@@ -1,10 +1,10 @@
 from datetime import timedelta
 
-from django.db import connections, models
+from django.db import models
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from core.compiled_queries import compiled
+from core.compiled_queries import compiled_update
 from core.fields import id_field
 
 
@@ -72,28 +72,14 @@ class QueueItemQuerySet(models.QuerySet):
         model = self.model
 
         def unstopped(item_id, worker_id=None):
-            return model.objects.unstopped().filter(id=item_id, worker_id=worker_id).values("id")
+            return model.objects.unstopped().filter(id=item_id, worker_id=worker_id)
 
         values = {"item_id": item.id}
         if item.worker_id is not None:
             values["worker_id"] = item.worker_id
-        key = ("record_process", model._meta.label, item.worker_id is None)
-        where, params = compiled(key, unstopped, **values)
         changes = {"pid": pid, "pgid": pgid, "process_started_at": started_at, **fields}
-        connection = connections[self.db]
-        name = connection.ops.quote_name
-        sets, set_params = [], []
-        for field_name, value in changes.items():
-            field = model._meta.get_field(field_name)
-            sets.append(f"{name(field.column)} = %s")
-            set_params.append(field.get_db_prep_save(value, connection))
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {name(model._meta.db_table)} SET {', '.join(sets)} "
-                f"WHERE {name('id')} IN ({where})",
-                [*set_params, *params],
-            )
-            return cursor.rowcount > 0
+        key = ("record_process", model._meta.label, item.worker_id is None)
+        return compiled_update(key, unstopped, changes, **values) > 0
 
     def pause(self, item, *, cli_type: str, **resume) -> bool:
         """in_progress → queued, waiting for `cli_type` (out of quota); `resume` says where the

@@ -11,11 +11,12 @@ not hashed again.
 
 A folder of a few files that did not change since its last snapshot is not given to git at all:
 the stat data of its entries (taken before git read them, like git's own index) says so, and
-the last tree is the answer; when only files the last tree records changed in place (same
-paths: nothing created, removed or renamed, no ignore rule changed), their contents are hashed
-here and the trees above them written without git (runner.gitobjects). The trees a run refers
-to are kept by the daily cleanup (`prune`), from the runs in the database: a snapshot writes no
-ref.
+the last tree is the answer. When what changed is files only (files the last tree records,
+changed in place; or, where no ignore rule applies, files made or removed), their contents are
+hashed here and the trees above them written without git (runner.gitobjects); when git does add
+a folder, the trees of its index are written here too, not by `git write-tree`. The trees a run
+refers to are kept by the daily cleanup (`prune`), from the runs in the database: a snapshot
+writes no ref.
 """
 
 import contextlib
@@ -465,7 +466,8 @@ class _Seen:
 
     def __init__(self, store: Path, root: Path, excludes: Path | None):
         self.store, self.root, self.excludes_path = store, root, excludes
-        self.excludes = (_stat_key(excludes), _stat_key(_xdg_git_file("ignore")))
+        self.user_ignore = _stat_key(_xdg_git_file("ignore"))  # ("missing",): none
+        self.excludes = (_stat_key(excludes), self.user_ignore)
         self.git_ran = True
         with self._lock:
             self.last = self._last.get(store)
@@ -533,7 +535,7 @@ class _Seen:
     def _nothing_ignored(self) -> bool:
         """`git add -A` would add every file made here: no ignore file in the folder, none of
         the user's, no rule in the store's own exclude file, no nested repository."""
-        if self.seen.nested_git or self.excludes[1] != ("missing",):
+        if self.seen.nested_git or self.user_ignore != ("missing",):
             return False
         if any(os.path.basename(entry[0]) == ".gitignore" for entry in self.seen.entries):
             return False

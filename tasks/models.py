@@ -1,4 +1,4 @@
-from django.db import connections, models
+from django.db import models
 from django.db.models import (
     Case,
     Count,
@@ -13,7 +13,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from core.compiled_queries import compiled
+from core.compiled_queries import compiled_update
 from core.fields import choices_check, id_field
 from runner.models import QueueItem, QueueItemQuerySet, QueueStatus
 
@@ -409,24 +409,17 @@ class TaskQueueQuerySet(QueueItemQuerySet):
         model = self.model
 
         def claimable(item_id, worker_id=None):
-            items = model.objects.claimable(item_id, worker_id).exclude(waiting_for_blockers())
-            return items.values("id")
+            return model.objects.claimable(item_id, worker_id).exclude(waiting_for_blockers())
 
         values = {"item_id": item_id}
         if worker_id is not None:
             values["worker_id"] = worker_id
-        sql, params = compiled(("task_claim", worker_id is None), claimable, **values)
-        connection = connections[self.db]
-        name = connection.ops.quote_name
-        now = connection.ops.adapt_datetimefield_value(timezone.now())
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {name(model._meta.db_table)} SET {name('status')} = %s, "
-                f"{name('worker_id')} = %s, {name('updated_at')} = %s "
-                f"WHERE {name('id')} IN ({sql})",
-                [QueueStatus.IN_PROGRESS, worker_id, now, *params],
-            )
-            return cursor.rowcount > 0
+        changes = {
+            "status": QueueStatus.IN_PROGRESS,
+            "worker_id": worker_id,
+            "updated_at": timezone.now(),
+        }
+        return compiled_update(("task_claim", worker_id is None), claimable, changes, **values) > 0
 
     def wanted(self):
         """A pass is also unwanted once its task left Todo/In Progress. (Right after a claim
