@@ -386,10 +386,9 @@ def test_what_git_may_read_otherwise_goes_to_git(tmp_path, monkeypatch, change):
     elif change == "large file":
         monkeypatch.setattr(gitobjects, "BLOB_MAX_BYTES", 32)
         (repo / "big.bin").write_text("c" * 64)
-    else:
-        if change == "user's attributes":  # git reads it whatever its configuration says
-            (tmp_path / "config" / "git").mkdir(parents=True)
-            (tmp_path / "config" / "git" / "attributes").write_text("*.py text eol=crlf\n")
+    elif change == "user's attributes":  # git reads it whatever its configuration says
+        (tmp_path / "config" / "git").mkdir(parents=True)
+        (tmp_path / "config" / "git" / "attributes").write_text("*.py text eol=crlf\n")
     (repo / "app.py").write_text("x = 2\n")
     second = snapshots.take(repo)
     assert second.git_ran and second.tree != first.tree
