@@ -25,7 +25,7 @@ from runner.models import CliHealth, CliHealthStatus
 from runner.recorder import RunRecorder
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
 from tasks.services import task_cancel, task_create, task_delete, task_status_set
-from tests.stack import FAKES_BIN
+from tests.stack import FAKES_BIN, alive
 from worker import jobs, loop, pipeline, process
 from worker.listener import WorkListener
 from worker.loop import Worker
@@ -410,3 +410,69 @@ def test_a_wake_up_for_a_queued_task_looks_for_tasks_only_and_others_for_everyth
         worker.sock.close()
         if worker.listener is not None:
             worker.listener.close()
+
+
+def _record_then(monkeypatch, then):
+    """Run `then()` right after a run's process is recorded and released (its CLI starts)."""
+    record, release = pipeline._record, process.Held.release
+    recorded = []
+
+    def spied_record(owner, started):
+        record(owner, started)
+        recorded.append(started.pid)
+
+    def spied_release(held):
+        release(held)
+        if recorded:
+            then()
+
+    monkeypatch.setattr(pipeline, "_record", spied_record)
+    monkeypatch.setattr(process.Held, "release", spied_release)
+    return recorded
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_a_cli_whose_task_went_as_it_started_is_killed_quietly(fake_clis, monkeypatch, caplog):
+    """The run row is written while the CLI starts (off the path between two agents): a task
+    deleted between the record and that write leaves no CLI running and no error."""
+    workspace = workspace_create(title="Gone")
+    agent_create(workspace=workspace, name="Planner", instruction="Go.", cli_type="claude")
+    task = task_create(workspace=workspace, summary="Go", description="@fake hold 120 skip")
+    item = TaskQueueItem.objects.get(task=task)
+    assert TaskQueueItem.objects.claim(item.id)
+    recorded = _record_then(monkeypatch, lambda: task_delete(task=task))
+
+    _run_pass(item)
+
+    assert len(recorded) == 1 and not alive(recorded[0])
+    assert not Task.objects.filter(id=task.id).exists()
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_a_cli_whose_start_cannot_be_written_is_killed_and_the_pass_fails(
+    fake_clis, monkeypatch, caplog
+):
+    """A start that fails for another reason (a bug, a database error) kills the CLI it
+    released, and the pass fails with a comment saying so, as any bug in a pass does."""
+    workspace = workspace_create(title="Broken")
+    agent_create(workspace=workspace, name="Planner", instruction="Go.", cli_type="claude")
+    task = task_create(workspace=workspace, summary="Go", description="@fake hold 120 skip")
+    item = TaskQueueItem.objects.get(task=task)
+    assert TaskQueueItem.objects.claim(item.id)
+    recorded = _record_then(monkeypatch, lambda: None)
+
+    def broken(owner, recorder):
+        raise RuntimeError("the start could not be written")
+
+    monkeypatch.setattr(TaskPass, "start", broken)
+    _run_pass(item)
+
+    assert len(recorded) == 1 and not alive(recorded[0])
+    task.refresh_from_db()
+    assert task.failure_streak == 1
+    comment = task.comments.get()
+    assert "the start could not be written" in comment.content
+    assert not task.runs.exists()

@@ -107,6 +107,66 @@ def test_a_worker_killed_between_fork_and_record_leaves_no_cli_running(live_stac
     assert [c["content"] for c in stack.comments(task)] == ["done"]
 
 
+# Runs `runworker` held forever where the CLI was recorded and released but its run row not yet
+# written (that write is off the path between two agents, while the CLI starts).
+HELD_BEFORE_THE_RUN_ROW = """
+import pathlib, sys, time
+import django
+django.setup()
+from worker import pipeline
+
+def held(owner, recorder):
+    pathlib.Path(sys.argv[1]).write_text(str(owner.item.__class__.objects.get(id=owner.item.id).pid))
+    time.sleep(3600)
+
+pipeline._start = held
+from django.core.management import call_command
+call_command("runworker")
+"""
+
+
+@pytest.mark.live
+def test_a_worker_killed_before_a_started_clis_run_row_leaves_it_to_the_recovery(
+    live_stack, tmp_path
+):
+    """Killed after the go, before the run's row: the recorded CLI is killed by the next
+    worker's recovery and the pass runs that agent again, once."""
+    stack = live_stack
+    stack.worker.send_signal(signal.SIGTERM)
+    stack.worker.wait(timeout=30)
+    mark = tmp_path / "released"
+    held = subprocess.Popen(
+        [sys.executable, "-c", HELD_BEFORE_THE_RUN_ROW, str(mark)],
+        env=process_env(stack.data_dir, **stack.env),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        ws = stack.workspace(agents=[("Planner", "claude")])
+        task = stack.task(ws, "@fake hold 120 comment-once done")
+        wait_until(mark.exists, timeout=60, what="the CLI released before its run row")
+        released = int(mark.read_text())
+        held.send_signal(signal.SIGKILL)
+        held.wait()
+        assert alive(released), "the CLI runs on, recorded"
+    finally:
+        if held.poll() is None:
+            held.kill()
+            held.wait()
+
+    stack.start_worker()  # recovery kills it; the pass runs the Planner again
+    wait_until(lambda: not alive(released), timeout=30, what="the recovery to end the CLI")
+    wait_until(
+        lambda: _release(stack, task) or stack.status(task) == "in_review",
+        timeout=60,
+        what="the pass to end",
+    )
+    runs = stack.sql("SELECT agent_name, status FROM agent_runs WHERE task_id = ?", task["id"])
+    assert runs == [("Planner", "completed")] * 2, "the loop after the comment: no run before"
+    assert [c["content"] for c in stack.comments(task)] == ["done"]
+
+
 @pytest.mark.live
 def test_a_broken_last_agent_runs_the_healthy_agents_once_then_waits(live_stack, tmp_path):
     """From outside: Codex CLI's binary is gone (saved while it existed). The three healthy

@@ -362,7 +362,7 @@ def execute(
 ) -> Execution:
     """Run the CLI for one agent step, with nothing to record before it starts, and interpret
     its answer (never raises for CLI trouble). The run pipeline does the same in steps, with
-    its start transaction between the fork and the go (worker.pipeline)."""
+    its process record between the fork and the go (worker.pipeline)."""
     launch = prepare(
         cli_type=cli_type,
         input_path=input_path,

@@ -5,11 +5,13 @@ A step (`run_step`) walks one agent's run in order:
 2. the input file, from what the owner already read, and the run's command (execution.prepare);
 3. the fork: the CLI's process waits at its gate (process.spawn; a gate started while the
    run before worked, when there is one);
-4. the start transaction (`_start`): the process record, which is also the "still wanted"
-   check, the run row, the activity log and the events. Only then may the CLI run
-   (`release`): a worker killed before this point leaves nothing running;
-5. the stream, through the recorder, to the process's end;
-6. the finish transaction: the result read and applied through the owning app's services
+4. the process record (`_record`, one statement), which is also the "still wanted" check.
+   Only then may the CLI run (`release`): a worker killed before this point leaves nothing
+   running;
+5. the start transaction (`_start`), while the CLI starts: the run row, the activity log and
+   the events (a worker killed before its commit leaves a recorded process to its recovery);
+6. the stream, through the recorder, to the process's end;
+7. the finish transaction: the result read and applied through the owning app's services
    (tasks.services for a pass, chats.replies for a reply) with the run's final record.
 
 Events of each transaction go to the outbox in one insert. Settings, agents, the CLIs' states
@@ -168,7 +170,7 @@ class RunOwner(Protocol):
         """What the item records with the run's process, besides the process itself."""
 
     def start(self, recorder: RunRecorder) -> None:
-        """Inside the start transaction (the item is still wanted): the run and its log."""
+        """Inside the start transaction (the CLI was recorded, so wanted): the run and its log."""
 
     def read(self, data):
         """The owner's result from the CLI's answer, or a Failure."""
@@ -284,16 +286,23 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
 
 
 def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
-    """Fork the CLI, record it (the start transaction), let it run and follow it to its end."""
+    """Fork the CLI, record it, let it run, write its start and follow it to its end."""
     recorder.use_working_directory(launch.cwd)
     held = process.spawn(launch.command, cwd=str(launch.cwd), env=launch.env, spare=True)
     if held.start_error is None:
         try:
-            _start(owner, recorder, held.started)
+            _record(owner, held.started)
         except BaseException:
-            held.cancel()  # never runs: nobody wants it, or its start could not be written
+            held.cancel()  # never runs: nobody wants it, or its record could not be written
             raise
         held.release()
+        try:
+            _start(owner, recorder)
+        except BaseException:
+            held.kill()  # it runs unseen: no run row to show it, nothing to keep its answer
+            if not _still_wanted(owner):
+                raise Stopped from None  # (its task or chat went meanwhile)
+            raise
         owner.snapshots.start_counting()  # the totals of the run before, while this one works
     waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(
@@ -307,21 +316,33 @@ def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
     return execution.conclude(launch, result, stall_minutes=recorder.stall_kill_seconds / 60)
 
 
-def _start(owner: RunOwner, recorder: RunRecorder, started: process.Started) -> None:
-    """The start transaction, before the CLI may run: its process recorded (so that a recovery
-    can kill it whatever happens to this worker), the run row, the log and the events. Raises
-    Stopped when the run is not wanted any more."""
+def _record(owner: RunOwner, started: process.Started) -> None:
+    """Before the CLI may run: its process on the queue item (so that a recovery can kill it
+    whatever happens to this worker), with where a pass continues. One statement, its own
+    transaction, which is also the start's "still wanted" check: raises Stopped when the run
+    is not wanted any more."""
+    recorded = owner.queue.objects.record_process(
+        owner.item,
+        pid=started.pid,
+        pgid=started.pgid,
+        started_at=started.create_time,
+        **owner.item_fields(),
+    )
+    if not recorded:
+        raise Stopped
+
+
+def _start(owner: RunOwner, recorder: RunRecorder) -> None:
+    """The start transaction, while the CLI starts (off the path between two agents): the run
+    row, the log and the events. A worker killed before its commit leaves the recorded
+    process, which its recovery kills, and the pass resumes at this agent; the CLI did not
+    live long enough to do anything."""
     with transaction.atomic(), events.batched():
-        recorded = owner.queue.objects.record_process(
-            owner.item,
-            pid=started.pid,
-            pgid=started.pgid,
-            started_at=started.create_time,
-            **owner.item_fields(),
-        )
-        if not recorded:
-            raise Stopped
         owner.start(recorder)
+
+
+def _still_wanted(owner: RunOwner) -> bool:
+    return owner.queue.objects.unstopped().filter(id=owner.item.id).exists()
 
 
 # task passes -------------------------------------------------------------------------------
@@ -748,7 +769,7 @@ class TaskPass:
         return {"resume_agent_id": self.agent.id, "pass_started_at": self.pass_started}
 
     def start(self, recorder: RunRecorder) -> None:
-        """Inside the start transaction (the item is still wanted): the run and its log."""
+        """Inside the start transaction (the CLI was recorded, so wanted): the run and its log."""
         recorder.start_writes()
         entry, self.started_log = self.started_log, None
         self._remember(

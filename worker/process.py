@@ -456,6 +456,17 @@ class Held:
             return
         _end_gate(self.proc, self.started.create_time)
 
+    def kill(self) -> None:
+        """End a released command that nobody will follow (its start could not be written)."""
+        if self.proc is None:
+            return
+        kill_tree(self.proc.pid, pgid=self.proc.pid, create_time=self.started.create_time)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=KILLED_EXIT_SECONDS)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                pipe and pipe.close()
+
     def wait(
         self,
         *,
