@@ -6,6 +6,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from core import events
+from core.compiled_queries import compiled_update, insert
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
 from runner.clis import CliType
@@ -17,7 +18,6 @@ from runner.models import (
     CliHealthStatus,
     QueueItem,
     RunStatus,
-    TraceEvent,
     Worker,
 )
 
@@ -240,7 +240,7 @@ def agent_run_start(*, run: AgentRun) -> AgentRun:
     """A run begins: one INSERT of the run the recorder prepared, in the caller's transaction
     (the run step's start, written once its CLI runs)."""
     run.started_at = timezone.now()
-    run.save(force_insert=True)
+    insert([run])
     return run
 
 
@@ -260,7 +260,7 @@ def agent_run_progress(*, run_id: str, traces: list, progress: dict, event: dict
         if not running.update(last_output_at=timezone.now(), **progress):
             return  # closed by the worker that took this one's runs over (or deleted)
         if traces:
-            TraceEvent.objects.bulk_create(traces)
+            insert(traces)
         events.publish("run.trace", event)
 
 
@@ -268,6 +268,10 @@ def agent_run_stalled(*, run_id: str, event: dict) -> None:
     with transaction.atomic():
         AgentRun.objects.filter(id=run_id).update(stalled_at=timezone.now())
         events.publish("run.stalled", event)
+
+
+def _running(run_id):
+    return AgentRun.objects.filter(id=run_id, status=RunStatus.RUNNING)
 
 
 def agent_run_finish(
@@ -285,15 +289,15 @@ def agent_run_finish(
     one (the run step's finish), without a savepoint. `changes_event` False: its totals come
     later (agent_run_totals_record), and their task.changes_updated with them."""
     with transaction.atomic(savepoint=False):
-        ended = AgentRun.objects.filter(id=run_id, status=RunStatus.RUNNING).update(
-            status=status, exit_code=exit_code, ended_at=timezone.now(), **progress
-        )
+        changes = {"status": status, "exit_code": exit_code, "ended_at": timezone.now()}
+        changes.update(progress)
+        ended = compiled_update(("agent_run_finish", *changes), _running, changes, run_id=run_id)
         # Deleted with its task or chat while it ran, or closed as interrupted by the worker
         # that took this worker's runs over: nothing left to record.
         if not ended:
             return
         if traces:
-            TraceEvent.objects.bulk_create(traces)
+            insert(traces)
         events.publish("run.trace", event)
         if event.get("task_id") and "working_directory" in progress and changes_event:
             events.publish("task.changes_updated", _changes_payload(event, progress))

@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents.models import Agent
 from core import events
 from core.actors import SYSTEM, USER, Actor, agent_actor
-from core.compiled_queries import compiled_models
+from core.compiled_queries import compiled_models, insert
 from core.errors import Conflict, NotFound, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
@@ -72,7 +72,7 @@ def task_payload(task: Task, **extra) -> dict:
 
 def log_add(*, task: Task, event_type: str, actor: Actor, metadata: dict | None = None) -> TaskLog:
     entry = _log_entry(task=task, event_type=event_type, actor=actor, metadata=metadata)
-    entry.save(force_insert=True)
+    insert([entry])
     return entry
 
 
@@ -403,7 +403,7 @@ def task_agent_started(
     """An agent's CLI runs for the task (the run step's start): its activity log (`entry`, from
     task_agent_started_log, or a new one) and `agent.execution_started`. Returns the log row."""
     entry = entry or task_agent_started_log(task=task, actor=actor)
-    entry.save(force_insert=True)
+    insert([entry])
     events.publish(
         "agent.execution_started",
         task_payload(task, agent_id=actor.id, agent_name=actor.name, run_id=run_id),

@@ -18,12 +18,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.actors import USER
-from core.compiled_queries import compiled, compiled_models
+from core.compiled_queries import compiled, compiled_models, insert
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import stderr_message
 from runner.files import data_subdir, task_input_path, write_private
-from runner.models import TraceEvent
+from runner.models import AgentRun, TraceEvent
 from runner.models import Worker as WorkerRow
 from runner.schemas import InvalidOutput, chat_schema, parse_task_output, task_schema
 from runner.services import worker_register
@@ -394,6 +394,61 @@ def test_compiled_models_are_what_the_queryset_gives_for_each_calls_values(
         ]
         assert found.created_at.tzinfo is not None and not found._state.adding
     assert len(built) == 1  # the second call used the first one's SQL
+
+
+@pytest.mark.pg
+def test_a_compiled_insert_writes_the_rows_bulk_create_writes(
+    task, agents, django_assert_num_queries
+):
+    """core.compiled_queries.insert (a step's traces, the outbox's events, log rows): the same
+    rows as bulk_create, its fields' defaults and conversions included (an aware datetime,
+    JSON, a foreign key, auto_now_add), in batches the database takes, without ids read back."""
+    run = AgentRun(
+        workspace_id=task.workspace_id,
+        task_id=task.id,
+        agent_id=agents[0].id,
+        agent_name="Planner",
+        cli_type="claude",
+        started_at=timezone.now(),
+    )
+    with django_assert_num_queries(1):
+        insert([run])
+    assert not run._state.adding
+    when = timezone.now()
+
+    def traces(kind: str, count: int) -> list:
+        return [
+            TraceEvent(
+                run_id=run.id,
+                seq=n,
+                kind=kind,
+                text=f"é {n}",
+                detail={"n": [n, None]},
+                created_at=when,
+            )
+            for n in range(count)
+        ]
+
+    many = 400  # 7 columns a row: over SQLite's 999 parameters, so in batches
+    ours = traces("ours", many)
+    insert(ours)
+    TraceEvent.objects.bulk_create(traces("theirs", many))
+    assert ours[0].id is None  # generated ids are not read back
+
+    def rows(kind: str) -> list:
+        fields = ("run_id", "seq", "action_kind", "text", "detail", "created_at")
+        return list(TraceEvent.objects.filter(kind=kind).order_by("seq").values_list(*fields))
+
+    assert rows("ours") == rows("theirs") and len(rows("ours")) == many
+    saved = AgentRun.objects.get(id=run.id)
+    assert (saved.started_at, saved.agent_name, saved.status) == (
+        run.started_at,
+        "Planner",
+        run.status,
+    )
+    insert([OutboxEvent(type="task.updated", payload={"a": "ü"})])
+    event = OutboxEvent.objects.latest("id")
+    assert event.payload == {"a": "ü"} and event.created_at >= when  # auto_now_add
 
 
 @pytest.mark.django_db(transaction=True)
