@@ -25,6 +25,7 @@ from runner.models import CliHealth, CliHealthStatus
 from runner.recorder import RunRecorder
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
 from tasks.services import task_cancel, task_create, task_delete, task_status_set
+from tests.live import wait_until
 from tests.stack import FAKES_BIN, alive
 from worker import jobs, loop, pipeline, process
 from worker.listener import WorkListener
@@ -476,3 +477,39 @@ def test_a_cli_whose_start_cannot_be_written_is_killed_and_the_pass_fails(
     comment = task.comments.get()
     assert "the start could not be written" in comment.content
     assert not task.runs.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_released_cli_whose_start_write_hangs_is_killed_by_a_stopping_worker(
+    fake_clis, monkeypatch
+):
+    """Between the go and the watch, the run's start is written: if that write hangs (a
+    database that does not answer), a stopping worker's kill_followed still ends the CLI."""
+    workspace = workspace_create(title="Frozen")
+    agent_create(workspace=workspace, name="Planner", instruction="Go.", cli_type="claude")
+    task = task_create(workspace=workspace, summary="Go", description="@fake hold 120 skip")
+    item = TaskQueueItem.objects.get(task=task)
+    assert TaskQueueItem.objects.claim(item.id)
+    hanging, answers = threading.Event(), threading.Event()
+    start = pipeline._start
+
+    def hangs(owner, recorder):
+        hanging.set()
+        answers.wait(30)
+        start(owner, recorder)
+
+    monkeypatch.setattr(pipeline, "_start", hangs)
+    stop, shutdown = process.RunStop(), threading.Event()
+    run = threading.Thread(target=TaskPass(item, stop=stop, shutdown=shutdown).run)
+    run.start()
+    try:
+        assert hanging.wait(30)
+        pid = TaskQueueItem.objects.get(id=item.id).pid
+        assert alive(pid)
+        shutdown.set()
+        stop.set()
+        assert stop.kill_followed() == 1
+        wait_until(lambda: not alive(pid), timeout=10, what="the CLI to end")
+    finally:
+        answers.set()
+        run.join(30)

@@ -295,14 +295,15 @@ def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
         except BaseException:
             held.cancel()  # never runs: nobody wants it, or its record could not be written
             raise
-        held.release()
-        try:
-            _start(owner, recorder)
-        except BaseException:
-            held.kill()  # it runs unseen: no run row to show it, nothing to keep its answer
-            if not _still_wanted(owner):
-                raise Stopped from None  # (its task or chat went meanwhile)
-            raise
+        with process.followed(owner.stop, held.started):
+            held.release()
+            try:
+                _start(owner, recorder)
+            except BaseException:
+                held.kill()  # it runs unseen: no run row to show it, nothing to keep its answer
+                if not _still_wanted(owner):
+                    raise Stopped from None  # (its task or chat went meanwhile)
+                raise
         owner.snapshots.start_counting()  # the totals of the run before, while this one works
     waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(

@@ -397,6 +397,22 @@ def _exec_failure(result: ProcessResult, program: str) -> str | None:
     return f"{why}: {program}"
 
 
+@contextlib.contextmanager
+def followed(stop: threading.Event | None, started: "Started"):
+    """While a released command is not watched yet (its start is being written): a stopping
+    worker's RunStop.kill_followed still ends it if that write hangs on a database that does
+    not answer."""
+    if not isinstance(stop, RunStop):
+        yield
+        return
+    marker = threading.Event()
+    stop.wakes(marker, started)
+    try:
+        yield
+    finally:
+        stop.forget(marker)
+
+
 class Held:
     """A process forked and waiting at its gate: `started` says which (record it), then
     `release()` lets the command run and `wait()` follows it to its end; `cancel()` ends it
