@@ -11,7 +11,8 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.utils import timezone
 
-from agents.services import agent_create
+from agents.models import Agent
+from agents.services import agent_create, agent_update
 from chats.malamar_agent import knowledge_base_dir
 from chats.models import ChatQueueItem
 from chats.services import chat_cancel, chat_delete, chat_start
@@ -513,3 +514,95 @@ def test_a_released_cli_whose_start_write_hangs_is_killed_by_a_stopping_worker(
     finally:
         answers.set()
         run.join(30)
+
+
+def _spy_ready(monkeypatch, then=None):
+    """The pids of the runs made ready, in order, and of the processes recorded."""
+    made, recorded = [], []
+    prepare_next, record = TaskPass.prepare_next, pipeline._record
+
+    def spied_prepare(owner):
+        prepare_next(owner)
+        if owner.ready is not None:
+            made.append(owner.ready.held.started.pid)
+        if then is not None:
+            then(owner)
+
+    def spied_record(owner, started):
+        recorded.append(started.pid)
+        record(owner, started)
+
+    monkeypatch.setattr(TaskPass, "prepare_next", spied_prepare)
+    monkeypatch.setattr(pipeline, "_record", spied_record)
+    return made, recorded
+
+
+def _pass_of(names: list[str], description: str = "@fake skip"):
+    workspace = workspace_create(title="Ready")
+    agents = [
+        agent_create(workspace=workspace, name=name, instruction="Go.", cli_type="claude")
+        for name in names
+    ]
+    task = task_create(workspace=workspace, summary="Go", description=description)
+    item = TaskQueueItem.objects.get(task=task)
+    assert TaskQueueItem.objects.claim(item.id)
+    return task, item, agents
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_each_next_agent_runs_the_process_made_ready_while_the_one_before_worked(
+    fake_clis, monkeypatch
+):
+    """Between two agents only the input is written before the record and the go: the next
+    run's command and process were made ready while the run before it worked."""
+    made, recorded = _spy_ready(monkeypatch)
+    task, item, _agents = _pass_of(["A", "B", "C"])
+
+    _run_pass(item)
+
+    assert len(made) == 2 and recorded[1:] == made  # B and C ran in the processes made ready
+    task.refresh_from_db()
+    assert task.status == TaskStatus.IN_REVIEW
+    assert list(task.runs.order_by("started_at").values_list("agent_name", flat=True)) == [
+        "A",
+        "B",
+        "C",
+    ]
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_a_run_made_ready_for_an_agent_that_does_not_come_ends_unused(fake_clis, monkeypatch):
+    """The first agent asks for review: the run made ready for the second is discarded, its
+    process ends at its gate without running the CLI."""
+    made, recorded = _spy_ready(monkeypatch)
+    task, item, _agents = _pass_of(["A", "B"], description="@fake review Look")
+    task_pass = TaskPass(item, stop=threading.Event(), shutdown=threading.Event())
+
+    task_pass.run()
+
+    assert task_pass.ready is None  # (kept, its gate would wait for a go until collected)
+    assert len(made) == 1 and len(recorded) == 1 and made[0] not in recorded
+    wait_until(lambda: not alive(made[0]), timeout=10, what="the unused gate to end")
+    assert list(task.runs.values_list("agent_name", flat=True)) == ["A"]
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_a_run_made_ready_before_its_agent_changed_is_made_again(fake_clis, monkeypatch):
+    """The next agent's model changes while the one before works: its run made ready is
+    discarded (its gate ends unused) and the run takes the new model."""
+
+    def change_b(owner):
+        if owner.agent.name == "A":
+            agent_update(agent=Agent.objects.get(name="B"), model="opus-new")
+
+    made, recorded = _spy_ready(monkeypatch, then=change_b)
+    task, item, _agents = _pass_of(["A", "B"])
+
+    _run_pass(item)
+
+    assert made[0] not in recorded and len(recorded) == 2
+    wait_until(lambda: not alive(made[0]), timeout=10, what="the unused gate to end")
+    assert task.runs.get(agent_name="B").model.startswith("opus-new")  # as the CLI says it

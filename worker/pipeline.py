@@ -187,6 +187,12 @@ class RunOwner(Protocol):
     def continues(self, result) -> bool:
         """Whether another agent's run is expected right after this one's finish."""
 
+    def prepare_next(self) -> None:
+        """While this run's CLI works: make the next run ready (`Ready`), if one is foreseen."""
+
+    def take_ready(self, plan: RunPlan) -> "Ready | None":
+        """The run made ready for this step, if it is this one (else it is discarded)."""
+
 
 # the step ----------------------------------------------------------------------------------
 
@@ -241,16 +247,33 @@ def _close(recorder: RunRecorder) -> None:
             recorder.finish_writes()
 
 
-def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
-    cwd, problem = owner.run_directory()
-    if cwd is None:
-        recorder.status = RunStatus.FAILED
-        return Failure(problem)
-    output_path = fresh_output_path(owner.output_prefix)
-    input_path = owner.write_input(output_path)
-    snapshots = RunSnapshots(recorder, cwd, owner.snapshots)
-    snapshots.take_before()
-    launch = execution.prepare(
+@dataclass
+class Ready:
+    """A run made ready while the run before it worked (TaskPass.prepare_next): its folder,
+    answer file, command and process at its gate, so that between two agents only the input
+    is written before the process record and the go. Used by the step it was made for (same
+    agent, plan, input file and MCP server), otherwise discarded: its gate closes unused."""
+
+    agent_id: str
+    plan: RunPlan
+    cwd: Path
+    input_path: Path
+    output_path: Path
+    mcp: object
+    launch: execution.Launch
+    held: process.Held
+
+    def fits(self, agent_id: str, plan: RunPlan, mcp) -> bool:
+        alive = self.held.proc is not None and self.held.proc.poll() is None
+        return alive and (self.agent_id, self.plan, self.mcp) == (agent_id, plan, mcp)
+
+    def discard(self) -> None:
+        self.held.cancel()
+        self.launch.cleanup()
+
+
+def _prepare(owner: RunOwner, plan: RunPlan, cwd: Path, input_path: Path, output_path: Path, mcp):
+    return execution.prepare(
         cli_type=plan.cli_type,
         input_path=input_path,
         output_path=output_path,
@@ -260,13 +283,40 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
         include_dirs=owner.include_dirs(input_path),
         options=plan.options,
         cli_conf=owner.settings["cli_settings"].get(plan.cli_type),
-        mcp=execution.mcp_server_for(owner.workspace),
+        mcp=mcp,
     )
+
+
+def _spawn(launch: execution.Launch) -> process.Held:
+    return process.spawn(launch.command, cwd=str(launch.cwd), env=launch.env, spare=True)
+
+
+def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
+    ready = owner.take_ready(plan)
+    if ready is not None:
+        cwd, output_path = ready.cwd, ready.output_path
+    else:
+        cwd, problem = owner.run_directory()
+        if cwd is None:
+            recorder.status = RunStatus.FAILED
+            return Failure(problem)
+        output_path = fresh_output_path(owner.output_prefix)
+    input_path = owner.write_input(output_path)
+    if ready is not None and input_path != ready.input_path:  # (never: one input file a task)
+        ready.discard()
+        ready = None
+    snapshots = RunSnapshots(recorder, cwd, owner.snapshots)
+    snapshots.take_before()
+    if ready is not None:
+        launch, held = ready.launch, ready.held
+    else:
+        mcp = execution.mcp_server_for(owner.workspace)
+        launch, held = _prepare(owner, plan, cwd, input_path, output_path, mcp), None
     if isinstance(launch, execution.Execution):  # it cannot start: nothing ran
         run = launch
     else:
         try:
-            run = _launch(owner, recorder, launch)
+            run = _launch(owner, recorder, launch, held or _spawn(launch))
         finally:
             launch.cleanup()
     snapshots.take_after(count=False)  # a stopped run may have changed files too
@@ -285,10 +335,10 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
     return result
 
 
-def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
-    """Fork the CLI, record it, let it run, write its start and follow it to its end."""
+def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch, held: process.Held):
+    """Record the CLI's process (forked, at its gate), let it run, write its start, make the
+    next run ready and follow this one to its end."""
     recorder.use_working_directory(launch.cwd)
-    held = process.spawn(launch.command, cwd=str(launch.cwd), env=launch.env, spare=True)
     if held.start_error is None:
         try:
             _record(owner, held.started)
@@ -305,6 +355,10 @@ def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch):
                     raise Stopped from None  # (its task or chat went meanwhile)
                 raise
         owner.snapshots.start_counting()  # the totals of the run before, while this one works
+        try:
+            owner.prepare_next()
+        except Exception:  # only time lost: the next step makes its run ready itself
+            log.exception("Could not make the next run ready")
     waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(
         stop=owner.stop,
@@ -453,6 +507,7 @@ class TaskPass:
         self.activity_at: float | None = None  # when this pass last bumped the workspace
         self.settings: dict | None = None  # read once the pass may run
         self.pass_started = None  # its real start (kept when it continues where it stopped)
+        self.ready: Ready | None = None  # the next run, made ready while this one works
         # The agent whose run failed last time (its answer ends the failure streak).
         self.retried_agent_id = item.resume_agent_id
 
@@ -494,6 +549,9 @@ class TaskPass:
             self._fail_outside_a_step(internal_error_message(exc))
         finally:  # totals left for a next agent that did not come (the finish ended the pass)
             self.snapshots.write_later()
+            if self.ready is not None:  # (made for an agent that did not come)
+                self.ready.discard()
+                self.ready = None
 
     def _checks_by_hand(self) -> None:
         """A person's "Run checks" on an In Review task: the checks only, where its agents
@@ -792,6 +850,36 @@ class TaskPass:
             return False
         return True
 
+    def prepare_next(self) -> None:
+        """The next agent's run, as far as the agents read know, made ready while this one's
+        CLI works: its command and its process at the gate (not recorded: nothing runs)."""
+        agent = self._next_agent(self.agent.order)
+        if agent is None:
+            return
+        plan = plan_run(agent, limited=self.clis.limited, broken=self.clis.broken)
+        cwd, _problem = self.run_directory()
+        if isinstance(plan, Wait) or cwd is None:
+            return
+        output_path = fresh_output_path(self.output_prefix)
+        input_path = task_input_path(self.task.id)
+        mcp = execution.mcp_server_for(self.workspace)
+        launch = _prepare(self, plan, cwd, input_path, output_path, mcp)
+        if isinstance(launch, execution.Execution):  # it cannot start: the step will say why
+            return
+        held = _spawn(launch)
+        if held.start_error is not None:
+            launch.cleanup()
+            return
+        self.ready = Ready(agent.id, plan, cwd, input_path, output_path, mcp, launch, held)
+
+    def take_ready(self, plan: RunPlan) -> Ready | None:
+        ready, self.ready = self.ready, None
+        mcp = execution.mcp_server_for(self.workspace)
+        if ready is None or ready.fits(self.agent.id, plan, mcp):
+            return ready
+        ready.discard()
+        return None
+
     def continues(self, result) -> bool:
         """An answer that neither asks for review nor comes from the last agent: the next
         agent runs (as far as this pass knows before the finish decides)."""
@@ -985,6 +1073,12 @@ class ChatReply:
         return working_directory(self.workspace, self.working_folder)
 
     def after_run(self) -> None:
+        return None
+
+    def prepare_next(self) -> None:
+        """A reply is one step."""
+
+    def take_ready(self, _plan: RunPlan) -> None:
         return None
 
     def continues(self, _result) -> bool:
