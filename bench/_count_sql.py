@@ -6,6 +6,9 @@ Every database connection the worker opens gets an execute wrapper that counts s
 their first word (SELECT, INSERT, UPDATE, DELETE, SAVEPOINT, RELEASE, BEGIN, ...); COMMIT and
 ROLLBACK go to SQLite directly, not through a cursor, so they are counted on the connection.
 The programs the worker starts (`git`, the CLIs) are counted by name too, under "processes".
+Each CLI's reaping (the end of worker.process.Held.wait) and go (Held.release) are appended to
+`step-marks.txt` beside COUNTS_FILE (wall time, thread, the thread's CPU time): bench/gap.py
+splits each gap with them into the CLI's reaping, the worker's own step and the CLI's start.
 SIGUSR1 writes the totals to COUNTS_FILE as JSON (atomically, with a sequence number the bench
 waits for). The command itself runs exactly as `manage.py runworker` does (system checks
 included), through its name, so this keeps working whatever module holds the worker.
@@ -40,7 +43,38 @@ def count_statement(execute, sql, params, many, context):
     return execute(sql, params, many, context)
 
 
+marks = None
+
+
+def mark(tag: str) -> None:
+    line = f"{tag} {time.time():.6f} {threading.get_ident()} {time.thread_time():.6f}\n"
+    with lock:
+        marks.write(line)
+
+
+def mark_steps() -> None:
+    """Once Django is set up: the reaping and the go of every CLI, marked."""
+    from worker import process
+
+    if getattr(process.Held, "marked", False):
+        return
+    wait, release = process.Held.wait, process.Held.release
+
+    def marked_wait(self, *args, **kwargs):
+        try:
+            return wait(self, *args, **kwargs)
+        finally:
+            mark("reaped")
+
+    def marked_release(self):
+        mark("go")
+        return release(self)
+
+    process.Held.wait, process.Held.release, process.Held.marked = marked_wait, marked_release, True
+
+
 def instrument(sender, connection, **kwargs) -> None:
+    mark_steps()
     if count_statement not in connection.execute_wrappers:
         connection.execute_wrappers.append(count_statement)
     for name, kind in (("_commit", "COMMIT"), ("_rollback", "ROLLBACK")):
@@ -83,7 +117,9 @@ def dump(path: Path) -> None:
 
 
 def main() -> None:
+    global marks
     path = Path(sys.argv[1])
+    marks = path.with_name("step-marks.txt").open("a", buffering=1)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "malamar_site.settings")
     from django.db.backends.signals import connection_created
 

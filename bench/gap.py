@@ -18,6 +18,11 @@ Printed per case: the gap p50/p90 (CLI k exit -> CLI k+1 start, within a pass), 
 step the git processes the worker started, its SQL statements (BEGIN/COMMIT not counted, the
 idle rate subtracted as bench/runner.py does) and its CPU time with its children's (git and
 the fake CLI; the idle rate subtracted too): less sensitive than the gap to a busy machine.
+Each gap is also split by marks the counting worker writes (bench/_count_sql.py): the CLI's
+exit -> its reaping by the worker; the worker's own step from there to the next CLI's go (wall
+time, and the CPU time of the thread that runs it); the go -> that CLI's start (the gate's
+exec). `BENCH_FAKE_SLEEP_MS=100` makes every run last 100 ms (what comes after the go is then
+off the path; with 1 ms runs the worker may still be busy with the run's start when it ends).
 `--rounds N` runs the cases N times in turn (a fresh server and worker each round) and prints
 the median of the rounds' p50s.
 """
@@ -61,6 +66,7 @@ class Case:
     git_per_step: float = 0.0
     statements_per_step: float = 0.0
     cpu_per_step_ms: float = 0.0
+    parts: dict[str, list[float]] = field(default_factory=dict)  # the gap's parts (step_marks)
 
 
 def make_repository(root: Path, files: int) -> Path:
@@ -102,6 +108,30 @@ def cpu_seconds(stack: Stack) -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
+def step_marks(stack: Stack) -> list[tuple[str, float, str, float]]:
+    """(tag, time, thread, thread CPU time) of each CLI's reaping and go, in time order."""
+    path = stack.counts_file.with_name("step-marks.txt")
+    rows = [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+    return sorted((tag, float(at), thread, float(cpu)) for tag, at, thread, cpu in rows)
+
+
+def split_gap(case: Case, marks: list, exit_at: float, start_at: float) -> None:
+    """The gap's parts from the marks between one CLI's exit and the next one's start."""
+    inside = [m for m in marks if exit_at - 0.0002 <= m[1] <= start_at]
+    reaped = next((m for m in inside if m[0] == "reaped"), None)
+    go = next((m for m in inside if m[0] == "go" and reaped and m[1] >= reaped[1]), None)
+    if reaped is None or go is None or go[2] != reaped[2]:
+        return
+    parts = {
+        "reaped": reaped[1] - exit_at,
+        "own": go[1] - reaped[1],
+        "own CPU": go[3] - reaped[3],
+        "go -> start": start_at - go[1],
+    }
+    for name, seconds in parts.items():
+        case.parts.setdefault(name, []).append(seconds * 1000)
+
+
 def run_case(stack: Stack, case: Case, workspace_id: str, passes: int) -> None:
     stack.wait_in_review(stack.task(workspace_id, "warm-up"))
     idle_cpu, idle_per_s = idle_rates(stack, seconds=1.0)
@@ -121,11 +151,14 @@ def run_case(stack: Stack, case: Case, workspace_id: str, passes: int) -> None:
     by_task: dict[str, list] = {}
     for run in task_runs(stack.cli_log):
         by_task.setdefault(run.task_id, []).append(run)
+    marks = step_marks(stack)
     for task_id in task_ids:
         runs = sorted(by_task.get(task_id, []), key=lambda run: run.start)
         if len(runs) != AGENTS_PER_WORKSPACE:
             raise RuntimeError(f"task {task_id}: {len(runs)} CLI runs, not one pass of 4")
-        case.gaps += [(b.start - a.end) * 1000 for a, b in itertools.pairwise(runs)]
+        for a, b in itertools.pairwise(runs):
+            case.gaps.append((b.start - a.end) * 1000)
+            split_gap(case, marks, a.end, b.start)
 
 
 def one_round(args) -> list[Case]:
@@ -172,6 +205,11 @@ def main() -> None:
                 f"git/step {case.git_per_step:4.1f}  SQL/step {case.statements_per_step:5.1f}  "
                 f"CPU/step {case.cpu_per_step_ms:5.1f} ms"
             )
+            if case.parts:
+                parts = ", ".join(
+                    f"{name} {statistics.median(values):.2f}" for name, values in case.parts.items()
+                )
+                print(f"  {'':<52} p50s (ms): {parts} (n={len(case.parts['own'])})")
         time.sleep(1)
     if args.rounds > 1:
         print(f"median of {args.rounds} rounds (p50 / p90):")
