@@ -4,13 +4,15 @@ A step (`run_step`) walks one agent's run in order:
 1. the plan: which CLI and options (runner.plans, chosen by the owner before the step);
 2. the input file, from what the owner already read, and the run's command (execution.prepare);
 3. the fork: the CLI's process waits at its gate (process.spawn; a gate started while the
-   run before worked, when there is one);
+   run before worked, when there is one). In a task pass the command and the process are
+   made ready while the agent before works (`Ready`): between two agents, only the input is
+   written before the record and the go;
 4. the process record (`_record`, one statement), which is also the "still wanted" check.
    Only then may the CLI run (`release`): a worker killed before this point leaves nothing
    running;
 5. the start transaction (`_start`), while the CLI starts: the run row, the activity log and
    the events (a worker killed before its commit leaves a recorded process to its recovery);
-6. the stream, through the recorder, to the process's end;
+6. the stream, through the recorder, to the process's end (the next run made ready first);
 7. the finish transaction: the result read and applied through the owning app's services
    (tasks.services for a pass, chats.replies for a reply) with the run's final record.
 
