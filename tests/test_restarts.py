@@ -8,6 +8,7 @@ agents' runs once, then nothing until it works again."""
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -69,14 +70,13 @@ call_command("runworker")
 """
 
 
-@pytest.mark.live
-def test_a_worker_killed_between_fork_and_record_leaves_no_cli_running(live_stack, tmp_path):
-    stack = live_stack
+def _killed_holding(stack, script: str, mark: Path, description: str) -> tuple[dict, int]:
+    """The stack's worker replaced by one running `script`, which writes the pid of a task's
+    CLI to `mark` and holds there; then that worker is killed (-9). (task, pid)."""
     stack.worker.send_signal(signal.SIGTERM)
     stack.worker.wait(timeout=30)
-    mark = tmp_path / "forked"
     held = subprocess.Popen(
-        [sys.executable, "-c", HELD_AT_THE_RECORD, str(mark)],
+        [sys.executable, "-c", script, str(mark)],
         env=process_env(stack.data_dir, **stack.env),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -84,22 +84,28 @@ def test_a_worker_killed_between_fork_and_record_leaves_no_cli_running(live_stac
     )
     try:
         ws = stack.workspace(agents=[("Planner", "claude")])
-        task = stack.task(ws, "@fake comment-once done")
-        wait_until(mark.exists, timeout=60, what="the CLI's process before its record")
-        forked = int(mark.read_text())
-        held.send_signal(signal.SIGKILL)  # between the fork and the record
-        held.wait()
-        wait_until(
-            lambda: not alive(forked) or stack.task_runs(),
-            timeout=30,
-            what="the unrecorded process to end (or its CLI to start)",
-        )
-        assert stack.task_runs() == [], "the CLI ran although nobody had recorded it"
-        assert not alive(forked)
+        task = stack.task(ws, description)
+        wait_until(mark.exists, timeout=60, what="the worker to hold")
+        return task, int(mark.read_text())
     finally:
-        if held.poll() is None:
-            held.kill()
-            held.wait()
+        held.kill()
+        held.wait()
+
+
+@pytest.mark.live
+def test_a_worker_killed_between_fork_and_record_leaves_no_cli_running(live_stack, tmp_path):
+    stack = live_stack
+    # killed between the fork and the record
+    task, forked = _killed_holding(
+        stack, HELD_AT_THE_RECORD, tmp_path / "forked", "@fake comment-once done"
+    )
+    wait_until(
+        lambda: not alive(forked) or stack.task_runs(),
+        timeout=30,
+        what="the unrecorded process to end (or its CLI to start)",
+    )
+    assert stack.task_runs() == [], "the CLI ran although nobody had recorded it"
+    assert not alive(forked)
 
     stack.start_worker()  # recovery: the pass runs again, once
     stack.wait_status(task, "in_review")
@@ -132,28 +138,11 @@ def test_a_worker_killed_before_a_started_clis_run_row_leaves_it_to_the_recovery
     """Killed after the go, before the run's row: the recorded CLI is killed by the next
     worker's recovery and the pass runs that agent again, once."""
     stack = live_stack
-    stack.worker.send_signal(signal.SIGTERM)
-    stack.worker.wait(timeout=30)
-    mark = tmp_path / "released"
-    held = subprocess.Popen(
-        [sys.executable, "-c", HELD_BEFORE_THE_RUN_ROW, str(mark)],
-        env=process_env(stack.data_dir, **stack.env),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    description = "@fake hold 120 comment-once done"
+    task, released = _killed_holding(
+        stack, HELD_BEFORE_THE_RUN_ROW, tmp_path / "released", description
     )
-    try:
-        ws = stack.workspace(agents=[("Planner", "claude")])
-        task = stack.task(ws, "@fake hold 120 comment-once done")
-        wait_until(mark.exists, timeout=60, what="the CLI released before its run row")
-        released = int(mark.read_text())
-        held.send_signal(signal.SIGKILL)
-        held.wait()
-        assert alive(released), "the CLI runs on, recorded"
-    finally:
-        if held.poll() is None:
-            held.kill()
-            held.wait()
+    assert alive(released), "the CLI runs on, recorded"
 
     stack.start_worker()  # recovery kills it; the pass runs the Planner again
     wait_until(lambda: not alive(released), timeout=30, what="the recovery to end the CLI")
