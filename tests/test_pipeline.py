@@ -606,3 +606,32 @@ def test_a_run_made_ready_before_its_agent_changed_is_made_again(fake_clis, monk
     assert made[0] not in recorded and len(recorded) == 2
     wait_until(lambda: not alive(made[0]), timeout=10, what="the unused gate to end")
     assert task.runs.get(agent_name="B").model.startswith("opus-new")  # as the CLI says it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_made_ready_whose_input_cannot_be_written_is_discarded(fake_clis, monkeypatch):
+    """The second agent's input cannot be written (a full disk): the run made ready for it is
+    discarded (its gate closed) and the pass fails as any fault in a pass does."""
+    made, recorded = _spy_ready(monkeypatch)
+    discarded, discard = [], pipeline.Ready.discard
+
+    def spied_discard(ready):
+        discarded.append(ready.held.started.pid)
+        discard(ready)
+
+    write_input = TaskPass.write_input
+
+    def full_disk(owner, output_path):
+        if owner.agent.name == "B":
+            raise OSError(28, "No space left on device")
+        return write_input(owner, output_path)
+
+    monkeypatch.setattr(pipeline.Ready, "discard", spied_discard)
+    monkeypatch.setattr(TaskPass, "write_input", full_disk)
+    task, item, _agents = _pass_of(["A", "B"])
+
+    _run_pass(item)
+
+    assert len(made) == 1 and discarded == made and len(recorded) == 1
+    task.refresh_from_db()
+    assert task.failure_streak == 1

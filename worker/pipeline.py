@@ -303,7 +303,12 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
             recorder.status = RunStatus.FAILED
             return Failure(problem)
         output_path = fresh_output_path(owner.output_prefix)
-    input_path = owner.write_input(output_path)
+    try:
+        input_path = owner.write_input(output_path)
+    except BaseException:
+        if ready is not None:
+            ready.discard()
+        raise
     if ready is not None and input_path != ready.input_path:  # (never: one input file a task)
         ready.discard()
         ready = None
