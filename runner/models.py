@@ -51,6 +51,21 @@ class QueueItemQuerySet(models.QuerySet):
         worker whose runs another worker took over writes nothing."""
         return self.filter(id=item.id, worker_id=item.worker_id)
 
+    def continue_at(self, item, **fields) -> bool:
+        """Where the item's pass goes on if its worker dies now (`fields`, e.g. the next agent),
+        in the caller's transaction. One UPDATE on a compiled condition: every step's finish
+        writes it."""
+        model = self.model
+
+        def ours(item_id, worker_id=None):
+            return model.objects.filter(id=item_id, worker_id=worker_id)
+
+        values = {"item_id": item.id}
+        if item.worker_id is not None:
+            values["worker_id"] = item.worker_id
+        key = ("continue_at", model._meta.label, item.worker_id is None, *fields)
+        return compiled_update(key, ours, fields, **values) > 0
+
     def finish(self, item, status: str) -> bool:
         """in_progress → completed/failed, forgetting the process (it has ended). False when
         the item was not ours to finish (taken over, or ended already)."""

@@ -542,6 +542,14 @@ def task_step_answered(
     return finished, False
 
 
+def task_pass_continues_at(*, item: TaskQueueItem, agent) -> None:
+    """A step's finish with another agent next: the pass goes on at that agent if its worker
+    dies before that agent's process is recorded (whose record says it again). Without it a
+    worker killed between the two resumed at the agent that had just answered: a paid run
+    again. Inside the step's finish transaction."""
+    TaskQueueItem.objects.continue_at(item, resume_agent_id=agent.id)
+
+
 def task_pass_end(*, task: Task, item: TaskQueueItem, pass_started, settings=None) -> None:
     """Every agent had its turn. A pass in which somebody commented (or that left a comment no
     agent has read) makes the agents go around again, from the first; one where all skipped

@@ -635,3 +635,33 @@ def test_a_run_made_ready_whose_input_cannot_be_written_is_discarded(fake_clis, 
     assert len(made) == 1 and discarded == made and len(recorded) == 1
     task.refresh_from_db()
     assert task.failure_streak == 1
+
+
+class WorkerDied(BaseException):
+    """What a kill -9 would do to the worker at that point: nothing after it runs."""
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_dies_between_a_finish_and_the_next_start_resumes_at_the_next_agent(
+    fake_clis, monkeypatch
+):
+    """A's answer is applied; the worker dies before B's process is recorded: the pass goes
+    on at B, not at A (whose run would be paid for again)."""
+    record, calls = pipeline._record, []
+
+    def dies_at_b(owner, started):
+        calls.append(owner.agent.name)
+        if owner.agent.name == "B":
+            raise WorkerDied
+        record(owner, started)
+
+    monkeypatch.setattr(pipeline, "_record", dies_at_b)
+    task, item, agents = _pass_of(["A", "B", "C"])
+
+    with pytest.raises(WorkerDied):
+        _run_pass(item)
+
+    assert calls == ["A", "B"]
+    assert TaskQueueItem.objects.get(id=item.id).resume_agent_id == agents[1].id
+    assert list(task.runs.values_list("agent_name", "status")) == [("A", "completed")]

@@ -929,6 +929,9 @@ class TaskPass:
             touch_workspace=self._activity_due(wrote=wrote),
         )
         self._remember(finished)
+        following = None if self.ended else self._next_agent(self.agent.order)
+        if following is not None:
+            task_services.task_pass_continues_at(item=self.item, agent=following)
 
 
 # chat replies ------------------------------------------------------------------------------
