@@ -3,6 +3,7 @@ the statements the worker sends per agent step (DESIGN "One run pipeline": a lea
 
 import collections
 import os
+import shutil
 import threading
 import time
 from datetime import timedelta
@@ -665,3 +666,37 @@ def test_a_worker_that_dies_between_a_finish_and_the_next_start_resumes_at_the_n
     assert calls == ["A", "B"]
     assert TaskQueueItem.objects.get(id=item.id).resume_agent_id == agents[1].id
     assert list(task.runs.values_list("agent_name", "status")) == [("A", "completed")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_working_directory_removed_while_the_agent_before_works_is_said_as_before(
+    fake_clis, monkeypatch, tmp_path
+):
+    """The next run was made ready in the workspace's folder, then the folder went (once the
+    agent before ended): that run is discarded and the step fails with the usual words."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    apply = TaskPass.apply
+
+    def apply_then_remove_folder(owner, result):
+        apply(owner, result)
+        if owner.agent.name == "A":
+            shutil.rmtree(folder)
+
+    made, recorded = _spy_ready(monkeypatch)
+    monkeypatch.setattr(TaskPass, "apply", apply_then_remove_folder)
+    workspace = workspace_create(
+        title="Static", working_directory_mode="static", working_directory_path=str(folder)
+    )
+    for name in ("A", "B"):
+        agent_create(workspace=workspace, name=name, instruction="Go.", cli_type="claude")
+    task = task_create(workspace=workspace, summary="Go")
+    item = TaskQueueItem.objects.get(task=task)
+    assert TaskQueueItem.objects.claim(item.id)
+
+    _run_pass(item)
+
+    assert len(made) == 1 and recorded == recorded[:1]
+    wait_until(lambda: not alive(made[0]), timeout=10, what="the unused gate to end")
+    comment = task.comments.get()
+    assert f"Working directory {folder} does not exist" in comment.content

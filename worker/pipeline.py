@@ -266,8 +266,11 @@ class Ready:
     held: process.Held
 
     def fits(self, agent_id: str, plan: RunPlan, mcp) -> bool:
+        """Made for this step, its gate waiting, its folder still there (else the step says
+        that the folder is gone, as it always did)."""
         alive = self.held.proc is not None and self.held.proc.poll() is None
-        return alive and (self.agent_id, self.plan, self.mcp) == (agent_id, plan, mcp)
+        same = (self.agent_id, self.plan, self.mcp) == (agent_id, plan, mcp)
+        return alive and same and self.cwd.is_dir()
 
     def discard(self) -> None:
         self.held.cancel()
