@@ -53,18 +53,22 @@ class QueueItemQuerySet(models.QuerySet):
 
     def continue_at(self, item, **fields) -> bool:
         """Where the item's pass goes on if its worker dies now (`fields`, e.g. the next agent),
-        in the caller's transaction. One UPDATE on a compiled condition: every step's finish
-        writes it."""
-        model = self.model
+        in the caller's transaction. Every step's finish writes it."""
 
         def ours(item_id, worker_id=None):
-            return model.objects.filter(id=item_id, worker_id=worker_id)
+            return self.model.objects.filter(id=item_id, worker_id=worker_id)
 
+        return self._update_compiled(item, "continue_at", ours, fields) > 0
+
+    def _update_compiled(self, item, name: str, build, changes: dict) -> int:
+        """`build(item_id, worker_id)`'s rows for `item` updated with `changes`, in one UPDATE
+        whose condition is compiled once (core.compiled_queries): building the update cost
+        more than running it, on the path between two agents."""
         values = {"item_id": item.id}
         if item.worker_id is not None:
             values["worker_id"] = item.worker_id
-        key = ("continue_at", model._meta.label, item.worker_id is None, *fields)
-        return compiled_update(key, ours, fields, **values) > 0
+        key = (name, self.model._meta.label, item.worker_id is None, *changes)
+        return compiled_update(key, build, changes, **values)
 
     def finish(self, item, status: str) -> bool:
         """in_progress → completed/failed, forgetting the process (it has ended). False when
@@ -81,20 +85,13 @@ class QueueItemQuerySet(models.QuerySet):
         else the item keeps about the run (where a task pass continues). One statement (no
         join) that is also the start's "still wanted" check: False, nothing written, when the
         item was stopped (every move by a user asks that), is gone (with its task or chat) or
-        is no longer ours. The finish checks the rest (`wanted()`). Its condition is compiled
-        once (core.compiled_queries): building the update cost more than running it, at every
-        agent's start."""
-        model = self.model
+        is no longer ours. The finish checks the rest (`wanted()`)."""
 
         def unstopped(item_id, worker_id=None):
-            return model.objects.unstopped().filter(id=item_id, worker_id=worker_id)
+            return self.model.objects.unstopped().filter(id=item_id, worker_id=worker_id)
 
-        values = {"item_id": item.id}
-        if item.worker_id is not None:
-            values["worker_id"] = item.worker_id
         changes = {"pid": pid, "pgid": pgid, "process_started_at": started_at, **fields}
-        key = ("record_process", model._meta.label, item.worker_id is None)
-        return compiled_update(key, unstopped, changes, **values) > 0
+        return self._update_compiled(item, "record_process", unstopped, changes) > 0
 
     def pause(self, item, *, cli_type: str, **resume) -> bool:
         """in_progress → queued, waiting for `cli_type` (out of quota); `resume` says where the

@@ -253,13 +253,13 @@ def _close(recorder: RunRecorder) -> None:
 class Ready:
     """A run made ready while the run before it worked (TaskPass.prepare_next): its folder,
     answer file, command and process at its gate, so that between two agents only the input
-    is written before the process record and the go. Used by the step it was made for (same
-    agent, plan, input file and MCP server), otherwise discarded: its gate closes unused."""
+    is written before the process record and the go (to the task's one input file, which its
+    command names). Used by the step it was made for (same agent, plan and MCP server),
+    otherwise discarded: its gate closes unused."""
 
     agent_id: str
     plan: RunPlan
     cwd: Path
-    input_path: Path
     output_path: Path
     mcp: object
     launch: execution.Launch
@@ -312,9 +312,6 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
         if ready is not None:
             ready.discard()
         raise
-    if ready is not None and input_path != ready.input_path:  # (never: one input file a task)
-        ready.discard()
-        ready = None
     snapshots = RunSnapshots(recorder, cwd, owner.snapshots)
     snapshots.take_before()
     if ready is not None:
@@ -880,7 +877,7 @@ class TaskPass:
         if held.start_error is not None:
             launch.cleanup()
             return
-        self.ready = Ready(agent.id, plan, cwd, input_path, output_path, mcp, launch, held)
+        self.ready = Ready(agent.id, plan, cwd, output_path, mcp, launch, held)
 
     def take_ready(self, plan: RunPlan) -> Ready | None:
         ready, self.ready = self.ready, None

@@ -480,8 +480,9 @@ class Held:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=KILLED_EXIT_SECONDS)
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                pipe and pipe.close()
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
     def wait(
         self,
