@@ -11,7 +11,7 @@ from tests.browser.conftest import new_page, release_the_cli
 
 pytestmark = pytest.mark.browser
 
-RUN_TIMEOUT = 20_000
+RUN_TIMEOUT = 30_000
 
 
 def test_trace_lines_appear_while_the_cli_is_still_running(browser, stack):

@@ -169,7 +169,7 @@ def test_the_agent_dialog_follows_the_chosen_cli(page, server):
     page.route("**/agents/cli-settings/**", lambda route: held.append(route))
     dialog.get_by_label("Claude Code").check()
     model.fill("sonnet")
-    wait_until(lambda: page.evaluate("true") and held, timeout=10, what="the pick's request")
+    wait_until(lambda: page.evaluate("true") and held, timeout=30, what="the pick's request")
     held[0].continue_()
     page.unroute("**/agents/cli-settings/**")
     expect(dialog.locator("datalist#agent-models")).to_have_attribute("data-cli", "claude")

@@ -353,7 +353,7 @@ def test_a_very_long_summary_keeps_the_popup_actions_and_comment_box_in_reach(
     expect(title).to_have_css("overflow-y", "auto")
     wait_until(
         lambda: title.evaluate("(el) => el.scrollHeight > el.clientHeight"),
-        timeout=10,
+        timeout=30,
         what="the summary box to scroll",
     )
     page.console_errors.check()
@@ -481,7 +481,7 @@ def test_an_event_committed_before_the_stream_connects_still_reaches_the_page(br
     expect(page.locator("body")).not_to_have_attribute("data-live-state", "open")
     # The stream waits (its request may come after the popup shows; Playwright hands it to
     # the route during one of its own calls, hence the evaluate).
-    wait_until(lambda: page.evaluate("true") and held, timeout=10, what="the stream's request")
+    wait_until(lambda: page.evaluate("true") and held, timeout=30, what="the stream's request")
     page.evaluate(
         """() => document.body.addEventListener("malamar:task.comment_added",
              () => { document.body.dataset.commentEvent = "seen"; })"""

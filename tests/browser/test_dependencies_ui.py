@@ -8,7 +8,7 @@ from tests.browser.conftest import new_page
 
 pytestmark = pytest.mark.browser
 
-RUN_TIMEOUT = 20_000  # a fake CLI run plus the worker's pick-up
+RUN_TIMEOUT = 30_000  # a fake CLI run plus the worker's pick-up
 
 
 def card(page, status, summary):

@@ -11,7 +11,7 @@ from tests.browser.conftest import PHONE, new_page, release_the_cli
 
 pytestmark = pytest.mark.browser
 
-RUN_TIMEOUT = 20_000  # a fake CLI run plus the worker's pick-up
+RUN_TIMEOUT = 30_000  # a fake CLI run plus the worker's pick-up
 
 
 def board(page, stack, workspace, query=""):
