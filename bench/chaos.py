@@ -1,7 +1,9 @@
 """kill -9 the worker at random moments while passes run, and check what a person would: no
-agent's answered run is paid for again, no CLI is left running, no run stays "running".
+agent's answered run is paid for again, no CLI is left running, no run stays "running", and
+with `--comments`, no comment of theirs is lost.
 
     .venv/bin/python bench/chaos.py [--seed 1] [--kills 40] [--workspaces 3] [--tasks 6]
+                                    [--comments N]
 
 A real server and worker (bench/runner.py's Stack, the fake CLI in C answering "skip" after a
 random 5-60 ms), `--workspaces` workspaces of 4 agents with `--tasks` tasks each. Every 0.05-0.6
@@ -10,9 +12,18 @@ task is In Review. Then, per task: the agents whose runs completed must be A0, A
 each and in order (a run killed mid-way is "interrupted" and runs again: that is the crash's
 cost; an agent that completed and ran again after a restart is a paid run lost). Prints the
 tasks that break that, the runs left "running" and the CLIs still alive; exits 1 if any.
+
+`--comments N`: the agents are tests/fakes' CLI (which logs the input each run read), A1
+comments once per task (so a task's first pass loops once more), and N comments of the person
+are posted on random tasks at random moments of the chaos (on a task In Review too, which sends
+it back). It ends when all are posted and every task is In Review with nothing queued. Then,
+per task, the completed runs must be whole loops A0-A3, A0-A3, ... (an agent twice in a row is
+a paid run lost, one missing a lost step), and every comment of the person must be in the input
+of some run (DESIGN "No lost comment").
 """
 
 import argparse
+import json
 import random
 import shutil
 import signal
@@ -28,6 +39,7 @@ import psutil
 from bench.runner import ROOT, Stack
 
 AGENTS = ["A0", "A1", "A2", "A3"]
+FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
 
 
 def main() -> int:
@@ -36,63 +48,101 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=40)
     parser.add_argument("--workspaces", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=6, help="per workspace")
+    parser.add_argument("--comments", type=int, default=0, help="the person's, posted meanwhile")
     args = parser.parse_args()
     chance = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="malamar-chaos-"))
     stack = Stack(root, via="manage", count_sql=False)
     stack.env["BENCH_FAKE_SLEEP_MS"] = "5-60"
+    fake_log = root / "fake.jsonl"
+    if args.comments:
+        stack.env["PATH"] = f"{FAKES_BIN}:{stack.env['PATH']}"
+        stack.env.update({"MALAMAR_FAKE_LOG": str(fake_log), "MALAMAR_FAKE_LOG_INPUT": "1"})
     stack.start()
     try:
         tasks = []
         for n in range(args.workspaces):
             workspace = stack.api("POST", "/workspaces", {"title": f"W{n}"})["id"]
             for name in AGENTS:
-                agent = {"name": name, "cli_type": "codex", "instruction": "Go."}
+                instruction = "Go."
+                if args.comments and name == "A1":
+                    instruction += "\n@fake comment-once A plan for this task"
+                agent = {"name": name, "cli_type": "codex", "instruction": instruction}
                 stack.api("POST", f"/workspaces/{workspace}/agents", agent)
             tasks += [stack.task(workspace, f"t{k}") for k in range(args.tasks)]
-        kills = chaos(stack, chance, args.kills, len(tasks))
-        return report(stack, kills)
+        kills, posted = chaos(stack, chance, args.kills, tasks, args.comments)
+        return report(stack, kills, posted, fake_log if args.comments else None)
     finally:
         stack.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
-def chaos(stack: Stack, chance: random.Random, most: int, tasks: int) -> int:
+def chaos(stack: Stack, chance: random.Random, most: int, tasks: list, comments: int):
     worker = [sys.executable, str(ROOT / "manage.py"), "runworker"]
-    kills, deadline = 0, time.monotonic() + 600
+    kills, posted, deadline = 0, [], time.monotonic() + 600
     while time.monotonic() < deadline:
         time.sleep(chance.uniform(0.05, 0.6))
-        if stack.sql("SELECT count(*) FROM tasks WHERE status = 'in_review'")[0][0] == tasks:
+        if len(posted) < comments and chance.random() < 0.5:
+            content = f"Person's note {len(posted) + 1} ({chance.randrange(10**6)})"
+            stack.api("POST", f"/tasks/{chance.choice(tasks)}/comments", {"content": content})
+            posted.append(content)
+        if len(posted) == comments and settled(stack, len(tasks)):
             break
         if kills < most:
             stack.procs["worker"].send_signal(signal.SIGKILL)
             stack.procs["worker"].wait()
             kills += 1
             stack._spawn("worker", worker)
-    return kills
+    return kills, posted
 
 
-def report(stack: Stack, kills: int) -> int:
+def settled(stack: Stack, tasks: int) -> bool:
+    """Every task In Review, no pass queued or running."""
+    in_review = stack.sql("SELECT count(*) FROM tasks WHERE status = 'in_review'")[0][0]
+    waiting = "SELECT count(*) FROM task_queue WHERE status IN ('queued', 'in_progress')"
+    return in_review == tasks and stack.sql(waiting)[0][0] == 0
+
+
+def whole_loops(names: list[str]) -> bool:
+    return len(names) % len(AGENTS) == 0 and names == AGENTS * (len(names) // len(AGENTS))
+
+
+def report(stack: Stack, kills: int, posted: list[str], fake_log: Path | None) -> int:
     time.sleep(2)  # the last runs' processes end
     statuses = dict(stack.sql("SELECT status, count(*) FROM tasks GROUP BY status"))
     running = stack.sql("SELECT count(*) FROM agent_runs WHERE status = 'running'")[0][0]
-    paid_twice = []
+    runs_by_status = dict(stack.sql("SELECT status, count(*) FROM agent_runs GROUP BY status"))
+    broken = []
     for (task_id,) in stack.sql("SELECT id FROM tasks"):
         runs = stack.sql(
             "SELECT agent_name, status FROM agent_runs WHERE task_id = ? ORDER BY started_at",
             task_id,
         )
-        if [name for name, status in runs if status == "completed"] != AGENTS:
-            paid_twice.append((task_id, runs))
-    alive = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "codex"]
+        completed = [name for name, status in runs if status == "completed"]
+        if completed != AGENTS and not (fake_log and completed and whole_loops(completed)):
+            broken.append((task_id, runs))
+    alive = [
+        p
+        for p in psutil.process_iter(["name", "cmdline"])
+        if p.info["name"] == "codex" or "fakecli" in " ".join(p.info["cmdline"] or ())
+    ]
+    rule = "whole loops A0-A3" if fake_log else "A0-A3 once each"
     print(
-        f"{kills} kills; tasks by status {statuses}; runs left running {running}; "
-        f"tasks whose completed runs are not A0-A3 once each {len(paid_twice)}; "
-        f"CLIs alive {len(alive)}"
+        f"{kills} kills; tasks by status {statuses}; runs by status {runs_by_status}; "
+        f"runs left running {running}; "
+        f"tasks whose completed runs are not {rule} {len(broken)}; CLIs alive {len(alive)}"
     )
-    for task_id, runs in paid_twice[:5]:
+    for task_id, runs in broken[:5]:
         print(f"  {task_id}: {runs}")
-    return 1 if running or paid_twice or alive or set(statuses) != {"in_review"} else 0
+    lost = []
+    if fake_log:
+        inputs = [json.loads(line).get("input") or "" for line in fake_log.open()]
+        lost = [note for note in posted if not any(note in text for text in inputs)]
+        print(f"{len(posted)} comments of the person; in no agent's input {len(lost)}")
+        for note in lost[:5]:
+            print(f"  lost: {note}")
+    failed = running or broken or alive or lost or set(statuses) != {"in_review"}
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -792,6 +792,17 @@ def test_log_records_each_start(box, tmp_path):
     assert opencode["stdin"] == box.prompt
     assert opencode["input_path"] == str(box.input)
     assert (codex["argv"], codex["input_path"]) == (["--bogus"], None)
+    assert "input" not in claude  # only when asked for
+
+
+def test_log_records_the_input_as_read_when_asked(box, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    box.task(description="Mind the cart")
+    env = {"MALAMAR_FAKE_LOG": str(log), "MALAMAR_FAKE_LOG_INPUT": "1"}
+    box.run("claude", env=env)
+    box.input.write_text("Changed after the run")
+    (record,) = jsonl(log.read_text())
+    assert "Mind the cart" in record["input"]
 
 
 # ------------------------------------------------------------------------------ flags
