@@ -46,6 +46,7 @@ from worker import pickup, process
 from worker.execution import RUN_CONFIG_DIR, execute, interpret, mcp_server_for
 from worker.pipeline import task_input_text
 from worker.process import ProcessResult
+from workspaces.models import Workspace
 from workspaces.services import workspace_create
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -381,7 +382,8 @@ def test_compiled_models_are_what_the_queryset_gives_for_each_calls_values(
         built.append(workspace_id)
         return Task.objects.select_related("workspace").filter(workspace_id=workspace_id)
 
-    other_workspace = workspace_create(title="Other")
+    checks = [{"name": "tests", "command": "pytest -q", "timeout_minutes": 5}]
+    other_workspace = workspace_create(title="Other", checks=checks)
     ours = task_create(workspace=workspace, summary="ours")
     theirs = task_create(workspace=other_workspace, summary="theirs")
     for workspace_id, task in ((workspace.id, ours), (other_workspace.id, theirs)):
@@ -393,6 +395,10 @@ def test_compiled_models_are_what_the_queryset_gives_for_each_calls_values(
             (f.name, getattr(expected, f.attname)) for f in Task._meta.concrete_fields
         ]
         assert found.created_at.tzinfo is not None and not found._state.adding
+        fields = Workspace._meta.concrete_fields  # (a JSON field among them)
+        assert [getattr(found.workspace, f.attname) for f in fields] == [
+            getattr(expected.workspace, f.attname) for f in fields
+        ]
     assert len(built) == 1  # the second call used the first one's SQL
 
 
