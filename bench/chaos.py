@@ -3,7 +3,7 @@ agent's answered run is paid for again, no CLI is left running, no run stays "ru
 with `--comments`, no comment of theirs is lost.
 
     .venv/bin/python bench/chaos.py [--seed 1] [--kills 40] [--workspaces 3] [--tasks 6]
-                                    [--comments N]
+                                    [--comments N] [--postgres [--workers 3]]
 
 A real server and worker (bench/runner.py's Stack, the fake CLI in C answering "skip" after a
 random 5-60 ms), `--workspaces` workspaces of 4 agents with `--tasks` tasks each. Every 0.05-0.6
@@ -20,6 +20,10 @@ it back). It ends when all are posted and every task is In Review with nothing q
 per task, the completed runs must be whole loops A0-A3, A0-A3, ... (an agent twice in a row is
 a paid run lost, one missing a lost step), and every comment of the person must be in the input
 of some run (DESIGN "No lost comment").
+
+`--postgres`: on a PostgreSQL of its own (Debian's, as the tests start it) with `--workers`
+workers (DESIGN "Scale-out"); each kill takes a random one, whose runs another worker takes
+over once its heartbeat is stale (0.5 s beats, stale after 3 s here).
 """
 
 import argparse
@@ -40,6 +44,7 @@ from bench.runner import ROOT, Stack
 
 AGENTS = ["A0", "A1", "A2", "A3"]
 FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
+WORKER = [sys.executable, str(ROOT / "manage.py"), "runworker"]
 
 
 def main() -> int:
@@ -49,16 +54,29 @@ def main() -> int:
     parser.add_argument("--workspaces", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=6, help="per workspace")
     parser.add_argument("--comments", type=int, default=0, help="the person's, posted meanwhile")
+    parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--workers", type=int, default=3, help="with --postgres")
     args = parser.parse_args()
     chance = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="malamar-chaos-"))
     stack = Stack(root, via="manage", count_sql=False)
+    postgres = None
+    if args.postgres:
+        from tests.services import Postgres
+
+        postgres = Postgres().start()
+        stack.env["DATABASE_URL"] = postgres.url("postgres")
+        stack.env["MALAMAR_WORKER_HEARTBEAT"] = "0.5"
+        stack.env["MALAMAR_WORKER_STALE_AFTER"] = "3"
+        stack.sql = Query(postgres.url("postgres"))
     stack.env["BENCH_FAKE_SLEEP_MS"] = "5-60"
     fake_log = root / "fake.jsonl"
     if args.comments:
         stack.env["PATH"] = f"{FAKES_BIN}:{stack.env['PATH']}"
         stack.env.update({"MALAMAR_FAKE_LOG": str(fake_log), "MALAMAR_FAKE_LOG_INPUT": "1"})
     stack.start()
+    for n in range(1, args.workers if args.postgres else 1):
+        stack._spawn(f"worker{n}", WORKER)
     try:
         tasks = []
         for n in range(args.workspaces):
@@ -74,11 +92,26 @@ def main() -> int:
         return report(stack, kills, posted, fake_log if args.comments else None)
     finally:
         stack.stop()
+        if postgres:
+            postgres.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
+class Query:
+    """stack.sql on PostgreSQL: the same queries ("?" placeholders), autocommit."""
+
+    def __init__(self, url: str):
+        self.url, self.conn = url, None
+
+    def __call__(self, query: str, *params) -> list[tuple]:
+        import psycopg
+
+        if self.conn is None:
+            self.conn = psycopg.connect(self.url, autocommit=True)
+        return self.conn.execute(query.replace("?", "%s"), params).fetchall()
+
+
 def chaos(stack: Stack, chance: random.Random, most: int, tasks: list, comments: int):
-    worker = [sys.executable, str(ROOT / "manage.py"), "runworker"]
     kills, posted, deadline = 0, [], time.monotonic() + 600
     while time.monotonic() < deadline:
         time.sleep(chance.uniform(0.05, 0.6))
@@ -89,10 +122,11 @@ def chaos(stack: Stack, chance: random.Random, most: int, tasks: list, comments:
         if len(posted) == comments and settled(stack, len(tasks)):
             break
         if kills < most:
-            stack.procs["worker"].send_signal(signal.SIGKILL)
-            stack.procs["worker"].wait()
+            name = chance.choice(sorted(name for name in stack.procs if name.startswith("worker")))
+            stack.procs[name].send_signal(signal.SIGKILL)
+            stack.procs[name].wait()
             kills += 1
-            stack._spawn("worker", worker)
+            stack._spawn(name, WORKER)
     return kills, posted
 
 
