@@ -9,7 +9,9 @@ real values where the stand-ins were. A value may be a string or an aware dateti
 changes the SQL's shape (e.g. the number of items of an IN list) belongs in `key`.
 `compiled_models(key, build, **values)` runs such a query and returns its model instances, with
 what it `select_related` (as iterating the queryset would; `raw()` cannot follow relations);
-`compiled_update(key, build, changes, **values)` updates the rows it selects.
+`compiled_update(key, build, changes, **values)` updates the rows it selects;
+`update_row(model, pk, **changes)` one row by its primary key (a status move, a workspace's
+last activity: ~0.05 ms of CPU where building the queryset's UPDATE took ~0.3).
 `insert(objs)` is `bulk_create(objs)` for new rows whose generated ids nobody reads back (trace
 rows, the outbox's events, log entries: a step's finish writes each), its SQL built once per
 model, columns and row count (~0.03 ms of CPU for three rows, where bulk_create took ~0.19).
@@ -155,6 +157,32 @@ def compiled_update(key: tuple, build: Callable[..., QuerySet], changes: dict, *
         return cursor.rowcount
 
 
+def update_row(model: type[Model], pk, **changes) -> int:
+    """`model.objects.filter(pk=pk).update(**changes)` for plain values (no expressions), its
+    SQL built once per model and columns: how many rows it changed (0 or 1)."""
+    connection = connections["default"]
+    meta = model._meta
+    fields = [meta.get_field(name) for name in changes]
+    key = (connection.vendor, meta.label, *changes)
+    sql = _updates.get(key)
+    if sql is None:
+        name = connection.ops.quote_name
+        columns = ", ".join(f"{name(field.column)} = %s" for field in fields)
+        sql = f"UPDATE {name(meta.db_table)} SET {columns} WHERE {name(meta.pk.column)} = %s"
+        with _lock:
+            _updates[key] = sql
+    params = []
+    for field, value in zip(fields, changes.values(), strict=True):
+        if hasattr(value, "resolve_expression"):
+            raise TypeError(f"update_row takes plain values, not expressions: {field.name}")
+        params.append(field.get_db_prep_save(value, connection))
+    params.append(meta.pk.get_db_prep_value(pk, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+_updates: dict[tuple, str] = {}
 _inserts: dict[tuple, str] = {}
 
 

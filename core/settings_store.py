@@ -19,6 +19,7 @@ from django.core.validators import validate_email
 from django.db import transaction
 
 from core import events
+from core.compiled_queries import compiled_models
 from core.errors import ValidationFailed
 from core.models import Setting
 
@@ -88,10 +89,14 @@ def _is_mask_of(candidate, stored: str) -> bool:
     return isinstance(candidate, str) and bool(stored) and candidate == mask(stored)
 
 
+def _stored():
+    return Setting.objects.filter(key__in=list(DEFAULTS))
+
+
 def settings_get() -> dict:
     """All settings with defaults filled in (full secrets: for the worker and mailers only)."""
     values = copy.deepcopy(DEFAULTS)
-    for row in Setting.objects.filter(key__in=DEFAULTS):
+    for row in compiled_models(("settings_get",), _stored):  # (read at every pass's begin)
         if row.key == "cli_settings":
             for cli, conf in (row.value or {}).items():
                 if cli in values["cli_settings"] and isinstance(conf, dict):

@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents.models import Agent
 from core import events
 from core.actors import SYSTEM, USER, Actor, agent_actor
-from core.compiled_queries import compiled_models, insert
+from core.compiled_queries import compiled_models, insert, update_row
 from core.errors import Conflict, NotFound, ValidationFailed, require_text
 from core.fields import max_length_of
 from core.wake import wake_worker_on_commit
@@ -160,7 +160,7 @@ def _move(task: Task, status: str, actor: Actor) -> None:
     now = timezone.now()
     with transaction.atomic(savepoint=False):  # validated above: nothing to roll back alone
         task.status, task.updated_at = status, now
-        Task.objects.filter(id=task.id).update(status=status, updated_at=now)  # one UPDATE
+        update_row(Task, task.id, status=status, updated_at=now)
         if status not in RUNNABLE_STATUSES and task.is_priority:
             _set_priority(task, False)
         if old == TaskStatus.IN_PROGRESS and actor.type != "system":

@@ -15,10 +15,11 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from core.actors import USER
-from core.compiled_queries import compiled, compiled_models, insert
+from core.compiled_queries import compiled, compiled_models, insert, update_row
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import stderr_message
@@ -455,6 +456,27 @@ def test_a_compiled_insert_writes_the_rows_bulk_create_writes(
     insert([OutboxEvent(type="task.updated", payload={"a": "ü"})])
     event = OutboxEvent.objects.latest("id")
     assert event.payload == {"a": "ü"} and event.created_at >= when  # auto_now_add
+
+
+@pytest.mark.pg
+def test_update_row_changes_what_the_querysets_update_changes(task, django_assert_num_queries):
+    """core.compiled_queries.update_row (a status move, a workspace's last activity): one
+    UPDATE by primary key, the fields' own conversions (an aware datetime, JSON, a choice),
+    how many rows it changed; expressions are refused (their SQL is not a parameter)."""
+    other = task_create(workspace=task.workspace, summary="other")
+    when = timezone.now() - timedelta(days=3)
+    changes = {"status": "in_review", "updated_at": when, "checks_result": {"tests": ["é", 1]}}
+    with django_assert_num_queries(1):
+        assert update_row(Task, task.id, **changes) == 1
+    Task.objects.filter(id=other.id).update(**changes)
+    fields = ("status", "updated_at", "checks_result")
+    assert Task.objects.values_list(*fields).get(id=task.id) == (
+        Task.objects.values_list(*fields).get(id=other.id)
+    )
+    assert Task.objects.get(id=task.id).updated_at == when
+    assert update_row(Task, "no-such-task", status="done") == 0
+    with pytest.raises(TypeError):
+        update_row(Task, task.id, failure_streak=F("failure_streak") + 1)
 
 
 @pytest.mark.django_db(transaction=True)

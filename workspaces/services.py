@@ -6,6 +6,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import events
+from core.compiled_queries import update_row
 from core.errors import ValidationFailed, check_length, require_text
 from core.fields import max_length_of
 from core.models import Marker
@@ -65,7 +66,7 @@ def workspace_touch(workspace_id: str, *, now=None, configured: bool = False) ->
     task pass sees that on the workspace row it reads anyway and re-reads its agents."""
     now = now or timezone.now()
     changes = {"last_activity_at": now, **({"updated_at": now} if configured else {})}
-    Workspace.objects.filter(id=workspace_id).update(**changes)
+    update_row(Workspace, workspace_id, **changes)  # (on every step's and move's path)
 
 
 def _clean(fields: dict) -> dict:
