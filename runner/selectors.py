@@ -111,11 +111,17 @@ class CliStates:
 
 
 def cli_states() -> CliStates:
-    """The CLIs' states in one read (a task pass and a chat reply read it once)."""
-    rows = CliHealth.objects.filter(
-        Q(limited_since__isnull=False) | Q(status__in=HEALTH_MARKS)
-    ).values_list("cli_type", "status", "error", "limited_since")
-    rows = list(rows)
+    """The CLIs' states in one read (a task pass and a chat reply read it once: its SQL is
+    compiled once)."""
+
+    def query():
+        rows = CliHealth.objects.filter(Q(limited_since__isnull=False) | Q(status__in=HEALTH_MARKS))
+        return rows.values_list("cli_type", "status", "error", "limited_since")
+
+    sql, params = compiled(("cli_states",), query)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()  # (limited_since unconverted: only whether it is set counts)
     return CliStates(
         limited=frozenset(cli for cli, _s, _e, since in rows if since is not None),
         broken={

@@ -474,6 +474,10 @@ def _wanted_task_locked(by_hand: bool):
     return build
 
 
+def _agents_of(workspace_id):
+    return Agent.objects.filter(workspace_id=workspace_id).in_order()
+
+
 class TaskPass:
     """One pass of a task through the workspace's agents (one queue item = one pass), from the
     first agent or from where an earlier attempt stopped (a failure, a CLI's wait, a restart).
@@ -650,8 +654,8 @@ class TaskPass:
     def _next_agent(self, order: int | None) -> Agent | None:
         if self._agents_changed():
             workspace = self.task.workspace
-            agents = Agent.objects.filter(workspace_id=workspace.id).in_order()
-            self.workspace_agents, self.agents_read_at = list(agents), workspace.updated_at
+            agents = compiled_models(("pass_agents",), _agents_of, workspace_id=workspace.id)
+            self.workspace_agents, self.agents_read_at = agents, workspace.updated_at
             self.agents = [(agent.id, agent.name) for agent in self.workspace_agents]
             self.stall = stall_limits(workspace, settings=self.settings)
         resume = self.item.resume_agent_id
