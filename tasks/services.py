@@ -96,21 +96,27 @@ def _touch(task: Task, now) -> None:
 
 def queue_item_ensure(*, task: Task) -> TaskQueueItem:
     """Create the task's `queued` item, or bump the one that exists (never two)."""
-    now = timezone.now()
     item = TaskQueueItem.objects.queued().filter(task=task).first()
-    if item:
-        # A person's "Run checks" that had not started becomes the pass it now is.
-        phase = "" if item.phase == PassPhase.MANUAL else item.phase
-        TaskQueueItem.objects.filter(id=item.id).update(updated_at=now, phase=phase)
-        item.updated_at, item.phase = now, phase
-    else:
-        item = TaskQueueItem.objects.create(
-            task=task,
-            workspace_id=task.workspace_id,
-            is_priority=task.is_priority,
-            created_at=now,
-            updated_at=now,
-        )
+    if item is None:
+        return _queue_item_add(task)
+    # A person's "Run checks" that had not started becomes the pass it now is.
+    now, phase = timezone.now(), "" if item.phase == PassPhase.MANUAL else item.phase
+    TaskQueueItem.objects.filter(id=item.id).update(updated_at=now, phase=phase)
+    item.updated_at, item.phase = now, phase
+    wake_worker_on_commit(task_queued=True)
+    return item
+
+
+def _queue_item_add(task: Task) -> TaskQueueItem:
+    """The task's `queued` item, where it has none (a new task: no query to look)."""
+    now = timezone.now()
+    item = TaskQueueItem.objects.create(
+        task=task,
+        workspace_id=task.workspace_id,
+        is_priority=task.is_priority,
+        created_at=now,
+        updated_at=now,
+    )
     wake_worker_on_commit(task_queued=True)
     return item
 
@@ -215,7 +221,7 @@ def task_create(
         blockers = _clean_blockers(task, blocked_by)  # a new task has no dependents: no cycle
         task.created_at = task.updated_at = now
         task.save(force_insert=True)
-        queue_item_ensure(task=task)
+        _queue_item_add(task)
         log_add(task=task, event_type="task_created", actor=actor)
         _links_add(task, blockers, actor, now)
         workspace_touch(workspace.id, now=now)
