@@ -110,13 +110,14 @@ def queue_item_ensure(*, task: Task) -> TaskQueueItem:
 def _queue_item_add(task: Task) -> TaskQueueItem:
     """The task's `queued` item, where it has none (a new task: no query to look)."""
     now = timezone.now()
-    item = TaskQueueItem.objects.create(
+    item = TaskQueueItem(
         task=task,
         workspace_id=task.workspace_id,
         is_priority=task.is_priority,
         created_at=now,
         updated_at=now,
     )
+    insert([item])  # (its id is made here, not by the database)
     wake_worker_on_commit(task_queued=True)
     return item
 
@@ -220,7 +221,7 @@ def task_create(
         task = Task(workspace=workspace, summary=summary, description=description or "")
         blockers = _clean_blockers(task, blocked_by)  # a new task has no dependents: no cycle
         task.created_at = task.updated_at = now
-        task.save(force_insert=True)
+        insert([task])
         _queue_item_add(task)
         log_add(task=task, event_type="task_created", actor=actor)
         _links_add(task, blockers, actor, now)
