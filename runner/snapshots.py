@@ -159,6 +159,27 @@ def _ensure_store(path: Path, alternates: Path | None) -> None:
         info.write_text(wanted)
 
 
+def store_made_ahead(cwd: str | Path) -> None:
+    """The store of a folder that is no repository, made now if it has none yet: its first
+    snapshot with a change would make it (`git init`, ~3 ms) between two agents. Called
+    while the first agent works (worker.snapshotting). Never raises: `take` makes the store
+    itself when this could not."""
+    try:
+        root = Path(cwd).resolve()
+        if _repository(root) is not None:  # (its store came with its first snapshot)
+            return
+        path = store_path(store_name(root))
+        with _creating:
+            if not (path / "HEAD").exists():
+                _create_store(path)
+    except Exception:
+        log.warning("Could not make a snapshot store ahead", exc_info=True)
+
+
+def store_exists(name: str) -> bool:
+    return (store_path(name) / "HEAD").exists()
+
+
 STORE_CONFIG = {
     "gc.auto": "0",  # the cleanup job prunes, nothing else
     "core.bare": "false",  # it describes a work tree

@@ -255,6 +255,34 @@ def test_a_runs_totals_are_counted_while_the_next_agent_runs(monkeypatch):
     ]
 
 
+def test_a_new_folders_store_is_made_while_its_first_agent_works(monkeypatch):
+    """A task's new temp folder has no snapshot store until something is in it: the store
+    (`git init`) is made once the first agent's CLI started, beside it, not by the snapshot
+    between that agent and the next (worker.snapshotting: start_counting)."""
+    workspace = workspace_create(title="Temp")
+    create, spawn = snapshots._create_store, process.spawn
+    spawned, made = [], []
+
+    def creating(path):
+        made.append((threading.current_thread().name, len(spawned)))
+        return create(path)
+
+    def spawning(*args, **kwargs):
+        spawned.append(kwargs["env"]["PWD"])
+        return spawn(*args, **kwargs)
+
+    monkeypatch.setattr(snapshots, "_create_store", creating)
+    monkeypatch.setattr(process, "spawn", spawning)
+    edits = "@fake A: append a.txt one\\n\n@fake B: append a.txt two\\n"
+    task = run_task(workspace, edits, names=("A", "B"))
+
+    ((thread, started),) = made
+    assert (thread, started >= 1) == ("malamar-snapshot-store", True)  # once A's CLI started
+    first, second = task.runs.order_by("started_at")
+    assert second.tree_before == first.tree_after != snapshots.EMPTY_TREE
+    assert (first.lines_added, second.lines_added, second.task_lines_added) == (1, 1, 2)
+
+
 @pytest.mark.pg
 def test_a_branch_name_longer_than_the_column_is_cut_not_a_failed_run(tmp_path):
     # git allows long branch names (folders of refs); PostgreSQL refuses to store more than

@@ -205,6 +205,23 @@ def test_an_empty_folder_needs_no_git_and_no_store(tmp_path, git_calls):
     assert changes(empty, full) == {"a.txt": "added"}
 
 
+def test_a_store_made_ahead_is_the_one_the_first_change_uses(tmp_path, git_calls):
+    folder = tmp_path / "task"
+    folder.mkdir()
+    empty = snapshots.take(folder)
+    snapshots.store_made_ahead(folder)
+    assert git_calls == ["init"] and snapshots.store_exists(empty.store)
+    (folder / "a.txt").write_text("a\n")
+    full = snapshots.take(folder)
+    assert git_calls == ["init"] and changes(empty, full) == {"a.txt": "added"}
+    snapshots.store_made_ahead(folder)  # there already: nothing to do
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n"})
+    calls = len(git_calls)
+    snapshots.store_made_ahead(repo)  # a repository's store comes with its first snapshot
+    assert "init" not in git_calls[calls:]
+    assert not snapshots.store_exists(snapshots.store_name(repo.resolve()))
+
+
 @pytest.mark.parametrize(
     "change",
     [

@@ -43,6 +43,7 @@ class PassSnapshots:
         self.pair_totals: dict[tuple[str, str, str], dict] = {}  # by (store, before, after)
         self.ended: RunSnapshots | None = None  # the last run's, its totals not counted yet
         self.later: list[RunSnapshots] = []  # runs whose totals are written after their end
+        self.store_ahead: str | None = None  # a new folder whose store is made as its run works
 
     def before(self, cwd) -> snapshots.Snapshot | None:
         """The previous run's "after" when it is this run's "before": same folder, just now."""
@@ -76,11 +77,16 @@ class PassSnapshots:
 
     def start_counting(self) -> None:
         """The next agent's CLI runs: git counts what was left for later, in a thread (it
-        would hold this thread's interpreter lock on the way otherwise)."""
+        would hold this thread's interpreter lock on the way otherwise), and a new folder's
+        store is made (its first change would make it between two agents otherwise)."""
         for _run_snapshots, counting in self.later:
             if not counting.begun:
                 counting.begun = True
                 counting.start()
+        cwd, self.store_ahead = self.store_ahead, None
+        if cwd is not None:
+            name = "malamar-snapshot-store"
+            threading.Thread(target=snapshots.store_made_ahead, args=(cwd,), name=name).start()
 
     def counted_later(self, *, wait: bool) -> list["RunSnapshots"]:
         """The runs whose totals were left for later and are counted now, in their order, to
@@ -162,6 +168,10 @@ class RunSnapshots:
             self.before = None
             self._failed(exc)
             return
+        if self.before.tree == snapshots.EMPTY_TREE and not snapshots.store_exists(
+            self.before.store
+        ):  # a new folder (no store yet): made while this run works (start_counting)
+            self.memory.store_ahead = str(self.cwd)
         self._record(
             snapshot_store=self.before.store,
             tree_before=self.before.tree,
