@@ -6,7 +6,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from core import events
-from core.compiled_queries import compiled_update, insert
+from core.compiled_queries import compiled_update, insert, update_row
 from core.settings_store import settings_update
 from core.wake import wake_worker_on_commit
 from runner.clis import CliType
@@ -310,7 +310,7 @@ def agent_run_totals_record(*, run: AgentRun, fields: dict) -> None:
     if not fields:
         return
     with transaction.atomic(savepoint=False):
-        if not AgentRun.objects.filter(id=run.id).update(**fields):
+        if not update_row(AgentRun, run.id, **fields):
             return  # deleted with its task meanwhile
         if run.task_id:
             event = {"workspace_id": run.workspace_id, "task_id": run.task_id, "run_id": run.id}
