@@ -223,26 +223,35 @@ def test_one_snapshot_between_two_agents_and_none_while_nothing_changes(monkeypa
     assert (last.files_changed, last.task_files_changed, last.task_lines_added) == (0, 1, 4)
 
 
-def test_a_runs_totals_are_counted_while_the_next_agent_runs(monkeypatch):
+@pytest.fixture
+def spawned(monkeypatch) -> list:
+    """The working folders of the CLI processes started so far (made ready or not)."""
+    started, spawn = [], process.spawn
+
+    def spawning(*args, **kwargs):
+        started.append(kwargs["env"]["PWD"])
+        return spawn(*args, **kwargs)
+
+    monkeypatch.setattr(process, "spawn", spawning)
+    return started
+
+
+TWO_EDITS = "@fake A: append a.txt one\\n\n@fake B: append a.txt two\\n"
+
+
+def test_a_runs_totals_are_counted_while_the_next_agent_runs(monkeypatch, spawned):
     """The `git diff-tree` of a run's totals is not between one agent and the next: it runs
     once the next agent's CLI started (its totals reach the run's row with a later finish,
     their task.changes_updated with them); the last run's totals come with its own record."""
     workspace = workspace_create(title="Temp")
-    count, spawn = diffs.totals_between, process.spawn
-    spawned, counted_after = [], []
+    count, counted_after = diffs.totals_between, []
 
     def counting(store, pairs):
         counted_after.append(len(spawned))  # how many CLIs were started by then
         return count(store, pairs)
 
-    def spawning(*args, **kwargs):
-        spawned.append(kwargs["env"]["PWD"])
-        return spawn(*args, **kwargs)
-
     monkeypatch.setattr(diffs, "totals_between", counting)
-    monkeypatch.setattr(process, "spawn", spawning)
-    edits = "@fake A: append a.txt one\\n\n@fake B: append a.txt two\\n"
-    task = run_task(workspace, edits, names=("A", "B"))
+    task = run_task(workspace, TWO_EDITS, names=("A", "B"))
 
     assert counted_after == [2, 2]  # A's totals once B's CLI was started (never with 1)
     first, second = task.runs.order_by("started_at")
@@ -255,26 +264,19 @@ def test_a_runs_totals_are_counted_while_the_next_agent_runs(monkeypatch):
     ]
 
 
-def test_a_new_folders_store_is_made_while_its_first_agent_works(monkeypatch):
+def test_a_new_folders_store_is_made_while_its_first_agent_works(monkeypatch, spawned):
     """A task's new temp folder has no snapshot store until something is in it: the store
     (`git init`) is made once the first agent's CLI started, beside it, not by the snapshot
     between that agent and the next (worker.snapshotting: start_counting)."""
     workspace = workspace_create(title="Temp")
-    create, spawn = snapshots._create_store, process.spawn
-    spawned, made = [], []
+    create, made = snapshots._create_store, []
 
     def creating(path):
         made.append((threading.current_thread().name, len(spawned)))
         return create(path)
 
-    def spawning(*args, **kwargs):
-        spawned.append(kwargs["env"]["PWD"])
-        return spawn(*args, **kwargs)
-
     monkeypatch.setattr(snapshots, "_create_store", creating)
-    monkeypatch.setattr(process, "spawn", spawning)
-    edits = "@fake A: append a.txt one\\n\n@fake B: append a.txt two\\n"
-    task = run_task(workspace, edits, names=("A", "B"))
+    task = run_task(workspace, TWO_EDITS, names=("A", "B"))
 
     ((thread, started),) = made
     assert (thread, started >= 1) == ("malamar-snapshot-store", True)  # once A's CLI started
