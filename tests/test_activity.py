@@ -135,12 +135,19 @@ def test_restart_marks_a_killed_run_interrupted(live_stack):
     ws = stack.workspace(agents=[("Planner", "codex")])
     task = stack.task(ws, "@fake sleep 30")
     run = stack.wait_run()[0]
+
+    def runs():  # oldest first
+        return stack.api("GET", f"/tasks/{task['id']}/runs")["runs"]
+
+    # The run's row is written while its CLI starts (worker.pipeline._start): a worker killed
+    # before that commit leaves a recorded process and no row (tests/test_restarts.py).
+    wait_until(runs, timeout=10, what="the run's row")
     stack.worker.send_signal(signal.SIGKILL)
     stack.worker.wait()
     stack.start_worker()
 
-    def killed_run_status():  # runs are listed oldest first: the killed one is the first
-        return stack.api("GET", f"/tasks/{task['id']}/runs")["runs"][0]["status"]
+    def killed_run_status():  # the killed run is the first
+        return runs()[0]["status"]
 
     # The orphan may die by itself (a write to the dead worker's pipe), so wait for the new
     # worker's recovery to mark the run, not only for the orphan to be gone.
