@@ -76,16 +76,23 @@ def kill_a_busy_worker(cluster: Cluster) -> tuple[str, str]:
     """kill -9 a worker while it runs a task's CLI; (its name, that CLI's task). The worker is
     stopped (SIGSTOP) while its CLIs are looked at: a CLI seen then has not been reaped, so its
     run is not recorded as done (under load a CLI seen running used to finish and be recorded
-    before the kill, and the test then found one completed run where it expected a re-run)."""
+    before the kill, and the test then found one completed run where it expected a re-run).
+    Its run's row must be there too: it is written while the CLI starts (worker.pipeline's
+    _start), and a kill before that commit leaves no run to mark interrupted (the agent runs
+    again all the same; tests/test_restarts.py)."""
 
     def stopped_with_a_task_cli():
         for worker in (w for w in cluster.workers if w.alive and w.cli_children()):
             worker.proc.send_signal(signal.SIGSTOP)
-            task_id = next(filter(None, map(task_of, worker.cli_children())), "")
+            task_id = next(filter(running_with_a_row, map(task_of, worker.cli_children())), "")
             if task_id:
                 return worker, task_id
             worker.proc.send_signal(signal.SIGCONT)  # a health check's CLI: not that one
         return None
+
+    def running_with_a_row(task_id: str) -> bool:
+        query = "SELECT 1 FROM agent_runs WHERE task_id = %s AND status = 'running'"
+        return bool(task_id) and bool(cluster.sql(query, task_id))
 
     busy, task_id = wait_until(
         stopped_with_a_task_cli, timeout=60, what="a worker running a task's CLI", interval=0.02
