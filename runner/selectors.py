@@ -9,7 +9,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
-from core.compiled_queries import compiled
+from core.compiled_queries import compiled_rows
 from core.settings_store import settings_public
 from runner.clis import (
     CLI_PREFERENCE,
@@ -118,10 +118,7 @@ def cli_states() -> CliStates:
         rows = CliHealth.objects.filter(Q(limited_since__isnull=False) | Q(status__in=HEALTH_MARKS))
         return rows.values_list("cli_type", "status", "error", "limited_since")
 
-    sql, params = compiled(("cli_states",), query)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()  # (limited_since unconverted: only whether it is set counts)
+    rows = compiled_rows(("cli_states",), query)  # (limited_since: only whether it is set)
     return CliStates(
         limited=frozenset(cli for cli, _s, _e, since in rows if since is not None),
         broken={
@@ -152,10 +149,7 @@ def cli_waits() -> set[str]:
         )
         return rows.values_list("cli_type")
 
-    sql, params = compiled(("cli_waits",), query)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {cli_type for (cli_type,) in cursor.fetchall()}
+    return {cli_type for (cli_type,) in compiled_rows(("cli_waits",), query)}
 
 
 def cli_completed_a_run_since(cli_type: str, since) -> bool:

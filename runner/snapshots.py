@@ -149,9 +149,7 @@ def _branch(repository: _Repository) -> str:
 
 # the private store ---------------------------------------------------------------------------
 def _ensure_store(path: Path, alternates: Path | None) -> None:
-    with _creating:
-        if not (path / "HEAD").exists():
-            _create_store(path)
+    _store_made(path)
     info = path / "objects" / "info" / "alternates"
     wanted = f"{alternates}\n" if alternates else ""
     current = info.read_text() if info.exists() else ""
@@ -168,12 +166,16 @@ def store_made_ahead(cwd: str | Path) -> None:
         root = Path(cwd).resolve()
         if _repository(root) is not None:  # (its store came with its first snapshot)
             return
-        path = store_path(store_name(root))
-        with _creating:
-            if not (path / "HEAD").exists():
-                _create_store(path)
+        _store_made(store_path(store_name(root)))
     except Exception:
         log.warning("Could not make a snapshot store ahead", exc_info=True)
+
+
+def _store_made(path: Path) -> None:
+    """The store at `path`, made once (two threads may ask: the second finds it made)."""
+    with _creating:
+        if not (path / "HEAD").exists():
+            _create_store(path)
 
 
 def store_exists(name: str) -> bool:

@@ -19,7 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.actors import USER
-from core.compiled_queries import compiled, compiled_models, insert, update_row
+from core.compiled_queries import compiled_models, compiled_rows, insert, update_row
 from core.models import OutboxEvent
 from runner.clis import CLIS, cli_for
 from runner.clis.base import stderr_message
@@ -363,7 +363,7 @@ def test_the_pickups_compiled_queries_take_each_calls_workspace_and_time(workspa
 def test_a_compiled_query_refuses_a_value_its_sql_does_not_take_as_given():
     """A value the compiler rewrites (here into a LIKE pattern) has no stand-in to replace."""
     with pytest.raises(ValueError, match="cannot take"):
-        compiled(
+        compiled_rows(
             ("test", "icontains"),
             lambda title: Task.objects.filter(summary__icontains=title),
             title="x",

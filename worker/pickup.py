@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from chats.models import ChatQueueItem
-from core.compiled_queries import compiled, compiled_models
+from core.compiled_queries import compiled_models, compiled_rows
 from runner.clis import CliType
 from runner.selectors import cli_waits
 from tasks.models import PassPhase, QueueStatus, TaskQueueItem, runnable_pass_q
@@ -59,10 +59,7 @@ def startable() -> dict[str, tuple[int, int]]:
         rows = _candidates(now=now, waits=waits).order_by().values("workspace_id", *fields)
         return rows.annotate(n=Count("task_id"))
 
-    sql, params = compiled(("startable", waits), query, now=timezone.now())
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    rows = compiled_rows(("startable", waits), query, now=timezone.now())
     found = {}
     for workspace_id, *limit_fields, n in rows:
         workspace = Workspace(**dict(zip(_LIMIT_FIELDS, limit_fields, strict=True)))
