@@ -9,13 +9,18 @@ The programs the worker starts (`git`, the CLIs) are counted by name too, under 
 Each CLI's reaping (the end of worker.process.Held.wait) and go (Held.release) are appended to
 `step-marks.txt` beside COUNTS_FILE (wall time, thread, the thread's CPU time): bench/gap.py
 splits each gap with them into the CLI's reaping, the worker's own step and the CLI's start.
+With `BENCH_PROFILE_STEPS=FILE`, the
+worker's own step (each reaping to the next go, in the thread that runs it) is profiled with
+cProfile and the stats written to FILE at each SIGUSR1 (`python -m pstats FILE`).
 SIGUSR1 writes the totals to COUNTS_FILE as JSON (atomically, with a sequence number the bench
 waits for). The command itself runs exactly as `manage.py runworker` does (system checks
 included), through its name, so this keeps working whatever module holds the worker.
 """
 
+import cProfile
 import json
 import os
+import pstats
 import signal
 import subprocess
 import sys
@@ -44,6 +49,8 @@ def count_statement(execute, sql, params, many, context):
 
 
 marks = None
+profiling = None  # BENCH_PROFILE_STEPS: per thread, the step being profiled
+profiled: list = []  # the steps profiled to their go (a pass's last reaping has none)
 
 
 def mark(tag: str) -> None:
@@ -54,7 +61,7 @@ def mark(tag: str) -> None:
 
 def mark_steps() -> None:
     """Once Django is set up: the reaping and the go of every CLI, marked."""
-    from worker import process
+    from worker import pickup, process
 
     if getattr(process.Held, "marked", False):
         return
@@ -65,12 +72,31 @@ def mark_steps() -> None:
             return wait(self, *args, **kwargs)
         finally:
             mark("reaped")
+            if profiling is not None:
+                profiling.step = cProfile.Profile()
+                profiling.step.enable()
 
     def marked_release(self):
+        step = getattr(profiling, "step", None)
+        if step is not None:
+            step.disable()
+            profiling.step = None
+            with lock:
+                profiled.append(step)
         mark("go")
         return release(self)
 
     process.Held.wait, process.Held.release, process.Held.marked = marked_wait, marked_release, True
+    claim_next = pickup.claim_next
+
+    def unprofiled_claim(*args, **kwargs):  # a pass ended: its last reaping was no step's
+        step = getattr(profiling, "step", None)
+        if step is not None:
+            step.disable()
+            profiling.step = None
+        return claim_next(*args, **kwargs)
+
+    pickup.claim_next = unprofiled_claim
 
 
 def instrument(sender, connection, **kwargs) -> None:
@@ -111,14 +137,20 @@ def dump(path: Path) -> None:
             "counts": dict(counts),
             "processes": dict(processes),
         }
+    with lock:
+        steps = list(profiled)
+    if steps:
+        pstats.Stats(*steps).dump_stats(os.environ["BENCH_PROFILE_STEPS"])
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(data))
     os.replace(partial, path)
 
 
 def main() -> None:
-    global marks
+    global marks, profiling
     path = Path(sys.argv[1])
+    if os.environ.get("BENCH_PROFILE_STEPS"):
+        profiling = threading.local()
     marks = path.with_name("step-marks.txt").open("a", buffering=1)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "malamar_site.settings")
     from django.db.backends.signals import connection_created

@@ -23,6 +23,8 @@ exit -> its reaping by the worker; the worker's own step from there to the next 
 time, and the CPU time of the thread that runs it); the go -> that CLI's start (the gate's
 exec). `BENCH_FAKE_SLEEP_MS=100` makes every run last 100 ms (what comes after the go is then
 off the path; with 1 ms runs the worker may still be busy with the run's start when it ends).
+`--only TEXT` runs the cases whose name holds TEXT (e.g. "temp folder, agents" for the first);
+with `BENCH_PROFILE_STEPS=FILE` the worker profiles its own steps (bench/_count_sql.py).
 `--rounds N` runs the cases N times in turn (a fresh server and worker each round) and prints
 the median of the rounds' p50s.
 """
@@ -170,6 +172,7 @@ def one_round(args) -> list[Case]:
         Case(f"repository of {args.files} files, agents change nothing", True, edit=False),
         Case(f"repository of {args.files} files, each agent edits a file", True, edit=True),
     ]
+    cases = [case for case in cases if args.only in case.name]
     stack = Stack(root / "stack", via="manage", count_sql=True)
     try:
         stack.start()
@@ -190,6 +193,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=20, help="timed passes per case")
     parser.add_argument("--files", type=int, default=100, help="files in the repository")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of all cases")
+    parser.add_argument("--only", default="", help="the cases whose name holds this text")
     args = parser.parse_args()
     rounds = []
     for n in range(args.rounds):
