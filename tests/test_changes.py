@@ -32,7 +32,7 @@ from tasks.services import (
 from tests.htmltree import parse
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
-from worker import jobs, process
+from worker import jobs, process, snapshotting
 from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
 
@@ -283,6 +283,25 @@ def test_a_new_folders_store_is_made_while_its_first_agent_works(monkeypatch, sp
     first, second = task.runs.order_by("started_at")
     assert second.tree_before == first.tree_after != snapshots.EMPTY_TREE
     assert (first.lines_added, second.lines_added, second.task_lines_added) == (1, 1, 2)
+
+
+def test_a_tasks_first_tree_is_read_while_its_first_agent_works(monkeypatch, spawned):
+    """The task's totals need the tree its first run started from: read from the database
+    once the first agent's CLI started (before its next agent's was made ready), not between
+    that agent and the next."""
+    workspace = workspace_create(title="Temp")
+    read, read_with = snapshotting.task_first_tree, []
+
+    def reading(task_id, store):
+        read_with.append(len(spawned))
+        return read(task_id, store)
+
+    monkeypatch.setattr(snapshotting, "task_first_tree", reading)
+    task = run_task(workspace, TWO_EDITS, names=("A", "B"))
+
+    assert read_with == [1]  # A's CLI only: B's was not made ready yet
+    second = task.runs.order_by("started_at").last()
+    assert (second.task_lines_added, second.task_files_changed) == (2, 1)
 
 
 @pytest.mark.pg

@@ -44,6 +44,7 @@ class PassSnapshots:
         self.ended: RunSnapshots | None = None  # the last run's, its totals not counted yet
         self.later: list[RunSnapshots] = []  # runs whose totals are written after their end
         self.store_ahead: str | None = None  # a new folder whose store is made as its run works
+        self.first_tree_wanted: tuple | None = None  # (task, store, before): read as a run works
 
     def before(self, cwd) -> snapshots.Snapshot | None:
         """The previous run's "after" when it is this run's "before": same folder, just now."""
@@ -77,8 +78,9 @@ class PassSnapshots:
 
     def start_counting(self) -> None:
         """The next agent's CLI runs: git counts what was left for later, in a thread (it
-        would hold this thread's interpreter lock on the way otherwise), and a new folder's
-        store is made (its first change would make it between two agents otherwise)."""
+        would hold this thread's interpreter lock on the way otherwise), a new folder's store
+        is made (its first change would make it between two agents otherwise) and the task's
+        first tree in the store read (the run's totals need it as it ends)."""
         for _run_snapshots, counting in self.later:
             if not counting.begun:
                 counting.begun = True
@@ -87,6 +89,10 @@ class PassSnapshots:
         if cwd is not None:
             name = "malamar-snapshot-store"
             threading.Thread(target=snapshots.store_made_ahead, args=(cwd,), name=name).start()
+        wanted, self.first_tree_wanted = self.first_tree_wanted, None
+        if wanted is not None:  # (this run's row is written: a new task's first tree is its own)
+            task_id, store, before = wanted
+            self.first_trees.setdefault(store, task_first_tree(task_id, store) or before)
 
     def counted_later(self, *, wait: bool) -> list["RunSnapshots"]:
         """The runs whose totals were left for later and are counted now, in their order, to
@@ -172,6 +178,9 @@ class RunSnapshots:
             self.before.store
         ):  # a new folder (no store yet): made while this run works (start_counting)
             self.memory.store_ahead = str(self.cwd)
+        task_id, store = self.run.task_id, self.before.store
+        if task_id and store not in self.memory.first_trees:  # (start_counting)
+            self.memory.first_tree_wanted = (task_id, store, self.before.tree)
         self._record(
             snapshot_store=self.before.store,
             tree_before=self.before.tree,
