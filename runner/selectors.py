@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
 from core.compiled_queries import compiled_rows
@@ -27,6 +27,7 @@ from runner.models import (
     RunKind,
     RunStatus,
     TraceEvent,
+    Worker,
 )
 from runner.timeline import group_traces
 
@@ -291,6 +292,16 @@ def task_first_tree(task_id: str, store: str) -> str | None:
     """The tree the task's first snapshotted run in `store` started from (None: no run yet)."""
     runs = AgentRun.objects.filter(task_id=task_id, snapshot_store=store).exclude(tree_before="")
     return runs.order_by("started_at").values_list("tree_before", flat=True).first()
+
+
+def runs_without_totals(limit: int):
+    """Ended runs with both trees but no totals and no snapshot error, of no live worker: their
+    totals were left for the next run's finish (worker.snapshotting), which their worker did
+    not live to write."""
+    live = Worker.objects.live_rows().filter(id=OuterRef("worker_id"))
+    runs = AgentRun.objects.filter(files_changed=None, snapshot_error="")
+    runs = runs.exclude(status=RunStatus.RUNNING).exclude(tree_before="").exclude(tree_after="")
+    return list(runs.exclude(Exists(live)).order_by("-started_at")[:limit])
 
 
 def snapshot_trees_by_store() -> dict[str, set[str]]:

@@ -22,6 +22,7 @@ from runner import diffs, snapshots
 from runner.files import temp_dir
 from runner.models import AgentRun
 from runner.selectors import snapshot_trees_by_store
+from runner.services import worker_register
 from tasks.models import TaskQueueItem, TaskStatus
 from tasks.services import (
     comment_create_and_send_around,
@@ -33,6 +34,7 @@ from tests.htmltree import parse
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
 from worker import jobs, process, snapshotting
+from worker.membership import recover
 from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
 
@@ -302,6 +304,43 @@ def test_a_tasks_first_tree_is_read_while_its_first_agent_works(monkeypatch, spa
     assert read_with == [1]  # A's CLI only: B's was not made ready yet
     second = task.runs.order_by("started_at").last()
     assert (second.task_lines_added, second.task_files_changed) == (2, 1)
+
+
+TOTALS = (
+    "files_changed",
+    "lines_added",
+    "lines_removed",
+    "task_files_changed",
+    "task_lines_added",
+    "task_lines_removed",
+)
+
+
+@pytest.mark.pg
+def test_a_recovery_counts_the_totals_a_dead_worker_left_for_the_next_finish():
+    """A run's totals reach its row with the next run's finish (count_later): a worker killed
+    before that finish leaves the run with both trees and no totals. A recovery counts them
+    from the trees on its row (open pages are told); a live worker's runs are its own."""
+    workspace = workspace_create(title="Temp")
+    task = run_task(workspace, TWO_EDITS, names=("A", "B"))
+    first, second = task.runs.order_by("started_at")
+    counted = {run.id: [getattr(run, name) for name in TOTALS] for run in (first, second)}
+    assert counted[second.id] == [1, 1, 0, 1, 2, 0]
+    live = worker_register(hostname="there", pid=1, capacity=1, clis=(), version="x")
+    AgentRun.objects.filter(task=task).update(**dict.fromkeys(TOTALS))  # as a kill leaves them
+    AgentRun.objects.filter(id=second.id).update(worker_id=live.id)
+    last_event = OutboxEvent.objects.order_by("id").last().id
+
+    assert recover(hostname="here", worker_id=None) == 0  # (no item to re-queue)
+
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert [getattr(first, name) for name in TOTALS] == counted[first.id]
+    assert second.files_changed is None  # its worker lives: its next finish writes them
+    updated = OutboxEvent.objects.filter(type="task.changes_updated", id__gt=last_event)
+    assert [(e.payload["run_id"], e.payload["task_lines_added"]) for e in updated] == [
+        (first.id, 1)
+    ]
 
 
 @pytest.mark.pg

@@ -4,7 +4,8 @@ recovering the runs of dead workers (a restart's too: at a start with SQLite, wh
 lock makes us the only worker, every run in progress).
 
 A recovery kills what a dead worker left running, then re-queues its runs: a task pass at the
-agent it was interrupted at (tasks.services.task_pass_interrupted). Every CLI a worker starts
+agent it was interrupted at (tasks.services.task_pass_interrupted); the totals it left for a
+next run's finish are counted from the trees on the runs' rows. Every CLI a worker starts
 is recorded before it may run (worker.process holds it at a gate until then), so there
 is no CLI a recovery does not know.
 """
@@ -36,6 +37,7 @@ from tasks.models import TaskQueueItem
 from tasks.services import task_pass_interrupted
 from worker import pickup
 from worker.process import kill_tree
+from worker.snapshotting import totals_recovered
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,8 @@ def recover(*, hostname: str, worker_id: str | None) -> int:
             if killed:
                 log.warning("Killed a leftover CLI", extra={"pid": item.pid, "item": item.id})
         recovered += _requeue(model, item)
+    if totals_recovered():  # (a git call or two per run, at most 100 runs)
+        log.info("Recorded the totals of runs a stopped worker had not counted")
     return recovered
 
 

@@ -17,11 +17,13 @@ import logging
 import threading
 import time
 
+from django.db import transaction
+
 from core.fields import max_length_of
 from runner import diffs, snapshots
 from runner.git import GitError
 from runner.models import AgentRun
-from runner.selectors import task_first_tree
+from runner.selectors import runs_without_totals, task_first_tree
 from runner.services import agent_run_totals_record
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,37 @@ class PassSnapshots:
     def write_later(self) -> None:
         """Totals left for a next run that did not come, written now."""
         self.write(self.counted_later(wait=True))
+
+
+def totals_recovered(*, limit: int = 100) -> int:
+    """At a recovery: the totals of runs whose worker died before writing them (left for the
+    next run's finish, `count_later`), counted now from the trees on their rows, newest first.
+    A run whose store is not on this machine (another machine's worker, with PostgreSQL) is
+    left to it. Never raises."""
+    recovered = 0
+    for run in runs_without_totals(limit):
+        store = run.snapshot_store
+        if not (snapshots.store_path(store) / "HEAD").exists():
+            continue
+        pairs = [(run.tree_before, run.tree_after)]
+        if run.task_id:
+            pairs.append((task_first_tree(run.task_id, store) or run.tree_before, run.tree_after))
+        try:
+            counted = diffs.totals_between(store, pairs)
+        except (GitError, OSError) as exc:
+            fields = {"snapshot_error": str(exc)}
+        else:
+            fields = dict(counted[0])
+            if run.task_id:
+                fields.update({f"task_{key}": value for key, value in counted[1].items()})
+        try:
+            with transaction.atomic():
+                agent_run_totals_record(run=run, fields=fields)
+        except Exception:
+            log.exception("Could not record a run's totals", extra={"run_id": run.id})
+            continue
+        recovered += 1
+    return recovered
 
 
 class _Counting(threading.Thread):
