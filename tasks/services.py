@@ -549,12 +549,14 @@ def task_step_answered(
     return finished, False
 
 
-def task_pass_continues_at(*, item: TaskQueueItem, agent) -> None:
+def task_pass_continues_at(*, item: TaskQueueItem, agent, process: dict | None = None) -> None:
     """A step's finish with another agent next: the pass goes on at that agent if its worker
     dies before that agent's process is recorded (whose record says it again). Without it a
     worker killed between the two resumed at the agent that had just answered: a paid run
-    again. Inside the step's finish transaction."""
-    TaskQueueItem.objects.continue_at(item, resume_agent_id=agent.id)
+    again. `process`: that agent's process, made ready at its gate while this step's agent
+    worked (pid, pgid, process_started_at), recorded here before its go. Inside the step's
+    finish transaction."""
+    TaskQueueItem.objects.continue_at(item, resume_agent_id=agent.id, **(process or {}))
 
 
 def task_pass_end(*, task: Task, item: TaskQueueItem, pass_started, settings=None) -> None:

@@ -4,6 +4,7 @@ the statements the worker sends per agent step (DESIGN "One run pipeline": a lea
 import collections
 import os
 import shutil
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -32,6 +33,7 @@ from tests.stack import FAKES_BIN, alive
 from worker import jobs, loop, pipeline, process
 from worker.listener import WorkListener
 from worker.loop import Worker
+from worker.membership import recover
 from worker.pipeline import ChatReply, TaskPass
 from workspaces.services import workspace_create
 
@@ -518,9 +520,10 @@ def test_a_released_cli_whose_start_write_hangs_is_killed_by_a_stopping_worker(
 
 
 def _spy_ready(monkeypatch, then=None):
-    """The pids of the runs made ready, in order, and of the processes recorded."""
-    made, recorded = [], []
-    prepare_next, record = TaskPass.prepare_next, pipeline._record
+    """The pids of the runs made ready, in order, and of the processes that ran (their go),
+    each checked at its go: the process is recorded on its queue item (DESIGN "Processes")."""
+    made, ran = [], []
+    prepare_next, release = TaskPass.prepare_next, process.Held.release
 
     def spied_prepare(owner):
         prepare_next(owner)
@@ -529,13 +532,16 @@ def _spy_ready(monkeypatch, then=None):
         if then is not None:
             then(owner)
 
-    def spied_record(owner, started):
-        recorded.append(started.pid)
-        record(owner, started)
+    def spied_release(held):
+        pid = held.started.pid
+        recorded = TaskQueueItem.objects.filter(pid=pid, status=QueueStatus.IN_PROGRESS)
+        assert recorded.exists(), "a CLI went before its process was recorded"
+        ran.append(pid)
+        release(held)
 
     monkeypatch.setattr(TaskPass, "prepare_next", spied_prepare)
-    monkeypatch.setattr(pipeline, "_record", spied_record)
-    return made, recorded
+    monkeypatch.setattr(process.Held, "release", spied_release)
+    return made, ran
 
 
 def _pass_of(names: list[str], description: str = "@fake skip"):
@@ -557,12 +563,15 @@ def test_each_next_agent_runs_the_process_made_ready_while_the_one_before_worked
 ):
     """Between two agents only the input is written before the record and the go: the next
     run's command and process were made ready while the run before it worked."""
-    made, recorded = _spy_ready(monkeypatch)
+    made, ran = _spy_ready(monkeypatch)
+    record, records = pipeline._record, []
+    monkeypatch.setattr(pipeline, "_record", lambda *a: records.append(1) or record(*a))
     task, item, _agents = _pass_of(["A", "B", "C"])
 
     _run_pass(item)
 
-    assert len(made) == 2 and recorded[1:] == made  # B and C ran in the processes made ready
+    assert len(made) == 2 and ran[1:] == made  # B and C ran in the processes made ready
+    assert records == [1]  # A's: B's and C's were recorded by the finish before them
     task.refresh_from_db()
     assert task.status == TaskStatus.IN_REVIEW
     assert list(task.runs.order_by("started_at").values_list("agent_name", flat=True)) == [
@@ -577,14 +586,14 @@ def test_each_next_agent_runs_the_process_made_ready_while_the_one_before_worked
 def test_a_run_made_ready_for_an_agent_that_does_not_come_ends_unused(fake_clis, monkeypatch):
     """The first agent asks for review: the run made ready for the second is discarded, its
     process ends at its gate without running the CLI."""
-    made, recorded = _spy_ready(monkeypatch)
+    made, ran = _spy_ready(monkeypatch)
     task, item, _agents = _pass_of(["A", "B"], description="@fake review Look")
     task_pass = TaskPass(item, stop=threading.Event(), shutdown=threading.Event())
 
     task_pass.run()
 
     assert task_pass.ready is None  # (kept, its gate would wait for a go until collected)
-    assert len(made) == 1 and len(recorded) == 1 and made[0] not in recorded
+    assert len(made) == 1 and len(ran) == 1 and made[0] not in ran
     wait_until(lambda: not alive(made[0]), timeout=10, what="the unused gate to end")
     assert list(task.runs.values_list("agent_name", flat=True)) == ["A"]
 
@@ -599,12 +608,12 @@ def test_a_run_made_ready_before_its_agent_changed_is_made_again(fake_clis, monk
         if owner.agent.name == "A":
             agent_update(agent=Agent.objects.get(name="B"), model="opus-new")
 
-    made, recorded = _spy_ready(monkeypatch, then=change_b)
+    made, ran = _spy_ready(monkeypatch, then=change_b)
     task, item, _agents = _pass_of(["A", "B"])
 
     _run_pass(item)
 
-    assert made[0] not in recorded and len(recorded) == 2
+    assert made[0] not in ran and len(ran) == 2
     wait_until(lambda: not alive(made[0]), timeout=10, what="the unused gate to end")
     assert task.runs.get(agent_name="B").model.startswith("opus-new")  # as the CLI says it
 
@@ -613,7 +622,7 @@ def test_a_run_made_ready_before_its_agent_changed_is_made_again(fake_clis, monk
 def test_a_run_made_ready_whose_input_cannot_be_written_is_discarded(fake_clis, monkeypatch):
     """The second agent's input cannot be written (a full disk): the run made ready for it is
     discarded (its gate closed) and the pass fails as any fault in a pass does."""
-    made, recorded = _spy_ready(monkeypatch)
+    made, ran = _spy_ready(monkeypatch)
     discarded, discard = [], pipeline.Ready.discard
 
     def spied_discard(ready):
@@ -633,7 +642,7 @@ def test_a_run_made_ready_whose_input_cannot_be_written_is_discarded(fake_clis, 
 
     _run_pass(item)
 
-    assert len(made) == 1 and discarded == made and len(recorded) == 1
+    assert len(made) == 1 and discarded == made and len(ran) == 1
     task.refresh_from_db()
     assert task.failure_streak == 1
 
@@ -647,25 +656,31 @@ class WorkerDied(BaseException):
 def test_a_worker_that_dies_between_a_finish_and_the_next_start_resumes_at_the_next_agent(
     fake_clis, monkeypatch
 ):
-    """A's answer is applied; the worker dies before B's process is recorded: the pass goes
-    on at B, not at A (whose run would be paid for again)."""
-    record, calls = pipeline._record, []
+    """A's answer is applied, and with it B's process (made ready at its gate) is recorded;
+    the worker dies before B's go: the pass goes on at B, not at A (whose run would be paid
+    for again), and the recovery ends B's waiting process."""
+    made, _ran = _spy_ready(monkeypatch)
+    release = process.Held.release
 
-    def dies_at_b(owner, started):
-        calls.append(owner.agent.name)
-        if owner.agent.name == "B":
+    def dies_at_b(held):
+        if len(made) == 1 and held.started.pid == made[0]:
             raise WorkerDied
-        record(owner, started)
+        release(held)
 
-    monkeypatch.setattr(pipeline, "_record", dies_at_b)
+    monkeypatch.setattr(process.Held, "release", dies_at_b)
     task, item, agents = _pass_of(["A", "B", "C"])
 
     with pytest.raises(WorkerDied):
         _run_pass(item)
 
-    assert calls == ["A", "B"]
-    assert TaskQueueItem.objects.get(id=item.id).resume_agent_id == agents[1].id
+    left = TaskQueueItem.objects.get(id=item.id)
+    assert (left.resume_agent_id, left.pid) == (agents[1].id, made[0])
     assert list(task.runs.values_list("agent_name", "status")) == [("A", "completed")]
+    assert alive(made[0])  # at its gate: never released
+    assert recover(hostname=socket.gethostname(), worker_id=None) == 1
+    assert not alive(made[0])
+    requeued = TaskQueueItem.objects.get(id=item.id)
+    assert (requeued.status, requeued.resume_agent_id) == (QueueStatus.QUEUED, agents[1].id)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -683,7 +698,7 @@ def test_a_working_directory_removed_while_the_agent_before_works_is_said_as_bef
         if owner.agent.name == "A":
             shutil.rmtree(folder)
 
-    made, recorded = _spy_ready(monkeypatch)
+    made, ran = _spy_ready(monkeypatch)
     monkeypatch.setattr(TaskPass, "apply", apply_then_remove_folder)
     workspace = workspace_create(
         title="Static", working_directory_mode="static", working_directory_path=str(folder)
@@ -696,7 +711,7 @@ def test_a_working_directory_removed_while_the_agent_before_works_is_said_as_bef
 
     _run_pass(item)
 
-    assert len(made) == 1 and recorded == recorded[:1]
+    assert len(made) == 1 and made[0] not in ran
     wait_until(lambda: not alive(made[0]), timeout=10, what="the unused gate to end")
     comment = task.comments.get()
     assert f"Working directory {folder} does not exist" in comment.content

@@ -5,11 +5,11 @@ A step (`run_step`) walks one agent's run in order:
 2. the input file, from what the owner already read, and the run's command (execution.prepare);
 3. the fork: the CLI's process waits at its gate (process.spawn; a gate started while the
    run before worked, when there is one). In a task pass the command and the process are
-   made ready while the agent before works (`Ready`): between two agents, only the input is
-   written before the record and the go;
-4. the process record (`_record`, one statement), which is also the "still wanted" check.
-   Only then may the CLI run (`release`): a worker killed before this point leaves nothing
-   running;
+   made ready while the agent before works (`Ready`), and that process is recorded by the
+   finish of the agent before: between two agents, only the input is written before the go;
+4. otherwise the process record (`_record`, one statement), which is also the "still wanted"
+   check. Only then may the CLI run (`release`): a worker killed before this point leaves
+   nothing running, or a recorded process at its gate that its recovery kills;
 5. the start transaction (`_start`), while the CLI starts: the run row, the activity log and
    the events (a worker killed before its commit leaves a recorded process to its recovery);
 6. the stream, through the recorder, to the process's end (the next run made ready first);
@@ -253,9 +253,9 @@ def _close(recorder: RunRecorder) -> None:
 class Ready:
     """A run made ready while the run before it worked (TaskPass.prepare_next): its folder,
     answer file, command and process at its gate, so that between two agents only the input
-    is written before the process record and the go (to the task's one input file, which its
-    command names). Used by the step it was made for (same agent, plan and MCP server),
-    otherwise discarded: its gate closes unused."""
+    is written before the go (to the task's one input file, which its command names; the
+    process is recorded by the finish of the run before). Used by the step it was made for
+    (same agent, plan and MCP server), otherwise discarded: its gate closes unused."""
 
     agent_id: str
     plan: RunPlan
@@ -264,13 +264,15 @@ class Ready:
     mcp: object
     launch: execution.Launch
     held: process.Held
+    # Its process was recorded by the finish of the run before (TaskPass._ready_process), which
+    # committed: no statement of its own between the two agents.
+    recorded: bool = False
 
     def fits(self, agent_id: str, plan: RunPlan, mcp) -> bool:
         """Made for this step, its gate waiting, its folder still there (else the step says
         that the folder is gone, as it always did)."""
-        alive = self.held.proc is not None and self.held.proc.poll() is None
         same = (self.agent_id, self.plan, self.mcp) == (agent_id, plan, mcp)
-        return alive and same and self.cwd.is_dir()
+        return self.held.waiting() and same and self.cwd.is_dir()
 
     def discard(self) -> None:
         self.held.cancel()
@@ -323,7 +325,8 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
         run = launch
     else:
         try:
-            run = _launch(owner, recorder, launch, held or _spawn(launch))
+            recorded = ready is not None and ready.recorded
+            run = _launch(owner, recorder, launch, held or _spawn(launch), recorded=recorded)
         finally:
             launch.cleanup()
     snapshots.take_after(count=False)  # a stopped run may have changed files too
@@ -342,13 +345,23 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
     return result
 
 
-def _launch(owner: RunOwner, recorder: RunRecorder, launch: execution.Launch, held: process.Held):
-    """Record the CLI's process (forked, at its gate), let it run, write its start, make the
-    next run ready and follow this one to its end."""
+def _launch(
+    owner: RunOwner,
+    recorder: RunRecorder,
+    launch: execution.Launch,
+    held: process.Held,
+    *,
+    recorded: bool = False,
+):
+    """Record the CLI's process (forked, at its gate) unless the finish before did (`recorded`),
+    let it run, write its start, make the next run ready and follow this one to its end."""
     recorder.use_working_directory(launch.cwd)
     if held.start_error is None:
         try:
-            _record(owner, held.started)
+            if not recorded:
+                _record(owner, held.started)
+            elif owner.stop.is_set():  # (stopped since that finish: it never runs)
+                raise Stopped
         except BaseException:
             held.cancel()  # never runs: nobody wants it, or its record could not be written
             raise
@@ -935,7 +948,23 @@ class TaskPass:
         self._remember(finished)
         following = None if self.ended else self._next_agent(self.agent.order)
         if following is not None:
-            task_services.task_pass_continues_at(item=self.item, agent=following)
+            task_services.task_pass_continues_at(
+                item=self.item, agent=following, process=self._ready_process(following)
+            )
+
+    def _ready_process(self, agent: Agent) -> dict | None:
+        """The process made ready for `agent` while this run worked, if any (still at its
+        gate): recorded with this finish, so that between two agents no statement of its own
+        comes before its go (DESIGN "One run pipeline": a step writes in two transactions).
+        A record that proves unused (the next step makes its run anew) is overwritten by that
+        run's own; a stop asked for after this finish is seen at the go (`_launch`) or by the
+        run's stop watcher."""
+        ready = self.ready
+        if ready is None or ready.agent_id != agent.id or not ready.held.waiting():
+            return None
+        transaction.on_commit(lambda: setattr(ready, "recorded", True))
+        started = ready.held.started
+        return {"pid": started.pid, "pgid": started.pgid, "process_started_at": started.create_time}
 
 
 # chat replies ------------------------------------------------------------------------------

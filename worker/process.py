@@ -450,6 +450,10 @@ class Held:
     def start_error(self) -> str | None:
         return self.result.start_error
 
+    def waiting(self) -> bool:
+        """Its process is at its gate (started, not ended)."""
+        return self.proc is not None and self.proc.poll() is None
+
     def release(self) -> None:
         """Let the command run (its standard input follows the go, written by wait()); then,
         for an agent run, start the gate of the next run (while this one works)."""
