@@ -3,7 +3,7 @@ agent's answered run is paid for again, no CLI is left running, no run stays "ru
 with `--comments`, no comment of theirs is lost.
 
     .venv/bin/python bench/chaos.py [--seed 1] [--kills 40] [--workspaces 3] [--tasks 6]
-                                    [--comments N] [--postgres [--workers 3]]
+                                    [--comments N | --edits] [--postgres [--workers 3]]
 
 A real server and worker (bench/runner.py's Stack, the fake CLI in C answering "skip" after a
 random 5-60 ms), `--workspaces` workspaces of 4 agents with `--tasks` tasks each. Every 0.05-0.6
@@ -20,6 +20,11 @@ it back). It ends when all are posted and every task is In Review with nothing q
 per task, the completed runs must be whole loops A0-A3, A0-A3, ... (an agent twice in a row is
 a paid run lost, one missing a lost step), and every comment of the person must be in the input
 of some run (DESIGN "No lost comment").
+
+`--edits`: every run appends a line to a file of its task's folder (the C stand-in's
+`--bench-edit`), so every run has a diff; then no completed run may be left without its totals
+(a run's totals are written with the next run's finish: a kill in between leaves them to the
+recovery, worker.snapshotting.totals_recovered).
 
 `--postgres`: on a PostgreSQL of its own (Debian's, as the tests start it) with `--workers`
 workers (DESIGN "Scale-out"); each kill takes a random one, whose runs another worker takes
@@ -54,9 +59,12 @@ def main() -> int:
     parser.add_argument("--workspaces", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=6, help="per workspace")
     parser.add_argument("--comments", type=int, default=0, help="the person's, posted meanwhile")
+    parser.add_argument("--edits", action="store_true", help="every run edits a file")
     parser.add_argument("--postgres", action="store_true")
     parser.add_argument("--workers", type=int, default=3, help="with --postgres")
     args = parser.parse_args()
+    if args.comments and args.edits:  # (tests/fakes' CLI takes the real CLIs' flags only)
+        parser.error("--edits needs the C stand-in: not with --comments")
     chance = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="malamar-chaos-"))
     stack = Stack(root, via="manage", count_sql=False)
@@ -86,10 +94,12 @@ def main() -> int:
                 if args.comments and name == "A1":
                     instruction += "\n@fake comment-once A plan for this task"
                 agent = {"name": name, "cli_type": "codex", "instruction": instruction}
+                if args.edits:
+                    agent["extra_args"] = ["--bench-edit", "edited.txt"]
                 stack.api("POST", f"/workspaces/{workspace}/agents", agent)
             tasks += [stack.task(workspace, f"t{k}") for k in range(args.tasks)]
         kills, posted = chaos(stack, chance, args.kills, tasks, args.comments)
-        return report(stack, kills, posted, fake_log if args.comments else None)
+        return report(stack, kills, posted, fake_log if args.comments else None, args.edits)
     finally:
         stack.stop()
         if postgres:
@@ -141,7 +151,9 @@ def whole_loops(names: list[str]) -> bool:
     return len(names) % len(AGENTS) == 0 and names == AGENTS * (len(names) // len(AGENTS))
 
 
-def report(stack: Stack, kills: int, posted: list[str], fake_log: Path | None) -> int:
+def report(
+    stack: Stack, kills: int, posted: list[str], fake_log: Path | None, edits: bool = False
+) -> int:
     time.sleep(2)  # the last runs' processes end
     statuses = dict(stack.sql("SELECT status, count(*) FROM tasks GROUP BY status"))
     running = stack.sql("SELECT count(*) FROM agent_runs WHERE status = 'running'")[0][0]
@@ -175,7 +187,18 @@ def report(stack: Stack, kills: int, posted: list[str], fake_log: Path | None) -
         print(f"{len(posted)} comments of the person; in no agent's input {len(lost)}")
         for note in lost[:5]:
             print(f"  lost: {note}")
-    failed = running or broken or alive or lost or set(statuses) != {"in_review"}
+    uncounted = 0
+    if edits:
+        counted = stack.sql(
+            "SELECT count(*) FROM agent_runs WHERE status = 'completed' AND tree_after != ''"
+            " AND tree_after != tree_before AND files_changed > 0"
+        )[0][0]
+        uncounted = stack.sql(
+            "SELECT count(*) FROM agent_runs WHERE status = 'completed' AND tree_after != ''"
+            " AND files_changed IS NULL"
+        )[0][0]
+        print(f"completed runs with a diff counted {counted}; left without totals {uncounted}")
+    failed = running or broken or alive or lost or uncounted or set(statuses) != {"in_review"}
     return 1 if failed else 0
 
 
