@@ -30,7 +30,7 @@ from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
 from tasks.services import task_cancel, task_create, task_delete, task_status_set
 from tests.live import wait_until
 from tests.stack import FAKES_BIN, alive
-from worker import jobs, loop, pipeline, process
+from worker import jobs, loop, pipeline, process, snapshotting
 from worker.listener import WorkListener
 from worker.loop import Worker
 from worker.membership import recover
@@ -484,25 +484,30 @@ def test_a_cli_whose_start_cannot_be_written_is_killed_and_the_pass_fails(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("hanging_at", ["the start", "the first tree"])
 def test_a_released_cli_whose_start_write_hangs_is_killed_by_a_stopping_worker(
-    fake_clis, monkeypatch
+    fake_clis, monkeypatch, hanging_at
 ):
-    """Between the go and the watch, the run's start is written: if that write hangs (a
-    database that does not answer), a stopping worker's kill_followed still ends the CLI."""
+    """Between the go and the watch, the run's start is written and the task's first tree is
+    read: if either hangs (a database that does not answer), a stopping worker's kill_followed
+    still ends the CLI (a SIGTERM'd worker left it running when the read came after)."""
     workspace = workspace_create(title="Frozen")
     agent_create(workspace=workspace, name="Planner", instruction="Go.", cli_type="claude")
     task = task_create(workspace=workspace, summary="Go", description="@fake hold 120 skip")
     item = TaskQueueItem.objects.get(task=task)
     assert TaskQueueItem.objects.claim(item.id)
     hanging, answers = threading.Event(), threading.Event()
-    start = pipeline._start
+    module, name = (
+        (pipeline, "_start") if hanging_at == "the start" else (snapshotting, "task_first_tree")
+    )
+    original = getattr(module, name)
 
-    def hangs(owner, recorder):
+    def hangs(*args):
         hanging.set()
         answers.wait(30)
-        start(owner, recorder)
+        return original(*args)
 
-    monkeypatch.setattr(pipeline, "_start", hangs)
+    monkeypatch.setattr(module, name, hangs)
     stop, shutdown = process.RunStop(), threading.Event()
     run = threading.Thread(target=TaskPass(item, stop=stop, shutdown=shutdown).run)
     run.start()

@@ -365,6 +365,8 @@ def _launch(
         except BaseException:
             held.cancel()  # never runs: nobody wants it, or its record could not be written
             raise
+        # Followed until its watch begins: whatever waits on a database that does not answer
+        # (the start, the first tree's read), a stopping worker still ends the CLI.
         with process.followed(owner.stop, held.started):
             held.release()
             try:
@@ -374,11 +376,11 @@ def _launch(
                 if not _still_wanted(owner):
                     raise Stopped from None  # (its task or chat went meanwhile)
                 raise
-        owner.snapshots.start_counting()  # the totals of the run before, while this one works
-        try:
-            owner.prepare_next()
-        except Exception:  # only time lost: the next step makes its run ready itself
-            log.exception("Could not make the next run ready")
+            owner.snapshots.start_counting()  # the totals of the run before, as this one works
+            try:
+                owner.prepare_next()
+            except Exception:  # only time lost: the next step makes its run ready itself
+                log.exception("Could not make the next run ready")
     waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(
         stop=owner.stop,
