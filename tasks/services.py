@@ -861,14 +861,17 @@ def task_pass_interrupted(*, item: TaskQueueItem, stopped: bool) -> bool:
     interrupted at (the item records it when each agent starts), and the activity log says so.
     A newer item of the task gives way (the pass's end counts the comment that queued it).
     `stopped`: the user stopped it meanwhile, so it ends (failed). False when another
-    recoverer or a new claim got there first."""
+    recoverer or a new claim got there first. The task's row is locked first, as a comment
+    locks it before it queues a pass: on PostgreSQL a comment written meanwhile found no queued
+    item (this re-queue not committed yet), inserted one and failed on the one-queued-item
+    rule (a 500 for the person) once this committed; now one waits for the other."""
     with transaction.atomic(), events.batched():
+        task = Task.objects.select_for_update(no_key=True).filter(id=item.task_id).first()
         if stopped:
             return TaskQueueItem.objects.requeue(item, stopped=True)
         TaskQueueItem.objects.queued().filter(task_id=item.task_id).delete()
         if not TaskQueueItem.objects.requeue(item, stopped=False):
             return False
-        task = Task.objects.filter(id=item.task_id).first()
         name = Agent.objects.filter(id=item.resume_agent_id).values_list("name", flat=True)
         name = name.first() if item.resume_agent_id else None
         if item.phase == PassPhase.CHECKS:  # the agents were done: the checks run again

@@ -27,10 +27,12 @@ from django.utils import timezone
 from agents.services import agent_create
 from chats.models import ChatQueueItem
 from chats.services import chat_start
+from core.actors import USER
 from runner.models import AgentRun, RunStatus, Worker
 from runner.services import worker_register, worker_take_over
+from tasks import services as task_services
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
-from tasks.services import task_cancel, task_create
+from tasks.services import comment_create_and_send_around, task_cancel, task_create
 from tests.htmltree import parse
 from tests.live import ROOT, process_env, wait_until
 from tests.services import Redis, free_port
@@ -175,6 +177,64 @@ def test_claims_record_the_claiming_worker_on_the_item_and_the_run(workers):
     wait_until(lambda: _all_in_review([task]), timeout=30, what="the pass")
     assert TaskQueueItem.objects.get(task=task).worker_id == running.id
     assert AgentRun.objects.get(task=task).worker_id == running.id
+
+
+@pytest.mark.pg
+def test_a_comment_written_while_a_recovery_requeues_the_pass_waits_for_it(
+    transactional_db, monkeypatch
+):
+    """A recovery re-queues a dead worker's pass while a person comments on the task: the
+    comment found no queued item (the re-queue not committed yet), inserted one and failed on
+    the one-queued-item rule once the re-queue committed (a 500 in bench/chaos.py --postgres).
+    Both lock the task's row first now: the comment waits, then bumps the re-queued item."""
+    me = _beating_for_an_hour(hostname="b", pid=2, capacity=1, clis=[], version="t")
+    task = task_create(workspace=_workspace("Race"), summary="T")
+    _running_on(task, "gone-worker-id-000000")
+    requeued, go_on = threading.Event(), threading.Event()
+    log_add = task_services.log_add
+
+    def held_open(**kwargs):  # inside the recovery's transaction, after its re-queue
+        if kwargs.get("event_type") == "pass_resumed":
+            requeued.set()
+            go_on.wait(30)
+        return log_add(**kwargs)
+
+    monkeypatch.setattr(task_services, "log_add", held_open)
+    TaskQueueItem.objects.filter(task=task).update(resume_agent_id=task.workspace.agents.get().id)
+
+    def recovery():
+        try:
+            recover(hostname="b", worker_id=me.id)
+        finally:
+            connection.close()
+
+    recovering = threading.Thread(target=recovery)
+    recovering.start()
+    outcome = []
+
+    def comment():
+        try:
+            outcome.append(
+                comment_create_and_send_around(task=task, content="Mind the tests", actor=USER)
+            )
+        except Exception as exc:
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    try:
+        assert requeued.wait(30)
+        commenting = threading.Thread(target=comment)
+        commenting.start()
+        commenting.join(0.5)  # (it waits for the task's row now; before, it ran on)
+    finally:
+        go_on.set()
+        recovering.join(30)
+    commenting.join(30)
+
+    assert len(outcome) == 1 and isinstance(outcome[0], TaskComment), outcome
+    (item,) = TaskQueueItem.objects.filter(task=task)
+    assert item.status == QueueStatus.QUEUED
 
 
 @pytest.mark.pg
