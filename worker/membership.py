@@ -68,7 +68,7 @@ def recover(*, hostname: str, worker_id: str | None) -> int:
             if killed:
                 log.warning("Killed a leftover CLI", extra={"pid": item.pid, "item": item.id})
         recovered += _requeue(model, item)
-    if totals_recovered():  # (a git call or two per run, at most 100 runs)
+    if totals_recovered():  # (a git call per run, at most 100 runs)
         log.info("Recorded the totals of runs a stopped worker had not counted")
     return recovered
 

@@ -134,7 +134,7 @@ def totals_recovered(*, limit: int = 100) -> int:
     """At a recovery: the totals of runs whose worker died before writing them (left for the
     next run's finish, `count_later`), counted now from the trees on their rows, newest first.
     A run whose store is not on this machine (another machine's worker, with PostgreSQL) is
-    left to it. Never raises."""
+    left to it; a run whose totals cannot be written is logged and left."""
     recovered = 0
     for run in runs_without_totals(limit):
         store = run.snapshot_store
