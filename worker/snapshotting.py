@@ -94,7 +94,7 @@ class PassSnapshots:
         wanted, self.first_tree_wanted = self.first_tree_wanted, None
         if wanted is not None:  # (this run's row is written: a new task's first tree is its own)
             task_id, store, before = wanted
-            self.first_trees.setdefault(store, task_first_tree(task_id, store) or before)
+            self.first_trees.setdefault(store, _first_tree(task_id, store, before))
 
     def counted_later(self, *, wait: bool) -> list["RunSnapshots"]:
         """The runs whose totals were left for later and are counted now, in their order, to
@@ -142,15 +142,11 @@ def totals_recovered(*, limit: int = 100) -> int:
             continue
         pairs = [(run.tree_before, run.tree_after)]
         if run.task_id:
-            pairs.append((task_first_tree(run.task_id, store) or run.tree_before, run.tree_after))
+            pairs.append((_first_tree(run.task_id, store, run.tree_before), run.tree_after))
         try:
-            counted = diffs.totals_between(store, pairs)
+            fields = _totals_fields(*diffs.totals_between(store, pairs))
         except (GitError, OSError) as exc:
             fields = {"snapshot_error": str(exc)}
-        else:
-            fields = dict(counted[0])
-            if run.task_id:
-                fields.update({f"task_{key}": value for key, value in counted[1].items()})
         try:
             with transaction.atomic():
                 agent_run_totals_record(run=run, fields=fields)
@@ -159,6 +155,16 @@ def totals_recovered(*, limit: int = 100) -> int:
             continue
         recovered += 1
     return recovered
+
+
+def _first_tree(task_id: str, store: str, before: str) -> str:
+    """The tree the task's first run in `store` started from; `before` (this run's) if none."""
+    return task_first_tree(task_id, store) or before
+
+
+def _totals_fields(run: dict, task: dict | None = None) -> dict:
+    """A run's row fields for its totals, and its task's (`task_` first) when it has a task."""
+    return {**run, **{f"task_{key}": value for key, value in (task or {}).items()}}
 
 
 class _Counting(threading.Thread):
@@ -298,15 +304,11 @@ class RunSnapshots:
             counted = diffs.totals_between(after.store, missing)
             for pair, totals in zip(missing, counted, strict=True):
                 known[(after.store, *pair)] = totals
-        fields = dict(known[(after.store, *pairs[0])])
-        if self.run.task_id:
-            task = known[(after.store, *pairs[1])]
-            fields.update({f"task_{key}": value for key, value in task.items()})
-        return fields
+        return _totals_fields(*(known[(after.store, *pair)] for pair in pairs))
 
     def _first_tree(self, store: str, before: str) -> str:
         first = self.memory.first_trees.get(store)
         if first is None:
-            first = task_first_tree(self.run.task_id, store) or before
+            first = _first_tree(self.run.task_id, store, before)
             self.memory.first_trees[store] = first
         return first
