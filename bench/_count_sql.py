@@ -59,6 +59,17 @@ def mark(tag: str) -> None:
         marks.write(line)
 
 
+def profile_ended(*, keep: bool) -> None:
+    """The thread's step being profiled (if any) ends; `keep`: it counts (it reached a go)."""
+    step = getattr(profiling, "step", None)
+    if step is not None:
+        step.disable()
+        profiling.step = None
+        if keep:
+            with lock:
+                profiled.append(step)
+
+
 def mark_steps() -> None:
     """Once Django is set up: the reaping and the go of every CLI, marked."""
     try:
@@ -80,12 +91,7 @@ def mark_steps() -> None:
                 profiling.step.enable()
 
     def marked_release(self):
-        step = getattr(profiling, "step", None)
-        if step is not None:
-            step.disable()
-            profiling.step = None
-            with lock:
-                profiled.append(step)
+        profile_ended(keep=True)
         mark("go")
         return release(self)
 
@@ -93,10 +99,7 @@ def mark_steps() -> None:
     claim_next = pickup.claim_next
 
     def unprofiled_claim(*args, **kwargs):  # a pass ended: its last reaping was no step's
-        step = getattr(profiling, "step", None)
-        if step is not None:
-            step.disable()
-            profiling.step = None
+        profile_ended(keep=False)
         return claim_next(*args, **kwargs)
 
     pickup.claim_next = unprofiled_claim
