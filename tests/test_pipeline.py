@@ -586,6 +586,31 @@ def test_each_next_agent_runs_the_process_made_ready_while_the_one_before_worked
     ]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_after_the_finish_that_recorded_the_next_process_is_seen_at_its_go(
+    fake_clis, monkeypatch
+):
+    """B's process was recorded by A's finish, so no record of its own comes before its go to
+    refuse it: a stop asked for in between is seen at the go, and B's CLI never runs (no run
+    row, its gate ends unused)."""
+    made, ran = _spy_ready(monkeypatch)
+    write_input = TaskPass.write_input
+
+    def stopped_meanwhile(owner, output_path):
+        if owner.agent.name == "B":
+            owner.stop.set()  # (what the stop watcher does when the user stops the task)
+        return write_input(owner, output_path)
+
+    monkeypatch.setattr(TaskPass, "write_input", stopped_meanwhile)
+    task, item, _agents = _pass_of(["A", "B"])
+
+    _run_pass(item)
+
+    assert len(made) == 1 and made[0] not in ran and len(ran) == 1
+    assert list(task.runs.values_list("agent_name", flat=True)) == ["A"]
+    wait_until(lambda: not alive(made[0]), timeout=10, what="the unused gate to end")
+
+
 @pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_a_run_made_ready_for_an_agent_that_does_not_come_ends_unused(fake_clis, monkeypatch):
