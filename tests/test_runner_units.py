@@ -676,8 +676,15 @@ def rss_mb():
             return int(line.split()[1]) / 1024
 base = rss_mb()
 barrier = threading.Barrier(4)
+kept = []  # what the threads allocated last and the process still holds (see below)
 def run():
     blocks = [bytearray(64 * 1024) for _ in range(512)]
+    barrier.wait()
+    # Allocated after every block of every thread, so above them in each arena's heap, and
+    # kept alive: glibc cannot give back the blocks freed below it by itself (its arenas shrink
+    # from the top only), whichever thread shares which arena; malloc_trim can. Without it,
+    # whether glibc kept them depended on the threads' timing (the suite saw both ways).
+    kept.append(bytearray(4096))
     barrier.wait()
     del blocks[::2]
     barrier.wait()
