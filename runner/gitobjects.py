@@ -9,13 +9,18 @@ entries sorted by name (a folder's name as if it ended in "/"), as `<octal mode>
 the 20-byte id. Objects are written loose, zlib-compressed, as git writes them.
 """
 
+import contextlib
 import hashlib
+import logging
 import os
 import stat
 import struct
 import threading
 import zlib
+from collections import OrderedDict
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 MODE_FILE, MODE_EXECUTABLE, MODE_TREE = 0o100644, 0o100755, 0o040000
 FILE_MODES = (MODE_FILE, MODE_EXECUTABLE)
@@ -76,11 +81,15 @@ def _object(kind: bytes, body: bytes) -> tuple[bytes, bytes]:
 
 
 def write_object(objects: Path, data: bytes, object_id: bytes) -> None:
-    """A loose object (as git writes it: never over one that exists, read-only)."""
+    """A loose object (as git writes it: never over one that exists, read-only), into a spare
+    file made ahead when the store has one (`spares_made`)."""
     hex_id = object_id.hex()
     folder = os.path.join(objects, hex_id[:2])
     path = os.path.join(folder, hex_id[2:])
     if os.path.exists(path):
+        return
+    compressed = zlib.compress(data, 1)
+    if _spares_of(objects).write(folder, path, compressed):
         return
     temporary = os.path.join(folder, f"tmp_obj_{os.getpid()}_{threading.get_ident()}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -90,8 +99,180 @@ def write_object(objects: Path, data: bytes, object_id: bytes) -> None:
         os.makedirs(folder, exist_ok=True)
         fd = os.open(temporary, flags, 0o444)
     with open(fd, "wb") as file:
-        file.write(zlib.compress(data, 1))
+        file.write(compressed)
     os.replace(temporary, path)
+
+
+# Spares: files and folders made in a store ahead of its objects. A new file or folder (an
+# inode) costs 0.03-0.8 ms on an ext4 disk, depending on the moment; moving one into place
+# costs ~0.02 ms. An agent that changed a file leaves 2-4 objects (the file, the folders above
+# it), each maybe in a fan-out folder not made yet, to be written between that agent and the
+# next: with spares made while the agent worked (worker.snapshotting), none is made then.
+SPARES_FOLDER = "malamar-spares"  # in the store, beside `objects` (git never reads it)
+SPARE_FILES = 8
+SPARE_FOLDERS = 4
+
+
+class _Spares:
+    """One store's spares: files (open, read-only for everyone but this descriptor) and empty
+    folders, named by this process's pid (a dead process's are removed by the next one)."""
+
+    def __init__(self, objects: Path):
+        self.objects = str(objects)
+        self.home = os.path.join(objects.parent, SPARES_FOLDER)
+        self.files: list[tuple[str, int]] = []
+        self.folders: list[str] = []
+        self.made = 0
+        self.lock = threading.Lock()
+
+    def write(self, folder: str, path: str, compressed: bytes) -> bool:
+        """`compressed` into `path` through a spare file; False: none left, or it failed
+        (the caller writes the object its own way)."""
+        with self.lock:
+            spare = self.files.pop() if self.files else None
+        if spare is None:
+            return False
+        spare_path, fd = spare
+        try:
+            view = memoryview(compressed)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.close(fd)
+            fd = None
+            try:
+                os.rename(spare_path, path)
+            except FileNotFoundError:  # the first object of its fan-out folder
+                self._folder(folder)
+                os.rename(spare_path, path)
+        except OSError:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(spare_path)
+            return False
+        return True
+
+    def _folder(self, folder: str) -> None:
+        """`folder` made: a spare folder moved there (an empty one there already may be
+        replaced: the same thing), else made now."""
+        with self.lock:
+            spare = self.folders.pop() if self.folders else None
+        if spare is not None:
+            try:
+                os.rename(spare, folder)
+                return
+            except OSError:  # there with objects in it (another writer), or the spare gone
+                with contextlib.suppress(OSError):
+                    os.rmdir(spare)
+        os.makedirs(folder, exist_ok=True)
+
+    def top_up(self) -> None:
+        """Spares made up to SPARE_FILES and SPARE_FOLDERS (in the caller's thread)."""
+        with self.lock:
+            first = self.made == 0
+            files, folders = SPARE_FILES - len(self.files), SPARE_FOLDERS - len(self.folders)
+        if (files <= 0 and folders <= 0) or not os.path.isdir(self.objects):
+            return  # (no store there: its first snapshot makes it)
+        os.makedirs(self.home, exist_ok=True)
+        if first:
+            self._clear_dead()
+        pid = os.getpid()
+        for _ in range(max(files, 0)):
+            path = os.path.join(self.home, f"{pid}-{self._next()}")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+            with self.lock:
+                self.files.append((path, fd))
+        for _ in range(max(folders, 0)):
+            path = os.path.join(self.home, f"{pid}-{self._next()}")
+            os.mkdir(path)
+            with self.lock:
+                self.folders.append(path)
+
+    def _next(self) -> int:
+        with self.lock:
+            self.made += 1
+            return self.made
+
+    def _clear_dead(self) -> None:
+        """What processes that are gone left here (a worker killed with its spares)."""
+        for name in os.listdir(self.home):
+            pid = int(name.split("-", 1)[0]) if name.split("-", 1)[0].isdigit() else 0
+            if pid == os.getpid() or (pid and _alive(pid)):
+                continue
+            path = os.path.join(self.home, name)
+            with contextlib.suppress(OSError):
+                if os.path.isdir(path):
+                    os.rmdir(path)
+                else:
+                    os.unlink(path)
+
+    def drop(self) -> None:
+        """Every spare given back (its store is being pruned or removed)."""
+        with self.lock:
+            files, folders, self.files, self.folders = self.files, self.folders, [], []
+        for path, fd in files:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        for path in folders:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+SPARE_STORES = 8  # stores with spares at once (a task's temp folder has a store of its own)
+_spares: "OrderedDict[str, _Spares]" = OrderedDict()  # by objects folder, last used last
+_spares_lock = threading.Lock()
+
+
+def _spares_of(objects: Path) -> _Spares:
+    key = str(objects)
+    with _spares_lock:
+        spares = _spares.get(key)
+        if spares is None:
+            spares = _spares[key] = _Spares(Path(key))
+        _spares.move_to_end(key)
+        dropped = [_spares.popitem(last=False)[1] for _ in range(len(_spares) - SPARE_STORES)]
+    for old in dropped:
+        old.drop()
+    return spares
+
+
+def spares_short(objects: Path) -> bool:
+    """Whether the store would make spares now (some were used, or none made yet)."""
+    with _spares_lock:
+        spares = _spares.get(str(objects))
+    if spares is None:
+        return True
+    with spares.lock:
+        return len(spares.files) < SPARE_FILES or len(spares.folders) < SPARE_FOLDERS
+
+
+def spares_made(objects: Path) -> None:
+    """The store's spares made up while an agent works (its objects folder must exist). Never
+    raises: without spares, objects are written as before."""
+    try:
+        _spares_of(objects).top_up()
+    except Exception:
+        log.warning("Could not make spare files for a snapshot store", exc_info=True)
+
+
+def spares_dropped(objects: Path) -> None:
+    with _spares_lock:
+        spares = _spares.pop(str(objects), None)
+    if spares is not None:
+        spares.drop()
 
 
 def blob_of(path: Path) -> tuple[bytes, bytes]:

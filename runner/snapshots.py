@@ -157,18 +157,25 @@ def _ensure_store(path: Path, alternates: Path | None) -> None:
         info.write_text(wanted)
 
 
-def store_made_ahead(cwd: str | Path) -> None:
-    """The store of a folder that is no repository, made now if it has none yet: its first
-    snapshot with a change would make it (`git init`, ~3 ms) between two agents. Called
-    while the first agent works (worker.snapshotting). Never raises: `take` makes the store
-    itself when this could not."""
+def made_ahead(*, cwd: str | Path | None = None, store: str | None = None) -> None:
+    """While an agent works (worker.snapshotting): the store of `cwd`, a folder that is no
+    repository, made if it has none yet (its first snapshot with a change would make it, a
+    `git init` of ~3 ms, between two agents); then the spare files and folders of `store`
+    (runner.gitobjects: its next objects are moved into place, not made, between two agents).
+    Never raises: `take` makes the store and its objects itself when this could not."""
     try:
-        root = Path(cwd).resolve()
-        if _repository(root) is not None:  # (its store came with its first snapshot)
-            return
-        _store_made(store_path(store_name(root)))
+        root = Path(cwd).resolve() if cwd is not None else None
+        if root is not None and _repository(root) is None:  # (a repository's store: made)
+            _store_made(store_path(store_name(root)))
     except Exception:
         log.warning("Could not make a snapshot store ahead", exc_info=True)
+    if store is not None:
+        gitobjects.spares_made(store_path(store) / "objects")
+
+
+def spares_wanted(store: str) -> bool:
+    """Whether `made_ahead` has spares to make for `store`."""
+    return gitobjects.spares_short(store_path(store) / "objects")
 
 
 def _store_made(path: Path) -> None:
@@ -690,6 +697,7 @@ def prune(kept_trees: dict[str, set[str]], *, expire: str = "1.hour.ago") -> dic
         return counts
     for store in sorted(root.iterdir()):
         _Seen.forget(store)  # a tree remembered may be pruned: git writes it again if needed
+        gitobjects.spares_dropped(store / "objects")  # (its own files: a store may be removed)
         try:
             _prune_store(store, kept_trees.get(store.name, set()), counts, expire)
         except GitError:

@@ -46,6 +46,7 @@ class PassSnapshots:
         self.ended: RunSnapshots | None = None  # the last run's, its totals not counted yet
         self.later: list[RunSnapshots] = []  # runs whose totals are written after their end
         self.store_ahead: str | None = None  # a new folder whose store is made as its run works
+        self.spares_for: str | None = None  # the store of the run that works: spares made
         self.first_tree_wanted: tuple | None = None  # (task, store, before): read as a run works
 
     def before(self, cwd) -> snapshots.Snapshot | None:
@@ -81,16 +82,21 @@ class PassSnapshots:
     def start_counting(self) -> None:
         """The next agent's CLI runs: git counts what was left for later, in a thread (it
         would hold this thread's interpreter lock on the way otherwise), a new folder's store
-        is made (its first change would make it between two agents otherwise) and the task's
-        first tree in the store read (the run's totals need it as it ends)."""
+        is made and the store's spare files (its first change would make them between two
+        agents otherwise), and the task's first tree in the store read (the run's totals need
+        it as it ends)."""
         for _run_snapshots, counting in self.later:
             if not counting.begun:
                 counting.begun = True
                 counting.start()
         cwd, self.store_ahead = self.store_ahead, None
-        if cwd is not None:
+        store, self.spares_for = self.spares_for, None
+        if store is not None and not (cwd is not None or snapshots.spares_wanted(store)):
+            store = None
+        if cwd is not None or store is not None:
             name = "malamar-snapshot-store"
-            threading.Thread(target=snapshots.store_made_ahead, args=(cwd,), name=name).start()
+            kwargs = {"cwd": cwd, "store": store}
+            threading.Thread(target=snapshots.made_ahead, kwargs=kwargs, name=name).start()
         wanted, self.first_tree_wanted = self.first_tree_wanted, None
         if wanted is not None:  # (this run's row is written: a new task's first tree is its own)
             task_id, store, before = wanted
@@ -217,6 +223,7 @@ class RunSnapshots:
             self.before.store
         ):  # a new folder (no store yet): made while this run works (start_counting)
             self.memory.store_ahead = str(self.cwd)
+        self.memory.spares_for = self.before.store
         task_id, store = self.run.task_id, self.before.store
         if task_id and store not in self.memory.first_trees:  # (start_counting)
             self.memory.first_tree_wanted = (task_id, store, self.before.tree)
