@@ -103,6 +103,45 @@ def mark_steps() -> None:
         return claim_next(*args, **kwargs)
 
     pickup.claim_next = unprofiled_claim
+    if os.environ.get("BENCH_STEP_PHASES"):
+        mark_phases()
+
+
+# What BENCH_STEP_PHASES marks as it returns, in a step's order from a reaping to the next go.
+PHASES = (
+    ("worker.pipeline", "_launch", "CLI's end"),
+    ("worker.snapshotting", "RunSnapshots.take_after", "after-snapshot"),
+    ("worker.pipeline", "TaskPass.read", "answer read"),
+    ("worker.snapshotting", "PassSnapshots.count_later", "totals left"),
+    ("worker.pipeline", "TaskPass.lock_if_wanted", "locking read"),
+    ("runner.recorder", "RunRecorder.finish_writes", "run's record"),
+    ("worker.pipeline", "TaskPass.apply", "answer applied"),
+    ("django.db.backends.base.base", "BaseDatabaseWrapper.commit", "commit"),
+    ("worker.pipeline", "TaskPass.recorder", "next recorder"),
+    ("worker.pipeline", "TaskPass.take_ready", "ready taken"),
+    ("worker.pipeline", "TaskPass.write_input", "input written"),
+    ("worker.snapshotting", "RunSnapshots.take_before", "before-snapshot"),
+)
+
+
+def mark_phases() -> None:
+    """Each phase of a step marked as it returns (bench/gap.py splits the own step by them)."""
+    import importlib
+
+    for module_name, qualified, tag in PHASES:
+        owner = importlib.import_module(module_name)
+        *owner_names, name = qualified.split(".")
+        for owner_name in owner_names:
+            owner = getattr(owner, owner_name)
+        original = getattr(owner, name)
+
+        def marked(*args, _original=original, _tag=tag, **kwargs):
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                mark("phase:" + _tag.replace(" ", "_"))
+
+        setattr(owner, name, marked)
 
 
 def instrument(sender, connection, **kwargs) -> None:

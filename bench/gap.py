@@ -130,6 +130,17 @@ def split_gap(case: Case, marks: list, exit_at: float, start_at: float) -> None:
         "own CPU": go[3] - reaped[3],
         "go -> start": start_at - go[1],
     }
+    mine = sorted(
+        (m for m in inside if m[2] == reaped[2] and reaped[1] <= m[1] <= go[1]), key=lambda m: m[1]
+    )
+    last = reaped[1]
+    for tag, at, _thread, _cpu in mine:  # BENCH_STEP_PHASES: the own step, phase by phase
+        if tag.startswith("phase:"):
+            name = "  " + tag.removeprefix("phase:").replace("_", " ")
+            parts[name] = parts.get(name, 0.0) + at - last
+            last = at
+    if last != reaped[1]:
+        parts["  (to the go)"] = go[1] - last
     for name, seconds in parts.items():
         case.parts.setdefault(name, []).append(seconds * 1000)
 
@@ -210,10 +221,12 @@ def main() -> None:
                 f"CPU/step {case.cpu_per_step_ms:5.1f} ms"
             )
             if case.parts:
-                parts = ", ".join(
-                    f"{name} {statistics.median(values):.2f}" for name, values in case.parts.items()
-                )
+                p50s = {name: statistics.median(values) for name, values in case.parts.items()}
+                parts = ", ".join(f"{n} {v:.2f}" for n, v in p50s.items() if n[0] != " ")
                 print(f"  {'':<52} p50s (ms): {parts} (n={len(case.parts['own'])})")
+                phases = ", ".join(f"{n.strip()} {v:.2f}" for n, v in p50s.items() if n[0] == " ")
+                if phases:
+                    print(f"  {'':<52} own step's phases (p50, ms): {phases}")
         time.sleep(1)
     if args.rounds > 1:
         print(f"median of {args.rounds} rounds (p50 / p90):")
