@@ -24,7 +24,9 @@ time, and the CPU time of the thread that runs it); the go -> that CLI's start (
 exec). `BENCH_FAKE_SLEEP_MS=100` makes every run last 100 ms (what comes after the go is then
 off the path; with 1 ms runs the worker may still be busy with the run's start when it ends).
 `--only TEXT` runs the cases whose name holds TEXT (e.g. "temp folder, agents" for the first);
-with `BENCH_PROFILE_STEPS=FILE` the worker profiles its own steps (bench/_count_sql.py).
+with `BENCH_PROFILE_STEPS=FILE` the worker profiles its own steps (bench/_count_sql.py);
+with `BENCH_STEP_PHASES=1` the own step is split into its phases (from one phase's end to the
+next: the after-snapshot, the locking read, the run's record... to the go).
 `--rounds N` runs the cases N times in turn (a fresh server and worker each round) and prints
 the median of the rounds' p50s.
 """

@@ -16,7 +16,9 @@ changed in place; or, where no ignore rule applies, files made or removed), thei
 hashed here and the trees above them written without git (runner.gitobjects); when git does add
 a folder, the trees of its index are written here too, not by `git write-tree`. The trees a run
 refers to are kept by the daily cleanup (`prune`), from the runs in the database: a snapshot
-writes no ref.
+writes no ref. The files and fan-out folders those objects go into are made while the agent
+works (`made_ahead`, runner.gitobjects's spares): making a file costs up to ~0.8 ms on a busy
+disk, moving one into place ~0.02 ms.
 """
 
 import contextlib
