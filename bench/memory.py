@@ -13,6 +13,7 @@ same numbers from one round to the next.
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,6 +123,7 @@ def main() -> None:
     env = {
         **os.environ,
         "MALAMAR_DATA_DIR": data_dir,
+        "MALAMAR_TEMP_DIR": str(Path(data_dir) / "tmp"),  # (the tasks' folders, removed with it)
         "MALAMAR_PORT": str(port),
         "PYTHONPATH": str(args.root),
         "DJANGO_SETTINGS_MODULE": "malamar_site.settings",
@@ -152,6 +154,7 @@ def main() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ In-process: the worker's loop runs in a thread (as the tests run it), the fake C
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,6 +29,7 @@ def run(database: str, tasks: int) -> None:
     env = {
         **os.environ,
         "MALAMAR_DATA_DIR": data_dir,
+        "MALAMAR_TEMP_DIR": str(Path(data_dir) / "tmp"),  # (the tasks' folders)
         "DJANGO_SETTINGS_MODULE": "malamar_site.settings",
         "PATH": f"{ROOT / 'tests' / 'fakes' / 'bin'}{os.pathsep}{os.environ['PATH']}",
         "MALAMAR_LOG_LEVEL": "error",
@@ -39,7 +41,10 @@ def run(database: str, tasks: int) -> None:
     else:
         (Path(data_dir) / "malamar.db").touch()  # not a first launch: no sample workspace
     code = f"import bench.workers as b; b.measure({database!r}, {tasks})"
-    subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True)
+    try:
+        subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def measure(database: str, tasks: int) -> None:
