@@ -96,7 +96,9 @@ class RunRecorder:
         return cli_for(cli_type).stream_parser()
 
     def start_writes(self) -> None:
-        """Inside the caller's transaction: the run's row."""
+        """Inside the caller's transaction: the run's row. Its silence is counted from here
+        (a recorder may be made while the run before works)."""
+        self.last_output = time.monotonic()
         agent_run_start(run=self.run)
         self.started = True
 

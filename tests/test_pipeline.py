@@ -571,12 +571,28 @@ def test_each_next_agent_runs_the_process_made_ready_while_the_one_before_worked
     made, ran = _spy_ready(monkeypatch)
     record, records = pipeline._record, []
     monkeypatch.setattr(pipeline, "_record", lambda *a: records.append(1) or record(*a))
+    prepare, recorder = TaskPass.prepare_next, TaskPass.recorder
+    made_recorders, used_recorders = [], []
+
+    def prepared(owner):
+        prepare(owner)
+        if owner.ready is not None:
+            made_recorders.append(owner.ready.recorder)
+
+    def used(owner, plan):
+        used_recorders.append(recorder(owner, plan))
+        return used_recorders[-1]
+
+    monkeypatch.setattr(TaskPass, "prepare_next", prepared)
+    monkeypatch.setattr(TaskPass, "recorder", used)
     task, item, _agents = _pass_of(["A", "B", "C"])
 
     _run_pass(item)
 
     assert len(made) == 2 and ran[1:] == made  # B and C ran in the processes made ready
     assert records == [1]  # A's: B's and C's were recorded by the finish before them
+    # ...and their runs' recorders were made then too (C's as B worked)
+    assert len(made_recorders) == 2 and used_recorders[1:] == made_recorders
     task.refresh_from_db()
     assert task.status == TaskStatus.IN_REVIEW
     assert list(task.runs.order_by("started_at").values_list("agent_name", flat=True)) == [

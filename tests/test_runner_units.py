@@ -940,6 +940,15 @@ def test_a_runs_stall_and_trace_deadlines_tell_its_watch_when_to_look(task_recor
     assert quiet.tick_due() is None  # nothing to do until the CLI prints
 
 
+def test_a_recorder_made_ahead_counts_its_runs_silence_from_its_start(task_recorder):
+    # (the pipeline makes the next run's recorder while the run before works)
+    recorder = task_recorder(stall_warn_seconds=900, deferred=True)
+    recorder.last_output -= 600  # made ten minutes before its CLI ran
+    with transaction.atomic():
+        recorder.start_writes()
+    assert 899 < recorder.tick_due() <= 900
+
+
 def test_a_stalled_run_is_killed_by_its_watch(watched, task_recorder):
     recorder = task_recorder(stall_warn_seconds=0, stall_kill_seconds=60)
     recorder.last_output -= 61  # silent longer than the kill limit

@@ -267,6 +267,7 @@ class Ready:
     # Its process was recorded by the finish of the run before (TaskPass._ready_process), which
     # committed: no statement of its own between the two agents.
     recorded: bool = False
+    recorder: RunRecorder | None = None  # its run's recorder, made while the run before worked
 
     def fits(self, agent_id: str, plan: RunPlan, mcp) -> bool:
         """Made for this step, its gate waiting, its folder still there (else the step says
@@ -818,7 +819,15 @@ class TaskPass:
         return None
 
     def recorder(self, plan: RunPlan) -> RunRecorder:
-        agent = self.agent
+        """The run's recorder: the one made with the run made ready for this step, if any."""
+        ready = self.ready
+        if ready is not None and (ready.agent_id, ready.plan) == (self.agent.id, plan):
+            recorder, ready.recorder = ready.recorder, None
+            if recorder is not None:
+                return recorder
+        return self._recorder(self.agent, plan)
+
+    def _recorder(self, agent: Agent, plan: RunPlan) -> RunRecorder:
         return RunRecorder(
             cli_type=plan.cli_type,
             model=plan.options.model,
@@ -897,6 +906,7 @@ class TaskPass:
             launch.cleanup()
             return
         self.ready = Ready(agent.id, plan, cwd, output_path, mcp, launch, held)
+        self.ready.recorder = self._recorder(agent, plan)  # (its run's row: written at its start)
 
     def take_ready(self, plan: RunPlan) -> Ready | None:
         ready, self.ready = self.ready, None
