@@ -89,7 +89,9 @@ def write_object(objects: Path, data: bytes, object_id: bytes) -> None:
     if os.path.exists(path):
         return
     compressed = zlib.compress(data, 1)
-    if _spares_of(objects).write(folder, path, compressed):
+    with _spares_lock:
+        spares = _spares.get(str(objects))
+    if spares is not None and spares.write(folder, path, compressed):
         return
     temporary = os.path.join(folder, f"tmp_obj_{os.getpid()}_{threading.get_ident()}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
