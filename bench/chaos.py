@@ -24,7 +24,9 @@ of some run (DESIGN "No lost comment").
 `--edits`: every run appends a line to a file of its task's folder (the C stand-in's
 `--bench-edit`), so every run has a diff; then no completed run may be left without its totals
 (a run's totals are written with the next run's finish: a kill in between leaves them to the
-recovery, worker.snapshotting.totals_recovered).
+recovery, worker.snapshotting.totals_recovered), no tree a run names may be missing from its
+snapshot store and `git fsck` must find every store whole (objects are written into spare
+files made ahead, runner.gitobjects: a kill may not leave one half-written).
 
 `--postgres`: on a PostgreSQL of its own (Debian's, as the tests start it) with `--workers`
 workers (DESIGN "Scale-out"); each kill takes a random one, whose runs another worker takes
@@ -33,9 +35,11 @@ over once its heartbeat is stale (0.5 s beats, stale after 3 s here).
 
 import argparse
 import json
+import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -198,8 +202,46 @@ def report(
             " AND files_changed IS NULL"
         )[0][0]
         print(f"completed runs with a diff counted {counted}; left without totals {uncounted}")
+        uncounted += broken_trees(stack)
     failed = running or broken or alive or lost or uncounted or set(statuses) != {"in_review"}
     return 1 if failed else 0
+
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def broken_trees(stack: Stack) -> int:
+    """The trees the runs name that their stores lack, and the stores git finds corrupt (a
+    kill while an object was written must leave none half-written)."""
+    stores = stack.data_dir / "snapshots"
+    named = stack.sql(
+        "SELECT snapshot_store, tree_before FROM agent_runs WHERE tree_before != ''"
+        " UNION SELECT snapshot_store, tree_after FROM agent_runs WHERE tree_after != ''"
+    )
+    missing = 0
+    for store in {store for store, _tree in named}:
+        listing = "".join(f"{tree}\n" for name, tree in named if name == store)
+        checked = subprocess.run(
+            ["git", "cat-file", "--batch-check"], input=listing, capture_output=True, text=True,
+            env={**GIT_ENV, "GIT_DIR": str(stores / store)}, check=False,
+        )  # fmt: skip
+        missing += checked.stdout.count(" missing")
+    corrupt = 0
+    for store in sorted(stores.iterdir()) if stores.is_dir() else []:
+        fsck = subprocess.run(
+            ["git", "fsck", "--no-dangling", "--no-progress"], capture_output=True, text=True,
+            env={**GIT_ENV, "GIT_DIR": str(store)}, check=False,
+        )  # fmt: skip
+        # (the empty tree, which git knows without storing it, is "missing" to fsck when a
+        # store's index names it: no object of ours)
+        found = [line for line in fsck.stdout.splitlines() if line != f"missing tree {EMPTY_TREE}"]
+        if found or (fsck.returncode != 0 and not fsck.stdout):
+            corrupt += 1
+            if corrupt <= 3:
+                print(f"  git fsck of {store.name}: {found[:3]} {fsck.stderr[-300:]}")
+    print(f"trees the runs name missing from their stores {missing}; stores fsck rejects {corrupt}")
+    return missing + corrupt
 
 
 if __name__ == "__main__":
