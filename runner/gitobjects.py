@@ -111,18 +111,19 @@ def write_object(objects: Path, data: bytes, object_id: bytes) -> None:
 # it), each maybe in a fan-out folder not made yet, to be written between that agent and the
 # next: with spares made while the agent worked (worker.snapshotting), none is made then.
 SPARES_FOLDER = "malamar-spares"  # in the store, beside `objects` (git never reads it)
-SPARE_FILES = 8
-SPARE_FOLDERS = 4
+SPARE_FILES = 6
+SPARE_FOLDERS = 3
 
 
 class _Spares:
-    """One store's spares: files (open, read-only for everyone but this descriptor) and empty
-    folders, named by this process's pid (a dead process's are removed by the next one)."""
+    """One store's spares: empty files (made readable and writable by this user only, and
+    read-only once written) and empty folders, named by this process's pid (a dead process's
+    are removed by the next one). None is held open: a worker may have many stores."""
 
     def __init__(self, objects: Path):
         self.objects = str(objects)
         self.home = os.path.join(objects.parent, SPARES_FOLDER)
-        self.files: list[tuple[str, int]] = []
+        self.files: list[str] = []
         self.folders: list[str] = []
         self.made = 0
         self.lock = threading.Lock()
@@ -134,11 +135,13 @@ class _Spares:
             spare = self.files.pop() if self.files else None
         if spare is None:
             return False
-        spare_path, fd = spare
+        spare_path, fd = spare, None
         try:
+            fd = os.open(spare_path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             view = memoryview(compressed)
             while view:
                 view = view[os.write(fd, view) :]
+            os.fchmod(fd, 0o444)  # (as git leaves an object)
             os.close(fd)
             fd = None
             try:
@@ -182,9 +185,9 @@ class _Spares:
         pid = os.getpid()
         for _ in range(max(files, 0)):
             path = os.path.join(self.home, f"{pid}-{self._next()}")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
             with self.lock:
-                self.files.append((path, fd))
+                self.files.append(path)
         for _ in range(max(folders, 0)):
             path = os.path.join(self.home, f"{pid}-{self._next()}")
             os.mkdir(path)
@@ -213,9 +216,7 @@ class _Spares:
         """Every spare given back (its store is being pruned or removed)."""
         with self.lock:
             files, folders, self.files, self.folders = self.files, self.folders, [], []
-        for path, fd in files:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for path in files:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         for path in folders:
@@ -233,7 +234,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-SPARE_STORES = 8  # stores with spares at once (a task's temp folder has a store of its own)
+SPARE_STORES = 32  # stores with spares at once (a task's temp folder has a store of its own)
 _spares: "OrderedDict[str, _Spares]" = OrderedDict()  # by objects folder, last used last
 _spares_lock = threading.Lock()
 
