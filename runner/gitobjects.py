@@ -89,9 +89,7 @@ def write_object(objects: Path, data: bytes, object_id: bytes) -> None:
     if os.path.exists(path):
         return
     compressed = zlib.compress(data, 1)
-    with _spares_lock:
-        spares = _spares.get(str(objects))
-    if spares is not None and spares.write(folder, path, compressed):
+    if _spares_of(objects).write(folder, path, compressed):  # (a store that writes: spares)
         return
     temporary = os.path.join(folder, f"tmp_obj_{os.getpid()}_{threading.get_ident()}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -253,20 +251,22 @@ def _spares_of(objects: Path) -> _Spares:
 
 
 def spares_short(objects: Path) -> bool:
-    """Whether the store would make spares now (some were used, or none made yet)."""
+    """Whether the store would make spares now: some were used, or none were made yet for a
+    store that wrote objects (one whose agents change nothing gets none)."""
     with _spares_lock:
         spares = _spares.get(str(objects))
     if spares is None:
-        return True
+        return False
     with spares.lock:
         return len(spares.files) < SPARE_FILES or len(spares.folders) < SPARE_FOLDERS
 
 
 def spares_made(objects: Path) -> None:
-    """The store's spares made up while an agent works (its objects folder must exist). Never
-    raises: without spares, objects are written as before."""
+    """The spares of a store that writes objects made up while an agent works. Never raises:
+    without spares, objects are written as before."""
     try:
-        _spares_of(objects).top_up()
+        if spares_short(objects):
+            _spares_of(objects).top_up()
     except Exception:
         log.warning("Could not make spare files for a snapshot store", exc_info=True)
 

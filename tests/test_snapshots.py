@@ -678,6 +678,19 @@ def test_a_changes_objects_go_into_spares_made_while_the_agent_worked(tmp_path, 
     assert len(spare_names(second)) == len(spares)
 
 
+def test_a_store_whose_folder_never_changed_gets_no_spares(tmp_path, made):
+    # (a task whose agents change nothing: nothing to make ahead)
+    folder = tmp_path / "task"
+    folder.mkdir()
+    empty = snapshots.take(folder)
+    snapshots.made_ahead(cwd=folder, store=empty.store)
+    assert snapshots.store_exists(empty.store) and spare_names(empty) == []
+    (folder / "a.txt").write_text("a\n")
+    snapshots.take(folder)  # its first objects: from now on it has spares
+    snapshots.made_ahead(store=empty.store)
+    assert len(spare_names(empty)) == gitobjects.SPARE_FILES + gitobjects.SPARE_FOLDERS
+
+
 def test_without_spares_left_objects_are_made_as_before(tmp_path, made, monkeypatch):
     made, on = made
     monkeypatch.setattr(gitobjects, "SPARE_FILES", 1)
