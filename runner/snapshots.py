@@ -96,18 +96,22 @@ _repositories: dict[tuple, _Repository | None] = {}  # by (cwd, the .git found a
 def _dot_git_above(cwd: Path) -> tuple:
     """The nearest `.git` at or above `cwd`, as a key that changes when git's answer may: its
     path, inode and type, and a `.git` file's content (it names the repository)."""
-    for folder in (cwd, *cwd.parents):
-        dot_git = folder / ".git"
+    folder = str(cwd)
+    while True:  # (strings, not paths: a temp folder's walk goes up to / at every snapshot)
+        dot_git = os.path.join(folder, ".git")
         try:
-            stat = dot_git.lstat()
+            stat = os.lstat(dot_git)
         except OSError:
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                return ()
+            folder = parent
             continue
         content = b""
         if not os.path.isdir(dot_git):
-            with contextlib.suppress(OSError):
-                content = dot_git.read_bytes()[:4096]
-        return (str(dot_git), stat.st_ino, stat.st_mode, content)
-    return ()
+            with contextlib.suppress(OSError), open(dot_git, "rb") as file:
+                content = file.read(4096)
+        return (dot_git, stat.st_ino, stat.st_mode, content)
 
 
 def _repository(cwd: Path) -> _Repository | None:

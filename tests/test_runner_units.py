@@ -43,7 +43,7 @@ from tests.databases import ON_POSTGRES, postgres_only
 from tests.failures import fail_task
 from tests.live import wait_until
 from tests.stack import FAKES_BIN
-from worker import pickup, process
+from worker import pickup, process, prompts
 from worker.execution import RUN_CONFIG_DIR, execute, interpret, mcp_server_for
 from worker.pipeline import task_input_text
 from worker.process import ProcessResult
@@ -562,6 +562,41 @@ def test_the_input_file_carries_repeated_errors_once(workspace, agents):
     first, last = TaskComment.objects.filter(content__endswith="401").order_by("created_at")[::49]
     assert rows[1]["first_created_at"] == first.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert rows[1]["created_at"] == last.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_pass_renders_each_input_row_once_and_again_only_when_it_changed(
+    workspace, agents, monkeypatch
+):
+    # A long task's input is hundreds of rows: between two agents only the new or changed
+    # ones are encoded again (the pass keeps the lines it rendered).
+    task = task_create(workspace=workspace, summary="Long")
+    comment_create(task=task, content="Go", actor=USER)
+    fail_task(task, "CLI exited with code 1. 401")
+    encoded = []
+    encode = prompts._JSON.encode
+    monkeypatch.setattr(prompts._JSON, "encode", lambda row: encoded.append(row) or encode(row))
+    rendered = prompts.RenderedRows()
+
+    def both() -> tuple[str, str, int]:
+        """The input through the pass's rendered rows, from scratch, and the rows the first
+        encoded."""
+        current = Task.objects.select_related("workspace").get(id=task.id)
+        out = Path("/tmp/out.json")
+        encoded.clear()
+        again = task_input_text(current, agents[0], out, rendered=rendered)
+        encoded_again = len(encoded)
+        return again, task_input_text(current, agents[0], out), encoded_again
+
+    again, fresh, encoded_again = both()
+    assert again == fresh and encoded_again == len(encoded) // 2 >= 4  # every row, once
+    again, fresh, encoded_again = both()
+    assert again == fresh and encoded_again == 0  # nothing new
+    fail_task(task, "CLI exited with code 1. 401")  # the error's row changes: "repeated": 2
+    comment_create(task=task, content="And tests", actor=USER)
+    again, fresh, encoded_again = both()
+    assert again == fresh and '"repeated": 2' in again and "And tests" in again
+    # The changed error and the new comment, and the logs that came with them: not the rest.
+    assert 2 <= encoded_again <= 4 < len(encoded) - encoded_again
 
 
 def test_a_runs_events_all_name_the_run_and_where_it_runs(task, task_recorder):

@@ -434,10 +434,12 @@ def task_input_text(
     history=None,
     *,
     isolated: bool = False,
+    rendered: prompts.RenderedRows | None = None,
 ) -> str:
     """The input file of one agent step; `agents` = the workspace's (id, name) in order,
     `history` = tasks.selectors.task_history(task) (both read now when not given);
-    `isolated`: the task works on its branch (agents are told which)."""
+    `isolated`: the task works on its branch (agents are told which); `rendered`: the rows
+    this pass rendered before (a task pass's, for the next step)."""
     if agents is None:
         agents = list(
             Agent.objects.filter(workspace_id=task.workspace_id)
@@ -446,23 +448,28 @@ def task_input_text(
         )
     comments, logs = history if history is not None else task_selectors.task_history(task)
     names = dict(agents)
-    comments = [
-        prompts.comment_row(
-            c,
-            author_name(c.author_type, c.agent_id, names, c.kind),
-            task_selectors.line_comment_text(c) if c.is_line_comment else None,
+    comment_rows = [
+        (
+            ("comment", c.id),
+            prompts.comment_row(
+                c,
+                author_name(c.author_type, c.agent_id, names, c.kind),
+                task_selectors.line_comment_text(c) if c.is_line_comment else None,
+            ),
         )
         for c in task_selectors.collapse_repeated_errors(
             task_selectors.mark_outdated(task.id, comments)
         )
     ]
+    log_rows = [(("log", entry.id), prompts.log_row(entry)) for entry in logs]
+    rendered = rendered or prompts.RenderedRows()
     return prompts.task_input(
         workspace=task.workspace,
         agent=agent,
         agent_names=[name for _id, name in agents],
         task=task,
-        comments=comments,
-        logs=[prompts.log_row(entry) for entry in logs],
+        comments=rendered.jsonl(comment_rows),
+        logs=rendered.jsonl(log_rows),
         output_path=str(output_path),
         branch=(task.branch_name, task.branch_base) if isolated and task.branch_name else None,
     )
@@ -535,6 +542,7 @@ class TaskPass:
         self.settings: dict | None = None  # read once the pass may run
         self.pass_started = None  # its real start (kept when it continues where it stopped)
         self.ready: Ready | None = None  # the next run, made ready while this one works
+        self.rendered_rows = prompts.RenderedRows()  # the input's rows, rendered once a pass
         # The agent whose run failed last time (its answer ends the failure streak).
         self.retried_agent_id = item.resume_agent_id
 
@@ -854,7 +862,13 @@ class TaskPass:
         history = (comments, [*logs, self.started_log])
         isolated = self.worktree is not None
         text = task_input_text(
-            self.task, self.agent, output_path, self.agents, history, isolated=isolated
+            self.task,
+            self.agent,
+            output_path,
+            self.agents,
+            history,
+            isolated=isolated,
+            rendered=self.rendered_rows,
         )
         return write_private(task_input_path(self.task.id), text)
 
