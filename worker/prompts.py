@@ -1,6 +1,5 @@
 """The input files agents read: context, role, task, history, and the output instruction."""
 
-import copy
 import json
 
 from runner.models import CliHealthStatus
@@ -55,8 +54,10 @@ class RenderedRows:
         lines = []
         for key, row in keyed_rows:
             known = self._known.get(key)
-            if known is None or known[0] != row:  # (a copy: a row's metadata is a dict)
-                known = self._known[key] = (copy.deepcopy(row), _JSON.encode(row))
+            # (a row is built anew from its model at every render; a log's metadata, the one
+            # value it shares with the model, is never changed once the log is written)
+            if known is None or known[0] != row:
+                known = self._known[key] = (row, _JSON.encode(row))
             lines.append(known[1])
         return "\n".join(lines)
 
