@@ -20,6 +20,8 @@ import zlib
 from collections import OrderedDict
 from pathlib import Path
 
+import psutil
+
 log = logging.getLogger(__name__)
 
 MODE_FILE, MODE_EXECUTABLE, MODE_TREE = 0o100644, 0o100755, 0o040000
@@ -200,8 +202,8 @@ class _Spares:
     def _clear_dead(self) -> None:
         """What processes that are gone left here (a worker killed with its spares)."""
         for name in os.listdir(self.home):
-            pid = int(name.split("-", 1)[0]) if name.split("-", 1)[0].isdigit() else 0
-            if pid == os.getpid() or (pid and _alive(pid)):
+            pid = name.split("-", 1)[0]
+            if pid.isdigit() and psutil.pid_exists(int(pid)):  # (this process's too)
                 continue
             path = os.path.join(self.home, name)
             with contextlib.suppress(OSError):
@@ -220,16 +222,6 @@ class _Spares:
         for path in folders:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 SPARE_STORES = 32  # stores with spares at once (a task's temp folder has a store of its own)

@@ -919,8 +919,9 @@ class TaskPass:
         if held.start_error is not None:
             launch.cleanup()
             return
-        self.ready = Ready(agent.id, plan, cwd, output_path, mcp, launch, held)
-        self.ready.recorder = self._recorder(agent, plan)  # (its run's row: written at its start)
+        # (its recorder too: the run's row is written at its start)
+        recorder = self._recorder(agent, plan)
+        self.ready = Ready(agent.id, plan, cwd, output_path, mcp, launch, held, recorder=recorder)
 
     def take_ready(self, plan: RunPlan) -> Ready | None:
         ready, self.ready = self.ready, None

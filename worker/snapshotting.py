@@ -91,9 +91,7 @@ class PassSnapshots:
                 counting.start()
         cwd, self.store_ahead = self.store_ahead, None
         store, self.spares_for = self.spares_for, None
-        if store is not None and not (cwd is not None or snapshots.spares_wanted(store)):
-            store = None
-        if cwd is not None or store is not None:
+        if cwd is not None or (store is not None and snapshots.spares_wanted(store)):
             name = "malamar-snapshot-store"
             kwargs = {"cwd": cwd, "store": store}
             threading.Thread(target=snapshots.made_ahead, kwargs=kwargs, name=name).start()
