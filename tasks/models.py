@@ -421,6 +421,17 @@ class TaskQueueQuerySet(QueueItemQuerySet):
         }
         return compiled_update(("task_claim", worker_id is None), claimable, changes, **values) > 0
 
+    def record_next_process(self, item, *, pid: int, pgid: int, started_at: float) -> bool:
+        """The next agent's process, at its gate (worker.pipeline's early go): in this run's
+        start transaction, before it may ever go. The finish that lets it run records it as the
+        item's own process (`continue_at`) and forgets this."""
+        changes = {"next_pid": pid, "next_pgid": pgid, "next_process_started_at": started_at}
+
+        def ours(item_id, worker_id=None):
+            return self.model.objects.filter(id=item_id, worker_id=worker_id)
+
+        return self._update_compiled(item, "record_next_process", ours, changes) > 0
+
     def wanted(self):
         """A pass is also unwanted once its task left Todo/In Progress. (Right after a claim
         the task is still Todo for a moment, so Todo counts as wanted.) A person's "Run
@@ -443,6 +454,11 @@ class TaskQueueItem(QueueItem):
     phase = models.CharField(
         max_length=8, choices=PassPhase.choices, blank=True, default="", db_default=""
     )
+    # The next agent's process, at its gate while this one works (recorded by this run's start):
+    # it may go before this run's finish is written, so a recovery kills it too.
+    next_pid = models.IntegerField(null=True, blank=True)
+    next_pgid = models.IntegerField(null=True, blank=True)
+    next_process_started_at = models.FloatField(null=True, blank=True)
 
     objects = TaskQueueQuerySet.as_manager()
 

@@ -293,32 +293,45 @@ def comment_create(
     `task.comment_added`. It sends nothing around (comment_create_and_send_around does, for a
     comment that asks the agents; a pass's end counts its own agents' comments). `kind` is the
     author's type, or "error" for a system comment that reports a failed run."""
+    comment, entry = _comment_entry(task=task, content=content, actor=actor, kind=kind)
+    _comment_save(task=task, comment=comment, entry=entry, actor=actor)
+    return comment
+
+
+def _comment_entry(
+    *, task: Task, content: str, actor: Actor, kind: str | None = None
+) -> tuple[TaskComment, TaskLog]:
+    """A comment and its comment_added log, validated, not saved yet."""
     content = require_text(content, field="content", label="Comment")
     kind = kind or actor.type
     system_kinds = (CommentKind.ERROR, CommentKind.CHECKS)
     if kind != actor.type and not (kind in system_kinds and actor.type == "system"):
         raise ValidationFailed(f"A {actor.type} comment cannot be of kind {kind!r}", field="kind")
     now = timezone.now()
-    with transaction.atomic(savepoint=False):  # validated above: nothing to roll back alone
-        comment = TaskComment.objects.create(
-            task=task,
-            workspace_id=task.workspace_id,
-            user_id=actor.id if actor.is_user else None,
-            agent_id=actor.id if actor.is_agent else None,
-            content=content,
-            kind=kind,
-            created_at=now,
-            updated_at=now,
-        )
-        log_add(task=task, event_type="comment_added", actor=actor)
-        _touch(task, now)
+    comment = TaskComment(
+        task=task,
+        workspace_id=task.workspace_id,
+        user_id=actor.id if actor.is_user else None,
+        agent_id=actor.id if actor.is_agent else None,
+        content=content,
+        kind=kind,
+        created_at=now,
+        updated_at=now,
+    )
+    return comment, _log_entry(task=task, event_type="comment_added", actor=actor)
+
+
+def _comment_save(*, task: Task, comment: TaskComment, entry: TaskLog, actor: Actor) -> None:
+    with transaction.atomic(savepoint=False):  # validated before: nothing to roll back alone
+        comment.save(force_insert=True)
+        insert([entry])
+        _touch(task, timezone.now())  # (later than any write the comment was built before)
         events.publish(
             "task.comment_added",
             task_payload(
                 task, comment_id=comment.id, author_name=actor.name, author_type=actor.type
             ),
         )
-    return comment
 
 
 def comment_create_and_send_around(*, task: Task, content: str, actor: Actor) -> TaskComment:
@@ -419,27 +432,34 @@ def task_agent_started(
 
 
 def task_agent_finished(
-    *, task: Task, actor: Actor, action_type: str, touch_workspace: bool = True
+    *,
+    task: Task,
+    actor: Actor,
+    action_type: str,
+    touch_workspace: bool = True,
+    entry: TaskLog | None = None,
 ) -> TaskLog | None:
     """An agent's run ended ("error" when it failed, "limited" or "waiting" when its CLI ran out
-    of quota or could not run: the error comment or the wait says the rest): its activity log,
-    the workspace's activity (unless the caller bumped it moments ago) and
-    `agent.execution_finished`."""
-    entry = None
+    of quota or could not run: the error comment or the wait says the rest): its activity log
+    (`entry` when it was built before: StepRows), the workspace's activity (unless the caller
+    bumped it moments ago) and `agent.execution_finished`."""
     if action_type not in ("error", "waiting", "limited"):
-        entry = log_add(
-            task=task,
-            event_type="agent_finished",
-            actor=actor,
-            metadata={"agent_name": actor.name, "action_type": action_type},
-        )
+        entry = entry or _finished_entry(task, actor, action_type)
+        insert([entry])
         if touch_workspace:
             workspace_touch(task.workspace_id)
+    else:
+        entry = None
     events.publish(
         "agent.execution_finished",
         task_payload(task, agent_id=actor.id, agent_name=actor.name, action_type=action_type),
     )
     return entry
+
+
+def _finished_entry(task: Task, actor: Actor, action_type: str) -> TaskLog:
+    metadata = {"agent_name": actor.name, "action_type": action_type}
+    return _log_entry(task=task, event_type="agent_finished", actor=actor, metadata=metadata)
 
 
 # --- a task pass: its rules, once (DESIGN "Retries", "No lost comment", "One run pipeline") ---
@@ -502,6 +522,33 @@ def task_pass_begin(*, item: TaskQueueItem) -> tuple[Task, bool] | None:
     return task, moved
 
 
+@dataclass
+class StepRows:
+    """The rows an agent's answer adds to its task (its branch commit's log, its comments with
+    their logs, its agent_finished log), built before the step's finish writes them: the next
+    agent may start first, with an input that shows them (worker.pipeline's early go)."""
+
+    commit_log: TaskLog | None
+    comments: list[tuple[TaskComment, TaskLog]]
+    finished: TaskLog
+
+    def shown(self) -> tuple[list[TaskComment], list[TaskLog]]:
+        """(comments, logs) in the order the finish writes them."""
+        logs = [entry for _comment, entry in self.comments]
+        if self.commit_log is not None:
+            logs.insert(0, self.commit_log)
+        return [comment for comment, _entry in self.comments], [*logs, self.finished]
+
+
+def task_step_rows(*, task: Task, agent, answer, commit: str | None = None) -> StepRows:
+    """What task_step_answered (and task_branch_commit_log for `commit`) will write for this
+    answer, not saved yet. Raises ValidationFailed for a comment it would refuse."""
+    actor = agent_actor(agent)
+    commit_log = _commit_entry(task, actor, commit) if commit else None
+    comments = [_comment_entry(task=task, content=text, actor=actor) for text in answer.comments]
+    return StepRows(commit_log, comments, _finished_entry(task, actor, answer.action_type))
+
+
 def task_step_answered(
     *,
     task: Task,
@@ -514,22 +561,29 @@ def task_step_answered(
     last_step: bool,
     settings: dict | None = None,
     touch_workspace: bool = True,
+    rows: StepRows | None = None,
 ) -> tuple[TaskLog | None, bool]:
     """An agent answered (runner.schemas.TaskOutcome): the comments its input contained
     (`read`) are delivered, its comments written, and the task asks for review when it said so
     and no comment waits for the agents (one that came while it worked: the agents go around
     again instead, from the first). `retried`: this agent's run had failed, so the failure
-    streak ends; `last_step`: no agent comes after it, so the pass ends. Inside the step's
-    finish transaction. Returns (its agent_finished log, whether the pass ended)."""
+    streak ends; `last_step`: no agent comes after it, so the pass ends; `rows`: what it writes,
+    built before (task_step_rows). Inside the step's finish transaction. Returns (its
+    agent_finished log, whether the pass ended)."""
     actor = agent_actor(agent)
+    rows = rows or task_step_rows(task=task, agent=agent, answer=answer)
     comments_delivered(comments=read)
     if retried:
         task_run_succeeded(task=task)
     review = answer.in_review and not task.comments.undelivered().exists()
-    for content in answer.comments:
-        comment_create(task=task, content=content, actor=actor)
+    for comment, entry in rows.comments:
+        _comment_save(task=task, comment=comment, entry=entry, actor=actor)
     finished = task_agent_finished(
-        task=task, actor=actor, action_type=answer.action_type, touch_workspace=touch_workspace
+        task=task,
+        actor=actor,
+        action_type=answer.action_type,
+        touch_workspace=touch_workspace,
+        entry=rows.finished,
     )
     if review:
         _review_or_checks(task, item, actor, settings)
@@ -554,9 +608,11 @@ def task_pass_continues_at(*, item: TaskQueueItem, agent, process: dict | None =
     dies before that agent's process is recorded (whose record says it again). Without it a
     worker killed between the two resumed at the agent that had just answered: a paid run
     again. `process`: that agent's process, made ready at its gate while this step's agent
-    worked (pid, pgid, process_started_at), recorded here before its go. Inside the step's
-    finish transaction."""
-    TaskQueueItem.objects.continue_at(item, resume_agent_id=agent.id, **(process or {}))
+    worked (pid, pgid, process_started_at), recorded here before its go, or as it already runs
+    (its early go: it was the item's next process, recorded by this step's start, until now).
+    Inside the step's finish transaction."""
+    nothing = {"next_pid": None, "next_pgid": None, "next_process_started_at": None}
+    TaskQueueItem.objects.continue_at(item, resume_agent_id=agent.id, **nothing, **(process or {}))
 
 
 def task_pass_end(*, task: Task, item: TaskQueueItem, pass_started, settings=None) -> None:
@@ -1289,13 +1345,16 @@ def task_branch_record(*, task: Task, worktree: branches.Worktree) -> None:
             task_note_add(task=task, content=worktree.note)
 
 
-def task_branch_commit_log(*, task: Task, actor: Actor, commit: str) -> None:
-    log_add(
-        task=task,
-        event_type="branch_committed",
-        actor=actor,
-        metadata={"agent_name": actor.name, "commit": commit, "branch": task.branch_name},
-    )
+def task_branch_commit_log(
+    *, task: Task, actor: Actor, commit: str, entry: TaskLog | None = None
+) -> None:
+    """`entry`: the log built before (StepRows.commit_log)."""
+    insert([entry or _commit_entry(task, actor, commit)])
+
+
+def _commit_entry(task: Task, actor: Actor, commit: str) -> TaskLog:
+    metadata = {"agent_name": actor.name, "commit": commit, "branch": task.branch_name}
+    return _log_entry(task=task, event_type="branch_committed", actor=actor, metadata=metadata)
 
 
 def task_setup_log(*, task: Task, command: str, exit_code: int | None, output: str) -> None:

@@ -22,6 +22,7 @@ from agents.services import agent_update
 from core.actors import SYSTEM, USER
 from notifications import cli_states
 from runner.clis import cli_for
+from runner.files import task_input_path
 from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus
 from runner.services import cli_health_store, settings_save
 from tasks import services as task_services
@@ -46,16 +47,17 @@ def fake_clis(monkeypatch):
 
 @pytest.fixture
 def inputs(monkeypatch):
-    """Every agent's input, in order: (agent name, text)."""
+    """Every agent's input, in order: (agent name, text). (Written between two agents before
+    the finish, with the early go, or after it.)"""
     seen = []
-    write = TaskPass.write_input
+    write = TaskPass._write_input
 
-    def recorded(owner, output_path):
-        path = write(owner, output_path)
-        seen.append((owner.agent.name, path.read_text()))
-        return path
+    def recorded(owner, agent, output_path, comments, logs):
+        written = write(owner, agent, output_path, comments, logs)
+        seen.append((agent.name, task_input_path(owner.task.id).read_text()))
+        return written
 
-    monkeypatch.setattr(TaskPass, "write_input", recorded)
+    monkeypatch.setattr(TaskPass, "_write_input", recorded)
     return seen
 
 
@@ -155,10 +157,10 @@ def test_an_internal_error_fails_the_pass_at_its_agent_with_the_usual_back_off(m
     task = task_create(workspace=workspace, summary="T", description="@fake skip")
     apply = TaskPass._apply_answer
 
-    def buggy(owner, answer):
+    def buggy(owner, answer, rows):
         if owner.agent.name == "Implementer":
             raise RuntimeError("a bug")
-        apply(owner, answer)
+        apply(owner, answer, rows)
 
     monkeypatch.setattr(TaskPass, "_apply_answer", buggy)
     run_workspace(workspace)
@@ -305,15 +307,15 @@ def _comment_while(agent_name: str, write, monkeypatch) -> list:
     """Hook: right after `agent_name`'s input is written (before its run starts), `write()`
     commits a comment. Returns the comments written."""
     written = []
-    write_input = TaskPass.write_input
+    write_input = TaskPass._write_input
 
-    def then_comment(owner, output_path):
-        path = write_input(owner, output_path)
-        if owner.agent.name == agent_name and not written:
+    def then_comment(owner, agent, output_path, comments, logs):
+        wrote = write_input(owner, agent, output_path, comments, logs)
+        if agent.name == agent_name and not written:
             written.append(write())
-        return path
+        return wrote
 
-    monkeypatch.setattr(TaskPass, "write_input", then_comment)
+    monkeypatch.setattr(TaskPass, "_write_input", then_comment)
     return written
 
 

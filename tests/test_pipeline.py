@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Agent
@@ -27,10 +28,16 @@ from runner.files import temp_dir
 from runner.models import CliHealth, CliHealthStatus
 from runner.recorder import RunRecorder
 from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
-from tasks.services import task_cancel, task_create, task_delete, task_status_set
+from tasks.services import (
+    comment_create_and_send_around,
+    task_cancel,
+    task_create,
+    task_delete,
+    task_status_set,
+)
 from tests.live import wait_until
 from tests.stack import FAKES_BIN, alive
-from worker import jobs, loop, pipeline, process, snapshotting
+from worker import jobs, loop, pipeline, process, prompts, snapshotting
 from worker.listener import WorkListener
 from worker.loop import Worker
 from worker.membership import recover
@@ -40,9 +47,10 @@ from workspaces.services import workspace_create
 AGENTS = 4
 # Statements per step, the pass's own share included (BEGIN is counted here, COMMIT is not: it
 # does not go through execute; nor are live trace flushes, which depend on timing). Before the
-# redesign: 46 (incl. 6 savepoint pairs); then about 23; now under 16. tests/test_runner_cost.py
-# holds the exact budget of one step and of one pass.
-MAX_STATEMENTS_PER_STEP = 16
+# redesign: 46 (incl. 6 savepoint pairs); then about 23; then under 16; 17 with the next
+# agent's early go (its process recorded at the start before, a plain read before the finish).
+# tests/test_runner_cost.py holds the exact budget of one step and of one pass.
+MAX_STATEMENTS_PER_STEP = 17
 
 
 class StatementCounter:
@@ -539,7 +547,9 @@ def _spy_ready(monkeypatch, then=None):
 
     def spied_release(held):
         pid = held.started.pid
-        recorded = TaskQueueItem.objects.filter(pid=pid, status=QueueStatus.IN_PROGRESS)
+        recorded = TaskQueueItem.objects.filter(
+            Q(pid=pid) | Q(next_pid=pid), status=QueueStatus.IN_PROGRESS
+        )
         assert recorded.exists(), "a CLI went before its process was recorded"
         ran.append(pid)
         release(held)
@@ -547,6 +557,12 @@ def _spy_ready(monkeypatch, then=None):
     monkeypatch.setattr(TaskPass, "prepare_next", spied_prepare)
     monkeypatch.setattr(process.Held, "release", spied_release)
     return made, ran
+
+
+def _no_early_go(monkeypatch):
+    """The next agent goes after the finish, not before it: the way of a step after which
+    something else than the pass wrote the task or its workspace (TaskPass.go_early)."""
+    monkeypatch.setattr(TaskPass, "go_early", lambda owner, result: False)
 
 
 def _pass_of(names: list[str], description: str = "@fake skip"):
@@ -609,6 +625,7 @@ def test_a_stop_after_the_finish_that_recorded_the_next_process_is_seen_at_its_g
     """B's process was recorded by A's finish, so no record of its own comes before its go to
     refuse it: a stop asked for in between is seen at the go, and B's CLI never runs (no run
     row, its gate ends unused)."""
+    _no_early_go(monkeypatch)
     made, ran = _spy_ready(monkeypatch)
     write_input = TaskPass.write_input
 
@@ -668,6 +685,7 @@ def test_a_run_made_ready_before_its_agent_changed_is_made_again(fake_clis, monk
 def test_a_run_made_ready_whose_input_cannot_be_written_is_discarded(fake_clis, monkeypatch):
     """The second agent's input cannot be written (a full disk): the run made ready for it is
     discarded (its gate closed) and the pass fails as any fault in a pass does."""
+    _no_early_go(monkeypatch)
     made, ran = _spy_ready(monkeypatch)
     discarded, discard = [], pipeline.Ready.discard
 
@@ -705,6 +723,7 @@ def test_a_worker_that_dies_between_a_finish_and_the_next_start_resumes_at_the_n
     """A's answer is applied, and with it B's process (made ready at its gate) is recorded;
     the worker dies before B's go: the pass goes on at B, not at A (whose run would be paid
     for again), and the recovery ends B's waiting process."""
+    _no_early_go(monkeypatch)
     made, _ran = _spy_ready(monkeypatch)
     release = process.Held.release
 
@@ -735,6 +754,7 @@ def test_a_working_directory_removed_while_the_agent_before_works_is_said_as_bef
 ):
     """The next run was made ready in the workspace's folder, then the folder went (once the
     agent before ended): that run is discarded and the step fails with the usual words."""
+    _no_early_go(monkeypatch)
     folder = tmp_path / "project"
     folder.mkdir()
     apply = TaskPass.apply
@@ -761,3 +781,197 @@ def test_a_working_directory_removed_while_the_agent_before_works_is_said_as_bef
     wait_until(lambda: not alive(made[0]), timeout=10, what="the unused gate to end")
     comment = task.comments.get()
     assert f"Working directory {folder} does not exist" in comment.content
+
+
+# the next agent's early go (TaskPass.go_early) -----------------------------------------------
+
+
+def _applied_after(monkeypatch, ran: list, then=None) -> list:
+    """How many CLIs had gone when each step's answer was applied (its finish); `then(owner)`
+    runs just before the finish's locking read."""
+    seen, apply, lock = [], TaskPass.apply, TaskPass.lock_if_wanted
+    monkeypatch.setattr(TaskPass, "apply", lambda o, r: seen.append(len(ran)) or apply(o, r))
+    if then is not None:
+        monkeypatch.setattr(TaskPass, "lock_if_wanted", lambda o: then(o) or lock(o))
+    return seen
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_the_next_agent_goes_before_the_finish_of_the_one_before_with_its_answer_in_its_input(
+    fake_clis, monkeypatch
+):
+    """A's answer (a comment) is in B's input, yet B's CLI went before A's finish wrote it:
+    B's input shows the very rows A's finish writes (same time, same words), and every
+    process was recorded on the item before it went (_spy_ready)."""
+    made, ran = _spy_ready(monkeypatch)
+    applied = _applied_after(monkeypatch, ran)
+    inputs = []
+    write_private = pipeline.write_private
+    monkeypatch.setattr(
+        pipeline, "write_private", lambda p, text: inputs.append(text) or write_private(p, text)
+    )
+    task, item, _agents = _pass_of(["A", "B", "C"], "@fake A: comment-once Hello from A")
+
+    _run_pass(item)
+
+    assert ran[1:] == made and applied == [2, 3, 3]  # B went before A's finish, C before B's
+    comment = task.comments.get()
+    assert comment.content == "Hello from A"
+    b_input = next(text for text in inputs if 'You are the agent "B"' in text)
+    assert f'"content": "Hello from A", "created_at": "{prompts.iso(comment.created_at)}"' in (
+        b_input
+    )
+    finished = task.logs.get(event_type="agent_finished", metadata__agent_name="A")
+    assert f'"created_at": "{prompts.iso(finished.created_at)}"' in b_input
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_between_the_early_go_and_the_finish_ends_the_next_cli_and_discards_the_answer(
+    fake_clis, monkeypatch
+):
+    """The task is stopped after B's CLI went early, before A's finish: the finish sees it as
+    ever (A's answer is discarded: no comment), B's CLI is killed and never becomes a run."""
+    made, ran = _spy_ready(monkeypatch)
+
+    def stopped(owner):
+        if owner.agent.name == "A":
+            TaskQueueItem.objects.filter(id=owner.item.id).update(stop_requested_at=timezone.now())
+
+    applied = _applied_after(monkeypatch, ran, then=stopped)
+    task, item, _agents = _pass_of(["A", "B"], "@fake A: comment Hello\n@fake B: sleep 30")
+
+    _run_pass(item)
+
+    assert len(ran) == 2 and ran[1] == made[0] and applied == []
+    assert not alive(made[0])
+    assert list(task.runs.values_list("agent_name", flat=True)) == ["A"]
+    assert not task.comments.exists()
+    assert TaskQueueItem.objects.get(id=item.id).status == QueueStatus.FAILED
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_edited_between_the_early_go_and_the_finish_runs_as_edited(fake_clis, monkeypatch):
+    """B's model changes after B's CLI went early, before A's finish: that CLI ends unused
+    (killed) and B runs again, with its new model."""
+    made, ran = _spy_ready(monkeypatch)
+
+    def edit_b(owner):
+        if owner.agent.name == "A":
+            agent_update(agent=Agent.objects.get(name="B"), model="opus-new")
+
+    _applied_after(monkeypatch, ran, then=edit_b)
+    task, item, _agents = _pass_of(["A", "B"])
+
+    _run_pass(item)
+
+    assert len(ran) == 3 and ran[1] == made[0] and made[0] not in ran[2:]
+    wait_until(lambda: not alive(made[0]), timeout=10, what="the early CLI to end")
+    runs = list(task.runs.order_by("started_at").values_list("agent_name", "model"))
+    assert [name for name, _model in runs] == ["A", "B"]
+    assert runs[1][1].startswith("opus-new")
+
+
+class DiesAt(BaseException):
+    """A kill -9 of the worker at that point (nothing after it runs)."""
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_dies_between_the_early_go_and_the_finish_leaves_nothing_running(
+    fake_clis, monkeypatch
+):
+    """B's CLI went early and the worker dies before A's finish: the recovery kills B's CLI
+    (recorded by A's start as the item's next process) and the pass resumes at A, whose
+    answer was never written, as a crash anywhere before a finish does."""
+    made, ran = _spy_ready(monkeypatch)
+
+    def dies(owner):
+        if owner.agent.name == "A":
+            raise DiesAt
+
+    _applied_after(monkeypatch, ran, then=dies)
+    monkeypatch.setattr(pipeline.Ready, "discard", lambda ready: None)  # (nothing runs after)
+    _task, item, agents = _pass_of(["A", "B"], "@fake B: sleep 30")
+    task_pass = TaskPass(item, stop=threading.Event(), shutdown=threading.Event())
+
+    with pytest.raises(DiesAt):
+        task_pass.run()
+
+    left = TaskQueueItem.objects.get(id=item.id)
+    assert (
+        (left.resume_agent_id, left.next_pid)
+        == (agents[0].id, made[0])
+        == (
+            agents[0].id,
+            ran[1],
+        )
+    )
+    assert alive(made[0])  # B's fake CLI sleeps
+    assert recover(hostname=socket.gethostname(), worker_id=None) == 1
+    assert not alive(made[0])
+    requeued = TaskQueueItem.objects.get(id=item.id)
+    assert (requeued.status, requeued.resume_agent_id) == (QueueStatus.QUEUED, agents[0].id)
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_dies_after_the_finish_before_the_early_start_resumes_at_the_next_agent(
+    fake_clis, monkeypatch
+):
+    """B went early, A's finish is written (B's process is now the item's), and the worker dies
+    before B's start: the recovery kills B's CLI and the pass resumes at B, not at A (whose
+    run would be paid for again)."""
+
+    def dies_at_b(owner):  # (its start comes next: C's process is made ready first)
+        if owner.agent.name == "B":
+            raise DiesAt
+
+    _made, ran = _spy_ready(monkeypatch, then=dies_at_b)
+    task, item, agents = _pass_of(["A", "B", "C"], "@fake B: sleep 30")
+    task_pass = TaskPass(item, stop=threading.Event(), shutdown=threading.Event())
+
+    with pytest.raises(DiesAt):
+        task_pass.run()
+
+    left = TaskQueueItem.objects.get(id=item.id)
+    assert (left.resume_agent_id, left.pid, left.next_pid) == (agents[1].id, ran[1], None)
+    assert list(task.runs.values_list("agent_name", "status")) == [("A", "completed")]
+    assert alive(ran[1])
+    assert recover(hostname=socket.gethostname(), worker_id=None) == 1
+    assert not alive(ran[1])
+    requeued = TaskQueueItem.objects.get(id=item.id)
+    assert (requeued.status, requeued.resume_agent_id) == (QueueStatus.QUEUED, agents[1].id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_a_comment_written_while_the_agent_worked_the_next_one_goes_after_the_finish(
+    fake_clis, monkeypatch
+):
+    """Somebody else wrote the task while A worked (a person's comment): the plain read before
+    the finish sees it, so B goes after A's finish, as before the early go, and its input has
+    that comment."""
+    _made, ran = _spy_ready(monkeypatch)
+    applied = _applied_after(monkeypatch, ran)
+    start = TaskPass.start
+
+    def comment_while_a_works(owner, recorder):
+        start(owner, recorder)
+        if owner.agent.name == "A":
+            task = Task.objects.get(id=owner.task.id)
+            comment_create_and_send_around(task=task, content="Mind the tests", actor=USER)
+
+    monkeypatch.setattr(TaskPass, "start", comment_while_a_works)
+    inputs = []
+    write_private = pipeline.write_private
+    monkeypatch.setattr(
+        pipeline, "write_private", lambda p, text: inputs.append(text) or write_private(p, text)
+    )
+    _task, item, _agents = _pass_of(["A", "B"])
+
+    _run_pass(item)
+
+    assert applied[0] == 1  # B had not gone when A's answer was applied
+    assert "Mind the tests" in next(text for text in inputs if 'You are the agent "B"' in text)

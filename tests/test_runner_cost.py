@@ -35,8 +35,10 @@ pytestmark = pytest.mark.pg
 # One step: start (run, activity log, outbox) and finish (task re-read = "still wanted",
 # traces, run, activity log, outbox, and when another agent follows, where the pass goes on
 # with that agent's process, made ready meanwhile: its record); the workspace's activity is
-# bumped by the first step of a pass and then at most once a minute (ACTIVITY_EVERY).
-STEP_STATEMENTS = 9
+# bumped by the first step of a pass and then at most once a minute (ACTIVITY_EVERY). When
+# another agent follows, its process is also recorded by this step's start, and read once
+# (plainly) before the finish, for that agent's early go (worker.pipeline.TaskPass.go_early).
+STEP_STATEMENTS = 11
 STEP_TRANSACTIONS = 2
 # A pass of 4 skipping agents, its claim included: claim (2, and the CLIs it must wait for: 1),
 # Todo → In Progress (5, which bumps the workspace's activity), settings, the CLIs' states
@@ -44,7 +46,7 @@ STEP_TRANSACTIONS = 2
 # snapshot for its +/- totals (6, once), the first step's process record (1: the others' come
 # with the finish before them), 4 steps, and the end (whether a comment keeps the task going,
 # In Review, its log, the workspace's activity and the item: 5, in the last step's finish).
-PASS_STATEMENTS = 3 + 5 + 6 + 1 + 4 * STEP_STATEMENTS - 1 + 5  # (no agent follows the last)
+PASS_STATEMENTS = 3 + 5 + 6 + 1 + 4 * STEP_STATEMENTS - 3 + 5  # (no agent follows the last)
 # With PostgreSQL, where several workers may claim at once, the claim also locks its workspace
 # (SKIP LOCKED) and counts what runs there, in a transaction of its own (DESIGN "Scale-out");
 # a step costs the same.

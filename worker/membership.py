@@ -63,14 +63,24 @@ def recover(*, hostname: str, worker_id: str | None) -> int:
         if not model.objects.adopt(item, worker_id=worker_id):
             continue  # another worker recovers it (or it ended meanwhile)
         item.worker_id = worker_id
-        if local and item.pid and item.pgid and item.process_started_at:
-            killed = kill_tree(item.pid, pgid=item.pgid, create_time=item.process_started_at)
-            if killed:
-                log.warning("Killed a leftover CLI", extra={"pid": item.pid, "item": item.id})
+        if local:
+            _kill_leftovers(item)
         recovered += _requeue(model, item)
     if totals_recovered():  # (a git call per run, at most 100 runs)
         log.info("Recorded the totals of runs a stopped worker had not counted")
     return recovered
+
+
+def _kill_leftovers(item) -> None:
+    """The item's CLI, and a task pass's next agent's (started ahead, and maybe let go before
+    the finish of the agent before was written: worker.pipeline's early go)."""
+    recorded = [(item.pid, item.pgid, item.process_started_at)]
+    names = ("next_pid", "next_pgid", "next_process_started_at")
+    recorded.append(tuple(getattr(item, name, None) for name in names))
+    for pid, pgid, started_at in recorded:
+        killed = pid and pgid and started_at and kill_tree(pid, pgid=pgid, create_time=started_at)
+        if killed:
+            log.warning("Killed a leftover CLI", extra={"pid": pid, "item": item.id})
 
 
 def _requeue(model, item) -> int:

@@ -12,9 +12,15 @@ A step (`run_step`) walks one agent's run in order:
    nothing running, or a recorded process at its gate that its recovery kills;
 5. the start transaction (`_start`), while the CLI starts: the run row, the activity log and
    the events (a worker killed before its commit leaves a recorded process to its recovery);
-6. the stream, through the recorder, to the process's end (the next run made ready first);
+6. the stream, through the recorder, to the process's end (the next run made ready, and in a
+   task pass recorded by the start transaction as the item's next process);
 7. the finish transaction: the result read and applied through the owning app's services
-   (tasks.services for a pass, chats.replies for a reply) with the run's final record.
+   (tasks.services for a pass, chats.replies for a reply) with the run's final record. In a
+   task pass whose next agent follows, that agent's CLI goes first (`TaskPass.go_early`):
+   after one plain read that says nobody else wrote the task or its workspace meanwhile, its
+   input is written with this answer's rows built ahead (the finish writes the same rows) and
+   the finish is written as it starts; a finish that finds the pass unwanted, or another agent
+   next, kills it before it has a run of its own.
 
 Events of each transaction go to the outbox in one insert. Settings, agents, the CLIs' states
 and the input's comments and logs are read once per pass (re-read only when the rows a step
@@ -55,7 +61,8 @@ from chats.selectors import MALAMAR_NAME, participant_cli_type
 from chats.services import chat_run_finished, chat_run_started
 from core import events
 from core.actors import agent_actor, author_name
-from core.compiled_queries import compiled_models
+from core.compiled_queries import compiled_models, compiled_rows
+from core.errors import ValidationFailed
 from core.settings_store import mailgun_configured, settings_get
 from runner.clis.base import Command
 from runner.files import (
@@ -195,6 +202,19 @@ class RunOwner(Protocol):
     def take_ready(self, plan: RunPlan) -> "Ready | None":
         """The run made ready for this step, if it is this one (else it is discarded)."""
 
+    def record_ready(self) -> None:
+        """In a run's start transaction: the next run's process, made ready, recorded."""
+
+    def go_early(self, result) -> bool:
+        """Before the finish of a step whose answer the next agent follows: let the next run go
+        now if it may (True), the finish being written as it starts."""
+
+    def drop_early(self) -> None:
+        """The run let go early is not wanted after all (the finish said so, or failed)."""
+
+    def kept_early(self) -> bool:
+        """The finish kept the run let go early: the pass goes on at its agent."""
+
 
 # the step ----------------------------------------------------------------------------------
 
@@ -222,6 +242,7 @@ def run_step(owner: RunOwner, plan: RunPlan):
         snapshots.count_later()
     else:
         snapshots.count_now()
+    went = continues and owner.go_early(result)  # (the next CLI starts as this finish is written)
     try:
         with transaction.atomic(), events.batched():
             snapshots.write(counted_before)
@@ -233,8 +254,12 @@ def run_step(owner: RunOwner, plan: RunPlan):
             if wanted:
                 owner.apply(result)
     except Exception:
+        if went:
+            owner.drop_early()
         _close(recorder)  # the run's record must end even when applying its result failed
         raise
+    if went and not (wanted and owner.kept_early()):
+        owner.drop_early()
     if recorder.status == RunStatus.COMPLETED and plan.health_key in owner.clis.marked:
         cli_health_works(cli_type=plan.health_key)  # the CLI works after all
     if not wanted:
@@ -268,15 +293,43 @@ class Ready:
     # committed: no statement of its own between the two agents.
     recorded: bool = False
     recorder: RunRecorder | None = None  # its run's recorder, made while the run before worked
+    # Recorded as the item's next process by the start of the run before (committed): it may
+    # go before that run's finish is written (TaskPass.go_early).
+    next_recorded: bool = False
+    # Let go early: its input written and its "before" taken then; followed (a stopping worker
+    # kills it) until its step takes it over.
+    released: bool = False
+    snapshots: RunSnapshots | None = None
+    started_log: TaskLog | None = None
+    read_comments: list | None = None
+    _followed: object = None  # (process.followed, entered by `go`)
 
     def fits(self, agent_id: str, plan: RunPlan, mcp) -> bool:
-        """Made for this step, its gate waiting, its folder still there (else the step says
-        that the folder is gone, as it always did)."""
+        """Made for this step, its gate waiting (or let go early for it), its folder still
+        there (else the step says that the folder is gone, as it always did)."""
         same = (self.agent_id, self.plan, self.mcp) == (agent_id, plan, mcp)
+        if self.released:
+            return same
         return self.held.waiting() and same and self.cwd.is_dir()
 
+    def go(self, stop: threading.Event) -> None:
+        """Let it run now, followed until its step follows it (`unfollow`)."""
+        self._followed = process.followed(stop, self.held.started)
+        self._followed.__enter__()
+        self.held.release()
+        self.released = True
+
+    def unfollow(self) -> None:
+        followed, self._followed = self._followed, None
+        if followed is not None:
+            followed.__exit__(None, None, None)
+
     def discard(self) -> None:
-        self.held.cancel()
+        if self.released:  # (it runs: nobody will follow it)
+            self.held.kill()
+            self.unfollow()
+        else:
+            self.held.cancel()
         self.launch.cleanup()
 
 
@@ -309,14 +362,17 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
             recorder.status = RunStatus.FAILED
             return Failure(problem)
         output_path = fresh_output_path(owner.output_prefix)
-    try:
-        input_path = owner.write_input(output_path)
-    except BaseException:
-        if ready is not None:
-            ready.discard()
-        raise
-    snapshots = RunSnapshots(recorder, cwd, owner.snapshots)
-    snapshots.take_before()
+    if ready is not None and ready.released:  # its input and "before" came with its go
+        snapshots = ready.snapshots
+    else:
+        try:
+            input_path = owner.write_input(output_path)
+        except BaseException:
+            if ready is not None:
+                ready.discard()
+            raise
+        snapshots = RunSnapshots(recorder, cwd, owner.snapshots)
+        snapshots.take_before()
     if ready is not None:
         launch, held = ready.launch, ready.held
     else:
@@ -326,8 +382,7 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
         run = launch
     else:
         try:
-            recorded = ready is not None and ready.recorded
-            run = _launch(owner, recorder, launch, held or _spawn(launch), recorded=recorded)
+            run = _launch(owner, recorder, launch, held or _spawn(launch), ready=ready)
         finally:
             launch.cleanup()
     snapshots.take_after(count=False)  # a stopped run may have changed files too
@@ -352,24 +407,36 @@ def _launch(
     launch: execution.Launch,
     held: process.Held,
     *,
-    recorded: bool = False,
+    ready: Ready | None = None,
 ):
-    """Record the CLI's process (forked, at its gate) unless the finish before did (`recorded`),
-    let it run, write its start, make the next run ready and follow this one to its end."""
+    """Record the CLI's process (forked, at its gate) unless the finish before did (`ready`
+    recorded), let it run (unless it went early: `ready` released), make the next run ready,
+    write this one's start and follow it to its end."""
     recorder.use_working_directory(launch.cwd)
+    released = ready is not None and ready.released
     if held.start_error is None:
         try:
-            if not recorded:
+            if ready is None or not (ready.recorded or released):
                 _record(owner, held.started)
-            elif owner.stop.is_set():  # (stopped since that finish: it never runs)
+            elif owner.stop.is_set():  # (stopped since that finish: it never runs, or no more)
                 raise Stopped
         except BaseException:
-            held.cancel()  # never runs: nobody wants it, or its record could not be written
+            if released:
+                ready.discard()
+            else:
+                held.cancel()  # never runs: nobody wants it, or its record could not be written
             raise
         # Followed until its watch begins: whatever waits on a database that does not answer
         # (the start, the first tree's read), a stopping worker still ends the CLI.
         with process.followed(owner.stop, held.started):
-            held.release()
+            if released:
+                ready.unfollow()  # (followed here from now on)
+            else:
+                held.release()
+            try:  # (first: its start records the next run's process, which may go early)
+                owner.prepare_next()
+            except Exception:  # only time lost: the next step makes its run ready itself
+                log.exception("Could not make the next run ready")
             try:
                 _start(owner, recorder)
             except BaseException:
@@ -378,10 +445,6 @@ def _launch(
                     raise Stopped from None  # (its task or chat went meanwhile)
                 raise
             owner.snapshots.start_counting()  # the totals of the run before, as this one works
-            try:
-                owner.prepare_next()
-            except Exception:  # only time lost: the next step makes its run ready itself
-                log.exception("Could not make the next run ready")
     waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(
         stop=owner.stop,
@@ -417,6 +480,7 @@ def _start(owner: RunOwner, recorder: RunRecorder) -> None:
     live long enough to do anything."""
     with transaction.atomic(), events.batched():
         owner.start(recorder)
+        owner.record_ready()
 
 
 def _still_wanted(owner: RunOwner) -> bool:
@@ -475,26 +539,37 @@ def task_input_text(
     )
 
 
+def _wanted_tasks(by_hand: bool, task_id, item_id, worker_id):
+    """The pass's task while its item runs on this worker (and is not stopped) and the task is
+    In Progress (In Review for a person's checks)."""
+    return Task.objects.filter(
+        TaskQueueItem.objects.unstopped_q("queue_items__"),
+        queue_items__id=item_id,
+        queue_items__worker_id=worker_id,  # still ours (DESIGN "Scale-out")
+        id=task_id,
+        status=TaskStatus.IN_REVIEW if by_hand else TaskStatus.IN_PROGRESS,
+    )
+
+
 def _wanted_task_locked(by_hand: bool):
-    """The query of TaskPass._lock_wanted_task: the pass's task with its workspace, while its
-    item runs on this worker and the task is In Progress (In Review for a person's checks)."""
-    status = TaskStatus.IN_REVIEW if by_hand else TaskStatus.IN_PROGRESS
+    """The query of TaskPass._lock_wanted_task: the pass's task with its workspace."""
 
     def build(task_id, item_id, worker_id=None):
-        wanted = TaskQueueItem.objects.unstopped_q("queue_items__")
-        rows = Task.objects.select_related("workspace").filter(
-            wanted,
-            queue_items__id=item_id,
-            queue_items__worker_id=worker_id,  # still ours (DESIGN "Scale-out")
-            id=task_id,
-            status=status,
-        )
+        rows = _wanted_tasks(by_hand, task_id, item_id, worker_id).select_related("workspace")
         # Locks the item (and its task and workspace) with PostgreSQL until this transaction
         # ends: a recovery's requeue of the item waits, then finds it as this finish left it;
         # a comment written meanwhile waits too (tasks.services.comment_create_and_send_around).
         return rows.select_for_update(no_key=True)[:1]  # (a join, not a subquery)
 
     return build
+
+
+def _unchanged_task(task_id, item_id, updated_at, workspace_updated_at, worker_id=None):
+    """The query of TaskPass._unchanged: the pass's task, if still wanted and neither it nor
+    its workspace was written since these times (a plain read: no rows to make)."""
+    rows = _wanted_tasks(False, task_id, item_id, worker_id)
+    rows = rows.filter(updated_at=updated_at, workspace__updated_at=workspace_updated_at)
+    return rows.values_list("id")[:1]
 
 
 def _agents_of(workspace_id):
@@ -543,6 +618,7 @@ class TaskPass:
         self.pass_started = None  # its real start (kept when it continues where it stopped)
         self.ready: Ready | None = None  # the next run, made ready while this one works
         self.rendered_rows = prompts.RenderedRows()  # the input's rows, rendered once a pass
+        self.step_rows: task_services.StepRows | None = None  # an early go's, for its finish
         # The agent whose run failed last time (its answer ends the failure streak).
         self.retried_agent_id = item.resume_agent_id
 
@@ -727,15 +803,27 @@ class TaskPass:
         Its SQL is compiled once (core.compiled_queries): building it cost ~0.9 ms of CPU at
         every step's finish, running it ~0.2."""
         by_hand = self.item.phase == PassPhase.MANUAL  # checks on an In Review task
-        values = {"task_id": self.item.task_id, "item_id": self.item.id}
-        if self.item.worker_id is not None:
-            values["worker_id"] = self.item.worker_id
         key = ("task_pass_wanted", by_hand, self.item.worker_id is None)
+        values = self._item_values()
         task = next(iter(compiled_models(key, _wanted_task_locked(by_hand), **values)), None)
         if self.stop.is_set() or task is None:
             raise Stopped
         self.task = task
         return task
+
+    def _item_values(self) -> dict:
+        values = {"task_id": self.item.task_id, "item_id": self.item.id}
+        if self.item.worker_id is not None:
+            values["worker_id"] = self.item.worker_id
+        return values
+
+    def _unchanged(self) -> bool:
+        """A plain read: the pass is still wanted, and nobody wrote its task (a comment, an edit,
+        a move) or its workspace (its description, its agents) since this pass read them."""
+        values = self._item_values()
+        values.update(updated_at=self.task.updated_at, workspace_updated_at=self.agents_read_at)
+        key = ("task_pass_unchanged", self.item.worker_id is None)
+        return bool(compiled_rows(key, _unchanged_task, **values))
 
     # the pass's edges, through tasks.services ----------------------------------------------
     def _wait_for(self, cli: str) -> None:
@@ -852,25 +940,28 @@ class TaskPass:
 
     def write_input(self, output_path: Path) -> Path:
         """The input shows this run's agent_started log already: it is saved by start()."""
-        self.started_log = task_services.task_agent_started_log(
-            task=self.task, actor=agent_actor(self.agent)
-        )
         comments, logs = self._history()
-        self.read_comments = [
-            c for c in comments if c.delivered_at is None and c.kind in KEEPS_GOING
-        ]
-        history = (comments, [*logs, self.started_log])
-        isolated = self.worktree is not None
+        self.started_log, self.read_comments = self._write_input(
+            self.agent, output_path, comments, logs
+        )
+        return task_input_path(self.task.id)
+
+    def _write_input(self, agent: Agent, output_path: Path, comments: list, logs: list):
+        """`agent`'s input, from these comments and logs: (its agent_started log, not saved
+        yet; the comments it delivers)."""
+        started = task_services.task_agent_started_log(task=self.task, actor=agent_actor(agent))
         text = task_input_text(
             self.task,
-            self.agent,
+            agent,
             output_path,
             self.agents,
-            history,
-            isolated=isolated,
+            (comments, [*logs, started]),
+            isolated=self.worktree is not None,
             rendered=self.rendered_rows,
         )
-        return write_private(task_input_path(self.task.id), text)
+        write_private(task_input_path(self.task.id), text)
+        read = [c for c in comments if c.delivered_at is None and c.kind in KEEPS_GOING]
+        return started, read
 
     def item_fields(self) -> dict:
         """Where the pass continues if its worker dies or stops now: at this agent."""
@@ -927,9 +1018,72 @@ class TaskPass:
         ready, self.ready = self.ready, None
         mcp = execution.mcp_server_for(self.workspace)
         if ready is None or ready.fits(self.agent.id, plan, mcp):
+            if ready is not None and ready.released:  # (what its early go wrote its input with)
+                self.started_log, self.read_comments = ready.started_log, ready.read_comments
             return ready
         ready.discard()
         return None
+
+    def record_ready(self) -> None:
+        """The next run's process, at its gate, recorded on the item as this run starts: from
+        its commit on, that process may go before this run's finish is written (a recovery
+        kills it with this one)."""
+        ready = self.ready
+        if ready is None:
+            return
+        started = ready.held.started
+        TaskQueueItem.objects.record_next_process(
+            self.item, pid=started.pid, pgid=started.pgid, started_at=started.create_time
+        )
+        transaction.on_commit(lambda: setattr(ready, "next_recorded", True))
+
+    def go_early(self, result) -> bool:
+        """The next agent's CLI let go before this step's finish is written, when nothing but
+        this pass wrote the task and its workspace since the last finish (one plain read): its
+        input shows this answer's rows, built first (the finish writes the same rows), and its
+        "before" is this run's "after". The finish then checks as ever that the pass is wanted
+        and goes on at that agent; if not, that CLI is killed and its run never recorded
+        (drop_early). A crash in between resumes at this agent as before, the next agent's
+        process being recorded (record_ready) for the recovery to kill."""
+        ready = self.ready
+        if ready is None or not ready.next_recorded or self.stop.is_set():
+            return False
+        agent = self._next_agent(self.agent.order)
+        if agent is None or agent.id != ready.agent_id:
+            return False
+        plan = plan_run(agent, limited=self.clis.limited, broken=self.clis.broken)
+        mcp = execution.mcp_server_for(self.workspace)
+        if isinstance(plan, Wait) or not ready.fits(agent.id, plan, mcp):
+            return False
+        try:
+            if self._current_history() is None or not self._unchanged():
+                return False
+            rows = task_services.task_step_rows(
+                task=self.task, agent=self.agent, answer=result, commit=self.commit
+            )
+            comments, logs = self.history
+            added_comments, added_logs = rows.shown()
+            ready.started_log, ready.read_comments = self._write_input(
+                agent, ready.output_path, [*comments, *added_comments], [*logs, *added_logs]
+            )
+            ready.snapshots = RunSnapshots(ready.recorder, ready.cwd, self.snapshots)
+            ready.snapshots.take_before()
+        except ValidationFailed:  # a comment the finish refuses, as ever
+            return False
+        except Exception:  # (a full disk...): the finish comes first, and the input after it
+            log.exception("Could not let the next agent go early")
+            return False
+        self.step_rows = rows
+        ready.go(self.stop)
+        return True
+
+    def drop_early(self) -> None:
+        ready, self.ready, self.step_rows = self.ready, None, None
+        if ready is not None:
+            ready.discard()
+
+    def kept_early(self) -> bool:
+        return not self.ended and self.ready is not None and self.ready.recorded
 
     def continues(self, result) -> bool:
         """An answer that neither asks for review nor comes from the last agent: the next
@@ -939,9 +1093,18 @@ class TaskPass:
         return not self._is_last_step()
 
     def apply(self, result) -> None:
+        answered = not isinstance(result, (Paused, Failure))
+        rows, self.step_rows = self.step_rows, None  # (built before, for an early go)
+        if answered and rows is None:
+            rows = task_services.task_step_rows(
+                task=self.task, agent=self.agent, answer=result, commit=self.commit
+            )
         if self.commit:
             task_services.task_branch_commit_log(
-                task=self.task, actor=agent_actor(self.agent), commit=self.commit
+                task=self.task,
+                actor=agent_actor(self.agent),
+                commit=self.commit,
+                entry=rows and rows.commit_log,
             )
         if isinstance(result, Paused):
             task_services.task_pass_limited(
@@ -956,11 +1119,14 @@ class TaskPass:
         elif isinstance(result, Failure):
             self._fail(result)
         else:
-            self._apply_answer(result)
+            self._apply_answer(result, rows)
 
-    def _apply_answer(self, answer) -> None:
+    def _apply_answer(self, answer, rows: task_services.StepRows) -> None:
         wrote = bool(answer.comments) or answer.in_review
-        finished, self.ended = task_services.task_step_answered(
+        # Nobody else wrote the task since its history was read (this finish's locking read
+        # says so): the history stays current with this step's own rows, without a read.
+        current = self._current_history() is not None
+        _finished, self.ended = task_services.task_step_answered(
             task=self.task,
             item=self.item,
             agent=self.agent,
@@ -971,8 +1137,13 @@ class TaskPass:
             last_step=self._is_last_step(),
             settings=self.settings,
             touch_workspace=self._activity_due(wrote=wrote),
+            rows=rows,
         )
-        self._remember(finished)
+        if current and not self.ended:
+            comments, logs = rows.shown()
+            self.history[0].extend(comments)
+            self.history[1].extend(logs)
+            self.history_read_at = self.task.updated_at
         following = None if self.ended else self._next_agent(self.agent.order)
         if following is not None:
             task_services.task_pass_continues_at(
@@ -987,7 +1158,9 @@ class TaskPass:
         run's own; a stop asked for after this finish is seen at the go (`_launch`) or by the
         run's stop watcher."""
         ready = self.ready
-        if ready is None or ready.agent_id != agent.id or not ready.held.waiting():
+        if ready is None or ready.agent_id != agent.id:
+            return None
+        if not (ready.released or ready.held.waiting()):  # (let go early: it ran, maybe ended)
             return None
         transaction.on_commit(lambda: setattr(ready, "recorded", True))
         started = ready.held.started
@@ -1147,6 +1320,18 @@ class ChatReply:
 
     def prepare_next(self) -> None:
         """A reply is one step."""
+
+    def record_ready(self) -> None:
+        pass
+
+    def go_early(self, _result) -> bool:
+        return False  # (a reply is one step)
+
+    def drop_early(self) -> None:
+        pass
+
+    def kept_early(self) -> bool:
+        return False
 
     def take_ready(self, _plan: RunPlan) -> None:
         return None
