@@ -107,19 +107,23 @@ def mark_steps() -> None:
         mark_phases()
 
 
-# What BENCH_STEP_PHASES marks as it returns, in a step's order from a reaping to the next go.
+# What BENCH_STEP_PHASES marks as it returns, in a step's order from a reaping to the next go:
+# with the next agent's early go (worker.pipeline.TaskPass.go_early) from the plain read to the
+# before-snapshot, the finish coming after the go; without it, the finish, then the rest.
 PHASES = (
     ("worker.pipeline", "_launch", "CLI's end"),
     ("worker.snapshotting", "RunSnapshots.take_after", "after-snapshot"),
     ("worker.pipeline", "TaskPass.read", "answer read"),
     ("worker.snapshotting", "PassSnapshots.count_later", "totals left"),
+    ("worker.pipeline", "TaskPass._unchanged", "plain read"),  # (the early go's, from here)
+    ("tasks.services", "task_step_rows", "answer's rows"),
     ("worker.pipeline", "TaskPass.lock_if_wanted", "locking read"),
     ("runner.recorder", "RunRecorder.finish_writes", "run's record"),
     ("worker.pipeline", "TaskPass.apply", "answer applied"),
     ("django.db.backends.base.base", "BaseDatabaseWrapper.commit", "commit"),
     ("worker.pipeline", "TaskPass.recorder", "next recorder"),
     ("worker.pipeline", "TaskPass.take_ready", "ready taken"),
-    ("worker.pipeline", "TaskPass.write_input", "input written"),
+    ("worker.pipeline", "TaskPass._write_input", "input written"),
     ("worker.snapshotting", "RunSnapshots.take_before", "before-snapshot"),
 )
 
@@ -133,7 +137,9 @@ def mark_phases() -> None:
         *owner_names, name = qualified.split(".")
         for owner_name in owner_names:
             owner = getattr(owner, owner_name)
-        original = getattr(owner, name)
+        original = getattr(owner, name, None)
+        if original is None:  # (an older build measured for a before/after)
+            continue
 
         def marked(*args, _original=original, _tag=tag, **kwargs):
             try:
