@@ -371,31 +371,6 @@ def test_a_compiled_query_refuses_a_value_its_sql_does_not_take_as_given():
 
 
 @pytest.mark.pg
-def test_a_compiled_query_takes_several_times_each_in_its_place(workspace):
-    """Two datetimes in one query (the early go's plain read: the task's and its workspace's
-    last writes), each call's own, each where its name is in the SQL."""
-    task = task_create(workspace=workspace, summary="timed")
-    task.refresh_from_db()
-    workspace.refresh_from_db()
-
-    def written_at(task_id, task_at, workspace_at):
-        rows = Task.objects.filter(
-            id=task_id, updated_at=task_at, workspace__updated_at=workspace_at
-        )
-        return rows.values_list("id")
-
-    def found(task_at, workspace_at) -> bool:
-        values = {"task_id": task.id, "task_at": task_at, "workspace_at": workspace_at}
-        return bool(compiled_rows(("test_two_times",), written_at, **values))
-
-    second = timedelta(seconds=1)
-    assert found(task.updated_at, workspace.updated_at)
-    assert not found(task.updated_at + second, workspace.updated_at)
-    assert not found(task.updated_at, workspace.updated_at + second)
-    assert not found(workspace.updated_at, task.updated_at)  # (not swapped)
-
-
-@pytest.mark.pg
 def test_compiled_models_are_what_the_queryset_gives_for_each_calls_values(
     workspace, django_assert_num_queries
 ):
