@@ -18,7 +18,6 @@ model, columns and row count (~0.03 ms of CPU for three rows, where bulk_create 
 """
 
 import threading
-import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -32,8 +31,8 @@ _compiled: dict[tuple, "_Entry"] = {}
 
 
 def _standin(name: str, value):
-    if isinstance(value, datetime):  # (one per name: a query may take several)
-        return _STANDIN_TIME.replace(microsecond=zlib.crc32(name.encode()) % 1_000_000)
+    if isinstance(value, datetime):
+        return _STANDIN_TIME
     if isinstance(value, str):
         return f"\x00compiled-query:{name}\x00"
     raise TypeError(f"a compiled query's value must be a string or a datetime: {name}")
