@@ -108,15 +108,14 @@ def mark_steps() -> None:
 
 
 # What BENCH_STEP_PHASES marks as it returns, in a step's order from a reaping to the next go:
-# with the next agent's early go (worker.pipeline.TaskPass.go_early) from the plain read to the
-# before-snapshot, the finish coming after the go; without it, the finish, then the rest.
+# with the next agent's early go (worker.pipeline.TaskPass.go_early) from the answer's rows to
+# the before-snapshot, the finish coming after the go; without it, the finish, then the rest.
 PHASES = (
     ("worker.pipeline", "_launch", "CLI's end"),
     ("worker.snapshotting", "RunSnapshots.take_after", "after-snapshot"),
     ("worker.pipeline", "TaskPass.read", "answer read"),
     ("worker.snapshotting", "PassSnapshots.count_later", "totals left"),
-    ("worker.pipeline", "TaskPass._unchanged", "plain read"),  # (the early go's, from here)
-    ("tasks.services", "task_step_rows", "answer's rows"),
+    ("tasks.services", "task_step_rows", "answer's rows"),  # (the early go's, from here)
     ("worker.pipeline", "TaskPass.lock_if_wanted", "locking read"),
     ("runner.recorder", "RunRecorder.finish_writes", "run's record"),
     ("worker.pipeline", "TaskPass.apply", "answer applied"),

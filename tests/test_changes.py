@@ -289,8 +289,8 @@ def test_a_new_folders_store_is_made_while_its_first_agent_works(monkeypatch, sp
 
 def test_a_tasks_first_tree_is_read_while_its_first_agent_works(monkeypatch, spawned):
     """The task's totals need the tree its first run started from: read from the database
-    once the first agent's CLI started (and its next agent's was made ready, as it started),
-    not between that agent and the next."""
+    once the first agent's CLI started (before its next agent's was made ready), not between
+    that agent and the next."""
     workspace = workspace_create(title="Temp")
     read, read_with = snapshotting.task_first_tree, []
 
@@ -301,7 +301,7 @@ def test_a_tasks_first_tree_is_read_while_its_first_agent_works(monkeypatch, spa
     monkeypatch.setattr(snapshotting, "task_first_tree", reading)
     task = run_task(workspace, TWO_EDITS, names=("A", "B"))
 
-    assert read_with == [2]  # A's CLI and B's, at its gate: B had not gone yet
+    assert read_with == [1]  # A's CLI only: B's was not made ready yet
     second = task.runs.order_by("started_at").last()
     assert (second.task_lines_added, second.task_files_changed) == (2, 1)
 

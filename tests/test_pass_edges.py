@@ -304,18 +304,17 @@ def test_a_cli_a_check_found_broken_is_not_run_at_all():
 
 
 def _comment_while(agent_name: str, write, monkeypatch) -> list:
-    """Hook: right after `agent_name`'s input is written (before its run starts), `write()`
-    commits a comment. Returns the comments written."""
+    """Hook: as `agent_name`'s run starts (its CLI went, with its input), `write()` commits a
+    comment. Returns the comments written."""
     written = []
-    write_input = TaskPass._write_input
+    start = TaskPass.start
 
-    def then_comment(owner, agent, output_path, comments, logs):
-        wrote = write_input(owner, agent, output_path, comments, logs)
-        if agent.name == agent_name and not written:
+    def then_comment(owner, recorder):
+        start(owner, recorder)
+        if owner.agent.name == agent_name and not written:
             written.append(write())
-        return wrote
 
-    monkeypatch.setattr(TaskPass, "_write_input", then_comment)
+    monkeypatch.setattr(TaskPass, "start", then_comment)
     return written
 
 

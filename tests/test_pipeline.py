@@ -27,7 +27,7 @@ from malamar_site.services import workspace_delete
 from runner.files import temp_dir
 from runner.models import CliHealth, CliHealthStatus
 from runner.recorder import RunRecorder
-from tasks.models import QueueStatus, Task, TaskQueueItem, TaskStatus
+from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import (
     comment_create_and_send_around,
     task_cancel,
@@ -48,7 +48,7 @@ AGENTS = 4
 # Statements per step, the pass's own share included (BEGIN is counted here, COMMIT is not: it
 # does not go through execute; nor are live trace flushes, which depend on timing). Before the
 # redesign: 46 (incl. 6 savepoint pairs); then about 23; then under 16; 17 with the next
-# agent's early go (its process recorded at the start before, a plain read before the finish).
+# agent's early go (its process recorded at the start before: one per step but the last).
 # tests/test_runner_cost.py holds the exact budget of one step and of one pass.
 MAX_STATEMENTS_PER_STEP = 17
 
@@ -664,8 +664,9 @@ def test_a_run_made_ready_for_an_agent_that_does_not_come_ends_unused(fake_clis,
 @pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_a_run_made_ready_before_its_agent_changed_is_made_again(fake_clis, monkeypatch):
-    """The next agent's model changes while the one before works: its run made ready is
-    discarded (its gate ends unused) and the run takes the new model."""
+    """The next agent's model changes while the one before works: its run made ready (let go
+    early, as the pass knew that agent) is killed unused once the finish sees the change, and
+    the run takes the new model."""
 
     def change_b(owner):
         if owner.agent.name == "A":
@@ -676,8 +677,8 @@ def test_a_run_made_ready_before_its_agent_changed_is_made_again(fake_clis, monk
 
     _run_pass(item)
 
-    assert made[0] not in ran and len(ran) == 2
-    wait_until(lambda: not alive(made[0]), timeout=10, what="the unused gate to end")
+    assert len(ran) == 3 and ran[1] == made[0] and made[0] not in ran[2:]
+    wait_until(lambda: not alive(made[0]), timeout=10, what="the unused CLI to end")
     assert task.runs.get(agent_name="B").model.startswith("opus-new")  # as the CLI says it
 
 
@@ -947,14 +948,13 @@ def test_a_worker_that_dies_after_the_finish_before_the_early_start_resumes_at_t
 
 
 @pytest.mark.django_db(transaction=True)
-def test_after_a_comment_written_while_the_agent_worked_the_next_one_goes_after_the_finish(
+def test_after_a_comment_written_while_the_agent_worked_the_next_one_starts_anew_with_it(
     fake_clis, monkeypatch
 ):
-    """Somebody else wrote the task while A worked (a person's comment): the plain read before
-    the finish sees it, so B goes after A's finish, as before the early go, and its input has
-    that comment."""
-    _made, ran = _spy_ready(monkeypatch)
-    applied = _applied_after(monkeypatch, ran)
+    """Somebody else wrote the task while A worked (a person's comment): B's CLI went early
+    with an input that lacks it; A's finish sees the write (its locking read), so that CLI is
+    killed unused and B starts anew, after the finish, with the comment in its input."""
+    made, ran = _spy_ready(monkeypatch)
     start = TaskPass.start
 
     def comment_while_a_works(owner, recorder):
@@ -969,9 +969,28 @@ def test_after_a_comment_written_while_the_agent_worked_the_next_one_goes_after_
     monkeypatch.setattr(
         pipeline, "write_private", lambda p, text: inputs.append(text) or write_private(p, text)
     )
-    _task, item, _agents = _pass_of(["A", "B"])
+    task, item, _agents = _pass_of(["A", "B"], "@fake B: sleep 30")
 
-    _run_pass(item)
+    with monkeypatch.context() as m:  # (B's second input: no sleep for it)
+        m.setattr(TaskPass, "write_input", _then_skip(TaskPass.write_input))
+        _run_pass(item)
 
-    assert applied[0] == 1  # B had not gone when A's answer was applied
-    assert "Mind the tests" in next(text for text in inputs if 'You are the agent "B"' in text)
+    assert len(ran) == 3 and ran[1] == made[0] and not alive(made[0])
+    first, again = [text for text in inputs if 'You are the agent "B"' in text]
+    assert "Mind the tests" not in first and "Mind the tests" in again
+    assert list(task.runs.order_by("started_at").values_list("agent_name", flat=True)) == [
+        "A",
+        "B",
+    ]
+    assert not TaskComment.objects.filter(task=task, delivered_at=None).exists()  # B read it
+
+
+def _then_skip(write_input):
+    """The step's input is written after the task's description says "skip" to every agent."""
+
+    def written(owner, output_path):
+        Task.objects.filter(id=owner.task.id).update(description="@fake skip")
+        owner.task.description = "@fake skip"
+        return write_input(owner, output_path)
+
+    return written

@@ -36,9 +36,9 @@ pytestmark = pytest.mark.pg
 # traces, run, activity log, outbox, and when another agent follows, where the pass goes on
 # with that agent's process, made ready meanwhile: its record); the workspace's activity is
 # bumped by the first step of a pass and then at most once a minute (ACTIVITY_EVERY). When
-# another agent follows, its process is also recorded by this step's start, and read once
-# (plainly) before the finish, for that agent's early go (worker.pipeline.TaskPass.go_early).
-STEP_STATEMENTS = 11
+# another agent follows, its process is also recorded by this step's start (it may go before
+# this step's finish: worker.pipeline.TaskPass.go_early).
+STEP_STATEMENTS = 10
 STEP_TRANSACTIONS = 2
 # A pass of 4 skipping agents, its claim included: claim (2, and the CLIs it must wait for: 1),
 # Todo → In Progress (5, which bumps the workspace's activity), settings, the CLIs' states
@@ -46,7 +46,7 @@ STEP_TRANSACTIONS = 2
 # snapshot for its +/- totals (6, once), the first step's process record (1: the others' come
 # with the finish before them), 4 steps, and the end (whether a comment keeps the task going,
 # In Review, its log, the workspace's activity and the item: 5, in the last step's finish).
-PASS_STATEMENTS = 3 + 5 + 6 + 1 + 4 * STEP_STATEMENTS - 3 + 5  # (no agent follows the last)
+PASS_STATEMENTS = 3 + 5 + 6 + 1 + 4 * STEP_STATEMENTS - 2 + 5  # (no agent follows the last)
 # With PostgreSQL, where several workers may claim at once, the claim also locks its workspace
 # (SKIP LOCKED) and counts what runs there, in a transaction of its own (DESIGN "Scale-out");
 # a step costs the same.
@@ -120,7 +120,8 @@ def test_slow_steps_bump_the_workspace_activity_each(quiet_steps, monkeypatch):
 def test_the_input_sees_what_changed_during_the_previous_step(quiet_steps, monkeypatch):
     """Comments, logs and agents are read once per pass, yet a user's comment and an agent edit
     made while agent 0 runs reach agent 1's input (the finish's re-read of the task and its
-    workspace tells the pass they changed); the pass's own logs are there too."""
+    workspace tells the pass they changed: agent 1's CLI, let go early with the input as the
+    pass knew it, is killed unused and starts anew); the pass's own logs are there too."""
     workspace = _workspace(2)
     task = task_create(workspace=workspace, summary="Watch")
     inputs = []
@@ -143,11 +144,12 @@ def test_the_input_sees_what_changed_during_the_previous_step(quiet_steps, monke
     item = pickup.claim_next(workspace.id)
     TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
 
-    assert len(inputs) == 2
-    assert "Mind the tests" not in inputs[0] and "Mind the tests" in inputs[1]
-    assert "Review carefully." in inputs[1]
-    assert inputs[1].count('"event_type": "agent_started"') == 2
-    assert inputs[1].count('"event_type": "agent_finished"') == 1
+    assert len(inputs) == 3  # agent 0's, agent 1's early one (dropped), agent 1's anew
+    assert "Mind the tests" not in inputs[1]
+    assert "Mind the tests" in inputs[2] and "Review carefully." in inputs[2]
+    assert inputs[2].count('"event_type": "agent_started"') == 2
+    assert inputs[2].count('"event_type": "agent_finished"') == 1
+    assert list(task.runs.values_list("agent_name", flat=True)) == ["Agent 0", "Agent 1"]
     task.refresh_from_db()
     assert task.status == TaskStatus.IN_PROGRESS  # the user's comment queued another pass
 

@@ -16,11 +16,11 @@ A step (`run_step`) walks one agent's run in order:
    task pass recorded by the start transaction as the item's next process);
 7. the finish transaction: the result read and applied through the owning app's services
    (tasks.services for a pass, chats.replies for a reply) with the run's final record. In a
-   task pass whose next agent follows, that agent's CLI goes first (`TaskPass.go_early`):
-   after one plain read that says nobody else wrote the task or its workspace meanwhile, its
+   task pass whose next agent follows, that agent's CLI goes first (`TaskPass.go_early`): its
    input is written with this answer's rows built ahead (the finish writes the same rows) and
-   the finish is written as it starts; a finish that finds the pass unwanted, or another agent
-   next, kills it before it has a run of its own.
+   the finish is written as it starts; a finish that finds the pass unwanted, another agent
+   next, or the task or its workspace written by somebody else meanwhile (the input missed
+   it) kills it before it has a run of its own (then that agent starts anew).
 
 Events of each transaction go to the outbox in one insert. Settings, agents, the CLIs' states
 and the input's comments and logs are read once per pass (re-read only when the rows a step
@@ -61,7 +61,7 @@ from chats.selectors import MALAMAR_NAME, participant_cli_type
 from chats.services import chat_run_finished, chat_run_started
 from core import events
 from core.actors import agent_actor, author_name
-from core.compiled_queries import compiled_models, compiled_rows
+from core.compiled_queries import compiled_models
 from core.errors import ValidationFailed
 from core.settings_store import mailgun_configured, settings_get
 from runner.clis.base import Command
@@ -302,6 +302,11 @@ class Ready:
     snapshots: RunSnapshots | None = None
     started_log: TaskLog | None = None
     read_comments: list | None = None
+    # When its input was written: the task's and its workspace's last writes as the pass knew
+    # them. The finish's locking read finds others (a person's comment or edit meanwhile):
+    # `stale`, it is killed, and the next agent starts anew with an input that shows them.
+    seen: tuple = ()
+    stale: bool = False
     _followed: object = None  # (process.followed, entered by `go`)
 
     def fits(self, agent_id: str, plan: RunPlan, mcp) -> bool:
@@ -433,7 +438,8 @@ def _launch(
                 ready.unfollow()  # (followed here from now on)
             else:
                 held.release()
-            try:  # (first: its start records the next run's process, which may go early)
+            owner.snapshots.start_counting()  # the totals of the run before, as this one works
+            try:  # (before its start, which records the next run's process: it may go early)
                 owner.prepare_next()
             except Exception:  # only time lost: the next step makes its run ready itself
                 log.exception("Could not make the next run ready")
@@ -444,7 +450,6 @@ def _launch(
                 if not _still_wanted(owner):
                     raise Stopped from None  # (its task or chat went meanwhile)
                 raise
-            owner.snapshots.start_counting()  # the totals of the run before, as this one works
     waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(
         stop=owner.stop,
@@ -539,37 +544,26 @@ def task_input_text(
     )
 
 
-def _wanted_tasks(by_hand: bool, task_id, item_id, worker_id):
-    """The pass's task while its item runs on this worker (and is not stopped) and the task is
-    In Progress (In Review for a person's checks)."""
-    return Task.objects.filter(
-        TaskQueueItem.objects.unstopped_q("queue_items__"),
-        queue_items__id=item_id,
-        queue_items__worker_id=worker_id,  # still ours (DESIGN "Scale-out")
-        id=task_id,
-        status=TaskStatus.IN_REVIEW if by_hand else TaskStatus.IN_PROGRESS,
-    )
-
-
 def _wanted_task_locked(by_hand: bool):
-    """The query of TaskPass._lock_wanted_task: the pass's task with its workspace."""
+    """The query of TaskPass._lock_wanted_task: the pass's task with its workspace, while its
+    item runs on this worker and the task is In Progress (In Review for a person's checks)."""
+    status = TaskStatus.IN_REVIEW if by_hand else TaskStatus.IN_PROGRESS
 
     def build(task_id, item_id, worker_id=None):
-        rows = _wanted_tasks(by_hand, task_id, item_id, worker_id).select_related("workspace")
+        wanted = TaskQueueItem.objects.unstopped_q("queue_items__")
+        rows = Task.objects.select_related("workspace").filter(
+            wanted,
+            queue_items__id=item_id,
+            queue_items__worker_id=worker_id,  # still ours (DESIGN "Scale-out")
+            id=task_id,
+            status=status,
+        )
         # Locks the item (and its task and workspace) with PostgreSQL until this transaction
         # ends: a recovery's requeue of the item waits, then finds it as this finish left it;
         # a comment written meanwhile waits too (tasks.services.comment_create_and_send_around).
         return rows.select_for_update(no_key=True)[:1]  # (a join, not a subquery)
 
     return build
-
-
-def _unchanged_task(task_id, item_id, updated_at, workspace_updated_at, worker_id=None):
-    """The query of TaskPass._unchanged: the pass's task, if still wanted and neither it nor
-    its workspace was written since these times (a plain read: no rows to make)."""
-    rows = _wanted_tasks(False, task_id, item_id, worker_id)
-    rows = rows.filter(updated_at=updated_at, workspace__updated_at=workspace_updated_at)
-    return rows.values_list("id")[:1]
 
 
 def _agents_of(workspace_id):
@@ -803,27 +797,18 @@ class TaskPass:
         Its SQL is compiled once (core.compiled_queries): building it cost ~0.9 ms of CPU at
         every step's finish, running it ~0.2."""
         by_hand = self.item.phase == PassPhase.MANUAL  # checks on an In Review task
-        key = ("task_pass_wanted", by_hand, self.item.worker_id is None)
-        values = self._item_values()
-        task = next(iter(compiled_models(key, _wanted_task_locked(by_hand), **values)), None)
-        if self.stop.is_set() or task is None:
-            raise Stopped
-        self.task = task
-        return task
-
-    def _item_values(self) -> dict:
         values = {"task_id": self.item.task_id, "item_id": self.item.id}
         if self.item.worker_id is not None:
             values["worker_id"] = self.item.worker_id
-        return values
-
-    def _unchanged(self) -> bool:
-        """A plain read: the pass is still wanted, and nobody wrote its task (a comment, an edit,
-        a move) or its workspace (its description, its agents) since this pass read them."""
-        values = self._item_values()
-        values.update(updated_at=self.task.updated_at, workspace_updated_at=self.agents_read_at)
-        key = ("task_pass_unchanged", self.item.worker_id is None)
-        return bool(compiled_rows(key, _unchanged_task, **values))
+        key = ("task_pass_wanted", by_hand, self.item.worker_id is None)
+        task = next(iter(compiled_models(key, _wanted_task_locked(by_hand), **values)), None)
+        if self.stop.is_set() or task is None:
+            raise Stopped
+        ready = self.ready
+        if ready is not None and ready.released:  # its input is the pass's view of both
+            ready.stale = (task.updated_at, task.workspace.updated_at) != ready.seen
+        self.task = task
+        return task
 
     # the pass's edges, through tasks.services ----------------------------------------------
     def _wait_for(self, cli: str) -> None:
@@ -1038,13 +1023,14 @@ class TaskPass:
         transaction.on_commit(lambda: setattr(ready, "next_recorded", True))
 
     def go_early(self, result) -> bool:
-        """The next agent's CLI let go before this step's finish is written, when nothing but
-        this pass wrote the task and its workspace since the last finish (one plain read): its
-        input shows this answer's rows, built first (the finish writes the same rows), and its
-        "before" is this run's "after". The finish then checks as ever that the pass is wanted
-        and goes on at that agent; if not, that CLI is killed and its run never recorded
-        (drop_early). A crash in between resumes at this agent as before, the next agent's
-        process being recorded (record_ready) for the recovery to kill."""
+        """The next agent's CLI let go before this step's finish is written: its input shows
+        this answer's rows, built first (the finish writes the same rows), and its "before" is
+        this run's "after". The finish then checks as ever that the pass is wanted and goes on
+        at that agent, and that nobody else wrote the task or its workspace since the pass read
+        them (its locking read); if not, that CLI is killed and its run never recorded
+        (drop_early), and the next step starts that agent anew. A crash in between resumes at
+        this agent as before, the next agent's process being recorded (record_ready) for the
+        recovery to kill."""
         ready = self.ready
         if ready is None or not ready.next_recorded or self.stop.is_set():
             return False
@@ -1055,9 +1041,9 @@ class TaskPass:
         mcp = execution.mcp_server_for(self.workspace)
         if isinstance(plan, Wait) or not ready.fits(agent.id, plan, mcp):
             return False
+        if self._current_history() is None:  # (others wrote: read again after the finish)
+            return False
         try:
-            if self._current_history() is None or not self._unchanged():
-                return False
             rows = task_services.task_step_rows(
                 task=self.task, agent=self.agent, answer=result, commit=self.commit
             )
@@ -1074,6 +1060,7 @@ class TaskPass:
             log.exception("Could not let the next agent go early")
             return False
         self.step_rows = rows
+        ready.seen = (self.task.updated_at, self.agents_read_at)
         ready.go(self.stop)
         return True
 
@@ -1083,7 +1070,8 @@ class TaskPass:
             ready.discard()
 
     def kept_early(self) -> bool:
-        return not self.ended and self.ready is not None and self.ready.recorded
+        ready = self.ready
+        return not self.ended and ready is not None and ready.recorded and not ready.stale
 
     def continues(self, result) -> bool:
         """An answer that neither asks for review nor comes from the last agent: the next

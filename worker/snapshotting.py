@@ -96,7 +96,7 @@ class PassSnapshots:
             kwargs = {"cwd": cwd, "store": store}
             threading.Thread(target=snapshots.made_ahead, kwargs=kwargs, name=name).start()
         wanted, self.first_tree_wanted = self.first_tree_wanted, None
-        if wanted is not None:  # (this run's row is written: a new task's first tree is its own)
+        if wanted is not None:  # (a new task's first run: none recorded yet, its own "before")
             task_id, store, before = wanted
             self.first_trees.setdefault(store, _first_tree(task_id, store, before))
 
