@@ -744,7 +744,7 @@ def test_a_worker_that_dies_between_a_finish_and_the_next_start_resumes_at_the_n
     assert list(task.runs.values_list("agent_name", "status")) == [("A", "completed")]
     assert alive(made[0])  # at its gate: never released
     assert recover(hostname=socket.gethostname(), worker_id=None) == 1
-    assert not alive(made[0])
+    wait_until(lambda: not alive(made[0]), timeout=10, what="B's gate to die of its SIGKILL")
     requeued = TaskQueueItem.objects.get(id=item.id)
     assert (requeued.status, requeued.resume_agent_id) == (QueueStatus.QUEUED, agents[1].id)
 
@@ -912,7 +912,7 @@ def test_a_worker_that_dies_between_the_early_go_and_the_finish_leaves_nothing_r
     )
     assert alive(made[0])  # B's fake CLI sleeps
     assert recover(hostname=socket.gethostname(), worker_id=None) == 1
-    assert not alive(made[0])
+    wait_until(lambda: not alive(made[0]), timeout=10, what="B's CLI to die of its SIGKILL")
     requeued = TaskQueueItem.objects.get(id=item.id)
     assert (requeued.status, requeued.resume_agent_id) == (QueueStatus.QUEUED, agents[0].id)
 
@@ -942,7 +942,7 @@ def test_a_worker_that_dies_after_the_finish_before_the_early_start_resumes_at_t
     assert list(task.runs.values_list("agent_name", "status")) == [("A", "completed")]
     assert alive(ran[1])
     assert recover(hostname=socket.gethostname(), worker_id=None) == 1
-    assert not alive(ran[1])
+    wait_until(lambda: not alive(ran[1]), timeout=10, what="B's CLI to die of its SIGKILL")
     requeued = TaskQueueItem.objects.get(id=item.id)
     assert (requeued.status, requeued.resume_agent_id) == (QueueStatus.QUEUED, agents[1].id)
 
