@@ -31,7 +31,7 @@ from tests.htmltree import parse
 from tests.live import wait_until
 from tests.pages import element_text, elements, html, hx, triggers
 from tests.stack import FAKES_BIN
-from worker import jobs, pickup
+from worker import jobs, pickup, pipeline, prompts
 from worker.loop import Worker
 from worker.pipeline import TaskPass
 from workspaces.services import workspace_create, workspace_update
@@ -199,6 +199,29 @@ def test_the_settings_page_shows_the_isolation_error(client, db, tmp_path):
 
 
 # --- a task on its branch --------------------------------------------------------------------
+
+
+@pass_db
+def test_the_next_agent_reads_the_commit_of_the_one_before_as_the_database_has_it(
+    repo, monkeypatch
+):
+    """The Implementer goes before the Planner's finish is written (worker.pipeline's early go):
+    its input shows the Planner's branch commit log, the very row that finish writes."""
+    inputs = []
+    write_private = pipeline.write_private
+    monkeypatch.setattr(
+        pipeline, "write_private", lambda p, text: inputs.append(text) or write_private(p, text)
+    )
+    workspace = isolated(
+        repo, agents=[("Planner", "@fake write PLAN.md the\\splan"), ("Implementer", "@fake skip")]
+    )
+    task = run_pass(task_create(workspace=workspace, summary="Plan it"))
+
+    [committed] = task.logs.filter(event_type="branch_committed")
+    second = next(text for text in inputs if 'You are the agent "Implementer"' in text)
+    row = prompts.log_row(committed)
+    assert json.dumps(row["metadata"])[1:-1] in second and row["created_at"] in second
+    assert committed.metadata["commit"] == git_text("rev-parse", task.branch_name, cwd=repo)
 
 
 @pass_db
