@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.runner import BENCH, free_port, percentile, wait_until  # noqa: E402
+from bench.runner import compile_fake_cli, free_port, percentile, wait_until  # noqa: E402
 
 SLEEP_MS = "100"
 NICENESS = -10
@@ -76,13 +76,6 @@ class Round:
 
 
 # --- the fake and its log --------------------------------------------------------------------
-def compile_fake_claude(bin_dir: Path) -> Path:
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    binary = bin_dir / "claude"
-    subprocess.run(["cc", "-O2", "-o", str(binary), str(BENCH / "fakeclaude.c")], check=True)
-    return binary
-
-
 def read_log(path: Path) -> list[Run]:
     """KIND START END PID CWD PROMPT lines (bench/fakeclaude.c)."""
     if not path.exists():
@@ -275,7 +268,7 @@ def main() -> None:
     p50s = []
     try:
         bin_dir = root / "bin"
-        compile_fake_claude(bin_dir)
+        compile_fake_cli(bin_dir, source="fakeclaude.c", name="claude")
         for n in range(args.rounds):
             result = one_round(args, bin_dir, root / f"round-{n + 1}")
             p50s.append(statistics.median(result.gaps))

@@ -83,10 +83,11 @@ def load_text(averages: tuple[float, ...]) -> str:
     return " ".join(f"{value:.2f}" for value in averages)
 
 
-def compile_fake_cli(bin_dir: Path) -> Path:
+def compile_fake_cli(bin_dir: Path, *, source: str = "fakecli.c", name: str = "codex") -> Path:
+    """A fake CLI in C (bench/`source`) compiled as bin_dir/`name`."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    binary = bin_dir / "codex"
-    subprocess.run(["cc", "-O2", "-o", str(binary), str(BENCH / "fakecli.c")], check=True)
+    binary = bin_dir / name
+    subprocess.run(["cc", "-O2", "-o", str(binary), str(BENCH / source)], check=True)
     return binary
 
 

@@ -307,7 +307,7 @@ class Ready:
     # `stale`, it is killed, and the next agent starts anew with an input that shows them.
     seen: tuple = ()
     stale: bool = False
-    _followed: object = None  # (process.followed, entered by `go`)
+    _followed: contextlib.ExitStack | None = None  # (process.followed, from `go`)
 
     def fits(self, agent_id: str, plan: RunPlan, mcp) -> bool:
         """Made for this step, its gate waiting (or let go early for it), its folder still
@@ -319,15 +319,15 @@ class Ready:
 
     def go(self, stop: threading.Event) -> None:
         """Let it run now, followed until its step follows it (`unfollow`)."""
-        self._followed = process.followed(stop, self.held.started)
-        self._followed.__enter__()
+        self._followed = contextlib.ExitStack()
+        self._followed.enter_context(process.followed(stop, self.held.started))
         self.held.release()
         self.released = True
 
     def unfollow(self) -> None:
         followed, self._followed = self._followed, None
         if followed is not None:
-            followed.__exit__(None, None, None)
+            followed.close()
 
     def discard(self) -> None:
         if self.released:  # (it runs: nobody will follow it)
@@ -804,9 +804,6 @@ class TaskPass:
         task = next(iter(compiled_models(key, _wanted_task_locked(by_hand), **values)), None)
         if self.stop.is_set() or task is None:
             raise Stopped
-        ready = self.ready
-        if ready is not None and ready.released:  # its input is the pass's view of both
-            ready.stale = (task.updated_at, task.workspace.updated_at) != ready.seen
         self.task = task
         return task
 
@@ -969,10 +966,15 @@ class TaskPass:
             return Failure(f"CLI output structure was invalid: {exc}")
 
     def lock_if_wanted(self) -> bool:
+        """The step's finish: also whether a run let go early saw the task and workspace as
+        they are (its input is the pass's view of both)."""
         try:
-            self._lock_wanted_task()
+            task = self._lock_wanted_task()
         except Stopped:
             return False
+        ready = self.ready
+        if ready is not None and ready.released:
+            ready.stale = (task.updated_at, task.workspace.updated_at) != ready.seen
         return True
 
     def prepare_next(self) -> None:
