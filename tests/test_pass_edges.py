@@ -14,7 +14,7 @@ import threading
 
 import pytest
 from django.apps import apps as django_apps
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -24,6 +24,7 @@ from notifications import cli_states
 from runner.clis import cli_for
 from runner.files import task_input_path
 from runner.models import AgentRun, CliHealth, CliHealthStatus, RunStatus
+from runner.schemas import parse_task_output
 from runner.services import cli_health_store, settings_save
 from tasks import services as task_services
 from tasks.mcp_server import WorkspaceTools
@@ -447,3 +448,32 @@ def test_the_undelivered_rule_ignores_system_notes_and_errors(workspace):
     assert not TaskComment.objects.undelivered().exists()
     comment_create_and_send_around(task=task, content="Please", actor=USER)
     assert TaskComment.objects.undelivered().count() == 1
+
+
+def test_an_answers_rows_built_before_a_persons_comment_never_move_the_task_back_in_time():
+    """The rows of an answer are built before its finish writes them (the next agent's early
+    go): a person's comment in between is newer than those rows, and the task's last write
+    (`updated_at`, what the passes compare to see others' writes) stays the newest."""
+    workspace, (agent,) = team("Rows", ("Planner", "claude"))
+    task = task_create(workspace=workspace, summary="T")
+    item = TaskQueueItem.objects.get(task=task)
+    answer = parse_task_output({"actions": [{"type": "comment", "content": "Planned"}]})
+    rows = task_services.task_step_rows(task=task, agent=agent, answer=answer)
+
+    person = comment_create_and_send_around(task=task, content="Mind the tests", actor=USER)
+    with transaction.atomic():
+        task_services.task_step_answered(
+            task=task,
+            item=item,
+            agent=agent,
+            answer=answer,
+            pass_started=timezone.now(),
+            read=[],
+            retried=False,
+            last_step=False,
+            rows=rows,
+        )
+
+    planned = TaskComment.objects.get(task=task, content="Planned")
+    assert planned.created_at == rows.comments[0][0].created_at < person.created_at
+    assert Task.objects.get(id=task.id).updated_at > person.created_at
