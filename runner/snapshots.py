@@ -39,7 +39,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from runner import gitobjects
+from runner import folderwatch, gitobjects
 from runner.git import GitError, GitTimeout, add_all, enter_nested, git, git_text, gitlinks
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ NESTED_CHECKED = "malamar-nested-files"  # the store's index has no gitlink left
 FINGERPRINT_ENTRIES = 1000  # a folder with more entries is always given to git
 BIG_FOLDER_SECONDS = 300  # ...and not walked again for this long
 FINGERPRINTS_KEPT = 32  # folders whose last fingerprint is remembered (per process)
+WATCHED_FOLDERS = 16  # ...of which this many keep a watch (runner.folderwatch), the newest
 _creating = threading.Lock()  # two first snapshots of one folder (parallel chats) at once
 
 
@@ -93,7 +94,7 @@ class _Repository:
 _repositories: dict[tuple, _Repository | None] = {}  # by (cwd, the .git found above it)
 
 
-def _dot_git_above(cwd: Path) -> tuple:
+def _dot_git_above(cwd: str | Path) -> tuple:
     """The nearest `.git` at or above `cwd`, as a key that changes when git's answer may: its
     path, inode and type, and a `.git` file's content (it names the repository)."""
     folder = str(cwd)
@@ -114,9 +115,10 @@ def _dot_git_above(cwd: Path) -> tuple:
         return (dot_git, stat.st_ino, stat.st_mode, content)
 
 
-def _repository(cwd: Path) -> _Repository | None:
-    """The repository `cwd` is in (None: none), asked of git when the `.git` above changed."""
-    key = (str(cwd), _dot_git_above(cwd))
+def _repository(cwd: Path, dot_git: tuple | None = None) -> _Repository | None:
+    """The repository `cwd` is in (None: none), asked of git when the `.git` above changed
+    (`dot_git`: _dot_git_above(cwd), when read already)."""
+    key = (str(cwd), _dot_git_above(cwd) if dot_git is None else dot_git)
     if key in _repositories:
         return _repositories[key]
     repository = _ask_git(cwd) if key[1] else None
@@ -260,9 +262,17 @@ def _copy_excludes(store: Path, source: Path | None) -> None:
 def take(cwd: str | Path) -> Snapshot:
     """Record `cwd` as a tree in its private store. Raises SnapshotError."""
     started = time.monotonic()
-    cwd = Path(cwd).resolve()
+    given = os.fspath(cwd)
+    unchanged = _Seen.unchanged_since_watched(given)
+    if unchanged is not None:
+        name, tree, root, branch = unchanged
+        return Snapshot(name, tree, root, branch, time.monotonic() - started, git_ran=False)
+    seen = None
     try:
-        repository = _repository(cwd)
+        identity = _identity(given)
+        cwd = Path(cwd).resolve()
+        dot_git = _dot_git_above(cwd)
+        repository = _repository(cwd, dot_git)
         root = repository.top if repository else cwd
         branch = _branch(repository) if repository else ""
         if not root.is_dir():  # an agent may remove its own folder
@@ -270,7 +280,8 @@ def take(cwd: str | Path) -> Snapshot:
         name = store_name(root)
         store = store_path(name)
         excludes = _excludes(repository)
-        seen = _Seen(store, root, excludes)
+        where = _Where(given, identity, str(cwd), dot_git, repository, name, excludes)
+        seen = _Seen(store, root, excludes, where)
         alternates = repository.objects if repository else None
         ensure = functools.partial(_ensure_store, store, alternates)
         tree = seen.unchanged_tree() or seen.changed_in_place(ensure)
@@ -283,7 +294,19 @@ def take(cwd: str | Path) -> Snapshot:
         raise SnapshotError(str(exc)) from exc
     except OSError as exc:
         raise SnapshotError(f"the snapshot store could not be written: {exc}") from exc
+    finally:
+        if seen is not None:
+            seen.done()
     return Snapshot(name, tree, str(root), branch, time.monotonic() - started, seen.git_ran)
+
+
+def _identity(path: str) -> tuple:
+    """The folder `path` names now (symbolic links followed): its device and inode."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return ()
+    return (stat.st_dev, stat.st_ino)
 
 
 def _write_tree(store: Path, root: Path, repo_index: Path | None) -> tuple[str, object]:
@@ -404,7 +427,10 @@ class Fingerprint:
         return self.complete and isinstance(self.entries, list) and len(self.entries) == 1
 
 
-def fingerprint(root: Path, started_ns: int) -> Fingerprint:
+def fingerprint(
+    root: Path, started_ns: int, watch: folderwatch.FolderWatch | None = None
+) -> Fingerprint:
+    """`watch`: armed as the walk goes, each folder before it is listed."""
     fresh = started_ns - TIMESTAMP_MARGIN_NS  # a timestamp from here on is racy
     stat = os.lstat(root)
     entries: list = [("", stat.st_mode, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)]
@@ -412,9 +438,11 @@ def fingerprint(root: Path, started_ns: int) -> Fingerprint:
     racy = {""} if newest >= fresh else set()
     # Change times nobody can set: all in whole seconds is a file system that keeps no more.
     whole_seconds = stat.st_ctime_ns % 1_000_000_000 == 0
-    folders, nested_git = [""], False
+    folders, nested_git = [("", stat.st_dev)], False
     while folders:
-        folder = folders.pop()
+        folder, device = folders.pop()
+        if watch is not None:
+            watch.add(os.path.join(root, folder), device)
         try:
             with os.scandir(os.path.join(root, folder)) as listing:
                 found = sorted(listing, key=lambda entry: entry.name)
@@ -438,7 +466,7 @@ def fingerprint(root: Path, started_ns: int) -> Fingerprint:
             newest = max(newest, mtime, ctime)
             whole_seconds = whole_seconds and ctime % 1_000_000_000 == 0
             if entry.is_dir(follow_symlinks=False):
-                folders.append(path)
+                folders.append((path, stat.st_dev))
     coarse = whole_seconds and newest >= started_ns - COARSE_MARGIN_NS
     return Fingerprint(
         entries,
@@ -465,22 +493,44 @@ class _Last:
     # before or from the changes written here; NO_MODEL or None: the next changes go to git
     # (git left a file out, the tree has attributes, the index is not read here).
     model: object = None
+    # Armed as `seen` was walked: while it saw no change, the folder is as `tree` says
+    # (`_Seen.unchanged_since_watched`, with `where`).
+    watch: folderwatch.FolderWatch | None = None
+    where: "_Where | None" = None
 
 
-def _stat_key(path: Path | None) -> tuple:
+@dataclass(frozen=True)
+class _Where:
+    """How a snapshot found its folder: the path it was given, the folder that path named
+    (_identity), resolved, the `.git` above it (_dot_git_above), its repository, its store."""
+
+    given: str
+    identity: tuple
+    resolved: str
+    dot_git: tuple
+    repository: _Repository | None
+    name: str
+    excludes: Path | None  # (_excludes)
+
+
+def _stat_key(path: str | Path | None) -> tuple:
     if path is None:
         return ()
     try:
-        stat = path.stat()
+        stat = os.stat(path)
     except OSError:
         return ("missing",)
     return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
-def _xdg_git_file(name: str) -> Path:
+def _xdg_git_file(name: str) -> str:
     """A file git reads whatever its config says (core.excludesFile, core.attributesFile)."""
     home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(home) / "git" / name
+    return os.path.join(home, "git", name)
+
+
+def _user_ignore() -> tuple:
+    return _stat_key(_xdg_git_file("ignore"))
 
 
 SYSTEM_ATTRIBUTES = Path("/etc/gitattributes")
@@ -498,11 +548,12 @@ class _Seen:
     compared with the one remembered from the folder's last snapshot in this process."""
 
     _last: "OrderedDict[Path, _Last]" = OrderedDict()
+    _watched: dict[str, Path] = {}  # the store of each path given with a watch (`where`)
     _lock = threading.Lock()
 
-    def __init__(self, store: Path, root: Path, excludes: Path | None):
-        self.store, self.root, self.excludes_path = store, root, excludes
-        self.user_ignore = _stat_key(_xdg_git_file("ignore"))  # ("missing",): none
+    def __init__(self, store: Path, root: Path, excludes: Path | None, where: _Where | None = None):
+        self.store, self.root, self.excludes_path, self.where = store, root, excludes, where
+        self.user_ignore = _user_ignore()  # ("missing",): none
         self.excludes = (_stat_key(excludes), self.user_ignore)
         self.git_ran = True
         with self._lock:
@@ -512,7 +563,37 @@ class _Seen:
         self.walked = not (recently_big and time.monotonic() - last.at < BIG_FOLDER_SECONDS)
         # A folder found too big not long ago is not worth walking again so soon.
         skipped = Fingerprint(TOO_BIG, trusted=False, complete=False)
-        self.seen = fingerprint(root, now_ns()) if self.walked else skipped
+        self.watch = folderwatch.FolderWatch() if self.walked and where else None
+        try:
+            self.seen = fingerprint(root, now_ns(), self.watch) if self.walked else skipped
+        except BaseException:
+            self.done()
+            raise
+        if self.watch is not None and not self.seen.complete:
+            self.watch.give_up()  # (too big, or a folder it could not read)
+
+    @classmethod
+    def unchanged_since_watched(cls, given: str) -> tuple | None:
+        """(store name, tree, root, branch) of the last snapshot of the folder `given` names,
+        when its watch saw no change since and the rest of what a snapshot depends on is as
+        then: the same folder, the same `.git` above it, ignore rules and store index. None:
+        a snapshot must look."""
+        with cls._lock:
+            store = cls._watched.get(given)
+            last = cls._last.get(store) if store is not None else None
+        if last is None or last.watch is None or last.where.given != given:
+            return None
+        where = last.where
+        if (
+            last.watch.changed()
+            or _identity(given) != where.identity
+            or _dot_git_above(where.resolved) != where.dot_git
+            or last.excludes != (_stat_key(where.excludes), _user_ignore())
+            or last.store_index != _stat_key(os.path.join(store, "index"))
+        ):
+            return None
+        branch = _branch(where.repository) if where.repository else ""
+        return where.name, last.tree, str(last.root), branch
 
     def _same_folder(self) -> bool:
         """The last snapshot is of this folder, with these ignore rules, and the store's index
@@ -536,6 +617,8 @@ class _Seen:
         if not (self.seen.trusted and self._same_folder() and self.last.seen == self.seen):
             return None
         self.git_ran = False
+        if self.watch is not None:  # (the watch armed by this walk vouches for it from now on)
+            self.remember(self.last.tree, model=self.last.model)
         return self.last.tree
 
     def changed_in_place(self, ensure_store: Callable[[], None]) -> str | None:
@@ -624,15 +707,28 @@ class _Seen:
     @classmethod
     def forget(cls, store: Path) -> None:
         with cls._lock:
-            cls._last.pop(store, None)
+            cls._closed(cls._last.pop(store, None))
+
+    @classmethod
+    def forget_all(cls) -> None:
+        with cls._lock:
+            for last in cls._last.values():
+                cls._closed(last)
+            cls._last.clear()
+            cls._watched.clear()
 
     def remember(self, tree: str, *, model=None) -> None:
+        watch, self.watch = self.watch, None  # (bound to this tree, or closed)
+        if watch is not None and not watch.usable:
+            watch = None
         with self._lock:
             if not (self.seen.trusted or self.seen.entries == TOO_BIG or _comparable(self.seen)):
-                self._last.pop(self.store, None)  # nothing this snapshot can vouch for
+                self._closed(self._last.pop(self.store, None))  # nothing it can vouch for
+                if watch is not None:
+                    watch.close()
                 return
             at = time.monotonic() if self.walked else self.last.at
-            self._last[self.store] = _Last(
+            last = _Last(
                 self.root,
                 self.seen,
                 tree,
@@ -640,10 +736,33 @@ class _Seen:
                 self.excludes,
                 at,
                 model,
+                watch,
+                self.where if watch is not None else None,
             )
+            self._closed(self._last.get(self.store))
+            self._last[self.store] = last
             self._last.move_to_end(self.store)
             while len(self._last) > FINGERPRINTS_KEPT:
-                self._last.popitem(last=False)
+                self._closed(self._last.popitem(last=False)[1])
+            if watch is not None:
+                if len(self._watched) > 4 * FINGERPRINTS_KEPT:
+                    self._watched.clear()
+                self._watched[self.where.given] = self.store
+                watched = [entry for entry in self._last.values() if entry.watch is not None]
+                for older in watched[:-WATCHED_FOLDERS]:
+                    self._closed(older)
+
+    def done(self) -> None:
+        """The snapshot ended without remembering this look (an error): its watch closed."""
+        if self.watch is not None:
+            self.watch.close()
+
+    @staticmethod
+    def _closed(last: "_Last | None") -> None:
+        """Its watch closed (replaced, forgotten, or too old to keep)."""
+        if last is not None and last.watch is not None:
+            last.watch.close()
+            last.watch = None
 
 
 def _comparable(seen: Fingerprint) -> bool:

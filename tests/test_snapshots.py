@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from django.conf import settings
 
-from runner import diffs, gitobjects, snapshots
+from runner import diffs, folderwatch, gitobjects, snapshots
 from runner.git import git, git_text
 from tests.gitrepo import commit, make_repo
 
@@ -276,7 +276,7 @@ def test_every_kind_of_change_is_seen(tmp_path, monkeypatch, change):
     # Files changed in place are hashed without git (runner.gitobjects); the tree is git's.
     in_place = change in ("edit", "same size, mtime put back", "chmod", "nested repository")
     assert second.git_ran is not in_place
-    snapshots._Seen._last.clear()  # forget the folder: git hashes it again
+    snapshots._Seen.forget_all()  # forget the folder: git hashes it again
     assert snapshots.take(repo).tree == second.tree
 
 
@@ -322,13 +322,136 @@ def test_a_store_changed_by_someone_else_is_given_to_git_again(tmp_path, monkeyp
     assert snapshots.take(folder).git_ran
 
 
+# --- a folder's watch: no walk while the kernel saw no change (issue 28) ------------------------
+
+
+@pytest.fixture
+def walks(monkeypatch):
+    """The folders snapshots walked (runner.snapshots.fingerprint), in order."""
+    walked = []
+    real = snapshots.fingerprint
+
+    def counted(root, *args, **kwargs):
+        walked.append(root.name)
+        return real(root, *args, **kwargs)
+
+    monkeypatch.setattr(snapshots, "fingerprint", counted)
+    return walked
+
+
+def inotify_fds() -> int:
+    fds = os.listdir("/proc/self/fd")
+    return sum(_link(f"/proc/self/fd/{fd}") == "anon_inode:inotify" for fd in fds)
+
+
+def _link(path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def test_an_unchanged_folder_is_not_walked_again_until_something_changes(tmp_path, walks):
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n", "lib/util.py": "u = 1\n"})
+    first = snapshots.take(repo)
+    second = snapshots.take(repo)
+    assert walks == ["repo"]  # the watch armed by the first walk saw nothing
+    assert (second.tree, second.store, second.root, second.git_ran) == (
+        first.tree,
+        first.store,
+        first.root,
+        False,
+    )
+    (repo / "lib" / "util.py").write_text("u = 2\n")
+    third = snapshots.take(repo)
+    assert walks == ["repo", "repo"] and third.tree != first.tree
+    (repo / "lib" / "util.py").read_text()  # reading is no change
+    assert snapshots.take(repo).tree == third.tree and walks == ["repo", "repo"]
+
+
+def test_a_folder_made_after_a_snapshot_is_watched_from_the_next_one(tmp_path, walks):
+    folder = tmp_path / "task"
+    folder.mkdir()
+    snapshots.take(folder)
+    (folder / "pkg" / "deep").mkdir(parents=True)
+    (folder / "pkg" / "deep" / "m.py").write_text("m\n")
+    made = snapshots.take(folder)
+    (folder / "pkg" / "deep" / "m.py").write_text("m = 2\n")  # (a write in the new folder)
+    edited = snapshots.take(folder)
+    assert edited.tree != made.tree and len(walks) == 3
+    store = snapshots.store_path(edited.store)
+    shown = git_text("show", f"{edited.tree}:pkg/deep/m.py", cwd=store, env={"GIT_DIR": str(store)})
+    assert shown == "m = 2"
+
+
+def test_a_folder_on_a_file_system_not_watched_is_walked_every_time(tmp_path, walks, monkeypatch):
+    monkeypatch.setattr("runner.folderwatch.LOCAL_FILE_SYSTEMS", frozenset())  # (a network one)
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    trees = {snapshots.take(folder).tree for _ in range(3)}
+    assert len(trees) == 1 and walks == ["task"] * 3
+
+
+def test_a_folder_on_another_device_makes_the_watch_unusable(tmp_path):
+    watch = folderwatch.FolderWatch()
+    device = os.lstat(tmp_path).st_dev
+    watch.add(str(tmp_path), device)
+    assert watch.usable and not watch.changed()
+    (tmp_path / "sub").mkdir()
+    watch.add(str(tmp_path / "sub"), device + 1)  # (a folder mounted inside it)
+    assert not watch.usable and watch.changed()
+
+
+def test_a_path_that_names_another_folder_now_is_looked_at_again(tmp_path, walks):
+    one, two = tmp_path / "one", tmp_path / "two"
+    for folder, text in ((one, "one\n"), (two, "two\n")):
+        folder.mkdir()
+        (folder / "a.txt").write_text(text)
+    link = tmp_path / "work"
+    link.symlink_to(one)
+    first = snapshots.take(link)
+    link.unlink()
+    link.symlink_to(two)  # (nothing changed in the folder the watch watches)
+    second = snapshots.take(link)
+    assert second.root == str(two) and second.store != first.store
+
+
+def test_a_repository_made_above_the_folder_is_looked_at_again(tmp_path, walks):
+    folder = tmp_path / "outer" / "task"
+    folder.mkdir(parents=True)
+    (folder / "a.txt").write_text("a\n")
+    first = snapshots.take(folder)
+    git_init(tmp_path / "outer")  # (outside the folder the watch watches)
+    second = snapshots.take(folder)
+    assert second.root == str(tmp_path / "outer") and second.store != first.store
+
+
+def test_few_watches_are_kept_and_none_is_left_open(tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshots, "WATCHED_FOLDERS", 3)
+    snapshots._Seen.forget_all()
+    before = inotify_fds()
+    folders = [tmp_path / f"task{n}" for n in range(6)]
+    for folder in folders:
+        folder.mkdir()
+        (folder / "a.txt").write_text("a\n")
+        snapshots.take(folder)
+    assert inotify_fds() - before == 3  # the 3 newest
+    for n in range(5):  # changes: each snapshot's watch replaces the last
+        (folders[-1] / "a.txt").write_text(f"{n}\n")
+        snapshots.take(folders[-1])
+    assert inotify_fds() - before == 3
+    snapshots._Seen.forget_all()
+    assert inotify_fds() == before
+
+
 # --- files changed in place: hashed without git (issue 28) -------------------------------------
 
 
 def gits_own_tree(folder) -> str:
     """The tree git writes for the folder: its memory forgotten, git adds it again, and the
     tree worked out here from git's index is the one `git write-tree` writes."""
-    snapshots._Seen._last.clear()
+    snapshots._Seen.forget_all()
     snapshot = snapshots.take(folder)
     assert snapshot.git_ran
     store = snapshots.store_path(snapshot.store)
