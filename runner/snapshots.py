@@ -11,14 +11,15 @@ not hashed again.
 
 A folder of a few files that did not change since its last snapshot is not given to git at all:
 the stat data of its entries (taken before git read them, like git's own index) says so, and
-the last tree is the answer. When what changed is files only (files the last tree records,
-changed in place; or, where no ignore rule applies, files made or removed), their contents are
-hashed here and the trees above them written without git (runner.gitobjects); when git does add
-a folder, the trees of its index are written here too, not by `git write-tree`. The trees a run
-refers to are kept by the daily cleanup (`prune`), from the runs in the database: a snapshot
-writes no ref. The files and fan-out folders those objects go into are made while the agent
-works (`made_ahead`, runner.gitobjects's spares): making a file costs up to ~0.8 ms on a busy
-disk, moving one into place ~0.02 ms.
+the last tree is the answer; while the folder's inotify watch, armed as that walk listed it,
+saw no change since, it is not even walked (runner.folderwatch). When what changed is files
+only (files the last tree records, changed in place; or, where no ignore rule applies, files
+made or removed), their contents are hashed here and the trees above them written without git
+(runner.gitobjects); when git does add a folder, the trees of its index are written here too,
+not by `git write-tree`. The trees a run refers to are kept by the daily cleanup (`prune`),
+from the runs in the database: a snapshot writes no ref. The files and fan-out folders those
+objects go into are made while the agent works (`made_ahead`, runner.gitobjects's spares):
+making a file costs up to ~0.8 ms on a busy disk, moving one into place ~0.02 ms.
 """
 
 import contextlib
@@ -267,7 +268,6 @@ def take(cwd: str | Path) -> Snapshot:
     if unchanged is not None:
         name, tree, root, branch = unchanged
         return Snapshot(name, tree, root, branch, time.monotonic() - started, git_ran=False)
-    seen = None
     try:
         identity = _identity(given)
         cwd = Path(cwd).resolve()
@@ -294,9 +294,6 @@ def take(cwd: str | Path) -> Snapshot:
         raise SnapshotError(str(exc)) from exc
     except OSError as exc:
         raise SnapshotError(f"the snapshot store could not be written: {exc}") from exc
-    finally:
-        if seen is not None:
-            seen.done()
     return Snapshot(name, tree, str(root), branch, time.monotonic() - started, seen.git_ran)
 
 
@@ -493,9 +490,10 @@ class _Last:
     # before or from the changes written here; NO_MODEL or None: the next changes go to git
     # (git left a file out, the tree has attributes, the index is not read here).
     model: object = None
-    # Armed as `seen` was walked: while it saw no change, the folder is as `tree` says
-    # (`_Seen.unchanged_since_watched`, with `where`).
+    # The folder's watch, armed as `seen` was walked (its `generation`): while it saw no change
+    # since, the folder is as `tree` says (`_Seen.unchanged_since_watched`, with `where`).
     watch: folderwatch.FolderWatch | None = None
+    generation: int = 0
     where: "_Where | None" = None
 
 
@@ -548,6 +546,7 @@ class _Seen:
     compared with the one remembered from the folder's last snapshot in this process."""
 
     _last: "OrderedDict[Path, _Last]" = OrderedDict()
+    _watches: "OrderedDict[Path, folderwatch.FolderWatch]" = OrderedDict()  # by store
     _watched: dict[str, Path] = {}  # the store of each path given with a watch (`where`)
     _lock = threading.Lock()
 
@@ -563,12 +562,9 @@ class _Seen:
         self.walked = not (recently_big and time.monotonic() - last.at < BIG_FOLDER_SECONDS)
         # A folder found too big not long ago is not worth walking again so soon.
         skipped = Fingerprint(TOO_BIG, trusted=False, complete=False)
-        self.watch = folderwatch.FolderWatch() if self.walked and where else None
-        try:
-            self.seen = fingerprint(root, now_ns(), self.watch) if self.walked else skipped
-        except BaseException:
-            self.done()
-            raise
+        self.watch = self._watch_of(store) if self.walked and where else None
+        self.generation = self.watch.renew() if self.watch is not None else 0
+        self.seen = fingerprint(root, now_ns(), self.watch) if self.walked else skipped
         if self.watch is not None and not self.seen.complete:
             self.watch.give_up()  # (too big, or a folder it could not read)
 
@@ -585,7 +581,7 @@ class _Seen:
             return None
         where = last.where
         if (
-            last.watch.changed()
+            last.watch.changed(last.generation)
             or _identity(given) != where.identity
             or _dot_git_above(where.resolved) != where.dot_git
             or last.excludes != (_stat_key(where.excludes), _user_ignore())
@@ -707,28 +703,45 @@ class _Seen:
     @classmethod
     def forget(cls, store: Path) -> None:
         with cls._lock:
-            cls._closed(cls._last.pop(store, None))
+            cls._last.pop(store, None)
+            watch = cls._watches.pop(store, None)
+        if watch is not None:
+            watch.close()
 
     @classmethod
     def forget_all(cls) -> None:
         with cls._lock:
-            for last in cls._last.values():
-                cls._closed(last)
+            watches = list(cls._watches.values())
             cls._last.clear()
+            cls._watches.clear()
             cls._watched.clear()
+        for watch in watches:
+            watch.close()
+
+    @classmethod
+    def _watch_of(cls, store: Path) -> folderwatch.FolderWatch:
+        """The folder's watch, kept from its last walk if it is still usable; the watches of
+        all but the WATCHED_FOLDERS folders snapshotted last closed."""
+        with cls._lock:
+            watch = cls._watches.get(store)
+            if watch is None or not watch.usable:
+                watch = cls._watches[store] = folderwatch.FolderWatch()
+            cls._watches.move_to_end(store)
+            gone = []
+            while len(cls._watches) > WATCHED_FOLDERS:
+                gone.append(cls._watches.popitem(last=False)[1])
+        for old in gone:
+            old.close()
+        return watch
 
     def remember(self, tree: str, *, model=None) -> None:
-        watch, self.watch = self.watch, None  # (bound to this tree, or closed)
-        if watch is not None and not watch.usable:
-            watch = None
+        watch = self.watch if self.watch is not None and self.watch.usable else None
         with self._lock:
             if not (self.seen.trusted or self.seen.entries == TOO_BIG or _comparable(self.seen)):
-                self._closed(self._last.pop(self.store, None))  # nothing it can vouch for
-                if watch is not None:
-                    watch.close()
+                self._last.pop(self.store, None)  # nothing this snapshot can vouch for
                 return
             at = time.monotonic() if self.walked else self.last.at
-            last = _Last(
+            self._last[self.store] = _Last(
                 self.root,
                 self.seen,
                 tree,
@@ -737,32 +750,16 @@ class _Seen:
                 at,
                 model,
                 watch,
+                self.generation,
                 self.where if watch is not None else None,
             )
-            self._closed(self._last.get(self.store))
-            self._last[self.store] = last
             self._last.move_to_end(self.store)
             while len(self._last) > FINGERPRINTS_KEPT:
-                self._closed(self._last.popitem(last=False)[1])
+                self._last.popitem(last=False)
             if watch is not None:
                 if len(self._watched) > 4 * FINGERPRINTS_KEPT:
                     self._watched.clear()
                 self._watched[self.where.given] = self.store
-                watched = [entry for entry in self._last.values() if entry.watch is not None]
-                for older in watched[:-WATCHED_FOLDERS]:
-                    self._closed(older)
-
-    def done(self) -> None:
-        """The snapshot ended without remembering this look (an error): its watch closed."""
-        if self.watch is not None:
-            self.watch.close()
-
-    @staticmethod
-    def _closed(last: "_Last | None") -> None:
-        """Its watch closed (replaced, forgotten, or too old to keep)."""
-        if last is not None and last.watch is not None:
-            last.watch.close()
-            last.watch = None
 
 
 def _comparable(seen: Fingerprint) -> bool:

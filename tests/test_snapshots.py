@@ -395,12 +395,16 @@ def test_a_folder_on_a_file_system_not_watched_is_walked_every_time(tmp_path, wa
 
 def test_a_folder_on_another_device_makes_the_watch_unusable(tmp_path):
     watch = folderwatch.FolderWatch()
+    generation = watch.renew()
     device = os.lstat(tmp_path).st_dev
     watch.add(str(tmp_path), device)
-    assert watch.usable and not watch.changed()
+    assert watch.usable and not watch.changed(generation)
     (tmp_path / "sub").mkdir()
+    assert watch.changed(generation)  # (one event is enough for good)
+    generation = watch.renew()  # the next walk
+    assert not watch.changed(generation)
     watch.add(str(tmp_path / "sub"), device + 1)  # (a folder mounted inside it)
-    assert not watch.usable and watch.changed()
+    assert not watch.usable and watch.changed(generation)
 
 
 def test_a_path_that_names_another_folder_now_is_looked_at_again(tmp_path, walks):
@@ -437,10 +441,12 @@ def test_few_watches_are_kept_and_none_is_left_open(tmp_path, monkeypatch):
         (folder / "a.txt").write_text("a\n")
         snapshots.take(folder)
     assert inotify_fds() - before == 3  # the 3 newest
-    for n in range(5):  # changes: each snapshot's watch replaces the last
+    store = snapshots.store_path(snapshots.take(folders[-1]).store)
+    watch = snapshots._Seen._watches[store]
+    for n in range(5):  # changes: each walk renews the folder's watch (closing one is slow)
         (folders[-1] / "a.txt").write_text(f"{n}\n")
         snapshots.take(folders[-1])
-    assert inotify_fds() - before == 3
+    assert inotify_fds() - before == 3 and snapshots._Seen._watches[store] is watch
     snapshots._Seen.forget_all()
     assert inotify_fds() == before
 
