@@ -123,6 +123,7 @@ PHASES = (
     ("worker.pipeline", "TaskPass.recorder", "next recorder"),
     ("worker.pipeline", "TaskPass.take_ready", "ready taken"),
     ("worker.pipeline", "TaskPass._write_input", "input written"),
+    ("worker.pipeline", "InputAhead.write", "input written"),  # (made ahead: its rows added)
     ("worker.snapshotting", "RunSnapshots.take_before", "before-snapshot"),
 )
 

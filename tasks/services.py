@@ -457,6 +457,13 @@ def task_agent_finished(
     return entry
 
 
+def task_agent_finished_log(*, task: Task, actor: Actor) -> TaskLog:
+    """An agent_finished log made before the agent answers (as its run works, for the next
+    agent's input: worker.pipeline.InputAhead), not saved: task_step_rows stamps it with the
+    answer's action and the time."""
+    return _finished_entry(task, actor, "")
+
+
 def _finished_entry(task: Task, actor: Actor, action_type: str) -> TaskLog:
     metadata = {"agent_name": actor.name, "action_type": action_type}
     return _log_entry(task=task, event_type="agent_finished", actor=actor, metadata=metadata)
@@ -540,13 +547,22 @@ class StepRows:
         return [comment for comment, _entry in self.comments], [*logs, self.finished]
 
 
-def task_step_rows(*, task: Task, agent, answer, commit: str | None = None) -> StepRows:
+def task_step_rows(
+    *, task: Task, agent, answer, commit: str | None = None, finished: TaskLog | None = None
+) -> StepRows:
     """What task_step_answered (and task_branch_commit_log for `commit`) will write for this
-    answer, not saved yet. Raises ValidationFailed for a comment it would refuse."""
+    answer, not saved yet; `finished`: its agent_finished log, made ahead
+    (task_agent_finished_log), stamped now. Raises ValidationFailed for a comment it would
+    refuse."""
     actor = agent_actor(agent)
     commit_log = _commit_entry(task, actor, commit) if commit else None
     comments = [_comment_entry(task=task, content=text, actor=actor) for text in answer.comments]
-    return StepRows(commit_log, comments, _finished_entry(task, actor, answer.action_type))
+    if finished is None:
+        finished = _finished_entry(task, actor, answer.action_type)
+    else:
+        finished.metadata = {"agent_name": actor.name, "action_type": answer.action_type}
+        finished.created_at = timezone.now()
+    return StepRows(commit_log, comments, finished)
 
 
 def task_step_answered(

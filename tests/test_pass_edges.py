@@ -34,7 +34,7 @@ from tests.htmltree import parse
 from tests.passes import run_workspace, team
 from tests.stack import FAKES_BIN
 from worker import pickup
-from worker.pipeline import TaskPass
+from worker.pipeline import InputAhead, TaskPass
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,16 +49,22 @@ def fake_clis(monkeypatch):
 @pytest.fixture
 def inputs(monkeypatch):
     """Every agent's input, in order: (agent name, text). (Written between two agents before
-    the finish, with the early go, or after it.)"""
+    the finish, with the early go, from the part made ahead; or after the finish.)"""
     seen = []
-    write = TaskPass._write_input
+    write, write_ahead = TaskPass._write_input, InputAhead.write
 
     def recorded(owner, agent, output_path, comments, logs):
         written = write(owner, agent, output_path, comments, logs)
         seen.append((agent.name, task_input_path(owner.task.id).read_text()))
         return written
 
+    def recorded_ahead(ahead, owner, rows):
+        written = write_ahead(ahead, owner, rows)
+        seen.append((ahead.agent.name, task_input_path(owner.task.id).read_text()))
+        return written
+
     monkeypatch.setattr(TaskPass, "_write_input", recorded)
+    monkeypatch.setattr(InputAhead, "write", recorded_ahead)
     return seen
 
 

@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -27,6 +28,7 @@ from malamar_site.services import workspace_delete
 from runner.files import temp_dir
 from runner.models import CliHealth, CliHealthStatus
 from runner.recorder import RunRecorder
+from tasks import selectors as task_selectors
 from tasks.models import QueueStatus, Task, TaskComment, TaskQueueItem, TaskStatus
 from tasks.services import (
     comment_create_and_send_around,
@@ -825,6 +827,55 @@ def test_the_next_agent_goes_before_the_finish_of_the_one_before_with_its_answer
     )
     finished = task.logs.get(event_type="agent_finished", metadata__agent_name="A")
     assert f'"created_at": "{prompts.iso(finished.created_at)}"' in b_input
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_next_input_is_made_as_the_agent_works_and_reads_as_a_whole_render(
+    fake_clis, monkeypatch
+):
+    """B's input is made while A works (all but A's answer: InputAhead), and only A's rows and
+    B's agent_started log are put in at B's go: the text is the one task_input_text renders
+    from the task's history as the database has it once B started."""
+    made_while_working, made_at_go, going = [], [], []
+    input_ahead, go_early = TaskPass._input_ahead, TaskPass.go_early
+
+    def spied_ahead(owner, ready):
+        (made_at_go if going else made_while_working).append(owner.agent.name)
+        return input_ahead(owner, ready)
+
+    def spied_go(owner, result):
+        going.append(owner.agent.name)
+        try:
+            return go_early(owner, result)
+        finally:
+            going.clear()
+
+    monkeypatch.setattr(TaskPass, "_input_ahead", spied_ahead)
+    monkeypatch.setattr(TaskPass, "go_early", spied_go)
+    inputs = []
+    write_private = pipeline.write_private
+    monkeypatch.setattr(
+        pipeline, "write_private", lambda p, text: inputs.append(text) or write_private(p, text)
+    )
+    task, item, agents = _pass_of(["A", "B", "C"], "@fake A: comment-once Hello from A")
+
+    _run_pass(item)
+
+    assert (made_while_working, made_at_go) == (["A", "B"], [])
+    b_input = next(text for text in inputs if 'You are the agent "B"' in text)
+    started = task.logs.get(event_type="agent_started", metadata__agent_name="B")
+    comments, logs = task_selectors.task_history(task)
+    shown_logs = logs[: [entry.id for entry in logs].index(started.id) + 1]
+    shown_comments = [c for c in comments if c.created_at <= started.created_at]
+    output_path = b_input.split("Write your response as JSON to: ", 1)[1].split("\n", 1)[0]
+    whole = pipeline.task_input_text(
+        Task.objects.select_related("workspace").get(id=task.id),
+        agents[1],
+        Path(output_path),
+        [(agent.id, agent.name) for agent in agents],
+        (shown_comments, shown_logs),
+    )
+    assert b_input == whole and "Hello from A" in whole
 
 
 @pytest.mark.pg

@@ -125,9 +125,9 @@ def test_the_input_sees_what_changed_during_the_previous_step(quiet_steps, monke
     workspace = _workspace(2)
     task = task_create(workspace=workspace, summary="Watch")
     inputs = []
-    render = pipeline.task_input_text
+    write = pipeline.write_private
     monkeypatch.setattr(
-        pipeline, "task_input_text", lambda *a, **kw: inputs.append(render(*a, **kw)) or inputs[-1]
+        pipeline, "write_private", lambda path, text: inputs.append(text) or write(path, text)
     )
     start = TaskPass.start
 

@@ -205,6 +205,9 @@ class RunOwner(Protocol):
     def record_ready(self) -> None:
         """In a run's start transaction: the next run's process, made ready, recorded."""
 
+    def input_ahead(self) -> None:
+        """As the run works: what the next run's early go can make ahead (TaskPass)."""
+
     def go_early(self, result) -> bool:
         """Before the finish of a step whose answer the next agent follows: let the next run go
         now if it may (True), the finish being written as it starts."""
@@ -302,6 +305,7 @@ class Ready:
     snapshots: RunSnapshots | None = None
     started_log: TaskLog | None = None
     read_comments: list | None = None
+    ahead: "InputAhead | None" = None  # its input, made while the run before works
     # When its input was written: the task's and its workspace's last writes as the pass knew
     # them. The finish's locking read finds others (a person's comment or edit meanwhile):
     # `stale`, it is killed, and the next agent starts anew with an input that shows them.
@@ -450,6 +454,10 @@ def _launch(
                 if not _still_wanted(owner):
                     raise Stopped from None  # (its task or chat went meanwhile)
                 raise
+        try:
+            owner.input_ahead()
+        except Exception:  # only time lost: the next agent's input is made at its go
+            log.exception("Could not make the next agent's input ahead")
     waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(
         stop=owner.stop,
@@ -516,32 +524,84 @@ def task_input_text(
             .values_list("id", "name")
         )
     comments, logs = history if history is not None else task_selectors.task_history(task)
-    names = dict(agents)
-    comment_rows = [
-        (
-            ("comment", c.id),
-            prompts.comment_row(
-                c,
-                author_name(c.author_type, c.agent_id, names, c.kind),
-                task_selectors.line_comment_text(c) if c.is_line_comment else None,
-            ),
-        )
-        for c in task_selectors.collapse_repeated_errors(
-            task_selectors.mark_outdated(task.id, comments)
-        )
-    ]
-    log_rows = [(("log", entry.id), prompts.log_row(entry)) for entry in logs]
     rendered = rendered or prompts.RenderedRows()
     return prompts.task_input(
-        workspace=task.workspace,
-        agent=agent,
-        agent_names=[name for _id, name in agents],
-        task=task,
-        comments=rendered.jsonl(comment_rows),
-        logs=rendered.jsonl(log_rows),
-        output_path=str(output_path),
-        branch=(task.branch_name, task.branch_base) if isolated and task.branch_name else None,
+        comments=_comments_jsonl(task, comments, dict(agents), rendered),
+        logs=_logs_jsonl(logs, rendered),
+        **_input_context(task, agent, output_path, agents, isolated=isolated),
     )
+
+
+def _input_context(task: Task, agent: Agent, output_path: Path, agents, *, isolated: bool):
+    return {
+        "workspace": task.workspace,
+        "agent": agent,
+        "agent_names": [name for _id, name in agents],
+        "task": task,
+        "output_path": str(output_path),
+        "branch": (task.branch_name, task.branch_base) if isolated and task.branch_name else None,
+    }
+
+
+def _comments_jsonl(task: Task, comments: list, names: dict, rendered: prompts.RenderedRows):
+    """The comments as agents read them: line comments with their code (and whether later
+    runs changed it), identical consecutive errors as one."""
+    shown = task_selectors.collapse_repeated_errors(task_selectors.mark_outdated(task.id, comments))
+    return rendered.jsonl([_comment_row(c, names) for c in shown])
+
+
+def _comment_row(comment: TaskComment, names: dict) -> tuple:
+    author = author_name(comment.author_type, comment.agent_id, names, comment.kind)
+    line = task_selectors.line_comment_text(comment) if comment.is_line_comment else None
+    return ("comment", comment.id), prompts.comment_row(comment, author, line)
+
+
+def _logs_jsonl(logs: list, rendered: prompts.RenderedRows) -> str:
+    return rendered.jsonl([(("log", entry.id), prompts.log_row(entry)) for entry in logs])
+
+
+def _joined(before: str, added: str) -> str:
+    return f"{before}\n{added}" if before and added else before or added
+
+
+@dataclass
+class InputAhead:
+    """The next agent's input, made while the agent before it works (TaskPass.input_ahead):
+    all of it but what that agent's answer adds (its rows) and the next agent's agent_started
+    log, which `write` puts in at its go (stamped then, after the answer's rows). `key`: what
+    it was made from (TaskPass._ahead_key); a pass whose view moved since makes it again."""
+
+    key: tuple
+    agent: Agent
+    plan: RunPlan
+    mcp: object
+    frame: tuple[str, str, str]  # (before the comments, between them and the logs, after)
+    comments: str  # the history's rows, rendered
+    logs: str
+    read: list  # the history's comments it delivers
+    started: TaskLog  # the next agent's agent_started log
+    finished: TaskLog  # the agent before's agent_finished log (task_step_rows stamps it)
+
+    def write(self, pass_: "TaskPass", rows: "task_services.StepRows") -> tuple[TaskLog, list]:
+        """The input with `rows` (the answer's, just built: plain agent comments, which no
+        error or line comment before changes) and the agent_started log, stamped now: what
+        task_input_text writes from the history with them. Returns (that log, the comments
+        the input delivers)."""
+        comments, logs = rows.shown()
+        self.started.created_at = timezone.now()
+        names, rendered = dict(pass_.agents), pass_.rendered_rows
+        before, between, after = self.frame
+        text = "".join(
+            (
+                before,
+                _joined(self.comments, rendered.jsonl([_comment_row(c, names) for c in comments])),
+                between,
+                _joined(self.logs, _logs_jsonl([*logs, self.started], rendered)),
+                after,
+            )
+        )
+        write_private(task_input_path(pass_.task.id), text)
+        return self.started, [*self.read, *(c for c in comments if c.kind in KEEPS_GOING)]
 
 
 def _wanted_task_locked(by_hand: bool):
@@ -1032,28 +1092,25 @@ class TaskPass:
         them (its locking read); if not, that CLI is killed and its run never recorded
         (drop_early), and the next step starts that agent anew. A crash in between resumes at
         this agent as before, the next agent's process being recorded (record_ready) for the
-        recovery to kill."""
+        recovery to kill. The input was made as this agent worked (input_ahead) unless the
+        pass's view moved since: then now."""
         ready = self.ready
         if ready is None or not ready.next_recorded or self.stop.is_set():
             return False
-        agent = self._next_agent(self.agent.order)
-        if agent is None or agent.id != ready.agent_id:
-            return False
-        plan = plan_run(agent, limited=self.clis.limited, broken=self.clis.broken)
-        mcp = execution.mcp_server_for(self.workspace)
-        if isinstance(plan, Wait) or not ready.fits(agent.id, plan, mcp):
-            return False
-        if self._current_history() is None:  # (others wrote: read again after the finish)
+        ahead = ready.ahead
+        if ahead is None or ahead.key != self._ahead_key():
+            ahead = self._input_ahead(ready)
+        if ahead is None or not ready.fits(ahead.agent.id, ahead.plan, ahead.mcp):
             return False
         try:
             rows = task_services.task_step_rows(
-                task=self.task, agent=self.agent, answer=result, commit=self.commit
+                task=self.task,
+                agent=self.agent,
+                answer=result,
+                commit=self.commit,
+                finished=ahead.finished,
             )
-            comments, logs = self.history
-            added_comments, added_logs = rows.shown()
-            ready.started_log, ready.read_comments = self._write_input(
-                agent, ready.output_path, [*comments, *added_comments], [*logs, *added_logs]
-            )
+            ready.started_log, ready.read_comments = ahead.write(self, rows)
             ready.snapshots = RunSnapshots(ready.recorder, ready.cwd, self.snapshots)
             ready.snapshots.take_before()
         except ValidationFailed:  # a comment the finish refuses, as ever
@@ -1065,6 +1122,58 @@ class TaskPass:
         ready.seen = (self.task.updated_at, self.agents_read_at)
         ready.go(self.stop)
         return True
+
+    def input_ahead(self) -> None:
+        """As this agent works: the next agent's input, all but what this one's answer adds
+        (InputAhead), so that between the two only those rows are written."""
+        ready = self.ready
+        if ready is not None:
+            ready.ahead = self._input_ahead(ready)
+
+    def _input_ahead(self, ready: Ready) -> InputAhead | None:
+        """The input of the run made ready, from the pass's view; None when the next agent
+        may not go early (another agent comes next, its CLI must wait, or the history needs
+        reading again: others wrote the task)."""
+        agent = self._next_agent(self.agent.order)
+        if agent is None or agent.id != ready.agent_id:
+            return None
+        plan = plan_run(agent, limited=self.clis.limited, broken=self.clis.broken)
+        history = self._current_history()
+        if isinstance(plan, Wait) or history is None:
+            return None
+        comments, logs = history
+        isolated = self.worktree is not None
+        context = _input_context(
+            self.task, agent, ready.output_path, self.agents, isolated=isolated
+        )
+        return InputAhead(
+            key=self._ahead_key(),
+            agent=agent,
+            plan=plan,
+            mcp=execution.mcp_server_for(self.workspace),
+            frame=prompts.task_input_frame(**context),
+            comments=_comments_jsonl(self.task, comments, dict(self.agents), self.rendered_rows),
+            logs=_logs_jsonl(logs, self.rendered_rows),
+            read=[c for c in comments if c.delivered_at is None and c.kind in KEEPS_GOING],
+            started=task_services.task_agent_started_log(task=self.task, actor=agent_actor(agent)),
+            finished=task_services.task_agent_finished_log(
+                task=self.task, actor=agent_actor(self.agent)
+            ),
+        )
+
+    def _ahead_key(self) -> tuple:
+        """What an InputAhead is made from: the step, the history as read, the task and the
+        agents as the pass knows them."""
+        comments, logs = self.history or ((), ())
+        return (
+            self.agent.id,
+            id(self.history),
+            len(comments),
+            len(logs),
+            self.history_read_at,
+            self.task.updated_at,
+            self.agents_read_at,
+        )
 
     def drop_early(self) -> None:
         ready, self.ready, self.step_rows = self.ready, None, None
@@ -1314,8 +1423,11 @@ class ChatReply:
     def record_ready(self) -> None:
         pass
 
+    def input_ahead(self) -> None:
+        pass  # (a reply is one step)
+
     def go_early(self, _result) -> bool:
-        return False  # (a reply is one step)
+        return False
 
     def drop_early(self) -> None:
         pass

@@ -100,24 +100,29 @@ def log_row(log) -> dict:
     return row
 
 
-def task_input(
+def task_input(*, comments: str, logs: str, **context) -> str:
+    """The task input file, in the spec's structure (`comments` and `logs`: their JSONL,
+    oldest first, as RenderedRows.jsonl gives it; `context`: task_input_frame's)."""
+    before, between, after = task_input_frame(**context)
+    return f"{before}{comments}{between}{logs}{after}"
+
+
+def task_input_frame(
     *,
     workspace,
     agent,
     agent_names: list[str],
     task,
-    comments: str,
-    logs: str,
     output_path: str,
     branch: tuple[str, str] | None = None,
-) -> str:
-    """The task input file, in the spec's structure (`comments` and `logs`: their JSONL,
-    oldest first, as RenderedRows.jsonl gives it). `branch` = (the task's branch, its
-    base) when the task works in a worktree of its own."""
+) -> tuple[str, str, str]:
+    """The task input without its rows: (the text before the comments' JSONL, between it and
+    the logs', after the logs'). `branch` = (the task's branch, its base) when the task works
+    in a worktree of its own."""
     others = "\n".join(
         f"- {name} (you)" if name == agent.name else f"- {name}" for name in agent_names
     )
-    parts = [
+    before = [
         "# Malamar Context",
         "You are being orchestrated by Malamar, a multi-agent workflow system.",
         workspace.description.strip(),
@@ -141,13 +146,11 @@ def task_input(
         "## Comments",
         "",
         "```json",
-        comments,
-        "```",
         "",
-        "## Activity Log",
+    ]
+    between = ["", "```", "", "## Activity Log", "", "```json", ""]
+    after = [
         "",
-        "```json",
-        logs,
         "```",
         "",
         "# Output Instruction",
@@ -156,7 +159,7 @@ def task_input(
         TASK_OUTPUT_GUIDE.format(schema=schema_json(task_schema())),
         "",
     ]
-    return "\n".join(parts)
+    return "\n".join(before), "\n".join(between), "\n".join(after)
 
 
 def branch_section(branch: str, base: str) -> list[str]:
