@@ -9,6 +9,7 @@ from django.conf import settings
 from core.ids import new_id
 
 OUTPUT_READ_CAP = 16 * 1024 * 1024
+READ_CHUNK = 64 * 1024
 
 
 _made: set[Path] = set()  # temp dirs this process created (or found) already
@@ -84,17 +85,25 @@ def schema_path(kind: str, schema_text: str) -> Path:
 
 
 def read_output(path: Path) -> str | None:
-    """The output file's text (None if missing); capped so a runaway agent can't exhaust memory."""
+    """The output file's text (None if missing); capped so a runaway agent can't exhaust memory.
+    Read in reads sized by the file (a read sized by the cap allocates the cap: ~0.1 ms)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(OUTPUT_READ_CAP + 1)
+        with open(path, "rb", buffering=0) as f:
+            chunks, total = [], 0
+            wanted = min(os.fstat(f.fileno()).st_size, OUTPUT_READ_CAP) + 1  # (+1: the end)
+            while chunk := f.read(wanted):
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > OUTPUT_READ_CAP:
+                    raise ValueError(
+                        f"output file is larger than {OUTPUT_READ_CAP // (1024 * 1024)} MB"
+                    )
+                wanted = READ_CHUNK  # (it grew since: the rest)
     except FileNotFoundError:
         return None
     except IsADirectoryError:
         return None
-    if len(data) > OUTPUT_READ_CAP:
-        raise ValueError(f"output file is larger than {OUTPUT_READ_CAP // (1024 * 1024)} MB")
-    return data.decode("utf-8", errors="replace")
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def remove_quietly(path: Path) -> None:

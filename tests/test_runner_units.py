@@ -21,6 +21,7 @@ from django.utils import timezone
 from core.actors import USER
 from core.compiled_queries import compiled_models, compiled_rows, insert, update_row
 from core.models import OutboxEvent
+from runner import files
 from runner.clis import CLIS, cli_for
 from runner.clis.base import stderr_message
 from runner.files import data_subdir, task_input_path, write_private
@@ -1236,3 +1237,27 @@ def test_the_task_claim_keeps_its_rules_and_is_built_once(workspace, monkeypatch
     assert TaskQueueItem.objects.get(id=items[0].id).worker_id == live.id
     assert TaskQueueItem.objects.get(id=items[1].id).status == QueueStatus.IN_PROGRESS
     assert len(built) <= 2  # once per shape, whichever built first in this process
+
+
+# --- the answer file (runner.files.read_output) ---------------------------------------------
+
+
+def test_an_answer_file_is_read_whole_up_to_its_cap_and_refused_past_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "OUTPUT_READ_CAP", 10)
+    path = tmp_path / "answer.json"
+    path.write_bytes(b"0123456789")
+    assert files.read_output(path) == "0123456789"  # (at the cap)
+    path.write_bytes(b"0123456789X")
+    with pytest.raises(ValueError, match="larger than"):
+        files.read_output(path)
+    assert files.read_output(tmp_path / "missing.json") is None
+    assert files.read_output(tmp_path) is None  # (a folder where the file should be)
+
+
+def test_an_answer_file_that_grew_after_its_size_was_read_is_read_to_its_end(tmp_path, monkeypatch):
+    path = tmp_path / "answer.json"
+    text = '{"actions": [' + ", ".join(['{"type": "skip"}'] * 5000) + "]}"
+    path.write_text(text)
+    # (what fstat said before the CLI's last write: 3 bytes)
+    monkeypatch.setattr(files.os, "fstat", lambda fd: SimpleNamespace(st_size=3))
+    assert files.read_output(path) == text
