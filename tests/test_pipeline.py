@@ -567,10 +567,10 @@ def _no_early_go(monkeypatch):
     monkeypatch.setattr(TaskPass, "go_early", lambda owner, result: False)
 
 
-def _pass_of(names: list[str], description: str = "@fake skip"):
+def _pass_of(names: list[str], description: str = "@fake skip", cli_type: str = "claude"):
     workspace = workspace_create(title="Ready")
     agents = [
-        agent_create(workspace=workspace, name=name, instruction="Go.", cli_type="claude")
+        agent_create(workspace=workspace, name=name, instruction="Go.", cli_type=cli_type)
         for name in names
     ]
     task = task_create(workspace=workspace, summary="Go", description=description)
@@ -876,6 +876,31 @@ def test_the_next_input_is_made_as_the_agent_works_and_reads_as_a_whole_render(
         (shown_comments, shown_logs),
     )
     assert b_input == whole and "Hello from A" in whole
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_runs_answer_file_is_removed_once_its_step_is_over(fake_clis, monkeypatch):
+    """Removed after the step's finish (off the path to the next agent's go), not before, and
+    whatever the step's end: here a pass of three, the last one stopped while it works. (Codex
+    writes its answer to a file: `-o`.)"""
+    task, item, _agents = _pass_of(["A", "B", "C"], "@fake C: sleep 30", cli_type="codex")
+    stop, start = threading.Event(), TaskPass.start
+
+    def stop_at_c(owner, recorder):
+        start(owner, recorder)
+        if owner.agent.name == "C":
+            stop.set()  # (as C's CLI sleeps)
+
+    monkeypatch.setattr(TaskPass, "start", stop_at_c)
+
+    TaskPass(item, stop=stop, shutdown=threading.Event()).run()
+
+    assert list(task.runs.values_list("agent_name", "status")) == [
+        ("A", "completed"),
+        ("B", "completed"),
+        ("C", "stopped"),
+    ]
+    assert sorted(temp_dir().glob("malamar_output_*")) == []
 
 
 @pytest.mark.pg

@@ -224,11 +224,22 @@ class RunOwner(Protocol):
 
 def run_step(owner: RunOwner, plan: RunPlan):
     """Run one agent for `owner` with `plan`: returns what the owner read from the CLI (its
-    answer, a Failure or a Paused), already applied. Raises Stopped when discarded."""
+    answer, a Failure or a Paused), already applied. Raises Stopped when discarded. The run's
+    files (its answer file, its MCP configuration) are removed once the step is over, off the
+    path to the next agent's go."""
+    launched: list[execution.Launch] = []
+    try:
+        return _step(owner, plan, launched)
+    finally:
+        for launch in launched:
+            launch.cleanup()
+
+
+def _step(owner: RunOwner, plan: RunPlan, launched: list):
     recorder = owner.recorder(plan)
     snapshots = owner.snapshots
     try:
-        result = _run_cli(owner, recorder, plan)
+        result = _run_cli(owner, recorder, plan, launched)
     except BaseException:
         snapshots.count_now()  # (a stopped run's totals too, with its record)
         with contextlib.suppress(Exception):  # stopped: keep what the agent did so far
@@ -361,7 +372,7 @@ def _spawn(launch: execution.Launch) -> process.Held:
     return process.spawn(launch.command, cwd=str(launch.cwd), env=launch.env, spare=True)
 
 
-def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
+def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan, launched: list):
     ready = owner.take_ready(plan)
     if ready is not None:
         cwd, output_path = ready.cwd, ready.output_path
@@ -390,10 +401,8 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan):
     if isinstance(launch, execution.Execution):  # it cannot start: nothing ran
         run = launch
     else:
-        try:
-            run = _launch(owner, recorder, launch, held or _spawn(launch), ready=ready)
-        finally:
-            launch.cleanup()
+        launched.append(launch)  # (its files removed as the step ends: run_step)
+        run = _launch(owner, recorder, launch, held or _spawn(launch), ready=ready)
     snapshots.take_after(count=False)  # a stopped run may have changed files too
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
@@ -581,6 +590,7 @@ class InputAhead:
     read: list  # the history's comments it delivers
     started: TaskLog  # the next agent's agent_started log
     finished: TaskLog  # the agent before's agent_finished log (task_step_rows stamps it)
+    path: Path  # the task's input file
 
     def write(self, pass_: "TaskPass", rows: "task_services.StepRows") -> tuple[TaskLog, list]:
         """The input with `rows` (the answer's, just built: plain agent comments, which no
@@ -600,7 +610,7 @@ class InputAhead:
                 after,
             )
         )
-        write_private(task_input_path(pass_.task.id), text)
+        write_private(self.path, text)
         return self.started, [*self.read, *(c for c in comments if c.kind in KEEPS_GOING)]
 
 
@@ -1159,6 +1169,7 @@ class TaskPass:
             finished=task_services.task_agent_finished_log(
                 task=self.task, actor=agent_actor(self.agent)
             ),
+            path=task_input_path(self.task.id),
         )
 
     def _ahead_key(self) -> tuple:
