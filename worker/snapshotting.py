@@ -48,6 +48,7 @@ class PassSnapshots:
         self.store_ahead: str | None = None  # a new folder whose store is made as its run works
         self.spares_for: str | None = None  # the store of the run that works: spares made
         self.first_tree_wanted: tuple | None = None  # (task, store, before): read as a run works
+        self.stores_found: set[str] = set()  # stores seen made (an empty folder's, each step)
 
     def before(self, cwd) -> snapshots.Snapshot | None:
         """The previous run's "after" when it is this run's "before": same folder, just now."""
@@ -55,6 +56,15 @@ class PassSnapshots:
         if last is None or time.monotonic() - self.last_at > BOUNDARY_SECONDS:
             return None
         return last if self.last_cwd == str(cwd) else None
+
+    def store_missing(self, store: str) -> bool:
+        """Whether `store` is still to be made (once found, it is not looked for again)."""
+        if store in self.stores_found:
+            return False
+        if snapshots.store_exists(store):
+            self.stores_found.add(store)
+            return False
+        return True
 
     def after(self, cwd, snapshot: snapshots.Snapshot | None) -> None:
         self.last, self.last_cwd, self.last_at = snapshot, str(cwd), time.monotonic()
@@ -217,7 +227,7 @@ class RunSnapshots:
             self.before = None
             self._failed(exc)
             return
-        if self.before.tree == snapshots.EMPTY_TREE and not snapshots.store_exists(
+        if self.before.tree == snapshots.EMPTY_TREE and self.memory.store_missing(
             self.before.store
         ):  # a new folder (no store yet): made while this run works (start_counting)
             self.memory.store_ahead = str(self.cwd)
