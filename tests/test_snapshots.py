@@ -13,6 +13,7 @@ from django.conf import settings
 from runner import diffs, folderwatch, gitobjects, snapshots
 from runner.git import git, git_text
 from tests.gitrepo import commit, make_repo
+from worker.snapshotting import PassSnapshots
 
 FAR_FUTURE_NS = 2**62  # every file looks long unchanged: its timestamps can be trusted
 
@@ -872,3 +873,14 @@ def test_spares_are_kept_for_a_few_stores_only(tmp_path, made, monkeypatch):
     # The first store's spares were given back (removed) when the third made its own.
     spares = gitobjects.SPARE_FILES + gitobjects.SPARE_FOLDERS
     assert [len(spare_names(snapshot)) for snapshot in taken] == [0, spares, spares]
+
+
+def test_a_pass_looks_for_an_empty_folders_store_until_it_is_found(monkeypatch):
+    """An empty folder's "before" is the empty tree at every step: its store is looked for (to
+    be made while the agent works, PassSnapshots.start_counting) until it is found, then not."""
+    looked = []
+    monkeypatch.setattr(snapshots, "store_exists", lambda name: looked.append(name) or name == "b")
+    memory = PassSnapshots()
+    missing = [memory.store_missing(name) for name in ("a", "a", "b", "b")]
+    assert missing == [True, True, False, False]
+    assert looked == ["a", "a", "b"]
