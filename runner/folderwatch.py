@@ -23,6 +23,7 @@ the watched one stays watched until removed: its changes only cost a walk."""
 import contextlib
 import ctypes
 import os
+import select
 import threading
 
 IN_MODIFY = 0x00000002
@@ -113,6 +114,7 @@ class FolderWatch:
         self.fd = -1
         self.generation = 0
         self._changed_in = -1  # the generation in which an event was read
+        self._waiting = select.poll()  # (whether events wait, without an exception if none)
         self._lock = threading.Lock()
 
     def renew(self) -> int:
@@ -138,6 +140,7 @@ class FolderWatch:
             if self.fd < 0:
                 self.give_up()
                 return
+            self._waiting.register(self.fd, select.POLLIN)
         if device != self.device or _LIBC.inotify_add_watch(self.fd, os.fsencode(folder), MASK) < 0:
             self.give_up()
 
@@ -151,7 +154,7 @@ class FolderWatch:
         with self._lock:
             if not self.usable or self.fd < 0 or generation != self.generation:
                 return True
-            if self._changed_in != generation:
+            if self._changed_in != generation and self._waiting.poll(0):
                 self._events()
             return self._changed_in == generation
 

@@ -101,9 +101,11 @@ def _dot_git_above(cwd: str | Path) -> tuple:
     folder = str(cwd)
     while True:  # (strings, not paths: a temp folder's walk goes up to / at every snapshot)
         dot_git = os.path.join(folder, ".git")
-        try:
-            stat = os.lstat(dot_git)
+        try:  # (no exception for each folder without one: as git, a dangling link is none)
+            stat = os.lstat(dot_git) if os.access(dot_git, os.F_OK) else None
         except OSError:
+            stat = None
+        if stat is None:
             parent = os.path.dirname(folder)
             if parent == folder:
                 return ()
@@ -514,6 +516,8 @@ class _Where:
 def _stat_key(path: str | Path | None) -> tuple:
     if path is None:
         return ()
+    if not os.access(path, os.F_OK):  # (most often: no exception made)
+        return ("missing",)
     try:
         stat = os.stat(path)
     except OSError:
