@@ -53,7 +53,9 @@ NESTED_CHECKED = "malamar-nested-files"  # the store's index has no gitlink left
 FINGERPRINT_ENTRIES = 1000  # a folder with more entries is always given to git
 BIG_FOLDER_SECONDS = 300  # ...and not walked again for this long
 FINGERPRINTS_KEPT = 32  # folders whose last fingerprint is remembered (per process)
-WATCHED_FOLDERS = 16  # ...of which this many keep a watch (runner.folderwatch), the newest
+# ...of which this many keep a watch (runner.folderwatch), the newest: Linux allows a user 128
+# inotify instances by default, shared with every other program.
+WATCHED_FOLDERS = 32
 _creating = threading.Lock()  # two first snapshots of one folder (parallel chats) at once
 
 
@@ -566,7 +568,10 @@ class _Seen:
         self.walked = not (recently_big and time.monotonic() - last.at < BIG_FOLDER_SECONDS)
         # A folder found too big not long ago is not worth walking again so soon.
         skipped = Fingerprint(TOO_BIG, trusted=False, complete=False)
-        self.watch = self._watch_of(store) if self.walked and where else None
+        # A folder is watched from its second walk on (while it is remembered: not when more
+        # folders than that take turns, each watch then made and closed for nothing).
+        watched = self.walked and where is not None and last is not None
+        self.watch = self._watch_of(store) if watched else None
         self.generation = self.watch.renew() if self.watch is not None else 0
         self.seen = fingerprint(root, now_ns(), self.watch) if self.walked else skipped
         if self.watch is not None and not self.seen.complete:
@@ -734,8 +739,8 @@ class _Seen:
             gone = []
             while len(cls._watches) > WATCHED_FOLDERS:
                 gone.append(cls._watches.popitem(last=False)[1])
-        for old in gone:
-            old.close()
+        if gone:  # (closing may wait for the kernel: not on the snapshot's way)
+            threading.Thread(target=_close_all, args=(gone,), daemon=True).start()
         return watch
 
     def remember(self, tree: str, *, model=None) -> None:
@@ -764,6 +769,11 @@ class _Seen:
                 if len(self._watched) > 4 * FINGERPRINTS_KEPT:
                     self._watched.clear()
                 self._watched[self.where.given] = self.store
+
+
+def _close_all(watches: list) -> None:
+    for watch in watches:
+        watch.close()
 
 
 def _comparable(seen: Fingerprint) -> bool:

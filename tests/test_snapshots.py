@@ -13,6 +13,7 @@ from django.conf import settings
 from runner import diffs, folderwatch, gitobjects, snapshots
 from runner.git import git, git_text
 from tests.gitrepo import commit, make_repo
+from tests.live import wait_until
 from worker.snapshotting import PassSnapshots
 
 FAR_FUTURE_NS = 2**62  # every file looks long unchanged: its timestamps can be trusted
@@ -354,9 +355,10 @@ def _link(path) -> str:
 
 def test_an_unchanged_folder_is_not_walked_again_until_something_changes(tmp_path, walks):
     repo = make_repo(tmp_path / "repo", {"app.py": "x = 1\n", "lib/util.py": "u = 1\n"})
-    first = snapshots.take(repo)
+    first = snapshots.take(repo)  # (a folder is watched from its second walk on)
+    snapshots.take(repo)
     second = snapshots.take(repo)
-    assert walks == ["repo"]  # the watch armed by the first walk saw nothing
+    assert walks == ["repo", "repo"]  # the watch armed by the second walk saw nothing
     assert (second.tree, second.store, second.root, second.git_ran) == (
         first.tree,
         first.store,
@@ -365,9 +367,9 @@ def test_an_unchanged_folder_is_not_walked_again_until_something_changes(tmp_pat
     )
     (repo / "lib" / "util.py").write_text("u = 2\n")
     third = snapshots.take(repo)
-    assert walks == ["repo", "repo"] and third.tree != first.tree
+    assert walks == ["repo"] * 3 and third.tree != first.tree
     (repo / "lib" / "util.py").read_text()  # reading is no change
-    assert snapshots.take(repo).tree == third.tree and walks == ["repo", "repo"]
+    assert snapshots.take(repo).tree == third.tree and walks == ["repo"] * 3
 
 
 def test_a_folder_made_after_a_snapshot_is_watched_from_the_next_one(tmp_path, walks):
@@ -441,7 +443,9 @@ def test_few_watches_are_kept_and_none_is_left_open(tmp_path, monkeypatch):
         folder.mkdir()
         (folder / "a.txt").write_text("a\n")
         snapshots.take(folder)
-    assert inotify_fds() - before == 3  # the 3 newest
+        snapshots.take(folder)  # (watched from its second walk on)
+    # The 3 newest (the others closed by a thread of their own: closing may wait)
+    wait_until(lambda: inotify_fds() - before == 3, timeout=10, what="3 watches left")
     store = snapshots.store_path(snapshots.take(folders[-1]).store)
     watch = snapshots._Seen._watches[store]
     for n in range(5):  # changes: each walk renews the folder's watch (closing one is slow)
@@ -450,6 +454,21 @@ def test_few_watches_are_kept_and_none_is_left_open(tmp_path, monkeypatch):
     assert inotify_fds() - before == 3 and snapshots._Seen._watches[store] is watch
     snapshots._Seen.forget_all()
     assert inotify_fds() == before
+
+
+def test_folders_taking_turns_beyond_those_remembered_are_not_watched(tmp_path, monkeypatch):
+    """More folders than remembered (FINGERPRINTS_KEPT), snapshotted in turn: none is
+    remembered at its next walk, so none gets a watch (made and closed for nothing)."""
+    monkeypatch.setattr(snapshots, "FINGERPRINTS_KEPT", 2)
+    snapshots._Seen.forget_all()
+    before = inotify_fds()
+    folders = [tmp_path / f"task{n}" for n in range(4)]
+    for folder in folders:
+        folder.mkdir()
+    for _turn in range(3):
+        for folder in folders:
+            snapshots.take(folder)
+    assert inotify_fds() == before and not snapshots._Seen._watches
 
 
 # --- files changed in place: hashed without git (issue 28) -------------------------------------
