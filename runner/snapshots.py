@@ -569,8 +569,9 @@ class _Seen:
         # A folder found too big not long ago is not worth walking again so soon.
         skipped = Fingerprint(TOO_BIG, trusted=False, complete=False)
         # A folder is watched from its second walk on (while it is remembered: not when more
-        # folders than that take turns, each watch then made and closed for nothing).
-        watched = self.walked and where is not None and last is not None
+        # folders than that take turns, each watch then made and closed for nothing), unless
+        # it was too big to walk whole.
+        watched = self.walked and where is not None and last is not None and not recently_big
         self.watch = self._watch_of(store) if watched else None
         self.generation = self.watch.renew() if self.watch is not None else 0
         self.seen = fingerprint(root, now_ns(), self.watch) if self.walked else skipped

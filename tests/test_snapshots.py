@@ -456,6 +456,18 @@ def test_few_watches_are_kept_and_none_is_left_open(tmp_path, monkeypatch):
     assert inotify_fds() == before
 
 
+def test_a_folder_too_big_to_walk_whole_is_not_watched(tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshots, "FINGERPRINT_ENTRIES", 5)
+    monkeypatch.setattr(snapshots, "BIG_FOLDER_SECONDS", 0.0)  # (walked again at once)
+    folder = tmp_path / "task"
+    folder.mkdir()
+    for n in range(10):
+        (folder / f"f{n}.txt").write_text(f"{n}\n")
+    store = snapshots.store_path(snapshots.take(folder).store)
+    assert snapshots.take(folder).git_ran and snapshots.take(folder).git_ran
+    assert store not in snapshots._Seen._watches
+
+
 def test_folders_taking_turns_beyond_those_remembered_are_not_watched(tmp_path, monkeypatch):
     """More folders than remembered (FINGERPRINTS_KEPT), snapshotted in turn: none is
     remembered at its next walk, so none gets a watch (made and closed for nothing)."""
