@@ -789,6 +789,15 @@ def test_a_working_directory_removed_while_the_agent_before_works_is_said_as_bef
 # the next agent's early go (TaskPass.go_early) -----------------------------------------------
 
 
+def _inputs_written(monkeypatch) -> list[str]:
+    """The text of every file the pipeline writes (the agents' inputs), in order."""
+    inputs, write_private = [], pipeline.write_private
+    monkeypatch.setattr(
+        pipeline, "write_private", lambda p, text: inputs.append(text) or write_private(p, text)
+    )
+    return inputs
+
+
 def _applied_after(monkeypatch, ran: list, then=None) -> list:
     """How many CLIs had gone when each step's answer was applied (its finish); `then(owner)`
     runs just before the finish's locking read."""
@@ -809,11 +818,7 @@ def test_the_next_agent_goes_before_the_finish_of_the_one_before_with_its_answer
     process was recorded on the item before it went (_spy_ready)."""
     made, ran = _spy_ready(monkeypatch)
     applied = _applied_after(monkeypatch, ran)
-    inputs = []
-    write_private = pipeline.write_private
-    monkeypatch.setattr(
-        pipeline, "write_private", lambda p, text: inputs.append(text) or write_private(p, text)
-    )
+    inputs = _inputs_written(monkeypatch)
     task, item, _agents = _pass_of(["A", "B", "C"], "@fake A: comment-once Hello from A")
 
     _run_pass(item)
@@ -852,11 +857,7 @@ def test_the_next_input_is_made_as_the_agent_works_and_reads_as_a_whole_render(
 
     monkeypatch.setattr(TaskPass, "_input_ahead", spied_ahead)
     monkeypatch.setattr(TaskPass, "go_early", spied_go)
-    inputs = []
-    write_private = pipeline.write_private
-    monkeypatch.setattr(
-        pipeline, "write_private", lambda p, text: inputs.append(text) or write_private(p, text)
-    )
+    inputs = _inputs_written(monkeypatch)
     task, item, agents = _pass_of(["A", "B", "C"], "@fake A: comment-once Hello from A")
 
     _run_pass(item)
@@ -1040,11 +1041,7 @@ def test_after_a_comment_written_while_the_agent_worked_the_next_one_starts_anew
             comment_create_and_send_around(task=task, content="Mind the tests", actor=USER)
 
     monkeypatch.setattr(TaskPass, "start", comment_while_a_works)
-    inputs = []
-    write_private = pipeline.write_private
-    monkeypatch.setattr(
-        pipeline, "write_private", lambda p, text: inputs.append(text) or write_private(p, text)
-    )
+    inputs = _inputs_written(monkeypatch)
     task, item, _agents = _pass_of(["A", "B"], "@fake B: sleep 30")
 
     with monkeypatch.context() as m:  # (B's second input: no sleep for it)
