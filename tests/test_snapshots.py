@@ -439,19 +439,31 @@ def test_few_watches_are_kept_and_none_is_left_open(tmp_path, monkeypatch):
     snapshots._Seen.forget_all()
     before = inotify_fds()
     folders = [tmp_path / f"task{n}" for n in range(6)]
+
+    def walk_each_twice(names):  # (a folder is watched from its second walk on)
+        for folder in names:
+            snapshots.take(folder)
+            snapshots.take(folder)
+
     for folder in folders:
         folder.mkdir()
         (folder / "a.txt").write_text("a\n")
-        snapshots.take(folder)
-        snapshots.take(folder)  # (watched from its second walk on)
-    # The 3 newest (the others closed by a thread of their own: closing may wait)
-    wait_until(lambda: inotify_fds() - before == 3, timeout=10, what="3 watches left")
-    store = snapshots.store_path(snapshots.take(folders[-1]).store)
-    watch = snapshots._Seen._watches[store]
+    walk_each_twice(folders)
+    stores = [snapshots.store_path(snapshots.store_name(f.resolve())) for f in folders]
+    watched = [store in snapshots._Seen._watches for store in stores]
+    assert watched == [True] * 3 + [False] * 3  # (the others wait for one unused a while)
+    assert inotify_fds() - before == 3
+    watch = snapshots._Seen._watches[stores[0]]
     for n in range(5):  # changes: each walk renews the folder's watch (closing one is slow)
-        (folders[-1] / "a.txt").write_text(f"{n}\n")
-        snapshots.take(folders[-1])
-    assert inotify_fds() - before == 3 and snapshots._Seen._watches[store] is watch
+        (folders[0] / "a.txt").write_text(f"{n}\n")
+        snapshots.take(folders[0])
+    assert inotify_fds() - before == 3 and snapshots._Seen._watches[stores[0]] is watch
+    monkeypatch.setattr(snapshots, "WATCH_IDLE_SECONDS", 0.0)  # (all unused long enough)
+    walk_each_twice(folders[3:])
+    watched = [store in snapshots._Seen._watches for store in stores]
+    assert watched == [False] * 3 + [True] * 3
+    # The others closed by a thread of their own (closing may wait for the kernel)
+    wait_until(lambda: inotify_fds() - before == 3, timeout=10, what="3 watches left")
     snapshots._Seen.forget_all()
     assert inotify_fds() == before
 
