@@ -6,6 +6,7 @@ totals of several pairs of trees come from one git call."""
 import hashlib
 import os
 import subprocess
+import time
 
 import pytest
 from django.conf import settings
@@ -466,6 +467,25 @@ def test_few_watches_are_kept_and_none_is_left_open(tmp_path, monkeypatch):
     wait_until(lambda: inotify_fds() - before == 3, timeout=10, what="3 watches left")
     snapshots._Seen.forget_all()
     assert inotify_fds() == before
+
+
+def test_a_watch_that_answers_is_in_use_and_not_given_to_another_folder(
+    tmp_path, monkeypatch, walks
+):
+    monkeypatch.setattr(snapshots, "WATCHED_FOLDERS", 1)
+    monkeypatch.setattr(snapshots, "WATCH_IDLE_SECONDS", 1.0)
+    snapshots._Seen.forget_all()
+    used, other = tmp_path / "used", tmp_path / "other"
+    for folder in (used, other):
+        folder.mkdir()
+    snapshots.take(used)
+    snapshots.take(used)  # (watched from its second walk on)
+    time.sleep(1.2)  # its watch made a while ago...
+    snapshots.take(used)  # ...answers now (no walk): in use
+    snapshots.take(other)
+    snapshots.take(other)
+    assert walks == ["used", "used", "other", "other"]
+    assert list(snapshots._Seen._watches) == [snapshots.store_path(snapshots.take(used).store)]
 
 
 def test_a_folder_too_big_to_walk_whole_is_not_watched(tmp_path, monkeypatch):
