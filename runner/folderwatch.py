@@ -113,7 +113,6 @@ class FolderWatch:
         self.device = -1  # the root's st_dev: a folder on another is not watched
         self.fd = -1
         self.generation = 0
-        self.used_at = 0.0  # (monotonic: runner.snapshots keeps the watches in use)
         self._changed_in = -1  # the generation in which an event was read
         self._waiting = select.poll()  # (whether events wait, without an exception if none)
         self._lock = threading.Lock()

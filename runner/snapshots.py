@@ -53,10 +53,9 @@ NESTED_CHECKED = "malamar-nested-files"  # the store's index has no gitlink left
 FINGERPRINT_ENTRIES = 1000  # a folder with more entries is always given to git
 BIG_FOLDER_SECONDS = 300  # ...and not walked again for this long
 FINGERPRINTS_KEPT = 32  # folders whose last fingerprint is remembered (per process)
-# ...of which this many keep a watch (runner.folderwatch): Linux allows a user 128 inotify
-# instances by default, shared with every other program (and with each worker of a scale-out)
+# ...of which this many keep a watch (runner.folderwatch), those used last: Linux allows a user
+# 128 inotify instances by default, shared with every other program (and each worker).
 WATCHED_FOLDERS = 16
-WATCH_IDLE_SECONDS = 60.0  # a watch unused this long may go to another folder
 _creating = threading.Lock()  # two first snapshots of one folder (parallel chats) at once
 
 
@@ -600,7 +599,9 @@ class _Seen:
         ):
             return None
         branch = _branch(where.repository) if where.repository else ""
-        last.watch.used_at = time.monotonic()
+        with cls._lock:  # (a watch that answers is in use: the last to be let go)
+            if store in cls._watches:
+                cls._watches.move_to_end(store)
         return where.name, last.tree, str(last.root), branch
 
     def _same_folder(self) -> bool:
@@ -731,26 +732,17 @@ class _Seen:
             watch.close()
 
     @classmethod
-    def _watch_of(cls, store: Path) -> folderwatch.FolderWatch | None:
-        """The folder's watch, kept from its last walk if it is still usable; a new one while
-        fewer than WATCHED_FOLDERS are kept, or in place of the one unused the longest if
-        that one was unused for WATCH_IDLE_SECONDS; else None (the folder is walked as
-        before: watches are not made and closed by folders taking turns)."""
-        now = time.monotonic()
+    def _watch_of(cls, store: Path) -> folderwatch.FolderWatch:
+        """The folder's watch, kept from its last walk if it is still usable, else a new one;
+        the watches of all but the WATCHED_FOLDERS folders used last let go."""
         with cls._lock:
-            watch, gone = cls._watches.get(store), []
-            if watch is not None and not watch.usable:
-                del cls._watches[store]
-                watch = None
-            if watch is None:
-                if len(cls._watches) >= WATCHED_FOLDERS:
-                    oldest = next(iter(cls._watches.values()))
-                    if now - oldest.used_at < WATCH_IDLE_SECONDS:
-                        return None
-                    gone.append(cls._watches.popitem(last=False)[1])
+            watch = cls._watches.get(store)
+            if watch is None or not watch.usable:
                 watch = cls._watches[store] = folderwatch.FolderWatch()
             cls._watches.move_to_end(store)
-            watch.used_at = now
+            gone = []
+            while len(cls._watches) > WATCHED_FOLDERS:
+                gone.append(cls._watches.popitem(last=False)[1])
         if gone:  # (closing may wait for the kernel: not on the snapshot's way)
             threading.Thread(target=_close_all, args=(gone,), daemon=True).start()
         return watch

@@ -6,7 +6,6 @@ totals of several pairs of trees come from one git call."""
 import hashlib
 import os
 import subprocess
-import time
 
 import pytest
 from django.conf import settings
@@ -440,52 +439,42 @@ def test_few_watches_are_kept_and_none_is_left_open(tmp_path, monkeypatch):
     snapshots._Seen.forget_all()
     before = inotify_fds()
     folders = [tmp_path / f"task{n}" for n in range(6)]
-
-    def walk_each_twice(names):  # (a folder is watched from its second walk on)
-        for folder in names:
-            snapshots.take(folder)
-            snapshots.take(folder)
-
     for folder in folders:
         folder.mkdir()
         (folder / "a.txt").write_text("a\n")
-    walk_each_twice(folders)
+        snapshots.take(folder)
+        snapshots.take(folder)  # (watched from its second walk on)
     stores = [snapshots.store_path(snapshots.store_name(f.resolve())) for f in folders]
-    watched = [store in snapshots._Seen._watches for store in stores]
-    assert watched == [True] * 3 + [False] * 3  # (the others wait for one unused a while)
-    assert inotify_fds() - before == 3
-    watch = snapshots._Seen._watches[stores[0]]
-    for n in range(5):  # changes: each walk renews the folder's watch (closing one is slow)
-        (folders[0] / "a.txt").write_text(f"{n}\n")
-        snapshots.take(folders[0])
-    assert inotify_fds() - before == 3 and snapshots._Seen._watches[stores[0]] is watch
-    monkeypatch.setattr(snapshots, "WATCH_IDLE_SECONDS", 0.0)  # (all unused long enough)
-    walk_each_twice(folders[3:])
-    watched = [store in snapshots._Seen._watches for store in stores]
-    assert watched == [False] * 3 + [True] * 3
+    assert list(snapshots._Seen._watches) == stores[3:]  # those used last
     # The others closed by a thread of their own (closing may wait for the kernel)
     wait_until(lambda: inotify_fds() - before == 3, timeout=10, what="3 watches left")
+    watch = snapshots._Seen._watches[stores[5]]
+    for n in range(5):  # changes: each walk renews the folder's watch (closing one is slow)
+        (folders[5] / "a.txt").write_text(f"{n}\n")
+        snapshots.take(folders[5])
+    assert inotify_fds() - before == 3 and snapshots._Seen._watches[stores[5]] is watch
     snapshots._Seen.forget_all()
     assert inotify_fds() == before
 
 
-def test_a_watch_that_answers_is_in_use_and_not_given_to_another_folder(
-    tmp_path, monkeypatch, walks
-):
-    monkeypatch.setattr(snapshots, "WATCHED_FOLDERS", 1)
-    monkeypatch.setattr(snapshots, "WATCH_IDLE_SECONDS", 1.0)
+def test_a_watch_that_answers_is_in_use_and_let_go_last(tmp_path, monkeypatch, walks):
+    monkeypatch.setattr(snapshots, "WATCHED_FOLDERS", 2)
     snapshots._Seen.forget_all()
-    used, other = tmp_path / "used", tmp_path / "other"
-    for folder in (used, other):
+    folders = [tmp_path / name for name in ("one", "two", "three", "four")]
+    stores = [snapshots.store_path(snapshots.store_name(f)) for f in folders]
+
+    def watched_from_now(folder):
         folder.mkdir()
-    snapshots.take(used)
-    snapshots.take(used)  # (watched from its second walk on)
-    time.sleep(1.2)  # its watch made a while ago...
-    snapshots.take(used)  # ...answers now (no walk): in use
-    snapshots.take(other)
-    snapshots.take(other)
-    assert walks == ["used", "used", "other", "other"]
-    assert list(snapshots._Seen._watches) == [snapshots.store_path(snapshots.take(used).store)]
+        snapshots.take(folder)
+        snapshots.take(folder)  # (watched from its second walk on)
+
+    for folder in folders[:3]:
+        watched_from_now(folder)
+    assert list(snapshots._Seen._watches) == stores[1:3]
+    snapshots.take(folders[1])  # two's watch answers (no walk): in use...
+    watched_from_now(folders[3])  # ...so three's is let go, not two's
+    assert walks == [name for name in ("one", "two", "three", "four") for _ in (1, 2)]
+    assert list(snapshots._Seen._watches) == [stores[1], stores[3]]
 
 
 def test_a_folder_too_big_to_walk_whole_is_not_watched(tmp_path, monkeypatch):
