@@ -463,10 +463,10 @@ def _launch(
                 if not _still_wanted(owner):
                     raise Stopped from None  # (its task or chat went meanwhile)
                 raise
-        try:
-            owner.input_ahead()
-        except Exception:  # only time lost: the next agent's input is made at its go
-            log.exception("Could not make the next agent's input ahead")
+            try:  # (it may read the database: followed meanwhile)
+                owner.input_ahead()
+            except Exception:  # only time lost: the next agent's input is made at its go
+                log.exception("Could not make the next agent's input ahead")
     waiting = launch.waiting  # a CLI that would wait out a limit silently is stopped
     result = held.wait(
         stop=owner.stop,
