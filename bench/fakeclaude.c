@@ -13,7 +13,7 @@
  * $BENCH_FAKE_OUTPUT (default: one skip action) to OUT, which the build reads once the process
  * has exited, and prints a line on stdout. $BENCH_FAKE_SLEEP_MS (task runs only) sleeps that
  * long before answering: a CPU-light stand-in for a model that takes time.
- * Standard input is drained to EOF, as bench/fakecli.c does.
+ * Standard input is drained to EOF, as bench/fakecli.c does (bench/fakecommon.h: what both share).
  *
  * Its own lifetime goes to $BENCH_CLI_LOG, one line per run, appended in a single write:
  *   KIND START END PID CWD PROMPT
@@ -21,41 +21,13 @@
  * first and the last thing the process does; CWD is its working directory (it names the task);
  * PROMPT is the last argument (it may hold spaces: it is the rest of the line).
  */
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include "fakecommon.h"
 
 static const char *DEFAULT_OUTPUT = "{\"actions\":[{\"type\":\"skip\"}]}";
 static const char *VERSION = "2.1.0 (Claude Code)\n";
 static const char *OUTPUT_MARK = "Write your JSON response to ";
 static const char *SAID_DONE = "Done. Wrote the JSON response.\n";
 static const char *SAID_OK = "OK\n";
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void write_all(int fd, const char *text, size_t size) {
-    while (size > 0) {
-        ssize_t written = write(fd, text, size);
-        if (written <= 0) return;
-        text += written;
-        size -= (size_t)written;
-    }
-}
-
-static void sleep_ms(const char *text) {
-    long ms = text ? strtol(text, NULL, 10) : 0;
-    if (ms <= 0) return;
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
 
 /* OUT from the task prompt: what follows the mark, without the closing ".". */
 static int output_path(const char *prompt, char *path, size_t size) {
@@ -70,28 +42,12 @@ static int output_path(const char *prompt, char *path, size_t size) {
 }
 
 static void log_line(const char *kind, double start, double end, const char *prompt) {
-    const char *log_path = getenv("BENCH_CLI_LOG");
-    if (!log_path || !*log_path) return;
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd)) strcpy(cwd, "?");
     char line[16384];
     int size = snprintf(line, sizeof line, "%s %.6f %.6f %d %s %s\n", kind, start, end,
                         (int)getpid(), cwd, prompt);
-    if (size >= (int)sizeof line) {
-        size = sizeof line - 1;
-        line[size - 1] = '\n';
-    }
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (fd >= 0) {
-        write_all(fd, line, (size_t)size);
-        close(fd);
-    }
-}
-
-static void drain_stdin(void) {
-    char buffer[4096];
-    while (read(0, buffer, sizeof buffer) > 0) {
-    }
+    append_log(line, size, sizeof line);
 }
 
 int main(int argc, char **argv) {

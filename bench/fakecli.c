@@ -23,12 +23,7 @@
  * With $BENCH_CLI_LOG_STARTS set, a task run also appends "start START START PID PROMPT" as it
  * starts (bench/hundred_agents.py: which CLIs run while they all sleep).
  */
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include "fakecommon.h"
 
 static const char *DEFAULT_OUTPUT = "{\"actions\":[{\"type\":\"skip\"}]}";
 static const char *THREAD_STARTED = "{\"type\":\"thread.started\",\"thread_id\":\"bench\"}\n";
@@ -37,12 +32,6 @@ static const char *SAID_OK =
     "\"text\":\"OK\"}}\n";
 static const char *TURN_COMPLETED =
     "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}\n";
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static const char *output_option(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -53,29 +42,6 @@ static const char *output_option(int argc, char **argv) {
         if (!strncmp(arg, "-o", 2) && arg[2] && arg[2] != '-') return arg + 2;
     }
     return NULL;
-}
-
-static void write_all(int fd, const char *text, size_t size) {
-    while (size > 0) {
-        ssize_t written = write(fd, text, size);
-        if (written <= 0) return;
-        text += written;
-        size -= (size_t)written;
-    }
-}
-
-static void sleep_ms(const char *text) {
-    char *rest = NULL;
-    long ms = text ? strtol(text, &rest, 10) : 0;
-    if (rest && *rest == '-') {
-        long most = strtol(rest + 1, NULL, 10);
-        srand((unsigned)(getpid() ^ (unsigned)(now() * 1e6)));
-        if (most > ms) ms += rand() % (most - ms + 1);
-    }
-    if (ms <= 0) return;
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
 }
 
 static const char *edit_option(int argc, char **argv) {
@@ -94,26 +60,10 @@ static void append_line(const char *path, double when) {
 }
 
 static void log_line(const char *kind, double start, double end, int argc, char **argv) {
-    const char *log_path = getenv("BENCH_CLI_LOG");
-    if (!log_path || !*log_path) return;
     char line[8192];
     int size = snprintf(line, sizeof line, "%s %.6f %.6f %d %s\n", kind, start, end,
                         (int)getpid(), argc > 1 ? argv[argc - 1] : "");
-    if (size >= (int)sizeof line) {
-        size = sizeof line - 1;
-        line[size - 1] = '\n';
-    }
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (fd >= 0) {
-        write_all(fd, line, (size_t)size);
-        close(fd);
-    }
-}
-
-static void drain_stdin(void) {
-    char buffer[4096];
-    while (read(0, buffer, sizeof buffer) > 0) {
-    }
+    append_log(line, size, sizeof line);
 }
 
 int main(int argc, char **argv) {

@@ -37,7 +37,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.runner import compile_fake_cli  # noqa: E402
 from tests.scaleout import (  # noqa: E402
     Api,
     Cluster,
@@ -56,7 +56,6 @@ from tests.scaleout import (  # noqa: E402
 )
 from tests.services import Postgres  # noqa: E402
 
-BENCH = ROOT / "bench"
 CAPACITY = 2
 STATEMENT = re.compile(r"^(malamar-[\w-]+)\|.*?LOG:\s+(?:statement|execute [^:]*):\s+(\S+)")
 
@@ -72,9 +71,7 @@ definitions:
 
 
 def compile_fake(bin_dir: Path) -> Path:
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    binary = bin_dir / "codex"
-    subprocess.run(["cc", "-O2", "-o", str(binary), str(BENCH / "fakecli.c")], check=True)
+    compile_fake_cli(bin_dir)
     return bin_dir
 
 
