@@ -112,6 +112,15 @@ def _run_pass(item):
     TaskPass(item, stop=threading.Event(), shutdown=threading.Event()).run()
 
 
+def _recovery_kills_and_requeues(item, pid: int, *, at) -> None:
+    """The recovery after a worker's death: it kills `pid` (a gate or a CLI the dead worker
+    left), and the pass waits in the queue to resume at agent `at`."""
+    assert recover(hostname=socket.gethostname(), worker_id=None) == 1
+    wait_until(lambda: not alive(pid), timeout=10, what="the process left to die of its SIGKILL")
+    requeued = TaskQueueItem.objects.get(id=item.id)
+    assert (requeued.status, requeued.resume_agent_id) == (QueueStatus.QUEUED, at.id)
+
+
 @pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_a_task_pass_step_stays_within_its_statement_budget(fake_clis, capsys, monkeypatch):
@@ -745,10 +754,7 @@ def test_a_worker_that_dies_between_a_finish_and_the_next_start_resumes_at_the_n
     assert (left.resume_agent_id, left.pid) == (agents[1].id, made[0])
     assert list(task.runs.values_list("agent_name", "status")) == [("A", "completed")]
     assert alive(made[0])  # at its gate: never released
-    assert recover(hostname=socket.gethostname(), worker_id=None) == 1
-    wait_until(lambda: not alive(made[0]), timeout=10, what="B's gate to die of its SIGKILL")
-    requeued = TaskQueueItem.objects.get(id=item.id)
-    assert (requeued.status, requeued.resume_agent_id) == (QueueStatus.QUEUED, agents[1].id)
+    _recovery_kills_and_requeues(item, made[0], at=agents[1])
 
 
 @pytest.mark.django_db(transaction=True)
@@ -988,10 +994,7 @@ def test_a_worker_that_dies_between_the_early_go_and_the_finish_leaves_nothing_r
         )
     )
     assert alive(made[0])  # B's fake CLI sleeps
-    assert recover(hostname=socket.gethostname(), worker_id=None) == 1
-    wait_until(lambda: not alive(made[0]), timeout=10, what="B's CLI to die of its SIGKILL")
-    requeued = TaskQueueItem.objects.get(id=item.id)
-    assert (requeued.status, requeued.resume_agent_id) == (QueueStatus.QUEUED, agents[0].id)
+    _recovery_kills_and_requeues(item, made[0], at=agents[0])
 
 
 @pytest.mark.pg
@@ -1018,10 +1021,7 @@ def test_a_worker_that_dies_after_the_finish_before_the_early_start_resumes_at_t
     assert (left.resume_agent_id, left.pid, left.next_pid) == (agents[1].id, ran[1], None)
     assert list(task.runs.values_list("agent_name", "status")) == [("A", "completed")]
     assert alive(ran[1])
-    assert recover(hostname=socket.gethostname(), worker_id=None) == 1
-    wait_until(lambda: not alive(ran[1]), timeout=10, what="B's CLI to die of its SIGKILL")
-    requeued = TaskQueueItem.objects.get(id=item.id)
-    assert (requeued.status, requeued.resume_agent_id) == (QueueStatus.QUEUED, agents[1].id)
+    _recovery_kills_and_requeues(item, ran[1], at=agents[1])
 
 
 @pytest.mark.django_db(transaction=True)
