@@ -838,6 +838,13 @@ def test_the_next_agent_goes_before_the_finish_of_the_one_before_with_its_answer
     )
     finished = task.logs.get(event_type="agent_finished", metadata__agent_name="A")
     assert f'"created_at": "{prompts.iso(finished.created_at)}"' in b_input
+    # (its agent_finished log, made as A worked, says what A answered; so do B's and C's)
+    actions = dict(
+        task.logs.filter(event_type="agent_finished").values_list(
+            "metadata__agent_name", "metadata__action_type"
+        )
+    )
+    assert actions == {"A": "comment", "B": "skip", "C": "skip"}
 
 
 @pytest.mark.django_db(transaction=True)
