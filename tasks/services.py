@@ -560,7 +560,7 @@ def task_step_rows(
     if finished is None:
         finished = _finished_entry(task, actor, answer.action_type)
     else:
-        finished.metadata = {"agent_name": actor.name, "action_type": answer.action_type}
+        finished.metadata["action_type"] = answer.action_type
         finished.created_at = timezone.now()
     return StepRows(commit_log, comments, finished)
 
