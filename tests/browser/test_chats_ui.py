@@ -342,6 +342,26 @@ def test_a_search_typed_while_the_list_refreshes_waits_for_it(browser, stack):
     page.console_errors.check()
 
 
+def test_a_toast_about_a_chat_not_in_the_list_opens_its_popup_in_place(browser, stack):
+    workspace = stack.workspace("Narrowed")
+    shown, hidden = api_chat(stack, workspace), api_chat(stack, workspace)
+    stack.api("PUT", f"/chats/{shown['id']}", {"title": "Shown chat"}, expect=200)
+    stack.api("PUT", f"/chats/{hidden['id']}", {"title": "Hidden chat"}, expect=200)
+    page = new_page(browser)
+    chat_tab(page, stack, workspace)
+    page.locator("#chat-search").fill("Shown")
+    expect(page.locator(".chat-row")).to_have_count(1)
+    page.evaluate("window.notReloaded = true")
+    link = f"/workspaces/{workspace['id']}/?tab=chat&chat={hidden['id']}"
+    page.evaluate("href => window.malamarToast({level: 'info', message: 'About it', href})", link)
+    page.locator(".toast", has_text="About it").get_by_role("link").click()
+    expect(page.locator("#chat-dialog")).to_be_visible()
+    expect(page.locator("#chat-dialog-title")).to_contain_text("Hidden chat")
+    expect(page).to_have_url(re.compile(rf"chat={hidden['id']}"))
+    assert page.evaluate("window.notReloaded") is True
+    page.console_errors.check()
+
+
 def overlap(a: dict, b: dict) -> bool:
     return (
         a["x"] < b["x"] + b["width"]

@@ -336,6 +336,27 @@ def test_a_toast_over_an_open_popup_can_be_clicked(browser, stack):
     page.console_errors.check()
 
 
+def test_a_toast_about_a_task_not_on_the_board_opens_its_popup_in_place(browser, stack):
+    # Its card is not on the page (filtered out here; or the refresh that brings a new task's
+    # card is still on its way when an agent's news about it arrives): no page load either.
+    workspace = stack.workspace("Filtered")
+    stack.task(workspace, "shown", summary="Shown task")
+    hidden = stack.task(workspace, "hidden", summary="Hidden task")
+    page = new_page(browser)
+    board(page, stack, workspace, "&q=Shown")
+    expect(page.locator(".task-card", has_text="Shown task")).to_be_visible()
+    expect(page.locator(f"#task-link-{hidden['id']}")).to_have_count(0)
+    page.evaluate("window.notReloaded = true")
+    link = f"/workspaces/{workspace['id']}/?tab=tasks&task={hidden['id']}"
+    page.evaluate("href => window.malamarToast({level: 'info', message: 'About it', href})", link)
+    page.locator(".toast", has_text="About it").get_by_role("link").click()
+    expect(popup(page).locator("#task-dialog-title")).to_have_text("Hidden task")
+    expect(page).to_have_url(re.compile(rf"task={hidden['id']}"))
+    assert page.evaluate("window.notReloaded") is True
+    expect(page.locator("#board-search")).to_have_value("Shown")  # the board as it was
+    page.console_errors.check()
+
+
 def test_a_failing_task_shows_its_error_collapses_repeats_and_stops_retrying(browser, stack):
     workspace = stack.workspace("Broken", agents=["Planner"])
     task = stack.task(workspace, "@fake exit 1 Upstream error 500", summary="Flaky provider")

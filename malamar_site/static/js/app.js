@@ -188,7 +188,7 @@
   }
 
   // A click on a toast opens what it links to: in place when this page has its own link to it
-  // (a card, a chat row: htmx opens the popup), else by loading the page.
+  // (a card, a chat row: htmx opens the popup) or the popup's slot for it, else by loading the page.
   on("click", (event) => {
     const item = closest(event, "#toasts .toast");
     if (!item || closest(event, ".toast__close")) return item && dismiss(item);
@@ -196,11 +196,25 @@
     if (!href || !plainClick(event)) return;
     event.preventDefault();
     const here = $(`a[hx-get][href="${CSS.escape(href)}"]`);
-    if (here) {
-      here.click();
-      item.remove();
-    } else window.location.href = href;
+    if (here) here.click();
+    else if (!openInSlot(href)) return void (window.location.href = href);
+    item.remove();
   });
+
+  // A popup of this page whose link is not on it (the task's card is filtered out, or the
+  // board's refresh that brings it is still on its way): the slot that shows such popups
+  // (data-opens: the query parameter naming one; data-opens-url: its URL for the id "ID")
+  // loads it, as the link would have.
+  function openInSlot(href) {
+    const url = new URL(href, window.location.href);
+    if (url.origin !== window.location.origin || url.pathname !== window.location.pathname) return false;
+    const slot = $$("[data-opens]").find((s) => url.searchParams.get(s.dataset.opens));
+    if (!slot || !window.htmx) return false;
+    const id = encodeURIComponent(url.searchParams.get(slot.dataset.opens));
+    const source = slot.dataset.opensUrl.replace(/\/ID\/$/, `/${id}/`);
+    window.htmx.ajax("GET", source, { target: slot, swap: "innerHTML", push: url.pathname + url.search });
+    return true;
+  }
 
   window.malamarToast = toast;
   on("malamar:toast", (event) => toast(event.detail));
