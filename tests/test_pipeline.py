@@ -2,6 +2,7 @@
 the statements the worker sends per agent step (DESIGN "One run pipeline": a lean step)."""
 
 import collections
+import contextlib
 import os
 import shutil
 import socket
@@ -898,6 +899,7 @@ def test_every_runs_answer_file_is_removed_once_its_step_is_over(fake_clis, monk
     whatever the step's end: here a pass of three, the last one stopped while it works. (Codex
     writes its answer to a file: `-o`.)"""
     task, item, _agents = _pass_of(["A", "B", "C"], "@fake C: sleep 30", cli_type="codex")
+    order = _goes_and_reapings(monkeypatch)
     stop, start = threading.Event(), TaskPass.start
 
     def stop_at_c(owner, recorder):
@@ -915,6 +917,54 @@ def test_every_runs_answer_file_is_removed_once_its_step_is_over(fake_clis, monk
         ("C", "stopped"),
     ]
     assert sorted(temp_dir().glob("malamar_output_*")) == []
+    assert len(order) == 6 and _unreaped(held for _what, held, _pids in order) == []  # (C's too)
+
+
+def _goes_and_reapings(monkeypatch) -> list[tuple[str, process.Held, list[int]]]:
+    """("go", held, ...) as each CLI goes, ("reaped", held, ...) as its step ends (Held.end);
+    each with the pids of the CLIs gone before that were not reaped then."""
+    order, release, end = [], process.Held.release, process.Held.end
+
+    def noted(what, held, then):
+        order.append((what, held, _unreaped(gone for _what, gone, _pids in order)))
+        then(held)
+
+    monkeypatch.setattr(process.Held, "release", lambda held: noted("go", held, release))
+    monkeypatch.setattr(process.Held, "end", lambda held: noted("reaped", held, end))
+    return order
+
+
+def _unreaped(helds) -> list[int]:
+    """Those of `pids` that ended and wait for this process to reap them."""
+    ended = []
+    for pid in {held.started.pid for held in helds}:
+        with contextlib.suppress(ChildProcessError):  # (not a child: reaped)
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                ended.append(pid)
+    return ended
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_ended_cli_is_reaped_after_the_next_agents_go(fake_clis, monkeypatch):
+    """Reaping a process is the kernel freeing it (~0.1 ms, with its pipes closed): done once
+    the step is over, not between A's exit and B's go; its exit status is read before."""
+    order = _goes_and_reapings(monkeypatch)
+    task, item, _agents = _pass_of(["A", "B", "C"], "@fake C: exit 3 Broke")
+
+    _run_pass(item)
+
+    assert list(task.runs.order_by("started_at").values_list("exit_code", flat=True)) == [0, 0, 3]
+    names = dict(zip([held for what, held, _pids in order if what == "go"], "ABC", strict=True))
+    names.update({held.started.pid: name for held, name in list(names.items())})
+    assert [(what, names[held], [names[pid] for pid in pids]) for what, held, pids in order] == [
+        ("go", "A", []),
+        ("go", "B", ["A"]),  # (A ended, not reaped yet)
+        ("reaped", "A", ["A"]),
+        ("go", "C", ["B"]),
+        ("reaped", "B", ["B"]),
+        ("reaped", "C", ["C"]),
+    ]
+    assert _unreaped(held for held in names if isinstance(held, process.Held)) == []
 
 
 @pytest.mark.pg

@@ -1015,6 +1015,27 @@ def test_a_held_process_runs_nothing_before_its_go_then_becomes_the_cli(tmp_path
     assert fed.wait().stdout == "line one\nline two"
 
 
+@pytest.mark.parametrize(
+    ("script", "exit_code"), [("echo out; exit 3", 3), ("echo out; kill -9 $$", -9)]
+)
+def test_a_process_ended_later_tells_its_exit_and_is_reaped_by_its_end(tmp_path, script, exit_code):
+    """wait(end_later=True) says how the process ended without reaping it (the kernel frees a
+    process as it is reaped: off the path to an agent's next CLI); end() reaps it and closes
+    its pipes."""
+    held = process.spawn(process.Command(["sh", "-c", script]), cwd=str(tmp_path), env={})
+    held.release()
+    result = held.wait(end_later=True)
+    assert (result.exit_code, result.stdout) == (exit_code, "out\n")
+    assert psutil.Process(held.started.pid).status() == psutil.STATUS_ZOMBIE  # not reaped yet
+    assert not held.proc.stdout.closed
+    held.end()
+    assert not psutil.pid_exists(held.started.pid) or (
+        psutil.Process(held.started.pid).status() != psutil.STATUS_ZOMBIE  # (a pid reused)
+    )
+    assert held.proc.returncode == exit_code and held.proc.stdout.closed
+    held.end()  # (once is enough: a second does nothing)
+
+
 def test_a_held_process_nobody_releases_exits_without_running(tmp_path):
     ran = tmp_path / "ran"
     held = process.spawn(process.Command(["touch", str(ran)]), cwd=str(tmp_path), env={})

@@ -38,6 +38,7 @@ import os
 import shlex
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -225,21 +226,21 @@ class RunOwner(Protocol):
 def run_step(owner: RunOwner, plan: RunPlan):
     """Run one agent for `owner` with `plan`: returns what the owner read from the CLI (its
     answer, a Failure or a Paused), already applied. Raises Stopped when discarded. The run's
-    files (its answer file, its MCP configuration) are removed once the step is over, off the
-    path to the next agent's go."""
-    launched: list[execution.Launch] = []
+    files (its answer file, its MCP configuration) are removed, and its ended process reaped,
+    once the step is over, off the path to the next agent's go."""
+    leftovers: list[Callable[[], None]] = []
     try:
-        return _step(owner, plan, launched)
+        return _step(owner, plan, leftovers)
     finally:
-        for launch in launched:
-            launch.cleanup()
+        for leftover in leftovers:
+            leftover()
 
 
-def _step(owner: RunOwner, plan: RunPlan, launched: list):
+def _step(owner: RunOwner, plan: RunPlan, leftovers: list):
     recorder = owner.recorder(plan)
     snapshots = owner.snapshots
     try:
-        result = _run_cli(owner, recorder, plan, launched)
+        result = _run_cli(owner, recorder, plan, leftovers)
     except BaseException:
         snapshots.count_now()  # (a stopped run's totals too, with its record)
         with contextlib.suppress(Exception):  # stopped: keep what the agent did so far
@@ -372,7 +373,7 @@ def _spawn(launch: execution.Launch) -> process.Held:
     return process.spawn(launch.command, cwd=str(launch.cwd), env=launch.env, spare=True)
 
 
-def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan, launched: list):
+def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan, leftovers: list):
     ready = owner.take_ready(plan)
     if ready is not None:
         cwd, output_path = ready.cwd, ready.output_path
@@ -401,8 +402,9 @@ def _run_cli(owner: RunOwner, recorder: RunRecorder, plan: RunPlan, launched: li
     if isinstance(launch, execution.Execution):  # it cannot start: nothing ran
         run = launch
     else:
-        launched.append(launch)  # (its files removed as the step ends: run_step)
-        run = _launch(owner, recorder, launch, held or _spawn(launch), ready=ready)
+        held = held or _spawn(launch)
+        leftovers += [launch.cleanup, held.end]  # (as the step ends: run_step)
+        run = _launch(owner, recorder, launch, held, ready=ready)
     snapshots.take_after(count=False)  # a stopped run may have changed files too
     recorder.note(run)
     if run.stopped or owner.stop.is_set():
@@ -475,6 +477,7 @@ def _launch(
         on_error_line=waiting.on_error_line,
         on_tick=lambda: waiting.tick() or recorder.tick(),
         tick_due=recorder.tick_due,
+        end_later=True,  # (reaped by run_step, after the next agent's go)
     )
     return execution.conclude(launch, result, stall_minutes=recorder.stall_kill_seconds / 60)
 

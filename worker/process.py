@@ -424,6 +424,7 @@ class Held:
         self.started: Started | None = None
         self.proc: subprocess.Popen | None = None
         self.env, self.spare = env, spare
+        self._watch: _Watch | None = None  # ended, not reaped yet (wait's end_later)
         if not os.path.isdir(cwd):  # as Popen would say, before anything is started
             why = "Not a directory" if os.path.exists(cwd) else "No such file or directory"
             self.result.start_error = f"{why}: {cwd}"
@@ -470,6 +471,12 @@ class Held:
         if self.spare:
             spares.refill(self.env)
 
+    def end(self) -> None:
+        """After `wait(end_later=True)`: reap the ended process and close its pipes."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()
+
     def cancel(self) -> None:
         """Never run the command: the gate closes and the process exits by itself."""
         if self.proc is None:
@@ -499,10 +506,13 @@ class Held:
         tick_due: Callable[[], float | None] | None = None,
         timeout_from_output: bool = False,
         on_error_line: Callable[[str], None] | None = None,
+        end_later: bool = False,
     ) -> ProcessResult:
         """Follow the released command to completion, or until `stop` is set, `timeout`
         passes or `on_tick` returns True; then kill it. `on_line` and `on_error_line` get
         stdout's and stderr's complete lines as they arrive; `timeout_from_output`: see run().
+        `end_later`: the ended process is reaped and its pipes closed by `end()`, not here
+        (its exit status is read without reaping it: an agent's next CLI goes first).
 
         Nothing polls: this thread sleeps until the process exits, `stop` is set (a RunStop
         wakes it), the process prints (then `on_tick` runs at once and every
@@ -568,8 +578,11 @@ class Held:
         finally:
             if wakes_us:
                 stop.forget(watch)
-            watch.close()
-        result.exit_code = proc.poll()
+            if end_later:
+                self._watch = watch
+            else:
+                watch.close()
+        result.exit_code = watch.exit_code if watch.exit_code is not None else proc.poll()
         result.stdout, result.stderr = out.text(), err.text()
         result.stdout_bytes = out.total
         result.ended_at = time.time()
@@ -588,6 +601,7 @@ class _Watch:
         self.proc, self.on_output = proc, on_output
         self.selector = selectors.DefaultSelector()
         self.exited = False
+        self.exit_code: int | None = None  # read at the pidfd's end, before the reaping
         self.woken = False
         self.reading: dict[int, tuple[_Tail, _Lines]] = {}  # by file descriptor
         self.wake_r, self.wake_w = os.pipe()
@@ -653,8 +667,8 @@ class _Watch:
 
     def _ended(self) -> None:
         self.selector.unregister(self.pidfd)
-        self.proc.wait()  # (it exited: reaped at once)
-        self.exited = True
+        self.exit_code = _exit_status(self.pidfd)  # (reaped by close(): the kernel frees the
+        self.exited = True  # process then, ~0.1 ms, off the path to an agent's next CLI)
 
     def _wait_in_a_thread(self) -> None:
         self.proc.wait()
@@ -692,12 +706,26 @@ class _Watch:
                 self.proc.stdin.close()
 
     def close(self) -> None:
+        if self.exited:
+            self.proc.wait()  # (it exited: reaped at once)
         self.selector.close()
         _close_fds(self.wake_r, self.wake_w, *([self.pidfd] if self.pidfd is not None else []))
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+
+
+def _exit_status(pidfd: int) -> int | None:
+    """The exit code of the ended process `pidfd` refers to, as Popen's returncode says it (a
+    signal's number negated), left unreaped; None if it cannot be read (close() reaps it)."""
+    try:
+        info = os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+    except (AttributeError, OSError):
+        return None
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
 def _pidfd(pid: int) -> int | None:
