@@ -38,7 +38,7 @@ from tests.live import ROOT, process_env, wait_until
 from tests.services import Redis, free_port
 from tests.stack import FAKES_BIN, alive
 from tests.workers_support import WorkerThread, postgres_only
-from worker import pickup
+from worker import pickup, pipeline
 from worker.loop import Worker as WorkerLoop
 from worker.membership import recover
 from workspaces.services import workspace_create
@@ -132,6 +132,10 @@ def _loop(worker_id: str | None = None, **options) -> WorkerLoop:
 def _close(loop: WorkerLoop) -> None:
     os.close(loop.kick_r)
     os.close(loop.kick_w)
+
+
+def _run_started(task) -> bool:
+    return AgentRun.objects.filter(task=task, status=RunStatus.RUNNING).exists()
 
 
 def _process_recorded(task) -> bool:
@@ -380,20 +384,44 @@ def test_a_stale_worker_is_taken_over_and_its_run_recovered_once(workers):
 
 @postgres_only
 def test_a_worker_that_was_taken_over_writes_nothing_for_its_runs(workers):
+    _taken_over_while_it_runs(workers, started=_run_started)
+
+
+@postgres_only
+def test_a_worker_taken_over_before_its_runs_start_was_written_leaves_it_interrupted(
+    workers, monkeypatch
+):
+    """Its process was recorded on the item, its run's row not written yet (the start comes
+    after, as the CLI starts) when another worker took it over: the recovery found no run to
+    close, the start wrote one; the finish closes it as the recovery would have."""
+    takeover_done, start = threading.Event(), pipeline._start
+
+    def late_start(owner, recorder):
+        takeover_done.wait(30)
+        start(owner, recorder)
+
+    monkeypatch.setattr(pipeline, "_start", late_start)
+    _taken_over_while_it_runs(workers, started=_process_recorded, then=takeover_done.set)
+
+
+def _taken_over_while_it_runs(workers, *, started, then=lambda: None):
+    """A worker that notices nothing (no heartbeat, no stop watcher: only its finish's own
+    check is left) is taken over once `started(task)`; the recoverer is on another machine:
+    the CLI runs on and ends normally. Nothing of its answer is written, its run ends
+    interrupted, and the item stays the other worker's."""
     workspace = _workspace("Came back")
     task = task_create(workspace=workspace, summary="T", description="@fake sleep 1.5 comment late")
     paused = workers(**FAST)
-    # It notices nothing: no heartbeat, no stop watcher; only the finish's own check is left.
     paused.worker.membership.beat = lambda: None
     paused.worker.watch_stops = lambda: None
-    wait_until(lambda: _process_recorded(task), timeout=30, what="the run")
+    wait_until(lambda: started(task), timeout=30, what="the run")
     item = _running_item(task)
     Worker.objects.filter(id=paused.id).update(heartbeat_at=timezone.now() - timedelta(days=1))
     other = worker_register(hostname="elsewhere", pid=1, capacity=1, clis=[], version="t")
     assert worker_take_over(worker_id=paused.id, by=other.id, stale_after=1)
-    # The recoverer is on another machine: the CLI runs on, and its run ends normally.
     assert recover(hostname="elsewhere", worker_id=other.id) == 1
     assert TaskQueueItem.objects.claim(item.id, worker_id=other.id)  # and claims it again
+    then()
 
     wait_until(lambda: not paused.worker.runs, timeout=30, what="the paused worker's run to end")
     assert not TaskComment.objects.filter(task=task, agent_id__isnull=False).exists()
