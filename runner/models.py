@@ -133,6 +133,12 @@ class QueueItemQuerySet(models.QuerySet):
             .update(status=status, pid=None, pgid=None, worker_id=None, updated_at=timezone.now())
         )
 
+    def taken_over(self, item) -> bool:
+        """Whether another worker made `item` its own (a recovery adopted or requeued it, maybe
+        claimed it again) while the worker that holds it went on, thought dead."""
+        others = self.filter(id=item.id).exclude(worker_id=item.worker_id)
+        return item.worker_id is not None and others.exists()
+
     def orphaned(self):
         """Running items whose worker is gone: no live worker row claims them."""
         live = Worker.objects.live_rows().filter(id=OuterRef("worker_id"))

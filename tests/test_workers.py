@@ -261,6 +261,20 @@ def test_a_recovery_takes_only_the_runs_no_live_worker_owns(db):
 
 
 @pytest.mark.pg
+def test_an_item_a_recovery_adopted_or_requeued_is_taken_over_for_the_worker_that_held_it(db):
+    task = task_create(workspace=_workspace("Taken"), summary="T")
+    _running_on(task, "old-worker-id-0000000")
+    held = TaskQueueItem.objects.get(task=task)  # (as the old worker holds it)
+    assert not TaskQueueItem.objects.taken_over(held)
+    assert TaskQueueItem.objects.adopt(held, worker_id="new-worker-id-0000000")
+    assert TaskQueueItem.objects.taken_over(held)
+    assert TaskQueueItem.objects.requeue(TaskQueueItem.objects.get(id=held.id), stopped=False)
+    assert TaskQueueItem.objects.taken_over(held)  # (requeued: nobody's)
+    held.worker_id = None  # an item no worker claimed by name is nobody's to take over
+    assert not TaskQueueItem.objects.taken_over(held)
+
+
+@pytest.mark.pg
 def test_a_worker_of_this_machine_whose_process_is_gone_is_taken_over_at_once(db):
     """Killed, then restarted on the same machine: its runs need not wait for its heartbeat to
     go stale. Another machine's worker with the same pid still beats: it is left alone."""

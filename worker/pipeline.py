@@ -262,7 +262,9 @@ def _step(owner: RunOwner, plan: RunPlan, leftovers: list):
         with transaction.atomic(), events.batched():
             snapshots.write(counted_before)
             wanted = owner.lock_if_wanted()
-            if not wanted and _taken_over(owner):  # (as the recovery that took it over says)
+            if not wanted and owner.queue.objects.taken_over(owner.item):
+                # Its recovery closed the run as interrupted, unless it came before the run's
+                # start was written (the process is recorded first): then it is said here.
                 recorder.status = RunStatus.INTERRUPTED
             if wanted and not recorder.started:  # the CLI never ran: the run still counts
                 owner.start(recorder)
@@ -512,15 +514,6 @@ def _start(owner: RunOwner, recorder: RunRecorder) -> None:
 
 def _still_wanted(owner: RunOwner) -> bool:
     return owner.queue.objects.unstopped().filter(id=owner.item.id).exists()
-
-
-def _taken_over(owner: RunOwner) -> bool:
-    """Another worker took the item over (DESIGN "Scale-out"): this one was thought dead. Its
-    recovery closed the run as interrupted, unless it came before the run's start was written
-    (the process is recorded first): then the run's record says so here."""
-    worker_id = owner.item.worker_id
-    items = owner.queue.objects.filter(id=owner.item.id)
-    return worker_id is not None and items.exclude(worker_id=worker_id).exists()
 
 
 # task passes -------------------------------------------------------------------------------
