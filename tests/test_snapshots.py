@@ -438,9 +438,8 @@ def test_few_watches_are_kept_and_none_is_left_open(tmp_path, monkeypatch):
     monkeypatch.setattr(snapshots, "WATCHED_FOLDERS", 3)
     snapshots._Seen.forget_all()
     before = inotify_fds()
-    folders = [tmp_path / f"task{n}" for n in range(6)]
+    folders = _task_folders(tmp_path, 6)
     for folder in folders:
-        folder.mkdir()
         (folder / "a.txt").write_text("a\n")
         snapshots.take(folder)
         snapshots.take(folder)  # (watched from its second walk on)
@@ -495,13 +494,19 @@ def test_folders_taking_turns_beyond_those_remembered_are_not_watched(tmp_path, 
     monkeypatch.setattr(snapshots, "FINGERPRINTS_KEPT", 2)
     snapshots._Seen.forget_all()
     before = inotify_fds()
-    folders = [tmp_path / f"task{n}" for n in range(4)]
-    for folder in folders:
-        folder.mkdir()
+    folders = _task_folders(tmp_path, 4)
     for _turn in range(3):
         for folder in folders:
             snapshots.take(folder)
     assert inotify_fds() == before and not snapshots._Seen._watches
+
+
+def _task_folders(tmp_path, count: int) -> list:
+    """`count` new empty folders task0, task1... in `tmp_path`."""
+    folders = [tmp_path / f"task{n}" for n in range(count)]
+    for folder in folders:
+        folder.mkdir()
+    return folders
 
 
 # --- files changed in place: hashed without git (issue 28) -------------------------------------
