@@ -1080,14 +1080,14 @@ def test_a_gate_started_ahead_runs_the_command_exactly_as_a_new_gate_does(tmp_pa
 def test_a_go_without_input_is_read_as_a_file_or_as_a_line_where_that_cannot_be(
     tmp_path, monkeypatch
 ):
-    """A command without input: the gate sources the go from its standard input in one read
-    (process.GO_AS_A_FILE); where that path cannot be opened, it reads the line as before.
-    Either way the command runs exactly as given, with /dev/null as its input."""
+    """A command without input: after an empty line (process.GO_AS_A_FILE) the gate sources
+    the go from its standard input in one read; where that path cannot be opened, it reads the
+    line as before. Either way the command runs exactly as given, with /dev/null as its input."""
     command, env = _printing_everything(tmp_path)
     command = process.Command(command.argv)  # no input
     as_a_file = _output(process.spawn(command, cwd=str(tmp_path), env=env))
-    missing = process.GO_AS_A_FILE.replace(b"/dev/stdin", str(tmp_path / "missing").encode())
-    monkeypatch.setattr(process, "GO_AS_A_FILE", missing)
+    missing = process.GATE.replace("/dev/stdin", str(tmp_path / "missing"))
+    monkeypatch.setattr(process, "GATE", missing)
     as_a_line = _output(process.spawn(command, cwd=str(tmp_path), env=env))
     assert as_a_file == as_a_line
     assert as_a_file.endswith("<it's\na 'quoted'\n><><$HOME `x`><-n><back\\slash>\n")

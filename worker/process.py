@@ -160,10 +160,11 @@ class _Lines:
 # standard input: one line, the command itself as shell words (`_go_line`: into the command's
 # folder, its PWD, /dev/null as stdin unless it brings its own, then `exec` it: same pid, same
 # group), read byte by byte by `read` (nothing past it: the rest of that input is the
-# command's). A command without input gets its line after a first one that reads the rest of
-# the pipe as a file, in one read (GO_AS_A_FILE; the line as before where /dev/stdin cannot be
-# opened). The worker records the process first, so recovery knows every CLI that ever ran;
-# a worker killed before its go closes the pipe, and the gate exits without running anything.
+# command's). A command without input gets its line after an empty one (GO_AS_A_FILE): the gate
+# then reads the rest of the pipe as a file, in one read (the line as before where /dev/stdin
+# cannot be opened). The worker records the process first, so recovery knows every CLI that
+# ever ran; a worker killed before its go closes the pipe, and the gate exits without running
+# anything.
 # The command's program is checked before (a missing or non-executable one is a start error, as
 # Popen's would be); `command read` skips any function of that name from the environment.
 # Since the gate does not depend on the command, the next run's gate is started while a run
@@ -173,10 +174,13 @@ class _Lines:
 GATE = """nl='
 '
 command read -r go || exit 125
-eval "$go"
+case $go in
+'') command . /dev/stdin || { command read -r go && eval "$go"; } ;;
+*) eval "$go" ;;
+esac
 exit 125
 """
-GO_AS_A_FILE = b'command . /dev/stdin || { command read -r go && eval "$go"; }\n'
+GO_AS_A_FILE = b"\n"  # (one byte for `read`, which takes a pipe byte by byte)
 GATE_SHELL = "/bin/sh"
 GATE_EXITED = 125  # the gate's exit when it never got its go
 SPARES_KEPT = 4  # gates kept started ahead (about one per workspace running at once)
