@@ -169,6 +169,68 @@ document.addEventListener("securitypolicyviolation", (event) => {
 }, true);
 """
 
+# What a failed browser test reports of its open pages (pytest_runtest_makereport): each
+# dialog's state and the page's last htmx events and dialog calls, so that a failure seen once
+# (a flake under load) tells its sequence.
+PAGE_TRACE = """
+(() => {
+  const trace = (window.malamarTrace = []);
+  const name = (el) => {
+    if (!el || !el.tagName) return String(el);
+    const what = el.id ? "#" + el.id : el.tagName.toLowerCase();
+    return el.isConnected ? what : what + " (detached)";
+  };
+  const note = (...what) => {
+    trace.push([Math.round(performance.now()), ...what].join(" "));
+    if (trace.length > 80) trace.shift();
+  };
+  const types = ["htmx:beforeRequest", "htmx:afterRequest", "htmx:beforeSwap", "htmx:afterSwap",
+    "htmx:responseError", "htmx:sendError", "malamar:dialog-close", "malamar:gone", "close",
+    "cancel"];
+  types.forEach((type) => document.addEventListener(type, (event) => {
+    const config = (event.detail && event.detail.requestConfig) || {};
+    note(type, name(event.target), config.verb || "", config.path || "");
+  }, true));
+  ["showModal", "show", "close"].forEach((method) => {
+    const original = HTMLDialogElement.prototype[method];
+    HTMLDialogElement.prototype[method] = function (...args) {
+      note("dialog." + method, name(this), this.open ? "(open)" : "(closed)");
+      return original.apply(this, args);
+    };
+  });
+})();
+"""
+PAGE_STATE = """() => ({
+  url: location.href,
+  focus: document.activeElement && (document.activeElement.id || document.activeElement.tagName),
+  dialogs: [...document.querySelectorAll("dialog")].map((d) =>
+    `${d.id}: ${d.open ? (d.matches(":modal") ? "open, modal" : "open") : "closed"}; holds ` +
+    JSON.stringify(d.textContent.replace(/\\s+/g, " ").trim().slice(0, 100))),
+  trace: window.malamarTrace || [],
+})"""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    browser = item.funcargs.get("browser") if hasattr(item, "funcargs") else None
+    if report.when != "call" or not report.failed or browser is None:
+        return
+    lines = []
+    for pool in browser.idle_contexts.contexts.values():
+        for context in pool:
+            for page in open_test_pages(context):
+                try:
+                    state = page.evaluate(PAGE_STATE)
+                except Exception as exc:  # (a closed or crashed page: say so, go on)
+                    lines.append(f"{page.url}: could not be read ({exc})")
+                    continue
+                lines += [f"{state['url']} (focus: {state['focus']})", *state["dialogs"]]
+                lines += ["  " + entry for entry in state["trace"]]
+    if lines:
+        report.sections.append(("browser pages at the failure", "\n".join(lines)))
+
 
 def watch_csp(page) -> CspViolations:
     """Collect the page's CSP violations (console messages and securitypolicyviolation
@@ -213,6 +275,7 @@ class ContextPool:
         context.on("close", lambda _: pool.remove(context))
         context.expose_binding("malamarCspViolation", _report_csp_violation)
         context.add_init_script(CSP_LISTENER)
+        context.add_init_script(PAGE_TRACE)
         context.keeper = context.new_page()  # blank, open as long as the context
         context.cdp = context.new_cdp_session(context.keeper)
         pool.append(context)
