@@ -201,6 +201,42 @@ def test_keyboard_reaches_the_page(page, server):
     assert "Move Implementer up" in reached
 
 
+def _replaced(page, selector: str):
+    """Mark the element `selector` finds now; returns a locator of it that is empty once a
+    swap has replaced it."""
+    page.locator(selector).evaluate("el => el.setAttribute('data-before-refresh', '')")
+    return page.locator(f"{selector}[data-before-refresh]")
+
+
+def test_a_live_refresh_keeps_the_focus_on_the_control_it_re_renders(page, server):
+    """A refresh that replaces the element holding the focus gives it to that element's twin
+    in the new content, one without an id too (app.js), not to the fragment's heading: the
+    empty Chat tab's "Start a chat" menu, then a chat's row."""
+    workspace = server.workspace("Focus")
+    server.agent(workspace["id"], "Alpha")
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=chat")
+    start = page.locator("#chat-list details[data-chat-menu] summary")
+    start.click()
+    page.keyboard.press("Escape")
+    expect(start).to_be_focused()
+    old = _replaced(page, "#chat-list details[data-chat-menu] summary")
+    server.agent(workspace["id"], "Beta")  # agents.changed: the list (and its menu) again
+    expect(old).to_have_count(0)
+    expect(page.locator("#chat-list [role=menuitem]", has_text="Beta")).to_have_count(1)
+    expect(start).to_be_focused()
+
+    chat = server.api("POST", f"/workspaces/{workspace['id']}/chats", {"title": "Plans"})
+    row = page.locator("#chat-list .chat-row__link")
+    expect(row).to_have_count(1)
+    row.focus()
+    old = _replaced(page, "#chat-list .chat-row__link")
+    server.api("PUT", f"/chats/{chat['id']}", {"title": "Better plans"})  # chat.updated
+    expect(old).to_have_count(0)
+    expect(row).to_contain_text("Better plans")
+    expect(row).to_be_focused()
+    page.console_errors.check()
+
+
 def test_menus_open_one_at_a_time_on_their_first_item_and_close_by_escape_or_outside(page, server):
     """The empty Chat tab's two "new chat" menus (<details data-chat-menu>, app.js)."""
     workspace = server.workspace("Menus")

@@ -341,7 +341,16 @@
   // were scrolled; one scrolled to its end with data-scroll-end (the chat) follows the newest.
   // Focus: when a click, a submit or a live refresh re-renders the part that held the focus,
   // the element with the same id gets it back (htmx does that, and here, for a button that was
-  // disabled while its request waited), else the fragment's fallback (its heading), never <body>.
+  // disabled while its request waited); one without an id, its twin in the new content (same
+  // kind, link, request or label: a chat's row, a menu's button); else the fragment's fallback
+  // (its heading), never <body>.
+  const FOCUSABLE = "a[href], button, summary, input, select, textarea, [tabindex]";
+  const TWIN_ATTRIBUTES = ["href", "hx-get", "hx-post", "hx-vals", "aria-label", "name", "value"];
+  const twinKey = (el) => {
+    const said = TWIN_ATTRIBUTES.map((name) => el.getAttribute(name) || "");
+    const text = said.some(Boolean) ? "" : el.textContent.trim(); // (a row's text changes)
+    return [el.tagName, ...said, text].join("\n");
+  };
   let kept = null;
   on("htmx:beforeRequest", (event) => {
     const config = event.detail.requestConfig;
@@ -352,8 +361,11 @@
   on("htmx:beforeSwap", (event) => {
     const target = event.detail.target;
     if (!event.detail.shouldSwap || !target || !target.contains) return;
+    const active = document.activeElement;
+    const inside = target.contains(active);
     kept = {
-      inside: target.contains(document.activeElement),
+      inside,
+      twin: inside && active !== target && !active.id && active.matches(FOCUSABLE) ? twinKey(active) : null,
       boxes: $$("[data-keep-scroll][id]", target).map((box) => ({
         id: box.id,
         left: box.scrollLeft,
@@ -376,6 +388,8 @@
     if (same && !same.closest("dialog:not([open])")) return same.focus();
     if (!saved.inside) return;
     const target = event.detail.target;
+    const twin = saved.twin && target && target.isConnected && $$(FOCUSABLE, target).find((el) => twinKey(el) === saved.twin);
+    if (twin) return twin.focus();
     const fallback = $("[data-focus-fallback]", target && target.isConnected ? target : document) || $("[data-focus-fallback]");
     if (fallback) fallback.focus();
   });
