@@ -389,7 +389,7 @@
     if (!saved.inside) return;
     const target = event.detail.target;
     const twin = saved.twin && target && target.isConnected && $$(FOCUSABLE, target).find((el) => twinKey(el) === saved.twin);
-    if (twin) return twin.focus();
+    if (twin) return twin.focus({ preventScroll: true }); // (where the swap kept the view)
     const fallback = $("[data-focus-fallback]", target && target.isConnected ? target : document) || $("[data-focus-fallback]");
     if (fallback) fallback.focus();
   });
