@@ -210,13 +210,8 @@ PAGE_STATE = """() => ({
 })"""
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    browser = item.funcargs.get("browser") if hasattr(item, "funcargs") else None
-    if report.when != "call" or not report.failed or browser is None:
-        return
+def pages_report(browser) -> str:
+    """Each open test page: its URL, focus, dialogs and trace (PAGE_TRACE); "" when none."""
     lines = []
     for pool in browser.idle_contexts.contexts.values():
         for context in pool:
@@ -228,8 +223,18 @@ def pytest_runtest_makereport(item, call):
                     continue
                 lines += [f"{state['url']} (focus: {state['focus']})", *state["dialogs"]]
                 lines += ["  " + entry for entry in state["trace"]]
-    if lines:
-        report.sections.append(("browser pages at the failure", "\n".join(lines)))
+    return "\n".join(lines)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    browser = item.funcargs.get("browser") if hasattr(item, "funcargs") else None
+    if report.when == "call" and report.failed and browser is not None:
+        text = pages_report(browser)
+        if text:
+            report.sections.append(("browser pages at the failure", text))
 
 
 def watch_csp(page) -> CspViolations:

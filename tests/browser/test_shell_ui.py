@@ -1,9 +1,11 @@
 """The shell in a real browser: theme, phone layout, live toasts, keyboard, console errors."""
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import PHONE, new_page
+from tests.browser.conftest import PHONE, new_page, pages_report
 from tests.live import django_script
 
 pytestmark = pytest.mark.browser
@@ -282,6 +284,24 @@ BLOCKED_IMAGE = """() => new Promise((done) => {
   document.addEventListener("securitypolicyviolation", () => setTimeout(done), {once: true});
   document.body.append(Object.assign(new Image(), {src: "https://x.invalid/"}));
 })"""
+
+
+def test_a_failed_tests_report_tells_each_pages_dialogs_and_last_events(browser, page, server):
+    """What a failed browser test reports (conftest.pages_report): the page, its focus, each
+    dialog's state and what it holds, and the htmx events and dialog calls that led there."""
+    workspace = server.workspace("Report")
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=agents")
+    page.locator("#add-agent").click()
+    expect(page.locator("#agent-dialog").get_by_label("Name")).to_be_focused()
+    report = pages_report(browser)
+    assert f"/workspaces/{workspace['id']}/?tab=agents (focus: id_name)" in report
+    assert 'agent-dialog: open, modal; holds "Add agent' in report
+    assert "confirm-dialog: closed" in report
+    new_form = f"get /workspaces/{workspace['id']}/agents/new/"
+    assert re.search(rf"\n  \d+ htmx:beforeRequest #add-agent {new_form}\n", report)
+    assert re.search(rf"\n  \d+ htmx:afterSwap #agent-dialog-body {new_form}\n", report)
+    assert re.search(r"\n  \d+ dialog\.showModal #agent-dialog \(closed\)\n", report)
+    page.console_errors.check()
 
 
 def test_a_reused_browser_context_is_as_new_and_still_reports_csp_violations(browser, server):
