@@ -239,6 +239,27 @@ def test_a_live_refresh_keeps_the_focus_on_the_control_it_re_renders(page, serve
     page.console_errors.check()
 
 
+def test_a_live_refresh_gives_the_focus_back_without_scrolling_to_it(page, server):
+    """The twin gets the focus where the page is: a person who scrolled away from the focused
+    row is not taken back to it by the refresh."""
+    workspace = server.workspace("Scrolled")
+    create = f"/workspaces/{workspace['id']}/chats"
+    chats = [server.api("POST", create, {"title": f"Chat {n:02}"}) for n in range(30)]
+    page.goto(f"{server.url}/workspaces/{workspace['id']}/?tab=chat")
+    rows = page.locator("#chat-list .chat-row__link")
+    expect(rows).to_have_count(30)
+    rows.first.focus()
+    page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+    scrolled = page.evaluate("window.scrollY")
+    assert scrolled > 0  # (the list is longer than the window)
+    old = _replaced(page, "#chat-list .chat-row:first-child .chat-row__link")
+    server.api("PUT", f"/chats/{chats[0]['id']}", {"title": "Renamed"})  # chat.updated
+    expect(old).to_have_count(0)
+    expect(rows.first).to_be_focused()
+    assert page.evaluate("window.scrollY") == scrolled
+    page.console_errors.check()
+
+
 def test_menus_open_one_at_a_time_on_their_first_item_and_close_by_escape_or_outside(page, server):
     """The empty Chat tab's two "new chat" menus (<details data-chat-menu>, app.js)."""
     workspace = server.workspace("Menus")
